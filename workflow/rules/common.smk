@@ -1,0 +1,30 @@
+# Helpers shared by the rule files: dataset lookups and wildcard constraints.
+from pipeline.config import dataset_config
+
+DATASETS = config["datasets"]
+SYNTHETIC = [name for name, spec in DATASETS.items() if spec["format"] == "synthkb"]
+DECLARED = [name for name, spec in DATASETS.items() if spec["format"] != "synthkb"]
+
+
+def _alternatives(names):
+    # A regex that matches none of the names when the list is empty.
+    return "|".join(names) if names else "(?!x)x"
+
+
+wildcard_constraints:
+    dataset=_alternatives(list(DATASETS)),
+    split="train|dev|test",
+    method="[A-Za-z0-9_]+",
+
+
+def dataset_spec(wildcards):
+    return dataset_config(config, wildcards.dataset)
+
+
+def eval_split(dataset):
+    return DATASETS[dataset].get("eval_split", config["eval"]["split"])
+
+
+def canonical(dataset, *names):
+    """Paths of the canonical tables of a dataset (resources/{dataset}/<name>.parquet)."""
+    return [f"resources/{dataset}/{name}.parquet" for name in names]
