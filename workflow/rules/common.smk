@@ -28,3 +28,18 @@ def eval_split(dataset):
 def canonical(dataset, *names):
     """Paths of the canonical tables of a dataset (resources/{dataset}/<name>.parquet)."""
     return [f"resources/{dataset}/{name}.parquet" for name in names]
+
+
+def beta_tag(beta):
+    """How a CCR β appears in paths: 0.5 -> '0.5', 0 -> '0', 1e-4 -> '0.0001'."""
+    return f"{float(beta):g}" if float(beta) >= 1e-4 else f"{float(beta):.10f}".rstrip("0")
+
+
+# Dense methods and the retriever folder (results/{dataset}/models/{model}) each one searches with.
+# `zeroshot` is the pretrained base saved as a retriever folder; AR2 methods pick their round themselves.
+def dense_method_models():
+    return {
+        "zeroshot": "zeroshot",
+        "dpr": "dpr",
+        "dpr_ccr": f"dpr_ccr_b{beta_tag(config['ccr']['beta'])}" if "ccr" in config else None,
+    }

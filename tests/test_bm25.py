@@ -1,0 +1,116 @@
+"""BM25 stage: index, retrieval runs, hard-negative mining (positives removed, answer flag)."""
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from pipeline import bm25
+from pipeline.io import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, DataError, read_table, write_table
+
+CORPUS = [
+    ("p1", "Volcanoes", "Mount Keltra is a volcano that erupted in 1820 near the town of Varno."),
+    ("p2", "Varno", "Varno is a town founded in 1700. Mount Keltra overlooks Varno."),
+    ("p3", "Rivers", "The river Osk flows through the valley and into the sea."),
+    ("p4", "Keltra climbing", "Climbers reach the summit of Mount Keltra in two days."),
+    ("p5", "Bread", "Bread is baked from flour, water and yeast."),
+]
+QUERIES = [
+    ("q1", "When did Mount Keltra erupt?", ["1820"]),
+    ("q2", "Which river flows through the valley?", ["Osk"]),
+]
+QRELS = [("q1", "p1", 1), ("q2", "p3", 1)]
+
+
+@pytest.fixture()
+def dataset(tmp_path):
+    corpus = pd.DataFrame(CORPUS, columns=["pid", "title", "text"])
+    write_table(tmp_path / "corpus.parquet", corpus, CORPUS_SCHEMA)
+    write_table(tmp_path / "queries.train.parquet",
+                pd.DataFrame(QUERIES, columns=["qid", "text", "answers"]), QUERIES_SCHEMA)
+    write_table(tmp_path / "qrels.train.parquet",
+                pd.DataFrame(QRELS, columns=["qid", "pid", "relevance"]), QRELS_SCHEMA)
+    bm25.build_index(tmp_path / "corpus.parquet", tmp_path / "index", k1=0.9, b=0.4,
+                     stemmer="english", stopwords="en")
+    return tmp_path
+
+
+def test_retrieve_ranks_the_matching_passage_first(dataset):
+    out = dataset / "run.parquet"
+    bm25.retrieve_run(dataset / "index", dataset / "queries.train.parquet", 3, out)
+    run = read_table(out)
+    assert list(run.columns) == ["qid", "pid", "rank", "score"]
+    top = run[run["rank"] == 1].set_index("qid")["pid"].to_dict()
+    assert top == {"q1": "p1", "q2": "p3"}
+    # ranks are 1..n per query and scores non-increasing
+    for _, group in run.groupby("qid"):
+        assert group["rank"].tolist() == list(range(1, len(group) + 1))
+        assert group["score"].is_monotonic_decreasing
+    # 'erupt' must be stemmed to match 'erupted'; passages sharing no term are not returned
+    assert "p5" not in set(run["pid"])
+
+
+def test_retrieve_is_deterministic(dataset):
+    bm25.retrieve_run(dataset / "index", dataset / "queries.train.parquet", 5, dataset / "a.parquet")
+    bm25.retrieve_run(dataset / "index", dataset / "queries.train.parquet", 5, dataset / "b.parquet")
+    assert read_table(dataset / "a.parquet").equals(read_table(dataset / "b.parquet"))
+
+
+def test_mine_excludes_positives_and_flags_answers(dataset):
+    out = dataset / "neg.parquet"
+    stats = bm25.mine_negatives(dataset / "index", dataset / "queries.train.parquet",
+                                dataset / "qrels.train.parquet", dataset / "corpus.parquet", 2, out)
+    neg = read_table(out)
+    assert set(neg.columns) >= {"qid", "pid", "rank", "score", "source", "has_answer", "excluded"}
+    assert not ((neg["qid"] == "q1") & (neg["pid"] == "p1")).any()
+    assert not ((neg["qid"] == "q2") & (neg["pid"] == "p3")).any()
+    q1 = neg[neg["qid"] == "q1"]
+    assert len(q1) == 2 and set(q1["pid"]) <= {"p2", "p4"}
+    assert (neg["source"] == "bm25").all() and not neg["excluded"].any()
+    assert stats["exclude_answer_match"] is False
+
+
+def test_mine_answer_exclusion_goes_deeper(tmp_path):
+    corpus = pd.DataFrame([
+        ("a", "", "the capital of Norland is Brest"),        # positive
+        ("b", "", "Norland capital Brest, capital of Norland"),  # contains the answer: a false negative
+        ("c", "", "the capital of Norland was moved"),
+        ("d", "", "Norland has a capital"),
+    ], columns=["pid", "title", "text"])
+    write_table(tmp_path / "corpus.parquet", corpus, CORPUS_SCHEMA)
+    write_table(tmp_path / "q.parquet", pd.DataFrame(
+        [("q", "capital of Norland", ["Brest"])], columns=["qid", "text", "answers"]), QUERIES_SCHEMA)
+    write_table(tmp_path / "r.parquet", pd.DataFrame([("q", "a", 1)], columns=["qid", "pid", "relevance"]),
+                QRELS_SCHEMA)
+    bm25.build_index(tmp_path / "corpus.parquet", tmp_path / "idx", k1=0.9, b=0.4, stemmer=None, stopwords=None)
+    bm25.mine_negatives(tmp_path / "idx", tmp_path / "q.parquet", tmp_path / "r.parquet",
+                        tmp_path / "corpus.parquet", 2, tmp_path / "n.parquet", exclude_answer_match=True)
+    neg = read_table(tmp_path / "n.parquet")
+    row_b = neg[neg["pid"] == "b"].iloc[0]
+    assert bool(row_b["has_answer"]) and bool(row_b["excluded"])
+    # two usable (non-excluded) negatives despite the excluded one
+    assert (~neg["excluded"]).sum() == 2
+
+
+def test_empty_corpus_is_a_clear_error(tmp_path):
+    write_table(tmp_path / "corpus.parquet", pa.table({"pid": [], "title": [], "text": []},
+                                                      schema=CORPUS_SCHEMA))
+    with pytest.raises(DataError, match="corpus is empty"):
+        bm25.build_index(tmp_path / "corpus.parquet", tmp_path / "idx", k1=0.9, b=0.4,
+                         stemmer=None, stopwords=None)
+    assert not (tmp_path / "idx").exists()
+
+
+def test_unknown_stemmer_names_the_setting(tmp_path):
+    with pytest.raises(DataError, match="bm25.stemmer"):
+        bm25.make_tokenizer("klingon", None)
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        from pipeline.cli import run_main
+        run_main(bm25.main, ["retrieve", "--index-dir", str(tmp_path / "missing"), "--queries",
+                             str(tmp_path / "q.parquet"), "--out", str(tmp_path / "o.parquet")])
+    assert exc.value.code == 2
+    assert "settings.json" in capsys.readouterr().err
+    assert not (tmp_path / "o.parquet").exists()
