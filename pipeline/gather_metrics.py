@@ -1,0 +1,126 @@
+"""Gather every method's metrics.json of a dataset into one JSON and one Markdown table.
+
+    python -m pipeline.gather_metrics --dataset squad --inputs results/squad/*/metrics.json \
+        --out-json results/squad/metrics.json --out-md results/squad/metrics.md
+
+The JSON maps method -> its split, n_queries, metrics and any extra fields its metrics.json carries
+(notes, seeds, wall_time_s, ...). The table has one row per method (in input order) and the metric
+columns in a fixed order: R@k by k, MRR@10, hit@k, recall@k, then the ``_all`` family, then the rest.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+from numbers import Real
+from pathlib import Path
+from typing import Sequence
+
+from .cli import run_main, setup_logging
+from .io import DataError, atomic_open, write_json
+from .metrics import metric_sort_key
+
+log = logging.getLogger("sieve.gather_metrics")
+
+REQUIRED = ("dataset", "method", "split", "n_queries", "metrics")
+
+
+def read_metrics(path: str | os.PathLike) -> dict:
+    """One method's metrics.json, checked for the fields gathering relies on."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise DataError("file not found (did the evaluate rule run?)", file=path) from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc})", file=path) from None
+    if not isinstance(data, dict):
+        raise DataError("must be a JSON object", file=path)
+    for key in REQUIRED:
+        if key not in data:
+            raise DataError("missing field", file=path, field=key)
+    if not isinstance(data["metrics"], dict):
+        raise DataError("must be an object of metric name -> number", file=path, field="metrics")
+    for name, value in data["metrics"].items():
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise DataError(f"metric value must be a number, got {value!r}", file=path,
+                            field=f"metrics.{name}")
+    return data
+
+
+def gather(dataset: str, paths: Sequence[str | os.PathLike]) -> dict:
+    """``{"dataset": D, "methods": {method: {split, n_queries, ..., metrics}}}`` in input order."""
+    if not paths:
+        raise DataError("no metrics files given", field="--inputs")
+    methods: dict[str, dict] = {}
+    sources: dict[str, str] = {}
+    for path in paths:
+        data = read_metrics(path)
+        if data["dataset"] != dataset:
+            raise DataError(f"dataset is {data['dataset']!r}, expected {dataset!r}", file=path,
+                            field="dataset")
+        method = data["method"]
+        if method in methods:
+            raise DataError(f"method {method!r} already read from {sources[method]}", file=path,
+                            field="method")
+        entry = {k: v for k, v in data.items() if k not in ("dataset", "method", "metrics")}
+        entry["metrics"] = data["metrics"]
+        methods[method] = entry
+        sources[method] = str(path)
+    return {"dataset": dataset, "methods": methods}
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return f"{value:.3f}"
+
+
+def markdown_table(gathered: dict) -> str:
+    """Methods as rows, metrics as columns (fixed order), 3 decimals; notes listed below."""
+    methods = gathered["methods"]
+    columns = sorted({name for entry in methods.values() for name in entry["metrics"]},
+                     key=metric_sort_key)
+    header = ["method", "split", "queries", *columns]
+    lines = [f"# {gathered['dataset']}: retrieval metrics", "",
+             "| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] * 3 + ["---:"] * len(columns)) + "|"]
+    for method, entry in methods.items():
+        cells = [method, str(entry["split"]), str(entry["n_queries"])]
+        cells += [_cell(entry["metrics"].get(name)) for name in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [(m, e["notes"]) for m, e in methods.items() if e.get("notes")]
+    if notes:
+        lines += ["", "Notes:", ""]
+        lines += [f"- {method}: {note}" for method, note in notes]
+    lines += ["", "R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: "
+              "qrels (see docs/evaluation.md). – = not defined for this method/split."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.gather_metrics",
+                                     description="Gather the methods' metrics of one dataset.")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--inputs", nargs="+", required=True, help="results/D/<method>/metrics.json")
+    parser.add_argument("--out-json", required=True)
+    parser.add_argument("--out-md", required=True)
+    parser.add_argument("--log", help="append the log to this file")
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    gathered = gather(args.dataset, args.inputs)
+    table = markdown_table(gathered)
+    write_json(args.out_json, gathered)
+    with atomic_open(args.out_md, "w", encoding="utf-8") as handle:
+        handle.write(table)
+    log.info("gathered %d methods for %s\n%s", len(gathered["methods"]), args.dataset, table)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

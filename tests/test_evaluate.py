@@ -1,0 +1,275 @@
+"""pipeline.evaluate / pipeline.runs / pipeline.gather_metrics on a tiny hand-checked dataset."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline import evaluate, gather_metrics, runs
+from pipeline.io import (CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA, DataError,
+                         write_table)
+
+REPO = Path(__file__).resolve().parent.parent
+NFC_CAFE, NFD_CAFE = "caf\u00e9", "cafe\u0301"
+
+CORPUS = [("p1", "Paris", "Paris is the capital of France."),
+          ("p2", "Eiffel", "The Eiffel Tower was built in 1889."),
+          ("p3", "Lyon", "Lyon is a city."),
+          ("p4", "France", "France is in Europe."),
+          ("p5", "Cafe", f"Un {NFD_CAFE} crème."),
+          ("p6", "Marseille", "A port city in the south.")]
+QUERIES = [("q1", "capital of France?", ["Paris"]),
+           ("q2", "when was the tower built?", ["1889"]),
+           ("q3", "where is France?", ["Europe"]),
+           ("q4", "coffee?", [NFC_CAFE]),              # not in the run at all
+           ("q5", "port city?", ["Marseille"]),        # answer only in the title of p6
+           ("q6", "coffee again?", [NFC_CAFE])]        # NFC answer, NFD passage
+QRELS = [("q1", "p1", 1), ("q1", "p4", 1), ("q2", "p2", 1), ("q3", "p4", 1), ("q4", "p5", 1),
+         ("q5", "p6", 1), ("q6", "p5", 1), ("q6", "p3", 0)]
+# Rows deliberately out of order; q1's top two tie in score, so only `rank` can order them.
+RUN = [("q2", "p1", 2, 3.0), ("q1", "p1", 2, 5.0), ("q1", "p4", 1, 5.0), ("q1", "p2", 3, 1.0),
+       ("q2", "p2", 1, 9.0), ("q3", "p1", 1, 4.0), ("q3", "p3", 2, 3.0), ("q3", "p2", 3, 2.0),
+       ("q5", "p6", 1, 7.0), ("q5", "p1", 2, 1.0), ("q6", "p5", 1, 2.5)]
+
+
+def _write(path: Path, rows, schema) -> Path:
+    write_table(path, pd.DataFrame(rows, columns=schema.names), schema)
+    return path
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> dict[str, Path]:
+    return {"corpus": _write(tmp_path / "corpus.parquet", CORPUS, CORPUS_SCHEMA),
+            "queries": _write(tmp_path / "queries.test.parquet", QUERIES, QUERIES_SCHEMA),
+            "qrels": _write(tmp_path / "qrels.test.parquet", QRELS, QRELS_SCHEMA),
+            "run": _write(tmp_path / "run.test.parquet", RUN, RUN_SCHEMA),
+            "dir": tmp_path}
+
+
+def _argv(data, *extra, ks=("1", "2", "3")) -> list[str]:
+    return ["--run", str(data["run"]), "--queries", str(data["queries"]), "--qrels",
+            str(data["qrels"]), "--corpus", str(data["corpus"]), "--dataset", "tiny", "--method",
+            "bm25", "--split", "test", "--ks", *ks, "--out", str(data["dir"] / "metrics.json"),
+            *extra]
+
+
+def _metrics(data, *extra) -> dict:
+    assert evaluate.main(_argv(data, *extra)) == 0
+    return json.loads((data["dir"] / "metrics.json").read_text(encoding="utf-8"))
+
+
+def test_hand_computed_metrics(data):
+    out = _metrics(data)
+    assert list(out)[:4] == ["dataset", "method", "split", "n_queries"]
+    assert (out["dataset"], out["method"], out["split"]) == ("tiny", "bm25", "test")
+    assert (out["n_queries"], out["n_ranked_queries"], out["depth"], out["match"]) == (6, 5, 3, "string")
+    # first answer hit: q1 2 (rank order, not the tied score), q2 1, q3 none, q4 not run,
+    # q5 none (title excluded), q6 1 (NFC answer vs NFD text)
+    expected = {"R@1": 2 / 6, "R@2": 3 / 6, "R@3": 3 / 6,
+                # first relevant: q1 1, q2 1, q3 -, q4 -, q5 1, q6 1 over 6 qrels queries
+                "MRR@10": 4 / 6, "hit@1": 4 / 6, "hit@2": 4 / 6, "hit@3": 4 / 6,
+                # q1 has two relevant passages: p4 at 1, p1 at 2; q6's p3 has relevance 0
+                "recall@1": 3.5 / 6, "recall@2": 4 / 6, "recall@3": 4 / 6}
+    assert list(out["metrics"]) == list(expected)
+    assert out["metrics"] == pytest.approx(expected)
+
+
+def test_qrels_all_gives_the_all_family(data):
+    qa = _write(data["dir"] / "qrels_all.test.parquet",
+                [("q1", "p1", 1), ("q1", "p4", 1), ("q2", "p2", 1), ("q3", "p4", 1), ("q3", "p3", 1)],
+                QRELS_SCHEMA)
+    metrics = _metrics(data, "--qrels-all", str(qa))["metrics"]
+    assert metrics["MRR_all@10"] == pytest.approx((1 + 1 + 0.5) / 3)
+    assert metrics["hit_all@1"] == pytest.approx(2 / 3)
+    assert metrics["hit_all@2"] == 1.0
+    assert not any(k.startswith("recall_all") for k in metrics)
+
+
+def test_queries_without_answers_have_no_answer_metrics(data):
+    _write(data["queries"], [(q, t, []) for q, t, _ in QUERIES], QUERIES_SCHEMA)
+    metrics = _metrics(data)["metrics"]
+    assert not any(k.startswith("R@") for k in metrics)
+    assert metrics["MRR@10"] == pytest.approx(4 / 6)
+
+
+def test_empty_qrels_have_no_qrels_metrics(data):
+    _write(data["qrels"], [], QRELS_SCHEMA)
+    out = _metrics(data)
+    assert list(out["metrics"]) == ["R@1", "R@2", "R@3"]
+
+
+def test_nothing_to_evaluate_is_an_error(data):
+    _write(data["queries"], [(q, t, []) for q, t, _ in QUERIES], QUERIES_SCHEMA)
+    _write(data["qrels"], [], QRELS_SCHEMA)
+    with pytest.raises(DataError, match="nothing to evaluate"):
+        evaluate.main(_argv(data))
+
+
+def test_some_queries_without_answers_count_as_misses(data):
+    rows = [(q, t, a if q != "q2" else []) for q, t, a in QUERIES]
+    _write(data["queries"], rows, QUERIES_SCHEMA)
+    out = _metrics(data)
+    assert out["n_queries_without_answers"] == 1
+    assert out["metrics"]["R@1"] == pytest.approx(1 / 6)
+
+
+def test_regex_mode(data):
+    _write(data["queries"], [("q1", "", [r"capital\s+OF"]), ("q2", "", [r"\d{4}"]),
+                             ("q3", "", ["^europe"]), ("q4", "", ["x"]), ("q5", "", ["port"]),
+                             ("q6", "", [NFC_CAFE + r"\b"])], QUERIES_SCHEMA)
+    metrics = _metrics(data, "--match", "regex")["metrics"]
+    # first hits: q1 2, q2 1, q3 none (^ anchors at line start), q5 1, q6 1
+    assert (metrics["R@1"], metrics["R@2"]) == pytest.approx((3 / 6, 4 / 6))
+
+
+@pytest.mark.parametrize("bad_qid,row", [("q3", 2), ("q4", 3)])  # q4 is not in the run
+def test_bad_regex_names_query_and_answer(data, capsys, bad_qid, row):
+    _write(data["queries"], [(q, t, a if q != bad_qid else ["ok", "(unclosed"])
+                             for q, t, a in QUERIES], QUERIES_SCHEMA)
+    with pytest.raises(DataError) as err:
+        evaluate.main(_argv(data, "--match", "regex"))
+    assert str(data["queries"]) in str(err.value)
+    assert f"'{bad_qid}'" in str(err.value) and "(unclosed" in str(err.value)
+    assert err.value.record == row and err.value.field == "answers"
+    from pipeline.cli import run_main
+    with pytest.raises(SystemExit) as exit_:
+        run_main(evaluate.main, _argv(data, "--match", "regex"))
+    assert exit_.value.code == 2
+    assert "(unclosed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rows,record,field,message", [
+    (RUN + [("q6", "p5", 2, 1.0)], len(RUN), "pid", "duplicate (qid, pid)"),
+    ([r if r[:2] != ("q1", "p2") else ("q1", "p2", 4, 1.0) for r in RUN], 3, "rank", "1..n"),
+    ([r if r[:2] != ("q1", "p2") else ("q1", "p2", 2, 1.0) for r in RUN], 3, "rank", "1..n"),
+    ([r if r[:2] != ("q6", "p5") else ("q6", "p5", 0, 1.0) for r in RUN], len(RUN) - 1, "rank", "1..n"),
+    (RUN + [("q9", "p1", 1, 1.0)], len(RUN), "qid", "not in the evaluated queries"),
+    (RUN + [("q6", "p99", 2, 1.0)], len(RUN), "pid", "not in the corpus"),
+])
+def test_run_validation_names_file_record_field(data, rows, record, field, message):
+    _write(data["run"], rows, RUN_SCHEMA)
+    with pytest.raises(DataError) as err:
+        evaluate.main(_argv(data))
+    assert message in str(err.value)
+    assert (err.value.file, err.value.record, err.value.field) == (str(data["run"]), record, field)
+    assert not (data["dir"] / "metrics.json").exists()
+
+
+def test_run_with_wrong_column_type_is_rejected(data):
+    df = pd.DataFrame(RUN, columns=RUN_SCHEMA.names).assign(rank=lambda d: d["rank"].astype(str))
+    df.to_parquet(data["run"])
+    with pytest.raises(DataError, match="expected an integer type") as err:
+        runs.read_run(data["run"])
+    assert err.value.field == "rank"
+
+
+def test_trec_export_in_rank_order(data):
+    _metrics(data, "--trec", str(data["dir"] / "run.test.trec"))
+    lines = (data["dir"] / "run.test.trec").read_text(encoding="utf-8").splitlines()
+    assert lines[:3] == ["q1 Q0 p4 1 5 bm25", "q1 Q0 p1 2 5 bm25", "q1 Q0 p2 3 1 bm25"]
+    assert len(lines) == len(RUN)
+    assert runs.main(["--run", str(data["run"]), "--tag", "x", "--trec",
+                      str(data["dir"] / "b.trec"), "--queries", str(data["queries"])]) == 0
+    assert (data["dir"] / "b.trec").read_text(encoding="utf-8").splitlines()[3] == "q2 Q0 p2 1 9 x"
+
+
+def test_info_fields_are_carried_but_cannot_override(data):
+    info = data["dir"] / "info.json"
+    info.write_text(json.dumps({"notes": "zero-shot", "seeds": [0, 1]}), encoding="utf-8")
+    out = _metrics(data, "--info", str(info))
+    assert (out["notes"], out["seeds"]) == ("zero-shot", [0, 1])
+    assert list(out)[-1] == "metrics"
+    info.write_text(json.dumps({"metrics": {}}), encoding="utf-8")
+    with pytest.raises(DataError, match="cannot be overridden"):
+        evaluate.main(_argv(data, "--info", str(info)))
+
+
+# ---- gather_metrics -------------------------------------------------------------------------------
+
+def _method_file(tmp: Path, method: str, metrics: dict, **extra) -> Path:
+    path = tmp / method / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"dataset": "tiny", "method": method, "split": "test",
+                                "n_queries": 6, **extra, "metrics": metrics}), encoding="utf-8")
+    return path
+
+
+def test_gather_metrics_json_and_markdown(tmp_path):
+    a = _method_file(tmp_path, "bm25", {"hit@5": 0.5, "MRR@10": 0.25, "R@20": 0.75, "R@5": 0.6},
+                     depth=100)
+    b = _method_file(tmp_path, "dpr", {"MRR@10": 1 / 3, "R@5": 0.12345}, notes="seed 0 only",
+                     wall_time_s=12.5)
+    out_json, out_md = tmp_path / "metrics.json", tmp_path / "metrics.md"
+    assert gather_metrics.main(["--dataset", "tiny", "--inputs", str(a), str(b), "--out-json",
+                                str(out_json), "--out-md", str(out_md)]) == 0
+    gathered = json.loads(out_json.read_text(encoding="utf-8"))
+    assert list(gathered["methods"]) == ["bm25", "dpr"]
+    assert gathered["methods"]["dpr"] == {"split": "test", "n_queries": 6, "notes": "seed 0 only",
+                                          "wall_time_s": 12.5, "metrics": {"MRR@10": 1 / 3,
+                                                                           "R@5": 0.12345}}
+    md = out_md.read_text(encoding="utf-8").splitlines()
+    assert md[2] == "| method | split | queries | R@5 | R@20 | MRR@10 | hit@5 |"
+    assert md[4] == "| bm25 | test | 6 | 0.600 | 0.750 | 0.250 | 0.500 |"
+    assert md[5] == "| dpr | test | 6 | 0.123 | – | 0.333 | – |"
+    assert "- dpr: seed 0 only" in md
+
+
+def test_gather_metrics_rejects_mismatches(tmp_path):
+    a = _method_file(tmp_path, "bm25", {"R@5": 0.5})
+    with pytest.raises(DataError, match="expected 'other'"):
+        gather_metrics.gather("other", [a])
+    with pytest.raises(DataError, match="already read"):
+        gather_metrics.gather("tiny", [a, a])
+    bad = _method_file(tmp_path / "x", "bad", {"R@5": "high"})
+    with pytest.raises(DataError) as err:
+        gather_metrics.gather("tiny", [bad])
+    assert err.value.field == "metrics.R@5"
+    broken = tmp_path / "broken.json"
+    broken.write_text("{", encoding="utf-8")
+    with pytest.raises(DataError, match="not valid JSON"):
+        gather_metrics.gather("tiny", [broken])
+
+
+# ---- the Snakemake rules ---------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_rules_evaluate_and_gather(data, tmp_path):
+    """common.smk + evaluate.smk on the tiny dataset: two methods, TREC export, qrels_all for synthkb."""
+    work = tmp_path / "wf"
+    for dataset in ("tiny", "synth"):
+        res = work / "resources" / dataset
+        res.mkdir(parents=True)
+        for name in ("corpus", "queries", "qrels"):
+            shutil.copy(data[name], res / data[name].name)
+        if dataset == "synth":
+            shutil.copy(data["qrels"], res / "qrels_all.test.parquet")
+        for method in ("bm25", "other"):
+            (work / "results" / dataset / method).mkdir(parents=True)
+            shutil.copy(data["run"], work / "results" / dataset / method / "run.test.parquet")
+    (work / "config.yaml").write_text(json.dumps({
+        "methods": ["bm25", "other"],
+        "eval": {"split": "test", "match": "string", "ks": [1, 2], "depth": 3, "trec_export": True},
+        "datasets": {"tiny": {"format": "squad"}, "synth": {"format": "synthkb"}}}), encoding="utf-8")
+    rules = REPO / "workflow" / "rules"
+    (work / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{rules}/common.smk"\n'
+                                    f'include: "{rules}/evaluate.smk"\n', encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-c1", "results/tiny/metrics.json",
+                           "results/synth/metrics.json", "--quiet", "all"],
+                          cwd=work, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tiny = json.loads((work / "results/tiny/metrics.json").read_text(encoding="utf-8"))
+    assert list(tiny["methods"]) == ["bm25", "other"]
+    assert tiny["methods"]["bm25"]["metrics"]["R@1"] == pytest.approx(2 / 6)
+    assert "MRR_all@10" not in tiny["methods"]["bm25"]["metrics"]
+    synth = json.loads((work / "results/synth/metrics.json").read_text(encoding="utf-8"))
+    assert synth["methods"]["other"]["metrics"]["MRR_all@10"] == pytest.approx(4 / 6)
+    assert (work / "results/tiny/other/run.test.trec").exists()
+    assert (work / "results/tiny/metrics.md").read_text(encoding="utf-8").startswith("# tiny")

@@ -1,0 +1,339 @@
+"""prepare_data end to end on the fixtures (counts computed by hand from the fixture files), its
+validation on broken inputs, the deterministic splits, and the workflow's view of `source`."""
+from __future__ import annotations
+
+import copy
+import gzip
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.cli import run_main
+from pipeline.config import ConfigError, load_config
+from pipeline.io import SPLITS
+from pipeline.prepare_data import main
+from pipeline.readers import sources
+from pipeline.splits import assign_splits, parse_split_spec
+
+FIX = Path(__file__).parent / "fixtures"
+SQUAD36 = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad" / "squad-v1.1-dev-36.json.gz"
+OUTPUTS = ["corpus.parquet", *(f"{t}.{s}.parquet" for t in ("queries", "qrels") for s in SPLITS),
+           "negatives.train.parquet", "manifest.json"]
+
+
+def prepare(out: Path, fmt: str, files: dict[str, Path], *extra: str) -> dict:
+    argv = ["--dataset", "t", "--format", fmt, "--out-dir", str(out), *extra]
+    for role, path in files.items():
+        argv += ["--file", f"{role}={path}"]
+    assert main(argv) == 0
+    return json.loads((out / "manifest.json").read_text())
+
+
+def table(out: Path, name: str) -> pd.DataFrame:
+    return pd.read_parquet(out / f"{name}.parquet")
+
+
+def fails(capsys, out: Path, fmt: str, files: dict[str, Path], *extra: str) -> str:
+    argv = ["--dataset", "t", "--format", fmt, "--out-dir", str(out), *extra]
+    for role, path in files.items():
+        argv += ["--file", f"{role}={path}"]
+    with pytest.raises(SystemExit) as exc:
+        run_main(main, argv)
+    assert exc.value.code == 2
+    assert not any((out / name).exists() for name in OUTPUTS), "a failed run left outputs"
+    return capsys.readouterr().err
+
+
+DPR_FILES = {"corpus": FIX / "dpr" / "psgs_w100.tsv",
+             "train": FIX / "dpr" / "biencoder-nq-train.json.gz",
+             "dev": FIX / "dpr" / "biencoder-nq-dev.json", "test": FIX / "dpr" / "nq-test.qa.csv"}
+
+
+# ---- the four formats ----------------------------------------------------------------------------
+
+def test_dpr(tmp_path):
+    m = prepare(tmp_path, "dpr", DPR_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(OUTPUTS)
+    c = m["counts"]
+    assert c["corpus"] == 13  # 12 passages + 1 ctx without passage_id (used twice, stored once)
+    assert c["queries"] == {"train": 4, "dev": 2, "test": 4}
+    assert c["qrels"] == {"train": 6, "dev": 3, "test": 0}
+    assert c["negatives_train"] == 9
+    assert c["notes"] == {"corpus_from_ctx": 1, "ctx_without_passage_id": 2,
+                          "negatives_dropped_positive": 1, "negatives_dropped_repeated": 1,
+                          "negatives_ignored.dev": 2, "positives_repeated": 1}
+    noid = table(tmp_path, "corpus").set_index("pid").filter(like="ctx:", axis=0)
+    assert len(noid) == 1 and noid.iloc[0]["title"] == ""
+    qrels = table(tmp_path, "qrels.train")
+    assert qrels.values.tolist() == [["train-0", "3", 2], ["train-1", "5", 2], ["train-2", "7", 2],
+                                     ["train-2", noid.index[0], 1], ["train-3", "1", 2],
+                                     ["train-3", "2", 1]]
+    neg = table(tmp_path, "negatives.train")
+    assert neg[neg.qid == "train-0"][["pid", "rank", "source"]].values.tolist() == [
+        ["4", 1, "dpr_hard"], ["10", 2, "dpr_hard"], ["11", 1, "dpr_random"], ["12", 2, "dpr_random"]]
+    assert neg[neg.qid == "train-3"].pid.tolist() == ["9", noid.index[0]]
+    assert neg.score.iloc[0] == pytest.approx(14.2)
+    assert str(neg["rank"].dtype) == "int32" and str(neg["score"].dtype) == "float32"
+    test = table(tmp_path, "queries.test")
+    assert test.answers.map(list).tolist()[1] == ["K2", "Mount Godwin-Austen"]
+    assert table(tmp_path, "qrels.dev").values.tolist() == [["dev-0", "11", 2], ["dev-1", "10", 2],
+                                                             ["dev-1", "4", 1]]
+
+
+def test_msmarco(tmp_path):
+    d = FIX / "msmarco"
+    m = prepare(tmp_path, "msmarco", {
+        "corpus": d / "collection.tsv", "queries_train": d / "queries.train.tsv",
+        "qrels_train": d / "qrels.train.tsv", "queries_test": d / "queries.dev.small.tsv",
+        "qrels_test": d / "qrels.dev.small.tsv"})
+    c = m["counts"]
+    assert (c["corpus"], c["queries"], c["qrels"]) == (8, {"train": 3, "dev": 0, "test": 2},
+                                                      {"train": 4, "dev": 0, "test": 3})
+    assert c["notes"] == {"qrels_not_positive.train": 1, "queries_without_qrels.test": 2,
+                          "queries_without_qrels.train": 2}
+    assert table(tmp_path, "queries.train").qid.tolist() == ["634306", "920825", "1000084"]
+    assert table(tmp_path, "queries.test").answers.map(len).tolist() == [0, 0]
+    assert len(table(tmp_path, "negatives.train")) == 0
+
+
+def test_squad_all_test(tmp_path):
+    m = prepare(tmp_path, "squad", {"source": FIX / "squad" / "dev-v1.1.json"})
+    assert m["counts"]["corpus"] == 6
+    assert m["counts"]["queries"] == {"train": 0, "dev": 0, "test": 7}
+    qrels = table(tmp_path, "qrels.test")
+    assert qrels.relevance.eq(1).all() and len(qrels) == 7
+    assert qrels.set_index("qid").loc["56dddf4066d3e219004dad5f", "pid"] == "Normans#1"
+    assert table(tmp_path, "corpus").title.tolist()[:2] == ["Super_Bowl_50", "Super_Bowl_50"]
+
+
+def test_squad_split_by_article(tmp_path):
+    spec = {"by": "article", "dev": 0.34, "test": 0.34, "seed": 3}
+    m = prepare(tmp_path, "squad", {"source": FIX / "squad" / "dev-v1.1.json"},
+                "--split-spec", json.dumps(spec))
+    assert m["split"] == spec
+    article_of = {pid: pid.split("#")[0] for pid in table(tmp_path, "corpus").pid}
+    split_of_article: dict[str, set] = {}
+    for split in SPLITS:
+        for pid in table(tmp_path, f"qrels.{split}").pid:
+            split_of_article.setdefault(article_of[pid], set()).add(split)
+    assert all(len(s) == 1 for s in split_of_article.values())  # never one article in two splits
+    assert sorted(next(iter(s)) for s in split_of_article.values()) == ["dev", "test", "train"]
+    assert sum(m["counts"]["queries"].values()) == 7
+
+
+def test_beir(tmp_path):
+    d = FIX / "beir" / "scifact"
+    m = prepare(tmp_path, "beir", {"corpus": d / "corpus.jsonl", "queries": d / "queries.jsonl",
+                                   "qrels_train": d / "qrels" / "train.tsv",
+                                   "qrels_test": d / "qrels" / "test.tsv"})
+    c = m["counts"]
+    assert (c["corpus"], c["queries"], c["qrels"]) == (5, {"train": 2, "dev": 0, "test": 2},
+                                                      {"train": 3, "dev": 0, "test": 2})
+    assert c["notes"]["qrels_not_positive.test"] == 2
+    assert table(tmp_path, "qrels.test").values.tolist() == [["13", "doc-a", 1], ["36", "18670", 1]]
+
+
+def test_tevatron(tmp_path):
+    d = FIX / "beir" / "tevatron"
+    m = prepare(tmp_path, "beir", {"corpus": d / "corpus.jsonl.gz", "train": d / "train.jsonl",
+                                   "queries_test": d / "test.jsonl"})
+    c = m["counts"]
+    assert (c["corpus"], c["queries"], c["qrels"], c["negatives_train"]) == (
+        5, {"train": 2, "dev": 0, "test": 2}, {"train": 2, "dev": 0, "test": 0}, 4)
+    neg = table(tmp_path, "negatives.train")
+    assert neg.source.eq("tevatron").all() and neg.score.map(math.isnan).all()
+    assert neg[neg.qid == "q2"]["rank"].tolist() == [1, 2]
+    assert table(tmp_path, "qrels.train").relevance.eq(1).all()  # no gold-first convention here
+
+
+def test_manifest_checksums_and_determinism(tmp_path):
+    a = prepare(tmp_path / "a", "dpr", DPR_FILES)
+    b = prepare(tmp_path / "b", "dpr", DPR_FILES)
+    sha = hashlib.sha256(DPR_FILES["train"].read_bytes()).hexdigest()
+    assert a["files"]["train"]["sha256"] == sha and a["format"] == "dpr"
+    assert a["counts"] == b["counts"]
+    for name in OUTPUTS[:-1]:
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a" / name),
+                                      pd.read_parquet(tmp_path / "b" / name))
+
+
+def test_small_batches_give_the_same_corpus(tmp_path, monkeypatch):
+    prepare(tmp_path / "a", "dpr", DPR_FILES)
+    monkeypatch.setattr("pipeline.readers.writer.BATCH_ROWS", 2)
+    prepare(tmp_path / "b", "dpr", DPR_FILES)
+    for name in ("corpus", "negatives.train"):
+        pd.testing.assert_frame_equal(table(tmp_path / "a", name), table(tmp_path / "b", name))
+
+
+@pytest.mark.skipif(not SQUAD36.exists(), reason="shared SQuAD data not present")
+def test_real_squad36(tmp_path):
+    m = prepare(tmp_path, "squad", {"source": SQUAD36})
+    assert m["counts"]["corpus"] == 1557 and m["counts"]["queries"]["test"] == 8001
+
+
+# ---- validation: one clear error, exit 2, no outputs ------------------------------------------------
+
+def test_truncated_json(tmp_path, capsys):
+    raw = gzip.decompress(DPR_FILES["train"].read_bytes())
+    cut = tmp_path / "train.json"
+    cut.write_bytes(raw[: len(raw) - 300])
+    err = fails(capsys, tmp_path / "out", "dpr", {**DPR_FILES, "train": cut})
+    assert str(cut) in err and "record 3" in err and "truncated" in err
+
+
+def test_tsv_row_with_missing_column(tmp_path, capsys):
+    corpus = tmp_path / "psgs.tsv"
+    corpus.write_text("id\ttext\ttitle\n1\t\"only text\"\n")
+    err = fails(capsys, tmp_path / "out", "dpr", {**DPR_FILES, "corpus": corpus})
+    assert "record 2" in err and "'title'" in err
+
+
+def test_answers_not_a_list_literal(tmp_path, capsys):
+    qa = tmp_path / "test.qa.csv"
+    qa.write_text("who sang it\tWhitney Houston\n")
+    err = fails(capsys, tmp_path / "out", "dpr", {**DPR_FILES, "test": qa})
+    assert "record 1" in err and "'answers'" in err and "list literal" in err
+
+
+def test_empty_corpus(tmp_path, capsys):
+    corpus = tmp_path / "collection.tsv"
+    corpus.write_text("")
+    d = FIX / "msmarco"
+    err = fails(capsys, tmp_path / "out", "msmarco", {"corpus": corpus, "queries_train":
+                d / "queries.train.tsv", "qrels_train": d / "qrels.train.tsv"})
+    assert "empty corpus" in err
+
+
+@pytest.mark.parametrize("pids,record", [(["7", "8", "7"], 3), (["a", "b", "a"], 3)])
+def test_duplicate_pids(tmp_path, capsys, pids, record):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": p, "text": "t"}) + "\n" for p in pids))
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "q", "text": "x"}\n')
+    err = fails(capsys, tmp_path / "out", "beir", {"corpus": corpus, "queries_test": queries})
+    assert f"duplicate pid '{pids[0]}'" in err and f"record {record}" in err
+
+
+def test_duplicate_qids_across_splits(tmp_path, capsys):
+    d = FIX / "msmarco"
+    err = fails(capsys, tmp_path / "out", "msmarco", {
+        "corpus": d / "collection.tsv", "queries_train": d / "queries.dev.small.tsv",
+        "qrels_train": d / "qrels.dev.small.tsv", "queries_test": d / "queries.dev.small.tsv",
+        "qrels_test": d / "qrels.dev.small.tsv"})
+    assert "duplicate qid" in err
+
+
+def test_qrels_to_unknown_pid(tmp_path, capsys):
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("1102400\t0\t99\t1\n")
+    d = FIX / "msmarco"
+    err = fails(capsys, tmp_path / "out", "msmarco", {
+        "corpus": d / "collection.tsv", "queries_test": d / "queries.dev.small.tsv",
+        "qrels_test": qrels})
+    assert "'99' is not in the corpus" in err and "record 1" in err
+
+
+def test_biencoder_passage_id_not_in_corpus(tmp_path, capsys):
+    train = tmp_path / "train.json"
+    train.write_text('[{"question": "q", "answers": [], "positive_ctxs": '
+                     '[{"title": "", "text": "t", "passage_id": "404"}]}]')
+    err = fails(capsys, tmp_path / "out", "dpr", {"corpus": DPR_FILES["corpus"], "train": train})
+    assert "'404' is not in the corpus" in err and "positive_ctxs[0].passage_id" in err
+
+
+def test_empty_positives_error_then_drop(tmp_path, capsys):
+    train = tmp_path / "train.json"
+    train.write_text('[{"question": "q1", "answers": ["a"], "positive_ctxs": [], '
+                     '"hard_negative_ctxs": []}, {"question": "q2", "answers": ["b"], '
+                     '"positive_ctxs": [{"title": "Moses", "text": "t", "passage_id": "9"}]}]')
+    files = {"corpus": DPR_FILES["corpus"], "train": train}
+    err = fails(capsys, tmp_path / "out", "dpr", files)
+    assert "record 0" in err and "positive_ctxs" in err and "empty_positives" in err
+    m = prepare(tmp_path / "out", "dpr", files, "--empty-positives", "drop")
+    assert m["counts"]["queries"]["train"] == 1
+    assert m["counts"]["notes"]["dropped_no_positive.train"] == 1
+
+
+def test_role_errors(tmp_path, capsys):
+    d = FIX / "msmarco"
+    err = fails(capsys, tmp_path / "out", "msmarco", {"corpus": d / "collection.tsv",
+                                                      "queries_train": d / "queries.train.tsv"})
+    assert "qrels_train" in err
+    err = fails(capsys, tmp_path / "out", "squad", {"corpus": d / "collection.tsv"})
+    assert "unknown role" in err
+    err = fails(capsys, tmp_path / "out", "dpr", DPR_FILES,
+                "--split-spec", '{"by": "query", "test": 0.5}')
+    assert "only squad" in err
+
+
+# ---- splits ----------------------------------------------------------------------------------------
+
+def test_assign_splits_exact_sizes_and_order_independent():
+    units = [f"article{i}" for i in range(36)]
+    a = assign_splits(units, 0.15, 0.15, seed=0)
+    b = assign_splits(list(reversed(units)) + units[:5], 0.15, 0.15, seed=0)
+    assert a == b
+    sizes = {s: list(a.values()).count(s) for s in SPLITS}
+    assert sizes == {"train": 26, "dev": 5, "test": 5}  # 0.15 * 36 = 5.4 -> 5
+    assert assign_splits(units, 0.15, 0.15, seed=1) != a
+
+
+def test_assign_splits_small_and_invalid():
+    assert sorted(assign_splits(["a", "b", "c"], 0.1, 0.1, 0).values()) == ["dev", "test", "train"]
+    assert set(assign_splits(["a", "b"], 0.0, 1.0, 0).values()) == {"test"}
+    with pytest.raises(ConfigError):
+        assign_splits(["a"], 0.5, 0.5, 0)
+    with pytest.raises(ConfigError):
+        parse_split_spec({"by": "article", "dev": 0.6, "test": 0.6})
+    assert parse_split_spec('"none"') is None and parse_split_spec("none") is None
+
+
+# ---- config `source` -> files and downloads ---------------------------------------------------------
+
+def test_sources_of_the_default_config():
+    config = load_config()
+    nq, tq = sources.prepare_inputs(config, "nq"), sources.prepare_inputs(config, "tq")
+    assert nq == {r: f"downloads/nq/{r}" for r in ("corpus", "train", "dev", "test")}
+    assert tq["corpus"] == "downloads/nq/corpus"  # the shared 13 GB TSV is fetched once
+    assert sources.download_args(config, "nq", "corpus") == \
+        "--url https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz"
+    archive = "downloads/msmarco/archives/collectionandqueries.tar.gz"
+    assert sources.download_input(config, "msmarco", "qrels_test") == [archive]
+    assert sources.download_args(config, "msmarco", "qrels_test") == \
+        f"--archive {archive} --member qrels.dev.small.tsv"
+    assert sources.archive_args(config, "msmarco", "collectionandqueries.tar.gz") \
+        .startswith("--url https://")
+    assert sources.prepare_inputs(config, "squad") == {"source": "downloads/squad/source"}
+
+
+def test_schema_knows_empty_positives(tmp_path):
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("datasets:\n  nq: {empty_positives: skip}\n")
+    with pytest.raises(ConfigError, match="empty_positives"):
+        load_config([overlay])
+    overlay.write_text("datasets:\n  nq: {empty_positives: error}\n")
+    assert load_config([overlay])["datasets"]["nq"]["empty_positives"] == "error"
+
+
+def test_sources_local_paths_checksums_and_errors():
+    config = copy.deepcopy(load_config())
+    sha = "ab" * 32
+    config["datasets"] = {
+        "mine": {"format": "squad", "source": "data/my.json"},
+        "arch": {"format": "beir", "source": {
+            "corpus": {"path": "data/b.tar.gz", "member": "b/corpus.jsonl"},
+            "queries_test": {"url": "https://x.org/q.jsonl", "sha256": sha}}},
+    }
+    assert sources.prepare_inputs(config, "mine") == {"source": "data/my.json"}
+    assert sources.prepare_inputs(config, "arch")["corpus"] == "downloads/arch/corpus"
+    assert sources.download_input(config, "arch", "corpus") == ["data/b.tar.gz"]
+    assert sources.download_args(config, "arch", "queries_test").endswith(f"--sha256 {sha}")
+    with pytest.raises(ConfigError, match="nothing to download"):
+        sources.download_args(config, "mine", "source")
+    config["datasets"]["bad"] = {"format": "msmarco", "source": {"corpus": "c.tsv", "qrels": "q"}}
+    with pytest.raises(ConfigError, match="unknown role"):
+        sources.prepare_inputs(config, "bad")

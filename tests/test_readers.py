@@ -1,0 +1,281 @@
+"""Readers on small files in the exact upstream layouts (tests/fixtures/*), and on broken inputs."""
+from __future__ import annotations
+
+import gzip
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline.io import DataError
+from pipeline.readers import beir, dpr, msmarco, squad
+from pipeline.readers.base import ctx_pid
+from pipeline.readers.writer import PidSet
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _gunzip_to(src: Path, dst: Path) -> Path:
+    dst.write_bytes(gzip.decompress(src.read_bytes()))
+    return dst
+
+
+# ---- DPR ---------------------------------------------------------------------------------------------
+
+def test_dpr_passages_tsv_quoting_and_multiline_fields():
+    passages = list(dpr.read_passages_tsv(FIX / "dpr" / "psgs_w100.tsv"))
+    assert [p.pid for p in passages] == [str(i) for i in range(1, 13)]
+    assert passages[0].title == "Aaron"
+    assert passages[0].text == ('Aaron Aaron ( or ; "Ahärôn") is a prophet, high priest, '
+                                'and the brother of Moses.')
+    last = passages[-1]
+    assert last.title == '"Atlantic" Ocean'
+    assert last.text.endswith("oceanic divisions.\nIt covers about 20 percent of Earth's surface.")
+    # record = the line on which the row ends (the quoted field spans lines 13-14)
+    assert (passages[0].record, last.record) == (2, 14)
+
+
+def test_dpr_passages_tsv_gzipped_without_extension(tmp_path):
+    target = tmp_path / "corpus"  # downloads have no extension: gzip is found by magic bytes
+    target.write_bytes(gzip.compress((FIX / "dpr" / "psgs_w100.tsv").read_bytes()))
+    assert len(list(dpr.read_passages_tsv(target))) == 12
+
+
+def test_dpr_biencoder_entries():
+    recs = list(dpr.read_biencoder(FIX / "dpr" / "biencoder-nq-train.json.gz", "train"))
+    assert [r.qid for r in recs] == ["train-0", "train-1", "train-2", "train-3"]
+    first = recs[0]
+    assert first.question == "who wrote i will always love you"
+    assert [c.pid for c in first.positives] == ["3", "3"]
+    assert [c.pid for c in first.hard_negatives] == ["4", "10"]
+    assert [c.pid for c in first.negatives] == ["11", "12"]
+    assert first.hard_negatives[0].score == pytest.approx(14.2)
+    # answers deduplicated in order
+    assert recs[1].answers == ["Wilhelm Conrad Röntgen", "Wilhelm Röntgen"]
+    # a ctx without passage_id and title
+    noid = recs[2].positives[1]
+    assert (noid.pid, noid.title) == (None, "")
+
+
+def test_dpr_biencoder_uses_ids_carried_by_the_file(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text('[{"id": 17, "question": "q", "answers": [], "positive_ctxs": []}]')
+    assert [r.qid for r in dpr.read_biencoder(path, "dev")] == ["17"]
+
+
+def test_dpr_qa_csv():
+    qs = list(dpr.read_qa_csv(FIX / "dpr" / "nq-test.qa.csv", "test"))
+    assert [q.qid for q in qs] == ["test-0", "test-1", "test-2", "test-3"]
+    assert qs[1].answers == ["K2", "Mount Godwin-Austen"]
+    assert qs[2].text == 'who wrote "i will always love you"'
+    assert qs[2].answers == ["Dolly Parton"]
+    assert qs[3].text == "who was moses' brother"
+
+
+def test_dpr_truncated_json_names_file_and_record(tmp_path):
+    data = _gunzip_to(FIX / "dpr" / "biencoder-nq-train.json.gz", tmp_path / "x.json").read_bytes()
+    cut = tmp_path / "cut.json"
+    # cut inside the third entry: two entries parse, the error names index 2
+    third = data.index(b'"what is the highest mountain on earth"')
+    cut.write_bytes(data[:third + 200])
+    gen = dpr.read_biencoder(cut, "train")
+    assert len([next(gen), next(gen)]) == 2
+    with pytest.raises(DataError) as err:
+        next(gen)
+    assert err.value.file == str(cut) and err.value.record == 2
+    assert "truncated" in str(err.value)
+
+
+def test_dpr_truncated_gzip_is_a_data_error(tmp_path):
+    raw = (FIX / "dpr" / "biencoder-nq-train.json.gz").read_bytes()
+    cut = tmp_path / "train"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(DataError, match="truncated"):
+        list(dpr.read_biencoder(cut, "train"))
+
+
+def test_dpr_not_a_json_array(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text('{"question": "q"}')
+    with pytest.raises(DataError, match="JSON array"):
+        list(dpr.read_biencoder(path, "train"))
+
+
+def test_dpr_ctx_without_text_names_the_field(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text('[{"question": "q", "answers": ["a"], "positive_ctxs": [{"title": "t"}]}]')
+    with pytest.raises(DataError) as err:
+        list(dpr.read_biencoder(path, "train"))
+    assert err.value.field == "positive_ctxs[0].text" and err.value.record == 0
+
+
+def test_dpr_tsv_row_with_missing_column(tmp_path):
+    path = tmp_path / "psgs.tsv"
+    path.write_text('id\ttext\ttitle\n1\t"a passage"\tA\n2\t"no title here"\n3\t"c"\tC\n')
+    with pytest.raises(DataError) as err:
+        list(dpr.read_passages_tsv(path))
+    assert (err.value.record, err.value.field) == (3, "title")
+    assert str(path) in str(err.value)
+
+
+def test_dpr_tsv_bad_header(tmp_path):
+    path = tmp_path / "psgs.tsv"
+    path.write_text("pid\tpassage\n1\tx\n")
+    with pytest.raises(DataError, match="header"):
+        list(dpr.read_passages_tsv(path))
+
+
+@pytest.mark.parametrize("literal", ["Whitney Houston", "'Whitney Houston'", "[1, 2]",
+                                     "__import__('os').system('true')", "['a', ['b']]"])
+def test_dpr_qa_csv_answers_must_be_a_list_literal_of_strings(tmp_path, literal):
+    path = tmp_path / "t.qa.csv"
+    path.write_text(f"fine question\t['x']\nsecond question\t{literal}\n")
+    with pytest.raises(DataError) as err:
+        list(dpr.read_qa_csv(path, "test"))
+    assert (err.value.record, err.value.field) == (2, "answers")
+
+
+def test_dpr_qa_csv_missing_answer_column(tmp_path):
+    path = tmp_path / "t.qa.csv"
+    path.write_text("a question without answers\n")
+    with pytest.raises(DataError) as err:
+        list(dpr.read_qa_csv(path, "test"))
+    assert (err.value.record, err.value.field) == (1, "answers")
+
+
+# ---- MS MARCO ------------------------------------------------------------------------------------
+
+def test_msmarco_collection_keeps_quotes_verbatim():
+    passages = list(msmarco.read_collection(FIX / "msmarco" / "collection.tsv"))
+    assert [p.pid for p in passages] == [str(i) for i in range(8)]
+    assert passages[3].text.startswith('"Definition of ""bluff"": to deceive')
+    assert all(p.title == "" for p in passages)
+
+
+def test_msmarco_stray_carriage_return_stays_inside_its_record(tmp_path):
+    path = tmp_path / "collection"
+    path.write_bytes(b"0\tone\rpassage\r\n1\ttwo\n")
+    assert [(p.pid, p.text) for p in msmarco.read_collection(path)] == [("0", "one\rpassage"),
+                                                                      ("1", "two")]
+
+
+def test_msmarco_queries_and_qrels_4_and_2_columns(tmp_path):
+    queries = list(msmarco.read_queries(FIX / "msmarco" / "queries.dev.small.tsv"))
+    assert queries[1].qid == "2" and queries[1].text == " Androgen receptor define"
+    four = list(msmarco.read_qrels(FIX / "msmarco" / "qrels.train.tsv"))
+    assert [(r.qid, r.pid, r.relevance) for r in four][:2] == [("634306", "3", 1), ("1000084", "1", 1)]
+    assert four[-1].relevance == 0
+    two = tmp_path / "qrels"
+    two.write_text("1102400\t7\n1048585 5\n")
+    assert [(r.qid, r.pid, r.relevance) for r in msmarco.read_qrels(two)] == [
+        ("1102400", "7", 1), ("1048585", "5", 1)]
+
+
+def test_msmarco_bad_rows(tmp_path):
+    path = tmp_path / "collection.tsv"
+    path.write_text("0\tfine\n1 missing the tab\n")
+    with pytest.raises(DataError) as err:
+        list(msmarco.read_collection(path))
+    assert (err.value.record, err.value.field) == (2, "passage")
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("1\t0\t2\tyes\n")
+    with pytest.raises(DataError) as err:
+        list(msmarco.read_qrels(qrels))
+    assert (err.value.record, err.value.field) == (1, "relevance")
+
+
+# ---- SQuAD -------------------------------------------------------------------------------------------
+
+def test_squad_paragraphs_questions_answers():
+    paras = list(squad.read_squad(FIX / "squad" / "dev-v1.1.json"))
+    assert [p.pid for p in paras] == ["Super_Bowl_50#0", "Super_Bowl_50#1", "Normans#0", "Normans#1",
+                                      "Normans#2", "Computational_complexity_theory#0"]
+    assert [p.article for p in paras] == [0, 0, 1, 1, 1, 2]
+    assert paras[0].title == "Super_Bowl_50"
+    q0, q1 = paras[0].questions
+    assert q0.qid == "56be4db0acb8001400a502ec" and q0.answers == ["Denver Broncos"]
+    assert q1.answers == ["Carolina Panthers", "the Carolina Panthers"]
+    assert paras[4].questions == []
+
+
+def test_squad_bad_answer_names_the_field(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text('{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": '
+                    '[{"id": "q", "question": "?", "answers": [{"text": 5}]}]}]}]}')
+    with pytest.raises(DataError) as err:
+        list(squad.read_squad(path))
+    assert err.value.field == "paragraphs[0].qas[0].answers[0].text" and err.value.record == 0
+
+
+# ---- BEIR / Tevatron ---------------------------------------------------------------------------------
+
+def test_beir_corpus_queries_qrels():
+    corpus = list(beir.read_corpus_jsonl(FIX / "beir" / "scifact" / "corpus.jsonl"))
+    assert [p.pid for p in corpus] == ["4983", "5836", "7912", "18670", "doc-a"]
+    assert corpus[2].title == ""
+    queries = list(beir.read_queries_jsonl(FIX / "beir" / "scifact" / "queries.jsonl"))
+    assert queries[0].qid == "1" and queries[0].text.startswith("0-dimensional")
+    qrels = list(beir.read_qrels_tsv(FIX / "beir" / "scifact" / "qrels" / "test.tsv"))
+    assert [(r.qid, r.pid, r.relevance, r.record) for r in qrels][0] == ("36", "18670", 1, 2)
+    assert len(qrels) == 4
+
+
+def test_tevatron_files():
+    corpus = list(beir.read_corpus_jsonl(FIX / "beir" / "tevatron" / "corpus.jsonl.gz"))
+    assert [p.pid for p in corpus] == ["0", "1", "2", "3"]
+    recs = list(beir.read_tevatron_train(FIX / "beir" / "tevatron" / "train.jsonl"))
+    assert [r.qid for r in recs] == ["q1", "q2"]
+    assert [c.pid for c in recs[1].hard_negatives] == ["2", None]
+    assert math.isnan(recs[0].positives[0].score)
+    test = list(beir.read_queries_jsonl(FIX / "beir" / "tevatron" / "test.jsonl"))
+    assert test[1].answers == ["prophet", "high priest"]
+
+
+def test_beir_bad_json_line(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": "1", "text": "a"}\n{"_id": "2", "text": \n')
+    with pytest.raises(DataError) as err:
+        list(beir.read_corpus_jsonl(path))
+    assert err.value.record == 2 and "invalid JSON" in str(err.value)
+
+
+def test_beir_missing_id(tmp_path):
+    path = tmp_path / "queries.jsonl"
+    path.write_text('{"text": "no id"}\n')
+    with pytest.raises(DataError) as err:
+        list(beir.read_queries_jsonl(path))
+    assert err.value.field == "_id"
+
+
+# ---- shared pieces -----------------------------------------------------------------------------------
+
+def test_ctx_pid_is_content_derived():
+    assert ctx_pid("T", "text") == ctx_pid("T", "text")
+    assert ctx_pid("T", "text") != ctx_pid("", "text")
+    assert ctx_pid("T", "text").startswith("ctx:") and len(ctx_pid("T", "text")) == 20
+
+
+def test_pidset_numeric_and_string_pids():
+    pids = PidSet()
+    for i, pid in enumerate(["3", "1", "x-1", "10", "007"]):
+        assert pids.add(pid, i) is None
+    assert pids.add("x-1", 9) == 2  # string duplicates are found at once
+    assert pids.freeze() is None
+    assert "10" in pids and "007" in pids and "7" not in pids and "2" not in pids
+    assert len(pids) == 5
+    assert pids.add("11", "late") is None and "11" in pids
+    assert pids.add("3", "late") is not None  # after freeze numeric duplicates are found at once
+
+
+def test_pidset_numeric_duplicate_found_at_freeze():
+    pids = PidSet()
+    for record, pid in enumerate(["5", "6", "5"], start=2):
+        pids.add(pid, record)
+    assert pids.freeze() == ("5", 2, 4)
+
+
+def test_fixture_copy_keeps_layout(tmp_path):
+    # the fixtures are read where they are; a copy under another name reads the same
+    copy = shutil.copy(FIX / "squad" / "dev-v1.1.json", tmp_path / "source")
+    assert len(list(squad.read_squad(copy))) == 6

@@ -1,0 +1,85 @@
+# Data: fetch each declared dataset's sources, then convert them to the canonical tables.
+# Formats, roles, checks and checksums: docs/data.md. Synthetic data: synthkb.smk.
+import json
+import shlex
+
+from pipeline.io import SPLITS
+from pipeline.readers import sources as data_sources
+
+
+def prepare_inputs(wildcards):
+    """role -> local file: the configured path, or the download target of a URL/archive member."""
+    return data_sources.prepare_inputs(config, wildcards.dataset)
+
+
+def prepare_file_args(wildcards, input):
+    return " ".join("--file " + shlex.quote(f"{role}={path}") for role, path in input.items())
+
+
+def split_spec_arg(wildcards):
+    return shlex.quote(json.dumps(DATASETS[wildcards.dataset].get("split", "none")))
+
+
+rule download_archive:
+    output:
+        "downloads/{dataset}/archives/{archive}",
+    params:
+        args=lambda w: data_sources.archive_args(config, w.dataset, w.archive),
+    log:
+        "logs/download_archive/{dataset}/{archive}.log",
+    benchmark:
+        "benchmarks/download_archive/{dataset}/{archive}.tsv"
+    resources:
+        mem_mb=512,
+    wildcard_constraints:
+        archive="[^/]+",
+    shell:
+        "python -m pipeline.download {params.args} --out {output} --log {log}"
+
+
+rule download:
+    input:
+        lambda w: data_sources.download_input(config, w.dataset, w.role),
+    output:
+        "downloads/{dataset}/{role}",
+    params:
+        args=lambda w: data_sources.download_args(config, w.dataset, w.role),
+    log:
+        "logs/download/{dataset}/{role}.log",
+    benchmark:
+        "benchmarks/download/{dataset}/{role}.tsv"
+    resources:
+        mem_mb=512,
+    wildcard_constraints:
+        role="[a-z_]+",
+    shell:
+        "python -m pipeline.download {params.args} --out {output} --log {log}"
+
+
+rule prepare_dataset:
+    input:
+        unpack(prepare_inputs),
+    output:
+        corpus="resources/{dataset}/corpus.parquet",
+        queries=expand("resources/{{dataset}}/queries.{split}.parquet", split=SPLITS),
+        qrels=expand("resources/{{dataset}}/qrels.{split}.parquet", split=SPLITS),
+        negatives="resources/{dataset}/negatives.train.parquet",
+        manifest="resources/{dataset}/manifest.json",
+    params:
+        format=lambda w: DATASETS[w.dataset]["format"],
+        files=prepare_file_args,
+        split=split_spec_arg,
+        empty_positives=lambda w: DATASETS[w.dataset].get("empty_positives", "error"),
+    log:
+        "logs/prepare_dataset/{dataset}.log",
+    benchmark:
+        "benchmarks/prepare_dataset/{dataset}.tsv"
+    resources:
+        # DPR: the 21M numeric pids take ~0.5 GB; queries/qrels of MS MARCO train ~1 GB.
+        mem_mb=lambda w: 16000 if DATASETS[w.dataset]["format"] in ("dpr", "msmarco") else 2000,
+    wildcard_constraints:
+        dataset=_alternatives(DECLARED),
+    shell:
+        "python -m pipeline.prepare_data --dataset {wildcards.dataset} --format {params.format}"
+        " {params.files} --split-spec {params.split} --empty-positives {params.empty_positives}"
+        " --out-dir resources/{wildcards.dataset} --log {log}"

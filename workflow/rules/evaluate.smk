@@ -1,0 +1,77 @@
+# Evaluation: score each method's run on the dataset's evaluation split, then gather every method.
+# Definitions and file formats: docs/evaluation.md.
+
+
+def evaluate_inputs(wildcards):
+    """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
+    dataset, split = wildcards.dataset, eval_split(wildcards.dataset)
+    inputs = {
+        "run": f"results/{dataset}/{wildcards.method}/run.{split}.parquet",
+        "queries": f"resources/{dataset}/queries.{split}.parquet",
+        "qrels": f"resources/{dataset}/qrels.{split}.parquet",
+        "corpus": f"resources/{dataset}/corpus.parquet",
+    }
+    if dataset in SYNTHETIC:
+        inputs["qrels_all"] = f"resources/{dataset}/qrels_all.{split}.parquet"
+    return inputs
+
+
+def qrels_all_arg(wildcards, input):
+    return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
+
+
+def trec_exports(wildcards):
+    """run.{split}.trec of every method, when config eval.trec_export asks for them."""
+    if not config["eval"]["trec_export"]:
+        return []
+    split = eval_split(wildcards.dataset)
+    return [f"results/{wildcards.dataset}/{method}/run.{split}.trec" for method in config["methods"]]
+
+
+rule evaluate:
+    input:
+        unpack(evaluate_inputs),
+    output:
+        "results/{dataset}/{method}/metrics.json",
+    params:
+        split=lambda wildcards: eval_split(wildcards.dataset),
+        ks=" ".join(str(k) for k in config["eval"]["ks"]),
+        match=config["eval"]["match"],
+        qrels_all=qrels_all_arg,
+    log:
+        "logs/evaluate/{dataset}.{method}.log",
+    benchmark:
+        "benchmarks/evaluate/{dataset}.{method}.tsv"
+    shell:
+        "python -m pipeline.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {wildcards.method} --split {params.split} --ks {params.ks} --match {params.match} --out {output} --log {log}"
+
+
+# A separate rule because Snakemake outputs cannot depend on a function of the wildcards
+# (the split comes from eval_split(dataset)); gather_metrics requests these when trec_export is on.
+rule export_trec:
+    input:
+        run="results/{dataset}/{method}/run.{split}.parquet",
+        queries="resources/{dataset}/queries.{split}.parquet",
+    output:
+        "results/{dataset}/{method}/run.{split}.trec",
+    log:
+        "logs/export_trec/{dataset}.{method}.{split}.log",
+    benchmark:
+        "benchmarks/export_trec/{dataset}.{method}.{split}.tsv"
+    shell:
+        "python -m pipeline.runs --run {input.run} --queries {input.queries} --tag {wildcards.method} --trec {output} --log {log}"
+
+
+rule gather_metrics:
+    input:
+        metrics=expand("results/{{dataset}}/{method}/metrics.json", method=config["methods"]),
+        trec=trec_exports,
+    output:
+        json="results/{dataset}/metrics.json",
+        md="results/{dataset}/metrics.md",
+    log:
+        "logs/gather_metrics/{dataset}.log",
+    benchmark:
+        "benchmarks/gather_metrics/{dataset}.tsv"
+    shell:
+        "python -m pipeline.gather_metrics --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --log {log}"
