@@ -1,0 +1,257 @@
+#!/usr/bin/env bash
+# A one-node SLURM cluster on 127.0.0.1, for the integration test (tests/test_slurm.py) and for trying
+# the `slurm` profile on one machine. Debian/Ubuntu, as root.
+#
+#   scripts/slurm_local.sh start    apt-get install munge/slurmctld/slurmd/slurm-client if missing, write a
+#                                   one-node slurm.conf from `slurmd -C`, start munged, slurmctld, slurmd
+#                                   (each only if not already running) and wait until the node is idle
+#   scripts/slurm_local.sh stop     cancel this cluster's jobs, then stop exactly the daemons `start`
+#                                   started, by the pids it recorded; remove the slurm.conf it wrote
+#   scripts/slurm_local.sh status   which recorded daemons are alive, and the node state
+#
+# Exit status: 0 ok; 3 this machine cannot run it (not root, no apt-get, packages not installable,
+# a foreign /etc/slurm/slurm.conf): tests skip on 3 and fail on anything else.
+# State (config copy, spool, logs, pids): ${SIEVE_SLURM_STATE:-/tmp/sieve-slurm}.
+# The cluster has no accounting database (accounting_storage/none): `sacct` cannot report jobs, so
+# Snakemake must poll with `squeue` (profile setting slurm-status-command: squeue); MinJobAge=600
+# keeps finished jobs visible to squeue for 10 minutes.
+set -euo pipefail
+
+STATE=${SIEVE_SLURM_STATE:-/tmp/sieve-slurm}
+CONF=/etc/slurm/slurm.conf          # where every client (sbatch, squeue, srun inside jobs) looks
+MARKER="# written by sieve scripts/slurm_local.sh"
+CTLD_PORT=${SIEVE_SLURMCTLD_PORT:-6817}
+SLURMD_PORT=${SIEVE_SLURMD_PORT:-6818}
+PARTITION=${SIEVE_SLURM_PARTITION:-local}
+PACKAGES=(munge slurmctld slurmd slurm-client)
+NEEDED_BINARIES=(munged munge unmunge slurmctld slurmd sbatch squeue scontrol sinfo srun scancel)
+
+say() { echo "slurm_local: $*" >&2; }
+cannot() { say "cannot run here: $*"; exit 3; }
+die() { say "error: $*"; exit 1; }
+
+# ---- recorded pids: a pid counts as ours only while /proc/<pid>/comm still names the daemon ----------
+
+pidfile() { echo "$STATE/pids/$1.pid"; }
+
+our_pid() {  # prints the recorded pid of daemon $1 if that process is alive and still that daemon
+    local file pid
+    file=$(pidfile "$1")
+    [[ -s $file ]] || return 1
+    pid=$(<"$file")
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    [[ -r /proc/$pid/comm && $(</proc/"$pid"/comm) == "$1" ]] || return 1
+    echo "$pid"
+}
+
+record_pid() { echo "$2" >"$(pidfile "$1")"; }
+
+wait_for() {  # wait_for SECONDS COMMAND...: poll until the command succeeds
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.5
+    done
+}
+
+# ---- install ----------------------------------------------------------------------------------------
+
+have_binaries() {
+    local b
+    for b in "${NEEDED_BINARIES[@]}"; do
+        command -v "$b" >/dev/null 2>&1 || [[ -x /usr/sbin/$b ]] || return 1
+    done
+}
+
+install_packages() {
+    [[ $(id -u) == 0 ]] || cannot "needs root (apt-get and the slurm daemons); running as $(id -un)"
+    export PATH="$PATH:/usr/sbin:/sbin"
+    have_binaries && return 0
+    command -v apt-get >/dev/null 2>&1 || cannot "apt-get not found (Debian/Ubuntu only)"
+    say "installing ${PACKAGES[*]} (log: $STATE/log/apt.log)"
+    if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+            --no-install-recommends "${PACKAGES[@]}"; } >"$STATE/log/apt.log" 2>&1; then
+        tail -n 5 "$STATE/log/apt.log" >&2
+        cannot "apt-get could not install ${PACKAGES[*]}"
+    fi
+    have_binaries || cannot "packages installed but binaries missing: ${NEEDED_BINARIES[*]}"
+}
+
+# ---- configuration ----------------------------------------------------------------------------------
+
+node_name() { slurmd -C | sed -n 's/^NodeName=\([^ ]*\).*/\1/p'; }
+
+write_conf() {
+    if [[ -e $CONF ]] && ! grep -qF "$MARKER" "$CONF"; then
+        cannot "$CONF exists and was not written by this script (a real cluster?); not touching it"
+    fi
+    local other
+    other=$(sed -n 's#^StateSaveLocation=\(.*\)/spool/ctld$#\1#p' "$CONF" 2>/dev/null || true)
+    if [[ -n $other && $other != "$STATE" ]] && { STATE=$other our_pid slurmctld || STATE=$other our_pid slurmd; } >/dev/null; then
+        cannot "another local cluster is running (state $other); stop it first:" \
+               "SIEVE_SLURM_STATE=$other $0 stop"
+    fi
+    local hw node
+    # `slurmd -C` prints this machine's NodeName/CPUs/sockets/cores/threads/RealMemory line.
+    hw=$(slurmd -C | grep '^NodeName=') || die "slurmd -C printed no NodeName line"
+    node=$(node_name)
+    mkdir -p "$(dirname "$CONF")"
+    cat >"$STATE/slurm.conf" <<EOF
+$MARKER: a one-node test cluster on 127.0.0.1
+ClusterName=sieve
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$STATE/spool/ctld
+SlurmdSpoolDir=$STATE/spool/d
+SlurmctldPidFile=$STATE/run/slurmctld.pid
+SlurmdPidFile=$STATE/run/slurmd.pid
+SlurmctldLogFile=$STATE/log/slurmctld.log
+SlurmdLogFile=$STATE/log/slurmd.log
+# No cgroups needed: processes are tracked through /proc, tasks pinned with sched_setaffinity.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+# Cores and memory are consumable, so --cpus-per-task and --mem are really scheduled.
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SchedulerType=sched/backfill
+MpiDefault=none
+# No slurmdbd: sacct cannot see jobs, squeue shows finished jobs for MinJobAge seconds.
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MinJobAge=600
+ReturnToService=2
+$hw NodeAddr=127.0.0.1 State=UNKNOWN
+PartitionName=$PARTITION Nodes=$node Default=YES MaxTime=INFINITE State=UP
+EOF
+    cp "$STATE/slurm.conf" "$CONF"
+}
+
+# ---- daemons ----------------------------------------------------------------------------------------
+
+munge_works() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+start_munged() {
+    if our_pid munged >/dev/null; then return 0; fi
+    if munge_works; then
+        say "munged already running (not started by this script; it will not stop it)"
+        return 0
+    fi
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        mungekey --create --keyfile=/etc/munge/munge.key
+        chown munge:munge /etc/munge/munge.key
+        chmod 0400 /etc/munge/munge.key
+    fi
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
+    # setpriv execs in place, so $! is munged's own pid; setsid detaches it from the caller's session.
+    setsid setpriv --reuid=munge --regid=munge --init-groups \
+        munged --foreground >"$STATE/log/munged.out" 2>&1 </dev/null 9>&- &
+    record_pid munged $!
+    wait_for 15 munge_works || { tail -n 5 "$STATE/log/munged.out" /var/log/munge/munged.log >&2 || true
+                                 die "munged did not come up"; }
+}
+
+start_daemon() {  # start_daemon NAME ARGS...: run NAME in the foreground, detached, pid recorded
+    local name=$1
+    shift
+    if our_pid "$name" >/dev/null; then return 0; fi
+    setsid "$name" -D "$@" >"$STATE/log/$name.out" 2>&1 </dev/null 9>&- &
+    record_pid "$name" $!
+    sleep 1
+    our_pid "$name" >/dev/null || { tail -n 20 "$STATE/log/$name.out" "$STATE/log/$name.log" >&2 || true
+                                    die "$name exited at start-up"; }
+}
+
+node_idle() { [[ $(sinfo -h -N -p "$PARTITION" -o %T 2>/dev/null) == idle* ]]; }
+
+start() {
+    mkdir -p "$STATE"/{log,pids,run,spool/ctld,spool/d}
+    install_packages
+    if ! our_pid slurmctld >/dev/null; then
+        write_conf
+    elif ! grep -qF "$MARKER" "$CONF" 2>/dev/null; then
+        die "slurmctld is running but $CONF is gone; run '$0 stop' first"
+    fi
+    start_munged
+    # -c: start from a clean controller state; this is a scratch cluster.
+    our_pid slurmctld >/dev/null || start_daemon slurmctld -c
+    wait_for 30 scontrol ping || die "slurmctld does not answer (see $STATE/log/slurmctld.log)"
+    start_daemon slurmd -N "$(node_name)"
+    if ! wait_for 60 node_idle; then
+        sinfo -N -l >&2 || true
+        scontrol show node >&2 || true
+        die "node did not become idle (see $STATE/log/slurmd.log)"
+    fi
+    say "up: partition '$PARTITION', $(sinfo -h -N -o '%c CPUs, %m MB') (state: $STATE)"
+}
+
+stop_pid() {  # stop_pid NAME: TERM, then KILL after 15 s, the recorded daemon NAME
+    local name=$1 pid
+    if pid=$(our_pid "$name"); then
+        kill -TERM "$pid" 2>/dev/null || true
+        if ! wait_for 15 bash -c "! kill -0 $pid"; then
+            say "$name ($pid) ignored TERM; sending KILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        say "stopped $name ($pid)"
+    fi
+    rm -f "$(pidfile "$name")"
+}
+
+stop() {
+    [[ -d $STATE/pids ]] || { say "nothing recorded in $STATE; nothing to stop"; return 0; }
+    if our_pid slurmctld >/dev/null; then
+        # Jobs of this private cluster only: their processes would outlive slurmd otherwise.
+        local jobs
+        jobs=$(squeue -h -t PENDING,RUNNING,CONFIGURING,COMPLETING -o %i 2>/dev/null | tr '\n' ' ') || true
+        if [[ -n ${jobs// /} ]]; then
+            say "cancelling jobs $jobs"
+            # shellcheck disable=SC2086
+            scancel $jobs 2>/dev/null || true
+            wait_for 30 bash -c '[[ -z $(squeue -h -t RUNNING,COMPLETING -o %i 2>/dev/null) ]]' || true
+        fi
+    fi
+    stop_pid slurmd
+    stop_pid slurmctld
+    stop_pid munged
+    if grep -qsF "$MARKER" "$CONF"; then rm -f "$CONF"; fi
+}
+
+status() {
+    local name pid rc=0
+    for name in munged slurmctld slurmd; do
+        if pid=$(our_pid "$name"); then
+            echo "$name: running (pid $pid)"
+        elif [[ $name == munged ]] && munge_works; then
+            echo "munged: running (not started by this script)"
+        else
+            echo "$name: not running"
+            rc=1
+        fi
+    done
+    if ((rc == 0)); then sinfo -N -o '%N %P %T %c %m' || rc=1; fi
+    return $rc
+}
+
+main() {
+    local cmd=${1:-}
+    case $cmd in
+        start | stop | status) ;;
+        *) echo "usage: $0 {start|stop|status}" >&2; exit 2 ;;
+    esac
+    export PATH="$PATH:/usr/sbin:/sbin"
+    mkdir -p "$STATE"
+    # One start/stop at a time (two test sessions must not race on the same daemons).
+    exec 9>"$STATE/lock"
+    flock 9
+    "$cmd"
+}
+
+main "$@"

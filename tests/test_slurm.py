@@ -1,0 +1,248 @@
+"""Cluster execution: the `slurm` profile, the conda environments, and a run on a real SLURM.
+
+The integration test (marker `slurm`) starts a one-node SLURM with scripts/slurm_local.sh (root and
+apt-get; skipped with the script's reason where either is missing), runs the tiny synthkb BM25 DAG
+with `snakemake --profile slurm` from the root of a copy of the repository, and checks that every
+job ran as a SLURM job and wrote exactly what a local run of the same target writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "slurm_local.sh"
+PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
+TARGET = "results/synthkb/bm25/metrics.json"
+OVERLAY = {"datasets": {"synthkb": {"entities": 40}}}
+# Outputs compared between the SLURM and the local run (logs and benchmarks hold timings).
+COMPARED = ("resources/synthkb", "results/synthkb")
+NOT_COPIED = {".git", ".venv", ".snakemake", ".pytest_cache", "__pycache__", "results", "resources",
+              "logs", "benchmarks", "downloads", "sieve.egg-info"}
+
+
+def _profile() -> dict:
+    return yaml.safe_load(PROFILE.read_text())
+
+
+def _rule_names() -> set[str]:
+    names = set()
+    for smk in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]:
+        names |= set(re.findall(r"^rule (\w+):", smk.read_text(), flags=re.M))
+    return names
+
+
+# ---- the profile -----------------------------------------------------------------------------------
+
+def test_profile_name_resolves_from_the_repository_root(monkeypatch):
+    from snakemake.cli import get_profile_dir
+
+    monkeypatch.chdir(REPO)
+    found = get_profile_dir("slurm")
+    assert found is not None, "`--profile slurm` finds nothing from the repository root"
+    assert Path(found[1]).resolve() == PROFILE.resolve()
+
+
+def test_profile_polls_with_squeue_and_sets_defaults():
+    profile = _profile()
+    assert profile["executor"] == "slurm"
+    # sacct never sees a job finish without an accounting database: Snakemake would wait forever.
+    assert profile["slurm-status-command"] == "squeue"
+    assert profile["rerun-incomplete"] is True and profile["keep-going"] is False
+    defaults = profile["default-resources"]
+    assert {"runtime", "mem_mb", "cpus_per_task"} <= set(defaults)
+    assert "slurm_partition" not in defaults and "slurm_account" not in defaults, \
+        "site placeholders must stay commented out: a wrong partition fails every submission"
+
+
+def test_profile_gpu_requests_are_consistent_and_name_real_rules():
+    profile = _profile()
+    rules = _rule_names()
+    for section in ("set-resources", "set-threads"):
+        unknown = set(profile.get(section, {})) - rules
+        # Snakemake ignores unknown names silently: a renamed rule would lose its cluster size.
+        assert not unknown, f"{section} names rules that do not exist: {sorted(unknown)}"
+    for rule, res in profile["set-resources"].items():
+        # `gpus` drives the rule (device, torchrun), `gpu` the sbatch --gpus request.
+        assert res.get("gpus", 0) == res.get("gpu", 0), rule
+    assert any(res.get("gpu", 0) > 0 for res in profile["set-resources"].values())
+
+
+# ---- conda environments ----------------------------------------------------------------------------
+
+def _pins(requirements: list[str]) -> dict[str, str]:
+    out = {}
+    for req in requirements:
+        if req.startswith("-"):
+            continue
+        name, _, version = req.partition("==")
+        out[name.strip().lower()] = version.strip()
+    return out
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cuda"])
+def test_conda_env_pins_match_pyproject(variant):
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = _pins(project["dependencies"])
+    gpu_extra = _pins(project["optional-dependencies"]["gpu"])
+    env = yaml.safe_load((REPO / "envs" / f"sieve-{variant}.yaml").read_text())
+    deps = env["dependencies"]
+    assert "python=3.11" in deps
+    pip = _pins(next(d["pip"] for d in deps if isinstance(d, dict)))
+    # Rules need the libraries, not the workflow engine (jobs run Snakemake from the main env).
+    for name in ("snakemake", "snakemake-executor-plugin-slurm"):
+        wanted.pop(name)
+    if variant == "cuda":
+        wanted.pop("faiss-cpu")
+        wanted.update(gpu_extra)
+        assert "faiss-cpu" not in pip, "faiss-cpu and faiss-gpu both install the module `faiss`"
+    else:
+        assert pip["torch"].endswith("+cpu")
+    # Same public version: the CPU build of torch 2.13.0 is 2.13.0+cpu.
+    got = {name: version.split("+")[0] for name, version in pip.items()}
+    assert got == wanted
+    assert (REPO / "envs" / f"sieve-{variant}.post-deploy.sh").is_file()
+
+
+# ---- a real SLURM ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A one-node SLURM for this module; its daemons are stopped at the end, pass or fail."""
+    if sys.platform != "linux" or shutil.which("bash") is None:
+        pytest.skip("SLURM test needs Linux and bash")
+    env = dict(os.environ, SIEVE_SLURM_STATE=str(tmp_path_factory.mktemp("slurm-state")))
+    try:
+        start = subprocess.run(["bash", str(SCRIPT), "start"], env=env, capture_output=True,
+                               text=True, timeout=900)
+        if start.returncode == 3:
+            reason = start.stderr.strip().splitlines()[-1] if start.stderr.strip() else "unknown"
+            pytest.skip(f"no local SLURM: {reason}")
+        assert start.returncode == 0, f"slurm_local.sh start failed:\n{start.stderr[-4000:]}"
+        yield env
+    finally:
+        stop = subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert stop.returncode == 0, f"slurm_local.sh stop failed:\n{stop.stderr[-2000:]}"
+
+
+def _copy_repo(dest: Path) -> Path:
+    shutil.copytree(REPO, dest, symlinks=True,
+                    ignore=lambda _dir, names: [n for n in names if n in NOT_COPIED])
+    (dest / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
+    return dest
+
+
+def _snakemake(workdir: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
+    # Targets before --configfile: Snakemake reads every later argument as another config file.
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args, TARGET,
+           "--configfile", "overlay.yaml"]
+    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def _python_shim(bin_dir: Path, record: Path) -> None:
+    """`python` on PATH that logs the SLURM job it runs in, then runs the real interpreter."""
+    bin_dir.mkdir()
+    shim = bin_dir / "python"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f"printf '%s\\t%s\\n' \"${{SLURM_JOB_ID:-none}}\" \"$*\" >> '{record}'\n"
+        f"exec '{sys.executable}' \"$@\"\n")
+    shim.chmod(0o755)
+
+
+def _tables(root: Path) -> dict[str, object]:
+    """Every output under COMPARED: Parquet as a table, JSON parsed, anything else as bytes."""
+    out: dict[str, object] = {}
+    for top in COMPARED:
+        for path in sorted((root / top).rglob("*")):
+            if not path.is_file() or path.name.startswith("."):
+                continue
+            rel = str(path.relative_to(root))
+            if path.suffix == ".parquet":
+                out[rel] = pq.read_table(path)
+            elif path.suffix == ".json":
+                out[rel] = json.loads(path.read_text())
+            else:
+                out[rel] = path.read_bytes()
+    return out
+
+
+def _jobs_in_log(log: str) -> list[tuple[bool, str, str]]:
+    """(ran locally, rule, Snakemake job id) for each job block of a Snakemake log."""
+    blocks = re.findall(r"^(local)?rule (\w+):\n((?:[ \t]+.*\n)*)", log, flags=re.M)
+    out = []
+    for local, rule, body in blocks:
+        jobid = re.search(r"^\s+jobid: (\d+)", body, flags=re.M)
+        assert jobid, f"no jobid in the log block of rule {rule}:\n{body}"
+        out.append((bool(local), rule, jobid.group(1)))
+    return out
+
+
+def _squeue_jobs(env: dict) -> dict[str, tuple[str, str, str]]:
+    """SLURM job id -> (state, job name, comment) for every job the controller still remembers."""
+    proc = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T|%j|%k"], env=env,
+                          capture_output=True, text=True, check=True)
+    jobs = {}
+    for line in proc.stdout.splitlines():
+        jobid, state, name, comment = line.strip().split("|", 3)
+        jobs[jobid] = (state, name, comment)
+    return jobs
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_synthkb_bm25_runs_through_the_slurm_profile(slurm_cluster, tmp_path):
+    venv_bin = str(Path(sys.executable).parent)
+    base_path = f"{venv_bin}:{os.environ.get('PATH', '')}"
+
+    local = _copy_repo(tmp_path / "local")
+    _snakemake(local, [], dict(os.environ, PATH=base_path))
+
+    record = tmp_path / "python_calls.tsv"
+    _python_shim(tmp_path / "shim", record)
+    cluster = _copy_repo(tmp_path / "cluster")
+    env = dict(slurm_cluster, PATH=f"{tmp_path / 'shim'}:{base_path}")
+    # The profile as shipped; only the first status poll comes sooner (the default waits 40 s).
+    proc = _snakemake(cluster, ["--profile", "slurm", "--slurm-init-seconds-before-status-checks", "2",
+                                "--slurm-keep-successful-logs"], env)
+    log = proc.stdout + proc.stderr
+
+    # Every job Snakemake ran went to sbatch: none ran on the submitting side.
+    jobs = _jobs_in_log(log)
+    assert not [rule for local, rule, _ in jobs if local], f"jobs ran outside SLURM: {jobs}"
+    executed = {jobid: rule for _, rule, jobid in jobs}
+    submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log))
+    assert executed and set(executed) == set(submitted), (executed, submitted)
+
+    # The controller ran each of them to completion, under this run's name, for the right rule.
+    run_id = re.search(r"SLURM run ID: (\S+)", log).group(1)
+    controller = _squeue_jobs(slurm_cluster)
+    for jobid, slurm_id in submitted.items():
+        state, name, comment = controller[slurm_id]
+        assert (state, name) == ("COMPLETED", run_id), (slurm_id, controller[slurm_id])
+        rule = executed[jobid]
+        assert comment == f"rule_{rule}" or comment.startswith(f"rule_{rule}_wildcards_"), (comment, rule)
+
+    # Each rule's own command ran inside its SLURM allocation (SLURM_JOB_ID seen by `python`).
+    calls = [line.split("\t", 1) for line in record.read_text().splitlines()]
+    assert calls and all(job != "none" for job, _ in calls), calls
+    assert {job for job, _ in calls} == set(submitted.values()), (calls, submitted)
+
+    # Same outputs as the local run.
+    want, got = _tables(local), _tables(cluster)
+    assert TARGET in got and sorted(got) == sorted(want)
+    for rel, value in want.items():
+        assert got[rel].equals(value) if hasattr(value, "equals") else got[rel] == value, rel
