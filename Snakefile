@@ -1,10 +1,14 @@
 # sieve workflow. Rules live in workflow/rules/; each calls one `python -m pipeline.<stage>` CLI.
 # Main target: results/{dataset}/metrics.json (every method in config `methods`, gathered).
+import os
+
 from snakemake.exceptions import WorkflowError
 
 from pipeline.config import ConfigError, validate_config
 
-configfile: "config.yaml"
+# Anchored to the repository so `--directory elsewhere` still starts from the defaults;
+# `--configfile overlay.yaml` deep-merges over them.
+configfile: os.path.join(workflow.basedir, "config.yaml")
 
 try:
     validate_config(config)
@@ -13,10 +17,15 @@ except ConfigError as err:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/resources.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/synthkb.smk"
 include: "workflow/rules/bm25.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/encode.smk"
+include: "workflow/rules/sieve.smk"
+include: "workflow/rules/ar2.smk"
 
 
 rule all:

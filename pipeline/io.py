@@ -52,6 +52,12 @@ QRELS_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("relevanc
 RUN_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
                         ("score", pa.float32())])
 SPLITS = ("train", "dev", "test")
+NEGATIVES_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
+                              ("score", pa.float32()), ("source", pa.string())])
+
+# mkstemp creates 0600 files; outputs should get the permissions a plain open() would give them.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 # ---- atomic writes --------------------------------------------------------------------------------
@@ -66,6 +72,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

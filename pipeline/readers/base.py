@@ -23,10 +23,8 @@ import ijson
 import pyarrow as pa
 from rich.progress import Progress
 
-from ..io import DataError
+from ..io import NEGATIVES_SCHEMA, DataError  # noqa: F401  (re-exported for readers)
 
-NEGATIVES_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
-                              ("score", pa.float32()), ("source", pa.string())])
 
 GZIP_MAGIC = b"\x1f\x8b"
 
