@@ -1,0 +1,118 @@
+"""NCE / CCR losses against hand-computed values (reference.md §1)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline.losses import (candidate_scores, contrastive_loss, positive_columns, rcl_loss,
+                             similarity_scores)
+
+LN2, LN3, LN5 = math.log(2), math.log(3), math.log(5)
+
+# 2 queries x 3 passages. Row 0: exp = (2, 1, 1) -> softmax (1/2, 1/4, 1/4), positive column 0.
+# Row 1: exp = (1, 3, 1) -> softmax (1/5, 3/5, 1/5), positive column 1.
+SCORES = [[LN2, 0.0, 0.0], [0.0, LN3, 0.0]]
+POS = [0, 1]
+# l(p) per row: row 0 (ln2, ln4, ln4); row 1 (ln5, ln5 - ln3, ln5).
+NCE = (LN2 + (LN5 - LN3)) / 2
+CCR = ((LN2 + 4 * LN2) / 3 + (3 * LN5 - LN3) / 3) / 2
+
+
+def _scores():
+    return torch.tensor(SCORES, dtype=torch.float64, requires_grad=True)
+
+
+def test_nce_value_and_gradient_by_hand():
+    s = _scores()
+    loss, parts = rcl_loss(s, torch.tensor(POS), beta=0.0)
+    assert loss.item() == pytest.approx(NCE, abs=1e-12)
+    assert parts["nce"].item() == pytest.approx(NCE, abs=1e-12)
+    assert parts["ccr_term"].item() == pytest.approx(CCR, abs=1e-12)
+    loss.backward()
+    # d l(p+)/ds = softmax - onehot, averaged over the 2 queries.
+    expected = torch.tensor([[-1 / 4, 1 / 8, 1 / 8], [1 / 10, -1 / 5, 1 / 10]], dtype=torch.float64)
+    assert torch.allclose(s.grad, expected, atol=1e-12)
+
+
+def test_ccr_value_and_gradient_by_hand():
+    s = _scores()
+    loss, _ = rcl_loss(s, torch.tensor(POS), beta=0.5)
+    assert loss.item() == pytest.approx(NCE - 0.5 * CCR, abs=1e-12)
+    loss.backward()
+    # d/ds [l(p+) - b mean_p l(p)] = (softmax - onehot) - b (softmax - 1/n); then / 2 queries.
+    # row 0: (-1/2, 1/4, 1/4) - 0.5 (1/6, -1/12, -1/12) = (-7/12, 7/24, 7/24)
+    # row 1: (1/5, -2/5, 1/5) - 0.5 (-2/15, 4/15, -2/15) = (4/15, -8/15, 4/15)
+    expected = torch.tensor([[-7 / 24, 7 / 48, 7 / 48], [2 / 15, -4 / 15, 2 / 15]], dtype=torch.float64)
+    assert torch.allclose(s.grad, expected, atol=1e-12)
+
+
+def test_beta_zero_equals_nce_cross_entropy():
+    torch.manual_seed(0)
+    s = torch.randn(4, 12, dtype=torch.float64)
+    pos = positive_columns(4, 3)
+    loss, _ = contrastive_loss(s, pos, 3, beta=0.0)
+    assert loss.item() == pytest.approx(F.cross_entropy(s, pos).item(), abs=1e-12)
+
+
+def test_paper_scale_matches_appendix_listing():
+    # s_ = log_softmax(s); loss = nll(s_, pos) + beta * s_.mean(dim=1)   (averaged over queries)
+    torch.manual_seed(1)
+    s = torch.randn(3, 8, dtype=torch.float64)
+    pos = torch.tensor([0, 3, 6])
+    s_ = F.log_softmax(s, dim=1)
+    listing = F.nll_loss(s_, pos) + 0.3 * s_.mean(dim=1).mean()
+    loss, _ = rcl_loss(s, pos, beta=0.3)
+    assert loss.item() == pytest.approx(listing.item(), abs=1e-12)
+
+
+def test_released_code_scale_by_hand():
+    # Released code: sum the Q x |P| matrix (nll at the positive + f_beta * beta * log-probs) / (Q |P|)
+    # = NCE / |P| - f_beta * beta * CCR; here |P| = 3, beta = 0.5, f_beta = 0.1.
+    loss, parts = rcl_loss(_scores(), torch.tensor(POS), beta=0.5, scale="released_code", f_beta=0.1)
+    assert loss.item() == pytest.approx(NCE / 3 - 0.1 * 0.5 * CCR, abs=1e-12)
+    assert parts["nce"].item() == pytest.approx(NCE, abs=1e-12)
+    s = torch.tensor(SCORES, dtype=torch.float64)
+    s_ = F.log_softmax(s, dim=1)
+    matrix = 0.1 * 0.5 * s_
+    matrix[0, 0] -= s_[0, 0]
+    matrix[1, 1] -= s_[1, 1]
+    assert loss.item() == pytest.approx((matrix.sum() / 6).item(), abs=1e-12)
+
+
+def test_no_in_batch_restricts_to_own_group():
+    # k = 1: layout [q0: pos, neg, q1: pos, neg]; without in-batch negatives q1 sees columns 2, 3.
+    s = torch.tensor([[LN2, 0.0, 5.0, 5.0], [7.0, 7.0, 0.0, LN3]], dtype=torch.float64)
+    pos = positive_columns(2, 2)
+    assert pos.tolist() == [0, 2]
+    cand, local = candidate_scores(s, pos, 2, in_batch=False)
+    assert cand.tolist() == [[LN2, 0.0], [0.0, LN3]] and local.tolist() == [0, 0]
+    loss, parts = contrastive_loss(s, pos, 2, in_batch=False, beta=0.0)
+    # row 0: softmax (2/3, 1/3) -> l(p+) = ln 3/2; row 1: (1/4, 3/4) -> ln 4
+    assert loss.item() == pytest.approx((math.log(1.5) + math.log(4)) / 2, abs=1e-12)
+    # CCR mean: row 0 (ln 1.5 + ln 3)/2, row 1 (ln 4 + ln 4/3)/2
+    ccr = ((math.log(1.5) + LN3) / 2 + (math.log(4) + math.log(4 / 3)) / 2) / 2
+    assert parts["ccr_term"].item() == pytest.approx(ccr, abs=1e-12)
+    with_batch, _ = contrastive_loss(s, pos, 2, in_batch=True)
+    assert with_batch.item() > loss.item()
+
+
+def test_positive_columns_with_rank_offset():
+    # k = 2 hard negatives, 2 local queries on rank 1 of 2: global queries 2 and 3.
+    assert positive_columns(2, 3, first_query=2).tolist() == [6, 9]
+
+
+def test_similarity_temperature_only_for_cosine():
+    q = torch.tensor([[1.0, 0.0]])
+    p = torch.tensor([[0.6, 0.8], [1.0, 0.0]])
+    assert similarity_scores(q, p, "cosine", 0.05)[0].tolist() == pytest.approx([12.0, 20.0])
+    assert similarity_scores(q, p, "dot", 0.05)[0].tolist() == pytest.approx([0.6, 1.0])
+    with pytest.raises(ValueError):
+        similarity_scores(q, p, "l2")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="scale"):
+        rcl_loss(torch.zeros(1, 2), torch.tensor([0]), scale="other")
+    with pytest.raises(ValueError, match="exceeds"):
+        candidate_scores(torch.zeros(2, 3), torch.tensor([0, 2]), 2, in_batch=False)

@@ -1,0 +1,96 @@
+"""A run killed after step 4 and resumed from its step-3 checkpoint ends with the exact weights of an
+uninterrupted run (tiny model, CPU)."""
+import json
+
+import pytest
+import torch
+
+from pipeline.train_data import TrainData
+from pipeline.trainer import LOG_FILE, TrainConfig, train
+from train_fixtures import make_train_files, tiny_model_dir, tiny_retriever
+
+
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+    paths = make_train_files(root / "data")
+    model_dir = tiny_model_dir(root)
+    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"],
+                     depth=5, seed=3)
+    return root, model_dir, data
+
+
+def _config(**kw):
+    base = dict(lr=1e-3, epochs=3, batch_size=4, hard_negatives=2, max_steps=6, checkpoint_every=3,
+                warmup_ratio=0.2, seed=3, beta=0.25, weight_decay=0.01)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum):
+    _, model_dir, data = setup
+    cfg = _config(grad_accum=grad_accum, batch_size=4 if grad_accum == 1 else 2)
+
+    reference = tiny_retriever(model_dir)
+    summary = train(reference, data, cfg, checkpoint_dir=tmp_path / "ref.ckpt")
+    assert summary["steps"] == 6
+
+    def crash_after_4(step):
+        if step == 4:
+            raise Crash
+
+    crashed = tiny_retriever(model_dir)
+    with pytest.raises(Crash):
+        train(crashed, data, cfg, checkpoint_dir=tmp_path / "run.ckpt", on_step_end=crash_after_4)
+    assert (tmp_path / "run.ckpt" / "state.pt").exists()
+
+    resumed = tiny_retriever(model_dir)  # a fresh process would start from the base weights too
+    summary = train(resumed, data, cfg, checkpoint_dir=tmp_path / "run.ckpt")
+    assert summary["start_step"] == 3
+
+    ref_w, res_w = _weights(reference), _weights(resumed)
+    assert ref_w.keys() == res_w.keys()
+    for name in ref_w:
+        assert torch.equal(ref_w[name], res_w[name]), name
+    # Training moved the weights (a resume test on an untouched model would prove nothing).
+    start = _weights(tiny_retriever(model_dir))
+    assert any(not torch.equal(start[n], ref_w[n]) for n in ref_w)
+
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run.ckpt" / LOG_FILE).open()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    ref_log = [json.loads(line) for line in (tmp_path / "ref.ckpt" / LOG_FILE).open()]
+    res_log = [json.loads(line) for line in (tmp_path / "run.ckpt" / LOG_FILE).open()]
+    assert [r["loss"] for r in ref_log] == [r["loss"] for r in res_log]
+    assert {"step", "loss", "nce", "ccr", "lr", "examples_per_s"} <= set(ref_log[0])
+
+
+def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path):
+    _, model_dir, data = setup
+
+    def crash_after_4(step):
+        if step == 4:
+            raise Crash
+
+    with pytest.raises(Crash):
+        train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c",
+              on_step_end=crash_after_4)
+    summary = train(tiny_retriever(model_dir), data, _config(lr=5e-4), checkpoint_dir=tmp_path / "c")
+    assert summary["start_step"] == 0
+
+
+def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path):
+    _, model_dir, data = setup
+    train(tiny_retriever(model_dir), data, _config(max_steps=5, warmup_ratio=0.4, checkpoint_every=0),
+          checkpoint_dir=tmp_path / "s")
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "s" / LOG_FILE).open()]
+    # 2 warm-up steps of 5: lr = 1e-3 * (0, 1/2), then linear decay (1, 2/3, 1/3) * 1e-3.
+    assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 2e-3 / 3, 1e-3 / 3])
