@@ -1,0 +1,170 @@
+"""Competing false-negative filters on one candidate set, the detection report and the comparison."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import cross_encoder_filter as cef
+from pipeline import filters, fn_labels, sieve_report
+from pipeline.io import DataError
+from sieve_fixtures import make_dataset, make_retriever
+
+
+# ---- pure pieces ---------------------------------------------------------------------------------
+
+def test_positive_aware_rules():
+    s_neg = np.array([0.50, 0.90, 0.96, 0.795])
+    s_pos = np.array([1.00, 1.00, 1.00, 0.84])
+    # relative: drop if s_neg > 0.95 * s_pos
+    assert filters.positive_aware_keep(s_neg, s_pos, "relative", 0.95).tolist() == [True, True, False, True]
+    # difference: drop if s_neg > s_pos - 0.05
+    assert filters.positive_aware_keep(s_neg, s_pos, "difference", 0.05).tolist() == [True, True, False, False]
+    # absolute: drop if s_neg > 0.7
+    assert filters.positive_aware_keep(s_neg, s_pos, "absolute", 0.7).tolist() == [True, False, False, False]
+    with pytest.raises(ValueError):
+        filters.positive_aware_keep(s_neg, s_pos, "ratio", 0.9)
+
+
+def test_detection_metrics_hand_computed():
+    # rows: FN dropped, FN kept, TN dropped, TN kept, TN kept, unknown dropped
+    kept = np.array([False, True, False, True, True, False])
+    truth = pd.array([True, True, False, False, False, pd.NA], dtype="boolean")
+    m = sieve_report.detection_metrics(kept, truth)
+    assert m["precision"] == pytest.approx(0.5)          # 1 FN among 2 labelled dropped
+    assert m["recall"] == pytest.approx(0.5)             # 1 of 2 FN dropped
+    assert m["f1"] == pytest.approx(0.5)
+    assert m["true_negative_retention"] == pytest.approx(2 / 3)
+    assert (m["n_false_negatives"], m["n_true_negatives"], m["n_labelled"]) == (2, 3, 5)
+    empty = sieve_report.detection_metrics(np.ones(2, bool), pd.array([pd.NA, pd.NA], dtype="boolean"))
+    assert empty["precision"] is None and empty["recall"] is None and empty["f1"] is None
+
+
+def test_auc_greater():
+    assert sieve_report.auc_greater([3, 4], [1, 2]) == 1.0
+    assert sieve_report.auc_greater([1, 2], [3, 4]) == 0.0
+    assert sieve_report.auc_greater([1, 3], [2, 2]) == 0.5
+    assert sieve_report.auc_greater([2], [2]) == 0.5
+    assert sieve_report.auc_greater([], [1]) is None
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(1, 1, 300), rng.normal(0, 1, 200)
+    brute = np.mean([[x > y for y in b] for x in a])
+    assert sieve_report.auc_greater(a, b) == pytest.approx(brute)
+
+
+def test_report_counts_suspected_apart_and_loss_stats():
+    table = pd.DataFrame({
+        "qid": ["a"] * 4 + ["b"] * 2, "pid": list("pqrstu"), "rank": [1, 2, 3, 4, 1, 2],
+        "kept": [False, True, True, False, True, False],
+        "is_false_negative": pd.array([True, False, False, pd.NA, pd.NA, pd.NA], dtype="boolean"),
+        "fn_label_source": pd.array(["qrels_all", "qrels_all", "qrels_all", "suspected", None, "suspected"],
+                                    dtype="string"),
+        "nce_loss": [0.5, 2.0, 3.0, 0.1, 1.0, 0.2]})
+    rep = sieve_report.detection_report(table)
+    assert rep["precision"] == 1.0 and rep["recall"] == 1.0 and rep["true_negative_retention"] == 1.0
+    assert rep["suspected"] == {"n": 2, "dropped": 2, "dropped_rate": 1.0}
+    assert rep["sieve_out_rate"] == pytest.approx(3 / 6)
+    assert rep["loss_stats"]["false_negative"]["n"] == 1
+    assert rep["loss_stats"]["true_negative"]["mean"] == pytest.approx(2.5)
+    assert rep["separation_auc"] == 1.0
+
+
+# ---- every filter on the same candidates -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    from pipeline.model import make_tiny_encoder
+
+    root = tmp_path_factory.mktemp("filters")
+    p = make_dataset(root / "data")
+    p["model"] = make_retriever(root / "model")
+    p["base"] = make_tiny_encoder(root / "tiny-base", seed=1)
+    p["candidates"] = root / "candidates.parquet"
+    p["root"] = root
+    fn_labels.main(["--negatives", str(p["negatives"]), "--qrels", str(p["qrels"]), "--qrels-all",
+                    str(p["qrels_all"]), "--queries", str(p["queries"]), "--corpus", str(p["corpus"]),
+                    "--candidates", "8", "--pool", "12", "--out", str(p["candidates"])])
+    return p
+
+
+def run_filter(toy, name, *extra, model=None):
+    out = toy["root"] / name / "decisions.parquet"
+    args = ["--filter", name, "--candidates", str(toy["candidates"]), "--corpus", str(toy["corpus"]),
+            "--queries", str(toy["queries"]), "--out", str(out), *extra]
+    if model is not None:
+        args += ["--model", str(model)]
+    filters.main(args)
+    return out, pd.read_parquet(out)
+
+
+def test_simple_filters(toy):
+    cands = pd.read_parquet(toy["candidates"])
+    _, none = run_filter(toy, "none")
+    assert none["kept"].all() and len(none) == len(cands)
+    _, am = run_filter(toy, "answer_match")
+    assert am["kept"].tolist() == (~cands["has_answer"].astype(bool)).tolist()
+    _, rw = run_filter(toy, "rank_window", "--start", "4")
+    assert rw["kept"].tolist() == (cands["rank"] > 4).tolist()
+    assert (rw[["qid", "pid", "rank"]].to_numpy() == cands[["qid", "pid", "rank"]].to_numpy()).all()
+    assert rw["is_false_negative"].tolist() == cands["is_false_negative"].tolist()
+
+
+def test_model_filters_and_comparison(toy, tmp_path):
+    out_pa, pa_ = run_filter(toy, "positive_aware", "--margin", "0.95", model=toy["model"])
+    _, sv_ = run_filter(toy, "sieve_no_ccr", model=toy["model"])
+    # positive_aware scores = the same cosine the sieve uses for candidates
+    np.testing.assert_allclose(pa_["score"].to_numpy(), sv_["similarity"].to_numpy(), rtol=1e-12)
+    s_pos = sv_["positive_similarity"].to_numpy()
+    assert pa_["kept"].tolist() == (~(pa_["score"].to_numpy() > 0.95 * s_pos)).tolist()
+    reports = []
+    for name in ("none", "answer_match", "positive_aware", "sieve_no_ccr"):
+        dec = toy["root"] / name / "decisions.parquet"
+        if not dec.exists():
+            run_filter(toy, name)
+        rep_path = tmp_path / f"{name}.json"
+        sieve_report.main(["report", "--decisions", str(dec), "--candidates", str(toy["candidates"]),
+                           "--dataset", "toy", "--filter", name, "--out", str(rep_path)])
+        reports.append(str(rep_path))
+    sieve_report.main(["compare", "--dataset", "toy", "--reports", *reports,
+                       "--out-json", str(tmp_path / "cmp.json"), "--out-md", str(tmp_path / "cmp.md")])
+    comp = json.loads((tmp_path / "cmp.json").read_text())
+    assert [r["filter"] for r in comp["filters"]] == ["none", "answer_match", "positive_aware", "sieve_no_ccr"]
+    none_row, am_row = comp["filters"][0], comp["filters"][1]
+    assert none_row["recall"] == 0.0 and none_row["true_negative_retention"] == 1.0
+    assert am_row["recall"] == 1.0 and am_row["precision"] == 1.0   # only the FN passages hold answers
+    assert "| sieve_no_ccr |" in (tmp_path / "cmp.md").read_text()
+
+
+def test_report_rejects_other_candidates(toy, tmp_path):
+    out, table = run_filter(toy, "none")
+    fewer = tmp_path / "fewer.parquet"
+    table.iloc[1:].to_parquet(fewer)
+    with pytest.raises(DataError) as err:
+        sieve_report.build_report(fewer, toy["candidates"], "toy", "none")
+    assert str(fewer) in str(err.value)
+    rep = sieve_report.build_report(out, toy["candidates"], "toy", "none")
+    other = dict(rep, filter="x", candidates_digest="0" * 64)
+    with pytest.raises(DataError):
+        sieve_report.compare([rep, other], ["a.json", "b.json"])
+
+
+def test_cross_encoder_training_plan_and_filter(toy):
+    negs = {"a": ["n1", "n2", "n3"], "b": ["n4"], "c": []}
+    pos = {"a": ["pa"], "b": ["pb"], "c": ["pc"]}
+    plan = cef.sample_pairs(negs, pos, steps=4, batch_size=3, seed=0)
+    assert plan == cef.sample_pairs(negs, pos, steps=4, batch_size=3, seed=0)
+    for batch in plan:
+        assert len(batch) == 6 and {q for q, _, _ in batch} <= {"a", "b"}
+        for qid, pid, label in batch:
+            assert (pid == pos[qid][0]) == (label == 1.0)
+            assert label == 1.0 or pid in negs[qid]
+    model = toy["root"] / "cross_encoder"
+    cef.main(["--negatives", str(toy["negatives"]), "--qrels", str(toy["qrels"]), "--queries",
+              str(toy["queries"]), "--corpus", str(toy["corpus"]), "--base", str(toy["base"]),
+              "--steps", "3", "--batch-size", "2", "--out", str(model)])
+    assert (model / "ranker.json").exists()
+    _, ce = run_filter(toy, "cross_encoder", "--threshold", "0.5", model=model)
+    assert ((ce["score"] > 0) & (ce["score"] < 1)).all()
+    assert ce["kept"].tolist() == (ce["score"] < 0.5).tolist()

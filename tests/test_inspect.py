@@ -1,0 +1,100 @@
+"""`python -m pipeline.inspect`: per-query tables, filters, sampling and the dataset summary."""
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from pipeline import filters, fn_labels, inspect, sieve, sieve_report
+from pipeline.io import DataError
+from sieve_fixtures import make_dataset, make_retriever
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """results/ and resources/ of a dataset 'toy' as the workflow lays them out."""
+    root = tmp_path_factory.mktemp("inspect")
+    data = make_dataset(root / "data")
+    model = make_retriever(root / "model")
+    res, out = root / "resources" / "toy", root / "results" / "toy"
+    res.mkdir(parents=True)
+    shutil.copy(data["corpus"], res / "corpus.parquet")
+    shutil.copy(data["queries"], res / "queries.train.parquet")
+    cands = out / "sieve" / "candidates.parquet"
+    fn_labels.main(["--negatives", str(data["negatives"]), "--qrels", str(data["qrels"]), "--qrels-all",
+                    str(data["qrels_all"]), "--queries", str(data["queries"]), "--corpus", str(data["corpus"]),
+                    "--candidates", "6", "--pool", "12", "--out", str(cands)])
+    sieve.main(["--candidates", str(cands), "--corpus", str(data["corpus"]), "--queries", str(data["queries"]),
+                "--model", str(model), "--out", str(out / "negatives" / "sieve_b0.5.parquet"),
+                "--train-out", str(out / "negatives" / "sieve_b0.5.train.parquet")])
+    dec = out / "sieve" / "rank_window" / "decisions.parquet"
+    filters.main(["--filter", "rank_window", "--start", "3", "--candidates", str(cands), "--corpus",
+                  str(data["corpus"]), "--queries", str(data["queries"]), "--out", str(dec)])
+    sieve_report.main(["report", "--decisions", str(dec), "--candidates", str(cands), "--dataset", "toy",
+                       "--filter", "rank_window", "--out", str(out / "sieve" / "rank_window" / "report.json")])
+    return root
+
+
+def run(workspace, capsys, monkeypatch, *argv):
+    monkeypatch.setenv("COLUMNS", "220")
+    assert inspect.main(["--dataset", "toy", "--results-dir", str(workspace / "results"),
+                         "--resources-dir", str(workspace / "resources"), *argv]
+                        if argv[0] != "summary" else
+                        ["summary", "--dataset", "toy", "--results-dir", str(workspace / "results"),
+                         "--resources-dir", str(workspace / "resources"), *argv[1:]]) == 0
+    return capsys.readouterr().out
+
+
+def test_show_one_query(workspace, capsys, monkeypatch):
+    out = run(workspace, capsys, monkeypatch, "--qid", "q2")
+    table = pd.read_parquet(workspace / "results" / "toy" / "negatives" / "sieve_b0.5.parquet")
+    rows = table[table["qid"] == "q2"]
+    assert "what is the value of topic 2" in out and "pos2" in out
+    for pid in rows["pid"]:
+        assert pid in out
+    assert f"{rows['threshold'].iat[0]:.3f}" in out
+    assert out.count("dropped") == int((~rows["kept"]).sum())
+    assert "FN (qrels_all)" in out
+
+
+def test_filters_and_sample(workspace, capsys, monkeypatch):
+    table = pd.read_parquet(workspace / "results" / "toy" / "negatives" / "sieve_b0.5.parquet")
+    out = run(workspace, capsys, monkeypatch, "--sample", "3", "--seed", "1", "--false-negatives")
+    assert out.count("what is the value of topic") == 3
+    assert "neg (qrels_all)" not in out          # only the false negatives are listed
+    again = run(workspace, capsys, monkeypatch, "--sample", "3", "--seed", "1", "--false-negatives")
+    assert again == out
+    kept = run(workspace, capsys, monkeypatch, "--qid", "q2", "--kept")
+    assert "dropped" not in kept.replace("kept (fallback)", "")
+    n_kept = int(table[(table["qid"] == "q2")]["kept"].sum())
+    assert kept.count(" kept ") + kept.count("kept (fallback)") >= n_kept
+    other = run(workspace, capsys, monkeypatch, "--filter", "rank_window", "--qid", "q2", "--dropped")
+    assert "rank_window" in other and "kept" not in other.split("decision", 1)[1]
+
+
+def test_summary(workspace, capsys, monkeypatch):
+    out = run(workspace, capsys, monkeypatch, "summary")
+    assert "queries 8, candidates 48" in out
+    cands = pd.read_parquet(workspace / "results" / "toy" / "sieve" / "candidates.parquet")
+    assert f"false negatives {int(cands['is_false_negative'].sum())}," in out
+    assert "rank_window" in out and "0.5" in out
+
+
+def test_errors_name_the_file(workspace, capsys, monkeypatch):
+    with pytest.raises(DataError, match="no candidates here"):
+        run(workspace, capsys, monkeypatch, "--qid", "nope")
+    with pytest.raises(DataError, match="β=0.1"):
+        run(workspace, capsys, monkeypatch, "--beta", "0.1", "--qid", "q1")
+    neg = workspace / "results" / "toy" / "negatives"
+    shutil.copy(neg / "sieve_b0.5.parquet", neg / "sieve_b0.parquet")
+    try:
+        with pytest.raises(DataError, match="choose one with --beta"):
+            run(workspace, capsys, monkeypatch, "--qid", "q1")
+        assert "q1" in run(workspace, capsys, monkeypatch, "--beta", "0", "--qid", "q1")
+    finally:
+        (neg / "sieve_b0.parquet").unlink()
+
+
+def test_entry_point_exists():
+    assert callable(inspect.entry)

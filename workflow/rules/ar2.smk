@@ -1,0 +1,195 @@
+# AR2 (adversarial retriever-ranker) in rounds: results/{dataset}/ar2/{variant}/round{r}/.
+# Round 0 = the DPR start (models/dpr + embeddings/dpr, evaluated on dev); round r >= 1 mines with round
+# r-1's retriever, sieves (sieve variants), trains ranker then retriever, re-encodes the corpus and
+# evaluates on dev. ar2_select picks the round by a dev metric -> {method}/info.json; ar2_search writes
+# the method's run, which the evaluate rule scores. Details: docs/ar2.md.
+import json
+import shlex
+
+AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
+               "ar2_simans_sieve": "simans_sieve"}
+AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
+AR2 = config.get("ar2", {})
+
+
+def ar2_seed():
+    seed = AR2.get("seed")
+    return config["seed"] if seed is None else seed
+
+
+def _ar2_sieves(variant):
+    return variant.endswith("sieve")
+
+
+def _ar2_sieve_model():
+    return f"dpr_ccr_b{beta_tag(config['ccr']['beta'])}"
+
+
+def ar2_round_inputs(wildcards):
+    d, variant, r = wildcards.dataset, wildcards.variant, int(wildcards.r)
+    res = f"resources/{d}"
+    inputs = {
+        "corpus": f"{res}/corpus.parquet",
+        "train_queries": f"{res}/queries.train.parquet",
+        "train_qrels": f"{res}/qrels.train.parquet",
+        "dev_queries": f"{res}/queries.dev.parquet",
+        "dev_qrels": f"{res}/qrels.dev.parquet",
+    }
+    if d in SYNTHETIC:
+        inputs["train_qrels_all"] = f"{res}/qrels_all.train.parquet"
+        inputs["dev_qrels_all"] = f"{res}/qrels_all.dev.parquet"
+    if r == 0:
+        inputs["start_model"] = f"results/{d}/models/dpr/retriever.json"
+        inputs["start_embeddings"] = f"results/{d}/embeddings/dpr/manifest.json"
+    else:
+        inputs["previous"] = f"results/{d}/ar2/{variant}/round{r - 1}/round.json"
+        if _ar2_sieves(variant):
+            if AR2["sieve_init"] == "initial":
+                model = _ar2_sieve_model()
+                inputs["sieve_model"] = f"results/{d}/models/{model}/retriever.json"
+                inputs["sieve_embeddings"] = f"results/{d}/embeddings/{model}/manifest.json"
+    return inputs
+
+
+def ar2_round_args(wildcards, input):
+    d, r = wildcards.dataset, int(wildcards.r)
+    keys = input.keys()
+    out = []
+    for name in ("corpus", "train_queries", "train_qrels", "train_qrels_all", "dev_queries",
+                 "dev_qrels", "dev_qrels_all"):
+        if name in keys:
+            out += ["--" + name.replace("_", "-"), input[name]]
+    if r == 0:
+        out += ["--start-retriever", os.path.dirname(input.start_model),
+                "--start-embeddings", os.path.dirname(input.start_embeddings)]
+    else:
+        out += ["--prev-dir", os.path.dirname(input.previous)]
+    if _ar2_sieves(wildcards.variant):
+        sieve = {k: config["sieve"][k] for k in ("candidates", "pool", "strict", "fallback",
+                                                 "temperature", "batch_size")}
+        out += ["--sieve-config", json.dumps(sieve)]
+        if "sieve_model" in keys:
+            out += ["--sieve-model", os.path.dirname(input.sieve_model),
+                    "--sieve-embeddings", os.path.dirname(input.sieve_embeddings)]
+        elif AR2["sieve_init"] == "current":
+            out += ["--ccr-args", dense_train_flags("ccr")]
+    if DATASETS[d]["format"] == "squad":
+        out.append("--suspect-same-article")
+    out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
+    out += [str(k) for k in config["eval"]["ks"]]
+    out += ["--settings", json.dumps(AR2), "--seed", str(ar2_seed())]
+    return " ".join(shlex.quote(x) for x in out)
+
+
+def _ar2_device(wildcards, resources):
+    # From the job's resources: a cluster profile's set-resources may override the config's gpus.
+    return "cuda" if int(getattr(resources, "gpus", 0) or 0) > 0 else "cpu"
+
+
+def _ar2_resources():
+    n = AR2.get("gpus", 0)
+    return {"mem_mb": AR2.get("mem_mb", 6000), "gpus": n, "gpu": n}
+
+
+rule ar2_round:
+    input:
+        unpack(ar2_round_inputs),
+    output:
+        "results/{dataset}/ar2/{variant}/round{r}/round.json",
+    wildcard_constraints:
+        variant="|".join(AR2_VARIANTS),
+        r=r"\d+",
+    params:
+        args=ar2_round_args,
+        round_dir=lambda wildcards, output: os.path.dirname(output[0]),
+        device=_ar2_device,
+    threads: AR2.get("threads", 1)
+    resources:
+        **_ar2_resources(),
+    log:
+        "logs/ar2_round/{dataset}.{variant}.round{r}.log",
+    benchmark:
+        "benchmarks/ar2_round/{dataset}.{variant}.round{r}.tsv"
+    shell:
+        "python -m pipeline.ar2 --round {wildcards.r} --round-dir {params.round_dir}"
+        " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.args}"
+        " --device {params.device} --threads {threads} --log {log}"
+
+
+def _ar2_rounds(wildcards):
+    variant = AR2_METHODS[wildcards.method]
+    return [f"results/{wildcards.dataset}/ar2/{variant}/round{r}/round.json"
+            for r in range(AR2.get("rounds", 1) + 1)]
+
+
+rule ar2_select:
+    input:
+        _ar2_rounds,
+    output:
+        info="results/{dataset}/{method}/info.json",
+        figure=report("results/{dataset}/figures/{method}_rounds.png", category="AR2"),
+    wildcard_constraints:
+        method="|".join(AR2_METHODS),
+    params:
+        variant_dir=lambda wildcards: f"results/{wildcards.dataset}/ar2/{AR2_METHODS[wildcards.method]}",
+        variant=lambda wildcards: AR2_METHODS[wildcards.method],
+        rounds=AR2.get("rounds", 1),
+        metric=AR2.get("select_metric", "R@5"),
+    log:
+        "logs/ar2_select/{dataset}.{method}.log",
+    benchmark:
+        "benchmarks/ar2_select/{dataset}.{method}.tsv"
+    shell:
+        "python -m pipeline.ar2_select select --variant-dir {params.variant_dir}"
+        " --variant {params.variant} --rounds {params.rounds} --metric {params.metric:q}"
+        " --info-out {output.info} --figure {output.figure} --log {log}"
+
+
+rule ar2_search:
+    input:
+        info="results/{dataset}/{method}/info.json",
+        queries="resources/{dataset}/queries.{split}.parquet",
+    output:
+        "results/{dataset}/{method}/run.{split}.parquet",
+    wildcard_constraints:
+        method="|".join(AR2_METHODS),
+    params:
+        depth=config["eval"]["depth"],
+        device=_ar2_device,
+    threads: AR2.get("threads", 1)
+    resources:
+        **_ar2_resources(),
+    log:
+        "logs/ar2_search/{dataset}.{method}.{split}.log",
+    benchmark:
+        "benchmarks/ar2_search/{dataset}.{method}.{split}.tsv"
+    shell:
+        "python -m pipeline.ar2_select search --info {input.info} --queries {input.queries}"
+        " --depth {params.depth} --run-out {output} --device {params.device} --threads {threads}"
+        " --log {log}"
+
+
+def _ar2_curve_inputs(wildcards):
+    methods = [m for m in config["methods"] if m in AR2_METHODS] or ["ar2", "ar2_sieve"]
+    return {m: f"results/{wildcards.dataset}/{m}/info.json" for m in methods}
+
+
+def _ar2_curve_args(wildcards, input):
+    return " ".join(f"--variant {AR2_METHODS[m]}=results/{wildcards.dataset}/ar2/{AR2_METHODS[m]}"
+                    for m in input.keys())
+
+
+# All configured AR2 variants in one figure (not needed by metrics.json; ask for it or use `all`).
+rule ar2_learning_curve:
+    input:
+        unpack(_ar2_curve_inputs),
+    output:
+        report("results/{dataset}/figures/ar2_learning_curve.png", category="AR2"),
+    params:
+        args=_ar2_curve_args,
+        rounds=AR2.get("rounds", 1),
+    log:
+        "logs/ar2_learning_curve/{dataset}.log",
+    shell:
+        "python -m pipeline.learning_curve {params.args} --rounds {params.rounds}"
+        " --title 'AR2 variants: dev metrics per round' --out {output} --log {log}"
