@@ -1,7 +1,7 @@
 """One AR2 round: mine with the previous retriever, (sieve), train ranker then retriever, re-encode, evaluate.
 
-    python -m pipeline.ar2 --round 1 --round-dir results/synthkb/ar2/sieve/round1 \
-        --prev-dir results/synthkb/ar2/sieve/round0 --variant sieve --settings '{...config ar2...}' \
+    python -m pipeline.ar2 --round 1 --round-dir results/synthkb/ar2/sieve/seed0/round1 \
+        --prev-dir results/synthkb/ar2/sieve/seed0/round0 --variant sieve --settings '{...config ar2...}' \
         --corpus resources/synthkb/corpus.parquet --train-queries ... --train-qrels ... \
         --dev-queries ... --dev-qrels ... [--sieve-config '{...}' --sieve-model DIR --sieve-embeddings DIR]
 

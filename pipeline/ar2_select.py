@@ -1,11 +1,11 @@
 """Pick an AR2 variant's round by a dev metric; write the method's test run, info.json and figure.
 
-    python -m pipeline.ar2_select select --variant-dir results/synthkb/ar2/sieve --variant sieve \
-        --rounds 2 --metric R@5 --info-out results/synthkb/ar2_sieve/info.json \
-        --figure results/synthkb/figures/ar2_sieve_learning_curve.png
-    python -m pipeline.ar2_select search --info results/synthkb/ar2_sieve/info.json \
+    python -m pipeline.ar2_select select --variant-dir results/synthkb/ar2/sieve/seed0 --variant sieve \
+        --rounds 2 --metric R@5 --info-out results/synthkb/ar2_sieve/seed0/info.json \
+        --figure results/synthkb/figures/ar2_sieve_seed0_rounds.png
+    python -m pipeline.ar2_select search --info results/synthkb/ar2_sieve/seed0/info.json \
         --queries resources/synthkb/queries.test.parquet --depth 100 \
-        --run-out results/synthkb/ar2_sieve/run.test.parquet
+        --run-out results/synthkb/ar2_sieve/seed0/run.test.parquet
 
 Selection: the trained round (1..rounds) with the highest dev ``--metric``; ties go to the earlier
 round. Round 0 (the DPR start) is drawn in the learning curve but never selected: the method reports

@@ -73,12 +73,12 @@ def gather(dataset: str, paths: Sequence[str | os.PathLike]) -> dict:
     return {"dataset": dataset, "methods": methods}
 
 
-def _cell(value) -> str:
+def _cell(value, std=None) -> str:
     if value is None:
         return "–"
     if isinstance(value, float) and math.isnan(value):
         return "nan"
-    return f"{value:.3f}"
+    return f"{value:.3f}" if std is None else f"{value:.3f} ± {std:.3f}"
 
 
 def markdown_table(gathered: dict) -> str:
@@ -92,14 +92,16 @@ def markdown_table(gathered: dict) -> str:
              "|" + "|".join(["---"] * 3 + ["---:"] * len(columns)) + "|"]
     for method, entry in methods.items():
         cells = [method, str(entry["split"]), str(entry["n_queries"])]
-        cells += [_cell(entry["metrics"].get(name)) for name in columns]
+        std = entry.get("metrics_std") or {}
+        cells += [_cell(entry["metrics"].get(name), std.get(name)) for name in columns]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [(m, e["notes"]) for m, e in methods.items() if e.get("notes")]
     if notes:
         lines += ["", "Notes:", ""]
         lines += [f"- {method}: {note}" for method, note in notes]
     lines += ["", "R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: "
-              "qrels (see docs/evaluation.md). – = not defined for this method/split."]
+              "qrels (see docs/evaluation.md). – = not defined for this method/split. "
+              "a ± b: mean ± sample std over seeds."]
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,7 @@
 """AR2 learning curves: dev metrics per round, one line per variant, the selected round starred.
 
-    python -m pipeline.learning_curve --variant plain=results/synthkb/ar2/plain \
-        --variant sieve=results/synthkb/ar2/sieve --rounds 2 --out results/synthkb/figures/ar2_learning_curve.png
+    python -m pipeline.learning_curve --variant plain=results/synthkb/ar2/plain/seed0 \
+        --variant sieve=results/synthkb/ar2/sieve/seed0 --rounds 2 --out results/synthkb/figures/ar2_learning_curve.png
 
 Reads only ``round{r}/round.json`` (and ``selection.json`` when the variant has been selected).
 Round 0 is the starting retriever (DPR) and is drawn as the curves' first point.

@@ -1,20 +1,20 @@
-# AR2 (adversarial retriever-ranker) in rounds: results/{dataset}/ar2/{variant}/round{r}/.
+# AR2 (adversarial retriever-ranker) in rounds, per seed: results/{dataset}/ar2/{variant}/seed{seed}/round{r}/.
 # Round 0 = the DPR start (models/dpr + embeddings/dpr, evaluated on dev); round r >= 1 mines with round
 # r-1's retriever, sieves (sieve variants), trains ranker then retriever, re-encodes the corpus and
-# evaluates on dev. ar2_select picks the round by a dev metric -> {method}/info.json; ar2_search writes
-# the method's run, which the evaluate rule scores. Details: docs/ar2.md.
+# evaluates on dev. Per seed, ar2_select picks the round by a dev metric -> {method}/seed{seed}/info.json,
+# ar2_search writes that round's run and evaluate_ar2_seed scores it; ar2_seeds averages the seeds into
+# {method}/metrics.json (mean, std, per-seed values). Adding a seed to ar2.seeds only runs the new seed.
+# Details: docs/ar2.md.
 import json
 import shlex
 
-AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
-               "ar2_simans_sieve": "simans_sieve"}
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 AR2 = config.get("ar2", {})
 
 
-def ar2_seed():
-    seed = AR2.get("seed")
-    return config["seed"] if seed is None else seed
+def ar2_settings_json():
+    # `seeds` only says which runs exist; leaving it out keeps existing rounds' params unchanged.
+    return json.dumps({k: v for k, v in AR2.items() if k != "seeds"})
 
 
 def _ar2_sieves(variant):
@@ -26,7 +26,7 @@ def _ar2_sieve_model():
 
 
 def ar2_round_inputs(wildcards):
-    d, variant, r = wildcards.dataset, wildcards.variant, int(wildcards.r)
+    d, variant, r, seed = wildcards.dataset, wildcards.variant, int(wildcards.r), wildcards.seed
     res = f"resources/{d}"
     inputs = {
         "corpus": f"{res}/corpus.parquet",
@@ -42,7 +42,7 @@ def ar2_round_inputs(wildcards):
         inputs["start_model"] = f"results/{d}/models/dpr/retriever.json"
         inputs["start_embeddings"] = f"results/{d}/embeddings/dpr/manifest.json"
     else:
-        inputs["previous"] = f"results/{d}/ar2/{variant}/round{r - 1}/round.json"
+        inputs["previous"] = f"results/{d}/ar2/{variant}/seed{seed}/round{r - 1}/round.json"
         if _ar2_sieves(variant):
             if AR2["sieve_init"] == "initial":
                 model = _ar2_sieve_model()
@@ -77,7 +77,7 @@ def ar2_round_args(wildcards, input):
         out.append("--suspect-same-article")
     out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
     out += [str(k) for k in config["eval"]["ks"]]
-    out += ["--settings", json.dumps(AR2), "--seed", str(ar2_seed())]
+    out += ["--settings", ar2_settings_json(), "--seed", str(int(wildcards.seed))]
     return " ".join(shlex.quote(x) for x in out)
 
 
@@ -95,9 +95,10 @@ rule ar2_round:
     input:
         unpack(ar2_round_inputs),
     output:
-        "results/{dataset}/ar2/{variant}/round{r}/round.json",
+        "results/{dataset}/ar2/{variant}/seed{seed}/round{r}/round.json",
     wildcard_constraints:
         variant="|".join(AR2_VARIANTS),
+        seed=r"\d+",
         r=r"\d+",
     params:
         args=ar2_round_args,
@@ -107,9 +108,9 @@ rule ar2_round:
     resources:
         **_ar2_resources(),
     log:
-        "logs/ar2_round/{dataset}.{variant}.round{r}.log",
+        "logs/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
-        "benchmarks/ar2_round/{dataset}.{variant}.round{r}.tsv"
+        "benchmarks/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
         "python -m pipeline.ar2 --round {wildcards.r} --round-dir {params.round_dir}"
         " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.args}"
@@ -118,7 +119,7 @@ rule ar2_round:
 
 def _ar2_rounds(wildcards):
     variant = AR2_METHODS[wildcards.method]
-    return [f"results/{wildcards.dataset}/ar2/{variant}/round{r}/round.json"
+    return [f"results/{wildcards.dataset}/ar2/{variant}/seed{wildcards.seed}/round{r}/round.json"
             for r in range(AR2.get("rounds", 1) + 1)]
 
 
@@ -126,19 +127,21 @@ rule ar2_select:
     input:
         _ar2_rounds,
     output:
-        info="results/{dataset}/{method}/info.json",
-        figure=report("results/{dataset}/figures/{method}_rounds.png", category="AR2"),
+        info="results/{dataset}/{method}/seed{seed}/info.json",
+        figure=report("results/{dataset}/figures/{method}_seed{seed}_rounds.png", category="AR2"),
     wildcard_constraints:
         method="|".join(AR2_METHODS),
+        seed=r"\d+",
     params:
-        variant_dir=lambda wildcards: f"results/{wildcards.dataset}/ar2/{AR2_METHODS[wildcards.method]}",
+        variant_dir=lambda wildcards: (f"results/{wildcards.dataset}/ar2/{AR2_METHODS[wildcards.method]}"
+                                       f"/seed{wildcards.seed}"),
         variant=lambda wildcards: AR2_METHODS[wildcards.method],
         rounds=AR2.get("rounds", 1),
         metric=AR2.get("select_metric", "R@5"),
     log:
-        "logs/ar2_select/{dataset}.{method}.log",
+        "logs/ar2_select/{dataset}.{method}.seed{seed}.log",
     benchmark:
-        "benchmarks/ar2_select/{dataset}.{method}.tsv"
+        "benchmarks/ar2_select/{dataset}.{method}.seed{seed}.tsv"
     shell:
         "python -m pipeline.ar2_select select --variant-dir {params.variant_dir}"
         " --variant {params.variant} --rounds {params.rounds} --metric {params.metric:q}"
@@ -147,12 +150,13 @@ rule ar2_select:
 
 rule ar2_search:
     input:
-        info="results/{dataset}/{method}/info.json",
+        info="results/{dataset}/{method}/seed{seed}/info.json",
         queries="resources/{dataset}/queries.{split}.parquet",
     output:
-        "results/{dataset}/{method}/run.{split}.parquet",
+        "results/{dataset}/{method}/seed{seed}/run.{split}.parquet",
     wildcard_constraints:
         method="|".join(AR2_METHODS),
+        seed=r"\d+",
     params:
         depth=config["eval"]["depth"],
         device=_ar2_device,
@@ -160,26 +164,78 @@ rule ar2_search:
     resources:
         **_ar2_resources(),
     log:
-        "logs/ar2_search/{dataset}.{method}.{split}.log",
+        "logs/ar2_search/{dataset}.{method}.seed{seed}.{split}.log",
     benchmark:
-        "benchmarks/ar2_search/{dataset}.{method}.{split}.tsv"
+        "benchmarks/ar2_search/{dataset}.{method}.seed{seed}.{split}.tsv"
     shell:
         "python -m pipeline.ar2_select search --info {input.info} --queries {input.queries}"
         " --depth {params.depth} --run-out {output} --device {params.device} --threads {threads}"
         " --log {log}"
 
 
+rule evaluate_ar2_seed:
+    input:
+        unpack(lambda wildcards: evaluate_inputs(
+            wildcards, f"results/{wildcards.dataset}/{wildcards.method}/seed{wildcards.seed}")),
+    output:
+        "results/{dataset}/{method}/seed{seed}/metrics.json",
+    wildcard_constraints:
+        method="|".join(AR2_METHODS),
+        seed=r"\d+",
+    params:
+        split=lambda wildcards: eval_split(wildcards.dataset),
+        ks=" ".join(str(k) for k in config["eval"]["ks"]),
+        match=config["eval"]["match"],
+        qrels_all=qrels_all_arg,
+    log:
+        "logs/evaluate/{dataset}.{method}.seed{seed}.log",
+    benchmark:
+        "benchmarks/evaluate/{dataset}.{method}.seed{seed}.tsv"
+    shell:
+        "python -m pipeline.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels}"
+        " {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset}"
+        " --method {wildcards.method} --split {params.split} --ks {params.ks} --match {params.match}"
+        " --out {output} --log {log}"
+
+
+# An AR2 method's metrics.json is the seeds' mean (and std), not one run's evaluation.
+ruleorder: ar2_seeds > evaluate
+
+
+rule ar2_seeds:
+    input:
+        metrics=lambda wildcards: [f"results/{wildcards.dataset}/{wildcards.method}/seed{s}/metrics.json"
+                                   for s in ar2_seeds()],
+        infos=lambda wildcards: [f"results/{wildcards.dataset}/{wildcards.method}/seed{s}/info.json"
+                                 for s in ar2_seeds()],
+    output:
+        "results/{dataset}/{method}/metrics.json",
+    wildcard_constraints:
+        method="|".join(AR2_METHODS),
+    log:
+        "logs/ar2_seeds/{dataset}.{method}.log",
+    shell:
+        "python -m pipeline.seed_metrics --metrics {input.metrics} --infos {input.infos}"
+        " --out {output} --log {log}"
+
+
 def _ar2_curve_inputs(wildcards):
     methods = [m for m in config["methods"] if m in AR2_METHODS] or ["ar2", "ar2_sieve"]
-    return {m: f"results/{wildcards.dataset}/{m}/info.json" for m in methods}
+    return {f"{m}_seed{s}": f"results/{wildcards.dataset}/{m}/seed{s}/info.json"
+            for m in methods for s in ar2_seeds()}
 
 
 def _ar2_curve_args(wildcards, input):
-    return " ".join(f"--variant {AR2_METHODS[m]}=results/{wildcards.dataset}/ar2/{AR2_METHODS[m]}"
-                    for m in input.keys())
+    args = []
+    for name in input.keys():
+        method, seed = name.rsplit("_seed", 1)
+        variant = AR2_METHODS[method]
+        label = variant if len(ar2_seeds()) == 1 else f"{variant}/seed{seed}"
+        args.append(f"--variant {label}=results/{wildcards.dataset}/ar2/{variant}/seed{seed}")
+    return " ".join(args)
 
 
-# All configured AR2 variants in one figure (not needed by metrics.json; ask for it or use `all`).
+# All configured AR2 variants (and seeds) in one figure (not needed by metrics.json; ask for it or use `all`).
 rule ar2_learning_curve:
     input:
         unpack(_ar2_curve_inputs),

@@ -43,3 +43,14 @@ def dense_method_models():
         "dpr": "dpr",
         "dpr_ccr": f"dpr_ccr_b{beta_tag(config['ccr']['beta'])}" if "ccr" in config else None,
     }
+
+
+# AR2 methods -> their variant folder (results/{dataset}/ar2/{variant}/seed{seed}/); see ar2.smk.
+AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
+               "ar2_simans_sieve": "simans_sieve"}
+
+
+def ar2_seeds():
+    """AR2 seeds (config ar2.seeds; null = the top-level seed). Each seed is a complete AR2 run."""
+    seeds = config.get("ar2", {}).get("seeds")
+    return [int(config["seed"])] if not seeds else [int(s) for s in seeds]

@@ -2,11 +2,12 @@
 # Definitions and file formats: docs/evaluation.md.
 
 
-def evaluate_inputs(wildcards):
+def evaluate_inputs(wildcards, run_dir=None):
     """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
     dataset, split = wildcards.dataset, eval_split(wildcards.dataset)
+    run_dir = run_dir or f"results/{dataset}/{wildcards.method}"
     inputs = {
-        "run": f"results/{dataset}/{wildcards.method}/run.{split}.parquet",
+        "run": f"{run_dir}/run.{split}.parquet",
         "queries": f"resources/{dataset}/queries.{split}.parquet",
         "qrels": f"resources/{dataset}/qrels.{split}.parquet",
         "corpus": f"resources/{dataset}/corpus.parquet",
@@ -20,12 +21,20 @@ def qrels_all_arg(wildcards, input):
     return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
 
 
+def method_run_dirs(dataset, method):
+    """Folders holding a method's evaluation runs: one per seed for AR2 methods (ar2.smk)."""
+    if method in AR2_METHODS:
+        return [f"results/{dataset}/{method}/seed{seed}" for seed in ar2_seeds()]
+    return [f"results/{dataset}/{method}"]
+
+
 def trec_exports(wildcards):
-    """run.{split}.trec of every method, when config eval.trec_export asks for them."""
+    """run.{split}.trec of every method (every seed), when config eval.trec_export asks for them."""
     if not config["eval"]["trec_export"]:
         return []
     split = eval_split(wildcards.dataset)
-    return [f"results/{wildcards.dataset}/{method}/run.{split}.trec" for method in config["methods"]]
+    return [f"{folder}/run.{split}.trec" for method in config["methods"]
+            for folder in method_run_dirs(wildcards.dataset, method)]
 
 
 rule evaluate:
@@ -50,16 +59,20 @@ rule evaluate:
 # (the split comes from eval_split(dataset)); gather_metrics requests these when trec_export is on.
 rule export_trec:
     input:
-        run="results/{dataset}/{method}/run.{split}.parquet",
+        run="results/{dataset}/{run}/run.{split}.parquet",
         queries="resources/{dataset}/queries.{split}.parquet",
     output:
-        "results/{dataset}/{method}/run.{split}.trec",
+        "results/{dataset}/{run}/run.{split}.trec",
+    wildcard_constraints:
+        run=r"[A-Za-z0-9_]+(/seed\d+)?",   # a method, or one seed of an AR2 method
+    params:
+        tag=lambda wildcards: wildcards.run.replace("/", "_"),
     log:
-        "logs/export_trec/{dataset}.{method}.{split}.log",
+        "logs/export_trec/{dataset}.{run}.{split}.log",
     benchmark:
-        "benchmarks/export_trec/{dataset}.{method}.{split}.tsv"
+        "benchmarks/export_trec/{dataset}.{run}.{split}.tsv"
     shell:
-        "python -m pipeline.runs --run {input.run} --queries {input.queries} --tag {wildcards.method} --trec {output} --log {log}"
+        "python -m pipeline.runs --run {input.run} --queries {input.queries} --tag {params.tag} --trec {output} --log {log}"
 
 
 rule gather_metrics:
