@@ -16,6 +16,10 @@ except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
 
+# `snakemake --report report.html <target>`: figures and tables marked report() in the rules.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/resources.smk"
 include: "workflow/rules/data.smk"

@@ -105,6 +105,23 @@ def markdown_table(gathered: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def html_table(gathered: dict) -> str:
+    """The Markdown table's content as a small standalone HTML page (for `snakemake --report`)."""
+    import html
+
+    md = markdown_table(gathered).splitlines()
+    rows = [line.strip("|").split("|") for line in md if line.startswith("|")]
+    head, body = rows[0], rows[2:]
+    cells = "".join(f"<th>{html.escape(c.strip())}</th>" for c in head)
+    trs = ["<tr>" + "".join(f"<td>{html.escape(c.strip())}</td>" for c in row) + "</tr>" for row in body]
+    notes = [line for line in md if line and not line.startswith(("|", "#"))]
+    return ("<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
+            f"</style><h3>{html.escape(gathered['dataset'])}: retrieval metrics</h3>"
+            f"<table><tr>{cells}</tr>{''.join(trs)}</table>"
+            + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.gather_metrics",
                                      description="Gather the methods' metrics of one dataset.")
@@ -112,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs", nargs="+", required=True, help="results/D/<method>/metrics.json")
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-md", required=True)
+    parser.add_argument("--out-html", help="the table as HTML (the Snakemake report shows it)")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     setup_logging(args.log)
@@ -120,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out_json, gathered)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:
         handle.write(table)
+    if args.out_html:
+        with atomic_open(args.out_html, "w", encoding="utf-8") as handle:
+            handle.write(html_table(gathered))
     log.info("gathered %d methods for %s\n%s", len(gathered["methods"]), args.dataset, table)
     return 0
 

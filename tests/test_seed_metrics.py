@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipeline.gather_metrics import gather, markdown_table
+from pipeline.gather_metrics import gather, html_table, markdown_table
 from pipeline.io import DataError
 from pipeline.seed_metrics import aggregate_seeds, main, mean_std
 
@@ -73,6 +73,8 @@ def test_cli_and_gathered_table_show_mean_and_std(tmp_path):
     assert data["metrics_std"]["R@1"] == pytest.approx(math.sqrt(0.02))
     table = markdown_table(gather("d", [out]))
     assert "0.500 ± 0.141" in table and "0.900 ± 0.000" in table
+    page = html_table(gather("d", [out]))
+    assert "<td>ar2_sieve</td>" in page and "<td>0.500 ± 0.141</td>" in page
 
 
 def test_info_without_seed_names_the_file(tmp_path):

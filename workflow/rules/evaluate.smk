@@ -82,9 +82,10 @@ rule gather_metrics:
     output:
         json="results/{dataset}/metrics.json",
         md="results/{dataset}/metrics.md",
+        html=report("results/{dataset}/metrics.html", caption="../report/metrics.rst", category="Metrics"),
     log:
         "logs/gather_metrics/{dataset}.log",
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.gather_metrics --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --log {log}"
+        "python -m pipeline.gather_metrics --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --log {log}"

@@ -246,10 +246,11 @@ rule sieve_figures:
                                   for tag in sieve_sweep_tags()],
         comparison="results/{dataset}/sieve/comparison.json",
     output:
-        figure1="results/{dataset}/figures/figure1_nce_loss.png",
+        figure1=report("results/{dataset}/figures/figure1_nce_loss.png", caption="../report/figure1.rst",
+                       category="Sieve"),
         figure1_json="results/{dataset}/figures/figure1_separation.json",
-        sieve_out="results/{dataset}/figures/sieve_out_rate.png",
-        filters="results/{dataset}/figures/filters_precision_recall.png",
+        sieve_out=report("results/{dataset}/figures/sieve_out_rate.png", category="Sieve"),
+        filters=report("results/{dataset}/figures/filters_precision_recall.png", category="Sieve"),
     params:
         losses=lambda wildcards, input: " ".join(
             f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(), input.losses)),
