@@ -97,13 +97,17 @@ def search_torch(embeddings_dir: str | os.PathLike, queries: np.ndarray, k: int,
     device = device or torch.device("cpu")
     pids = embeddings.ids()
     top = TopK(len(queries), k, pid_ranks(pids))
-    q_all = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(device)
+    # CPU matmul kernels round identical rows differently depending on their position in the block
+    # (1 ulp in float32), which would break the pid tie order; float64 products rounded to float32
+    # give identical rows identical scores. CUDA keeps float32 for speed.
+    dtype = torch.float64 if device.type == "cpu" else torch.float32
+    q_all = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(device, dtype)
     with make_progress("passages", progress) as bar, torch.inference_mode():
         task = bar.add_task("exact search (torch)", total=embeddings.count)
         for first, chunk in embeddings.iter_rows(chunk_rows):
-            block = torch.from_numpy(chunk).to(device).float()
+            block = torch.from_numpy(chunk).to(device, dtype)
             for start in range(0, len(queries), query_batch):
-                scores = q_all[start:start + query_batch] @ block.T
+                scores = (q_all[start:start + query_batch] @ block.T).float()
                 values, cols = chunk_candidates(scores, k)
                 top.add(start, values.cpu().numpy(), cols.cpu().numpy() + first)
             bar.advance(task, len(chunk))
