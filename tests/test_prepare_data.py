@@ -18,9 +18,9 @@ from pipeline.io import SPLITS
 from pipeline.prepare_data import main
 from pipeline.readers import sources
 from pipeline.splits import assign_splits, parse_split_spec
+from squad_data import squad36
 
 FIX = Path(__file__).parent / "fixtures"
-SQUAD36 = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad" / "squad-v1.1-dev-36.json.gz"
 OUTPUTS = ["corpus.parquet", *(f"{t}.{s}.parquet" for t in ("queries", "qrels") for s in SPLITS),
            "negatives.train.parquet", "manifest.json"]
 
@@ -101,28 +101,28 @@ def test_msmarco(tmp_path):
 
 
 def test_squad_all_test(tmp_path):
-    m = prepare(tmp_path, "squad", {"source": FIX / "squad" / "dev-v1.1.json"})
-    assert m["counts"]["corpus"] == 6
-    assert m["counts"]["queries"] == {"train": 0, "dev": 0, "test": 7}
+    source, _ = squad36()
+    m = prepare(tmp_path, "squad", {"source": source})
+    assert m["counts"]["corpus"] == 1557
+    assert m["counts"]["queries"] == {"train": 0, "dev": 0, "test": 8001}
     qrels = table(tmp_path, "qrels.test")
-    assert qrels.relevance.eq(1).all() and len(qrels) == 7
-    assert qrels.set_index("qid").loc["56dddf4066d3e219004dad5f", "pid"] == "Normans#1"
-    assert table(tmp_path, "corpus").title.tolist()[:2] == ["Super_Bowl_50", "Super_Bowl_50"]
+    assert qrels.relevance.eq(1).all() and len(qrels) == 8001
+    assert qrels.set_index("qid").loc["5725b33f6a3fe71400b8952d", "pid"] == "1973_oil_crisis#0"
+    assert table(tmp_path, "corpus").title.tolist()[:2] == ["1973_oil_crisis", "1973_oil_crisis"]
 
 
 def test_squad_split_by_article(tmp_path):
-    spec = {"by": "article", "dev": 0.34, "test": 0.34, "seed": 3}
-    m = prepare(tmp_path, "squad", {"source": FIX / "squad" / "dev-v1.1.json"},
-                "--split-spec", json.dumps(spec))
-    assert m["split"] == spec
+    source, spec = squad36()
+    m = prepare(tmp_path, "squad", {"source": source}, "--split-spec", json.dumps(spec["split"]))
+    assert m["split"] == spec["split"]
     article_of = {pid: pid.split("#")[0] for pid in table(tmp_path, "corpus").pid}
     split_of_article: dict[str, set] = {}
     for split in SPLITS:
         for pid in table(tmp_path, f"qrels.{split}").pid:
             split_of_article.setdefault(article_of[pid], set()).add(split)
     assert all(len(s) == 1 for s in split_of_article.values())  # never one article in two splits
-    assert sorted(next(iter(s)) for s in split_of_article.values()) == ["dev", "test", "train"]
-    assert sum(m["counts"]["queries"].values()) == 7
+    assert sorted(set().union(*split_of_article.values())) == ["dev", "test", "train"]
+    assert sum(m["counts"]["queries"].values()) == 8001
 
 
 def test_beir(tmp_path):
@@ -167,12 +167,6 @@ def test_small_batches_give_the_same_corpus(tmp_path, monkeypatch):
     prepare(tmp_path / "b", "dpr", DPR_FILES)
     for name in ("corpus", "negatives.train"):
         pd.testing.assert_frame_equal(table(tmp_path / "a", name), table(tmp_path / "b", name))
-
-
-@pytest.mark.skipif(not SQUAD36.exists(), reason="shared SQuAD data not present")
-def test_real_squad36(tmp_path):
-    m = prepare(tmp_path, "squad", {"source": SQUAD36})
-    assert m["counts"]["corpus"] == 1557 and m["counts"]["queries"]["test"] == 8001
 
 
 # ---- validation: one clear error, exit 2, no outputs ------------------------------------------------

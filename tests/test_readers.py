@@ -12,6 +12,7 @@ from pipeline.io import DataError
 from pipeline.readers import beir, dpr, msmarco, squad
 from pipeline.readers.base import ctx_pid
 from pipeline.readers.writer import PidSet
+from squad_data import squad36
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -188,15 +189,25 @@ def test_msmarco_bad_rows(tmp_path):
 # ---- SQuAD -------------------------------------------------------------------------------------------
 
 def test_squad_paragraphs_questions_answers():
-    paras = list(squad.read_squad(FIX / "squad" / "dev-v1.1.json"))
-    assert [p.pid for p in paras] == ["Super_Bowl_50#0", "Super_Bowl_50#1", "Normans#0", "Normans#1",
-                                      "Normans#2", "Computational_complexity_theory#0"]
-    assert [p.article for p in paras] == [0, 0, 1, 1, 1, 2]
-    assert paras[0].title == "Super_Bowl_50"
-    q0, q1 = paras[0].questions
-    assert q0.qid == "56be4db0acb8001400a502ec" and q0.answers == ["Denver Broncos"]
-    assert q1.answers == ["Carolina Panthers", "the Carolina Panthers"]
-    assert paras[4].questions == []
+    source, _ = squad36()
+    paras = list(squad.read_squad(source))
+    assert len(paras) == 1557 and sum(len(p.questions) for p in paras) == 8001
+    assert [p.pid for p in paras[:3]] == ["1973_oil_crisis#0", "1973_oil_crisis#1", "1973_oil_crisis#2"]
+    assert [p.article for p in paras[:3]] == [0, 0, 0] and len({p.article for p in paras}) == 36
+    assert paras[-1].pid == "Warsaw#48" and paras[-1].article == 35
+    assert paras[0].title == "1973_oil_crisis"
+    q0, q1 = paras[0].questions[:2]
+    # five annotator answers each, duplicates removed in first-seen order
+    assert q0.qid == "5725b33f6a3fe71400b8952d" and q0.answers == ["October 1973", "October", "1973"]
+    assert q1.answers == ["nearly $12", "$12"]
+
+
+def test_squad_paragraph_without_questions(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text('{"data": [{"title": "T", "paragraphs": [{"context": "a", "qas": [{"id": "q", '
+                    '"question": "?", "answers": [{"text": "a"}]}]}, {"context": "b", "qas": []}]}]}')
+    paras = list(squad.read_squad(path))
+    assert [p.pid for p in paras] == ["T#0", "T#1"] and paras[1].questions == []
 
 
 def test_squad_bad_answer_names_the_field(tmp_path):
@@ -277,5 +288,5 @@ def test_pidset_numeric_duplicate_found_at_freeze():
 
 def test_fixture_copy_keeps_layout(tmp_path):
     # the fixtures are read where they are; a copy under another name reads the same
-    copy = shutil.copy(FIX / "squad" / "dev-v1.1.json", tmp_path / "source")
-    assert len(list(squad.read_squad(copy))) == 6
+    copy = shutil.copy(squad36()[0], tmp_path / "source")
+    assert len(list(squad.read_squad(copy))) == 1557

@@ -1,0 +1,28 @@
+"""The real SQuAD v1.1 dev sample (36 articles) in ../shared, reached through the SQuAD config overlay.
+
+Tests read it where the workflow reads it: `profiles/squad/config.yaml` declares dataset `squad36`
+with `source: ../shared/data/squad/...` (relative to the repository root), and
+`pipeline.readers.sources.prepare_inputs` resolves the role -> file mapping the prepare rule uses.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.readers import sources
+
+REPO = Path(__file__).resolve().parent.parent
+OVERLAY = REPO / "profiles" / "squad" / "config.yaml"
+DATASET = "squad36"
+
+
+def squad36() -> tuple[Path, dict]:
+    """(source file, dataset spec) of `squad36` from the default config + the SQuAD overlay."""
+    config = load_config([OVERLAY])
+    source = Path(sources.prepare_inputs(config, DATASET)["source"])
+    path = source if source.is_absolute() else REPO / source
+    if not path.exists():
+        pytest.fail(f"{path} not found: the shared SQuAD data must sit beside the checkout (../shared)")
+    return path, config["datasets"][DATASET]
