@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     fingerprint = {
         "round": args.round, "variant": args.variant, "seed": seed,
         "settings": {k: v for k, v in settings.items()
-                     if k not in ("checkpoint_every", "encode_batch_size", "select_metric", "seed",
+                     if k not in ("checkpoint_every", "encode_batch_size", "select_metric",
                                   "keep_checkpoints", "threads", "mem_mb", "gpus")},
         "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,
         "inputs": [_file_id(p) for p in (args.corpus, args.train_queries, args.train_qrels,

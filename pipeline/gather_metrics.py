@@ -81,45 +81,51 @@ def _cell(value, std=None) -> str:
     return f"{value:.3f}" if std is None else f"{value:.3f} ± {std:.3f}"
 
 
-def markdown_table(gathered: dict) -> str:
-    """Methods as rows, metrics as columns (fixed order), 3 decimals; notes listed below."""
+FOOTNOTE = ("R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: qrels (see "
+            "docs/evaluation.md). – = not defined for this method/split. a ± b: mean ± sample std over seeds.")
+
+
+def table_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
+    """(header, one row of cells per method in input order, notes): metric columns in a fixed order."""
     methods = gathered["methods"]
     columns = sorted({name for entry in methods.values() for name in entry["metrics"]},
                      key=metric_sort_key)
-    header = ["method", "split", "queries", *columns]
+    rows = []
+    for method, entry in methods.items():
+        std = entry.get("metrics_std") or {}
+        rows.append([method, str(entry["split"]), str(entry["n_queries"])]
+                    + [_cell(entry["metrics"].get(name), std.get(name)) for name in columns])
+    notes = [f"{method}: {entry['notes']}" for method, entry in methods.items() if entry.get("notes")]
+    return ["method", "split", "queries", *columns], rows, notes
+
+
+def markdown_table(gathered: dict) -> str:
+    """Methods as rows, metrics as columns (fixed order), 3 decimals; notes listed below."""
+    header, rows, notes = table_rows(gathered)
     lines = [f"# {gathered['dataset']}: retrieval metrics", "",
              "| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] * 3 + ["---:"] * len(columns)) + "|"]
-    for method, entry in methods.items():
-        cells = [method, str(entry["split"]), str(entry["n_queries"])]
-        std = entry.get("metrics_std") or {}
-        cells += [_cell(entry["metrics"].get(name), std.get(name)) for name in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    notes = [(m, e["notes"]) for m, e in methods.items() if e.get("notes")]
+             "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     if notes:
-        lines += ["", "Notes:", ""]
-        lines += [f"- {method}: {note}" for method, note in notes]
-    lines += ["", "R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: "
-              "qrels (see docs/evaluation.md). – = not defined for this method/split. "
-              "a ± b: mean ± sample std over seeds."]
+        lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
+    lines += ["", FOOTNOTE]
     return "\n".join(lines) + "\n"
 
 
 def html_table(gathered: dict) -> str:
-    """The Markdown table's content as a small standalone HTML page (for `snakemake --report`)."""
-    import html
+    """The same table as a small standalone HTML page (for `snakemake --report`)."""
+    from html import escape
 
-    md = markdown_table(gathered).splitlines()
-    rows = [line.strip("|").split("|") for line in md if line.startswith("|")]
-    head, body = rows[0], rows[2:]
-    cells = "".join(f"<th>{html.escape(c.strip())}</th>" for c in head)
-    trs = ["<tr>" + "".join(f"<td>{html.escape(c.strip())}</td>" for c in row) + "</tr>" for row in body]
-    notes = [line for line in md if line and not line.startswith(("|", "#"))]
+    header, rows, notes = table_rows(gathered)
+    head = "".join(f"<th>{escape(c)}</th>" for c in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows)
+    paragraphs = [f"Notes: {'; '.join(notes)}"] if notes else []
+    paragraphs.append(FOOTNOTE)
     return ("<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
-            f"</style><h3>{html.escape(gathered['dataset'])}: retrieval metrics</h3>"
-            f"<table><tr>{cells}</tr>{''.join(trs)}</table>"
-            + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
+            f"</style><h3>{escape(gathered['dataset'])}: retrieval metrics</h3>"
+            f"<table><tr>{head}</tr>{body}</table>"
+            + "".join(f"<p>{escape(p)}</p>" for p in paragraphs))
 
 
 def main(argv: list[str] | None = None) -> int:

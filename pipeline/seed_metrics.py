@@ -78,7 +78,6 @@ def aggregate_seeds(metrics: Sequence[dict], infos: Sequence[dict], sources: Seq
     out = {k: v for k, v in first.items() if k not in ("metrics", "notes")}
     out.update({
         "seeds": seeds,
-        "n_seeds": len(seeds),
         "metrics": mean,
         "steps": infos[0].get("steps"),
         "wall_time_s": round(sum(float(i.get("wall_time_s") or 0.0) for i in infos), 3),

@@ -2,7 +2,7 @@
 # Round 0 = the DPR start (models/dpr + embeddings/dpr, evaluated on dev); round r >= 1 mines with round
 # r-1's retriever, sieves (sieve variants), trains ranker then retriever, re-encodes the corpus and
 # evaluates on dev. Per seed, ar2_select picks the round by a dev metric -> {method}/seed{seed}/info.json,
-# ar2_search writes that round's run and evaluate_ar2_seed scores it; ar2_seeds averages the seeds into
+# ar2_search writes that round's run and evaluate scores it; ar2_seeds averages the seeds into
 # {method}/metrics.json (mean, std, per-seed values). Adding a seed to ar2.seeds only runs the new seed.
 # Details: docs/ar2.md.
 import json
@@ -173,41 +173,16 @@ rule ar2_search:
         " --log {log}"
 
 
-rule evaluate_ar2_seed:
-    input:
-        unpack(lambda wildcards: evaluate_inputs(
-            wildcards, f"results/{wildcards.dataset}/{wildcards.method}/seed{wildcards.seed}")),
-    output:
-        "results/{dataset}/{method}/seed{seed}/metrics.json",
-    wildcard_constraints:
-        method="|".join(AR2_METHODS),
-        seed=r"\d+",
-    params:
-        split=lambda wildcards: eval_split(wildcards.dataset),
-        ks=" ".join(str(k) for k in config["eval"]["ks"]),
-        match=config["eval"]["match"],
-        qrels_all=qrels_all_arg,
-    log:
-        "logs/evaluate/{dataset}.{method}.seed{seed}.log",
-    benchmark:
-        "benchmarks/evaluate/{dataset}.{method}.seed{seed}.tsv"
-    shell:
-        "python -m pipeline.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels}"
-        " {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset}"
-        " --method {wildcards.method} --split {params.split} --ks {params.ks} --match {params.match}"
-        " --out {output} --log {log}"
-
-
 # An AR2 method's metrics.json is the seeds' mean (and std), not one run's evaluation.
 ruleorder: ar2_seeds > evaluate
 
 
 rule ar2_seeds:
     input:
-        metrics=lambda wildcards: [f"results/{wildcards.dataset}/{wildcards.method}/seed{s}/metrics.json"
-                                   for s in ar2_seeds()],
-        infos=lambda wildcards: [f"results/{wildcards.dataset}/{wildcards.method}/seed{s}/info.json"
-                                 for s in ar2_seeds()],
+        metrics=lambda wildcards: [f"{folder}/metrics.json"
+                                   for folder in method_run_dirs(wildcards.dataset, wildcards.method)],
+        infos=lambda wildcards: [f"{folder}/info.json"
+                                 for folder in method_run_dirs(wildcards.dataset, wildcards.method)],
     output:
         "results/{dataset}/{method}/metrics.json",
     wildcard_constraints:
@@ -219,30 +194,25 @@ rule ar2_seeds:
         " --out {output} --log {log}"
 
 
-def _ar2_curve_inputs(wildcards):
+def _ar2_curves(wildcards):
+    """(label, round folder parent, info.json) per configured AR2 method and seed."""
     methods = [m for m in config["methods"] if m in AR2_METHODS] or ["ar2", "ar2_sieve"]
-    return {f"{m}_seed{s}": f"results/{wildcards.dataset}/{m}/seed{s}/info.json"
-            for m in methods for s in ar2_seeds()}
-
-
-def _ar2_curve_args(wildcards, input):
-    args = []
-    for name in input.keys():
-        method, seed = name.rsplit("_seed", 1)
-        variant = AR2_METHODS[method]
-        label = variant if len(ar2_seeds()) == 1 else f"{variant}/seed{seed}"
-        args.append(f"--variant {label}=results/{wildcards.dataset}/ar2/{variant}/seed{seed}")
-    return " ".join(args)
+    seeds = ar2_seeds()
+    d = wildcards.dataset
+    return [(AR2_METHODS[m] if len(seeds) == 1 else f"{AR2_METHODS[m]}/seed{s}",
+             f"results/{d}/ar2/{AR2_METHODS[m]}/seed{s}", f"results/{d}/{m}/seed{s}/info.json")
+            for m in methods for s in seeds]
 
 
 # All configured AR2 variants (and seeds) in one figure (not needed by metrics.json; ask for it or use `all`).
 rule ar2_learning_curve:
     input:
-        unpack(_ar2_curve_inputs),
+        lambda wildcards: [info for _, _, info in _ar2_curves(wildcards)],
     output:
         report("results/{dataset}/figures/ar2_learning_curve.png", category="AR2"),
     params:
-        args=_ar2_curve_args,
+        args=lambda wildcards: " ".join(f"--variant {label}={folder}"
+                                        for label, folder, _ in _ar2_curves(wildcards)),
         rounds=AR2.get("rounds", 1),
     log:
         "logs/ar2_learning_curve/{dataset}.log",

@@ -1,13 +1,16 @@
 # Evaluation: score each method's run on the dataset's evaluation split, then gather every method.
+# A run folder is results/{dataset}/{run}/: a method, or one seed of an AR2 method ({method}/seed{s},
+# whose seeds ar2.smk's ar2_seeds averages into the method's metrics.json).
 # Definitions and file formats: docs/evaluation.md.
 
+RUN_FOLDER = r"[A-Za-z0-9_]+(/seed\d+)?"
 
-def evaluate_inputs(wildcards, run_dir=None):
+
+def evaluate_inputs(wildcards):
     """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
     dataset, split = wildcards.dataset, eval_split(wildcards.dataset)
-    run_dir = run_dir or f"results/{dataset}/{wildcards.method}"
     inputs = {
-        "run": f"{run_dir}/run.{split}.parquet",
+        "run": f"results/{dataset}/{wildcards.run}/run.{split}.parquet",
         "queries": f"resources/{dataset}/queries.{split}.parquet",
         "qrels": f"resources/{dataset}/qrels.{split}.parquet",
         "corpus": f"resources/{dataset}/corpus.parquet",
@@ -41,18 +44,21 @@ rule evaluate:
     input:
         unpack(evaluate_inputs),
     output:
-        "results/{dataset}/{method}/metrics.json",
+        "results/{dataset}/{run}/metrics.json",
+    wildcard_constraints:
+        run=RUN_FOLDER,
     params:
+        method=lambda wildcards: wildcards.run.split("/")[0],
         split=lambda wildcards: eval_split(wildcards.dataset),
         ks=" ".join(str(k) for k in config["eval"]["ks"]),
         match=config["eval"]["match"],
         qrels_all=qrels_all_arg,
     log:
-        "logs/evaluate/{dataset}.{method}.log",
+        "logs/evaluate/{dataset}.{run}.log",
     benchmark:
-        "benchmarks/evaluate/{dataset}.{method}.tsv"
+        "benchmarks/evaluate/{dataset}.{run}.tsv"
     shell:
-        "python -m pipeline.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {wildcards.method} --split {params.split} --ks {params.ks} --match {params.match} --out {output} --log {log}"
+        "python -m pipeline.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} --out {output} --log {log}"
 
 
 # A separate rule because Snakemake outputs cannot depend on a function of the wildcards
@@ -64,7 +70,7 @@ rule export_trec:
     output:
         "results/{dataset}/{run}/run.{split}.trec",
     wildcard_constraints:
-        run=r"[A-Za-z0-9_]+(/seed\d+)?",   # a method, or one seed of an AR2 method
+        run=RUN_FOLDER,
     params:
         tag=lambda wildcards: wildcards.run.replace("/", "_"),
     log:
