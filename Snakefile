@@ -4,7 +4,7 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
-from pipeline.config import ConfigError, validate_config
+from pipeline.core.config import ConfigError, validate_config
 
 # Anchored to the repository so `--directory elsewhere` still starts from the defaults;
 # `--configfile overlay.yaml` deep-merges over them.

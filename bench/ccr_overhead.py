@@ -2,7 +2,7 @@
 
 Both variants run the identical encoder forward/backward and AdamW step on the same tokenised batch;
 only the loss differs: plain NCE is ``F.cross_entropy(scores, positives)`` (what a DPR trainer does),
-CCR is ``pipeline.losses.contrastive_loss`` with β = 0.5 (log-softmax, NLL and the mean over P).
+CCR is ``pipeline.training.losses.contrastive_loss`` with β = 0.5 (log-softmax, NLL and the mean over P).
 Repetitions are interleaved (NCE, CCR, CCR, NCE, ...) so machine load drifts hit both alike; the ratio
 is median(CCR step) / median(NCE step), > 1 means CCR is slower.
 
@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.losses import contrastive_loss, positive_columns, similarity_scores  # noqa: E402
-from pipeline.model import Retriever, RetrieverSettings, make_tiny_encoder  # noqa: E402
+from pipeline.training.losses import contrastive_loss, positive_columns, similarity_scores  # noqa: E402
+from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder  # noqa: E402
 
 WORDS = ("the river castle engine forest music bridge winter paper garden silver doctor island "
          "market planet violin harbor desert lantern copper meadow of in and was is").split()

@@ -1,7 +1,7 @@
 """Peak memory of encode_corpus on 10k vs 100k synthetic passages: it must not grow with the corpus.
 
 The parent writes two synthetic corpora (10k and 100k passages, Parquet, 5k-row groups) and a tiny
-random BERT (``pipeline.model.make_tiny_encoder``), then runs ``encode_table`` on each corpus in a fresh
+random BERT (``pipeline.retrieval.model.make_tiny_encoder``), then runs ``encode_table`` on each corpus in a fresh
 subprocess, which reports its own peak resident set (``ru_maxrss``). Both runs use the same sort buffer
 (5,000 passages, smaller than either corpus), so any difference is growth with corpus size.
 
@@ -48,8 +48,8 @@ def write_corpus(path: Path, n: int, seed: int, words: tuple[int, int]) -> None:
 def child(args: argparse.Namespace) -> int:
     import torch
 
-    from pipeline.encode import encode_table
-    from pipeline.model import Retriever, RetrieverSettings
+    from pipeline.retrieval.encode import encode_table
+    from pipeline.retrieval.model import Retriever, RetrieverSettings
 
     torch.set_num_threads(args.threads)
     settings = RetrieverSettings(base="tiny", passage_max_len=args.max_len)
@@ -82,7 +82,7 @@ def main() -> int:
     if args.child:
         return child(args)
 
-    from pipeline.model import make_tiny_encoder
+    from pipeline.retrieval.model import make_tiny_encoder
 
     words, max_len, batch = ((8, 30), 32, 256) if args.quick else ((40, 120), 128, 128)
     print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")

@@ -2,7 +2,7 @@
 
 Both encode the same SQuAD paragraphs (title + text) with all-MiniLM-L6-v2 at max length 256, batch
 size 32, on the same device, interleaved round by round in one process (the order alternates every
-round so drift in machine load hits both sides alike). Ours is ``pipeline.encode.encode_buffer`` (what
+round so drift in machine load hits both sides alike). Ours is ``pipeline.retrieval.encode.encode_buffer`` (what
 ``encode_table`` runs per buffer): passages as (title, text) pairs, fp16 output. Sentence-transformers
 gets ``"title [SEP] text"``, which tokenises to the same length (the tokenizer maps "[SEP]" to the
 separator token), so both sides do the same work; the token totals are printed to prove it.
@@ -27,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import resolve_model_path  # noqa: E402
-from pipeline.encode import encode_buffer, resolve_device, tokenize_buffer  # noqa: E402
-from pipeline.model import Retriever, RetrieverSettings  # noqa: E402
+from pipeline.core.config import resolve_model_path  # noqa: E402
+from pipeline.retrieval.encode import encode_buffer, resolve_device, tokenize_buffer  # noqa: E402
+from pipeline.retrieval.model import Retriever, RetrieverSettings  # noqa: E402
 
 SQUAD = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "squad" / \
     "squad-v1.1-dev-36.json.gz"

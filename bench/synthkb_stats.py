@@ -27,8 +27,8 @@ import pandas as pd
 import Stemmer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline.answers import AnswerMatcher  # noqa: E402
-from pipeline.io import read_table  # noqa: E402
+from pipeline.data.answers import AnswerMatcher  # noqa: E402
+from pipeline.core.storage import read_table  # noqa: E402
 
 
 def _relevant(path: Path) -> dict[str, set[str]]:
@@ -111,7 +111,7 @@ def lengths(corpus: pd.DataFrame, with_tokenizer: bool) -> dict:
     if with_tokenizer:
         from transformers import AutoTokenizer
 
-        from pipeline.config import resolve_model_path
+        from pipeline.core.config import resolve_model_path
         tok = AutoTokenizer.from_pretrained(resolve_model_path("minilm"))
         n = np.array([len(ids) for ids in tok(corpus["title"].tolist(), corpus["text"].tolist())
                       ["input_ids"]])

@@ -1,5 +1,6 @@
 """sieve: dense retrieval that stays accurate under false negatives (CCR + passage sieve).
 
-One module per workflow stage, each with a CLI: ``python -m pipeline.<stage> --help``.
+One subpackage per stage family (core, data, synthkb, retrieval, evaluation, training, sieve, ar2),
+one module per stage, each with a CLI: ``python -m pipeline.<family>.<stage> --help``.
 """
 __version__ = "0.1.0"

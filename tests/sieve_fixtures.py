@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.io import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, write_table
+from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, write_table
 
 NEG_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
                         ("score", pa.float32()), ("source", pa.string()), ("has_answer", pa.bool_()),
@@ -61,7 +61,7 @@ def make_dataset(root: Path, n_queries: int = 8, n_filler: int = 24, n_neg: int 
 
 def make_retriever(folder: Path, seed: int = 0) -> Path:
     """A tiny random retriever folder (retriever.json + towers) for scoring tests."""
-    from pipeline.model import Retriever, RetrieverSettings, make_tiny_encoder
+    from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 
     base = make_tiny_encoder(folder.parent / f"{folder.name}-base", seed=seed)
     Retriever.from_pretrained(str(base), RetrieverSettings(base="tiny", temperature=0.05)).save(folder)

@@ -2,7 +2,7 @@
 
 Tests read it where the workflow reads it: `profiles/squad/config.yaml` declares dataset `squad36`
 with `source: ../shared/data/squad/...` (relative to the repository root), and
-`pipeline.readers.sources.prepare_inputs` resolves the role -> file mapping the prepare rule uses.
+`pipeline.data.readers.sources.prepare_inputs` resolves the role -> file mapping the prepare rule uses.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.readers import sources
+from pipeline.core.config import load_config
+from pipeline.data.readers import sources
 
 REPO = Path(__file__).resolve().parent.parent
 OVERLAY = REPO / "profiles" / "squad" / "config.yaml"

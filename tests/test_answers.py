@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from pipeline.answers import (AnswerMatcher, has_answer, has_token_sequence, regex_has_answer,
+from pipeline.data.answers import (AnswerMatcher, has_answer, has_token_sequence, regex_has_answer,
                               string_has_answer, tokenize)
 
 NFC_CAFE = "caf\u00e9"          # é as one code point

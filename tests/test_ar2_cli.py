@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-import pipeline.ar2 as ar2_cli
-from pipeline import ar2_select
-from pipeline.ar2_data import encode_corpus
-from pipeline.config import ConfigError
-from pipeline.io import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, write_table
-from pipeline.model import Retriever, RetrieverSettings, make_tiny_encoder
-from pipeline.runs import read_run
+import pipeline.ar2.run_round as ar2_cli
+from pipeline.ar2 import select as ar2_select
+from pipeline.ar2.data import encode_corpus
+from pipeline.core.config import ConfigError
+from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, write_table
+from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
+from pipeline.retrieval.runs import read_run
 
 THINGS = ["apple", "river", "castle", "violin", "rocket", "garden", "lantern", "harbor", "desert", "comet"]
 PLACES = ["Paris", "Lima", "Oslo", "Cairo", "Quito", "Seoul", "Perth", "Dakar", "Hanoi", "Bern"]
@@ -191,9 +191,9 @@ def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
 
 
 def test_bad_round_inputs_name_the_file_and_field(data, tmp_path):
-    from pipeline.ar2_round_data import load_round_data
-    from pipeline.io import DataError
-    from pipeline.train_data import load_queries_with_positives
+    from pipeline.ar2.round_data import load_round_data
+    from pipeline.core.storage import DataError
+    from pipeline.training.data import load_queries_with_positives
 
     queries, _, _ = load_queries_with_positives(data / "queries.train.parquet",
                                                 data / "qrels.train.parquet")

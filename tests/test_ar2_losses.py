@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pipeline.ar2_losses import (adversarial_loss, adversarial_rewards, candidate_logits,
+from pipeline.ar2.losses import (adversarial_loss, adversarial_rewards, candidate_logits,
                                  distill_loss, retriever_loss)
 
 LN2 = math.log(2.0)

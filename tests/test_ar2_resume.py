@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.ar2_train import AR2Settings, RoundData, train_round
-from pipeline.model import Retriever, RetrieverSettings, make_tiny_encoder
-from pipeline.ranker import Ranker, RankerSettings
+from pipeline.ar2.train import AR2Settings, RoundData, train_round
+from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
+from pipeline.retrieval.ranker import Ranker, RankerSettings
 
 
 class Crash(RuntimeError):

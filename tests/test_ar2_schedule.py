@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.ar2_sampling import (RANKER, RETRIEVER, phase_at, query_batch, round_phases,
+from pipeline.ar2.sampling import (RANKER, RETRIEVER, phase_at, query_batch, round_phases,
                                    sample_negatives, sampling_weights, step_negatives)
-from pipeline.ar2_train import AR2Settings
+from pipeline.ar2.train import AR2Settings
 
 
 def test_round_is_ranker_steps_then_retriever_steps():

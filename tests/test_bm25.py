@@ -5,8 +5,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline import bm25
-from pipeline.io import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, DataError, read_table, write_table
+from pipeline.retrieval import bm25
+from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, DataError, read_table, write_table
 
 CORPUS = [
     ("p1", "Volcanoes", "Mount Keltra is a volcano that erupted in 1820 near the town of Varno."),
@@ -108,7 +108,7 @@ def test_unknown_stemmer_names_the_setting(tmp_path):
 
 def test_cli_bad_input_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        from pipeline.cli import run_main
+        from pipeline.core.cli import run_main
         run_main(bm25.main, ["retrieve", "--index-dir", str(tmp_path / "missing"), "--queries",
                              str(tmp_path / "q.parquet"), "--out", str(tmp_path / "o.parquet")])
     assert exc.value.code == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, deep_merge, load_config, validate_config
+from pipeline.core.config import ConfigError, deep_merge, load_config, validate_config
 
 
 def test_default_config_is_valid():

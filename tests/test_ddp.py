@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from pipeline.distributed import all_gather_with_grad, all_reduce_mean, init_from_env, shutdown
-from pipeline.losses import contrastive_loss, positive_columns, similarity_scores
+from pipeline.core.distributed import all_gather_with_grad, all_reduce_mean, init_from_env, shutdown
+from pipeline.training.losses import contrastive_loss, positive_columns, similarity_scores
 
 WORLD = 2
 Q, K, DIM = 6, 3, 8  # 6 global queries, 3 hard negatives each -> 24 passages
@@ -90,8 +90,8 @@ def test_wrong_label_offset_would_be_caught():
 def _train_worker(rank: int, port: int, root: str) -> None:
     from pathlib import Path
 
-    from pipeline.train_data import TrainData
-    from pipeline.trainer import train
+    from pipeline.training.data import TrainData
+    from pipeline.training.loop import train
     from train_fixtures import tiny_retriever
 
     _env(rank, port)
@@ -110,14 +110,14 @@ def _train_worker(rank: int, port: int, root: str) -> None:
 
 
 def _train_config():
-    from pipeline.trainer import TrainConfig
+    from pipeline.training.loop import TrainConfig
     return TrainConfig(lr=1e-3, epochs=1, batch_size=4, hard_negatives=2, max_steps=2,
                        checkpoint_every=0, warmup_ratio=0.0, seed=0, beta=0.3)
 
 
 def test_ddp_training_matches_single_process(tmp_path):
-    from pipeline.train_data import TrainData
-    from pipeline.trainer import train
+    from pipeline.training.data import TrainData
+    from pipeline.training.loop import train
     from train_fixtures import make_train_files, tiny_model_dir, tiny_retriever
 
     paths = make_train_files(tmp_path / "data")

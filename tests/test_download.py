@@ -1,4 +1,4 @@
-"""pipeline.download against a local HTTP server (a thread on 127.0.0.1) whose handler serves byte
+"""pipeline.data.download against a local HTTP server (a thread on 127.0.0.1) whose handler serves byte
 ranges and can misbehave on demand: drop the connection mid-body, answer 503, ignore Range."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import run_main
-from pipeline.download import download, extract_member, main
-from pipeline.io import DataError
+from pipeline.core.cli import run_main
+from pipeline.data.download import download, extract_member, main
+from pipeline.core.storage import DataError
 
 FIX = Path(__file__).parent / "fixtures"
 BODY = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(10_000))  # 320 kB

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipeline import embeddings as E
-from pipeline import encode
-from pipeline.io import DataError
-from pipeline.model import Retriever, RetrieverSettings, make_tiny_encoder
+from pipeline.retrieval import embeddings as E
+from pipeline.retrieval import encode
+from pipeline.core.storage import DataError
+from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 
 WORDS = "river castle north bridge museum winter orchestra granite harbor lantern".split()
 
@@ -211,7 +211,7 @@ def test_cli_corpus_gather_and_queries(tmp_path, retriever_dir, retriever):
 
 
 def test_cli_bad_input_exits_2(tmp_path, retriever_dir, capsys):
-    from pipeline.cli import run_main
+    from pipeline.core.cli import run_main
 
     with pytest.raises(SystemExit) as exit_info:
         run_main(encode.main, ["corpus", "--model", str(retriever_dir), "--corpus",

@@ -1,4 +1,4 @@
-"""pipeline.evaluate / pipeline.runs / pipeline.gather_metrics on a tiny hand-checked dataset."""
+"""pipeline.evaluation.evaluate / pipeline.retrieval.runs / pipeline.evaluation.gather on a tiny hand-checked dataset."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline import evaluate, gather_metrics, runs
-from pipeline.io import (CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA, DataError,
+from pipeline.evaluation import evaluate
+
+from pipeline.evaluation import gather as gather_metrics
+
+from pipeline.retrieval import runs
+from pipeline.core.storage import (CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA, DataError,
                          write_table)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,7 +141,7 @@ def test_bad_regex_names_query_and_answer(data, capsys, bad_qid, row):
     assert str(data["queries"]) in str(err.value)
     assert f"'{bad_qid}'" in str(err.value) and "(unclosed" in str(err.value)
     assert err.value.record == row and err.value.field == "answers"
-    from pipeline.cli import run_main
+    from pipeline.core.cli import run_main
     with pytest.raises(SystemExit) as exit_:
         run_main(evaluate.main, _argv(data, "--match", "regex"))
     assert exit_.value.code == 2

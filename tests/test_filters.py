@@ -7,9 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import cross_encoder_filter as cef
-from pipeline import filters, fn_labels, sieve_report
-from pipeline.io import DataError
+from pipeline.sieve import cross_encoder as cef
+from pipeline.sieve import filters
+from pipeline.sieve import candidates as fn_labels
+from pipeline.sieve import report as sieve_report
+from pipeline.core.storage import DataError
 from sieve_fixtures import make_dataset, make_retriever
 
 
@@ -75,7 +77,7 @@ def test_report_counts_suspected_apart_and_loss_stats():
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    from pipeline.model import make_tiny_encoder
+    from pipeline.retrieval.model import make_tiny_encoder
 
     root = tmp_path_factory.mktemp("filters")
     p = make_dataset(root / "data")

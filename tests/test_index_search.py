@@ -7,12 +7,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipeline import embeddings as E
-from pipeline import index as I
-from pipeline import search as S
-from pipeline.config import ConfigError
-from pipeline.model import Retriever, RetrieverSettings, make_tiny_encoder
-from pipeline.runs import read_run
+from pipeline.retrieval import embeddings as E
+from pipeline.retrieval import index as I
+from pipeline.retrieval import search as S
+from pipeline.core.config import ConfigError
+from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
+from pipeline.retrieval.runs import read_run
 
 
 def write_embeddings(folder, vectors, pids, shards):
@@ -168,7 +168,7 @@ def test_run_table_drops_missing_and_ranks_from_one():
 
 
 def test_search_cli_backends_write_identical_valid_runs(tmp_path):
-    from pipeline import encode
+    from pipeline.retrieval import encode
 
     make_tiny_encoder(tmp_path / "hf", seed=0)
     model = tmp_path / "model"

@@ -1,4 +1,4 @@
-"""`python -m pipeline.inspect`: per-query tables, filters, sampling and the dataset summary."""
+"""`python -m pipeline.sieve.inspect_negatives`: per-query tables, filters, sampling and the dataset summary."""
 from __future__ import annotations
 
 import shutil
@@ -6,8 +6,16 @@ import shutil
 import pandas as pd
 import pytest
 
-from pipeline import filters, fn_labels, inspect, sieve, sieve_report
-from pipeline.io import DataError
+from pipeline.sieve import filters
+
+from pipeline.sieve import candidates as fn_labels
+
+from pipeline.sieve import inspect_negatives as inspect
+
+from pipeline.sieve import passage_sieve as sieve
+
+from pipeline.sieve import report as sieve_report
+from pipeline.core.storage import DataError
 from sieve_fixtures import make_dataset, make_retriever
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.losses import (candidate_scores, contrastive_loss, positive_columns, rcl_loss,
+from pipeline.training.losses import (candidate_scores, contrastive_loss, positive_columns, rcl_loss,
                              similarity_scores)
 
 LN2, LN3, LN5 = math.log(2), math.log(3), math.log(5)

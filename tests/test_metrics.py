@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.metrics import (hit_at_k, mrr_at_k, order_metrics, qrels_metrics, recall_at_k,
+from pipeline.evaluation.metrics import (hit_at_k, mrr_at_k, order_metrics, qrels_metrics, recall_at_k,
                               top_k_accuracy)
 
 

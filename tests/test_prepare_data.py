@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.cli import run_main
-from pipeline.config import ConfigError, load_config
-from pipeline.io import SPLITS
-from pipeline.prepare_data import main
-from pipeline.readers import sources
-from pipeline.splits import assign_splits, parse_split_spec
+from pipeline.core.cli import run_main
+from pipeline.core.config import ConfigError, load_config
+from pipeline.core.storage import SPLITS
+from pipeline.data.prepare import main
+from pipeline.data.readers import sources
+from pipeline.data.splits import assign_splits, parse_split_spec
 from squad_data import squad36
 
 FIX = Path(__file__).parent / "fixtures"
@@ -163,7 +163,7 @@ def test_manifest_checksums_and_determinism(tmp_path):
 
 def test_small_batches_give_the_same_corpus(tmp_path, monkeypatch):
     prepare(tmp_path / "a", "dpr", DPR_FILES)
-    monkeypatch.setattr("pipeline.readers.writer.BATCH_ROWS", 2)
+    monkeypatch.setattr("pipeline.data.readers.writer.BATCH_ROWS", 2)
     prepare(tmp_path / "b", "dpr", DPR_FILES)
     for name in ("corpus", "negatives.train"):
         pd.testing.assert_frame_equal(table(tmp_path / "a", name), table(tmp_path / "b", name))

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.model import make_tiny_encoder
-from pipeline.ranker import Ranker, RankerSettings, listwise_loss
+from pipeline.retrieval.model import make_tiny_encoder
+from pipeline.retrieval.ranker import Ranker, RankerSettings, listwise_loss
 
 
 @pytest.fixture(scope="module")

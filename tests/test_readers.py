@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.io import DataError
-from pipeline.readers import beir, dpr, msmarco, squad
-from pipeline.readers.base import ctx_pid
-from pipeline.readers.writer import PidSet
+from pipeline.core.storage import DataError
+from pipeline.data.readers import beir, dpr, msmarco, squad
+from pipeline.data.readers.base import ctx_pid
+from pipeline.data.readers.writer import PidSet
 from squad_data import squad36
 
 FIX = Path(__file__).parent / "fixtures"

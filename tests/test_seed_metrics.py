@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from pipeline.gather_metrics import gather, html_table, markdown_table
-from pipeline.io import DataError
-from pipeline.seed_metrics import aggregate_seeds, main, mean_std
+from pipeline.evaluation.gather import gather, html_table, markdown_table
+from pipeline.core.storage import DataError
+from pipeline.evaluation.seed_metrics import aggregate_seeds, main, mean_std
 
 
 def _metrics(method: str, r1: float, r5: float, n: int = 10) -> dict:

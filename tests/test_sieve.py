@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline import fn_labels
-from pipeline import sieve as sv
-from pipeline.bm25 import NEGATIVES_SCHEMA
-from pipeline.io import DataError
-from pipeline.sieve_data import read_negatives
+from pipeline.sieve import candidates as fn_labels
+from pipeline.sieve import passage_sieve as sv
+from pipeline.retrieval.bm25 import NEGATIVES_SCHEMA
+from pipeline.core.storage import DataError
+from pipeline.sieve.data import read_negatives
 from sieve_fixtures import NEG_SCHEMA, make_dataset, make_retriever
 
 
@@ -148,7 +148,7 @@ def test_malformed_negatives_file_names_file_and_field(tmp_path, change, field):
         read_negatives(bad)
     assert err.value.field == field and str(bad) in str(err.value)
     with pytest.raises(SystemExit) as exit_info:   # the CLI exits 2 with one clear line
-        from pipeline.cli import run_main
+        from pipeline.core.cli import run_main
         run_main(fn_labels.main, ["--negatives", str(bad), "--qrels", str(paths["qrels"]),
                                   "--queries", str(paths["queries"]), "--corpus", str(paths["corpus"]),
                                   "--out", str(tmp_path / "c.parquet")])
@@ -226,7 +226,7 @@ def run_cli(toy, out_dir, *extra):
 
 
 def test_cli_outputs_are_consistent_and_deterministic(toy, tmp_path, monkeypatch):
-    from pipeline.model import Retriever
+    from pipeline.retrieval.model import Retriever
 
     encoded = []
     original = Retriever.encode_passages

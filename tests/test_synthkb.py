@@ -15,18 +15,18 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import synthkb
-from pipeline.answers import string_has_answer
-from pipeline.cli import run_main
-from pipeline.config import ConfigError, load_config
-from pipeline.io import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SPLITS
-from pipeline.readers.base import NEGATIVES_SCHEMA
-from pipeline.splits import SplitSpec
-from pipeline.synthkb_articles import ArticleWriter, Knobs, pack
-from pipeline.synthkb_names import (CITY_FORMS, FIRST_NAMES, ROOT_USES, AffinePermutation,
+from pipeline.synthkb import generate as synthkb
+from pipeline.data.answers import string_has_answer
+from pipeline.core.cli import run_main
+from pipeline.core.config import ConfigError, load_config
+from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SPLITS
+from pipeline.data.readers.base import NEGATIVES_SCHEMA
+from pipeline.data.splits import SplitSpec
+from pipeline.synthkb.articles import ArticleWriter, Knobs, pack
+from pipeline.synthkb.names import (CITY_FORMS, FIRST_NAMES, ROOT_USES, AffinePermutation,
                                     NameSpace)
-from pipeline.synthkb_questions import QuestionKnobs, make_questions
-from pipeline.synthkb_world import Layout, build_block, composition, name_space
+from pipeline.synthkb.questions import QuestionKnobs, make_questions
+from pipeline.synthkb.world import Layout, build_block, composition, name_space
 
 REPO = Path(__file__).resolve().parent.parent
 ENTITY_SPLIT = SplitSpec(by="entity", dev=0.1, test=0.2, seed=0)
@@ -126,7 +126,7 @@ def test_same_seed_gives_byte_identical_files(small, tmp_path):
 def test_deterministic_across_processes(tmp_path):
     """Nothing depends on Python's per-process string hashing or on dict/set order."""
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    subprocess.run([sys.executable, "-m", "pipeline.synthkb", "--out-dir", str(tmp_path / "p" / "synthkb"),
+    subprocess.run([sys.executable, "-m", "pipeline.synthkb.generate", "--out-dir", str(tmp_path / "p" / "synthkb"),
                     "--entities", "30", "--seed", "3", "--block-size", "15"],
                    cwd=REPO, env=env, check=True, capture_output=True)
     here = _generate(tmp_path / "h", entities=30, block_size=15)

@@ -3,9 +3,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.checkpoint import item_rng
-from pipeline.io import QRELS_SCHEMA, DataError, write_table
-from pipeline.train_data import (TrainData, epoch_order, load_queries_with_positives,
+from pipeline.core.seeding import item_rng
+from pipeline.core.storage import QRELS_SCHEMA, DataError, write_table
+from pipeline.training.data import (TrainData, epoch_order, load_queries_with_positives,
                                  micro_batch_indices, sample_negatives)
 from train_fixtures import make_train_files
 

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from pipeline.cli import run_main
-from pipeline.model import Retriever
-from pipeline.train_dense import main
+from pipeline.core.cli import run_main
+from pipeline.retrieval.model import Retriever
+from pipeline.training.train_dense import main
 from train_fixtures import make_train_files, tiny_model_dir
 
 

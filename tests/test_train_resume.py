@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from pipeline.train_data import TrainData
-from pipeline.trainer import LOG_FILE, TrainConfig, train
+from pipeline.training.data import TrainData
+from pipeline.training.loop import LOG_FILE, TrainConfig, train
 from train_fixtures import make_train_files, tiny_model_dir, tiny_retriever
 
 

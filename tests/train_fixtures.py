@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.io import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, write_table
-from pipeline.model import Retriever, RetrieverSettings, make_tiny_encoder
+from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, write_table
+from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 
 WORDS = ("river castle engine forest music bridge winter paper garden silver doctor island "
          "market planet violin harbor desert lantern copper meadow").split()

@@ -112,7 +112,7 @@ rule ar2_round:
     benchmark:
         "benchmarks/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
-        "python -m pipeline.ar2 --round {wildcards.r} --round-dir {params.round_dir}"
+        "python -m pipeline.ar2.run_round --round {wildcards.r} --round-dir {params.round_dir}"
         " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.args}"
         " --device {params.device} --threads {threads} --log {log}"
 
@@ -143,7 +143,7 @@ rule ar2_select:
     benchmark:
         "benchmarks/ar2_select/{dataset}.{method}.seed{seed}.tsv"
     shell:
-        "python -m pipeline.ar2_select select --variant-dir {params.variant_dir}"
+        "python -m pipeline.ar2.select select --variant-dir {params.variant_dir}"
         " --variant {params.variant} --rounds {params.rounds} --metric {params.metric:q}"
         " --info-out {output.info} --figure {output.figure} --log {log}"
 
@@ -168,7 +168,7 @@ rule ar2_search:
     benchmark:
         "benchmarks/ar2_search/{dataset}.{method}.seed{seed}.{split}.tsv"
     shell:
-        "python -m pipeline.ar2_select search --info {input.info} --queries {input.queries}"
+        "python -m pipeline.ar2.select search --info {input.info} --queries {input.queries}"
         " --depth {params.depth} --run-out {output} --device {params.device} --threads {threads}"
         " --log {log}"
 
@@ -190,7 +190,7 @@ rule ar2_seeds:
     log:
         "logs/ar2_seeds/{dataset}.{method}.log",
     shell:
-        "python -m pipeline.seed_metrics --metrics {input.metrics} --infos {input.infos}"
+        "python -m pipeline.evaluation.seed_metrics --metrics {input.metrics} --infos {input.infos}"
         " --out {output} --log {log}"
 
 
@@ -217,5 +217,5 @@ rule ar2_learning_curve:
     log:
         "logs/ar2_learning_curve/{dataset}.log",
     shell:
-        "python -m pipeline.learning_curve {params.args} --rounds {params.rounds}"
+        "python -m pipeline.ar2.learning_curve {params.args} --rounds {params.rounds}"
         " --title 'AR2 variants: dev metrics per round' --out {output} --log {log}"

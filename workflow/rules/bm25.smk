@@ -22,7 +22,7 @@ rule index_bm25:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.bm25 index --corpus {input.corpus} --out-dir {output} --k1 {params.k1}"
+        "python -m pipeline.retrieval.bm25 index --corpus {input.corpus} --out-dir {output} --k1 {params.k1}"
         " --b {params.b} --stemmer {params.stemmer} --stopwords {params.stopwords} --log {log}"
 
 
@@ -41,7 +41,7 @@ rule retrieve_bm25:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.bm25 retrieve --index-dir {input.index} --queries {input.queries}"
+        "python -m pipeline.retrieval.bm25 retrieve --index-dir {input.index} --queries {input.queries}"
         " --depth {params.depth} --out {output} --log {log}"
 
 
@@ -64,6 +64,6 @@ rule mine_bm25_negatives:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.bm25 mine --index-dir {input.index} --queries {input.queries}"
+        "python -m pipeline.retrieval.bm25 mine --index-dir {input.index} --queries {input.queries}"
         " --qrels {input.qrels} --corpus {input.corpus} --negatives {params.negatives} {params.exclude}"
         " --match {params.match} --out {output} --log {log}"

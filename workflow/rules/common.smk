@@ -1,5 +1,5 @@
 # Helpers shared by the rule files: dataset lookups and wildcard constraints.
-from pipeline.config import dataset_config
+from pipeline.core.config import dataset_config
 
 DATASETS = config["datasets"]
 SYNTHETIC = [name for name, spec in DATASETS.items() if spec["format"] == "synthkb"]

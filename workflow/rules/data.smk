@@ -3,8 +3,8 @@
 import json
 import shlex
 
-from pipeline.io import SPLITS
-from pipeline.readers import sources as data_sources
+from pipeline.core.storage import SPLITS
+from pipeline.data.readers import sources as data_sources
 
 
 def prepare_inputs(wildcards):
@@ -34,7 +34,7 @@ rule download_archive:
     wildcard_constraints:
         archive="[^/]+",
     shell:
-        "python -m pipeline.download {params.args} --out {output} --log {log}"
+        "python -m pipeline.data.download {params.args} --out {output} --log {log}"
 
 
 rule download:
@@ -53,7 +53,7 @@ rule download:
     wildcard_constraints:
         role="[a-z_]+",
     shell:
-        "python -m pipeline.download {params.args} --out {output} --log {log}"
+        "python -m pipeline.data.download {params.args} --out {output} --log {log}"
 
 
 rule prepare_dataset:
@@ -80,6 +80,6 @@ rule prepare_dataset:
     wildcard_constraints:
         dataset=_alternatives(DECLARED),
     shell:
-        "python -m pipeline.prepare_data --dataset {wildcards.dataset} --format {params.format}"
+        "python -m pipeline.data.prepare --dataset {wildcards.dataset} --format {params.format}"
         " {params.files} --split-spec {params.split} --empty-positives {params.empty_positives}"
         " --out-dir resources/{wildcards.dataset} --log {log}"

@@ -59,7 +59,7 @@ rule encode_corpus:
     benchmark:
         "benchmarks/encode_corpus/{dataset}.{model}.{shard}.tsv"
     shell:
-        "python -m pipeline.encode corpus --model {params.model} --corpus {input.corpus}"
+        "python -m pipeline.retrieval.encode corpus --model {params.model} --corpus {input.corpus}"
         " --out-dir {params.out_dir} --shard {wildcards.shard} --shards " + str(ENCODE_SHARDS) +
         " --batch-size {params.batch_size} --sort-buffer {params.sort_buffer} {params.amp}"
         " --device {params.device} --threads {threads} --no-progress --log {log}"
@@ -82,7 +82,7 @@ rule gather_embeddings:
     benchmark:
         "benchmarks/gather_embeddings/{dataset}.{model}.tsv"
     shell:
-        "python -m pipeline.encode gather --out-dir $(dirname {output}) --shards " + str(ENCODE_SHARDS) +
+        "python -m pipeline.retrieval.encode gather --out-dir $(dirname {output}) --shards " + str(ENCODE_SHARDS) +
         " --model {params.model} --corpus {input.corpus} --log {log}"
 
 
@@ -109,7 +109,7 @@ rule build_index:
     benchmark:
         "benchmarks/build_index/{dataset}.{model}.tsv"
     shell:
-        "python -m pipeline.index --embeddings $(dirname {input}) --out-dir $(dirname {output.manifest})"
+        "python -m pipeline.retrieval.index --embeddings $(dirname {input}) --out-dir $(dirname {output.manifest})"
         " --factory '{params.factory}' --shards " + str(INDEX_SHARDS) +
         " --train-size {params.train_size} --seed {params.seed} {params.gpu} --threads {threads}"
         " --no-progress --log {log}"
@@ -162,7 +162,7 @@ rule search_dense:
     benchmark:
         "benchmarks/search_dense/{dataset}.{method}.{split}.tsv"
     shell:
-        "python -m pipeline.search --model {params.model} --queries {input.queries} --out {output}"
+        "python -m pipeline.retrieval.search --model {params.model} --queries {input.queries} --out {output}"
         " --depth {params.depth} {params.source} --batch-size {params.batch_size}"
         " --nprobe {params.nprobe} --ef-search {params.ef_search} --chunk-rows {params.chunk_rows}"
         " {params.gpu} --device {params.device} --threads {threads} --no-progress --log {log}"

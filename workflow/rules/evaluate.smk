@@ -58,7 +58,7 @@ rule evaluate:
     benchmark:
         "benchmarks/evaluate/{dataset}.{run}.tsv"
     shell:
-        "python -m pipeline.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} --out {output} --log {log}"
+        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} --out {output} --log {log}"
 
 
 # A separate rule because Snakemake outputs cannot depend on a function of the wildcards
@@ -78,7 +78,7 @@ rule export_trec:
     benchmark:
         "benchmarks/export_trec/{dataset}.{run}.{split}.tsv"
     shell:
-        "python -m pipeline.runs --run {input.run} --queries {input.queries} --tag {params.tag} --trec {output} --log {log}"
+        "python -m pipeline.retrieval.runs --run {input.run} --queries {input.queries} --tag {params.tag} --trec {output} --log {log}"
 
 
 rule gather_metrics:
@@ -94,4 +94,4 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.gather_metrics --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --log {log}"

@@ -16,5 +16,5 @@ def job_device(wildcards, resources):
 
 
 def faiss_gpu_flag(wildcards, resources):
-    """params function: pipeline.index/search flag, '--no-gpu' unless the job holds GPUs."""
+    """params function: pipeline.retrieval.index/search flag, '--no-gpu' unless the job holds GPUs."""
     return "" if resources.get("gpus", 0) > 0 else "--no-gpu"

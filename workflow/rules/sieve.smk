@@ -98,7 +98,7 @@ rule sieve_candidates:
     benchmark:
         "benchmarks/sieve_candidates/{dataset}.tsv"
     shell:
-        "python -m pipeline.fn_labels --negatives {input.negatives} --qrels {input.qrels}"
+        "python -m pipeline.sieve.candidates --negatives {input.negatives} --qrels {input.qrels}"
         " --queries {input.queries} --corpus {input.corpus} {params.args} --out {output} --log {log}"
 
 
@@ -127,7 +127,7 @@ rule sieve_negatives:
     benchmark:
         "benchmarks/sieve_negatives/{dataset}.b{beta}.tsv"
     shell:
-        "python -m pipeline.sieve --candidates {input.candidates} --corpus {input.corpus}"
+        "python -m pipeline.sieve.passage_sieve --candidates {input.candidates} --corpus {input.corpus}"
         " --queries {input.queries} --model $(dirname {input.model}) --out {output.sieve}"
         " --train-out {output.train} --source-tag sieve_b{wildcards.beta} --losses-out {output.losses}"
         " {params.figure} {params.args} --threads {threads} --log {log}"
@@ -153,7 +153,7 @@ rule train_cross_encoder:
     benchmark:
         "benchmarks/train_cross_encoder/{dataset}.tsv"
     shell:
-        "python -m pipeline.cross_encoder_filter --negatives {input.negatives} --qrels {input.qrels}"
+        "python -m pipeline.sieve.cross_encoder --negatives {input.negatives} --qrels {input.qrels}"
         " --queries {input.queries} --corpus {input.corpus} {params.args} --seed " + str(config["seed"]) +
         " --threads {threads} --out $(dirname {output}) --log {log}"
 
@@ -204,7 +204,7 @@ rule filter_candidates:
     benchmark:
         "benchmarks/filter_candidates/{dataset}.{filter}.tsv"
     shell:
-        "python -m pipeline.filters --filter {wildcards.filter} --candidates {input.candidates}"
+        "python -m pipeline.sieve.filters --filter {wildcards.filter} --candidates {input.candidates}"
         " --corpus {input.corpus} --queries {input.queries} {params.args} --threads {threads}"
         " --out {output} --log {log}"
 
@@ -220,7 +220,7 @@ rule sieve_report:
     log:
         "logs/sieve_report/{dataset}.{filter}.log",
     shell:
-        "python -m pipeline.sieve_report report --decisions {input.decisions} --candidates {input.candidates}"
+        "python -m pipeline.sieve.report report --decisions {input.decisions} --candidates {input.candidates}"
         " --dataset {wildcards.dataset} --filter {wildcards.filter} --out {output} --log {log}"
 
 
@@ -234,7 +234,7 @@ rule sieve_comparison:
     log:
         "logs/sieve_comparison/{dataset}.log",
     shell:
-        "python -m pipeline.sieve_report compare --dataset {wildcards.dataset} --reports {input}"
+        "python -m pipeline.sieve.report compare --dataset {wildcards.dataset} --reports {input}"
         " --out-json {output.json} --out-md {output.md} --log {log}"
 
 
@@ -259,6 +259,6 @@ rule sieve_figures:
     log:
         "logs/sieve_figures/{dataset}.log",
     shell:
-        "python -m pipeline.sieve_figures --losses {params.losses} --sieve {params.sieves}"
+        "python -m pipeline.sieve.figures --losses {params.losses} --sieve {params.sieves}"
         " --comparison {input.comparison} --out-dir $(dirname {output.figure1}) --log {log}"
 

@@ -1,9 +1,9 @@
-# synthkb: the embedded synthetic encyclopedia (pipeline/synthkb.py, docs/synthkb.md). It writes the
+# synthkb: the embedded synthetic encyclopedia (pipeline/synthkb/generate.py, docs/synthkb.md). It writes the
 # same canonical tables as prepare_dataset, plus qrels_all.{split} (every passage stating an answer).
 import json
 import shlex
 
-from pipeline.io import SPLITS
+from pipeline.core.storage import SPLITS
 
 
 def synthkb_split_arg(wildcards):
@@ -32,4 +32,4 @@ rule generate_synthkb:
     wildcard_constraints:
         dataset=_alternatives(SYNTHETIC),
     shell:
-        "python -m pipeline.synthkb --out-dir resources/{wildcards.dataset} --entities {params.entities} --seed {params.seed} {params.split} --log {log}"
+        "python -m pipeline.synthkb.generate --out-dir resources/{wildcards.dataset} --entities {params.entities} --seed {params.seed} {params.split} --log {log}"

@@ -3,7 +3,7 @@
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
 import shlex
 
-# config key -> pipeline.train_dense flag (booleans become --flag / --no-flag or a bare switch).
+# config key -> pipeline.training.train_dense flag (booleans become --flag / --no-flag or a bare switch).
 _TRAIN_FLAGS = ("lr", "epochs", "batch_size", "grad_accum", "hard_negatives", "negatives_depth",
                 "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "checkpoint_every",
                 "precision", "scale", "f_beta")
@@ -27,7 +27,7 @@ def model_settings_flags(similarity=None, temperature=None):
 
 
 def dense_train_flags(section, beta=None):
-    """pipeline.train_dense training flags from config section `dpr` or `ccr` (also used by AR2).
+    """pipeline.training.train_dense training flags from config section `dpr` or `ccr` (also used by AR2).
 
     Keys absent from the section fall back to the CLI defaults. `beta` overrides ccr.beta (train_ccr
     takes it from the path so that each β is its own model).
@@ -61,7 +61,7 @@ _LAUNCH = ('device=cpu; launch="python"; '
            'if [ {resources.gpus} -gt 0 ]; then device=cuda; fi; '
            'if [ {resources.gpus} -gt 1 ]; then '
            'launch="torchrun --standalone --nproc_per_node={resources.gpus}"; fi; '
-           '$launch -m pipeline.train_dense -- --device $device ')
+           '$launch -m pipeline.training.train_dense -- --device $device ')
 
 _TRAIN_INPUTS = dict(
     queries="resources/{dataset}/queries.train.parquet",
@@ -84,7 +84,7 @@ rule init_zeroshot:
     resources:
         mem_mb=2000,
     shell:
-        "python -m pipeline.train_dense --init-only --base {params.base} {params.settings}"
+        "python -m pipeline.training.train_dense --init-only --base {params.base} {params.settings}"
         " --out $(dirname {output}) --log {log}"
 
 

@@ -1,0 +1,174 @@
+"""AR2 round inputs: corpus embeddings of a retriever, exact top-k search, negative mining.
+
+Embeddings use the shared shard layout (``pipeline.retrieval.embeddings``: fp16 shards + pids + manifest), so a
+round's ``embeddings/`` folder reads like ``results/{dataset}/embeddings/{model}/``; encoding and exact
+search are those of ``pipeline.retrieval.encode`` and ``pipeline.retrieval.search`` (torch backend: streams the shards,
+memory is one chunk plus queries x k whatever the corpus size).
+
+Mined negatives (``round{r}/negatives.parquet``) follow the BM25 negatives layout (qid, pid, rank,
+score, source, has_answer, excluded) plus ``positive_score``, the mining retriever's similarity of the
+query's training positive (SimANS needs s+). The query's annotated positives (every qrels row with
+relevance >= 1) are removed; with ``exclude_answer_match`` the candidates that contain an answer
+string are kept as rows but marked ``excluded`` (DPR/AR2 recipe for NQ/TQ), so the choice is auditable.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.data.answers import AnswerMatcher
+from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
+from pipeline.core.storage import RUN_SCHEMA, DataError, write_table
+
+log = logging.getLogger("sieve.ar2_data")
+
+NEGATIVES_SCHEMA = pa.schema([
+    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32()),
+    ("source", pa.string()), ("has_answer", pa.bool_()), ("excluded", pa.bool_()),
+    ("positive_score", pa.float32()),
+])
+_CORPUS_BATCH = 16_384
+_SEARCH_CHUNK = 65_536
+
+
+# ---- encoding and search (pipeline.retrieval.encode / pipeline.retrieval.search) ---------------------------------------
+
+def encode_corpus(retriever, corpus_path: str | os.PathLike, out_dir: str | os.PathLike, *,
+                  batch_size: int = 64, model_name: str = "", shards: int = 1) -> dict:
+    """Encode the corpus with ``pipeline.retrieval.encode.encode_table`` (length-sorted buffers, fp16 shards)
+    and gather the shards; returns the manifest. Shards run one after the other in this process:
+    what a round needs on one machine (docs/ar2.md, scaling)."""
+    from pipeline.retrieval.encode import encode_table
+
+    corpus_path, out_dir = Path(corpus_path), Path(out_dir)
+    if not corpus_path.exists():
+        raise DataError("file not found (did the data stage run?)", file=corpus_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for shard in range(shards):
+        if not shard_paths(out_dir, shard, shards)[0].exists():
+            encode_table(retriever, corpus_path, out_dir, shard, shards, kind="passage",
+                         batch_size=batch_size, device=retriever.device)
+    rows = pq.ParquetFile(corpus_path).metadata.num_rows
+    return gather(out_dir, shards, model=model_name, source=str(corpus_path), source_rows=rows)
+
+
+def search(query_emb: np.ndarray, emb_dir: str | os.PathLike, k: int,
+           chunk_rows: int = _SEARCH_CHUNK, device=None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k (``pipeline.retrieval.search.search_torch``): (pids [nq, k], scores), best
+    first, ties broken by pid."""
+    import torch
+
+    from pipeline.retrieval.search import search_torch
+
+    emb = EmbeddingSet(emb_dir)
+    k = min(k, emb.count)
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    rows, scores, pids = search_torch(emb_dir, np.asarray(query_emb, dtype=np.float32), k,
+                                      chunk_rows=chunk_rows, device=device, progress=False)
+    ids = pids.to_numpy(zero_copy_only=False)
+    return ids[rows], scores.astype(np.float32)
+
+
+def run_table(qids: Sequence[str], pids: np.ndarray, scores: np.ndarray) -> pa.Table:
+    """A run (RUN_SCHEMA) from search results, ranks 1..k per query."""
+    nq, k = pids.shape
+    return pa.table({
+        "qid": np.repeat(np.asarray(qids, dtype=object), k),
+        "pid": pids.reshape(-1),
+        "rank": np.tile(np.arange(1, k + 1, dtype=np.int32), nq),
+        "score": scores.reshape(-1).astype(np.float32),
+    }, schema=RUN_SCHEMA)
+
+
+def lookup_embeddings(emb_dir: str | os.PathLike, pids: Sequence[str]) -> np.ndarray:
+    """float32 embeddings of ``pids`` (in that order) from a gathered folder, one shard at a time."""
+    emb = EmbeddingSet(emb_dir)
+    wanted = pa.array(list(pids), pa.string())
+    out = np.zeros((len(wanted), emb.dim), dtype=np.float32)
+    found = np.zeros(len(wanted), dtype=bool)
+    for shard in emb.shards:
+        shard_ids = emb.ids([shard.index])
+        pos = pc.index_in(wanted, value_set=shard_ids)  # row of each wanted pid in this shard
+        hit = pc.is_valid(pos).to_numpy(zero_copy_only=False)
+        if hit.any():
+            rows = pc.filter(pos, pc.is_valid(pos)).to_numpy()
+            out[hit] = read_rows(shard.embeddings, rows).astype(np.float32)
+            found |= hit
+    if not found.all():
+        first = wanted[int(np.argmin(found))].as_py()
+        raise DataError(f"{int((~found).sum())} pids are not in the embeddings (first: {first!r})",
+                        file=Path(emb_dir) / "manifest.json", field="pid")
+    return out
+
+
+# ---- mining -----------------------------------------------------------------------------------------
+
+def load_matcher(corpus_path: str | os.PathLike, pids: set[str], mode: str) -> AnswerMatcher:
+    """An answer matcher holding only ``pids`` (the corpus is streamed)."""
+    matcher = AnswerMatcher(mode)
+    wanted = pa.array(sorted(pids), pa.string())
+    for batch in pq.ParquetFile(corpus_path).iter_batches(batch_size=_CORPUS_BATCH,
+                                                          columns=["pid", "text"]):
+        table = pa.Table.from_batches([batch])
+        kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted)).to_pydict()
+        for pid, text in zip(kept["pid"], kept["text"]):
+            matcher.add_passage(pid, text)
+    return matcher
+
+
+def mine_negatives(query_emb: np.ndarray, queries: pd.DataFrame, positives: dict[str, list[str]],
+                   emb_dir: str | os.PathLike, corpus_path: str | os.PathLike, *, top_k: int,
+                   exclude_answer_match: bool, match: str, source: str,
+                   queries_file: str | os.PathLike = "train queries",
+                   device=None) -> tuple[pa.Table, dict]:
+    """Top-k of every train query minus its positives (+ answer-match flags); returns (table, stats).
+
+    ``queries``: qid, text, answers in the order of ``query_emb`` rows; ``positives``: qid ->
+    positive pids, the training positive first. Depth goes past ``top_k`` by the number of positives,
+    so removing them still leaves ``top_k`` rows where the corpus allows.
+    """
+    extra = max((len(p) for p in positives.values()), default=0)
+    pids, scores = search(query_emb, emb_dir, top_k + extra, device=device)
+    qids = queries["qid"].tolist()
+    pos_pids = [positives[q][0] for q in qids]
+    pos_emb = lookup_embeddings(emb_dir, pos_pids)
+    pos_scores = np.einsum("ij,ij->i", np.asarray(query_emb, np.float32), pos_emb)
+    answers = [list(a) if a is not None else [] for a in queries["answers"]]
+    needed = {pid for row, ans in zip(pids, answers) if ans for pid in row}
+    matcher = load_matcher(corpus_path, needed, match) if needed else None
+    cols: dict[str, list] = {name: [] for name in NEGATIVES_SCHEMA.names}
+    n_matched = n_excluded = 0
+    for i, qid in enumerate(qids):
+        prepared = []
+        if answers[i]:
+            try:
+                prepared = matcher.prepare_answers(answers[i])
+            except ValueError as exc:
+                raise DataError(str(exc), file=queries_file, record=f"qid {qid}", field="answers") from None
+        pos = set(positives[qid])
+        kept = [(pid, s) for pid, s in zip(pids[i], scores[i]) if pid not in pos][:top_k]
+        for rank, (pid, score) in enumerate(kept, start=1):
+            matched = bool(prepared) and matcher.matches(prepared, pid)
+            excluded = exclude_answer_match and matched
+            n_matched += matched
+            n_excluded += excluded
+            for name, value in zip(NEGATIVES_SCHEMA.names,
+                                   (qid, pid, rank, float(score), source, matched, excluded,
+                                    float(pos_scores[i]))):
+                cols[name].append(value)
+    table = pa.table(cols, schema=NEGATIVES_SCHEMA)
+    stats = {"queries": len(qids), "rows": table.num_rows, "answer_matches": n_matched,
+             "excluded": n_excluded, "top_k": top_k, "exclude_answer_match": exclude_answer_match}
+    return table, stats
+
+
+def write_negatives(path: str | os.PathLike, table: pa.Table) -> None:
+    write_table(path, table, schema=NEGATIVES_SCHEMA)

@@ -1,0 +1,103 @@
+"""AR2 learning curves: dev metrics per round, one line per variant, the selected round starred.
+
+    python -m pipeline.ar2.learning_curve --variant plain=results/synthkb/ar2/plain/seed0 \
+        --variant sieve=results/synthkb/ar2/sieve/seed0 --rounds 2 --out results/synthkb/figures/ar2_learning_curve.png
+
+Reads only ``round{r}/round.json`` (and ``selection.json`` when the variant has been selected).
+Round 0 is the starting retriever (DPR) and is drawn as the curves' first point.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import DataError, atomic_path
+
+log = logging.getLogger("sieve.learning_curve")
+
+DEFAULT_METRICS = ("R@1", "R@5", "R@20", "MRR@10")
+
+
+def read_rounds(variant_dir: str | Path, rounds: int) -> list[dict]:
+    """round.json of rounds 0..rounds (all must exist)."""
+    out = []
+    for r in range(rounds + 1):
+        path = Path(variant_dir) / f"round{r}" / "round.json"
+        if not path.exists():
+            raise DataError("round summary not found (did the round finish?)", file=path)
+        try:
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+        except ValueError as exc:
+            raise DataError(f"not valid JSON ({exc})", file=path) from None
+    return out
+
+
+def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS,
+         selected: dict[str, int] | None = None, title: str = "") -> list[str]:
+    """Write the PNG; return the metrics actually drawn (those present in some round)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    present = [m for m in metrics if any(m in r.get("dev", {}) for rs in curves.values() for r in rs)]
+    if not present:
+        present = sorted({m for rs in curves.values() for r in rs for m in r.get("dev", {})})[:4]
+    n = max(len(present), 1)
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.2), squeeze=False)
+    for ax, metric in zip(axes[0], present):
+        for variant, rounds in curves.items():
+            xs = [r["round"] for r in rounds if metric in r.get("dev", {})]
+            ys = [r["dev"][metric] for r in rounds if metric in r.get("dev", {})]
+            line, = ax.plot(xs, ys, marker="o", label=variant)
+            chosen = (selected or {}).get(variant)
+            if chosen is not None and chosen in xs:
+                ax.plot([chosen], [ys[xs.index(chosen)]], marker="*", markersize=14,
+                        color=line.get_color(), linestyle="none")
+        ax.set_title(f"dev {metric}")
+        ax.set_xlabel("round (0 = DPR start)")
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    if not present:
+        axes[0][0].text(0.5, 0.5, "no dev metrics", ha="center", va="center")
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+    return present
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.ar2.learning_curve", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", action="append", required=True, metavar="NAME=DIR",
+                    help="a variant's folder results/{dataset}/ar2/{variant} (repeatable)")
+    ap.add_argument("--rounds", type=int, required=True, help="last round (config ar2.rounds)")
+    ap.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS))
+    ap.add_argument("--title", default="")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--log")
+    args = ap.parse_args(argv)
+    setup_logging(args.log)
+    curves, selected = {}, {}
+    for spec in args.variant:
+        name, sep, folder = spec.partition("=")
+        if not sep:
+            ap.error(f"--variant wants NAME=DIR, got {spec!r}")
+        curves[name] = read_rounds(folder, args.rounds)
+        sel = Path(folder) / "selection.json"
+        if sel.exists():
+            selected[name] = json.loads(sel.read_text())["selected_round"]
+    drawn = plot(curves, args.out, args.metrics, selected, args.title)
+    log.info("learning curve (%s) -> %s", ", ".join(drawn), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

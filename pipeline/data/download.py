@@ -1,0 +1,243 @@
+"""Download a source file: resumable, retried, checksummed; optionally one member of an archive.
+
+    python -m pipeline.data.download --url URL --out PATH [--sha256 HEX] [--member NAME]
+    python -m pipeline.data.download --archive LOCAL.tar.gz --member NAME --out PATH
+
+Bytes go to ``PATH.part``; an interrupted run (or a dropped connection, retried with exponential
+backoff) continues from where the ``.part`` ends with an HTTP Range request. The finished file is
+checked against ``--sha256`` (a mismatch deletes it: a resumed download of a file that changed
+upstream cannot be repaired), then renamed onto PATH, so PATH exists only when complete. Without
+``--sha256`` the computed digest is logged as a warning and written to ``PATH.sha256`` so it can be
+pinned in config.yaml. ``--member`` streams one file out of a .tar/.tar.gz/.tgz/.zip archive
+(never the whole archive).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import re
+import tarfile
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import requests
+import urllib3
+from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                           TransferSpeedColumn)
+
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import DataError, atomic_open
+
+log = logging.getLogger("sieve.download")
+CHUNK = 1 << 20
+# Network reads are small: bytes of a read that a dropped connection interrupts are lost, so this
+# bounds what a retry has to fetch again.
+NET_CHUNK = 1 << 16
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (network trouble, 5xx, 429, a short body)."""
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), TimeRemainingColumn())
+
+
+def _total_from_content_range(value: str | None) -> int | None:
+    # "bytes 100-199/2000" or "bytes */2000"
+    match = re.search(r"/(\d+)\s*$", value or "")
+    return int(match.group(1)) if match else None
+
+
+def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> None:
+    offset = part.stat().st_size if part.exists() else 0
+    # identity: byte offsets must refer to the file itself, not to a compressed transfer.
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        with requests.get(url, stream=True, headers=headers, timeout=timeout) as resp:
+            if resp.status_code == 416 and offset:
+                if _total_from_content_range(resp.headers.get("Content-Range")) == offset:
+                    return  # the .part already holds the whole file
+                part.unlink()
+                raise _Retryable("the server refused to resume from the partial file; starting over")
+            if resp.status_code == 429 or resp.status_code >= 500:
+                raise _Retryable(f"HTTP {resp.status_code} {resp.reason}")
+            if resp.status_code >= 400:
+                raise DataError(f"HTTP {resp.status_code} {resp.reason}", file=url)
+            if resp.status_code == 206:
+                start = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
+                if start is None or int(start.group(1)) != offset:
+                    part.unlink()
+                    raise _Retryable("the server answered a different range; starting over")
+                mode = "ab"
+                total = _total_from_content_range(resp.headers.get("Content-Range"))
+            else:
+                if offset:
+                    log.warning("%s: the server does not support resuming; starting over", url)
+                mode, offset = "wb", 0
+                length = resp.headers.get("Content-Length")
+                total = int(length) if length and length.isdigit() else None
+            task = progress.add_task(f"download {part.name[:-5]}", total=total, completed=offset)
+            with open(part, mode) as handle:
+                # The bytes as served: a server that adds Content-Encoding to a .gz must not get
+                # it decoded here, or sizes and checksums would no longer match the file.
+                for chunk in resp.raw.stream(NET_CHUNK, decode_content=False):
+                    handle.write(chunk)
+                    progress.advance(task, len(chunk))
+    except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+        raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+    size = part.stat().st_size
+    if total is not None and size != total:
+        raise _Retryable(f"connection closed at {size} of {total} bytes")
+
+
+def fetch(url: str, part: Path, *, retries: int = 5, backoff: float = 2.0, timeout: float = 60.0,
+          progress: Progress | None = None) -> None:
+    """Complete ``part`` from ``url``, resuming what it already holds."""
+    progress = progress or _progress()
+    attempt = 0
+    with progress:
+        while True:
+            try:
+                _fetch_once(url, part, timeout, progress)
+                return
+            except _Retryable as exc:
+                attempt += 1
+                if attempt > retries:
+                    raise DataError(f"download failed after {retries} retries: {exc} "
+                                    f"(run again to resume from {part})", file=url) from None
+                delay = backoff * 2 ** (attempt - 1)
+                have = part.stat().st_size if part.exists() else 0
+                log.warning("%s: %s; retry %d/%d in %.1fs (resuming at %d bytes)", url, exc,
+                            attempt, retries, delay, have)
+                time.sleep(delay)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle, _progress() as progress:
+        task = progress.add_task(f"sha256 {path.name}", total=path.stat().st_size)
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            progress.advance(task, len(chunk))
+    return digest.hexdigest()
+
+
+def download(url: str, out: str | os.PathLike, *, sha256: str | None = None, retries: int = 5,
+             backoff: float = 2.0, timeout: float = 60.0) -> str:
+    """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".part")
+    if part.exists():
+        log.info("resuming %s from %d bytes", part, part.stat().st_size)
+    fetch(url, part, retries=retries, backoff=backoff, timeout=timeout)
+    digest = sha256_of(part)
+    if sha256 is not None and digest != sha256:
+        part.unlink()
+        raise DataError(f"sha256 mismatch: expected {sha256}, got {digest}; the download was "
+                        "deleted. If the file changed upstream, update sha256 in config.yaml",
+                        file=url, field="sha256")
+    if sha256 is None:
+        log.warning("%s: no sha256 configured; downloaded file has sha256 %s (pin it in config.yaml "
+                    "as 'sha256: %s')", url, digest, digest)
+    with atomic_open(out.with_name(out.name + ".sha256"), "w", encoding="utf-8") as handle:
+        handle.write(f"{digest}  {out.name}\n")
+    os.replace(part, out)
+    log.info("downloaded %s -> %s (%d bytes)", url, out, out.stat().st_size)
+    return digest
+
+
+def _copy(src, out: Path, size: int | None, label: str) -> None:
+    with atomic_open(out, "wb") as handle, _progress() as progress:
+        task = progress.add_task(label, total=size)
+        while chunk := src.read(CHUNK):
+            handle.write(chunk)
+            progress.advance(task, len(chunk))
+
+
+def extract_member(archive: str | os.PathLike, member: str, out: str | os.PathLike) -> None:
+    """Stream one member of a tar (any compression) or zip archive to ``out`` (atomically)."""
+    archive, out = Path(archive), Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    wanted = member[2:] if member.startswith("./") else member
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            names = zf.namelist()
+            if wanted not in names:
+                raise DataError(f"no member {member!r} (members: {', '.join(names[:10])}"
+                                f"{' ...' if len(names) > 10 else ''})", file=archive, field="member")
+            info = zf.getinfo(wanted)
+            with zf.open(info) as src:
+                _copy(src, out, info.file_size, f"extract {wanted}")
+        return
+    seen: list[str] = []
+    try:
+        # "r|*": a forward-only stream; members before the wanted one are skipped, none written.
+        with tarfile.open(archive, mode="r|*") as tar:
+            for info in tar:
+                name = info.name[2:] if info.name.startswith("./") else info.name
+                if name != wanted:
+                    seen.append(name)
+                    continue
+                if not info.isfile():
+                    raise DataError(f"member {member!r} is not a regular file", file=archive,
+                                    field="member")
+                _copy(tar.extractfile(info), out, info.size, f"extract {wanted}")
+                return
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise DataError(f"not a readable tar or zip archive ({exc})", file=archive) from exc
+    raise DataError(f"no member {member!r} (members: {', '.join(seen[:10])}"
+                    f"{' ...' if len(seen) > 10 else ''})", file=archive, field="member")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.data.download", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="http(s)/ftp URL to download")
+    source.add_argument("--archive", help="a local .tar/.tar.gz/.zip to extract --member from")
+    parser.add_argument("--out", required=True, help="destination file")
+    parser.add_argument("--sha256", default=None, help="expected sha256 of the downloaded file "
+                        "(of the archive when --member is given)")
+    parser.add_argument("--member", default=None, help="extract only this file of the archive")
+    parser.add_argument("--retries", type=int, default=5)
+    parser.add_argument("--backoff", type=float, default=2.0, help="first retry delay, seconds "
+                        "(doubles each retry)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="connect/read timeout, seconds")
+    parser.add_argument("--log", default=None)
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    sha = args.sha256.lower() if args.sha256 else None
+    if sha is not None and not SHA256_RE.match(sha):
+        parser.error(f"--sha256 {args.sha256!r} is not 64 hex digits")
+    if args.archive:
+        if not args.member:
+            parser.error("--archive needs --member")
+        if sha is not None:
+            parser.error("--sha256 applies to downloads (--url); check the archive where it is fetched")
+        extract_member(args.archive, args.member, args.out)
+        return 0
+    if not args.member:
+        download(args.url, args.out, sha256=sha, retries=args.retries, backoff=args.backoff,
+                 timeout=args.timeout)
+        return 0
+    archive = Path(args.out + ".archive")
+    download(args.url, archive, sha256=sha, retries=args.retries, backoff=args.backoff,
+             timeout=args.timeout)
+    extract_member(archive, args.member, args.out)
+    archive.unlink()
+    Path(str(archive) + ".sha256").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,213 @@
+"""What every source reader shares: opening (gzip by magic bytes, because downloads have no
+extension), a progress bar driven by the compressed bytes consumed, translation of decoder failures
+(truncated gzip, bad UTF-8, csv and ijson errors) into DataError naming the file and the record,
+and the derived pid of passages that arrive without an id.
+
+Record numbers in messages: 1-based line numbers for line-oriented files (TSV, CSV, JSONL), 0-based
+item indices for JSON arrays (``json.load(f)[i]``), article indices for SQuAD.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import hashlib
+import io
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Iterator, NamedTuple
+
+import ijson
+import pyarrow as pa
+from rich.progress import Progress
+
+from pipeline.core.storage import NEGATIVES_SCHEMA, DataError  # noqa: F401  (re-exported for readers)
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class Passage(NamedTuple):
+    pid: str
+    title: str
+    text: str
+    record: int
+
+
+class Query(NamedTuple):
+    qid: str
+    text: str
+    answers: list[str]
+    record: int
+
+
+class Qrel(NamedTuple):
+    qid: str
+    pid: str
+    relevance: int
+    record: int
+
+
+@dataclass
+class Ctx:
+    """A passage referenced by a training record (DPR ctx, Tevatron passage); pid None = no id given."""
+    pid: str | None
+    title: str
+    text: str
+    score: float
+
+
+@dataclass
+class TrainingRecord:
+    """One query of a DPR biencoder file or a Tevatron training file, with its passage lists."""
+    qid: str
+    question: str
+    answers: list[str]
+    record: int
+    positives: list[Ctx] = field(default_factory=list)
+    hard_negatives: list[Ctx] = field(default_factory=list)
+    negatives: list[Ctx] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Per-dataset choices passed from the config to a format's ``build``."""
+    empty_positives: str = "error"  # train/dev record without positives: "error" or "drop" (counted)
+    split: Any = None               # pipeline.data.splits.SplitSpec, or None = every query is a test query
+
+
+def ctx_pid(title: str, text: str) -> str:
+    """Deterministic pid of a passage shipped without an id: equal content gives the equal pid."""
+    digest = hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()
+    return "ctx:" + digest[:16]
+
+
+class Source:
+    """An open input file plus where the reader is in it (so errors can name the record)."""
+
+    def __init__(self, path: Path, stream: IO, raw: IO, progress: Progress | None, task: Any):
+        self.path = path
+        self.stream = stream
+        self.record: Any = None
+        self._raw = raw
+        self._progress = progress
+        self._task = task
+
+    def tick(self) -> None:
+        """Advance the progress bar to the compressed bytes consumed so far."""
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self._raw.tell())
+
+    def error(self, message: str, field: str | None = None, record: Any = None) -> DataError:
+        return DataError(message, file=self.path, record=self.record if record is None else record,
+                         field=field)
+
+
+@contextlib.contextmanager
+def open_source(path: str | os.PathLike, *, binary: bool = False, newline: str = "",
+                progress: Progress | None = None, label: str | None = None) -> Iterator[Source]:
+    """Open ``path`` (gunzipping by magic bytes) and turn decoder failures into DataError.
+
+    ``newline=""`` suits the csv module (it handles line ends itself, also inside quoted fields);
+    line-per-record readers pass "\n" so that a stray "\r" inside a record does not split it.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found", file=path)
+    raw = open(path, "rb")
+    gzipped = raw.read(2) == GZIP_MAGIC
+    raw.seek(0)
+    stream: IO = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+    if not binary:
+        stream = io.TextIOWrapper(stream, encoding="utf-8", newline=newline)
+    task = None
+    if progress is not None:
+        task = progress.add_task(label or path.name, total=path.stat().st_size)
+    src = Source(path, stream, raw, progress, task)
+    try:
+        yield src
+    except DataError:
+        raise
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise src.error(f"truncated or corrupt gzip stream ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise src.error(f"not valid UTF-8 ({exc.reason})") from exc
+    except csv.Error as exc:
+        raise src.error(f"malformed delimited text ({exc})") from exc
+    except ijson.JSONError as exc:
+        raise src.error(f"invalid or truncated JSON ({exc})") from exc
+    finally:
+        if progress is not None:
+            progress.update(task, completed=path.stat().st_size)
+        stream.close()
+        raw.close()
+
+
+def first_char(path: str | os.PathLike) -> str:
+    """First non-blank character of a (possibly gzipped) text file, '' when it is empty."""
+    with open_source(path) as src:
+        while True:
+            chunk = src.stream.read(4096)
+            if not chunk:
+                return ""
+            stripped = chunk.lstrip("\ufeff \t\r\n")
+            if stripped:
+                return stripped[0]
+
+
+# ---- field checks shared by the readers ------------------------------------------------------------
+
+def need_str(src: Source, obj: dict, key: str, *, default: str | None = None,
+             where: str | None = None) -> str:
+    """obj[key] as a string; ``default`` when absent or null (if given), else DataError."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if value is None:
+        if default is not None:
+            return default
+        raise src.error("missing", field=where or key)
+    if not isinstance(value, str):
+        raise src.error(f"expected a string, got {type(value).__name__}", field=where or key)
+    return value
+
+
+def need_id(src: Source, obj: dict, keys: tuple[str, ...], where: str = "") -> str:
+    """The first present id among ``keys`` as a string (ints are accepted: BEIR/Tevatron use both)."""
+    for key in keys:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise src.error(f"id must be a string or an integer, got {type(value).__name__}",
+                            field=where + key)
+        value = str(value)
+        if not value:
+            raise src.error("empty id", field=where + key)
+        return value
+    raise src.error(f"missing id (expected one of: {', '.join(keys)})", field=where + keys[0])
+
+
+def need_answers(src: Source, value: Any, where: str = "answers") -> list[str]:
+    """A list of strings, deduplicated in order."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise src.error("expected a list of strings", field=where)
+    return list(dict.fromkeys(value))
+
+
+def need_score(src: Source, value: Any, where: str) -> float:
+    if value is None:
+        return float("nan")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise src.error(f"score is not a number: {value!r}", field=where) from None
+
+
+def need_int(src: Source, value: str, where: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise src.error(f"expected an integer, got {value!r}", field=where) from None

@@ -1,0 +1,274 @@
+"""Score a retrieval run: answer-match R@k and qrels metrics, one module for every dataset.
+
+    python -m pipeline.evaluation.evaluate --run results/squad/bm25/run.test.parquet \
+        --queries resources/squad/queries.test.parquet --qrels resources/squad/qrels.test.parquet \
+        --corpus resources/squad/corpus.parquet --dataset squad --method bm25 --split test \
+        --ks 1 5 20 100 --match string --out results/squad/bm25/metrics.json
+
+Writes ``{"dataset","method","split","n_queries","match","depth",...,"metrics":{...}}``. ``R@k`` is
+present only when the queries carry answers (not MS MARCO); qrels metrics only when the qrels file has
+rows (not DPR test qa.csv). Definitions: pipeline.evaluation.metrics and docs/evaluation.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from rich.progress import Progress
+
+from pipeline.data.answers import MATCH_MODES, AnswerMatcher
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import DataError, check_unique, read_table, write_json
+from pipeline.evaluation.metrics import order_metrics, qrels_metrics, top_k_accuracy
+from pipeline.retrieval.runs import ranked_lists, read_run, write_trec
+
+log = logging.getLogger("sieve.evaluate")
+
+_BATCH_ROWS = 65_536
+# Top-level keys evaluate owns; an --info file may add others but never overwrite these.
+RESERVED_KEYS = ("dataset", "method", "split", "n_queries", "match", "depth", "metrics")
+
+
+def load_queries(path: str | os.PathLike) -> dict[str, list[str]]:
+    """qid -> answers (possibly empty), in file order."""
+    df = read_table(path, columns=["qid", "answers"])
+    if len(df) == 0:
+        raise DataError("no queries to evaluate", file=path)
+    check_unique(df, "qid", path)
+    out: dict[str, list[str]] = {}
+    for row, (qid, answers) in enumerate(zip(df["qid"], df["answers"])):
+        if qid is None or (isinstance(qid, float) and np.isnan(qid)):
+            raise DataError("null qid", file=path, record=row, field="qid")
+        answers = [] if answers is None else list(answers)
+        if any(a is None for a in answers):
+            raise DataError(f"query {qid!r}: null answer string", file=path, record=row,
+                            field="answers")
+        out[str(qid)] = answers
+    return out
+
+
+def load_qrels(path: str | os.PathLike, known_qids: set[str]) -> dict[str, set[str]]:
+    """qid -> relevant pids (relevance >= 1). Rows with relevance < 1 are judgements of
+    non-relevance: they neither add a relevant passage nor put a query into the denominator."""
+    df = read_table(path, columns=["qid", "pid", "relevance"])
+    for col in ("qid", "pid", "relevance"):
+        nulls = df[col].isna()
+        if nulls.any():
+            raise DataError("null value", file=path, record=int(nulls.idxmax()), field=col)
+    if not pd.api.types.is_numeric_dtype(df["relevance"]):
+        raise DataError(f"relevance must be an integer, got {df['relevance'].dtype}", file=path,
+                        field="relevance")
+    unknown = ~df["qid"].isin(known_qids)
+    if unknown.any():
+        row = int(unknown.idxmax())
+        raise DataError(f"qid {df.at[row, 'qid']!r} is not in the evaluated queries", file=path,
+                        record=row, field="qid")
+    positive = df[df["relevance"] >= 1]
+    return {qid: set(group) for qid, group in positive.groupby("qid", sort=False)["pid"]}
+
+
+def load_corpus(path: str | os.PathLike, needed: set[str], matcher: AnswerMatcher | None) -> set[str]:
+    """Stream the corpus; feed passages in ``needed`` to ``matcher``; return the pids found.
+
+    Only the run's pids are kept, so memory follows the run, not the corpus. Without a matcher
+    (no query has answers) only the pid column is read, to check the run's pids exist.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found (did the stage that writes it run?)", file=path)
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for truncated/corrupt files
+        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
+    columns = ["pid", "text"] if matcher is not None else ["pid"]
+    for col in columns:
+        if col not in parquet.schema_arrow.names:
+            raise DataError(f"missing column (has: {', '.join(parquet.schema_arrow.names)})",
+                            file=path, field=col)
+    wanted = pa.array(sorted(needed), type=pa.string())
+    found: set[str] = set()
+    offset = 0
+    with Progress(transient=True) as progress:
+        task = progress.add_task("reading corpus", total=parquet.metadata.num_rows)
+        for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+            pid_col = batch.column(0).cast(pa.string())
+            mask = pc.is_in(pid_col, value_set=wanted)
+            rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+            if rows.size:
+                pids = pid_col.take(pa.array(rows)).to_pylist()
+                texts = (batch.column(1).take(pa.array(rows)).to_pylist()
+                         if matcher is not None else [None] * len(pids))
+                for row, pid, text in zip(rows, pids, texts):
+                    if pid in found:
+                        raise DataError(f"duplicate pid {pid!r}", file=path,
+                                        record=offset + int(row), field="pid")
+                    if matcher is not None:
+                        if text is None:
+                            raise DataError("null text", file=path, record=offset + int(row),
+                                            field="text")
+                        matcher.add_passage(pid, text)
+                    found.add(pid)
+            offset += batch.num_rows
+            progress.update(task, advance=batch.num_rows)
+    return found
+
+
+def prepare_answers(answers: dict[str, list[str]], matcher: AnswerMatcher,
+                    queries_file: str | os.PathLike) -> dict[str, list]:
+    """qid -> prepared answers for every query, so a bad answer fails even if the run skips it."""
+    prepared: dict[str, list] = {}
+    for row, (qid, query_answers) in enumerate(answers.items()):  # answers keeps file order
+        try:
+            prepared[qid] = matcher.prepare_answers(query_answers)
+        except ValueError as exc:
+            raise DataError(f"query {qid!r}: {exc}", file=queries_file, record=row,
+                            field="answers") from None
+    return prepared
+
+
+def first_answer_hits(run: pd.DataFrame, prepared: dict[str, list],
+                      matcher: AnswerMatcher) -> dict[str, int]:
+    """qid -> rank of the first passage containing an answer, for queries with a hit.
+
+    ``run`` is sorted by (qid, rank); every pid in it has been added to ``matcher``.
+    """
+    qids = run["qid"].to_numpy()
+    pids = run["pid"].to_numpy()
+    ranks = run["rank"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, qids[1:] != qids[:-1]]) if len(run) else np.array([], int)
+    ends = np.r_[starts[1:], len(run)]
+    hits: dict[str, int] = {}
+    with Progress(transient=True) as progress:
+        task = progress.add_task("matching answers", total=len(starts))
+        for start, end in zip(starts, ends):
+            qid = qids[start]
+            if prepared[qid]:
+                for i in range(start, end):
+                    if matcher.matches(prepared[qid], pids[i]):
+                        hits[qid] = int(ranks[i])
+                        break
+            progress.update(task, advance=1)
+    return hits
+
+
+def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
+             qrels_path: str | os.PathLike, corpus_path: str | os.PathLike,
+             ks: Sequence[int], match: str = "string",
+             qrels_all_path: str | os.PathLike | None = None) -> tuple[dict, pd.DataFrame]:
+    """(everything metrics.json holds except dataset/method/split, the validated run)."""
+    answers = load_queries(queries_path)
+    known = set(answers)
+    run = read_run(run_path, known)
+    depth = int(run["rank"].max()) if len(run) else 0
+    if depth and max(ks) > depth:
+        log.warning("cut-off %d is deeper than the run (%d passages per query at most): "
+                    "metrics at that cut-off equal those at %d", max(ks), depth, depth)
+    with_answers = sum(1 for a in answers.values() if a)
+    matcher = AnswerMatcher(match) if with_answers else None
+    prepared = prepare_answers(answers, matcher, queries_path) if matcher is not None else {}
+    needed = set(run["pid"])
+    found = load_corpus(corpus_path, needed, matcher)
+    if len(found) < len(needed):
+        missing = ~run["pid"].isin(found)
+        row = int(missing.idxmax())
+        raise DataError(f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
+                        f"({len(needed) - len(found)} unknown pids)", file=run_path, record=row,
+                        field="pid")
+
+    info: dict = {"n_queries": len(answers), "match": match, "depth": depth,
+                  "n_ranked_queries": int(run["qid"].nunique())}
+    metrics: dict[str, float] = {}
+    if matcher is not None:
+        if with_answers < len(answers):
+            # Kept in the denominator (DPR: accuracy over ALL questions) but worth knowing about.
+            log.warning("%d of %d queries have no answers; they count as misses in R@k",
+                        len(answers) - with_answers, len(answers))
+            info["n_queries_without_answers"] = len(answers) - with_answers
+        hits = first_answer_hits(run, prepared, matcher)
+        metrics.update(top_k_accuracy([hits.get(qid) for qid in answers], ks))
+    ranked = None
+    for path, suffix, with_recall in ((qrels_path, "", True), (qrels_all_path, "_all", False)):
+        if path is None:
+            continue
+        qrels = load_qrels(path, known)
+        if not qrels:
+            continue
+        if ranked is None:
+            ranked = ranked_lists(run)
+        info[f"n_qrels{suffix}_queries"] = len(qrels)
+        metrics.update(qrels_metrics(ranked, qrels, ks, suffix=suffix, with_recall=with_recall))
+    if not metrics:
+        raise DataError("nothing to evaluate: no query has answers and the qrels are empty",
+                        file=queries_path)
+    info["metrics"] = order_metrics(metrics)
+    return info, run
+
+
+def _read_info(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            info = json.load(handle)
+    except FileNotFoundError:
+        raise DataError("file not found", file=path) from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc})", file=path) from None
+    if not isinstance(info, dict):
+        raise DataError("must be a JSON object", file=path)
+    clash = sorted(set(info) & set(RESERVED_KEYS))
+    if clash:
+        raise DataError(f"keys {clash} are written by the evaluator and cannot be overridden",
+                        file=path, field=clash[0])
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.evaluation.evaluate",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--run", required=True, help="run Parquet: qid, pid, rank (1-based), score")
+    parser.add_argument("--queries", required=True, help="queries Parquet: qid, text, answers")
+    parser.add_argument("--qrels", required=True, help="qrels Parquet (may be empty)")
+    parser.add_argument("--qrels-all", help="synthkb: qrels_all Parquet -> hit_all@k, MRR_all@10")
+    parser.add_argument("--corpus", required=True, help="corpus Parquet: pid, title, text")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--method", required=True)
+    parser.add_argument("--split", required=True)
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20, 100],
+                        help="cut-offs for R@k, hit@k, recall@k (default: 1 5 20 100)")
+    parser.add_argument("--match", choices=MATCH_MODES, default="string",
+                        help="answer match: DPR string tokens, or regex (CuratedTREC)")
+    parser.add_argument("--out", required=True, help="metrics JSON to write")
+    parser.add_argument("--trec", help="also export the run as TREC (qid Q0 pid rank score method)")
+    parser.add_argument("--info", help="JSON object of extra fields to carry (notes, seeds, ...)")
+    parser.add_argument("--log", help="append the log to this file")
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    if any(k < 1 for k in args.ks):
+        parser.error("--ks must be positive integers")
+    ks = sorted(set(args.ks))
+    extra = _read_info(args.info) if args.info else {}
+
+    result, run = evaluate(args.run, args.queries, args.qrels, args.corpus, ks, args.match,
+                           args.qrels_all)
+    if args.trec:
+        write_trec(run, args.trec, args.method, file=args.run)
+        log.info("wrote %s", args.trec)
+    metrics = result.pop("metrics")
+    out = {"dataset": args.dataset, "method": args.method, "split": args.split, **result,
+           **extra, "metrics": metrics}
+    write_json(args.out, out)
+    log.info("%s/%s (%s, %d queries): %s", args.dataset, args.method, args.split,
+             out["n_queries"], ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,113 @@
+"""Average one method's per-seed evaluations into its metrics.json (mean, sample std, per-seed values).
+
+    python -m pipeline.evaluation.seed_metrics --metrics results/synthkb/ar2/seed{0,1,2}/metrics.json \
+        --infos results/synthkb/ar2/seed{0,1,2}/info.json --out results/synthkb/ar2/metrics.json
+
+``metrics`` holds the mean over seeds, so gather_metrics and every reader of a method's metrics.json
+work unchanged; ``metrics_std`` the sample standard deviation (ddof 1; absent for a single seed);
+``per_seed`` each seed's metrics with its selected round, steps and wall time (from the AR2
+selection's info.json). Every seed must have been evaluated on the same split and queries.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.evaluation.gather import read_metrics
+from pipeline.core.storage import DataError, write_json
+
+log = logging.getLogger("sieve.seed_metrics")
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """(mean, sample standard deviation with ddof 1); the std is None for a single value."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, None
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var)
+
+
+def _read_info(path: str | os.PathLike) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError("file not found (did ar2_select run?)", file=path) from None
+    except ValueError as exc:
+        raise DataError(f"not valid JSON ({exc})", file=path) from None
+    if not isinstance(data, dict) or "seed" not in data:
+        raise DataError("not an AR2 selection: no seed", file=path, field="seed")
+    return data
+
+
+def aggregate_seeds(metrics: Sequence[dict], infos: Sequence[dict], sources: Sequence[str]) -> dict:
+    """One metrics.json for a method evaluated once per seed (inputs aligned: metrics[i] ~ infos[i])."""
+    if not metrics or len(metrics) != len(infos):
+        raise DataError(f"need one info.json per metrics.json (got {len(metrics)} and {len(infos)})",
+                        field="--infos")
+    first = metrics[0]
+    seeds = [int(info["seed"]) for info in infos]
+    if len(set(seeds)) != len(seeds):
+        raise DataError(f"duplicate seeds {seeds}", field="seed")
+    for data, src in zip(metrics, sources):
+        for key in ("dataset", "method", "split", "n_queries"):
+            if data[key] != first[key]:
+                raise DataError(f"{key} is {data[key]!r} here but {first[key]!r} in {sources[0]}",
+                                file=src, field=key)
+    names = [n for n in first["metrics"] if all(n in d["metrics"] for d in metrics)]
+    mean, std = {}, {}
+    for name in names:
+        m, s = mean_std([float(d["metrics"][name]) for d in metrics])
+        mean[name] = m
+        if s is not None:
+            std[name] = s
+    per_seed = []
+    for seed, data, info in zip(seeds, metrics, infos):
+        per_seed.append({"seed": seed, "metrics": data["metrics"],
+                         "selected_round": info.get("selected_round"), "steps": info.get("steps"),
+                         "wall_time_s": info.get("wall_time_s")})
+    out = {k: v for k, v in first.items() if k not in ("metrics", "notes")}
+    out.update({
+        "seeds": seeds,
+        "metrics": mean,
+        "steps": infos[0].get("steps"),
+        "wall_time_s": round(sum(float(i.get("wall_time_s") or 0.0) for i in infos), 3),
+        "per_seed": per_seed,
+    })
+    if std:
+        out["metrics_std"] = std
+    note = f"mean over {len(seeds)} seed(s) {seeds}"
+    if infos[0].get("steps"):
+        note += f"; {infos[0]['steps'].get('total')} AR2 steps per seed"
+    out["notes"] = note
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.evaluation.seed_metrics", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--metrics", nargs="+", required=True, help="per-seed metrics.json")
+    ap.add_argument("--infos", nargs="+", required=True, help="per-seed info.json (same order)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--log")
+    args = ap.parse_args(argv)
+    setup_logging(args.log)
+    metrics = [read_metrics(p) for p in args.metrics]
+    infos = [_read_info(p) for p in args.infos]
+    out = aggregate_seeds(metrics, infos, args.metrics)
+    write_json(args.out, out)
+    log.info("%s: %s", out["method"], out["notes"])
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,267 @@
+"""BM25 (bm25s): index a corpus, retrieve runs for evaluation, mine hard negatives for training.
+
+    python -m pipeline.retrieval.bm25 index    --corpus C --out-dir results/D/bm25/index [--k1 --b --stemmer --stopwords]
+    python -m pipeline.retrieval.bm25 retrieve --index-dir I --queries Q --depth 100 --out run.parquet
+    python -m pipeline.retrieval.bm25 mine     --index-dir I --queries Q --qrels QR --corpus C --negatives 100 --out neg.parquet
+
+The corpus is tokenised in streamed batches into compact int32 arrays (title + " " + text), so the
+Python-object overhead does not scale with the corpus; the bm25s sparse index itself is what remains
+in memory (see README "Scale"). Passages are scored as title + text, as in the reference numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import bm25s
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from bm25s.tokenization import Tokenizer
+from rich.progress import Progress
+
+from pipeline.data.answers import AnswerMatcher
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import RUN_SCHEMA, DataError, read_table, write_json, write_table
+
+log = logging.getLogger("sieve.bm25")
+
+NEGATIVES_SCHEMA = pa.schema([
+    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32()),
+    ("source", pa.string()), ("has_answer", pa.bool_()), ("excluded", pa.bool_()),
+])
+CORPUS_BATCH = 20_000
+QUERY_BATCH = 4_096
+
+
+def make_tokenizer(stemmer: str | None, stopwords: str | None) -> Tokenizer:
+    stem = None
+    if stemmer:
+        import Stemmer  # PyStemmer
+        try:
+            stem = Stemmer.Stemmer(stemmer)
+        except KeyError as exc:
+            raise DataError(f"unknown stemmer language {stemmer!r} "
+                            f"(PyStemmer knows: {', '.join(Stemmer.algorithms())})",
+                            field="bm25.stemmer") from exc
+    return Tokenizer(stemmer=stem, stopwords=stopwords or None)
+
+
+def passage_text(title: str | None, text: str) -> str:
+    return f"{title} {text}" if title else text
+
+
+# ---- index -------------------------------------------------------------------------------------------
+
+def build_index(corpus_path: str | Path, out_dir: str | Path, *, k1: float, b: float,
+                stemmer: str | None, stopwords: str | None) -> int:
+    """Tokenise the corpus in batches and write a bm25s index + pids + settings to ``out_dir``."""
+    out_dir = Path(out_dir)
+    parquet = pq.ParquetFile(corpus_path)
+    n_rows = parquet.metadata.num_rows
+    if n_rows == 0:
+        raise DataError("the corpus is empty: nothing to index", file=corpus_path)
+    tokenizer = make_tokenizer(stemmer, stopwords)
+    doc_ids: list[np.ndarray] = []
+    pids: list[str] = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task("BM25: tokenising corpus", total=n_rows)
+        for batch in parquet.iter_batches(batch_size=CORPUS_BATCH, columns=["pid", "title", "text"]):
+            cols = batch.to_pydict()
+            texts = [passage_text(t, x) for t, x in zip(cols["title"], cols["text"])]
+            ids = tokenizer.tokenize(texts, update_vocab=True, return_as="ids", show_progress=False)
+            doc_ids.extend(np.asarray(d, dtype=np.int32) for d in ids)
+            pids.extend(cols["pid"])
+            progress.advance(task, len(texts))
+    retriever = bm25s.BM25(k1=k1, b=b)
+    retriever.index((doc_ids, tokenizer.get_vocab_dict()), show_progress=False)
+    # Build in a sibling temp dir and rename: an index dir is complete or absent.
+    tmp_dir = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    retriever.save(tmp_dir, show_progress=False)
+    tokenizer.save_vocab(tmp_dir)
+    tokenizer.save_stopwords(tmp_dir)
+    write_table(tmp_dir / "pids.parquet", pa.table({"pid": pa.array(pids, pa.string())}))
+    write_json(tmp_dir / "settings.json", {"k1": k1, "b": b, "stemmer": stemmer, "stopwords": stopwords,
+                                           "n_passages": len(pids), "corpus": str(corpus_path)})
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp_dir.rename(out_dir)
+    log.info("BM25 index of %d passages -> %s", len(pids), out_dir)
+    return len(pids)
+
+
+class BM25Index:
+    """A saved index, ready to answer batches of queries."""
+
+    def __init__(self, index_dir: str | Path):
+        index_dir = Path(index_dir)
+        settings_path = index_dir / "settings.json"
+        if not settings_path.exists():
+            raise DataError("not a BM25 index directory (no settings.json); rebuild it", file=index_dir)
+        self.settings = json.loads(settings_path.read_text())
+        self.retriever = bm25s.BM25.load(index_dir, mmap=True, show_progress=False)
+        self.tokenizer = make_tokenizer(self.settings["stemmer"], self.settings["stopwords"])
+        self.tokenizer.load_vocab(index_dir)
+        self.tokenizer.load_stopwords(index_dir)
+        self.pids = pq.read_table(index_dir / "pids.parquet").column("pid").to_numpy(zero_copy_only=False)
+
+    def search(self, texts: Sequence[str], depth: int) -> list[list[tuple[str, float]]]:
+        """Top-``depth`` (pid, score) per query, best first; passages sharing no term are left out."""
+        depth = min(depth, len(self.pids))
+        ids = self.tokenizer.tokenize(list(texts), update_vocab=False, return_as="ids", show_progress=False)
+        docs, scores = self.retriever.retrieve(ids, k=depth, show_progress=False, n_threads=0)
+        results = []
+        for row_docs, row_scores in zip(docs, scores):
+            # Sort by score desc then pid so ties are broken the same way everywhere.
+            hits = [(self.pids[d], float(s)) for d, s in zip(row_docs, row_scores) if s > 0]
+            hits.sort(key=lambda h: (-h[1], h[0]))
+            results.append(hits)
+        return results
+
+
+def _batched_search(index: BM25Index, queries: pd.DataFrame, depth: int, label: str):
+    with Progress(transient=True) as progress:
+        task = progress.add_task(label, total=len(queries))
+        for start in range(0, len(queries), QUERY_BATCH):
+            chunk = queries.iloc[start:start + QUERY_BATCH]
+            yield chunk, index.search(chunk["text"].tolist(), depth)
+            progress.advance(task, len(chunk))
+
+
+# ---- retrieve (evaluation runs) ------------------------------------------------------------------
+
+def retrieve_run(index_dir: str | Path, queries_path: str | Path, depth: int, out: str | Path) -> int:
+    index = BM25Index(index_dir)
+    queries = read_table(queries_path, ["qid", "text"])
+    rows: dict[str, list] = {"qid": [], "pid": [], "rank": [], "score": []}
+    for chunk, results in _batched_search(index, queries, depth, "BM25: retrieving"):
+        for qid, hits in zip(chunk["qid"], results):
+            for rank, (pid, score) in enumerate(hits, start=1):
+                rows["qid"].append(qid)
+                rows["pid"].append(pid)
+                rows["rank"].append(rank)
+                rows["score"].append(score)
+    write_table(out, pa.table(rows, schema=RUN_SCHEMA))
+    log.info("BM25 run for %d queries (depth %d) -> %s", len(queries), depth, out)
+    return len(queries)
+
+
+# ---- mine (training negatives) -------------------------------------------------------------------
+
+def _load_matcher(corpus_path: str | Path, pids: set[str], mode: str) -> AnswerMatcher:
+    """An answer matcher holding only the passages in ``pids`` (the corpus is streamed)."""
+    matcher = AnswerMatcher(mode)
+    wanted = pa.array(sorted(pids), pa.string())
+    for batch in pq.ParquetFile(corpus_path).iter_batches(batch_size=CORPUS_BATCH, columns=["pid", "text"]):
+        table = pa.Table.from_batches([batch])
+        kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted)).to_pydict()
+        for pid, text in zip(kept["pid"], kept["text"]):
+            matcher.add_passage(pid, text)
+    return matcher
+
+
+def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: str | Path,
+                   corpus_path: str | Path, n_negatives: int, out: str | Path, *,
+                   exclude_answer_match: bool = False, match: str = "string") -> dict:
+    """Top ``n_negatives`` BM25 candidates per train query that are not its annotated positives.
+
+    With ``exclude_answer_match`` (DPR recipe) candidates containing an answer are marked
+    ``excluded`` and the list goes deeper until ``n_negatives`` usable ones are found; every row
+    keeps ``has_answer`` so the choice stays auditable.
+    """
+    index = BM25Index(index_dir)
+    queries = read_table(queries_path, ["qid", "text", "answers"])
+    qrels = read_table(qrels_path, ["qid", "pid", "relevance"])
+    positives = qrels[qrels["relevance"] > 0].groupby("qid")["pid"].apply(set).to_dict()
+    missing = [q for q in queries["qid"] if q not in positives]
+    if missing:
+        log.warning("%d train queries have no positive in %s (first: %s); their negatives are still mined",
+                    len(missing), qrels_path, missing[0])
+    # Deeper pool so that removing positives (and answer matches) still leaves n_negatives.
+    depth = n_negatives + max((len(p) for p in positives.values()), default=0)
+    depth = depth * 3 if exclude_answer_match else depth
+    candidates = []
+    for chunk, results in _batched_search(index, queries, depth, "BM25: mining negatives"):
+        for (qid, answers), hits in zip(chunk[["qid", "answers"]].itertuples(index=False), results):
+            pos = positives.get(qid, set())
+            candidates.append((qid, list(answers) if answers is not None else [],
+                               [(pid, s) for pid, s in hits if pid not in pos]))
+    needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
+    matcher = _load_matcher(corpus_path, needed, match)
+    rows: dict[str, list] = {k: [] for k in NEGATIVES_SCHEMA.names}
+    n_answer = 0
+    for qid, answers, hits in candidates:
+        try:
+            prepared = matcher.prepare_answers(answers)
+        except ValueError as exc:
+            raise DataError(str(exc), file=queries_path, record=qid, field="answers") from None
+        usable = 0
+        for rank, (pid, score) in enumerate(hits, start=1):
+            if usable >= n_negatives:
+                break
+            matched = bool(prepared) and matcher.matches(prepared, pid)
+            excluded = exclude_answer_match and matched
+            n_answer += matched
+            usable += not excluded
+            for key, value in zip(NEGATIVES_SCHEMA.names,
+                                  (qid, pid, rank, score, "bm25", matched, excluded)):
+                rows[key].append(value)
+    table = pa.table(rows, schema=NEGATIVES_SCHEMA)
+    write_table(out, table)
+    stats = {"queries": len(queries), "rows": table.num_rows, "answer_matches": n_answer,
+             "queries_without_positive": len(missing), "exclude_answer_match": exclude_answer_match}
+    log.info("mined BM25 negatives: %s -> %s", stats, out)
+    return stats
+
+
+# ---- CLI -------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.bm25", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_index = sub.add_parser("index", help="build the BM25 index of a corpus")
+    p_index.add_argument("--corpus", required=True)
+    p_index.add_argument("--out-dir", required=True)
+    p_index.add_argument("--k1", type=float, default=0.9)
+    p_index.add_argument("--b", type=float, default=0.4)
+    p_index.add_argument("--stemmer", default="english", help="PyStemmer language; 'none' to disable")
+    p_index.add_argument("--stopwords", default="en", help="bm25s stopword list; 'none' to disable")
+    p_ret = sub.add_parser("retrieve", help="write a run Parquet for a split's queries")
+    p_ret.add_argument("--index-dir", required=True)
+    p_ret.add_argument("--queries", required=True)
+    p_ret.add_argument("--depth", type=int, default=100)
+    p_ret.add_argument("--out", required=True)
+    p_mine = sub.add_parser("mine", help="mine hard negatives for training queries")
+    p_mine.add_argument("--index-dir", required=True)
+    p_mine.add_argument("--queries", required=True)
+    p_mine.add_argument("--qrels", required=True)
+    p_mine.add_argument("--corpus", required=True)
+    p_mine.add_argument("--negatives", type=int, default=100)
+    p_mine.add_argument("--exclude-answer-match", action="store_true")
+    p_mine.add_argument("--match", choices=["string", "regex"], default="string")
+    p_mine.add_argument("--out", required=True)
+    for p in (p_index, p_ret, p_mine):
+        p.add_argument("--log", default=None)
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    none = lambda v: None if v in (None, "", "none", "null") else v  # noqa: E731
+    if args.command == "index":
+        build_index(args.corpus, args.out_dir, k1=args.k1, b=args.b, stemmer=none(args.stemmer),
+                    stopwords=none(args.stopwords))
+    elif args.command == "retrieve":
+        retrieve_run(args.index_dir, args.queries, args.depth, args.out)
+    else:
+        mine_negatives(args.index_dir, args.queries, args.qrels, args.corpus, args.negatives, args.out,
+                       exclude_answer_match=args.exclude_answer_match, match=args.match)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

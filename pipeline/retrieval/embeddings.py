@@ -1,0 +1,289 @@
+"""Embedding shards on disk: written incrementally, read back in bounded chunks, gathered in a manifest.
+
+Layout of ``results/{dataset}/embeddings/{model}/``::
+
+    shard{i}of{n}.npy            fp16 [n_i, d], rows in corpus order (i is 0-based)
+    shard{i}of{n}.pids.parquet   one column ``pid``, same order as the rows of the .npy
+    manifest.json                written last by ``gather``: shards, counts, dim, dtype, model, sha256
+
+Shard i of n holds the contiguous corpus rows ``[i*N//n, (i+1)*N//n)``, so concatenating the shards in
+index order gives the corpus order. The .npy header is written first with the final shape and rows are
+appended with plain file writes (no memmap: dirty mapped pages would count towards the resident set
+and grow with the shard), then the file is renamed into place, so memory stays bounded by one chunk.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from numpy.lib import format as npy_format
+
+from pipeline.core.storage import DataError, ParquetStreamWriter, atomic_path, write_json
+
+log = logging.getLogger("sieve.embeddings")
+
+MANIFEST = "manifest.json"
+DTYPE = np.dtype("<f2")
+FORMAT = "sieve-embeddings/1"
+
+
+def shard_name(index: int, count: int) -> str:
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard index must be in [0, {count}), got {index}")
+    return f"shard{index}of{count}"
+
+
+def shard_paths(folder: str | os.PathLike, index: int, count: int,
+                id_field: str = "pid") -> tuple[Path, Path]:
+    """(embeddings .npy, ids .parquet) of one shard."""
+    name = shard_name(index, count)
+    return Path(folder) / f"{name}.npy", Path(folder) / f"{name}.{id_field}s.parquet"
+
+
+def shard_bounds(n_rows: int, index: int, count: int) -> tuple[int, int]:
+    """Rows [start, end) of shard ``index`` of ``count``: contiguous, sizes differ by at most one."""
+    shard_name(index, count)  # validates the pair
+    return index * n_rows // count, (index + 1) * n_rows // count
+
+
+# ---- writing --------------------------------------------------------------------------------------
+
+class EmbeddingWriter:
+    """Append (ids, vectors) chunks to a .npy + ids Parquet pair that appear only on ``close()``.
+
+    The final row count must be known up front (it goes in the .npy header); ``close`` refuses a
+    file with fewer or more rows than announced rather than leave a header that lies.
+    """
+
+    def __init__(self, npy_path: str | os.PathLike, ids_path: str | os.PathLike, rows: int, dim: int,
+                 id_field: str = "pid", dtype: np.dtype = DTYPE):
+        self.npy_path, self.rows, self.dim = Path(npy_path), int(rows), int(dim)
+        self.dtype = np.dtype(dtype)
+        self.written = 0
+        self._ctx = atomic_path(self.npy_path)
+        tmp = self._ctx.__enter__()
+        self._handle = open(tmp, "wb")
+        npy_format.write_array_header_1_0(self._handle, {
+            "descr": npy_format.dtype_to_descr(self.dtype), "fortran_order": False,
+            "shape": (self.rows, self.dim)})
+        self._ids = ParquetStreamWriter(ids_path, pa.schema([(id_field, pa.string())]))
+        self._id_field = id_field
+
+    def write(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim or vectors.shape[0] != len(ids):
+            raise ValueError(f"expected vectors [{len(ids)}, {self.dim}], got {list(vectors.shape)}")
+        if self.written + len(ids) > self.rows:
+            raise ValueError(f"more rows than announced ({self.rows})")
+        self._handle.write(np.ascontiguousarray(vectors, dtype=self.dtype).tobytes())
+        self._ids.write({self._id_field: list(ids)})
+        self.written += len(ids)
+
+    def close(self) -> None:
+        if self.written != self.rows:
+            self.abort()
+            raise ValueError(f"wrote {self.written} rows, announced {self.rows}")
+        self._handle.close()
+        self._ids.close()
+        self._ctx.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        self._handle.close()
+        self._ids.abort()
+        self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+    def __enter__(self) -> "EmbeddingWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+# ---- reading --------------------------------------------------------------------------------------
+
+def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, byte offset of the data) of a C-ordered .npy file."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found (did encode_corpus run?)", file=path)
+    try:
+        with open(path, "rb") as handle:
+            version = npy_format.read_magic(handle)
+            reader = {(1, 0): npy_format.read_array_header_1_0,
+                      (2, 0): npy_format.read_array_header_2_0}.get(version)
+            if reader is None:
+                raise ValueError(f"unsupported .npy version {version}")
+            shape, fortran, dtype = reader(handle)
+            offset = handle.tell()
+    except ValueError as exc:
+        raise DataError(f"not a readable .npy file ({exc})", file=path) from exc
+    if fortran or len(shape) != 2:
+        raise DataError(f"expected a C-ordered 2-d array, got shape {shape}", file=path)
+    expected = offset + shape[0] * shape[1] * dtype.itemsize
+    if path.stat().st_size != expected:
+        raise DataError(f"file is {path.stat().st_size} bytes, header says {expected} "
+                        "(truncated or still being written)", file=path)
+    return shape, dtype, offset
+
+
+def iter_rows(path: str | os.PathLike, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, array[<=chunk_rows, d]) chunks read with plain reads: memory is one chunk."""
+    (rows, dim), dtype, offset = read_header(path)
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        for start in range(0, rows, chunk_rows):
+            count = min(chunk_rows, rows - start)
+            data = np.fromfile(handle, dtype=dtype, count=count * dim)
+            if data.size != count * dim:
+                raise DataError(f"unexpected end of data at row {start}", file=path)
+            yield start, data.reshape(count, dim)
+
+
+def read_rows(path: str | os.PathLike, rows: np.ndarray) -> np.ndarray:
+    """The given rows (any order) of a .npy file, without reading the others."""
+    read_header(path)
+    return np.asarray(np.load(path, mmap_mode="r")[np.asarray(rows)])
+
+
+def read_ids(path: str | os.PathLike, id_field: str = "pid") -> pa.ChunkedArray:
+    """The id column of a shard's ids Parquet file, checked for presence and nulls."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found (did encode_corpus run?)", file=path)
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
+    if id_field not in table.column_names:
+        raise DataError(f"missing column (has: {', '.join(table.column_names)})", file=path,
+                        field=id_field)
+    column = table.column(id_field)
+    if column.null_count:
+        raise DataError("null id", file=path, field=id_field,
+                        record=int(pc.index(pc.is_null(column), True).as_py()))
+    return column
+
+
+def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---- gathered shards ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    embeddings: Path
+    ids: Path
+    count: int
+    offset: int          # global row of the shard's first row
+
+
+class EmbeddingSet:
+    """A gathered embedding folder: shards in order, global row numbers, ids."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        path = self.folder / MANIFEST
+        if not path.exists():
+            raise DataError("embedding manifest not found (run the gather step)", file=path)
+        try:
+            self.manifest = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise DataError(f"not valid JSON ({exc})", file=path) from exc
+        for key in ("dim", "count", "shards", "id_field"):
+            if key not in self.manifest:
+                raise DataError("missing key", file=path, field=key)
+        self.dim = int(self.manifest["dim"])
+        self.count = int(self.manifest["count"])
+        self.id_field = self.manifest["id_field"]
+        shards, offset = [], 0
+        for i, entry in enumerate(self.manifest["shards"]):
+            shards.append(Shard(i, self.folder / entry["embeddings"], self.folder / entry["ids"],
+                                int(entry["count"]), offset))
+            offset += int(entry["count"])
+        if offset != self.count:
+            raise DataError(f"shard counts add up to {offset}, manifest says {self.count}",
+                            file=path, field="count")
+        self.shards: list[Shard] = shards
+
+    def iter_rows(self, chunk_rows: int, shards: Sequence[int] | None = None
+                  ) -> Iterator[tuple[int, np.ndarray]]:
+        """(global first row, fp16 chunk) over the chosen shards (all by default), in order."""
+        for shard in (self.shards if shards is None else [self.shards[i] for i in shards]):
+            for start, chunk in iter_rows(shard.embeddings, chunk_rows):
+                yield shard.offset + start, chunk
+
+    def ids(self, shards: Sequence[int] | None = None) -> pa.Array:
+        """The ids of the chosen shards, concatenated in row order (an Arrow string array)."""
+        parts = [read_ids(s.ids, self.id_field)
+                 for s in (self.shards if shards is None else [self.shards[i] for i in shards])]
+        return _concat(parts).combine_chunks()
+
+
+def _concat(parts: list[pa.ChunkedArray]) -> pa.ChunkedArray:
+    return pa.chunked_array([chunk.cast(pa.string()) for part in parts for chunk in part.chunks],
+                            type=pa.string())
+
+
+def _check_unique_ids(parts: list, id_field: str, folder: Path) -> None:
+    # Search maps rows to ids; a repeated id would give a run with a duplicate (qid, pid).
+    ids = _concat(parts)
+    if len(ids) and pc.count_distinct(ids).as_py() != len(ids):
+        counts = pc.value_counts(ids)
+        dup = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
+        raise DataError(f"id {dup!r} occurs more than once across the shards", file=folder,
+                        field=id_field)
+
+
+def gather(folder: str | os.PathLike, count: int, *, model: str, source: str,
+           source_rows: int | None = None, id_field: str = "pid", checksums: bool = True) -> dict:
+    """Check the ``count`` shards of ``folder`` and write ``manifest.json`` (last). Returns it."""
+    folder = Path(folder)
+    entries, dims, total, all_ids = [], set(), 0, []
+    for i in range(count):
+        npy, ids = shard_paths(folder, i, count, id_field)
+        (rows, dim), dtype, _ = read_header(npy)
+        if dtype != DTYPE:
+            raise DataError(f"dtype is {dtype}, expected float16", file=npy)
+        if not ids.exists():
+            raise DataError("file not found (did encode_corpus run?)", file=ids)
+        shard_ids = read_ids(ids, id_field)
+        n_ids = len(shard_ids)
+        if n_ids != rows:
+            raise DataError(f"{n_ids} ids for {rows} embedding rows", file=ids, field=id_field)
+        dims.add(dim)
+        all_ids.append(shard_ids)
+        entry = {"embeddings": npy.name, "ids": ids.name, "count": rows}
+        if checksums:
+            entry["sha256"] = file_sha256(npy)
+            entry["ids_sha256"] = file_sha256(ids)
+        entries.append(entry)
+        total += rows
+    if len(dims) > 1:
+        raise DataError(f"shards disagree on the embedding dimension: {sorted(dims)}", file=folder)
+    _check_unique_ids(all_ids, id_field, folder)
+    if source_rows is not None and total != source_rows:
+        raise DataError(f"shards hold {total} rows, the source has {source_rows}", file=folder)
+    manifest = {"format": FORMAT, "model": str(model), "source": str(source), "id_field": id_field,
+                "count": total, "dim": dims.pop() if dims else 0, "dtype": "float16",
+                "shards": entries}
+    write_json(folder / MANIFEST, manifest)
+    log.info("gathered %d shards, %d rows, dim %d -> %s", count, total, manifest["dim"],
+             folder / MANIFEST)
+    return manifest

@@ -1,0 +1,359 @@
+"""Encode the corpus in shards (scatter), gather the shards into a manifest, or encode queries.
+
+One ``corpus`` job encodes the contiguous rows ``[i*N//n, (i+1)*N//n)`` of ``corpus.parquet``: rows are
+streamed with ``iter_batches``, held at most ``--sort-buffer`` at a time, tokenised in one fast-tokenizer
+call per buffer, sorted by their exact token length so batches carry almost no padding, encoded under
+``torch.inference_mode`` (fp16 autocast on CUDA) and appended to the shard's fp16 .npy in corpus order.
+Memory is bounded by the buffer, never by the corpus or the shard.
+
+CLI::
+
+    python -m pipeline.retrieval.encode corpus --model results/squad/models/zeroshot \
+        --corpus resources/squad/corpus.parquet --out-dir results/squad/embeddings/zeroshot \
+        --shard 0 --shards 2 [--batch-size 64 --sort-buffer 20000 --device auto --threads 1]
+    python -m pipeline.retrieval.encode gather --out-dir results/squad/embeddings/zeroshot --shards 2 \
+        --model results/squad/models/zeroshot --corpus resources/squad/corpus.parquet
+    python -m pipeline.retrieval.encode queries --model results/squad/models/zeroshot \
+        --queries resources/squad/queries.test.parquet --out-dir results/squad/query_embeddings/test
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tokenizers
+import torch
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.text import Text
+
+from pipeline.retrieval import embeddings as emb_io
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import DataError
+
+log = logging.getLogger("sieve.encode")
+
+READ_ROWS = 4096          # rows per Arrow batch read from the Parquet file
+TOKENIZE_CHUNK = 4096     # rows per call into the Rust tokenizer
+LOG_EVERY_S = 60.0        # progress lines in the log at most this often
+
+
+# ---- devices and progress -------------------------------------------------------------------------
+
+def resolve_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DataError(f"device {name!r} requested but CUDA is not available")
+    return device
+
+
+class RateColumn(ProgressColumn):
+    """Items per second, e.g. '812.4 passages/s'."""
+
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.1f} {self.unit}/s" if speed else f"- {self.unit}/s", style="cyan")
+
+
+def make_progress(unit: str, enabled: bool = True) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    RateColumn(unit), TimeElapsedColumn(), TimeRemainingColumn(),
+                    disable=not enabled)
+
+
+# ---- the inner loop -------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=8)
+def _rust_tokenizer(tokenizer, max_length: int):
+    """A private copy of the fast tokenizer's Rust backend: truncating at ``max_length``, no padding.
+
+    A copy, so the shared tokenizer's own settings are never changed under other callers.
+    """
+    backend = tokenizers.Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.enable_truncation(max_length, strategy="longest_first",
+                              direction=tokenizer.truncation_side)
+    backend.no_padding()
+    return backend
+
+
+def tokenize_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None
+                    ) -> dict[str, np.ndarray]:
+    """Tokenise a whole buffer at once into int32 arrays padded to the buffer's longest row.
+
+    Same ids as ``Retriever.tokenize_passages`` (title/text pairs, longest-first truncation) or
+    ``tokenize_queries`` (int32 here; batches are widened on the device), but the Rust tokenizer's
+    ids go straight into numpy: the transformers wrapper's tensor conversion costs more than the
+    tokenisation itself for small encoders.
+    """
+    settings, tokenizer = retriever.settings, retriever.tokenizer
+    max_length = settings.query_max_len if titles is None else settings.passage_max_len
+    inputs = list(texts) if titles is None else [(t or "", x) for t, x in zip(titles, texts)]
+    if not getattr(tokenizer, "is_fast", False):
+        kwargs = dict(padding=True, truncation="longest_first", max_length=max_length,
+                      return_tensors="np")
+        if titles is None:
+            return dict(tokenizer(inputs, **kwargs))
+        return dict(tokenizer([p[0] for p in inputs], [p[1] for p in inputs], **kwargs))
+    backend = _rust_tokenizer(tokenizer, max_length)
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # fast: no offsets
+    # int32 at the maximal width, filled TOKENIZE_CHUNK rows at a time: the Rust Encoding objects
+    # (~100 bytes per token) never exist for more than one chunk.
+    n, left = len(inputs), tokenizer.padding_side == "left"
+    ids = np.full((n, max_length), tokenizer.pad_token_id or 0, dtype=np.int32)
+    types = np.zeros((n, max_length), dtype=np.int32)
+    lengths = np.zeros(n, dtype=np.int64)
+    for first in range(0, n, TOKENIZE_CHUNK):
+        for row, enc in enumerate(encode(inputs[first:first + TOKENIZE_CHUNK],
+                                         add_special_tokens=True), start=first):
+            k = lengths[row] = len(enc)
+            cut = slice(max_length - k, max_length) if left else slice(0, k)
+            ids[row, cut] = enc.ids
+            types[row, cut] = enc.type_ids
+    width = int(lengths.max()) if n else 0
+    cols = slice(max_length - width, max_length) if left else slice(0, width)
+    positions = np.arange(width)
+    mask = positions >= (width - lengths[:, None]) if left else positions < lengths[:, None]
+    out = {"input_ids": ids[:, cols], "attention_mask": mask.astype(np.int32)}
+    if "token_type_ids" in tokenizer.model_input_names:
+        out["token_type_ids"] = types[:, cols]
+    return out
+
+
+def encode_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None = None, *,
+                  batch_size: int, device: torch.device, amp: bool = True,
+                  dtype: torch.dtype = torch.float16,
+                  on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+    """Embeddings [n, d] of passages (``titles`` given) or queries (``titles=None``), input order.
+
+    Rows are sorted by token length (longest first, stable) and cut into batches that are padded
+    only to their own longest row. Outputs stay on the device until the buffer is done, so on CUDA
+    the next batch is tokenised/sliced while the GPU still works on the previous one.
+    """
+    n = len(texts)
+    dim = retriever.query_model.config.hidden_size
+    if n == 0:
+        return np.zeros((0, dim), dtype=torch.empty(0, dtype=dtype).numpy().dtype)
+    encoded = tokenize_buffer(retriever, texts, titles)
+    lengths = encoded["attention_mask"].sum(axis=1)
+    order = np.argsort(-lengths, kind="stable")
+    left = retriever.tokenizer.padding_side == "left"
+    embed = retriever.embed_queries if titles is None else retriever.embed_passages
+    use_amp = amp and device.type == "cuda"
+    outputs = []
+    with torch.inference_mode(), torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
+        for start in range(0, n, batch_size):
+            rows = order[start:start + batch_size]
+            width = int(lengths[rows[0]])
+            cut = slice(-width, None) if left else slice(0, width)
+            batch = {key: torch.from_numpy(value[rows, cut]).to(device, non_blocking=True).long()
+                     for key, value in encoded.items()}
+            outputs.append(embed(batch).to(dtype))
+            if on_batch is not None:
+                on_batch(len(rows))
+        result = torch.empty((n, dim), dtype=dtype, device=device)
+        result[torch.from_numpy(order).to(device)] = torch.cat(outputs)
+    return result.cpu().numpy()
+
+
+# ---- streaming the corpus -------------------------------------------------------------------------
+
+def _string_column(batch: pa.RecordBatch, name: str, path: Path, first_row: int,
+                   nullable: bool) -> list:
+    column = batch.column(name)
+    if column.null_count and not nullable:
+        bad = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DataError("null value", file=path, record=bad, field=name)
+    values = column.to_pylist()
+    return [v or "" for v in values] if nullable and column.null_count else values
+
+
+def iter_slice(path: str | os.PathLike, start: int, end: int, columns: Sequence[str],
+               nullable: Sequence[str] = (), read_rows: int = READ_ROWS
+               ) -> Iterator[tuple[int, dict[str, list]]]:
+    """(global first row, {column: values}) for rows [start, end) of a Parquet file, streamed.
+
+    Only row groups that overlap the slice are read. String columns are checked for nulls (a null
+    in a ``nullable`` column reads as ""); the error names the 0-based row in the file.
+    """
+    path = Path(path)
+    try:
+        parquet = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise DataError("file not found", file=path) from None
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
+    names = parquet.schema_arrow.names
+    for name in columns:
+        if name not in names:
+            raise DataError(f"missing column (has: {', '.join(names)})", file=path, field=name)
+    groups, offset, first_row = [], 0, None
+    for g in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(g).num_rows
+        if offset < end and offset + size > start:
+            groups.append(g)
+            first_row = offset if first_row is None else first_row
+        offset += size
+    if not groups:
+        return
+    row = first_row
+    for batch in parquet.iter_batches(batch_size=read_rows, row_groups=groups, columns=list(columns)):
+        lo, hi = max(start - row, 0), min(end - row, batch.num_rows)
+        if hi > lo:
+            part = batch.slice(lo, hi - lo)
+            yield row + lo, {name: _string_column(part, name, path, row + lo, name in nullable)
+                             for name in columns}
+        row += batch.num_rows
+        if row >= end:
+            break
+
+
+def iter_buffers(chunks: Iterator[tuple[int, dict[str, list]]], size: int
+                 ) -> Iterator[dict[str, list]]:
+    """Regroup streamed chunks into buffers of exactly ``size`` rows (the last may be shorter)."""
+    pending: dict[str, list] | None = None
+    for _, chunk in chunks:
+        if pending is None:
+            pending = {k: [] for k in chunk}
+        for key, values in chunk.items():
+            pending[key].extend(values)
+        while len(next(iter(pending.values()))) >= size:
+            yield {k: v[:size] for k, v in pending.items()}
+            pending = {k: v[size:] for k, v in pending.items()}
+    if pending is not None and next(iter(pending.values())):
+        yield pending
+
+
+def parquet_rows(path: str | os.PathLike) -> int:
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found", file=path)
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception as exc:
+        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
+
+
+# ---- stages ---------------------------------------------------------------------------------------
+
+def encode_table(retriever, path: str | os.PathLike, out_dir: str | os.PathLike, shard: int,
+                 shards: int, *, kind: str = "passage", batch_size: int = 64,
+                 sort_buffer: int = 20_000, device: torch.device | None = None, amp: bool = True,
+                 progress: bool = True) -> dict:
+    """Encode shard ``shard`` of ``shards`` of a corpus (kind 'passage') or queries table ('query').
+
+    Writes ``shard{i}of{n}.npy`` (fp16) + ``shard{i}of{n}.{pid|qid}s.parquet`` atomically and
+    returns {'rows', 'seconds', 'per_second'}.
+    """
+    if batch_size < 1 or sort_buffer < 1:
+        raise ValueError("batch_size and sort_buffer must be >= 1")
+    device = device or retriever.device
+    id_field = "pid" if kind == "passage" else "qid"
+    columns = [id_field, "title", "text"] if kind == "passage" else [id_field, "text"]
+    start, end = emb_io.shard_bounds(parquet_rows(path), shard, shards)
+    npy, ids = emb_io.shard_paths(out_dir, shard, shards, id_field)
+    dim = retriever.query_model.config.hidden_size
+    retriever.eval()
+    began = last_log = time.perf_counter()
+    unit = "passages" if kind == "passage" else "queries"
+    with make_progress(unit, progress) as bar, \
+            emb_io.EmbeddingWriter(npy, ids, end - start, dim, id_field=id_field) as writer:
+        task = bar.add_task(f"encode {Path(path).name} [{shard + 1}/{shards}]", total=end - start)
+        chunks = iter_slice(path, start, end, columns, nullable=("title",))
+        for buffer in iter_buffers(chunks, sort_buffer):
+            vectors = encode_buffer(retriever, buffer["text"], buffer.get("title"),
+                                    batch_size=batch_size, device=device, amp=amp,
+                                    on_batch=lambda k: bar.advance(task, k))
+            writer.write(buffer[id_field], vectors)
+            now = time.perf_counter()
+            if now - last_log >= LOG_EVERY_S:
+                # Rules run without the bar (parallel jobs share a terminal): the log shows progress.
+                last_log = now
+                log.info("%d / %d %s (%.1f %s/s)", writer.written, end - start, unit,
+                         writer.written / (now - began), unit)
+    seconds = time.perf_counter() - began
+    rate = (end - start) / seconds if seconds > 0 else 0.0
+    log.info("encoded %d %s in %.1f s (%.1f %s/s) -> %s", end - start, unit, seconds, rate, unit, npy)
+    return {"rows": end - start, "seconds": seconds, "per_second": rate}
+
+
+def load_retriever(model: str | os.PathLike, device: torch.device):
+    from pipeline.retrieval.model import Retriever
+
+    folder = Path(model)
+    if not (folder / "retriever.json").exists() and str(model) != "minilm" and not folder.exists():
+        raise DataError("retriever folder not found (did the training rule run?)", file=folder)
+    return Retriever.load(folder).to(device).eval()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.encode",
+                                     description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", required=True, help="retriever folder (Retriever.load)")
+        p.add_argument("--out-dir", required=True, help="embedding folder")
+        p.add_argument("--batch-size", type=int, default=64)
+        p.add_argument("--sort-buffer", type=int, default=20_000,
+                       help="rows read ahead and length-sorted (bounds memory)")
+        p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+        p.add_argument("--no-amp", action="store_true", help="no fp16 autocast on CUDA")
+        p.add_argument("--threads", type=int, help="torch CPU threads")
+        p.add_argument("--no-progress", action="store_true")
+        p.add_argument("--log", help="append the log to this file")
+
+    corpus = sub.add_parser("corpus", help="encode one shard of corpus.parquet")
+    common(corpus)
+    corpus.add_argument("--corpus", required=True, help="corpus.parquet (pid, title, text)")
+    corpus.add_argument("--shard", type=int, required=True, help="0-based shard index")
+    corpus.add_argument("--shards", type=int, required=True, help="number of shards")
+
+    queries = sub.add_parser("queries", help="encode a queries table (one shard, gathered)")
+    common(queries)
+    queries.add_argument("--queries", required=True, help="queries.{split}.parquet (qid, text)")
+
+    gather = sub.add_parser("gather", help="check the shards and write manifest.json")
+    gather.add_argument("--out-dir", required=True)
+    gather.add_argument("--shards", type=int, required=True)
+    gather.add_argument("--model", required=True, help="retriever folder (recorded)")
+    gather.add_argument("--corpus", required=True, help="corpus.parquet (row count is checked)")
+    gather.add_argument("--no-checksums", action="store_true", help="skip sha256 of the shards")
+    gather.add_argument("--log")
+
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    if args.command == "gather":
+        emb_io.gather(args.out_dir, args.shards, model=args.model, source=args.corpus,
+                      source_rows=parquet_rows(args.corpus), checksums=not args.no_checksums)
+        return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    retriever = load_retriever(args.model, device)
+    options = dict(batch_size=args.batch_size, sort_buffer=args.sort_buffer, device=device,
+                   amp=not args.no_amp, progress=not args.no_progress)
+    if args.command == "corpus":
+        encode_table(retriever, args.corpus, args.out_dir, args.shard, args.shards, **options)
+    else:
+        encode_table(retriever, args.queries, args.out_dir, 0, 1, kind="query", **options)
+        emb_io.gather(args.out_dir, 1, model=args.model, source=args.queries,
+                      source_rows=parquet_rows(args.queries), id_field="qid")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,195 @@
+"""Build FAISS indexes (inner product) from gathered embedding shards.
+
+The index type is any FAISS ``index_factory`` string (``Flat``, ``SQfp16``, ``IVF4096,Flat``, ``HNSW32``,
+``IVF65536,PQ64``...); the metric is always inner product, which is cosine for the normalised embeddings
+of a ``cosine`` retriever. Indexes that need training (IVF, PQ) are trained once on a seeded sample of
+``--train-size`` vectors drawn across all shards; the trained empty index is then cloned for every
+index shard. ``--shards m`` splits the ``n`` embedding shards into ``m`` contiguous groups and writes one
+index per group, so that a corpus whose index does not fit in one machine's memory is built and
+searched one part at a time (``pipeline.retrieval.search`` merges the parts' top-k). Vectors are added in chunks
+converted from fp16, never the whole corpus as fp32 at once (beyond what the index itself stores).
+
+Output folder::
+
+    shard{j}of{m}.faiss          one FAISS index per group
+    shard{j}of{m}.pids.parquet   the pid of each index row (FAISS row ids are 0..n_j-1)
+    index.json                   written last: factory, metric, dim, counts, files, training sample
+
+CLI::
+
+    python -m pipeline.retrieval.index --embeddings results/squad/embeddings/zeroshot \
+        --out-dir results/squad/index/zeroshot --factory Flat [--shards 1 --train-size 100000 --gpu]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow as pa
+
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.config import ConfigError
+from pipeline.retrieval.embeddings import EmbeddingSet, read_rows, shard_name
+from pipeline.retrieval.encode import make_progress
+from pipeline.core.storage import DataError, atomic_path, write_json, write_table
+
+log = logging.getLogger("sieve.index")
+
+INDEX_MANIFEST = "index.json"
+FORMAT = "sieve-index/1"
+
+
+def shard_groups(n_embedding_shards: int, n_index_shards: int) -> list[list[int]]:
+    """Contiguous groups of embedding shards, one per index shard (sizes differ by at most one)."""
+    if not 1 <= n_index_shards <= n_embedding_shards:
+        raise ConfigError(f"index.shards must be between 1 and the number of embedding shards "
+                          f"({n_embedding_shards}), got {n_index_shards}")
+    bounds = [j * n_embedding_shards // n_index_shards for j in range(n_index_shards + 1)]
+    return [list(range(bounds[j], bounds[j + 1])) for j in range(n_index_shards)]
+
+
+def new_index(dim: int, factory: str) -> faiss.Index:
+    try:
+        return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        reason = str(exc).strip().splitlines()[-1]
+        raise ConfigError(f"index.factory {factory!r} is not a valid FAISS index_factory string "
+                          f"for dimension {dim}: {reason}") from None
+
+
+def gpu_count(allowed: bool) -> int:
+    """GPUs FAISS may use: 0 with faiss-cpu, or when the config forbids them."""
+    return faiss.get_num_gpus() if allowed and hasattr(faiss, "get_num_gpus") else 0
+
+
+def to_gpu(index: faiss.Index, allowed: bool) -> tuple[faiss.Index, bool]:
+    """The index on all GPUs when possible; unsupported types (HNSW...) stay on CPU."""
+    if gpu_count(allowed) == 0:
+        return index, False
+    try:
+        return faiss.index_cpu_to_all_gpus(index), True
+    except (RuntimeError, AttributeError) as exc:
+        log.warning("FAISS cannot put this index type on GPU (%s); using the CPU",
+                    str(exc).strip().splitlines()[-1])
+        return index, False
+
+
+def to_cpu(index: faiss.Index, on_gpu: bool) -> faiss.Index:
+    return faiss.index_gpu_to_cpu(index) if on_gpu else index
+
+
+def training_sample(embeddings: EmbeddingSet, size: int, seed: int) -> np.ndarray:
+    """``size`` rows (all when the corpus is smaller) chosen with a seeded generator, as float32."""
+    if embeddings.count <= size:
+        rows = np.arange(embeddings.count)
+    else:
+        rows = np.sort(np.random.default_rng(seed).choice(embeddings.count, size, replace=False))
+    parts = []
+    for shard in embeddings.shards:
+        local = rows[(rows >= shard.offset) & (rows < shard.offset + shard.count)] - shard.offset
+        if local.size:
+            parts.append(read_rows(shard.embeddings, local).astype(np.float32))
+    return np.concatenate(parts) if parts else np.zeros((0, embeddings.dim), np.float32)
+
+
+def build_index(embeddings_dir: str | os.PathLike, out_dir: str | os.PathLike, *, factory: str,
+                shards: int = 1, train_size: int = 100_000, seed: int = 0, gpu: bool = True,
+                add_chunk: int = 65_536, progress: bool = True) -> dict:
+    """Build ``shards`` indexes from the embedding folder; write them and ``index.json`` (last)."""
+    embeddings = EmbeddingSet(embeddings_dir)
+    out_dir = Path(out_dir)
+    groups = shard_groups(len(embeddings.shards), shards)
+    if embeddings.count == 0:
+        raise DataError("no embeddings to index", file=Path(embeddings_dir) / "manifest.json")
+    began = time.perf_counter()
+    template = new_index(embeddings.dim, factory)
+    trained_on = 0
+    if not template.is_trained:
+        sample = training_sample(embeddings, train_size, seed)
+        trained_on = len(sample)
+        log.info("training %s on %d vectors", factory, trained_on)
+        work, on_gpu = to_gpu(template, gpu)
+        try:
+            work.train(sample)
+        except RuntimeError as exc:
+            reason = str(exc).strip().splitlines()[-1]
+            raise ConfigError(f"index.factory {factory!r} cannot be trained on {trained_on} "
+                              f"vectors (index.train_size / corpus too small?): {reason}") from None
+        template = to_cpu(work, on_gpu)
+        del sample
+    entries = []
+    with make_progress("vectors", progress) as bar:
+        for j, group in enumerate(groups):
+            count = sum(embeddings.shards[i].count for i in group)
+            task = bar.add_task(f"index part {j + 1}/{len(groups)}", total=count)
+            index, on_gpu = to_gpu(faiss.clone_index(template), gpu)
+            for _, chunk in embeddings.iter_rows(add_chunk, shards=group):
+                index.add(chunk.astype(np.float32))
+                bar.advance(task, len(chunk))
+            index = to_cpu(index, on_gpu)
+            name = shard_name(j, len(groups))
+            with atomic_path(out_dir / f"{name}.faiss") as tmp:
+                faiss.write_index(index, str(tmp))
+            write_table(out_dir / f"{name}.pids.parquet",
+                        pa.table({"pid": embeddings.ids(group)}))
+            entries.append({"index": f"{name}.faiss", "pids": f"{name}.pids.parquet",
+                            "count": int(index.ntotal), "embedding_shards": group,
+                            "bytes": (out_dir / f"{name}.faiss").stat().st_size})
+            del index
+    manifest = {"format": FORMAT, "factory": factory, "metric": "inner_product",
+                "dim": embeddings.dim, "count": embeddings.count, "trained_on": trained_on,
+                "seed": seed, "gpu": gpu_count(gpu) > 0, "faiss_version": faiss.__version__,
+                "embeddings": str(embeddings_dir), "shards": entries}
+    write_json(out_dir / INDEX_MANIFEST, manifest)
+    log.info("indexed %d vectors with %s in %d part(s), %.1f s, %.1f MiB on disk", embeddings.count,
+             factory, len(groups), time.perf_counter() - began,
+             sum(e["bytes"] for e in entries) / 2**20)
+    return manifest
+
+
+def load_index_manifest(index_dir: str | os.PathLike) -> dict:
+    path = Path(index_dir) / INDEX_MANIFEST
+    if not path.exists():
+        raise DataError("index manifest not found (did build_index run?)", file=path)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DataError(f"not valid JSON ({exc})", file=path) from exc
+    for key in ("shards", "dim", "count", "factory"):
+        if key not in manifest:
+            raise DataError("missing key", file=path, field=key)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.index",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--embeddings", required=True, help="gathered embedding folder")
+    parser.add_argument("--out-dir", required=True, help="index folder")
+    parser.add_argument("--factory", default="Flat", help="FAISS index_factory string")
+    parser.add_argument("--shards", type=int, default=1, help="index parts (<= embedding shards)")
+    parser.add_argument("--train-size", type=int, default=100_000, help="vectors to train IVF/PQ")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--add-chunk", type=int, default=65_536, help="vectors added per call")
+    parser.add_argument("--no-gpu", action="store_true", help="never use FAISS GPUs")
+    parser.add_argument("--threads", type=int, help="OpenMP threads for FAISS")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--log", help="append the log to this file")
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    if args.threads:
+        faiss.omp_set_num_threads(args.threads)
+    build_index(args.embeddings, args.out_dir, factory=args.factory, shards=args.shards,
+                train_size=args.train_size, seed=args.seed, gpu=not args.no_gpu,
+                add_chunk=args.add_chunk, progress=not args.no_progress)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

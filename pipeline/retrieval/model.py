@@ -1,0 +1,201 @@
+"""The bi-encoder retriever: Hugging Face encoder(s) + pooling + similarity, saved as a plain folder.
+
+Folder layout (``Retriever.save``)::
+
+    retriever.json          settings (pooling, similarity, temperature, max lengths, towers)
+    query_encoder/          HF model + tokenizer (the only tower when towers are shared)
+    passage_encoder/        HF model + tokenizer, only when towers are separate
+
+Passages are encoded as the pair (title, text); queries as single texts. With ``similarity: cosine``
+embeddings are L2-normalised, so a dot product of two embeddings is their cosine; the temperature τ is
+applied by the losses, never baked into the embeddings.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
+
+from pipeline.core.config import resolve_model_path
+from pipeline.core.storage import atomic_open
+
+log = logging.getLogger("sieve.model")
+
+SETTINGS_FILE = "retriever.json"
+
+
+@dataclass
+class RetrieverSettings:
+    base: str = "minilm"               # where the weights came from (for the record)
+    pooling: str = "mean"              # mean | cls
+    similarity: str = "cosine"         # cosine | dot
+    temperature: float = 0.05          # τ used by the losses with cosine similarity
+    shared_towers: bool = True
+    query_max_len: int = 32
+    passage_max_len: int = 128
+
+    def __post_init__(self) -> None:
+        if self.pooling not in ("mean", "cls"):
+            raise ValueError(f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
+        if self.similarity not in ("cosine", "dot"):
+            raise ValueError(f"similarity must be 'cosine' or 'dot', got {self.similarity!r}")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RetrieverSettings":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown retriever settings {sorted(unknown)} (known: {sorted(known)})")
+        return cls(**data)
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Mean over non-padding tokens, or the first ([CLS]) token."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+class Retriever(torch.nn.Module):
+    """Query and passage towers with one pooling/similarity setting."""
+
+    def __init__(self, query_model: torch.nn.Module, passage_model: torch.nn.Module | None,
+                 tokenizer, settings: RetrieverSettings):
+        super().__init__()
+        self.settings = settings
+        self.query_model = query_model
+        # Registered only when separate, so state_dict()/parameters() hold each weight once.
+        self.passage_model = passage_model if passage_model is not None else None
+        self.tokenizer = tokenizer
+
+    # ---- construction and persistence -------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, settings: RetrieverSettings | None = None) -> "Retriever":
+        """A fresh retriever from a base HF encoder ('minilm' = the offline all-MiniLM-L6-v2)."""
+        settings = settings or RetrieverSettings(base=name_or_path)
+        path = resolve_model_path(name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        query_model = AutoModel.from_pretrained(path)
+        passage_model = None if settings.shared_towers else AutoModel.from_pretrained(path)
+        return cls(query_model, passage_model, tokenizer, settings)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Retriever":
+        """Load a folder written by ``save`` (or a plain HF model folder, with default settings)."""
+        folder = Path(folder)
+        settings_path = folder / SETTINGS_FILE
+        if not settings_path.exists():
+            # A plain HF checkpoint (or 'minilm'): treat as a fresh retriever with default settings.
+            return cls.from_pretrained(str(folder))
+        settings = RetrieverSettings.from_dict(json.loads(settings_path.read_text()))
+        tokenizer = AutoTokenizer.from_pretrained(folder / "query_encoder")
+        query_model = AutoModel.from_pretrained(folder / "query_encoder")
+        passage_model = None
+        if not settings.shared_towers:
+            passage_model = AutoModel.from_pretrained(folder / "passage_encoder")
+        return cls(query_model, passage_model, tokenizer, settings)
+
+    def save(self, folder: str | Path) -> None:
+        """Write the folder; ``retriever.json`` goes last so a folder with it is complete."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.query_model.save_pretrained(folder / "query_encoder")
+        self.tokenizer.save_pretrained(folder / "query_encoder")
+        if self.passage_model is not None:
+            self.passage_model.save_pretrained(folder / "passage_encoder")
+            self.tokenizer.save_pretrained(folder / "passage_encoder")
+        with atomic_open(folder / SETTINGS_FILE, "w") as handle:
+            json.dump(asdict(self.settings), handle, indent=2)
+
+    # ---- tokenisation ------------------------------------------------------------------------------
+
+    def tokenize_queries(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        return self.tokenizer(list(texts), padding=True, truncation=True,
+                              max_length=self.settings.query_max_len, return_tensors="pt")
+
+    def tokenize_passages(self, titles: Sequence[str], texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        titles = [t or "" for t in titles]
+        return self.tokenizer(titles, list(texts), padding=True, truncation="longest_first",
+                              max_length=self.settings.passage_max_len, return_tensors="pt")
+
+    # ---- forward -------------------------------------------------------------------------------------
+
+    @property
+    def passage_tower(self) -> torch.nn.Module:
+        return self.passage_model if self.passage_model is not None else self.query_model
+
+    def _embed(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        hidden = model(**inputs).last_hidden_state
+        emb = pool(hidden, batch["attention_mask"], self.settings.pooling)
+        if self.settings.similarity == "cosine":
+            emb = F.normalize(emb.float(), p=2, dim=-1)
+        return emb
+
+    def embed_queries(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self._embed(self.query_model, batch)
+
+    def embed_passages(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self._embed(self.passage_tower, batch)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.query_model.parameters()).device
+
+    # ---- inference helpers (small inputs; corpus encoding lives in pipeline.retrieval.encode) ---------------
+
+    @torch.no_grad()
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
+        return self._encode_sorted(list(texts), None, batch_size)
+
+    @torch.no_grad()
+    def encode_passages(self, titles: Sequence[str], texts: Sequence[str],
+                        batch_size: int = 64) -> np.ndarray:
+        return self._encode_sorted(list(texts), list(titles), batch_size)
+
+    def _encode_sorted(self, texts: list[str], titles: list[str] | None, batch_size: int) -> np.ndarray:
+        """Encode in length-sorted batches (less padding), returned in the input order, float32."""
+        was_training = self.training
+        self.eval()
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        dim = self.query_model.config.hidden_size
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            idx = order[start:start + batch_size]
+            if titles is None:
+                batch = self.tokenize_queries([texts[i] for i in idx])
+                emb = self.embed_queries(_to(batch, self.device))
+            else:
+                batch = self.tokenize_passages([titles[i] for i in idx], [texts[i] for i in idx])
+                emb = self.embed_passages(_to(batch, self.device))
+            out[idx] = emb.float().cpu().numpy()
+        self.train(was_training)
+        return out
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def make_tiny_encoder(out_dir: str | Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
+    """A tiny randomly initialised BERT with the MiniLM tokenizer, for tests and memory benchmarks."""
+    out_dir = Path(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("minilm"))
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=2, intermediate_size=hidden * 2,
+                        max_position_embeddings=512)
+    BertModel(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

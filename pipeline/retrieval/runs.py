@@ -1,0 +1,140 @@
+"""Retrieval runs: read and validate ``run.{split}.parquet`` and export it in TREC format.
+
+A run is the contract between every retriever and the evaluator (pipeline.core.storage.RUN_SCHEMA):
+qid, pid, rank (int32, 1-based, exactly 1..n per query), score (float32). Order is given by ``rank``,
+never re-derived from ``score``, so ties in score are resolved by whoever wrote the run.
+
+CLI (validate + TREC export only; ``pipeline.evaluation.evaluate`` scores a run)::
+
+    python -m pipeline.retrieval.runs --run results/squad/bm25/run.test.parquet --tag bm25 \
+        --trec results/squad/bm25/run.test.trec [--queries resources/squad/queries.test.parquet]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import Collection
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import RUN_SCHEMA, DataError, atomic_open, read_table
+
+log = logging.getLogger("sieve.runs")
+
+_TREC_CHUNK = 200_000
+
+
+def _check_types(path: Path) -> None:
+    schema = pq.read_schema(path)
+    for name, ok, want in (("qid", pa.types.is_string, "string"), ("pid", pa.types.is_string, "string"),
+                           ("rank", pa.types.is_integer, "an integer type"),
+                           ("score", lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+                            "a number")):
+        typ = schema.field(name).type
+        if not (ok(typ) or (want == "string" and pa.types.is_large_string(typ))):
+            raise DataError(f"column type is {typ}, expected {want} (see pipeline.core.storage.RUN_SCHEMA)",
+                            file=path, field=name)
+
+
+def validate_run(df: pd.DataFrame, file: str | os.PathLike,
+                 known_qids: Collection[str] | None = None) -> pd.DataFrame:
+    """Check a run table; return it sorted by (qid, rank) with RUN_SCHEMA dtypes, indexed by file row.
+
+    Errors name the file, the 0-based row of the offending record and the field: nulls, a duplicate
+    (qid, pid), ranks that are not exactly 1..n within a query, and qids not in ``known_qids``.
+    """
+    df = df.reset_index(drop=True)
+    for col in RUN_SCHEMA.names:
+        nulls = df[col].isna()
+        if nulls.any():
+            raise DataError("null value", file=file, record=int(nulls.idxmax()), field=col)
+    dup = df.duplicated(["qid", "pid"], keep="first")
+    if dup.any():
+        row = int(dup.idxmax())
+        qid, pid = df.at[row, "qid"], df.at[row, "pid"]
+        first = int(df.index[(df["qid"] == qid) & (df["pid"] == pid)][0])
+        raise DataError(f"duplicate (qid, pid) = ({qid!r}, {pid!r}); first seen at row {first}",
+                        file=file, record=row, field="pid")
+    if known_qids is not None:
+        unknown = ~df["qid"].isin(known_qids)
+        if unknown.any():
+            row = int(unknown.idxmax())
+            raise DataError(f"qid {df.at[row, 'qid']!r} is not in the evaluated queries "
+                            f"({int(unknown.sum())} rows in total)", file=file, record=row, field="qid")
+    ordered = df.sort_values(["qid", "rank"], kind="stable")
+    expected = ordered.groupby("qid", sort=False).cumcount().to_numpy() + 1
+    ranks = ordered["rank"].to_numpy()
+    bad = np.flatnonzero(ranks != expected)
+    if bad.size:
+        row = int(ordered.index[bad[0]])
+        raise DataError(f"query {df.at[row, 'qid']!r}: ranks must be exactly 1..n with no gaps or "
+                        f"repeats; found rank {int(ranks[bad[0]])} where {int(expected[bad[0]])} "
+                        "was expected", file=file, record=row, field="rank")
+    # The index keeps each record's row in the file, so later errors can still name it.
+    return ordered.astype({"qid": str, "pid": str, "rank": "int32", "score": "float32"})
+
+
+def read_run(path: str | os.PathLike, known_qids: Collection[str] | None = None) -> pd.DataFrame:
+    """Read and validate a run Parquet file (see ``validate_run``)."""
+    path = Path(path)
+    df = read_table(path, columns=RUN_SCHEMA.names)
+    _check_types(path)
+    return validate_run(df, path, known_qids)
+
+
+def ranked_lists(run: pd.DataFrame) -> dict[str, list[str]]:
+    """qid -> pids in rank order, from a run sorted by (qid, rank) (what ``read_run`` returns)."""
+    return {qid: group.tolist() for qid, group in run.groupby("qid", sort=False)["pid"]}
+
+
+def write_trec(run: pd.DataFrame, path: str | os.PathLike, tag: str,
+               file: str | os.PathLike | None = None) -> None:
+    """Write ``qid Q0 pid rank score tag`` lines (atomically), in (qid, rank) order.
+
+    TREC files are whitespace-separated, so an id containing whitespace cannot be exported.
+    """
+    if not tag or any(ch.isspace() for ch in tag):
+        raise ValueError(f"TREC run tag must be non-empty and without whitespace, got {tag!r}")
+    for col in ("qid", "pid"):
+        spaced = run[col].str.contains(r"\s", regex=True)
+        if spaced.any():
+            row = int(spaced.idxmax())
+            raise DataError("id contains whitespace and cannot be written in TREC format",
+                            file=file, record=row, field=col)
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        for start in range(0, len(run), _TREC_CHUNK):
+            part = run.iloc[start:start + _TREC_CHUNK]
+            # %.9g round-trips float32, so the exported scores order exactly like the Parquet ones.
+            scores = np.char.mod("%.9g", part["score"].to_numpy(dtype=np.float64))
+            lines = (part["qid"] + " Q0 " + part["pid"] + " " + part["rank"].astype(str) + " "
+                     + pd.Series(scores, index=part.index) + " " + tag + "\n")
+            handle.writelines(lines.tolist())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.runs",
+                                     description="Validate a run Parquet file and export it as TREC.")
+    parser.add_argument("--run", required=True, help="run Parquet (qid, pid, rank, score)")
+    parser.add_argument("--trec", required=True, help="output TREC file")
+    parser.add_argument("--tag", required=True, help="run tag (last TREC column), e.g. the method")
+    parser.add_argument("--queries", help="queries Parquet: also reject qids not in it")
+    parser.add_argument("--log", help="append the log to this file")
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    known = None
+    if args.queries:
+        known = set(read_table(args.queries, columns=["qid"])["qid"])
+    run = read_run(args.run, known)
+    write_trec(run, args.trec, args.tag, file=args.run)
+    log.info("wrote %s (%d lines, %d queries)", args.trec, len(run), run["qid"].nunique())
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

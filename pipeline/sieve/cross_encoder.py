@@ -1,0 +1,159 @@
+"""RocketQA-style denoising cross-encoder for the ``cross_encoder`` filter: train it, then score pairs.
+
+    python -m pipeline.sieve.cross_encoder --negatives results/D/negatives/bm25.parquet \
+        --qrels resources/D/qrels.train.parquet --queries resources/D/queries.train.parquet \
+        --corpus resources/D/corpus.parquet --base minilm --steps 150 --batch-size 16 \
+        --out results/D/models/cross_encoder
+
+The model is AR2's ranker architecture (pipeline.retrieval.ranker: base encoder, [CLS] -> Linear -> 1 logit),
+fine-tuned from the same base as the retrievers, but *pointwise*: binary cross-entropy on
+(query, positive) = 1 and (query, BM25 negative) = 0, so that sigmoid(logit) is a probability that the
+filter can threshold (RocketQA keeps a negative only below 0.1). The BM25 negatives are noisy (they
+contain the false negatives the filter is meant to find), exactly as in RocketQA's setting.
+
+Sampling: epoch e visits the queries in a permutation drawn from (seed, e); the negative of query q in
+epoch e is drawn from item_rng(seed, q, e) among its mined negatives.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from rich.progress import Progress
+
+from pipeline.core.seeding import item_rng, seed_everything
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import DataError, atomic_open
+from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
+
+log = logging.getLogger("sieve.cross_encoder_filter")
+
+
+def sample_pairs(negatives: dict[str, list[str]], positives: dict[str, list[str]], *, steps: int,
+                 batch_size: int, seed: int) -> list[list[tuple[str, str, float]]]:
+    """The whole training plan: per step, (qid, pid, label) for batch_size queries x {pos, neg}."""
+    qids = sorted(q for q in negatives if q in positives and negatives[q])
+    if not qids:
+        raise DataError("no training query has both a positive and a negative", field="qid")
+    plan, epoch, order, cursor = [], 0, [], 0
+    for _ in range(steps):
+        batch = []
+        while len(batch) < 2 * batch_size:
+            if cursor >= len(order):
+                order = list(np.random.default_rng([seed, epoch]).permutation(qids))
+                cursor, epoch = 0, epoch + 1
+            qid = order[cursor]
+            cursor += 1
+            negs = negatives[qid]
+            neg = negs[int(item_rng(seed, qid, epoch - 1).integers(len(negs)))]
+            batch += [(qid, positives[qid][0], 1.0), (qid, neg, 0.0)]
+        plan.append(batch)
+    return plan
+
+
+def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, queries: str | os.PathLike,
+                        corpus: str | os.PathLike, out: str | os.PathLike, *, base: str = "minilm",
+                        max_len: int = 128, steps: int = 150, batch_size: int = 16, lr: float = 2e-5,
+                        seed: int = 0, warmup_ratio: float = 0.1) -> dict:
+    from transformers import get_linear_schedule_with_warmup
+
+    from pipeline.retrieval.ranker import Ranker, RankerSettings
+
+    seed_everything(seed)
+    negs = read_negatives(negatives)
+    positives = read_positives(qrels)
+    ordered = negs.sort_values(["qid", "rank"], kind="stable").groupby("qid")["pid"].apply(list)
+    # An annotated positive is never a training negative, even if a negatives file lists it.
+    by_query = {q: [p for p in pids if p not in positives.get(q, ())] for q, pids in ordered.items()}
+    plan = sample_pairs(by_query, positives, steps=steps, batch_size=batch_size, seed=seed)
+    used_q = sorted({q for batch in plan for q, _, _ in batch})
+    texts = read_queries(queries, used_q).set_index("qid")["text"]
+    passages = load_passages(corpus, {p for batch in plan for _, p, _ in batch})
+    ranker = Ranker.from_pretrained(base, RankerSettings(base=base, max_len=max_len), seed=seed)
+    ranker.train()
+    optim = torch.optim.AdamW(ranker.parameters(), lr=lr, weight_decay=0.01)
+    sched = get_linear_schedule_with_warmup(optim, int(warmup_ratio * steps), steps)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    history = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task("cross-encoder: training", total=steps)
+        for step, batch in enumerate(plan, start=1):
+            qids, pids, labels = zip(*batch)
+            enc = ranker.tokenize([texts[q] for q in qids], passages.loc[list(pids), "title"].tolist(),
+                                  passages.loc[list(pids), "text"].tolist())
+            logits = ranker({k: v.to(ranker.device) for k, v in enc.items()})
+            loss = loss_fn(logits.float(), torch.tensor(labels, device=logits.device))
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(ranker.parameters(), 1.0)
+            optim.step()
+            sched.step()
+            history.append(float(loss.detach()))
+            progress.advance(task)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"base": base, "steps": steps, "batch_queries": batch_size, "lr": lr, "max_len": max_len,
+            "seed": seed, "objective": "pointwise BCE: (q, positive)=1, (q, BM25 negative)=0",
+            "loss_first_10": float(np.mean(history[:10])), "loss_last_10": float(np.mean(history[-10:]))}
+    with atomic_open(out / "train_info.json", "w") as handle:
+        json.dump(info, handle, indent=2)
+    ranker.save(out)   # ranker.json last: a folder with it is complete
+    log.info("cross-encoder trained: %s -> %s", info, out)
+    return info
+
+
+def score_candidates(cands: pd.DataFrame, model: str | os.PathLike, corpus: str | os.PathLike,
+                     queries: str | os.PathLike, batch_size: int = 64, chunk: int = 4096) -> np.ndarray:
+    """sigmoid(cross-encoder logit) of every candidate row, float64 in row order."""
+    from pipeline.retrieval.ranker import Ranker
+
+    ranker = Ranker.load(model)
+    texts = read_queries(queries, cands["qid"].unique()).set_index("qid")["text"]
+    passages = load_passages(corpus, set(cands["pid"]))
+    out = np.empty(len(cands), dtype=np.float64)
+    with Progress(transient=True) as progress:
+        task = progress.add_task("cross-encoder: scoring candidates", total=len(cands))
+        for start in range(0, len(cands), chunk):
+            part = cands.iloc[start:start + chunk]
+            rows = passages.loc[part["pid"]]
+            logits = ranker.score(texts.loc[part["qid"]].tolist(), rows["title"].tolist(),
+                                  rows["text"].tolist(), batch_size=batch_size)
+            out[start:start + len(part)] = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+            progress.advance(task, len(part))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.cross_encoder", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--negatives", required=True)
+    parser.add_argument("--qrels", required=True)
+    parser.add_argument("--queries", required=True)
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--out", required=True, help="cross-encoder folder (pipeline.retrieval.ranker layout)")
+    parser.add_argument("--base", default="minilm")
+    parser.add_argument("--max-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--batch-size", type=int, default=16, help="queries per step (2 pairs each)")
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--log", default=None)
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train_cross_encoder(args.negatives, args.qrels, args.queries, args.corpus, args.out, base=args.base,
+                        max_len=args.max_len, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                        seed=args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,194 @@
+"""Inputs of the sieve stage: validated negatives/qrels tables, streamed passages, cached embeddings.
+
+The sieve scores every (query, candidate) pair of the training set, but a passage is usually a
+candidate of many queries. ``encode_unique_passages`` therefore encodes each needed passage once,
+streaming the corpus and writing embeddings into a memory-mapped array, so memory stays bounded by
+the number of *distinct* candidate passages times the embedding width (on disk, not in RAM).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from rich.progress import Progress
+
+from pipeline.core.storage import DataError, check_unique, read_table
+
+log = logging.getLogger("sieve.sieve_data")
+
+CORPUS_BATCH = 8_192
+SCORE_CHUNK = 262_144
+
+
+# ---- negatives and qrels -------------------------------------------------------------------------
+
+def _check_column_type(path: Path, schema: pa.Schema, name: str, ok, want: str) -> None:
+    typ = schema.field(name).type
+    if not ok(typ):
+        raise DataError(f"column type is {typ}, expected {want}", file=path, field=name)
+
+
+def _first_null(df: pd.DataFrame, columns: Iterable[str], path: Path) -> None:
+    for col in columns:
+        nulls = df[col].isna().to_numpy()
+        if nulls.any():
+            raise DataError("null value", file=path, record=int(np.argmax(nulls)), field=col)
+
+
+def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
+    """A negatives table (bm25.parquet layout), validated; rows marked ``excluded`` are removed.
+
+    Required: qid, pid (string), rank (integer >= 1), score (number); optional: excluded (bool),
+    has_answer (bool), source (string; default: the file's stem). A wrong type, a null, a rank < 1 or a duplicate (qid, pid) raises a DataError
+    naming the file, the 0-based row and the column.
+    """
+    path = Path(path)
+    df = read_table(path)
+    schema = pq.read_schema(path)
+    for name in ("qid", "pid", "rank", "score"):
+        if name not in schema.names:
+            raise DataError(f"missing column (has: {', '.join(schema.names)})", file=path, field=name)
+    is_str = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)  # noqa: E731
+    _check_column_type(path, schema, "qid", is_str, "string")
+    _check_column_type(path, schema, "pid", is_str, "string")
+    _check_column_type(path, schema, "rank", pa.types.is_integer, "an integer type")
+    _check_column_type(path, schema, "score",
+                       lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "a number")
+    for name in ("excluded", "has_answer"):
+        if name in schema.names:
+            _check_column_type(path, schema, name, pa.types.is_boolean, "bool")
+    _first_null(df, [c for c in ("qid", "pid", "rank", "score", "excluded") if c in df], path)
+    bad_rank = (df["rank"] < 1).to_numpy()
+    if bad_rank.any():
+        row = int(np.argmax(bad_rank))
+        raise DataError(f"rank {df['rank'].iat[row]} < 1 (ranks are 1-based)", file=path, record=row,
+                        field="rank")
+    dup = df.duplicated(["qid", "pid"]).to_numpy()
+    if dup.any():
+        row = int(np.argmax(dup))
+        raise DataError(f"duplicate (qid, pid) = ({df['qid'].iat[row]!r}, {df['pid'].iat[row]!r})",
+                        file=path, record=row, field="pid")
+    if "excluded" in df:
+        df = df[~df["excluded"].astype(bool)]
+    out = df[["qid", "pid", "rank", "score"]].copy()
+    out["rank"] = out["rank"].astype(np.int64)
+    out["score"] = out["score"].astype(np.float64)
+    out["has_answer"] = (df["has_answer"].astype("boolean") if "has_answer" in df
+                         else pd.array([pd.NA] * len(df), dtype="boolean"))
+    out["source"] = df["source"].fillna(path.stem).astype(str) if "source" in df else path.stem
+    return out.reset_index(drop=True)
+
+
+def read_positives(path: str | os.PathLike) -> dict[str, list[str]]:
+    """qid -> positive pids (relevance >= 1) ordered by relevance desc, file order among ties.
+
+    The first pid is the query's training positive (the dense-stage contract).
+    """
+    path = Path(path)
+    qrels = read_table(path, ["qid", "pid", "relevance"])
+    _first_null(qrels, ["qid", "pid", "relevance"], path)
+    qrels = qrels.reset_index(drop=True)
+    qrels["_row"] = np.arange(len(qrels))
+    qrels = qrels[qrels["relevance"] >= 1].sort_values(["qid", "relevance", "_row"],
+                                                       ascending=[True, False, True], kind="stable")
+    return {qid: list(dict.fromkeys(group["pid"])) for qid, group in qrels.groupby("qid", sort=False)}
+
+
+def read_queries(path: str | os.PathLike, qids: Iterable[str] | None = None) -> pd.DataFrame:
+    """qid, text, answers (list) of the wanted queries; every wanted qid must be present."""
+    path = Path(path)
+    queries = read_table(path, ["qid", "text", "answers"])
+    check_unique(queries, "qid", path)
+    _first_null(queries, ["qid", "text"], path)
+    queries = queries.set_index("qid", drop=False)
+    if qids is not None:
+        wanted = list(dict.fromkeys(qids))
+        missing = [q for q in wanted if q not in queries.index]
+        if missing:
+            raise DataError(f"{len(missing)} query ids used by the candidates are not in the queries "
+                            f"file (first: {missing[0]!r})", file=path, field="qid")
+        queries = queries.loc[wanted]
+    return queries.reset_index(drop=True)
+
+
+# ---- passages ------------------------------------------------------------------------------------
+
+def iter_corpus(corpus_path: str | os.PathLike, pids: Iterable[str], columns=("pid", "title", "text")):
+    """Stream the corpus, yielding DataFrames holding only the rows whose pid is in ``pids``."""
+    wanted = pa.array(sorted(set(pids)), pa.string())
+    for batch in pq.ParquetFile(corpus_path).iter_batches(batch_size=CORPUS_BATCH, columns=list(columns)):
+        table = pa.Table.from_batches([batch])
+        kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted))
+        if kept.num_rows:
+            yield kept.to_pandas()
+
+
+def load_passages(corpus_path: str | os.PathLike, pids: Iterable[str]) -> pd.DataFrame:
+    """pid-indexed title/text of ``pids``; a pid missing from the corpus is a DataError."""
+    pids = set(pids)
+    parts = list(iter_corpus(corpus_path, pids))
+    found = pd.concat(parts) if parts else pd.DataFrame(columns=["pid", "title", "text"])
+    found = found.drop_duplicates("pid").set_index("pid")
+    missing = pids - set(found.index)
+    if missing:
+        raise DataError(f"{len(missing)} passage ids are not in the corpus (first: {sorted(missing)[0]!r})",
+                        file=corpus_path, field="pid")
+    found["title"] = found["title"].fillna("")
+    return found
+
+
+def encode_unique_passages(retriever, corpus_path: str | os.PathLike, pids: Iterable[str],
+                           work_dir: str | os.PathLike, batch_size: int = 64
+                           ) -> tuple[dict[str, int], np.ndarray]:
+    """Encode each distinct pid once; return pid -> row and a float32 memmap [n_pids, dim] (L2-normalised).
+
+    Rows are assigned in sorted-pid order, so the result does not depend on the corpus order.
+    """
+    order = sorted(set(pids))
+    index = {pid: i for i, pid in enumerate(order)}
+    dim = retriever.query_model.config.hidden_size
+    path = Path(work_dir) / "passage_embeddings.npy"
+    emb = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(order), dim))
+    done = np.zeros(len(order), dtype=bool)
+    with Progress(transient=True) as progress:
+        task = progress.add_task("sieve: encoding candidate passages", total=len(order))
+        for part in iter_corpus(corpus_path, index):
+            part = part.drop_duplicates("pid")
+            rows = np.fromiter((index[p] for p in part["pid"]), dtype=np.int64, count=len(part))
+            vecs = retriever.encode_passages(part["title"].fillna("").tolist(), part["text"].tolist(),
+                                             batch_size=batch_size)
+            emb[rows] = normalize_rows(vecs)
+            done[rows] = True
+            progress.advance(task, len(part))
+    if not done.all():
+        first = order[int(np.argmin(done))]
+        raise DataError(f"{int((~done).sum())} candidate/positive passage ids are not in the corpus "
+                        f"(first: {first!r})", file=corpus_path, field="pid")
+    emb.flush()
+    return index, emb
+
+
+def normalize_rows(vecs: np.ndarray) -> np.ndarray:
+    """L2-normalise rows (the sieve uses cosine similarity whatever the model's own setting)."""
+    vecs = np.asarray(vecs, dtype=np.float32)
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    return vecs / np.maximum(norms, 1e-12)
+
+
+def rowwise_dot(left: np.ndarray, left_idx: np.ndarray, right: np.ndarray,
+                right_idx: np.ndarray) -> np.ndarray:
+    """float64 dot products left[left_idx[i]] . right[right_idx[i]], computed in bounded chunks."""
+    out = np.empty(len(left_idx), dtype=np.float64)
+    for start in range(0, len(left_idx), SCORE_CHUNK):
+        sl = slice(start, start + SCORE_CHUNK)
+        a = np.asarray(left[left_idx[sl]], dtype=np.float64)
+        b = np.asarray(right[right_idx[sl]], dtype=np.float64)
+        out[sl] = np.einsum("ij,ij->i", a, b)
+    return out

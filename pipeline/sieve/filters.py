@@ -1,0 +1,246 @@
+"""False-negative filters behind one interface, all judging the same candidate table.
+
+    python -m pipeline.sieve.filters --filter positive_aware --candidates results/D/sieve/candidates.parquet \
+        --corpus resources/D/corpus.parquet --queries resources/D/queries.train.parquet \
+        --model results/D/models/dpr --out results/D/sieve/positive_aware/decisions.parquet
+
+A filter reads the candidates (pipeline.sieve.candidates) and decides per row: ``kept`` (stays a negative)
+or dropped (suspected false negative), with the ``score`` it decided on. Filters:
+
+- ``none``            keep everything (the noisy baseline).
+- ``answer_match``    DPR: drop candidates whose text contains an answer string (``has_answer``).
+- ``rank_window``     FlagEmbedding: drop the top ``--start`` ranks of the source list (score = rank).
+- ``positive_aware``  NV-Retriever: drop if s_neg > margin * s_pos (``relative``), s_neg > s_pos - margin
+                      (``difference``) or s_neg > margin (``absolute``), with a retriever's cosine.
+- ``cross_encoder``   RocketQA: keep only if the cross-encoder's probability is < ``--threshold``.
+- ``sieve``           Algorithm 1 (pipeline.sieve.passage_sieve) scored by ``--model``; ``sieve_no_ccr`` is the same
+                      rule scored by the DPR model (no CCR), written in the sieve layout.
+"""
+from __future__ import annotations
+
+import abc
+import argparse
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import DataError, write_table
+from pipeline.sieve.passage_sieve import FALLBACKS, SIEVE_SCHEMA, model_similarities, read_candidates, sieve_table
+
+log = logging.getLogger("sieve.filters")
+
+FILTERS = ("none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve",
+           "sieve_no_ccr")
+POSITIVE_AWARE_MODES = ("relative", "difference", "absolute")
+DECISIONS_SCHEMA = pa.schema([
+    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
+    ("score", pa.float64()), ("kept", pa.bool_()), ("is_false_negative", pa.bool_()),
+    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
+])
+
+
+@dataclass
+class FilterInputs:
+    candidates: pd.DataFrame   # read_candidates(): sorted by (qid, rank)
+    corpus: str | os.PathLike
+    queries: str | os.PathLike
+    work_dir: Path             # scratch space (embedding cache)
+    batch_size: int = 64
+
+
+class CandidateFilter(abc.ABC):
+    """One false-negative filter. ``decide`` returns a frame aligned with the candidate rows that holds
+    at least ``score`` (float, NaN where the filter has none) and ``kept`` (bool)."""
+
+    name: str = ""
+    schema: pa.Schema = DECISIONS_SCHEMA
+
+    @abc.abstractmethod
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        ...
+
+    def decisions(self, inputs: FilterInputs) -> pa.Table:
+        decided = self.decide(inputs)
+        if len(decided) != len(inputs.candidates):
+            raise RuntimeError(f"filter {self.name} returned {len(decided)} rows for "
+                               f"{len(inputs.candidates)} candidates")
+        if self.schema is DECISIONS_SCHEMA:
+            cands = inputs.candidates
+            decided = pd.DataFrame({
+                "qid": cands["qid"], "pid": cands["pid"], "rank": cands["rank"],
+                "source_score": cands["source_score"], "score": np.asarray(decided["score"], float),
+                "kept": np.asarray(decided["kept"], bool),
+                "is_false_negative": cands["is_false_negative"].astype("boolean"),
+                "fn_label_source": cands["fn_label_source"].astype("string"),
+                "positive_pid": cands["positive_pid"]})
+        return pa.Table.from_pandas(decided, schema=self.schema, preserve_index=False)
+
+
+class NoFilter(CandidateFilter):
+    name = "none"
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        n = len(inputs.candidates)
+        return pd.DataFrame({"score": np.full(n, np.nan), "kept": np.ones(n, dtype=bool)})
+
+
+class AnswerMatchFilter(CandidateFilter):
+    name = "answer_match"
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        cands = inputs.candidates
+        if "has_answer" not in cands:
+            raise DataError("answer_match needs the has_answer column (written by pipeline.sieve.candidates)",
+                            field="has_answer")
+        known = cands["has_answer"].astype("boolean")
+        if known.isna().any():
+            log.warning("answer_match: %d candidates have no answer to match (queries without answers); "
+                        "they are kept", int(known.isna().sum()))
+        hit = known.fillna(False).to_numpy(bool)
+        return pd.DataFrame({"score": hit.astype(float), "kept": ~hit})
+
+
+class RankWindowFilter(CandidateFilter):
+    name = "rank_window"
+
+    def __init__(self, start: int = 10):
+        if start < 0:
+            raise ValueError("rank_window start must be >= 0")
+        self.start = start
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        rank = inputs.candidates["rank"].to_numpy(np.int64)
+        return pd.DataFrame({"score": rank.astype(float), "kept": rank > self.start})
+
+
+def positive_aware_keep(s_neg: np.ndarray, s_pos: np.ndarray, mode: str, margin: float) -> np.ndarray:
+    """NV-Retriever's rules: True where the candidate stays a negative."""
+    if mode == "relative":
+        drop = s_neg > margin * s_pos
+    elif mode == "difference":
+        drop = s_neg > s_pos - margin
+    elif mode == "absolute":
+        drop = s_neg > margin
+    else:
+        raise ValueError(f"unknown positive_aware mode {mode!r} (expected one of {POSITIVE_AWARE_MODES})")
+    return ~drop
+
+
+class PositiveAwareFilter(CandidateFilter):
+    name = "positive_aware"
+
+    def __init__(self, model: str | os.PathLike, mode: str = "relative", margin: float = 0.95):
+        if mode not in POSITIVE_AWARE_MODES:
+            raise ValueError(f"unknown positive_aware mode {mode!r} (expected one of {POSITIVE_AWARE_MODES})")
+        self.model, self.mode, self.margin = model, mode, margin
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        sims = model_similarities(inputs.candidates, self.model, inputs.corpus, inputs.queries,
+                                  inputs.work_dir, batch_size=inputs.batch_size)
+        s_pos = np.repeat(sims.positive, np.diff(sims.offsets))
+        keep = positive_aware_keep(sims.candidate, s_pos, self.mode, self.margin)
+        return pd.DataFrame({"score": sims.candidate, "kept": keep})
+
+
+class CrossEncoderFilter(CandidateFilter):
+    name = "cross_encoder"
+
+    def __init__(self, model: str | os.PathLike, threshold: float = 0.1):
+        self.model, self.threshold = model, threshold
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        from pipeline.sieve.cross_encoder import score_candidates
+
+        prob = score_candidates(inputs.candidates, self.model, inputs.corpus, inputs.queries,
+                                batch_size=inputs.batch_size)
+        return pd.DataFrame({"score": prob, "kept": prob < self.threshold})
+
+
+class SieveFilter(CandidateFilter):
+    """Algorithm 1; writes the full sieve layout (similarity, loss, threshold, fallback)."""
+
+    schema = SIEVE_SCHEMA
+
+    def __init__(self, model: str | os.PathLike, *, name: str = "sieve", strict: bool = False,
+                 fallback: str = "random_one", seed: int = 0, temperature: float | None = None):
+        self.name, self.model = name, model
+        self.strict, self.fallback, self.seed, self.temperature = strict, fallback, seed, temperature
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        sims = model_similarities(inputs.candidates, self.model, inputs.corpus, inputs.queries,
+                                  inputs.work_dir, batch_size=inputs.batch_size,
+                                  temperature=self.temperature)
+        return sieve_table(inputs.candidates, sims, strict=self.strict, fallback=self.fallback,
+                           seed=self.seed)
+
+
+def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
+    needs_model = {"positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"}
+    if name in needs_model and not args.model:
+        raise DataError(f"filter {name!r} needs --model", field="model")
+    if name == "none":
+        return NoFilter()
+    if name == "answer_match":
+        return AnswerMatchFilter()
+    if name == "rank_window":
+        return RankWindowFilter(args.start)
+    if name == "positive_aware":
+        return PositiveAwareFilter(args.model, args.mode, args.margin)
+    if name == "cross_encoder":
+        return CrossEncoderFilter(args.model, args.threshold)
+    if name in ("sieve", "sieve_no_ccr"):
+        return SieveFilter(args.model, name=name, strict=args.strict, fallback=args.fallback,
+                           seed=args.seed, temperature=args.temperature)
+    raise DataError(f"unknown filter {name!r} (known: {', '.join(FILTERS)})", field="filter")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.filters", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--filter", required=True, choices=FILTERS)
+    parser.add_argument("--candidates", required=True)
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--queries", required=True, help="queries.train.parquet")
+    parser.add_argument("--model", default=None, help="retriever (positive_aware, sieve*) or "
+                        "cross-encoder folder (cross_encoder)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--start", type=int, default=10, help="rank_window: drop ranks 1..START")
+    parser.add_argument("--mode", choices=POSITIVE_AWARE_MODES, default="relative")
+    parser.add_argument("--margin", type=float, default=0.95)
+    parser.add_argument("--threshold", type=float, default=0.1, help="cross_encoder probability cut")
+    parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--fallback", choices=FALLBACKS, default="random_one")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--log", default=None)
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    the_filter = make_filter(args.filter, args)
+    cands = read_candidates(args.candidates)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".filter-", dir=out.parent) as work:
+        table = the_filter.decisions(FilterInputs(cands, args.corpus, args.queries, Path(work),
+                                                  args.batch_size))
+    write_table(out, table)
+    kept = np.asarray(table.column("kept"))
+    log.info("filter %s: kept %d of %d candidates (%.1f%% dropped) -> %s", args.filter, kept.sum(),
+             len(kept), 100 * (1 - kept.mean()) if len(kept) else 0.0, out)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,257 @@
+"""Look at the sieve's decisions: one query, a random sample, or a dataset summary (Parquet only).
+
+    python -m pipeline.sieve.inspect_negatives --dataset synthkb --qid q123            # the sieve at config's β
+    python -m pipeline.sieve.inspect_negatives --dataset synthkb --sample 5 --seed 1 --dropped
+    python -m pipeline.sieve.inspect_negatives --dataset synthkb --filter positive_aware --sample 3 --false-negatives
+    python -m pipeline.sieve.inspect_negatives summary --dataset synthkb
+    sieve-inspect ...                                                   # the same, installed entry point
+
+Reads results/{dataset}/negatives/sieve_b<β>.parquet (or sieve/<filter>/decisions.parquet, or --file),
+the train queries and the corpus; never loads a model. For each query: its question, its positive, then
+every candidate with source score, similarity, NCE loss, threshold, decision and false-negative label.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.core.cli import run_main
+from pipeline.core.storage import DataError, read_table
+from pipeline.sieve.data import load_passages
+
+SIEVE_FILE = re.compile(r"^sieve_b(.+)\.parquet$")
+
+
+def sieve_files(results: Path) -> dict[str, Path]:
+    """β tag -> sieve decisions file (the training files ``*.train.parquet`` are not listed)."""
+    neg = results / "negatives"
+    found = {}
+    for path in sorted(neg.glob("sieve_b*.parquet")) if neg.is_dir() else []:
+        match = SIEVE_FILE.match(path.name)
+        if match and not path.name.endswith(".train.parquet"):
+            found[match.group(1)] = path
+    return found
+
+
+def decisions_path(args: argparse.Namespace) -> Path:
+    if args.file:
+        return Path(args.file)
+    results = Path(args.results_dir) / args.dataset
+    if args.filter and not args.filter.startswith("sieve_b"):
+        return results / "sieve" / args.filter / "decisions.parquet"
+    files = sieve_files(results)
+    tag = args.filter[len("sieve_b"):] if args.filter else args.beta
+    if tag is not None:
+        if tag not in files:
+            raise DataError(f"no sieve output for β={tag} (have: {', '.join(files) or 'none'})",
+                            file=results / "negatives" / f"sieve_b{tag}.parquet")
+        return files[tag]
+    if len(files) != 1:
+        raise DataError(f"{len(files)} sieve outputs (β = {', '.join(files) or 'none'}); choose one with "
+                        "--beta", file=results / "negatives")
+    return next(iter(files.values()))
+
+
+def select_rows(table: pd.DataFrame, kept: bool, dropped: bool, false_negatives: bool) -> pd.DataFrame:
+    mask = np.ones(len(table), dtype=bool)
+    if kept:
+        mask &= table["kept"].to_numpy(bool)
+    if dropped:
+        mask &= ~table["kept"].to_numpy(bool)
+    if false_negatives:
+        truth = table["is_false_negative"].astype("boolean").fillna(False).to_numpy(bool)
+        suspected = (table["fn_label_source"].astype("string").fillna("") == "suspected").to_numpy(bool)
+        mask &= truth | suspected
+    return table[mask]
+
+
+def pick_queries(rows: pd.DataFrame, qid: str | None, sample: int | None, seed: int) -> list[str]:
+    if qid is not None:
+        return [qid]
+    qids = sorted(rows["qid"].unique())
+    if not qids:
+        return []
+    n = min(sample or 1, len(qids))
+    return sorted(np.random.default_rng(seed).choice(qids, size=n, replace=False).tolist())
+
+
+def fn_label(is_fn, source) -> str:
+    if source is pd.NA or source is None or pd.isna(source):
+        return "?"
+    if source == "suspected":
+        return "suspected"
+    return f"{'FN' if bool(is_fn) else 'neg'} ({source})"
+
+
+def _num(value, fmt: str = "{:.3f}") -> str:
+    return "–" if value is None or pd.isna(value) else fmt.format(value)
+
+
+def _snippet(passages: pd.DataFrame, pid: str, width: int) -> str:
+    if pid not in passages.index:
+        return "(not in corpus)"
+    title, text = passages.at[pid, "title"], passages.at[pid, "text"]
+    body = f"[b]{title}[/b]: {text}" if title else text
+    return body if len(body) <= width else body[: width - 1] + "…"
+
+
+def show_query(console: Console, qid: str, rows: pd.DataFrame, query: pd.Series | None,
+               passages: pd.DataFrame, width: int) -> None:
+    rows = rows.sort_values("rank", kind="stable")
+    first = rows.iloc[0]
+    has_loss = "nce_loss" in rows
+    question = query["text"] if query is not None else "(query not found)"
+    answers = list(query["answers"]) if query is not None and query["answers"] is not None else []
+    console.rule(f"[b]{qid}[/b]")
+    console.print(f"[b]question[/b]: {question}" + (f"   [dim]answers: {answers}[/dim]" if answers else ""))
+    line = f"[b]positive[/b] {first['positive_pid']}: {_snippet(passages, first['positive_pid'], width)}"
+    if has_loss and "positive_similarity" in rows:
+        line += (f"   [dim]similarity {_num(first['positive_similarity'])}, loss "
+                 f"{_num(first['positive_loss'])}, threshold {_num(first['threshold'])}[/dim]")
+    console.print(line)
+    table = Table(show_lines=False, expand=True)
+    for name, kw in (("rank", {"justify": "right"}), ("pid", {}), ("passage", {"ratio": 1}),
+                     ("source", {"justify": "right"}), ("sim" if has_loss else "score", {"justify": "right"}),
+                     ("loss", {"justify": "right"}), ("thr", {"justify": "right"}), ("decision", {}),
+                     ("label", {})):
+        table.add_column(name, **kw)
+    for _, row in rows.iterrows():
+        kept = bool(row["kept"])
+        decision = "[green]kept[/green]" if kept else "[red]dropped[/red]"
+        if kept and bool(row.get("fallback", False)):
+            decision = "[yellow]kept (fallback)[/yellow]"
+        table.add_row(str(row["rank"]), str(row["pid"]), _snippet(passages, row["pid"], width),
+                      _num(row.get("source_score"), "{:.2f}"),
+                      _num(row["similarity"] if has_loss else row.get("score")),
+                      _num(row.get("nce_loss")), _num(row.get("threshold")), decision,
+                      fn_label(row["is_false_negative"], row["fn_label_source"]))
+    console.print(table)
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    path = decisions_path(args)
+    table = read_table(path)
+    for col in ("qid", "pid", "rank", "kept", "is_false_negative", "fn_label_source", "positive_pid"):
+        if col not in table:
+            raise DataError("missing column (not a sieve/filter decisions file?)", file=path, field=col)
+    rows = select_rows(table, args.kept, args.dropped, args.false_negatives)
+    if args.qid is not None and args.qid not in set(table["qid"]):
+        raise DataError(f"query {args.qid!r} has no candidates here", file=path, field="qid")
+    qids = pick_queries(rows, args.qid, args.sample, args.seed)
+    if not qids:
+        console.print("no query has candidates matching the filters")
+        return 0
+    rows = rows[rows["qid"].isin(qids)]
+    if rows.empty:
+        console.print(f"{args.qid}: no candidate matches the filters")
+        return 0
+    resources = Path(args.resources_dir) / args.dataset
+    queries = read_table(resources / "queries.train.parquet", ["qid", "text", "answers"]).set_index("qid")
+    passages = load_passages(resources / "corpus.parquet", set(rows["pid"]) | set(rows["positive_pid"]))
+    console.print(f"[dim]{path}[/dim]")
+    for qid in qids:
+        query = queries.loc[qid] if qid in queries.index else None
+        show_query(console, qid, rows[rows["qid"] == qid], query, passages, args.width)
+    return 0
+
+
+def _rate(num: int, den: int) -> str:
+    return f"{num / den:.3f}" if den else "–"
+
+
+def cmd_summary(args: argparse.Namespace, console: Console) -> int:
+    results = Path(args.results_dir) / args.dataset
+    cand_path = results / "sieve" / "candidates.parquet"
+    cands = read_table(cand_path, ["qid", "pid", "is_false_negative", "fn_label_source"])
+    truth = cands["is_false_negative"].astype("boolean")
+    src = cands["fn_label_source"].astype("string").fillna("none")
+    console.rule(f"[b]{args.dataset}[/b]: sieve candidates")
+    console.print(f"queries {cands['qid'].nunique()}, candidates {len(cands)} "
+                  f"({len(cands) / max(cands['qid'].nunique(), 1):.1f} per query), distinct passages "
+                  f"{cands['pid'].nunique()}")
+    console.print(f"false negatives {int(truth.fillna(False).sum())}, known true negatives "
+                  f"{int((truth == False).sum())}, label sources: {src.value_counts().to_dict()}")  # noqa: E712
+    files = sieve_files(results)
+    if files:
+        table = Table(title="sieve outputs")
+        for name in ("β", "candidates", "kept", "keep rate", "fallback queries", "FN recall", "TN kept"):
+            table.add_column(name, justify="right")
+        for tag, path in files.items():
+            s = read_table(path, ["kept", "is_false_negative", "fallback"])
+            kept = s["kept"].to_numpy(bool)
+            t = s["is_false_negative"].astype("boolean")
+            fn, tn = t.fillna(False).to_numpy(bool), (t == False).fillna(False).to_numpy(bool)  # noqa: E712
+            table.add_row(tag, str(len(s)), str(int(kept.sum())), _rate(int(kept.sum()), len(s)),
+                          str(int(s["fallback"].sum())), _rate(int((fn & ~kept).sum()), int(fn.sum())),
+                          _rate(int((tn & kept).sum()), int(tn.sum())))
+        console.print(table)
+    reports = sorted((results / "sieve").glob("*/report.json"))
+    if reports:
+        table = Table(title="filters (results/{dataset}/sieve/<filter>/report.json)".replace("{dataset}",
+                                                                                            args.dataset))
+        for name in ("filter", "sieve-out", "precision", "recall", "F1", "TN kept", "suspected dropped"):
+            table.add_column(name, justify="right")
+        for path in reports:
+            rep = json.loads(path.read_text(encoding="utf-8"))
+            table.add_row(rep["filter"], *(_num(rep.get(k)) for k in
+                                           ("sieve_out_rate", "precision", "recall", "f1",
+                                            "true_negative_retention", "suspected_dropped_rate")))
+        console.print(table)
+    return 0
+
+
+def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dataset", required=True)
+    common.add_argument("--results-dir", default="results")
+    common.add_argument("--resources-dir", default="resources")
+    show = argparse.ArgumentParser(prog="python -m pipeline.sieve.inspect_negatives", parents=[common], description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = show.add_mutually_exclusive_group()
+    which.add_argument("--beta", default=None, help="sieve output to read (β tag as in the file name)")
+    which.add_argument("--filter", default=None, help="a filter's decisions (sieve/<filter>/decisions.parquet)")
+    which.add_argument("--file", default=None, help="any sieve/filter decisions Parquet")
+    pick = show.add_mutually_exclusive_group()
+    pick.add_argument("--qid", default=None)
+    pick.add_argument("--sample", type=int, default=None, help="show N random queries")
+    show.add_argument("--seed", type=int, default=0)
+    show.add_argument("--kept", action="store_true", help="only kept candidates")
+    show.add_argument("--dropped", action="store_true", help="only dropped candidates")
+    show.add_argument("--false-negatives", action="store_true", help="only known/suspected false negatives")
+    show.add_argument("--width", type=int, default=90, help="characters of passage text shown")
+    summary = argparse.ArgumentParser(prog="python -m pipeline.sieve.inspect_negatives summary", parents=[common],
+                                      description="dataset summary: candidates, sieve outputs, filter reports")
+    return show, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show, summary = build_parsers()
+    console = Console(width=int(os.environ.get("COLUMNS", 0)) or None)
+    if argv and argv[0] == "summary":
+        return cmd_summary(summary.parse_args(argv[1:]), console)
+    if argv and argv[0] == "show":
+        argv = argv[1:]
+    args = show.parse_args(argv)
+    if args.kept and args.dropped:
+        show.error("--kept and --dropped exclude each other")
+    return cmd_show(args, console)
+
+
+def entry() -> None:
+    """Console-script entry point (``sieve-inspect``)."""
+    run_main(main)
+
+
+if __name__ == "__main__":
+    run_main(main)

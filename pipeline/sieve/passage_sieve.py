@@ -1,0 +1,348 @@
+"""The passage sieve (Algorithm 1 of Wang et al., AAAI 2024; reference.md section 1).
+
+    python -m pipeline.sieve.passage_sieve --candidates results/D/sieve/candidates.parquet \
+        --corpus resources/D/corpus.parquet --queries resources/D/queries.train.parquet \
+        --model results/D/models/dpr_ccr_b0.5 --out results/D/negatives/sieve_b0.5.parquet \
+        [--train-out results/D/negatives/sieve_b0.5.train.parquet] [--losses-out L.parquet] \
+        [--strict] [--fallback random_one|none] [--seed 0] [--temperature T]
+
+For every training query, P = {positive} + its candidates, scored by cosine similarity with the
+(CCR-trained) retriever. ``l(p) = -s_p/tau + logsumexp_P(s/tau)``; the threshold is the mean of l
+over P; a candidate is kept as a confident negative iff ``l >= threshold`` (``--strict``: ">", the
+released code). Since l is a decreasing function of s with a per-query offset, the rule is
+"keep iff s <= mean s over P": it does not depend on tau, and it needs only each passage's embedding,
+so every distinct passage is encoded once. ``--fallback random_one`` (released code) keeps one
+random candidate (seeded per query) when nothing survives.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pipeline.core.seeding import item_rng, stable_hash
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.storage import DataError, read_table, write_table
+
+log = logging.getLogger("sieve.sieve")
+
+FALLBACKS = ("random_one", "none")
+SIEVE_SCHEMA = pa.schema([
+    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
+    ("similarity", pa.float64()), ("nce_loss", pa.float64()), ("threshold", pa.float64()),
+    ("kept", pa.bool_()), ("fallback", pa.bool_()), ("is_false_negative", pa.bool_()),
+    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
+    ("positive_similarity", pa.float64()), ("positive_loss", pa.float64()),
+])
+LOSSES_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("group", pa.string()),
+                           ("similarity", pa.float64()), ("nce_loss", pa.float64())])
+CANDIDATE_COLUMNS = ["qid", "pid", "rank", "source_score", "is_false_negative", "fn_label_source",
+                     "positive_pid"]
+
+
+# ---- the rule (pure) -----------------------------------------------------------------------------
+
+def nce_losses(scores: np.ndarray, tau: float = 1.0) -> np.ndarray:
+    """l(p) = -log softmax(s/tau)[p] = -s_p/tau + logsumexp(s/tau), for every p of one set."""
+    z = np.asarray(scores, dtype=np.float64) / tau
+    m = z.max()
+    return m + np.log(np.exp(z - m).sum()) - z
+
+
+@dataclass
+class QuerySieve:
+    losses: np.ndarray       # candidates' l(p)
+    positive_loss: float
+    threshold: float
+    kept: np.ndarray         # bool per candidate
+
+
+def sieve_query(positive_score: float, candidate_scores: np.ndarray, tau: float = 1.0,
+                strict: bool = False) -> QuerySieve:
+    """Algorithm 1 for one query (no fallback): threshold = mean loss over positive + candidates."""
+    losses = nce_losses(np.concatenate([[positive_score], candidate_scores]), tau)
+    threshold = float(losses.mean())
+    cand = losses[1:]
+    kept = cand > threshold if strict else cand >= threshold
+    return QuerySieve(cand, float(losses[0]), threshold, kept)
+
+
+def sieve_grouped(offsets: np.ndarray, positive_scores: np.ndarray, candidate_scores: np.ndarray,
+                  tau: float = 1.0, strict: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``sieve_query`` for many queries at once.
+
+    Query i owns candidate rows ``offsets[i]:offsets[i+1]`` (each at least one row). Returns
+    (candidate losses, positive losses, per-query thresholds, kept) - per row / per query.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    counts = np.diff(offsets)
+    if (counts < 1).any():
+        raise ValueError("every query needs at least one candidate")
+    starts = offsets[:-1]
+    group = np.repeat(np.arange(len(counts)), counts)
+    zc = np.asarray(candidate_scores, dtype=np.float64) / tau
+    zp = np.asarray(positive_scores, dtype=np.float64) / tau
+    m = np.maximum(np.maximum.reduceat(zc, starts), zp)
+    lse = m + np.log(np.add.reduceat(np.exp(zc - m[group]), starts) + np.exp(zp - m))
+    cand_loss = lse[group] - zc
+    pos_loss = lse - zp
+    threshold = (np.add.reduceat(cand_loss, starts) + pos_loss) / (counts + 1)
+    kept = cand_loss > threshold[group] if strict else cand_loss >= threshold[group]
+    return cand_loss, pos_loss, threshold, kept
+
+
+def apply_fallback(kept: np.ndarray, offsets: np.ndarray, qids: list[str], seed: int,
+                   mode: str = "random_one") -> tuple[np.ndarray, np.ndarray]:
+    """Where a query kept nothing, ``random_one`` keeps one candidate drawn from (seed, qid).
+
+    Returns (kept after fallback, bool mask of the rows kept by the fallback).
+    """
+    if mode not in FALLBACKS:
+        raise ValueError(f"unknown sieve fallback {mode!r} (expected one of {FALLBACKS})")
+    kept = np.asarray(kept, dtype=bool).copy()
+    by_fallback = np.zeros(len(kept), dtype=bool)
+    if mode == "none":
+        return kept, by_fallback
+    for i, qid in enumerate(qids):
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        if not kept[lo:hi].any():
+            row = lo + int(item_rng(seed, f"sieve-fallback/{qid}").integers(hi - lo))
+            kept[row] = by_fallback[row] = True
+    return kept, by_fallback
+
+
+def select_candidates(negatives: pd.DataFrame, *, n_candidates: int, pool: int, seed: int) -> pd.DataFrame:
+    """Per query: the top-``pool`` rows by rank; if more than ``n_candidates``, a sample of that many
+    drawn from ``item_rng(seed, qid)`` (independent of row order), returned in rank order."""
+    if n_candidates < 1 or pool < 1:
+        raise ValueError("n_candidates and pool must be >= 1")
+    df = negatives.sort_values(["qid", "rank", "pid"], kind="stable").reset_index(drop=True)
+    df = df[df.groupby("qid", sort=False).cumcount() < pool]
+    parts = []
+    for qid, group in df.groupby("qid", sort=True):
+        if len(group) > n_candidates:
+            pick = np.sort(item_rng(seed, qid).choice(len(group), size=n_candidates, replace=False))
+            group = group.iloc[pick]
+        parts.append(group)
+    if not parts:
+        return df.iloc[:0].copy()
+    return pd.concat(parts).reset_index(drop=True)
+
+
+def query_offsets(qids: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Unique qids (in order of appearance) and row offsets; rows of a query must be contiguous."""
+    qids = np.asarray(qids, dtype=object)
+    change = np.flatnonzero(qids[1:] != qids[:-1]) + 1 if len(qids) else np.array([], dtype=np.int64)
+    starts = np.concatenate([[0], change]).astype(np.int64) if len(qids) else np.array([], np.int64)
+    order = [qids[s] for s in starts]
+    if len(set(order)) != len(order):
+        raise ValueError("candidate rows of a query are not contiguous (sort by qid first)")
+    return order, np.concatenate([starts, [len(qids)]]).astype(np.int64)
+
+
+# ---- scoring with a retriever ----------------------------------------------------------------------
+
+def read_candidates(path: str | os.PathLike) -> pd.DataFrame:
+    """The candidate table written by ``pipeline.sieve.candidates``, sorted by (qid, rank)."""
+    cands = read_table(path)
+    missing = [c for c in CANDIDATE_COLUMNS if c not in cands.columns]
+    if missing:
+        raise DataError(f"missing column (has: {', '.join(cands.columns)})", file=path, field=missing[0])
+    for col in ("qid", "pid", "rank", "positive_pid"):
+        nulls = cands[col].isna().to_numpy()
+        if nulls.any():
+            raise DataError("null value", file=path, record=int(np.argmax(nulls)), field=col)
+    per_query = cands.groupby("qid")["positive_pid"].nunique()
+    if (per_query > 1).any():
+        raise DataError(f"query {per_query.index[per_query > 1][0]!r} has several positive_pid values",
+                        file=path, field="positive_pid")
+    return cands.sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class Similarities:
+    qids: list[str]
+    offsets: np.ndarray
+    candidate: np.ndarray        # per candidate row
+    positive: np.ndarray         # per query
+    tau: float
+    passage_index: dict[str, int]
+    passages: np.ndarray         # cached normalised passage embeddings (memmap)
+    queries: np.ndarray          # normalised query embeddings, one row per qid
+
+
+def model_similarities(cands: pd.DataFrame, model_dir: str | os.PathLike, corpus: str | os.PathLike,
+                       queries: str | os.PathLike, work_dir: str | os.PathLike, *,
+                       extra_pids: set[str] = frozenset(), batch_size: int = 64,
+                       temperature: float | None = None) -> Similarities:
+    """Cosine similarity of every candidate and positive, each distinct passage encoded once."""
+    from pipeline.retrieval.model import Retriever  # torch/transformers load only when a model is used
+    from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
+
+    qids, offsets = query_offsets(cands["qid"].to_numpy())
+    retriever = Retriever.load(model_dir)
+    if temperature is None:
+        temperature = retriever.settings.temperature if retriever.settings.similarity == "cosine" else 1.0
+    log.info("sieve model %s (%s, tau %.4g)", model_dir, retriever.settings.similarity, temperature)
+    query_table = read_queries(queries, qids)
+    q_emb = normalize_rows(retriever.encode_queries(query_table["text"].tolist(), batch_size=batch_size))
+    positives = cands["positive_pid"].to_numpy()[offsets[:-1]]
+    needed = set(cands["pid"]) | set(positives) | set(extra_pids)
+    index, p_emb = encode_unique_passages(retriever, corpus, needed, work_dir, batch_size)
+    q_rows = np.repeat(np.arange(len(qids)), np.diff(offsets))
+    p_rows = np.fromiter((index[p] for p in cands["pid"]), dtype=np.int64, count=len(cands))
+    cand_sim = rowwise_dot(q_emb, q_rows, p_emb, p_rows)
+    pos_rows = np.fromiter((index[p] for p in positives), dtype=np.int64, count=len(positives))
+    pos_sim = rowwise_dot(q_emb, np.arange(len(qids)), p_emb, pos_rows)
+    return Similarities(qids, offsets, cand_sim, pos_sim, float(temperature), index, p_emb, q_emb)
+
+
+def sieve_table(cands: pd.DataFrame, sims: Similarities, *, strict: bool, fallback: str,
+                seed: int) -> pd.DataFrame:
+    """The sieve's decisions for every candidate (SIEVE_SCHEMA columns)."""
+    loss, pos_loss, thr, kept = sieve_grouped(sims.offsets, sims.positive, sims.candidate, sims.tau, strict)
+    kept, by_fallback = apply_fallback(kept, sims.offsets, sims.qids, seed, fallback)
+    counts = np.diff(sims.offsets)
+    out = cands[["qid", "pid", "rank", "source_score"]].copy()
+    out["similarity"] = sims.candidate
+    out["nce_loss"] = loss
+    out["threshold"] = np.repeat(thr, counts)
+    out["kept"] = kept
+    out["fallback"] = by_fallback
+    out["is_false_negative"] = cands["is_false_negative"].astype("boolean")
+    out["fn_label_source"] = cands["fn_label_source"].astype("string")
+    out["positive_pid"] = cands["positive_pid"]
+    out["positive_similarity"] = np.repeat(sims.positive, counts)
+    out["positive_loss"] = np.repeat(pos_loss, counts)
+    return out
+
+
+def train_negatives(table: pd.DataFrame, source: str, has_answer: pd.Series | None = None) -> pd.DataFrame:
+    """Kept rows in the bm25.parquet layout: ranks renumbered 1..n in source-rank order, score = the
+    sieve model's similarity, has_answer from the candidates (unknown -> false), excluded = false."""
+    kept = table[table["kept"]].sort_values(["qid", "rank"], kind="stable")
+    out = pd.DataFrame({"qid": kept["qid"], "pid": kept["pid"]})
+    out["rank"] = kept.groupby("qid", sort=False).cumcount().to_numpy() + 1
+    out["score"] = kept["similarity"].astype(np.float32)
+    out["source"] = source
+    ha = has_answer.loc[kept.index] if has_answer is not None else pd.Series(False, index=kept.index)
+    out["has_answer"] = ha.astype("boolean").fillna(False).astype(bool).to_numpy()
+    out["excluded"] = False
+    return out.reset_index(drop=True)
+
+
+def loss_groups(cands: pd.DataFrame, sims: Similarities, *, in_batch: int, max_queries: int | None,
+                seed: int) -> pd.DataFrame:
+    """Figure 1 data: for a sample of queries, NCE loss of every passage in P = positive + candidates
+    + ``in_batch`` other queries' positives (drawn per query from the seed), in one softmax."""
+    qids = sims.qids
+    chosen = set(qids)
+    if max_queries is not None and max_queries < len(qids):
+        chosen = set(sorted(qids, key=lambda q: (stable_hash(f"{seed}/figure/{q}"), q))[:max_queries])
+    positives = cands["positive_pid"].to_numpy()[sims.offsets[:-1]]
+    pool = np.array(sorted(set(positives)), dtype=object)
+    is_fn = cands["is_false_negative"].astype("boolean")
+    label = cands["fn_label_source"].astype("string")
+    rows: dict[str, list] = {name: [] for name in LOSSES_SCHEMA.names}
+    for i, qid in enumerate(qids):
+        if qid not in chosen:
+            continue
+        lo, hi = int(sims.offsets[i]), int(sims.offsets[i + 1])
+        groups = ["positive"] + [_group(is_fn.iat[r], label.iat[r]) for r in range(lo, hi)]
+        pids = [positives[i]] + cands["pid"].iloc[lo:hi].tolist()
+        scores = [sims.positive[i]] + sims.candidate[lo:hi].tolist()
+        if in_batch > 0 and len(pool) > 1:
+            draw = item_rng(seed, f"in-batch/{qid}").choice(len(pool), size=min(in_batch + 1, len(pool)),
+                                                             replace=False)
+            others = [p for p in pool[draw] if p != positives[i]][:in_batch]
+            emb = sims.passages[[sims.passage_index[p] for p in others]]
+            scores += (np.asarray(emb, np.float64) @ np.asarray(sims.queries[i], np.float64)).tolist()
+            pids += others
+            groups += ["in_batch"] * len(others)
+        losses = nce_losses(np.asarray(scores), sims.tau)
+        rows["qid"] += [qid] * len(pids)
+        rows["pid"] += pids
+        rows["group"] += groups
+        rows["similarity"] += list(scores)
+        rows["nce_loss"] += losses.tolist()
+    return pd.DataFrame(rows)
+
+
+def _group(is_fn, label) -> str:
+    if label is pd.NA or label is None:
+        return "unlabeled"
+    if label == "suspected":
+        return "suspected"
+    return "false_negative" if bool(is_fn) else "hard_negative"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.passage_sieve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", required=True, help="candidates Parquet (pipeline.sieve.candidates)")
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--queries", required=True, help="queries.train.parquet")
+    parser.add_argument("--model", required=True, help="retriever folder scoring the candidates")
+    parser.add_argument("--out", required=True, help="decisions Parquet, one row per candidate")
+    parser.add_argument("--train-out", default=None, help="kept negatives in the bm25.parquet layout")
+    parser.add_argument("--source-tag", default=None, help="'source' of the training file (default: out stem)")
+    parser.add_argument("--losses-out", default=None, help="Figure 1 losses (with in-batch negatives)")
+    parser.add_argument("--in-batch", type=int, default=30)
+    parser.add_argument("--figure-queries", type=int, default=None)
+    parser.add_argument("--strict", action="store_true", help="keep iff loss > threshold (released code)")
+    parser.add_argument("--fallback", choices=FALLBACKS, default="random_one")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="tau for the reported losses (default: the model's; decisions do not depend on it)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--log", default=None)
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    run_sieve(args)
+    return 0
+
+
+def run_sieve(args: argparse.Namespace) -> dict:
+    cands = read_candidates(args.candidates)
+    if cands.empty:
+        raise DataError("no candidates to sieve", file=args.candidates)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".sieve-", dir=out.parent) as work:
+        sims = model_similarities(cands, args.model, args.corpus, args.queries, work,
+                                  batch_size=args.batch_size, temperature=args.temperature)
+        table = sieve_table(cands, sims, strict=args.strict, fallback=args.fallback, seed=args.seed)
+        losses = None
+        if args.losses_out:
+            losses = loss_groups(cands, sims, in_batch=args.in_batch, max_queries=args.figure_queries,
+                                 seed=args.seed)
+        del sims  # release the memmap before the temporary folder goes
+    write_table(out, pa.Table.from_pandas(table, schema=SIEVE_SCHEMA, preserve_index=False))
+    if args.train_out:
+        from pipeline.retrieval.bm25 import NEGATIVES_SCHEMA  # the layout the trainers read
+        train = train_negatives(table, args.source_tag or out.stem, cands.get("has_answer"))
+        write_table(args.train_out, pa.Table.from_pandas(train, schema=NEGATIVES_SCHEMA, preserve_index=False))
+    if losses is not None:
+        write_table(args.losses_out, pa.Table.from_pandas(losses, schema=LOSSES_SCHEMA, preserve_index=False))
+    stats = {"queries": len(table["qid"].unique()), "candidates": len(table),
+             "kept": int(table["kept"].sum()), "fallback_queries": int(table["fallback"].sum()),
+             "sieve_out_rate": float(1 - table["kept"].mean())}
+    log.info("sieve: %s -> %s", stats, out)
+    return stats
+
+
+if __name__ == "__main__":
+    run_main(main)

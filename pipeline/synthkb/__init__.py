@@ -1,0 +1,1 @@
+"""synthkb: the embedded synthetic knowledge base with exact false-negative truth (docs/synthkb.md)."""

@@ -1,0 +1,211 @@
+"""synthkb: the embedded default dataset, a synthetic encyclopedia with exact relevance ground truth.
+
+    python -m pipeline.synthkb.generate --out-dir resources/synthkb --entities 500 --seed 0 \\
+        --split-spec '{"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}' [--log FILE]
+
+Made-up people, places, organisations and works, linked by typed relations; each entity has an article
+of ~100-word passages stating its facts in varied wording amid filler prose, and facts are stated again
+in related entities' articles. Questions are generated from facts; ``qrels`` holds the passage a
+question was generated from, ``qrels_all`` every passage that states an answer (from the generator's
+provenance). Passages in qrels_all but not in qrels are the true false negatives. See docs/synthkb.md.
+
+Generation streams block by block (``synthkb_world.BLOCK_SIZE`` entities each) through
+ParquetStreamWriter, so memory does not grow with ``--entities``. Output is a pure function of the
+arguments: same arguments, byte-identical files.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+
+from rich.progress import Progress
+
+from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.config import ConfigError
+from pipeline.core.storage import (CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SPLITS, ParquetStreamWriter,
+                 write_json, write_table)
+from pipeline.data.readers.base import NEGATIVES_SCHEMA
+from pipeline.data.splits import SplitSpec, assign_splits, parse_split_spec
+from pipeline.synthkb.articles import ArticleWriter, Knobs, pack
+from pipeline.synthkb.questions import Question, QuestionKnobs, make_questions
+from pipeline.synthkb.world import BLOCK_SIZE, TYPES, Layout, build_block, name_space
+
+log = logging.getLogger("sieve.synthkb")
+
+FLUSH_ROWS = 50_000
+GENERATOR_VERSION = 1
+
+
+# ---- split ------------------------------------------------------------------------------------------
+
+def parse_split(text: str) -> SplitSpec | None:
+    """The config ``split`` value as JSON; synthkb splits by entity or by query (None: all test)."""
+    spec = parse_split_spec(text)
+    if spec is not None and spec.by not in ("entity", "query"):
+        raise ConfigError(f"split: synthkb splits by 'entity' (each entity is one article) or "
+                          f"'query', not {spec.by!r}")
+    return spec
+
+
+def block_splits(units: list[str], spec: SplitSpec | None) -> dict[str, str]:
+    """Split of each unit (entity gid or qid) of one block: exact per-block sizes, seeded hash order.
+
+    Per block, so that generation streams; units are globally unique, so the order does not
+    depend on the block.
+    """
+    if spec is None:
+        return dict.fromkeys(units, "test")
+    return assign_splits(units, spec.dev, spec.test, spec.seed)
+
+
+# ---- writing ----------------------------------------------------------------------------------------
+
+class BufferedWriter:
+    """Rows accumulate in columns and go out in large batches (few, large row groups)."""
+
+    def __init__(self, writer: ParquetStreamWriter):
+        self.writer = writer
+        self.columns: dict[str, list] = {name: [] for name in writer.schema.names}
+        self.rows = 0
+
+    def add(self, *values) -> None:
+        for column, value in zip(self.columns.values(), values):
+            column.append(value)
+        self.rows += 1
+        if len(next(iter(self.columns.values()))) >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if next(iter(self.columns.values())):
+            self.writer.write(self.columns)
+            self.columns = {name: [] for name in self.writer.schema.names}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def generate(out_dir: str | Path, entities: int, seed: int, split_spec: SplitSpec | None,
+             knobs: Knobs = Knobs(), qknobs: QuestionKnobs = QuestionKnobs(),
+             block_size: int = BLOCK_SIZE, distractor_rate: float = 0.6) -> dict:
+    """Write the dataset to ``out_dir``; return the manifest (written last)."""
+    out_dir = Path(out_dir)
+    manifest_path = out_dir / "manifest.json"
+    # A stale manifest must never vouch for a half-regenerated folder.
+    manifest_path.unlink(missing_ok=True)
+    try:
+        layout = Layout(entities, block_size)
+    except ValueError as exc:
+        raise ConfigError(f"synthkb: {exc}") from None
+    names = name_space(layout, seed)
+    stats: Counter = Counter()
+    statements: Counter = Counter()
+    files = {"corpus": (out_dir / "corpus.parquet", CORPUS_SCHEMA)}
+    for split in SPLITS:
+        files[f"queries.{split}"] = (out_dir / f"queries.{split}.parquet", QUERIES_SCHEMA)
+        files[f"qrels.{split}"] = (out_dir / f"qrels.{split}.parquet", QRELS_SCHEMA)
+        files[f"qrels_all.{split}"] = (out_dir / f"qrels_all.{split}.parquet", QRELS_SCHEMA)
+    with contextlib.ExitStack() as stack:
+        out = {key: BufferedWriter(stack.enter_context(ParquetStreamWriter(path, schema)))
+               for key, (path, schema) in files.items()}
+        with Progress(transient=True) as progress:
+            task = progress.add_task("synthkb: generating", total=layout.n_blocks)
+            for b in range(layout.n_blocks):
+                _generate_block(layout, names, seed, b, split_spec, knobs, qknobs,
+                                distractor_rate, out, stats, statements)
+                progress.advance(task)
+        for writer in out.values():
+            writer.flush()
+    write_table(out_dir / "negatives.train.parquet", NEGATIVES_SCHEMA.empty_table())
+    files["negatives.train"] = (out_dir / "negatives.train.parquet", NEGATIVES_SCHEMA)
+    manifest = {
+        "dataset": out_dir.name,
+        "format": "synthkb",
+        "generator": {"version": GENERATOR_VERSION, "entities": entities, "seed": seed,
+                      "split": vars(split_spec) if split_spec else "none", "block_size": block_size,
+                      "distractor_rate": distractor_rate, "knobs": vars(knobs),
+                      "question_knobs": vars(qknobs)},
+        "counts": {"entities": entities, **{f"entities.{t}": stats[f"entities.{t}"] for t in TYPES},
+                   "facts": stats["facts"], "passages": out["corpus"].rows,
+                   **{key: out[key].rows for key in out if key != "corpus"},
+                   "negatives.train": 0, "questions.reverse": stats["reverse"]},
+        # facts by the number of passages stating them: the size of the false-negative problem
+        "passages_per_fact": {str(k): statements[k] for k in sorted(statements)},
+        "files": {f"{key}.parquet": {"sha256": _sha256(path)} for key, (path, _) in files.items()},
+    }
+    write_json(manifest_path, manifest)
+    log.info("synthkb: %d entities, %d passages, %s questions (train/dev/test) -> %s", entities,
+             out["corpus"].rows, "/".join(str(out[f"queries.{s}"].rows) for s in SPLITS), out_dir)
+    return manifest
+
+
+def _generate_block(layout: Layout, names, seed: int, b: int, split_spec: SplitSpec | None,
+                    knobs: Knobs, qknobs: QuestionKnobs, distractor_rate: float, out: dict[str, BufferedWriter],
+                    stats: Counter, statements: Counter) -> None:
+    block = build_block(layout, names, seed, b, distractor_rate)
+    writer = ArticleWriter(block, seed, knobs)
+    passages_of: dict[int, list[str]] = {f.fid: [] for f in block.facts}
+    for ent in block.entities:
+        stats[f"entities.{ent.type}"] += 1
+        for passage in pack(ent, writer.article(ent), knobs.max_words):
+            out["corpus"].add(passage.pid, passage.title, passage.text)
+            for fid in sorted(passage.facts):
+                passages_of[fid].append(passage.pid)
+    unstated = [f for f in block.facts if not passages_of[f.fid]]
+    if unstated:  # an article template lost a fact: the ground truth would be wrong
+        raise RuntimeError(f"synthkb block {b}: fact {unstated[0]} is stated in no passage")
+    stats["facts"] += len(block.facts)
+    statements.update(len(p) for p in passages_of.values())
+    questions = make_questions(block, passages_of, seed, qknobs)
+    by_query = split_spec is not None and split_spec.by == "query"
+    unit = (lambda q: q.qid) if by_query else (lambda q: str(q.subject))
+    units = [q.qid for q in questions] if by_query else [str(e.gid) for e in block.entities]
+    splits = block_splits(units, split_spec)
+    for q in questions:
+        split = splits[unit(q)]
+        stats["reverse"] += q.reverse
+        out[f"queries.{split}"].add(q.qid, q.text, q.answers)
+        out[f"qrels.{split}"].add(q.qid, q.positive, 1)
+        for pid in q.relevant:
+            out[f"qrels_all.{split}"].add(q.qid, pid, 1)
+
+
+# ---- CLI --------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.synthkb.generate", description=__doc__.split("\n")[0])
+    parser.add_argument("--out-dir", required=True, help="e.g. resources/synthkb")
+    parser.add_argument("--entities", type=int, required=True,
+                        help="number of entities: ~7.2 passages and ~8.6 questions each")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--split-spec", default='{"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}',
+                        help='JSON: "none" or {"by": "entity"|"query", "dev", "test", "seed"}')
+    parser.add_argument("--block-size", type=int, default=BLOCK_SIZE,
+                        help="entities per self-contained block (memory bound)")
+    parser.add_argument("--distractor-rate", type=float, default=0.6,
+                        help="probability that a name group gets look-alike members")
+    parser.add_argument("--log", help="also log to this file")
+    args = parser.parse_args(argv)
+    setup_logging(args.log)
+    if args.entities < 10:
+        raise ConfigError(f"--entities must be at least 10, got {args.entities}")
+    if args.block_size < 10:
+        raise ConfigError(f"--block-size must be at least 10, got {args.block_size}")
+    if not 0 <= args.distractor_rate <= 1:
+        raise ConfigError(f"--distractor-rate must be in [0, 1], got {args.distractor_rate}")
+    generate(args.out_dir, args.entities, args.seed, parse_split(args.split_spec),
+             block_size=args.block_size, distractor_rate=args.distractor_rate)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,275 @@
+"""The training loop shared by DPR (NCE) and CCR fine-tuning.
+
+AdamW, linear warm-up/decay, gradient clipping and accumulation, autocast (bf16/fp16) on CUDA only,
+checkpoints every N steps, exact resume, DDP with gathered in-batch negatives, a rich progress bar and
+a JSONL log.
+
+Exact resume: everything random is a function of (seed, step, rank) or (seed, qid, epoch). Dropout's
+torch generator is re-seeded at the start of every optimizer step from (seed, step, rank) and the data
+of step t is a pure function of t (epoch = t // steps_per_epoch, position = t % steps_per_epoch). A
+run restarted from the checkpoint at step s therefore replays steps s+1... bit for bit, and ends with
+the same weights as a run that was never interrupted.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from torch.nn.parallel import DistributedDataParallel
+from transformers import get_linear_schedule_with_warmup
+
+from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
+from pipeline.core.config import ConfigError
+from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
+from pipeline.core.storage import atomic_open, write_json
+from pipeline.training.losses import SCALES, contrastive_loss, positive_columns, similarity_scores
+from pipeline.training.data import epoch_order, micro_batch_indices
+
+log = logging.getLogger("sieve.trainer")
+
+FINGERPRINT_FILE = "fingerprint.json"
+LOG_FILE = "train_log.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 2e-5
+    epochs: int = 1
+    batch_size: int = 16          # GLOBAL queries per micro-batch: the in-batch negative pool
+    grad_accum: int = 1           # micro-batches per optimizer step
+    hard_negatives: int = 1       # k
+    in_batch: bool = True         # other queries' passages are negatives too
+    beta: float = 0.0             # CCR β (0 = NCE)
+    scale: str = "paper"          # paper | released_code
+    f_beta: float = 1.0           # released-code β factor
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    max_grad_norm: float = 2.0
+    max_steps: int = 0            # 0 = no cap
+    checkpoint_every: int = 100   # optimizer steps; 0 = never
+    precision: str = "bf16"       # autocast on CUDA: bf16 | fp16 | fp32 (CPU always fp32)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise ConfigError(f"scale must be one of {SCALES}, got {self.scale!r}")
+        if self.precision not in ("bf16", "fp16", "fp32"):
+            raise ConfigError(f"precision must be bf16, fp16 or fp32, got {self.precision!r}")
+        for name in ("epochs", "batch_size", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class DualEncoder(torch.nn.Module):
+    """A forward() over both towers, so DDP sees one call per micro-batch and syncs every weight."""
+
+    def __init__(self, retriever: torch.nn.Module):
+        super().__init__()
+        self.retriever = retriever
+
+    def forward(self, queries: dict, passages: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.retriever.embed_queries(queries), self.retriever.embed_passages(passages)
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0])
+
+
+def schedule(n_queries: int, cfg: TrainConfig) -> tuple[int, int]:
+    """(optimizer steps per epoch, total steps); incomplete trailing micro-batches are not used."""
+    micro = n_queries // cfg.batch_size
+    per_epoch = micro // cfg.grad_accum
+    if per_epoch == 0:
+        raise ConfigError(f"{n_queries} training queries are fewer than one optimizer step needs "
+                          f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum})")
+    total = per_epoch * cfg.epochs
+    return per_epoch, (min(total, cfg.max_steps) if cfg.max_steps > 0 else total)
+
+
+def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    # No weight decay on biases and LayerNorm weights (the BERT recipe).
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr)
+
+
+def _prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistInfo) -> None:
+    """Start fresh when a checkpoint was written for other settings or inputs (never resume it)."""
+    if dist_info.is_main:
+        path = directory / FINGERPRINT_FILE
+        if path.exists() and json.loads(path.read_text()) != fingerprint:
+            log.warning("checkpoint in %s was written for other settings/inputs: starting afresh",
+                        directory)
+            shutil.rmtree(directory)
+        if not path.exists():
+            write_json(path, fingerprint)
+    barrier()
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines()
+             if line.strip() and json.loads(line)["step"] <= step]
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("loss {task.fields[loss]:.4f} lr {task.fields[lr]:.2e} "
+                               "{task.fields[eps]:.1f} ex/s"),
+                    TimeRemainingColumn(), disable=not enabled)
+
+
+def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir: str | Path,
+          dist_info: DistInfo = DistInfo(), fingerprint: dict | None = None,
+          on_step_end: Callable[[int], None] | None = None) -> dict:
+    """Train ``retriever`` in place on ``data`` (a TrainData); return a summary.
+
+    Writes ``checkpoint_dir/state.pt`` every ``checkpoint_every`` steps and the JSONL log
+    ``checkpoint_dir/train_log.jsonl``; resumes from them when present and the fingerprint matches.
+    ``on_step_end(step)`` runs after each optimizer step (and its checkpoint).
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    device = dist_info.device
+    world, rank = dist_info.world_size, dist_info.rank
+    k = cfg.hard_negatives
+    similarity = retriever.settings.similarity
+    temperature = retriever.settings.temperature
+    per_epoch, total = schedule(len(data), cfg)
+    examples_per_step = cfg.batch_size * cfg.grad_accum
+
+    retriever.to(device)
+    retriever.train()
+    optimizer = _optimizer(retriever, cfg)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total), total)
+    use_amp = device.type == "cuda" and cfg.precision != "fp32"
+    amp_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler("cuda") if use_amp and cfg.precision == "fp16" else None
+
+    # What decides the result; checkpoint_every does not, and the world size only changes dropout
+    # masks, so a run may resume on another number of GPUs.
+    settings = {k: v for k, v in asdict(cfg).items() if k != "checkpoint_every"}
+    fingerprint = {"config": settings, **(fingerprint or {})}
+    _prepare_checkpoint_dir(checkpoint_dir, fingerprint, dist_info)
+    modules = {"model": retriever, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+    resumed = load_checkpoint(checkpoint_dir, modules=modules)
+    start = resumed["step"] if resumed else 0
+    log_path = checkpoint_dir / LOG_FILE
+    if dist_info.is_main:
+        _truncate_log(log_path, start)
+    if start:
+        log.info("resuming at step %d of %d (epoch %d)", start, total, start // per_epoch)
+
+    model: torch.nn.Module = DualEncoder(retriever)
+    if dist_info.enabled:
+        # The HF pooler is never used (we pool hidden states ourselves): let DDP skip unused weights.
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                        else None, find_unused_parameters=True)
+    log.info("training %d steps (%d per epoch), %d queries/step, k=%d, in_batch=%s, beta=%g (%s), "
+             "%d rank(s)", total, per_epoch, examples_per_step, k, cfg.in_batch, cfg.beta, cfg.scale,
+             world)
+
+    order_cache: dict[int, np.ndarray] = {}
+    summary = {"steps": total, "start_step": start, "per_epoch": per_epoch}
+    with _progress(dist_info.is_main) as progress, \
+            (open(log_path, "a", encoding="utf-8") if dist_info.is_main else _Null()) as log_file:
+        task = progress.add_task("train", total=total, completed=start, loss=0.0,
+                                 lr=scheduler.get_last_lr()[0], eps=0.0)
+        for step in range(start, total):
+            tick = time.perf_counter()
+            epoch, position = divmod(step, per_epoch)
+            if epoch not in order_cache:
+                order_cache.clear()
+                order_cache[epoch] = epoch_order(len(data), cfg.seed, epoch)
+            torch.manual_seed(step_seed(cfg.seed, step, rank))
+            optimizer.zero_grad(set_to_none=True)
+            totals = torch.zeros(3, device=device)
+            for micro in range(cfg.grad_accum):
+                idx = micro_batch_indices(order_cache[epoch], position * cfg.grad_accum + micro,
+                                          cfg.batch_size, rank, world)
+                batch = data.batch(idx, k, epoch)
+                sync = micro == cfg.grad_accum - 1 or not dist_info.enabled
+                ctx = model.no_sync() if not sync else _Null()
+                with ctx:
+                    loss, parts = _micro_step(model, retriever, batch, cfg, device, similarity,
+                                              temperature, rank, use_amp, amp_dtype)
+                    scaled = loss / cfg.grad_accum
+                    (scaler.scale(scaled) if scaler else scaled).backward()
+                totals += torch.stack([loss.detach(), parts["nce"], parts["ccr_term"]])
+            if scaler:
+                scaler.unscale_(optimizer)
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(retriever.parameters(), cfg.max_grad_norm)
+            if scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            lr = scheduler.get_last_lr()[0]
+            scheduler.step()
+            totals = all_reduce_mean(totals / cfg.grad_accum).tolist()
+            done = step + 1
+            eps = examples_per_step / max(time.perf_counter() - tick, 1e-9)
+            record = {"step": done, "epoch": epoch, "loss": totals[0], "nce": totals[1],
+                      "ccr": totals[2], "lr": lr, "examples_per_s": round(eps, 3)}
+            if dist_info.is_main:
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
+            progress.update(task, completed=done, loss=totals[0], lr=lr, eps=eps)
+            if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < total:
+                if dist_info.is_main:
+                    save_checkpoint(checkpoint_dir, step=done, modules=modules,
+                                    extra={"epoch": epoch, "position": position + 1})
+                barrier()
+            summary.update(last=record)
+            if on_step_end is not None:
+                on_step_end(done)
+    return summary
+
+
+def _micro_step(model, retriever, batch, cfg: TrainConfig, device, similarity, temperature, rank,
+                use_amp, amp_dtype):
+    queries = {k: v.to(device) for k, v in retriever.tokenize_queries(batch.query_texts).items()}
+    passages = {k: v.to(device) for k, v in
+                retriever.tokenize_passages(batch.passage_titles, batch.passage_texts).items()}
+    with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
+        q_emb, p_emb = model(queries, passages)
+    n_local = len(batch.query_texts)
+    if cfg.in_batch:
+        # Global passage matrix in rank order; our queries' positives sit after the earlier ranks'.
+        p_emb = all_gather_with_grad(p_emb)
+        first = rank * n_local
+    else:
+        first = 0  # only the query's own group is in P: no communication needed
+    scores = similarity_scores(q_emb, p_emb, similarity, temperature)
+    positives = positive_columns(n_local, batch.group_size, first, device=scores.device)
+    return contrastive_loss(scores, positives, batch.group_size, in_batch=cfg.in_batch,
+                            beta=cfg.beta, scale=cfg.scale, f_beta=cfg.f_beta)
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def write(self, _text: str) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
