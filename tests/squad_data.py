@@ -1,6 +1,6 @@
 """The real SQuAD v1.1 dev sample (36 articles) in ../shared, reached through the SQuAD config overlay.
 
-Tests read it where the workflow reads it: `profiles/squad/config.yaml` declares dataset `squad36`
+Tests read it where the workflow reads it: `config/overlays/squad/config.yaml` declares dataset `squad36`
 with `source: ../shared/data/squad/...` (relative to the repository root), and
 `pipeline.data.readers.sources.prepare_inputs` resolves the role -> file mapping the prepare rule uses.
 """
@@ -14,7 +14,7 @@ from pipeline.core.config import load_config
 from pipeline.data.readers import sources
 
 REPO = Path(__file__).resolve().parent.parent
-OVERLAY = REPO / "profiles" / "squad" / "config.yaml"
+OVERLAY = REPO / "config" / "overlays" / "squad" / "config.yaml"
 DATASET = "squad36"
 
 

@@ -11,10 +11,12 @@ import pytest
 import torch
 
 import pipeline.ar2.run_round as ar2_cli
-from pipeline.ar2 import select as ar2_select
+from pipeline.core.settings import CcrSettings, defaults
+from pipeline.ar2 import selection as ar2_select
 from pipeline.ar2.data import encode_corpus
 from pipeline.core.config import ConfigError
-from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, write_table
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.storage import write_table
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.retrieval.runs import read_run
 
@@ -177,10 +179,11 @@ def test_select_round_rules():
 def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
     settings = _settings(data, sieve_init="current", ranker_warmup_steps=0, ranker_steps=1,
                          retriever_steps=1)
-    ccr = ("--beta 0.5 --max-steps 2 --batch-size 2 --hard-negatives 2 --no-in-batch "
-           "--similarity cosine --temperature 1 --negatives-depth 5 --checkpoint-every 0")
+    ccr = json.dumps({**defaults(CcrSettings), "beta": 0.5, "max_steps": 2, "batch_size": 2,
+                      "hard_negatives": 2, "in_batch": False, "temperature": 1.0,
+                      "negatives_depth": 5, "checkpoint_every": 0})
     _round(data, tmp_path, 0, settings)
-    _round(data, tmp_path, 1, settings, extra=["--ccr-args", ccr])
+    _round(data, tmp_path, 1, settings, extra=["--ccr-settings", ccr])
     r1 = tmp_path / "sieve" / "round1"
     model = json.loads((r1 / "sieve_model" / "retriever.json").read_text())
     assert model["similarity"] == "cosine" and model["temperature"] == 1.0

@@ -32,7 +32,7 @@ def test_warmup_ranker_steps_come_first_and_only_in_round_one():
 
 def test_alternation_over_rounds_matches_the_ar2_blocks():
     # AR2: each block of 2000 steps = ~500 ranker then ~1500 retriever steps, then a refresh.
-    settings = AR2Settings(rounds=2, ranker_steps=500, retriever_steps=1500)
+    settings = AR2Settings(rounds=2, ranker_steps=500, retriever_steps=1500, ranker_warmup_steps=0)
     blocks = []
     for r in (1, 2):
         warm, rank, ret = settings.round_steps(r)

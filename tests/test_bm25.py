@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline.retrieval import bm25
-from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, DataError, read_table, write_table
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.storage import DataError, read_table, write_table
 
 CORPUS = [
     ("p1", "Volcanoes", "Mount Keltra is a volcano that erupted in 1820 near the town of Varno."),

@@ -87,12 +87,11 @@ def test_wrong_label_offset_would_be_caught():
     assert abs(right.item() - wrong.item()) > 1e-3
 
 
-def _train_worker(rank: int, port: int, root: str) -> None:
+def _train_worker(rank: int, port: int, root: str, tiny_retriever) -> None:
     from pathlib import Path
 
     from pipeline.training.data import TrainData
     from pipeline.training.loop import train
-    from train_fixtures import tiny_retriever
 
     _env(rank, port)
     torch.set_num_threads(1)
@@ -115,10 +114,9 @@ def _train_config():
                        checkpoint_every=0, warmup_ratio=0.0, seed=0, beta=0.3)
 
 
-def test_ddp_training_matches_single_process(tmp_path):
+def test_ddp_training_matches_single_process(tmp_path, make_train_files, tiny_model_dir, tiny_retriever):
     from pipeline.training.data import TrainData
     from pipeline.training.loop import train
-    from train_fixtures import make_train_files, tiny_model_dir, tiny_retriever
 
     paths = make_train_files(tmp_path / "data")
     tiny_model_dir(tmp_path)
@@ -127,7 +125,8 @@ def test_ddp_training_matches_single_process(tmp_path):
     single = tiny_retriever(tmp_path / "tiny", dropout=False)
     train(single, data, _train_config(), checkpoint_dir=tmp_path / "single.ckpt")
 
-    mp.spawn(_train_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    # The worker gets the conftest helper as an argument: a spawned process has no fixtures.
+    mp.spawn(_train_worker, args=(_free_port(), str(tmp_path), tiny_retriever), nprocs=WORLD, join=True)
     ddp = torch.load(tmp_path / "ddp_weights.pt")
     start = tiny_retriever(tmp_path / "tiny").state_dict()
     moved = 0

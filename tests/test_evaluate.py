@@ -16,8 +16,8 @@ from pipeline.evaluation import evaluate
 from pipeline.evaluation import gather as gather_metrics
 
 from pipeline.retrieval import runs
-from pipeline.core.storage import (CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA, DataError,
-                         write_table)
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, write_table
 
 REPO = Path(__file__).resolve().parent.parent
 NFC_CAFE, NFD_CAFE = "caf\u00e9", "cafe\u0301"

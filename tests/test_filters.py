@@ -12,7 +12,6 @@ from pipeline.sieve import filters
 from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import report as sieve_report
 from pipeline.core.storage import DataError
-from sieve_fixtures import make_dataset, make_retriever
 
 
 # ---- pure pieces ---------------------------------------------------------------------------------
@@ -76,11 +75,11 @@ def test_report_counts_suspected_apart_and_loss_stats():
 # ---- every filter on the same candidates -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
+def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
     from pipeline.retrieval.model import make_tiny_encoder
 
     root = tmp_path_factory.mktemp("filters")
-    p = make_dataset(root / "data")
+    p = make_sieve_dataset(root / "data")
     p["model"] = make_retriever(root / "model")
     p["base"] = make_tiny_encoder(root / "tiny-base", seed=1)
     p["candidates"] = root / "candidates.parquet"

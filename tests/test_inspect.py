@@ -16,14 +16,13 @@ from pipeline.sieve import passage_sieve as sieve
 
 from pipeline.sieve import report as sieve_report
 from pipeline.core.storage import DataError
-from sieve_fixtures import make_dataset, make_retriever
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(tmp_path_factory, make_sieve_dataset, make_retriever):
     """results/ and resources/ of a dataset 'toy' as the workflow lays them out."""
     root = tmp_path_factory.mktemp("inspect")
-    data = make_dataset(root / "data")
+    data = make_sieve_dataset(root / "data")
     model = make_retriever(root / "model")
     res, out = root / "resources" / "toy", root / "results" / "toy"
     res.mkdir(parents=True)

@@ -14,10 +14,9 @@ import torch.nn.functional as F
 
 from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import passage_sieve as sv
-from pipeline.retrieval.bm25 import NEGATIVES_SCHEMA
+from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA as NEGATIVES_SCHEMA
 from pipeline.core.storage import DataError
 from pipeline.sieve.data import read_negatives
-from sieve_fixtures import NEG_SCHEMA, make_dataset, make_retriever
 
 
 def random_queries(seed: int, n: int = 200):
@@ -140,8 +139,8 @@ def test_select_candidates_is_deterministic_and_order_free():
     (lambda t: t.set_column(2, "rank", pa.array([0] + t["rank"].to_pylist()[1:], pa.int32())), "rank"),
     (lambda t: pa.concat_tables([t, t.slice(0, 1)]), "pid"),
 ])
-def test_malformed_negatives_file_names_file_and_field(tmp_path, change, field):
-    paths = make_dataset(tmp_path / "d")
+def test_malformed_negatives_file_names_file_and_field(tmp_path, change, field, make_sieve_dataset):
+    paths = make_sieve_dataset(tmp_path / "d")
     bad = tmp_path / "bad.parquet"
     pq.write_table(change(pq.read_table(paths["negatives"])), bad)
     with pytest.raises(DataError) as err:
@@ -156,8 +155,8 @@ def test_malformed_negatives_file_names_file_and_field(tmp_path, change, field):
     assert not (tmp_path / "c.parquet").exists()
 
 
-def test_candidates_labels_from_qrels_all(tmp_path):
-    p = make_dataset(tmp_path / "d")
+def test_candidates_labels_from_qrels_all(tmp_path, make_sieve_dataset):
+    p = make_sieve_dataset(tmp_path / "d")
     cands = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
                                        n_candidates=12, pool=100, seed=0, qrels_all=p["qrels_all"])
     assert not ((cands["qid"] == "q1") & (cands["rank"] == 3)).any()       # excluded row
@@ -168,8 +167,8 @@ def test_candidates_labels_from_qrels_all(tmp_path):
     assert cands["has_answer"].astype(bool).tolist() == cands["pid"].str.startswith("fn").tolist()
 
 
-def test_injection_moves_positives_and_labels_them(tmp_path):
-    p = make_dataset(tmp_path / "d")
+def test_injection_moves_positives_and_labels_them(tmp_path, make_sieve_dataset):
+    p = make_sieve_dataset(tmp_path / "d")
     kw = dict(n_candidates=6, pool=100, seed=0)
     plain = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
     inj = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
@@ -190,8 +189,8 @@ def test_injection_moves_positives_and_labels_them(tmp_path):
         fn_labels.injection_queries([f"q{i}" for i in reversed(range(10))], 0.3, 0)
 
 
-def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path):
-    p = make_dataset(tmp_path / "d")
+def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path, make_sieve_dataset):
+    p = make_sieve_dataset(tmp_path / "d")
     cands = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
                                        n_candidates=12, pool=100, seed=0, suspect_same_article=True)
     suspected = cands[cands["fn_label_source"] == "suspected"]
@@ -203,9 +202,9 @@ def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path):
 # ---- end to end ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
+def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
     root = tmp_path_factory.mktemp("sieve")
-    paths = make_dataset(root / "data")
+    paths = make_sieve_dataset(root / "data")
     paths["model"] = make_retriever(root / "model")
     paths["candidates"] = root / "candidates.parquet"
     fn_labels.main(["--negatives", str(paths["negatives"]), "--qrels", str(paths["qrels"]),
@@ -279,12 +278,13 @@ def test_bad_negatives_type_in_candidates_file(tmp_path, toy):
     assert err.value.field == "positive_pid"
 
 
-def test_fixture_schema_matches_bm25():
-    assert NEG_SCHEMA.names == NEGATIVES_SCHEMA.names
+def test_fixture_schema_matches_bm25(tmp_path, make_sieve_dataset):
+    negatives = make_sieve_dataset(tmp_path / "d")["negatives"]
+    assert pq.read_schema(negatives).names == NEGATIVES_SCHEMA.names
 
 
-def test_max_queries_is_a_seeded_sample(tmp_path):
-    p = make_dataset(tmp_path / "d")
+def test_max_queries_is_a_seeded_sample(tmp_path, make_sieve_dataset):
+    p = make_sieve_dataset(tmp_path / "d")
     kw = dict(n_candidates=4, pool=100, seed=0, max_queries=3)
     a = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
     b = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)

@@ -95,7 +95,7 @@ def test_conda_env_pins_match_pyproject(variant):
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = _pins(project["dependencies"])
     gpu_extra = _pins(project["optional-dependencies"]["gpu"])
-    env = yaml.safe_load((REPO / "envs" / f"sieve-{variant}.yaml").read_text())
+    env = yaml.safe_load((REPO / "workflow" / "envs" / f"sieve-{variant}.yaml").read_text())
     deps = env["dependencies"]
     assert "python=3.11" in deps
     pip = _pins(next(d["pip"] for d in deps if isinstance(d, dict)))
@@ -111,7 +111,7 @@ def test_conda_env_pins_match_pyproject(variant):
     # Same public version: the CPU build of torch 2.13.0 is 2.13.0+cpu.
     got = {name: version.split("+")[0] for name, version in pip.items()}
     assert got == wanted
-    assert (REPO / "envs" / f"sieve-{variant}.post-deploy.sh").is_file()
+    assert (REPO / "workflow" / "envs" / f"sieve-{variant}.post-deploy.sh").is_file()
 
 
 # ---- a real SLURM ----------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from pipeline.synthkb import generate as synthkb
 from pipeline.data.answers import string_has_answer
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, load_config
-from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SPLITS
-from pipeline.data.readers.base import NEGATIVES_SCHEMA
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.schemas import SHIPPED_NEGATIVES_SCHEMA as NEGATIVES_SCHEMA
+from pipeline.core.storage import SPLITS
 from pipeline.data.splits import SplitSpec
 from pipeline.synthkb.articles import ArticleWriter, Knobs, pack
 from pipeline.synthkb.names import (CITY_FORMS, FIRST_NAMES, ROOT_USES, AffinePermutation,

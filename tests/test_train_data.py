@@ -4,14 +4,14 @@ import pandas as pd
 import pytest
 
 from pipeline.core.seeding import item_rng
-from pipeline.core.storage import QRELS_SCHEMA, DataError, write_table
+from pipeline.core.schemas import QRELS_SCHEMA
+from pipeline.core.storage import DataError, write_table
 from pipeline.training.data import (TrainData, epoch_order, load_queries_with_positives,
                                  micro_batch_indices, sample_negatives)
-from train_fixtures import make_train_files
 
 
 @pytest.fixture()
-def files(tmp_path):
+def files(tmp_path, make_train_files):
     return make_train_files(tmp_path, n_queries=6, n_passages=20, n_candidates=6)
 
 

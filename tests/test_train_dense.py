@@ -6,11 +6,10 @@ import pytest
 from pipeline.core.cli import run_main
 from pipeline.retrieval.model import Retriever
 from pipeline.training.train_dense import main
-from train_fixtures import make_train_files, tiny_model_dir
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
+def inputs(tmp_path_factory, make_train_files, tiny_model_dir):
     root = tmp_path_factory.mktemp("cli")
     paths = make_train_files(root / "data")
     return root, paths, tiny_model_dir(root)

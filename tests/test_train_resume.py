@@ -7,7 +7,6 @@ import torch
 
 from pipeline.training.data import TrainData
 from pipeline.training.loop import LOG_FILE, TrainConfig, train
-from train_fixtures import make_train_files, tiny_model_dir, tiny_retriever
 
 
 class Crash(RuntimeError):
@@ -15,7 +14,7 @@ class Crash(RuntimeError):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     root = tmp_path_factory.mktemp("resume")
     paths = make_train_files(root / "data")
     model_dir = tiny_model_dir(root)
@@ -36,7 +35,7 @@ def _weights(model):
 
 
 @pytest.mark.parametrize("grad_accum", [1, 2])
-def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum):
+def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, tiny_retriever):
     _, model_dir, data = setup
     cfg = _config(grad_accum=grad_accum, batch_size=4 if grad_accum == 1 else 2)
 
@@ -73,7 +72,7 @@ def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum):
     assert {"step", "loss", "nce", "ccr", "lr", "examples_per_s"} <= set(ref_log[0])
 
 
-def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path):
+def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path, tiny_retriever):
     _, model_dir, data = setup
 
     def crash_after_4(step):
@@ -87,7 +86,7 @@ def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path):
     assert summary["start_step"] == 0
 
 
-def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path):
+def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path, tiny_retriever):
     _, model_dir, data = setup
     train(tiny_retriever(model_dir), data, _config(max_steps=5, warmup_ratio=0.4, checkpoint_every=0),
           checkpoint_dir=tmp_path / "s")

@@ -1,8 +1,11 @@
-"""The Snakemake DAG end to end: dry runs of the declared datasets, a tiny real run, no-op reruns."""
+"""The Snakemake DAG end to end: dry runs of the declared datasets and of the conda deployment, a tiny
+real run, no-op reruns."""
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +20,15 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 pytestmark = pytest.mark.slow
 
 
-def snakemake(workdir: Path, *args: str, overlay: dict | None = None,
-              check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, overlay: dict | None = None, check: bool = True,
+              search_path: str | None = None) -> subprocess.CompletedProcess:
     # Targets go before --configfile: Snakemake 9 reads every later argument as another config file.
     cmd = [str(SNAKEMAKE), *args, "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2"]
     if overlay is not None:
         path = workdir / "overlay.yaml"
         path.write_text(yaml.safe_dump(overlay))
         cmd += ["--configfile", str(path)]
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{search_path or os.environ.get('PATH', '')}")
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
@@ -100,3 +103,52 @@ def test_tiny_synthkb_bm25_end_to_end_and_noop_rerun(tmp_path):
     proc = snakemake(tmp_path, "-n", "results/synthkb/metrics.json", "results/synthkb/negatives/bm25.parquet",
                      overlay=TINY)
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+# Snakemake needs a conda installation even to plan (`conda info --json` for the environments'
+# location, `conda --version`, `conda config`); it creates nothing in a dry run. Where no conda is
+# installed (this project's machines: it is neither on PyPI nor in Debian), this stand-in answers
+# exactly those queries and refuses everything else, so the dry run below is Snakemake's own
+# planning with the workflow's conda: lines and env files (it reads each file to name the env).
+STAND_IN_CONDA = """#!/bin/sh
+case "$*" in
+  "info --json") printf '{"conda_prefix": "%s", "platform": "linux-64"}\\n' "$(dirname "$0")" ;;
+  "--version") echo "conda 24.7.1" ;;
+  "config --get channel_priority --json") echo '{"get": {"channel_priority": "strict"}}' ;;
+  *) echo "stand-in conda: '$*' is not supported" >&2; exit 1 ;;
+esac
+"""
+
+
+def conda_path(tmp_path: Path) -> str:
+    """PATH with a conda on it: the installed one, else the stand-in."""
+    path = os.environ.get("PATH", "")
+    if shutil.which("conda"):
+        return path
+    stand_in = tmp_path / "stand-in-conda" / "conda"
+    stand_in.parent.mkdir()
+    stand_in.write_text(STAND_IN_CONDA)
+    stand_in.chmod(0o755)
+    return f"{stand_in.parent}:{path}"
+
+
+def planned_envs(output: str) -> set[Path]:
+    return {Path(env).resolve() for env in re.findall(r"Conda environment (\S+) will be created", output)}
+
+
+def test_conda_deployment_plans_the_demo_with_the_workflow_envs(tmp_path):
+    envs = REPO / "workflow" / "envs"
+    work = tmp_path / "work"
+    work.mkdir()
+    path = conda_path(tmp_path)
+    # The option takes several values: it goes after the targets.
+    proc = snakemake(work, "-n", "results/synthkb/metrics.json", "--software-deployment-method", "conda",
+                     search_path=path)
+    out = proc.stdout + proc.stderr
+    assert jobs_in_dry_run(out).get("gather_metrics") == 1, out[-3000:]
+    assert planned_envs(out) == {envs / "sieve-cpu.yaml"}, out[-3000:]
+    # A job that holds GPUs (here given by --set-resources, as the slurm profile does) gets the CUDA build.
+    proc = snakemake(work, "-n", "results/synthkb/metrics.json", "--set-resources", "train_dpr:gpus=1",
+                     "--software-deployment-method", "conda", search_path=path)
+    out = proc.stdout + proc.stderr
+    assert planned_envs(out) == {envs / "sieve-cpu.yaml", envs / "sieve-cuda.yaml"}, out[-3000:]

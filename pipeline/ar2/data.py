@@ -26,15 +26,11 @@ import pyarrow.parquet as pq
 
 from pipeline.data.answers import AnswerMatcher
 from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
-from pipeline.core.storage import RUN_SCHEMA, DataError, write_table
+from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, write_table
 
 log = logging.getLogger("sieve.ar2_data")
 
-NEGATIVES_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32()),
-    ("source", pa.string()), ("has_answer", pa.bool_()), ("excluded", pa.bool_()),
-    ("positive_score", pa.float32()),
-])
 _CORPUS_BATCH = 16_384
 _SEARCH_CHUNK = 65_536
 
@@ -144,7 +140,7 @@ def mine_negatives(query_emb: np.ndarray, queries: pd.DataFrame, positives: dict
     answers = [list(a) if a is not None else [] for a in queries["answers"]]
     needed = {pid for row, ans in zip(pids, answers) if ans for pid in row}
     matcher = load_matcher(corpus_path, needed, match) if needed else None
-    cols: dict[str, list] = {name: [] for name in NEGATIVES_SCHEMA.names}
+    cols: dict[str, list] = {name: [] for name in AR2_NEGATIVES_SCHEMA.names}
     n_matched = n_excluded = 0
     for i, qid in enumerate(qids):
         prepared = []
@@ -160,15 +156,15 @@ def mine_negatives(query_emb: np.ndarray, queries: pd.DataFrame, positives: dict
             excluded = exclude_answer_match and matched
             n_matched += matched
             n_excluded += excluded
-            for name, value in zip(NEGATIVES_SCHEMA.names,
+            for name, value in zip(AR2_NEGATIVES_SCHEMA.names,
                                    (qid, pid, rank, float(score), source, matched, excluded,
                                     float(pos_scores[i]))):
                 cols[name].append(value)
-    table = pa.table(cols, schema=NEGATIVES_SCHEMA)
+    table = pa.table(cols, schema=AR2_NEGATIVES_SCHEMA)
     stats = {"queries": len(qids), "rows": table.num_rows, "answer_matches": n_matched,
              "excluded": n_excluded, "top_k": top_k, "exclude_answer_match": exclude_answer_match}
     return table, stats
 
 
 def write_negatives(path: str | os.PathLike, table: pa.Table) -> None:
-    write_table(path, table, schema=NEGATIVES_SCHEMA)
+    write_table(path, table, schema=AR2_NEGATIVES_SCHEMA)

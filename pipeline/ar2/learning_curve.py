@@ -8,13 +8,12 @@ Round 0 is the starting retriever (DPR) and is drawn as the curves' first point.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
 
-from pipeline.core.cli import run_main, setup_logging
-from pipeline.core.storage import DataError, atomic_path
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.storage import atomic_path, read_json
 
 log = logging.getLogger("sieve.learning_curve")
 
@@ -26,12 +25,7 @@ def read_rounds(variant_dir: str | Path, rounds: int) -> list[dict]:
     out = []
     for r in range(rounds + 1):
         path = Path(variant_dir) / f"round{r}" / "round.json"
-        if not path.exists():
-            raise DataError("round summary not found (did the round finish?)", file=path)
-        try:
-            out.append(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError as exc:
-            raise DataError(f"not valid JSON ({exc})", file=path) from None
+        out.append(read_json(path, missing="round summary not found (did the round finish?)"))
     return out
 
 
@@ -74,8 +68,7 @@ def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.ar2.learning_curve", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = stage_parser("pipeline.ar2.learning_curve", __doc__)
     ap.add_argument("--variant", action="append", required=True, metavar="NAME=DIR",
                     help="a variant's folder results/{dataset}/ar2/{variant} (repeatable)")
     ap.add_argument("--rounds", type=int, required=True, help="last round (config ar2.rounds)")
@@ -84,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--log")
     args = ap.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     curves, selected = {}, {}
     for spec in args.variant:
         name, sep, folder = spec.partition("=")

@@ -26,7 +26,6 @@ import argparse
 import hashlib
 import json
 import logging
-import shlex
 import time
 from pathlib import Path
 
@@ -37,8 +36,11 @@ from pipeline.ar2.round_data import (ROUND_FILE, load_round_data, method_of, pre
                              variant_sampling, variant_sieves)
 from pipeline.ar2.train import CKPT_DIR, AR2Settings, compact_checkpoint, train_round
 from pipeline.training.checkpoint import STATE_FILE
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.distributed import DistInfo
+from pipeline.core.fingerprint import file_id
+from pipeline.core.settings import Objective, TrainSettings, pick
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.core.storage import DataError, read_table, write_json, write_table
 from pipeline.retrieval.model import Retriever
@@ -49,18 +51,6 @@ log = logging.getLogger("sieve.ar2")
 
 FINGERPRINT_FILE = "fingerprint.json"
 TIMINGS_FILE = "timings.json"
-
-
-def _file_id(path: str | None) -> list | None:
-    if not path:
-        return None
-    p = Path(path)
-    target = p / "manifest.json" if (p / "manifest.json").exists() else (
-        p / "retriever.json" if (p / "retriever.json").exists() else p)
-    if not target.exists():
-        return [str(path)]
-    stat = target.stat()
-    return [str(path), stat.st_size, stat.st_mtime_ns]
 
 
 def _prepare_round_dir(round_dir: Path, fingerprint: dict) -> None:
@@ -257,29 +247,28 @@ def _sieve_model(args, round_dir: Path, settings: dict, prev: dict) -> tuple[str
         if not args.sieve_model or not args.sieve_embeddings:
             raise ConfigError("ar2.sieve_init 'initial' needs --sieve-model and --sieve-embeddings")
         return args.sieve_model, args.sieve_embeddings
-    from pipeline.training import train_dense
+    from pipeline.training.loop import TrainConfig
+    from pipeline.training.train_dense import TrainInputs, train_retriever
     out = round_dir / "sieve_model"
     if not (out / "retriever.json").exists():
-        argv = ["--init", str(prev["retriever"]), "--queries", args.train_queries, "--qrels",
-                args.train_qrels, "--negatives", str(round_dir / "negatives.parquet"), "--corpus",
-                args.corpus, "--out", str(out), "--drop-queries-without-positive",
-                "--device", _device().type, *shlex.split(args.ccr_args)]
-        if args.threads:
-            argv += ["--threads", str(args.threads)]
-        if args.log:
-            argv += ["--log", args.log]  # train_dense resets logging: keep writing to this job's log
-        log.info("sieve_init current: CCR fine-tuning round %d's start retriever: %s", args.round,
-                 " ".join(argv))
-        code = train_dense.main(argv)
-        setup_logging(args.log)
-        if code:
-            raise RuntimeError(f"CCR fine-tuning of the sieve model failed (exit {code})")
+        ccr = json.loads(args.ccr_settings)
+        if not ccr:
+            raise ConfigError("ar2.sieve_init 'current' needs --ccr-settings (config section ccr)")
+        # Queries whose positives all fell out of this round's negatives are dropped, not an error.
+        cfg = TrainConfig(**{**pick(TrainSettings, ccr), "drop_queries_without_positive": True},
+                          **pick(Objective, ccr), seed=args.seed)
+        log.info("sieve_init current: CCR fine-tuning round %d's start retriever (beta %g, %d steps)",
+                 args.round, cfg.beta, cfg.max_steps)
+        train_retriever(str(prev["retriever"]),
+                        TrainInputs(args.train_queries, args.train_qrels,
+                                    str(round_dir / "negatives.parquet"), args.corpus),
+                        out, cfg, overrides={"similarity": "cosine", "temperature": ccr["temperature"]},
+                        dist_info=DistInfo(device=_device()))
     return str(out), None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.ar2.run_round", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = stage_parser("pipeline.ar2.run_round", __doc__)
     ap.add_argument("--round", type=int, required=True)
     ap.add_argument("--round-dir", required=True)
     ap.add_argument("--prev-dir", help="the previous round's folder (rounds >= 1)")
@@ -299,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sieve-config", default="{}", help="config section sieve, as JSON")
     ap.add_argument("--sieve-model", help="sieve_init initial: the CCR model folder")
     ap.add_argument("--sieve-embeddings", help="sieve_init initial: its corpus embeddings")
-    ap.add_argument("--ccr-args", default="", help="sieve_init current: pipeline.training.train_dense CCR flags")
+    ap.add_argument("--ccr-settings", default="{}",
+                    help="sieve_init current: config section ccr, as JSON (CCR of the round's start)")
     ap.add_argument("--suspect-same-article", action="store_true")
     ap.add_argument("--match", default="string", choices=["string", "regex"])
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20, 100])
@@ -312,9 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging(args.log)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    start_stage(args.log, args.threads)
     _DEVICE["name"] = args.device
     settings = json.loads(args.settings)
     seed = args.seed
@@ -328,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                      if k not in ("checkpoint_every", "encode_batch_size", "select_metric",
                                   "keep_checkpoints", "threads", "mem_mb", "gpus")},
         "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,
-        "inputs": [_file_id(p) for p in (args.corpus, args.train_queries, args.train_qrels,
+        "inputs": [file_id(p) for p in (args.corpus, args.train_queries, args.train_qrels,
                                          args.dev_queries, args.dev_qrels, args.start_retriever,
                                          args.start_embeddings, args.sieve_model, args.sieve_embeddings)],
         "previous": (hashlib.sha256(prev_round.read_bytes()).hexdigest()

@@ -19,16 +19,17 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from pipeline.ar2.data import lookup_embeddings
 from pipeline.sieve.candidates import build_candidates
+from pipeline.core.schemas import SIEVE_SCHEMA
 from pipeline.core.storage import DataError, write_table
 from pipeline.retrieval.model import Retriever
-from pipeline.sieve.passage_sieve import SIEVE_SCHEMA, Similarities, model_similarities, query_offsets, sieve_table
-from pipeline.sieve.data import normalize_rows, read_queries, rowwise_dot
+from pipeline.sieve.passage_sieve import (Similarities, embedding_similarities, model_similarities, query_offsets,
+                                          query_positives, sieve_table)
+from pipeline.sieve.data import normalize_rows, read_queries
 
 log = logging.getLogger("sieve.ar2_sieving")
 
@@ -49,16 +50,10 @@ def cached_similarities(cands: pd.DataFrame, model_dir: str | os.PathLike, emb_d
         temperature = retriever.settings.temperature if retriever.settings.similarity == "cosine" else 1.0
     query_table = read_queries(queries_path, qids)
     q_emb = normalize_rows(retriever.encode_queries(query_table["text"].tolist(), batch_size=batch_size))
-    positives = cands["positive_pid"].to_numpy()[offsets[:-1]]
-    needed = sorted(set(cands["pid"]) | set(positives))
+    needed = sorted(set(cands["pid"]) | set(query_positives(cands, offsets)))
     p_emb = normalize_rows(lookup_embeddings(emb_dir, needed))
     index = {pid: i for i, pid in enumerate(needed)}
-    q_rows = np.repeat(np.arange(len(qids)), np.diff(offsets))
-    p_rows = np.fromiter((index[p] for p in cands["pid"]), dtype=np.int64, count=len(cands))
-    cand_sim = rowwise_dot(q_emb, q_rows, p_emb, p_rows)
-    pos_rows = np.fromiter((index[p] for p in positives), dtype=np.int64, count=len(positives))
-    pos_sim = rowwise_dot(q_emb, np.arange(len(qids)), p_emb, pos_rows)
-    return Similarities(qids, offsets, cand_sim, pos_sim, float(temperature), index, p_emb, q_emb)
+    return embedding_similarities(cands, qids, offsets, q_emb, index, p_emb, temperature)
 
 
 def sieve_round(negatives: str | os.PathLike, out: str | os.PathLike, *, queries: str | os.PathLike,

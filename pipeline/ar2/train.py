@@ -29,8 +29,10 @@ from pipeline.ar2.losses import candidate_logits, retriever_loss
 from pipeline.ar2.sampling import (RANKER, RETRIEVER, SAMPLING_METHODS, SIMANS_FORMS, phase_at, query_batch,
                            step_negatives)
 from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, save_checkpoint
+from pipeline.training.loop import adamw, truncate_log
 from pipeline.core.config import ConfigError
-from pipeline.core.storage import atomic_open, atomic_path
+from pipeline.core.settings import PRECISIONS, Ar2Settings
+from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
 
 log = logging.getLogger("sieve.ar2_train")
@@ -40,29 +42,32 @@ LOG_FILE = "train_log.jsonl"
 RANKER_WARMUP = "ranker_warmup"
 
 
+_AR2 = Ar2Settings()  # the config contract: this runtime view keeps no defaults of its own
+
+
 @dataclass
 class AR2Settings:
-    """The training part of config ``ar2`` (docs/ar2.md has the reference)."""
-    rounds: int = 2
-    batch_size: int = 4
-    negatives: int = 7
-    ranker_steps: int = 8
-    retriever_steps: int = 16
-    ranker_warmup_steps: int = 0
-    ranker_warmup_lr: float | None = None
-    retriever_lr: float = 1e-5
-    ranker_lr: float = 2e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 2.0
-    adv_lambda: float = 0.0
-    distill_temperature: float = 1.0
+    """The training part of config ``ar2``, flattened (simans.*), plus the variant's sampling."""
+    rounds: int = _AR2.rounds
+    batch_size: int = _AR2.batch_size
+    negatives: int = _AR2.negatives
+    ranker_steps: int = _AR2.ranker_steps
+    retriever_steps: int = _AR2.retriever_steps
+    ranker_warmup_steps: int = _AR2.ranker_warmup_steps
+    ranker_warmup_lr: float | None = _AR2.ranker_warmup_lr
+    retriever_lr: float = _AR2.retriever_lr
+    ranker_lr: float = _AR2.ranker_lr
+    weight_decay: float = _AR2.weight_decay
+    warmup_ratio: float = _AR2.warmup_ratio
+    max_grad_norm: float = _AR2.max_grad_norm
+    adv_lambda: float = _AR2.adv_lambda
+    distill_temperature: float = _AR2.distill_temperature
     sampling: str = "uniform"
-    simans_a: float = 0.5
-    simans_b: float = 0.0
-    simans_form: str = "square"
-    checkpoint_every: int = 25
-    precision: str = "bf16"
+    simans_a: float = _AR2.simans.a
+    simans_b: float = _AR2.simans.b
+    simans_form: str = _AR2.simans.form
+    checkpoint_every: int = _AR2.checkpoint_every
+    precision: str = _AR2.precision
 
     def __post_init__(self) -> None:
         if self.sampling not in SAMPLING_METHODS:
@@ -71,8 +76,8 @@ class AR2Settings:
             raise ConfigError(f"ar2 adv_lambda must be in [0, 1], got {self.adv_lambda}")
         if self.simans_form not in SIMANS_FORMS:
             raise ConfigError(f"ar2 simans form must be one of {SIMANS_FORMS}, got {self.simans_form!r}")
-        if self.precision not in ("bf16", "fp16", "fp32"):
-            raise ConfigError(f"ar2 precision must be bf16, fp16 or fp32, got {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"ar2 precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         for name in ("rounds", "batch_size", "negatives"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ar2 {name} must be >= 1, got {getattr(self, name)}")
@@ -105,24 +110,6 @@ class RoundData:
 
 def step_seed(seed: int, round_index: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, round_index, step]).generate_state(1)[0])
-
-
-def _optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if param.requires_grad:
-            (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr)
-
-
-def _truncate_log(path: Path, step: int) -> None:
-    if not path.exists():
-        return
-    lines = [line for line in path.read_text().splitlines()
-             if line.strip() and json.loads(line)["step"] <= step]
-    with atomic_open(path, "w", encoding="utf-8") as handle:
-        handle.write("".join(line + "\n" for line in lines))
 
 
 def build_batch(data: RoundData, settings: AR2Settings, seed: int, round_index: int, step: int
@@ -161,15 +148,15 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
     temperature = retriever.settings.temperature
     k1 = settings.negatives + 1
 
-    opt_g = _optimizer(retriever, settings.retriever_lr, settings.weight_decay)
-    opt_d = _optimizer(ranker, settings.ranker_lr, settings.weight_decay)
+    opt_g = adamw(retriever, settings.retriever_lr, settings.weight_decay)
+    opt_d = adamw(ranker, settings.ranker_lr, settings.weight_decay)
     tot_d, tot_g = settings.total_steps()
     sched_g = get_linear_schedule_with_warmup(opt_g, int(settings.warmup_ratio * tot_g), max(tot_g, 1))
     sched_d = get_linear_schedule_with_warmup(opt_d, int(settings.warmup_ratio * tot_d), max(tot_d, 1))
     modules = {"retriever": retriever, "ranker": ranker, "opt_retriever": opt_g,
                "opt_ranker": opt_d, "sched_retriever": sched_g, "sched_ranker": sched_d}
     if n_warm:
-        opt_w = _optimizer(ranker, settings.ranker_warmup_lr or settings.ranker_lr,
+        opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr,
                            settings.weight_decay)
         sched_w = get_linear_schedule_with_warmup(opt_w, int(settings.warmup_ratio * n_warm), n_warm)
         modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
@@ -181,7 +168,7 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
             raise FileNotFoundError(f"{previous_ckpt}: no checkpoint of the previous round to carry "
                                     "the optimizer state from")
     log_path = round_dir / LOG_FILE
-    _truncate_log(log_path, start)
+    truncate_log(log_path, start)
     if start:
         log.info("round %d: resuming at step %d of %d", round_index, start, total)
     use_amp = device.type == "cuda" and settings.precision != "fp32"

@@ -1,10 +1,12 @@
-"""CLI glue shared by every stage: logging to the console (rich) and to a file, and clean exits."""
+"""CLI glue shared by every stage: parsers, logging to the console (rich) and to a file, CPU threads,
+and clean exits."""
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from rich.logging import RichHandler
 
@@ -22,6 +24,43 @@ def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> Non
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handlers.append(file_handler)
     logging.basicConfig(level=level, handlers=handlers, format="%(message)s", force=True)
+
+
+def stage_parser(module: str, description: str | None) -> argparse.ArgumentParser:
+    """The parser of ``python -m <module>``; a multi-line description (the module docstring) keeps
+    its line breaks in --help."""
+    raw = description is not None and "\n" in description
+    return argparse.ArgumentParser(
+        prog=f"python -m {module}", description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter)
+
+
+def start_stage(log_file: str | None, threads: int | None = None, *,
+                libraries: Sequence[str] = ("torch",), main_process: bool = True,
+                keep_handlers: bool = False) -> None:
+    """What every stage does once its arguments are parsed: log to the console (and ``log_file``),
+    and cap the CPU threads of ``libraries`` ("torch", "faiss") at ``threads`` when given.
+
+    Other processes of a distributed job log warnings only, and never to the file. With
+    ``keep_handlers`` a stage called in-process without a log file keeps its caller's logging.
+    """
+    if log_file or not keep_handlers or not logging.getLogger().handlers:
+        setup_logging(log_file if main_process else None,
+                      level=logging.INFO if main_process else logging.WARNING)
+    if not threads:
+        return
+    unknown = set(libraries) - {"torch", "faiss"}
+    if unknown:
+        raise ValueError(f"cannot set the threads of {sorted(unknown)} (known: faiss, torch)")
+    # Imported here: the stages that need neither library should not pay for loading them.
+    if "torch" in libraries:
+        import torch
+
+        torch.set_num_threads(threads)
+    if "faiss" in libraries:
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
 
 
 def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:

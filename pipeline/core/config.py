@@ -1,7 +1,9 @@
 """Configuration: load config.yaml plus overlays (deep merge, like Snakemake) and validate it.
 
 The Snakefile and every CLI that takes ``--config`` validate through ``validate_config`` so an unknown
-or mistyped key fails the same way everywhere, naming the key path and what is allowed there.
+or mistyped key fails the same way everywhere, naming the key path and what is allowed there. Validation
+first fills every default of ``pipeline.core.settings`` (the one contract per section), so code that
+reads a validated config indexes ``config[section][key]`` and keeps no fallback values of its own.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from typing import Iterable
 
 import jsonschema
 import yaml
+
+from pipeline.core.settings import apply_defaults
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -75,7 +79,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 
 def validate_config(config: dict, schema: dict | None = None) -> dict:
-    """Raise ConfigError listing every problem (key path + reason); return ``config`` unchanged."""
+    """Fill the sections' defaults into ``config`` (in place), then validate it.
+
+    Raise ConfigError listing every problem (key path + reason); return ``config``.
+    """
+    apply_defaults(config)
     schema = schema or load_schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))

@@ -1,4 +1,4 @@
-"""Shared I/O for every stage: the canonical tables, errors that name file/record/field, atomic writes.
+"""Shared I/O for every stage: table and JSON reading, errors that name file/record/field, atomic writes.
 
 Every stage reads and writes through these helpers so that a crash never leaves a half-written
 output and a bad input always produces a message a user can act on.
@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -43,17 +43,8 @@ class DataError(ValueError):
         super().__init__(": ".join(parts))
 
 
-# ---- canonical tables (the public data contract, documented in README "Data layout") -----------
-
-CORPUS_SCHEMA = pa.schema([("pid", pa.string()), ("title", pa.string()), ("text", pa.string())])
-QUERIES_SCHEMA = pa.schema([("qid", pa.string()), ("text", pa.string()),
-                            ("answers", pa.list_(pa.string()))])
-QRELS_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("relevance", pa.int32())])
-RUN_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
-                        ("score", pa.float32())])
+# The canonical tables' schemas live in pipeline.core.schemas; every dataset has these splits.
 SPLITS = ("train", "dev", "test")
-NEGATIVES_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
-                              ("score", pa.float32()), ("source", pa.string())])
 
 # mkstemp creates 0600 files; outputs should get the permissions a plain open() would give them.
 _UMASK = os.umask(0)
@@ -102,15 +93,47 @@ def write_table(path: str | os.PathLike, table: pa.Table | pd.DataFrame,
         pq.write_table(table, tmp)
 
 
-class ParquetStreamWriter:
+class StreamedOutput:
+    """An output written piece by piece to a temporary file that appears at ``path`` only on
+    ``close()``; ``abort()``, or leaving a ``with`` block by an exception, removes it instead.
+
+    Subclasses release their handles in ``_release`` (called on both paths) and may check the
+    content in ``close`` before calling ``super().close()``.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self._ctx = atomic_path(path)
+        self._tmp = self._ctx.__enter__()
+
+    def _release(self) -> None:
+        """Flush and close what writes to ``self._tmp``."""
+
+    def close(self) -> None:
+        self._release()
+        self._ctx.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        self._release()
+        self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+    def __enter__(self) -> "StreamedOutput":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class ParquetStreamWriter(StreamedOutput):
     """Append record batches to a Parquet file that appears at ``path`` only on ``close()``.
 
     For outputs too large to build in memory (21M-passage corpora): rows go out in batches.
     """
 
     def __init__(self, path: str | os.PathLike, schema: pa.Schema):
-        self._ctx = atomic_path(path)
-        self._tmp = self._ctx.__enter__()
+        super().__init__(path)
         self.schema = schema
         self._writer = pq.ParquetWriter(self._tmp, schema)
         self.rows = 0
@@ -120,22 +143,8 @@ class ParquetStreamWriter:
         self._writer.write_batch(batch)
         self.rows += batch.num_rows
 
-    def close(self) -> None:
+    def _release(self) -> None:
         self._writer.close()
-        self._ctx.__exit__(None, None, None)
-
-    def abort(self) -> None:
-        self._writer.close()
-        self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
-
-    def __enter__(self) -> "ParquetStreamWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 # ---- reading ----------------------------------------------------------------------------------------
@@ -152,21 +161,53 @@ def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
     return open(path, "r", encoding=encoding, newline="")
 
 
-def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
-    """Read a Parquet file, naming the file and the missing column when the layout is wrong."""
+def open_parquet(path: str | os.PathLike, columns: Sequence[str] = (), *,
+                 missing: str = "file not found (did the stage that writes it run?)") -> pq.ParquetFile:
+    """Open a Parquet file for streaming, naming the file and the missing column when the layout is
+    wrong; ``missing`` is the message for a file that does not exist."""
     path = Path(path)
     if not path.exists():
-        raise DataError("file not found (did the stage that writes it run?)", file=path)
+        raise DataError(missing, file=path)
     try:
-        schema = pq.read_schema(path)
+        parquet = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for truncated/corrupt files
         raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
-    if columns is not None:
-        for col in columns:
-            if col not in schema.names:
-                raise DataError(f"missing column (has: {', '.join(schema.names)})", file=path,
-                                field=col)
+    names = parquet.schema_arrow.names
+    for col in columns:
+        if col not in names:
+            parquet.close()
+            raise DataError(f"missing column (has: {', '.join(names)})", file=path, field=col)
+    return parquet
+
+
+def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
+    """Read a Parquet file, naming the file and the missing column when the layout is wrong."""
+    open_parquet(path, columns or ()).close()
     return pq.read_table(path, columns=columns).to_pandas()
+
+
+def read_json(path: str | os.PathLike, *, missing: str = "file not found") -> Any:
+    """A JSON file's content; a missing or malformed file is a DataError naming it (``missing`` is the
+    message for a file that does not exist)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(missing, file=path) from None
+    except ValueError as exc:  # also bad UTF-8
+        raise DataError(f"not valid JSON ({exc})", file=path) from None
+
+
+def read_json_object(path: str | os.PathLike, *, missing: str = "file not found",
+                     keys: Sequence[str] = ()) -> dict:
+    """``read_json`` for a file that must hold an object with (at least) ``keys``."""
+    data = read_json(path, missing=missing)
+    if not isinstance(data, dict):
+        raise DataError("must be a JSON object", file=path)
+    for key in keys:
+        if key not in data:
+            raise DataError("missing key", file=path, field=key)
+    return data
 
 
 def check_unique(df: pd.DataFrame, column: str, file: str | os.PathLike) -> None:

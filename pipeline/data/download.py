@@ -13,7 +13,6 @@ pinned in config.yaml. ``--member`` streams one file out of a .tar/.tar.gz/.tgz/
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import os
@@ -29,7 +28,7 @@ import urllib3
 from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                            TransferSpeedColumn)
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open
 
 log = logging.getLogger("sieve.download")
@@ -200,8 +199,7 @@ def extract_member(archive: str | os.PathLike, member: str, out: str | os.PathLi
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.data.download", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.data.download", __doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--url", help="http(s)/ftp URL to download")
     source.add_argument("--archive", help="a local .tar/.tar.gz/.zip to extract --member from")
@@ -215,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="connect/read timeout, seconds")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     sha = args.sha256.lower() if args.sha256 else None
     if sha is not None and not SHA256_RE.match(sha):
         parser.error(f"--sha256 {args.sha256!r} is not 64 hex digits")

@@ -10,7 +10,6 @@ rule, options, source files with sha256, counts). Formats, roles and checks: doc
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import DataError, write_json
 from pipeline.data.readers import FORMATS, BuildOptions, DatasetWriter, check_roles
@@ -95,8 +94,7 @@ def _summary(counts: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.data.prepare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.data.prepare", __doc__)
     parser.add_argument("--dataset", required=True, help="dataset name (for messages and manifest)")
     parser.add_argument("--format", required=True, choices=sorted(FORMATS))
     parser.add_argument("--file", action="append", default=[], metavar="ROLE=PATH",
@@ -110,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     try:
         raw_split = json.loads(args.split_spec)
     except json.JSONDecodeError:

@@ -11,8 +11,6 @@ rows (not DPR test qa.csv). Definitions: pipeline.evaluation.metrics and docs/ev
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 from pathlib import Path
@@ -22,12 +20,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from rich.progress import Progress
 
 from pipeline.data.answers import MATCH_MODES, AnswerMatcher
-from pipeline.core.cli import run_main, setup_logging
-from pipeline.core.storage import DataError, check_unique, read_table, write_json
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.storage import DataError, check_unique, open_parquet, read_json_object, read_table, write_json
 from pipeline.evaluation.metrics import order_metrics, qrels_metrics, top_k_accuracy
 from pipeline.retrieval.runs import ranked_lists, read_run, write_trec
 
@@ -83,17 +80,8 @@ def load_corpus(path: str | os.PathLike, needed: set[str], matcher: AnswerMatche
     (no query has answers) only the pid column is read, to check the run's pids exist.
     """
     path = Path(path)
-    if not path.exists():
-        raise DataError("file not found (did the stage that writes it run?)", file=path)
-    try:
-        parquet = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several types for truncated/corrupt files
-        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
     columns = ["pid", "text"] if matcher is not None else ["pid"]
-    for col in columns:
-        if col not in parquet.schema_arrow.names:
-            raise DataError(f"missing column (has: {', '.join(parquet.schema_arrow.names)})",
-                            file=path, field=col)
+    parquet = open_parquet(path, columns)
     wanted = pa.array(sorted(needed), type=pa.string())
     found: set[str] = set()
     offset = 0
@@ -214,15 +202,7 @@ def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
 
 
 def _read_info(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            info = json.load(handle)
-    except FileNotFoundError:
-        raise DataError("file not found", file=path) from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc})", file=path) from None
-    if not isinstance(info, dict):
-        raise DataError("must be a JSON object", file=path)
+    info = read_json_object(path)
     clash = sorted(set(info) & set(RESERVED_KEYS))
     if clash:
         raise DataError(f"keys {clash} are written by the evaluator and cannot be overridden",
@@ -231,8 +211,7 @@ def _read_info(path: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.evaluation.evaluate",
-                                     description=__doc__.split("\n")[0])
+    parser = stage_parser("pipeline.evaluation.evaluate", __doc__.split("\n")[0])
     parser.add_argument("--run", required=True, help="run Parquet: qid, pid, rank (1-based), score")
     parser.add_argument("--queries", required=True, help="queries Parquet: qid, text, answers")
     parser.add_argument("--qrels", required=True, help="qrels Parquet (may be empty)")
@@ -250,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--info", help="JSON object of extra fields to carry (notes, seeds, ...)")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     if any(k < 1 for k in args.ks):
         parser.error("--ks must be positive integers")
     ks = sorted(set(args.ks))

@@ -9,8 +9,6 @@ columns in a fixed order: R@k by k, MRR@10, hit@k, recall@k, then the ``_all`` f
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import math
 import os
@@ -18,8 +16,8 @@ from numbers import Real
 from pathlib import Path
 from typing import Sequence
 
-from pipeline.core.cli import run_main, setup_logging
-from pipeline.core.storage import DataError, atomic_open, write_json
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
 from pipeline.evaluation.metrics import metric_sort_key
 
 log = logging.getLogger("sieve.gather_metrics")
@@ -30,15 +28,7 @@ REQUIRED = ("dataset", "method", "split", "n_queries", "metrics")
 def read_metrics(path: str | os.PathLike) -> dict:
     """One method's metrics.json, checked for the fields gathering relies on."""
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise DataError("file not found (did the evaluate rule run?)", file=path) from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc})", file=path) from None
-    if not isinstance(data, dict):
-        raise DataError("must be a JSON object", file=path)
+    data = read_json_object(path, missing="file not found (did the evaluate rule run?)")
     for key in REQUIRED:
         if key not in data:
             raise DataError("missing field", file=path, field=key)
@@ -129,8 +119,7 @@ def html_table(gathered: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.evaluation.gather",
-                                     description="Gather the methods' metrics of one dataset.")
+    parser = stage_parser("pipeline.evaluation.gather", "Gather the methods' metrics of one dataset.")
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--inputs", nargs="+", required=True, help="results/D/<method>/metrics.json")
     parser.add_argument("--out-json", required=True)
@@ -138,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-html", help="the table as HTML (the Snakemake report shows it)")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     gathered = gather(args.dataset, args.inputs)
     table = markdown_table(gathered)
     write_json(args.out_json, gathered)

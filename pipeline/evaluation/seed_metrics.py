@@ -10,17 +10,14 @@ selection's info.json). Every seed must have been evaluated on the same split an
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import math
 import os
-from pathlib import Path
 from typing import Sequence
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.evaluation.gather import read_metrics
-from pipeline.core.storage import DataError, write_json
+from pipeline.core.storage import DataError, read_json, write_json
 
 log = logging.getLogger("sieve.seed_metrics")
 
@@ -38,12 +35,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
 
 
 def _read_info(path: str | os.PathLike) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError("file not found (did ar2_select run?)", file=path) from None
-    except ValueError as exc:
-        raise DataError(f"not valid JSON ({exc})", file=path) from None
+    data = read_json(path, missing="file not found (did ar2_select run?)")
     if not isinstance(data, dict) or "seed" not in data:
         raise DataError("not an AR2 selection: no seed", file=path, field="seed")
     return data
@@ -93,14 +85,13 @@ def aggregate_seeds(metrics: Sequence[dict], infos: Sequence[dict], sources: Seq
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.evaluation.seed_metrics", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = stage_parser("pipeline.evaluation.seed_metrics", __doc__)
     ap.add_argument("--metrics", nargs="+", required=True, help="per-seed metrics.json")
     ap.add_argument("--infos", nargs="+", required=True, help="per-seed info.json (same order)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--log")
     args = ap.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     metrics = [read_metrics(p) for p in args.metrics]
     infos = [_read_info(p) for p in args.infos]
     out = aggregate_seeds(metrics, infos, args.metrics)

@@ -10,7 +10,6 @@ in memory (see README "Scale"). Passages are scored as title + text, as in the r
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -27,15 +26,12 @@ from bm25s.tokenization import Tokenizer
 from rich.progress import Progress
 
 from pipeline.data.answers import AnswerMatcher
-from pipeline.core.cli import run_main, setup_logging
-from pipeline.core.storage import RUN_SCHEMA, DataError, read_table, write_json, write_table
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA, PASSAGE_IDS_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, read_table, write_json, write_table
 
 log = logging.getLogger("sieve.bm25")
 
-NEGATIVES_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32()),
-    ("source", pa.string()), ("has_answer", pa.bool_()), ("excluded", pa.bool_()),
-])
 CORPUS_BATCH = 20_000
 QUERY_BATCH = 4_096
 
@@ -87,7 +83,7 @@ def build_index(corpus_path: str | Path, out_dir: str | Path, *, k1: float, b: f
     retriever.save(tmp_dir, show_progress=False)
     tokenizer.save_vocab(tmp_dir)
     tokenizer.save_stopwords(tmp_dir)
-    write_table(tmp_dir / "pids.parquet", pa.table({"pid": pa.array(pids, pa.string())}))
+    write_table(tmp_dir / "pids.parquet", pa.table([pa.array(pids, pa.string())], schema=PASSAGE_IDS_SCHEMA))
     write_json(tmp_dir / "settings.json", {"k1": k1, "b": b, "stemmer": stemmer, "stopwords": stopwords,
                                            "n_passages": len(pids), "corpus": str(corpus_path)})
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -194,7 +190,7 @@ def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: 
                                [(pid, s) for pid, s in hits if pid not in pos]))
     needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
     matcher = _load_matcher(corpus_path, needed, match)
-    rows: dict[str, list] = {k: [] for k in NEGATIVES_SCHEMA.names}
+    rows: dict[str, list] = {k: [] for k in MINED_NEGATIVES_SCHEMA.names}
     n_answer = 0
     for qid, answers, hits in candidates:
         try:
@@ -209,10 +205,10 @@ def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: 
             excluded = exclude_answer_match and matched
             n_answer += matched
             usable += not excluded
-            for key, value in zip(NEGATIVES_SCHEMA.names,
+            for key, value in zip(MINED_NEGATIVES_SCHEMA.names,
                                   (qid, pid, rank, score, "bm25", matched, excluded)):
                 rows[key].append(value)
-    table = pa.table(rows, schema=NEGATIVES_SCHEMA)
+    table = pa.table(rows, schema=MINED_NEGATIVES_SCHEMA)
     write_table(out, table)
     stats = {"queries": len(queries), "rows": table.num_rows, "answer_matches": n_answer,
              "queries_without_positive": len(missing), "exclude_answer_match": exclude_answer_match}
@@ -223,8 +219,7 @@ def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: 
 # ---- CLI -------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.bm25", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.retrieval.bm25", __doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_index = sub.add_parser("index", help="build the BM25 index of a corpus")
     p_index.add_argument("--corpus", required=True)
@@ -250,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in (p_index, p_ret, p_mine):
         p.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     none = lambda v: None if v in (None, "", "none", "null") else v  # noqa: E731
     if args.command == "index":
         build_index(args.corpus, args.out_dir, k1=args.k1, b=args.b, stemmer=none(args.stemmer),

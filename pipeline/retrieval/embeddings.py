@@ -14,7 +14,6 @@ and grow with the shard), then the file is renamed into place, so memory stays b
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -27,7 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.lib import format as npy_format
 
-from pipeline.core.storage import DataError, ParquetStreamWriter, atomic_path, write_json
+from pipeline.core.schemas import ids_schema
+from pipeline.core.storage import DataError, ParquetStreamWriter, StreamedOutput, read_json_object, write_json
 
 log = logging.getLogger("sieve.embeddings")
 
@@ -57,7 +57,7 @@ def shard_bounds(n_rows: int, index: int, count: int) -> tuple[int, int]:
 
 # ---- writing --------------------------------------------------------------------------------------
 
-class EmbeddingWriter:
+class EmbeddingWriter(StreamedOutput):
     """Append (ids, vectors) chunks to a .npy + ids Parquet pair that appear only on ``close()``.
 
     The final row count must be known up front (it goes in the .npy header); ``close`` refuses a
@@ -69,13 +69,12 @@ class EmbeddingWriter:
         self.npy_path, self.rows, self.dim = Path(npy_path), int(rows), int(dim)
         self.dtype = np.dtype(dtype)
         self.written = 0
-        self._ctx = atomic_path(self.npy_path)
-        tmp = self._ctx.__enter__()
-        self._handle = open(tmp, "wb")
+        super().__init__(self.npy_path)
+        self._handle = open(self._tmp, "wb")
         npy_format.write_array_header_1_0(self._handle, {
             "descr": npy_format.dtype_to_descr(self.dtype), "fortran_order": False,
             "shape": (self.rows, self.dim)})
-        self._ids = ParquetStreamWriter(ids_path, pa.schema([(id_field, pa.string())]))
+        self._ids = ParquetStreamWriter(ids_path, ids_schema(id_field))
         self._id_field = id_field
 
     def write(self, ids: Sequence[str], vectors: np.ndarray) -> None:
@@ -91,23 +90,15 @@ class EmbeddingWriter:
         if self.written != self.rows:
             self.abort()
             raise ValueError(f"wrote {self.written} rows, announced {self.rows}")
-        self._handle.close()
         self._ids.close()
-        self._ctx.__exit__(None, None, None)
+        super().close()
+
+    def _release(self) -> None:
+        self._handle.close()
 
     def abort(self) -> None:
-        self._handle.close()
         self._ids.abort()
-        self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
-
-    def __enter__(self) -> "EmbeddingWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+        super().abort()
 
 
 # ---- reading --------------------------------------------------------------------------------------
@@ -200,15 +191,8 @@ class EmbeddingSet:
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
         path = self.folder / MANIFEST
-        if not path.exists():
-            raise DataError("embedding manifest not found (run the gather step)", file=path)
-        try:
-            self.manifest = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise DataError(f"not valid JSON ({exc})", file=path) from exc
-        for key in ("dim", "count", "shards", "id_field"):
-            if key not in self.manifest:
-                raise DataError("missing key", file=path, field=key)
+        self.manifest = read_json_object(path, keys=("dim", "count", "shards", "id_field"),
+                                         missing="embedding manifest not found (run the gather step)")
         self.dim = int(self.manifest["dim"])
         self.count = int(self.manifest["count"])
         self.id_field = self.manifest["id_field"]

@@ -28,7 +28,6 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import tokenizers
 import torch
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
@@ -36,8 +35,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from rich.text import Text
 
 from pipeline.retrieval import embeddings as emb_io
-from pipeline.core.cli import run_main, setup_logging
-from pipeline.core.storage import DataError
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.storage import DataError, open_parquet
 
 log = logging.getLogger("sieve.encode")
 
@@ -190,16 +189,7 @@ def iter_slice(path: str | os.PathLike, start: int, end: int, columns: Sequence[
     in a ``nullable`` column reads as ""); the error names the 0-based row in the file.
     """
     path = Path(path)
-    try:
-        parquet = pq.ParquetFile(path)
-    except FileNotFoundError:
-        raise DataError("file not found", file=path) from None
-    except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
-    names = parquet.schema_arrow.names
-    for name in columns:
-        if name not in names:
-            raise DataError(f"missing column (has: {', '.join(names)})", file=path, field=name)
+    parquet = open_parquet(path, columns, missing="file not found")
     groups, offset, first_row = [], 0, None
     for g in range(parquet.metadata.num_row_groups):
         size = parquet.metadata.row_group(g).num_rows
@@ -238,13 +228,8 @@ def iter_buffers(chunks: Iterator[tuple[int, dict[str, list]]], size: int
 
 
 def parquet_rows(path: str | os.PathLike) -> int:
-    path = Path(path)
-    if not path.exists():
-        raise DataError("file not found", file=path)
-    try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except Exception as exc:
-        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
+    with open_parquet(path, missing="file not found") as parquet:
+        return parquet.metadata.num_rows
 
 
 # ---- stages ---------------------------------------------------------------------------------------
@@ -300,8 +285,7 @@ def load_retriever(model: str | os.PathLike, device: torch.device):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.encode",
-                                     description=__doc__.split("\n")[0])
+    parser = stage_parser("pipeline.retrieval.encode", __doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -335,13 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     gather.add_argument("--log")
 
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log, getattr(args, "threads", None))  # gather has no --threads
     if args.command == "gather":
         emb_io.gather(args.out_dir, args.shards, model=args.model, source=args.corpus,
                       source_rows=parquet_rows(args.corpus), checksums=not args.no_checksums)
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     retriever = load_retriever(args.model, device)
     options = dict(batch_size=args.batch_size, sort_buffer=args.sort_buffer, device=device,

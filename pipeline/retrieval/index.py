@@ -22,8 +22,6 @@ CLI::
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import time
@@ -33,11 +31,12 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.retrieval.embeddings import EmbeddingSet, read_rows, shard_name
 from pipeline.retrieval.encode import make_progress
-from pipeline.core.storage import DataError, atomic_path, write_json, write_table
+from pipeline.core.schemas import PASSAGE_IDS_SCHEMA
+from pipeline.core.storage import DataError, atomic_path, read_json_object, write_json, write_table
 
 log = logging.getLogger("sieve.index")
 
@@ -137,7 +136,7 @@ def build_index(embeddings_dir: str | os.PathLike, out_dir: str | os.PathLike, *
             with atomic_path(out_dir / f"{name}.faiss") as tmp:
                 faiss.write_index(index, str(tmp))
             write_table(out_dir / f"{name}.pids.parquet",
-                        pa.table({"pid": embeddings.ids(group)}))
+                        pa.table([embeddings.ids(group)], schema=PASSAGE_IDS_SCHEMA))
             entries.append({"index": f"{name}.faiss", "pids": f"{name}.pids.parquet",
                             "count": int(index.ntotal), "embedding_shards": group,
                             "bytes": (out_dir / f"{name}.faiss").stat().st_size})
@@ -154,22 +153,12 @@ def build_index(embeddings_dir: str | os.PathLike, out_dir: str | os.PathLike, *
 
 
 def load_index_manifest(index_dir: str | os.PathLike) -> dict:
-    path = Path(index_dir) / INDEX_MANIFEST
-    if not path.exists():
-        raise DataError("index manifest not found (did build_index run?)", file=path)
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise DataError(f"not valid JSON ({exc})", file=path) from exc
-    for key in ("shards", "dim", "count", "factory"):
-        if key not in manifest:
-            raise DataError("missing key", file=path, field=key)
-    return manifest
+    return read_json_object(Path(index_dir) / INDEX_MANIFEST, keys=("shards", "dim", "count", "factory"),
+                            missing="index manifest not found (did build_index run?)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.index",
-                                     description=__doc__.split("\n")[0])
+    parser = stage_parser("pipeline.retrieval.index", __doc__.split("\n")[0])
     parser.add_argument("--embeddings", required=True, help="gathered embedding folder")
     parser.add_argument("--out-dir", required=True, help="index folder")
     parser.add_argument("--factory", default="Flat", help="FAISS index_factory string")
@@ -182,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
-    setup_logging(args.log)
-    if args.threads:
-        faiss.omp_set_num_threads(args.threads)
+    start_stage(args.log, args.threads, libraries=("faiss",))
     build_index(args.embeddings, args.out_dir, factory=args.factory, shards=args.shards,
                 train_size=args.train_size, seed=args.seed, gpu=not args.no_gpu,
                 add_chunk=args.add_chunk, progress=not args.no_progress)

@@ -12,9 +12,8 @@ applied by the losses, never baked into the embeddings.
 """
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -24,7 +23,8 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from pipeline.core.config import resolve_model_path
-from pipeline.core.storage import atomic_open
+from pipeline.retrieval.hf_folders import (load_encoder, read_settings, save_encoder, settings_from_dict,
+                                           write_settings)
 
 log = logging.getLogger("sieve.model")
 
@@ -51,11 +51,7 @@ class RetrieverSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RetrieverSettings":
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown retriever settings {sorted(unknown)} (known: {sorted(known)})")
-        return cls(**data)
+        return settings_from_dict(cls, data, "retriever")
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -85,8 +81,7 @@ class Retriever(torch.nn.Module):
         """A fresh retriever from a base HF encoder ('minilm' = the offline all-MiniLM-L6-v2)."""
         settings = settings or RetrieverSettings(base=name_or_path)
         path = resolve_model_path(name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        query_model = AutoModel.from_pretrained(path)
+        tokenizer, query_model = load_encoder(path)
         passage_model = None if settings.shared_towers else AutoModel.from_pretrained(path)
         return cls(query_model, passage_model, tokenizer, settings)
 
@@ -94,13 +89,11 @@ class Retriever(torch.nn.Module):
     def load(cls, folder: str | Path) -> "Retriever":
         """Load a folder written by ``save`` (or a plain HF model folder, with default settings)."""
         folder = Path(folder)
-        settings_path = folder / SETTINGS_FILE
-        if not settings_path.exists():
+        settings = read_settings(folder / SETTINGS_FILE, RetrieverSettings)
+        if settings is None:
             # A plain HF checkpoint (or 'minilm'): treat as a fresh retriever with default settings.
             return cls.from_pretrained(str(folder))
-        settings = RetrieverSettings.from_dict(json.loads(settings_path.read_text()))
-        tokenizer = AutoTokenizer.from_pretrained(folder / "query_encoder")
-        query_model = AutoModel.from_pretrained(folder / "query_encoder")
+        tokenizer, query_model = load_encoder(folder / "query_encoder")
         passage_model = None
         if not settings.shared_towers:
             passage_model = AutoModel.from_pretrained(folder / "passage_encoder")
@@ -110,13 +103,10 @@ class Retriever(torch.nn.Module):
         """Write the folder; ``retriever.json`` goes last so a folder with it is complete."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self.query_model.save_pretrained(folder / "query_encoder")
-        self.tokenizer.save_pretrained(folder / "query_encoder")
+        save_encoder(folder / "query_encoder", self.query_model, self.tokenizer)
         if self.passage_model is not None:
-            self.passage_model.save_pretrained(folder / "passage_encoder")
-            self.tokenizer.save_pretrained(folder / "passage_encoder")
-        with atomic_open(folder / SETTINGS_FILE, "w") as handle:
-            json.dump(asdict(self.settings), handle, indent=2)
+            save_encoder(folder / "passage_encoder", self.passage_model, self.tokenizer)
+        write_settings(folder / SETTINGS_FILE, self.settings)
 
     # ---- tokenisation ------------------------------------------------------------------------------
 

@@ -19,19 +19,18 @@ Public API used by other stages (the sieve's optional cross-encoder filter, AR2)
 """
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AutoModel, AutoTokenizer
 
 from pipeline.core.config import resolve_model_path
-from pipeline.core.storage import atomic_open, atomic_path
+from pipeline.core.storage import atomic_path
+from pipeline.retrieval.hf_folders import load_encoder, read_settings, save_encoder, settings_from_dict, write_settings
 
 log = logging.getLogger("sieve.ranker")
 
@@ -51,11 +50,7 @@ class RankerSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RankerSettings":
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown ranker settings {sorted(unknown)} (known: {sorted(known)})")
-        return cls(**data)
+        return settings_from_dict(cls, data, "ranker")
 
 
 def listwise_loss(logits: torch.Tensor, positive: int = 0) -> torch.Tensor:
@@ -88,9 +83,7 @@ class Ranker(torch.nn.Module):
         zero bias), so the start point does not depend on whatever consumed the global RNG before.
         """
         settings = settings or RankerSettings(base=name_or_path)
-        path = resolve_model_path(name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        encoder = AutoModel.from_pretrained(path)
+        tokenizer, encoder = load_encoder(resolve_model_path(name_or_path))
         head = torch.nn.Linear(encoder.config.hidden_size, 1)
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -101,13 +94,11 @@ class Ranker(torch.nn.Module):
     @classmethod
     def load(cls, folder: str | Path) -> "Ranker":
         folder = Path(folder)
-        settings_path = folder / SETTINGS_FILE
-        if not settings_path.exists():
+        settings = read_settings(folder / SETTINGS_FILE, RankerSettings)
+        if settings is None:
             raise FileNotFoundError(f"{folder}: not a ranker folder (no {SETTINGS_FILE}; "
                                     "use Ranker.from_pretrained for a base model)")
-        settings = RankerSettings.from_dict(json.loads(settings_path.read_text()))
-        tokenizer = AutoTokenizer.from_pretrained(folder / "encoder")
-        encoder = AutoModel.from_pretrained(folder / "encoder")
+        tokenizer, encoder = load_encoder(folder / "encoder")
         head = torch.nn.Linear(encoder.config.hidden_size, 1)
         head.load_state_dict(torch.load(folder / HEAD_FILE, map_location="cpu", weights_only=True))
         return cls(encoder, head, tokenizer, settings)
@@ -116,12 +107,10 @@ class Ranker(torch.nn.Module):
         """Write the folder; ``ranker.json`` goes last so a folder with it is complete."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self.encoder.save_pretrained(folder / "encoder")
-        self.tokenizer.save_pretrained(folder / "encoder")
+        save_encoder(folder / "encoder", self.encoder, self.tokenizer)
         with atomic_path(folder / HEAD_FILE) as tmp:
             torch.save({k: v.detach().cpu() for k, v in self.head.state_dict().items()}, tmp)
-        with atomic_open(folder / SETTINGS_FILE, "w") as handle:
-            json.dump(asdict(self.settings), handle, indent=2)
+        write_settings(folder / SETTINGS_FILE, self.settings)
 
     # ---- tokenisation and forward --------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Retrieval runs: read and validate ``run.{split}.parquet`` and export it in TREC format.
 
-A run is the contract between every retriever and the evaluator (pipeline.core.storage.RUN_SCHEMA):
+A run is the contract between every retriever and the evaluator (pipeline.core.schemas.RUN_SCHEMA):
 qid, pid, rank (int32, 1-based, exactly 1..n per query), score (float32). Order is given by ``rank``,
 never re-derived from ``score``, so ties in score are resolved by whoever wrote the run.
 
@@ -11,7 +11,6 @@ CLI (validate + TREC export only; ``pipeline.evaluation.evaluate`` scores a run)
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from pathlib import Path
@@ -22,8 +21,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.core.cli import run_main, setup_logging
-from pipeline.core.storage import RUN_SCHEMA, DataError, atomic_open, read_table
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.schemas import RUN_SCHEMA
+from pipeline.core.storage import DataError, atomic_open, read_table
 
 log = logging.getLogger("sieve.runs")
 
@@ -38,7 +38,7 @@ def _check_types(path: Path) -> None:
                             "a number")):
         typ = schema.field(name).type
         if not (ok(typ) or (want == "string" and pa.types.is_large_string(typ))):
-            raise DataError(f"column type is {typ}, expected {want} (see pipeline.core.storage.RUN_SCHEMA)",
+            raise DataError(f"column type is {typ}, expected {want} (see pipeline.core.schemas.RUN_SCHEMA)",
                             file=path, field=name)
 
 
@@ -118,15 +118,14 @@ def write_trec(run: pd.DataFrame, path: str | os.PathLike, tag: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.runs",
-                                     description="Validate a run Parquet file and export it as TREC.")
+    parser = stage_parser("pipeline.retrieval.runs", "Validate a run Parquet file and export it as TREC.")
     parser.add_argument("--run", required=True, help="run Parquet (qid, pid, rank, score)")
     parser.add_argument("--trec", required=True, help="output TREC file")
     parser.add_argument("--tag", required=True, help="run tag (last TREC column), e.g. the method")
     parser.add_argument("--queries", help="queries Parquet: also reject qids not in it")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     known = None
     if args.queries:
         known = set(read_table(args.queries, columns=["qid"])["qid"])

@@ -21,7 +21,6 @@ CLI::
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import time
@@ -33,11 +32,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.retrieval.embeddings import EmbeddingSet, read_ids
 from pipeline.retrieval.encode import (encode_buffer, iter_buffers, iter_slice, load_retriever, make_progress,
                      parquet_rows, resolve_device)
-from pipeline.core.storage import RUN_SCHEMA, DataError, write_table
+from pipeline.core.schemas import RUN_SCHEMA
+from pipeline.core.storage import DataError, write_table
 
 log = logging.getLogger("sieve.search")
 
@@ -227,8 +227,7 @@ def run_table(qids: Sequence[str], rows: np.ndarray, scores: np.ndarray, pids: p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.retrieval.search",
-                                     description=__doc__.split("\n")[0])
+    parser = stage_parser("pipeline.retrieval.search", __doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="retriever folder (Retriever.load)")
     parser.add_argument("--queries", required=True, help="queries.{split}.parquet")
     parser.add_argument("--out", required=True, help="run Parquet to write")
@@ -247,18 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log, args.threads,
+                libraries=("torch", "faiss") if args.backend == "faiss" else ("torch",))
     if args.depth < 1:
         parser.error("--depth must be >= 1")
     if args.backend == "faiss" and not args.index:
         parser.error("--backend faiss needs --index")
     if args.backend == "torch" and not args.embeddings:
         parser.error("--backend torch needs --embeddings")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        if args.backend == "faiss":
-            import faiss
-            faiss.omp_set_num_threads(args.threads)
     began = time.perf_counter()
     device = resolve_device(args.device)
     retriever = load_retriever(args.model, device)

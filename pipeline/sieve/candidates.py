@@ -19,7 +19,6 @@ Labels (``is_false_negative``, ``fn_label_source``), first rule that applies win
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 
@@ -29,7 +28,8 @@ import pyarrow as pa
 
 from pipeline.data.answers import AnswerMatcher
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.schemas import CANDIDATES_SCHEMA
 from pipeline.core.storage import DataError, write_table
 from pipeline.sieve.passage_sieve import select_candidates
 from pipeline.sieve.data import iter_corpus, load_passages, read_negatives, read_positives, read_queries
@@ -37,11 +37,6 @@ from pipeline.sieve.data import iter_corpus, load_passages, read_negatives, read
 log = logging.getLogger("sieve.fn_labels")
 
 FN_SOURCES = ("qrels_all", "injected", "suspected")
-CANDIDATES_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
-    ("source", pa.string()), ("has_answer", pa.bool_()), ("is_false_negative", pa.bool_()),
-    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
-])
 
 
 def injection_queries(eligible: list[str], fraction: float, seed: int) -> set[str]:
@@ -193,8 +188,7 @@ def candidates_table(cands: pd.DataFrame) -> pa.Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.candidates", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.sieve.candidates", __doc__)
     parser.add_argument("--negatives", required=True, help="negatives Parquet (bm25.parquet layout)")
     parser.add_argument("--qrels", required=True, help="qrels.train.parquet (annotated positives)")
     parser.add_argument("--qrels-all", default=None, help="qrels_all.train.parquet (exact truth)")
@@ -212,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     if args.candidates < 1 or args.pool < 1:
         raise DataError("--candidates and --pool must be >= 1", field="sieve.candidates")
     cands = build_candidates(args.negatives, args.qrels, args.queries, args.corpus,

@@ -16,7 +16,6 @@ epoch e is drawn from item_rng(seed, q, e) among its mined negatives.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ import torch
 from rich.progress import Progress
 
 from pipeline.core.seeding import item_rng, seed_everything
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
 
@@ -130,8 +129,7 @@ def score_candidates(cands: pd.DataFrame, model: str | os.PathLike, corpus: str 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.cross_encoder", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.sieve.cross_encoder", __doc__)
     parser.add_argument("--negatives", required=True)
     parser.add_argument("--qrels", required=True)
     parser.add_argument("--queries", required=True)
@@ -146,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    start_stage(args.log, args.threads)
     train_cross_encoder(args.negatives, args.qrels, args.queries, args.corpus, args.out, base=args.base,
                         max_len=args.max_len, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                         seed=args.seed)

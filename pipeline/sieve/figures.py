@@ -15,7 +15,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
@@ -27,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pipeline.core.cli import run_main, setup_logging  # noqa: E402
+from pipeline.core.cli import run_main, stage_parser, start_stage  # noqa: E402
 from pipeline.core.storage import DataError, atomic_path, read_table, write_json  # noqa: E402
 from pipeline.sieve.report import auc_greater, detection_metrics, read_decisions  # noqa: E402
 
@@ -156,15 +155,14 @@ def plot_filters(comparison: dict, out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.figures", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.sieve.figures", __doc__)
     parser.add_argument("--losses", nargs="+", required=True, help="BETA=losses.parquet (Figure 1)")
     parser.add_argument("--sieve", nargs="+", required=True, help="BETA=sieve_b<β>.parquet")
     parser.add_argument("--comparison", required=True, help="comparison.json (pipeline.sieve.report)")
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = plot_figure1(parse_keyed(args.losses, "losses"), out_dir)

@@ -30,20 +30,16 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, write_table
-from pipeline.sieve.passage_sieve import FALLBACKS, SIEVE_SCHEMA, model_similarities, read_candidates, sieve_table
+from pipeline.sieve.passage_sieve import FALLBACKS, model_similarities, read_candidates, sieve_table
 
 log = logging.getLogger("sieve.filters")
 
 FILTERS = ("none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve",
            "sieve_no_ccr")
 POSITIVE_AWARE_MODES = ("relative", "difference", "absolute")
-DECISIONS_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
-    ("score", pa.float64()), ("kept", pa.bool_()), ("is_false_negative", pa.bool_()),
-    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
-])
 
 
 @dataclass
@@ -60,7 +56,7 @@ class CandidateFilter(abc.ABC):
     at least ``score`` (float, NaN where the filter has none) and ``kept`` (bool)."""
 
     name: str = ""
-    schema: pa.Schema = DECISIONS_SCHEMA
+    schema: pa.Schema = FILTER_DECISIONS_SCHEMA
 
     @abc.abstractmethod
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
@@ -71,7 +67,7 @@ class CandidateFilter(abc.ABC):
         if len(decided) != len(inputs.candidates):
             raise RuntimeError(f"filter {self.name} returned {len(decided)} rows for "
                                f"{len(inputs.candidates)} candidates")
-        if self.schema is DECISIONS_SCHEMA:
+        if self.schema is FILTER_DECISIONS_SCHEMA:
             cands = inputs.candidates
             decided = pd.DataFrame({
                 "qid": cands["qid"], "pid": cands["pid"], "rank": cands["rank"],
@@ -202,8 +198,7 @@ def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.filters", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.sieve.filters", __doc__)
     parser.add_argument("--filter", required=True, choices=FILTERS)
     parser.add_argument("--candidates", required=True)
     parser.add_argument("--corpus", required=True)
@@ -223,11 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    start_stage(args.log, args.threads)
     the_filter = make_filter(args.filter, args)
     cands = read_candidates(args.candidates)
     out = Path(args.out)

@@ -28,21 +28,14 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, read_table, write_table
+from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 
 log = logging.getLogger("sieve.sieve")
 
 FALLBACKS = ("random_one", "none")
-SIEVE_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
-    ("similarity", pa.float64()), ("nce_loss", pa.float64()), ("threshold", pa.float64()),
-    ("kept", pa.bool_()), ("fallback", pa.bool_()), ("is_false_negative", pa.bool_()),
-    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
-    ("positive_similarity", pa.float64()), ("positive_loss", pa.float64()),
-])
-LOSSES_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("group", pa.string()),
-                           ("similarity", pa.float64()), ("nce_loss", pa.float64())])
 CANDIDATE_COLUMNS = ["qid", "pid", "rank", "source_score", "is_false_negative", "fn_label_source",
                      "positive_pid"]
 
@@ -185,7 +178,6 @@ def model_similarities(cands: pd.DataFrame, model_dir: str | os.PathLike, corpus
                        temperature: float | None = None) -> Similarities:
     """Cosine similarity of every candidate and positive, each distinct passage encoded once."""
     from pipeline.retrieval.model import Retriever  # torch/transformers load only when a model is used
-    from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 
     qids, offsets = query_offsets(cands["qid"].to_numpy())
     retriever = Retriever.load(model_dir)
@@ -194,9 +186,21 @@ def model_similarities(cands: pd.DataFrame, model_dir: str | os.PathLike, corpus
     log.info("sieve model %s (%s, tau %.4g)", model_dir, retriever.settings.similarity, temperature)
     query_table = read_queries(queries, qids)
     q_emb = normalize_rows(retriever.encode_queries(query_table["text"].tolist(), batch_size=batch_size))
-    positives = cands["positive_pid"].to_numpy()[offsets[:-1]]
-    needed = set(cands["pid"]) | set(positives) | set(extra_pids)
+    needed = set(cands["pid"]) | set(query_positives(cands, offsets)) | set(extra_pids)
     index, p_emb = encode_unique_passages(retriever, corpus, needed, work_dir, batch_size)
+    return embedding_similarities(cands, qids, offsets, q_emb, index, p_emb, temperature)
+
+
+def query_positives(cands: pd.DataFrame, offsets: np.ndarray) -> np.ndarray:
+    """The positive pid of every query (its first candidate row holds it)."""
+    return cands["positive_pid"].to_numpy()[offsets[:-1]]
+
+
+def embedding_similarities(cands: pd.DataFrame, qids: list[str], offsets: np.ndarray, q_emb: np.ndarray,
+                           index: dict[str, int], p_emb: np.ndarray, temperature: float) -> Similarities:
+    """Similarities of every candidate row and every query's positive from normalised embeddings;
+    ``index`` maps a pid to its row of ``p_emb``, ``q_emb`` has one row per qid."""
+    positives = query_positives(cands, offsets)
     q_rows = np.repeat(np.arange(len(qids)), np.diff(offsets))
     p_rows = np.fromiter((index[p] for p in cands["pid"]), dtype=np.int64, count=len(cands))
     cand_sim = rowwise_dot(q_emb, q_rows, p_emb, p_rows)
@@ -251,7 +255,7 @@ def loss_groups(cands: pd.DataFrame, sims: Similarities, *, in_batch: int, max_q
     pool = np.array(sorted(set(positives)), dtype=object)
     is_fn = cands["is_false_negative"].astype("boolean")
     label = cands["fn_label_source"].astype("string")
-    rows: dict[str, list] = {name: [] for name in LOSSES_SCHEMA.names}
+    rows: dict[str, list] = {name: [] for name in SIEVE_LOSSES_SCHEMA.names}
     for i, qid in enumerate(qids):
         if qid not in chosen:
             continue
@@ -285,8 +289,7 @@ def _group(is_fn, label) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.passage_sieve", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.sieve.passage_sieve", __doc__)
     parser.add_argument("--candidates", required=True, help="candidates Parquet (pipeline.sieve.candidates)")
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--queries", required=True, help="queries.train.parquet")
@@ -306,11 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    start_stage(args.log, args.threads)
     run_sieve(args)
     return 0
 
@@ -332,11 +331,11 @@ def run_sieve(args: argparse.Namespace) -> dict:
         del sims  # release the memmap before the temporary folder goes
     write_table(out, pa.Table.from_pandas(table, schema=SIEVE_SCHEMA, preserve_index=False))
     if args.train_out:
-        from pipeline.retrieval.bm25 import NEGATIVES_SCHEMA  # the layout the trainers read
         train = train_negatives(table, args.source_tag or out.stem, cands.get("has_answer"))
-        write_table(args.train_out, pa.Table.from_pandas(train, schema=NEGATIVES_SCHEMA, preserve_index=False))
+        write_table(args.train_out, pa.Table.from_pandas(train, schema=MINED_NEGATIVES_SCHEMA,
+                                                         preserve_index=False))
     if losses is not None:
-        write_table(args.losses_out, pa.Table.from_pandas(losses, schema=LOSSES_SCHEMA, preserve_index=False))
+        write_table(args.losses_out, pa.Table.from_pandas(losses, schema=SIEVE_LOSSES_SCHEMA, preserve_index=False))
     stats = {"queries": len(table["qid"].unique()), "candidates": len(table),
              "kept": int(table["kept"].sum()), "fallback_queries": int(table["fallback"].sum()),
              "sieve_out_rate": float(1 - table["kept"].mean())}

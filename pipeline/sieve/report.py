@@ -20,7 +20,6 @@ rows (SQuAD) are reported on their own and never as truth.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_table, write_json
 
 log = logging.getLogger("sieve.sieve_report")
@@ -220,8 +219,7 @@ def comparison_markdown(comp: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = stage_parser("pipeline.sieve.report", __doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_rep = sub.add_parser("report", help="detection report of one filter")
     p_rep.add_argument("--decisions", required=True)
@@ -237,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in (p_rep, p_cmp):
         p.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     if args.command == "report":
         report = build_report(args.decisions, args.candidates, args.dataset, args.filter)
         write_json(args.out, report)

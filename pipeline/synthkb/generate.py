@@ -9,30 +9,29 @@ in related entities' articles. Questions are generated from facts; ``qrels`` hol
 question was generated from, ``qrels_all`` every passage that states an answer (from the generator's
 provenance). Passages in qrels_all but not in qrels are the true false negatives. See docs/synthkb.md.
 
-Generation streams block by block (``synthkb_world.BLOCK_SIZE`` entities each) through
+Generation streams block by block (``pipeline.synthkb.world.BLOCK_SIZE`` entities each) through
 ParquetStreamWriter, so memory does not grow with ``--entities``. Output is a pure function of the
 arguments: same arguments, byte-identical files.
 """
 from __future__ import annotations
 
-import argparse
+import json
+
 import contextlib
 import hashlib
-import json
 import logging
 from collections import Counter
 from pathlib import Path
 
 from rich.progress import Progress
 
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
-from pipeline.core.storage import (CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SPLITS, ParquetStreamWriter,
-                 write_json, write_table)
-from pipeline.data.readers.base import NEGATIVES_SCHEMA
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SHIPPED_NEGATIVES_SCHEMA
+from pipeline.core.storage import SPLITS, ParquetStreamWriter, write_json, write_table
 from pipeline.data.splits import SplitSpec, assign_splits, parse_split_spec
 from pipeline.synthkb.articles import ArticleWriter, Knobs, pack
-from pipeline.synthkb.questions import Question, QuestionKnobs, make_questions
+from pipeline.synthkb.questions import QuestionKnobs, make_questions
 from pipeline.synthkb.world import BLOCK_SIZE, TYPES, Layout, build_block, name_space
 
 log = logging.getLogger("sieve.synthkb")
@@ -125,8 +124,8 @@ def generate(out_dir: str | Path, entities: int, seed: int, split_spec: SplitSpe
                 progress.advance(task)
         for writer in out.values():
             writer.flush()
-    write_table(out_dir / "negatives.train.parquet", NEGATIVES_SCHEMA.empty_table())
-    files["negatives.train"] = (out_dir / "negatives.train.parquet", NEGATIVES_SCHEMA)
+    write_table(out_dir / "negatives.train.parquet", SHIPPED_NEGATIVES_SCHEMA.empty_table())
+    files["negatives.train"] = (out_dir / "negatives.train.parquet", SHIPPED_NEGATIVES_SCHEMA)
     manifest = {
         "dataset": out_dir.name,
         "format": "synthkb",
@@ -181,13 +180,17 @@ def _generate_block(layout: Layout, names, seed: int, b: int, split_spec: SplitS
 
 # ---- CLI --------------------------------------------------------------------------------------------
 
+# A dataset of format synthkb without `split` in the config (schema: datasets.*.split) splits so.
+DEFAULT_SPLIT = {"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.synthkb.generate", description=__doc__.split("\n")[0])
+    parser = stage_parser("pipeline.synthkb.generate", __doc__.split("\n")[0])
     parser.add_argument("--out-dir", required=True, help="e.g. resources/synthkb")
     parser.add_argument("--entities", type=int, required=True,
                         help="number of entities: ~7.2 passages and ~8.6 questions each")
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--split-spec", default='{"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}',
+    parser.add_argument("--split-spec", default=json.dumps(DEFAULT_SPLIT),
                         help='JSON: "none" or {"by": "entity"|"query", "dev", "test", "seed"}')
     parser.add_argument("--block-size", type=int, default=BLOCK_SIZE,
                         help="entities per self-contained block (memory bound)")
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="probability that a name group gets look-alike members")
     parser.add_argument("--log", help="also log to this file")
     args = parser.parse_args(argv)
-    setup_logging(args.log)
+    start_stage(args.log)
     if args.entities < 10:
         raise ConfigError(f"--entities must be at least 10, got {args.entities}")
     if args.block_size < 10:

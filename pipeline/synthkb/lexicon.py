@@ -2,7 +2,7 @@
 
 Fact templates are (format string, relations it states). The article writer records exactly those
 relations as stated by the passage that receives the sentence, so provenance never depends on string
-matching. Filler prose (which states no fact) is in synthkb_filler.
+matching. Filler prose (which states no fact) is in pipeline.synthkb.filler.
 
 Slots: {S} the subject as the sentence opens (may be a pronoun), {s} the subject mid-sentence (name or
 short name, never a pronoun), {sp} mid-sentence and possibly a pronoun, {poss} possessive pronoun,

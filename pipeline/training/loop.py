@@ -28,6 +28,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.core.config import ConfigError
+from pipeline.core.settings import PRECISIONS, Objective, TrainSettings
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
 from pipeline.core.storage import atomic_open, write_json
 from pipeline.training.losses import SCALES, contrastive_loss, positive_columns, similarity_scores
@@ -40,29 +41,15 @@ LOG_FILE = "train_log.jsonl"
 
 
 @dataclass
-class TrainConfig:
-    lr: float = 2e-5
-    epochs: int = 1
-    batch_size: int = 16          # GLOBAL queries per micro-batch: the in-batch negative pool
-    grad_accum: int = 1           # micro-batches per optimizer step
-    hard_negatives: int = 1       # k
-    in_batch: bool = True         # other queries' passages are negatives too
-    beta: float = 0.0             # CCR β (0 = NCE)
-    scale: str = "paper"          # paper | released_code
-    f_beta: float = 1.0           # released-code β factor
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.0
-    max_grad_norm: float = 2.0
-    max_steps: int = 0            # 0 = no cap
-    checkpoint_every: int = 100   # optimizer steps; 0 = never
-    precision: str = "bf16"       # autocast on CUDA: bf16 | fp16 | fp32 (CPU always fp32)
+class TrainConfig(Objective, TrainSettings):
+    """What the loop trains with: the dpr/ccr section's settings (pipeline.core.settings) and a seed."""
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
             raise ConfigError(f"scale must be one of {SCALES}, got {self.scale!r}")
-        if self.precision not in ("bf16", "fp16", "fp32"):
-            raise ConfigError(f"precision must be bf16, fp16 or fp32, got {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         for name in ("epochs", "batch_size", "grad_accum"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -94,15 +81,15 @@ def schedule(n_queries: int, cfg: TrainConfig) -> tuple[int, int]:
     return per_epoch, (min(total, cfg.max_steps) if cfg.max_steps > 0 else total)
 
 
-def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    # No weight decay on biases and LayerNorm weights (the BERT recipe).
+def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW without weight decay on biases and LayerNorm weights (the BERT recipe)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if param.requires_grad:
             (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+    groups = [{"params": decay, "weight_decay": weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr)
+    return torch.optim.AdamW(groups, lr=lr)
 
 
 def _prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistInfo) -> None:
@@ -118,7 +105,8 @@ def _prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistI
     barrier()
 
 
-def _truncate_log(path: Path, step: int) -> None:
+def truncate_log(path: Path, step: int) -> None:
+    """Drop the JSONL log lines of steps after ``step``: a resumed run logs them again."""
     if not path.exists():
         return
     lines = [line for line in path.read_text().splitlines()
@@ -154,7 +142,7 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
 
     retriever.to(device)
     retriever.train()
-    optimizer = _optimizer(retriever, cfg)
+    optimizer = adamw(retriever, cfg.lr, cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total), total)
     use_amp = device.type == "cuda" and cfg.precision != "fp32"
     amp_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
@@ -170,7 +158,7 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
     start = resumed["step"] if resumed else 0
     log_path = checkpoint_dir / LOG_FILE
     if dist_info.is_main:
-        _truncate_log(log_path, start)
+        truncate_log(log_path, start)
     if start:
         log.info("resuming at step %d of %d (epoch %d)", start, total, start // per_epoch)
 

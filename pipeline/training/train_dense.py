@@ -25,15 +25,17 @@ import argparse
 import logging
 import shutil
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from pipeline.core.seeding import seed_everything
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
-from pipeline.core.distributed import barrier, init_from_env, shutdown
+from pipeline.core.settings import Objective, TrainSettings, add_flags, pick
+from pipeline.core.fingerprint import file_id
+from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.storage import DataError, atomic_path, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
@@ -45,8 +47,7 @@ _SETTING_FLAGS = ("pooling", "similarity", "temperature", "query_max_len", "pass
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.training.train_dense", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = stage_parser("pipeline.training.train_dense", __doc__)
     ap.add_argument("--out", required=True, help="retriever folder to write")
     ap.add_argument("--init-only", action="store_true",
                     help="save --base as a retriever folder without training (zero-shot, dpr.skip)")
@@ -66,28 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--passage-max-len", type=int)
     g.add_argument("--separate-towers", action="store_true",
                    help="separate query/passage encoders (only when starting from a base encoder)")
-    t = ap.add_argument_group("training")
-    defaults = TrainConfig()
-    t.add_argument("--lr", type=float, default=defaults.lr)
-    t.add_argument("--epochs", type=int, default=defaults.epochs)
-    t.add_argument("--batch-size", type=int, default=defaults.batch_size,
-                   help="global queries per micro-batch (split over DDP ranks)")
-    t.add_argument("--grad-accum", type=int, default=defaults.grad_accum)
-    t.add_argument("--hard-negatives", type=int, default=defaults.hard_negatives, help="k")
-    t.add_argument("--negatives-depth", type=int, default=30,
-                   help="sample the k negatives from this many top candidates")
-    t.add_argument("--in-batch", action=argparse.BooleanOptionalAction, default=defaults.in_batch)
-    t.add_argument("--beta", type=float, default=defaults.beta, help="CCR beta (0 = NCE)")
-    t.add_argument("--scale", choices=["paper", "released_code"], default=defaults.scale)
-    t.add_argument("--f-beta", type=float, default=defaults.f_beta)
-    t.add_argument("--warmup-ratio", type=float, default=defaults.warmup_ratio)
-    t.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    t.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm)
-    t.add_argument("--max-steps", type=int, default=defaults.max_steps, help="0 = no cap")
-    t.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
-    t.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default=defaults.precision)
-    t.add_argument("--seed", type=int, default=defaults.seed)
-    t.add_argument("--drop-queries-without-positive", action="store_true")
+    # One flag per field of the dpr/ccr contract (pipeline.core.settings); the rules spell the same
+    # fields with settings.to_flags, so a setting has one name and one default everywhere.
+    add_flags(ap.add_argument_group("training (config sections dpr and ccr)"), TrainSettings)
+    add_flags(ap.add_argument_group("objective: NCE (beta 0) or CCR"), Objective)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                     help="auto: CUDA when visible (the rules pass cpu unless GPUs are reserved)")
     ap.add_argument("--threads", type=int, help="torch CPU threads")
@@ -97,18 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in _SETTING_FLAGS if getattr(args, name) is not None}
-
-
-def _file_id(path: str | None) -> list:
-    """What a checkpoint was built from: path, size and mtime of the file (a folder's key file)."""
-    if path is None or not Path(path).exists():
-        return [path]  # e.g. 'minilm': resolved by name
-    target = Path(path)
-    if target.is_dir():
-        target = next((target / name for name in (SETTINGS_FILE, "config.json")
-                       if (target / name).exists()), target)
-    stat = target.stat()
-    return [str(path), stat.st_size, stat.st_mtime_ns]
 
 
 def init_only(args: argparse.Namespace) -> None:
@@ -122,19 +94,18 @@ def init_only(args: argparse.Namespace) -> None:
     log.info("saved %s (untrained, settings %s) -> %s", args.base, asdict(settings), out)
 
 
-def load_init(args: argparse.Namespace) -> Retriever:
-    """The starting retriever: a trained folder keeps its settings unless a flag overrides them."""
-    init = args.init
+def load_init(init: str, overrides: dict, separate_towers: bool = False) -> Retriever:
+    """The starting retriever: a trained folder keeps its settings unless ``overrides`` change them."""
     if Path(init).is_dir() and (Path(init) / SETTINGS_FILE).exists():
         retriever = Retriever.load(init)
-        if args.separate_towers and retriever.settings.shared_towers:
+        if separate_towers and retriever.settings.shared_towers:
             raise DataError("--separate-towers needs a base encoder, not a trained shared-tower folder",
                             file=init)
-        for name, value in _overrides(args).items():
+        for name, value in overrides.items():
             setattr(retriever.settings, name, value)
         RetrieverSettings.__post_init__(retriever.settings)
         return retriever
-    settings = RetrieverSettings(base=init, shared_towers=not args.separate_towers, **_overrides(args))
+    settings = RetrieverSettings(base=init, shared_towers=not separate_towers, **overrides)
     return Retriever.from_pretrained(init, settings)
 
 
@@ -148,13 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible to torch")
     dist_info = init_from_env(prefer_cuda=args.device != "cpu")
-    # Called in-process by another stage (which set up logging already) and without --log: keep its
-    # handlers rather than resetting them.
-    if args.log or not logging.getLogger().handlers:
-        setup_logging(args.log if dist_info.is_main else None,
-                      level=logging.INFO if dist_info.is_main else logging.WARNING)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    start_stage(args.log, args.threads, main_process=dist_info.is_main)
     seed_everything(args.seed)
     try:
         if args.init_only:
@@ -170,19 +135,45 @@ def main(argv: list[str] | None = None) -> int:
         shutdown()
 
 
-def _train(args: argparse.Namespace, dist_info) -> int:
-    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
-    data = TrainData(args.queries, args.qrels, args.negatives, args.corpus,
-                     depth=args.negatives_depth, seed=args.seed,
-                     drop_without_positive=args.drop_queries_without_positive)
-    retriever = load_init(args)
-    out = Path(args.out)
-    ckpt = Path(args.checkpoint_dir) if args.checkpoint_dir else out.with_name(out.name + ".ckpt")
-    fingerprint = {"init": _file_id(args.init), "settings": asdict(retriever.settings),
-                   "negatives_depth": args.negatives_depth,
-                   "drop_queries_without_positive": args.drop_queries_without_positive,
-                   "inputs": [_file_id(p) for p in (args.queries, args.qrels, args.negatives,
-                                                    args.corpus)]}
+def _train(args: argparse.Namespace, dist_info: DistInfo) -> int:
+    cfg = TrainConfig(**pick(TrainSettings, args), **pick(Objective, args), seed=args.seed)
+    train_retriever(args.init, TrainInputs(args.queries, args.qrels, args.negatives, args.corpus),
+                    args.out, cfg, overrides=_overrides(args), separate_towers=args.separate_towers,
+                    checkpoint_dir=args.checkpoint_dir, keep_checkpoint=args.keep_checkpoint,
+                    dist_info=dist_info)
+    return 0
+
+
+@dataclass(frozen=True)
+class TrainInputs:
+    """The training tables: train queries, their qrels, mined negatives, the corpus."""
+    queries: str
+    qrels: str
+    negatives: str
+    corpus: str
+
+
+def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainConfig, *,
+                    overrides: dict | None = None, separate_towers: bool = False,
+                    checkpoint_dir: str | Path | None = None, keep_checkpoint: bool = False,
+                    dist_info: DistInfo = DistInfo()) -> dict:
+    """Train from ``init`` (a retriever folder or a base encoder) and write the retriever to ``out``.
+
+    Resumes from ``<out>.ckpt/`` (or ``checkpoint_dir``) when it holds a checkpoint of the same
+    settings and inputs. Returns the training summary.
+    """
+    seed_everything(cfg.seed)
+    data = TrainData(inputs.queries, inputs.qrels, inputs.negatives, inputs.corpus,
+                     depth=cfg.negatives_depth, seed=cfg.seed,
+                     drop_without_positive=cfg.drop_queries_without_positive)
+    retriever = load_init(init, overrides or {}, separate_towers)
+    out = Path(out)
+    ckpt = Path(checkpoint_dir) if checkpoint_dir else out.with_name(out.name + ".ckpt")
+    fingerprint = {"init": file_id(init), "settings": asdict(retriever.settings),
+                   "negatives_depth": cfg.negatives_depth,
+                   "drop_queries_without_positive": cfg.drop_queries_without_positive,
+                   "inputs": [file_id(p) for p in (inputs.queries, inputs.qrels, inputs.negatives,
+                                                   inputs.corpus)]}
     summary = train(retriever, data, cfg, checkpoint_dir=ckpt, dist_info=dist_info,
                     fingerprint=fingerprint)
     if dist_info.is_main:
@@ -191,16 +182,16 @@ def _train(args: argparse.Namespace, dist_info) -> int:
         with atomic_path(out / LOG_FILE) as tmp:
             shutil.copyfile(ckpt / LOG_FILE, tmp)
         write_json(out / "train_info.json", {
-            "init": args.init, "config": asdict(cfg), "negatives_depth": args.negatives_depth,
+            "init": init, "config": asdict(cfg), "negatives_depth": cfg.negatives_depth,
             "queries": len(data), "dropped_without_positive": data.n_dropped,
             "queries_without_candidates": data.n_without_candidates,
             "world_size": dist_info.world_size, "summary": summary})
         retriever.to("cpu").save(out)  # retriever.json last: the folder is complete once it exists
-        if not args.keep_checkpoint:
+        if not keep_checkpoint:
             shutil.rmtree(ckpt, ignore_errors=True)
         log.info("trained %d steps -> %s", summary["steps"], out)
     barrier()
-    return 0
+    return summary
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import json
 import shlex
 
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
-AR2 = config.get("ar2", {})
+AR2 = config["ar2"]
 
 
 def ar2_settings_json():
@@ -21,33 +21,28 @@ def _ar2_sieves(variant):
     return variant.endswith("sieve")
 
 
-def _ar2_sieve_model():
-    return f"dpr_ccr_b{beta_tag(config['ccr']['beta'])}"
-
-
 def ar2_round_inputs(wildcards):
     d, variant, r, seed = wildcards.dataset, wildcards.variant, int(wildcards.r), wildcards.seed
-    res = f"resources/{d}"
     inputs = {
-        "corpus": f"{res}/corpus.parquet",
-        "train_queries": f"{res}/queries.train.parquet",
-        "train_qrels": f"{res}/qrels.train.parquet",
-        "dev_queries": f"{res}/queries.dev.parquet",
-        "dev_qrels": f"{res}/qrels.dev.parquet",
+        "corpus": corpus(d),
+        "train_queries": queries(d, "train"),
+        "train_qrels": qrels(d, "train"),
+        "dev_queries": queries(d, "dev"),
+        "dev_qrels": qrels(d, "dev"),
     }
     if d in SYNTHETIC:
-        inputs["train_qrels_all"] = f"{res}/qrels_all.train.parquet"
-        inputs["dev_qrels_all"] = f"{res}/qrels_all.dev.parquet"
+        inputs["train_qrels_all"] = qrels_all(d, "train")
+        inputs["dev_qrels_all"] = qrels_all(d, "dev")
     if r == 0:
-        inputs["start_model"] = f"results/{d}/models/dpr/retriever.json"
-        inputs["start_embeddings"] = f"results/{d}/embeddings/dpr/manifest.json"
+        inputs["start_model"] = retriever(d, "dpr")
+        inputs["start_embeddings"] = embeddings(d, "dpr")
     else:
-        inputs["previous"] = f"results/{d}/ar2/{variant}/seed{seed}/round{r - 1}/round.json"
+        inputs["previous"] = ar2_round_json(d, variant, seed, r - 1)
         if _ar2_sieves(variant):
             if AR2["sieve_init"] == "initial":
-                model = _ar2_sieve_model()
-                inputs["sieve_model"] = f"results/{d}/models/{model}/retriever.json"
-                inputs["sieve_embeddings"] = f"results/{d}/embeddings/{model}/manifest.json"
+                model = ccr_model(beta_tag(config["ccr"]["beta"]))
+                inputs["sieve_model"] = retriever(d, model)
+                inputs["sieve_embeddings"] = embeddings(d, model)
     return inputs
 
 
@@ -72,7 +67,7 @@ def ar2_round_args(wildcards, input):
             out += ["--sieve-model", os.path.dirname(input.sieve_model),
                     "--sieve-embeddings", os.path.dirname(input.sieve_embeddings)]
         elif AR2["sieve_init"] == "current":
-            out += ["--ccr-args", dense_train_flags("ccr")]
+            out += ["--ccr-settings", json.dumps(config["ccr"])]
     if DATASETS[d]["format"] == "squad":
         out.append("--suspect-same-article")
     out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
@@ -81,21 +76,15 @@ def ar2_round_args(wildcards, input):
     return " ".join(shlex.quote(x) for x in out)
 
 
-def _ar2_device(wildcards, resources):
-    # From the job's resources: a cluster profile's set-resources may override the config's gpus.
-    return "cuda" if int(getattr(resources, "gpus", 0) or 0) > 0 else "cpu"
-
-
 def _ar2_resources():
-    n = AR2.get("gpus", 0)
-    return {"mem_mb": AR2.get("mem_mb", 6000), "gpus": n, "gpu": n}
+    return {"mem_mb": AR2["mem_mb"], **gpu_resources("ar2")}
 
 
 rule ar2_round:
     input:
         unpack(ar2_round_inputs),
     output:
-        "results/{dataset}/ar2/{variant}/seed{seed}/round{r}/round.json",
+        ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}"),
     wildcard_constraints:
         variant="|".join(AR2_VARIANTS),
         seed=r"\d+",
@@ -103,10 +92,12 @@ rule ar2_round:
     params:
         args=ar2_round_args,
         round_dir=lambda wildcards, output: os.path.dirname(output[0]),
-        device=_ar2_device,
-    threads: AR2.get("threads", 1)
+        device=job_device,
+    threads: AR2["threads"]
     resources:
         **_ar2_resources(),
+    conda:
+        job_env
     log:
         "logs/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
@@ -119,56 +110,60 @@ rule ar2_round:
 
 def _ar2_rounds(wildcards):
     variant = AR2_METHODS[wildcards.method]
-    return [f"results/{wildcards.dataset}/ar2/{variant}/seed{wildcards.seed}/round{r}/round.json"
-            for r in range(AR2.get("rounds", 1) + 1)]
+    return [ar2_round_json(wildcards.dataset, variant, wildcards.seed, r)
+            for r in range(AR2["rounds"] + 1)]
 
 
 rule ar2_select:
     input:
         _ar2_rounds,
     output:
-        info="results/{dataset}/{method}/seed{seed}/info.json",
-        figure=report("results/{dataset}/figures/{method}_seed{seed}_rounds.png", category="AR2"),
+        info=ar2_info("{dataset}", "{method}", "{seed}"),
+        figure=report(figure("{dataset}", "{method}_seed{seed}_rounds.png"), category="AR2"),
     wildcard_constraints:
         method="|".join(AR2_METHODS),
         seed=r"\d+",
     params:
-        variant_dir=lambda wildcards: (f"results/{wildcards.dataset}/ar2/{AR2_METHODS[wildcards.method]}"
-                                       f"/seed{wildcards.seed}"),
+        variant_dir=lambda wildcards: ar2_seed_dir(wildcards.dataset, AR2_METHODS[wildcards.method],
+                                                   wildcards.seed),
         variant=lambda wildcards: AR2_METHODS[wildcards.method],
-        rounds=AR2.get("rounds", 1),
-        metric=AR2.get("select_metric", "R@5"),
+        rounds=AR2["rounds"],
+        metric=AR2["select_metric"],
+    conda:
+        CPU_ENV
     log:
         "logs/ar2_select/{dataset}.{method}.seed{seed}.log",
     benchmark:
         "benchmarks/ar2_select/{dataset}.{method}.seed{seed}.tsv"
     shell:
-        "python -m pipeline.ar2.select select --variant-dir {params.variant_dir}"
+        "python -m pipeline.ar2.selection select --variant-dir {params.variant_dir}"
         " --variant {params.variant} --rounds {params.rounds} --metric {params.metric:q}"
         " --info-out {output.info} --figure {output.figure} --log {log}"
 
 
 rule ar2_search:
     input:
-        info="results/{dataset}/{method}/seed{seed}/info.json",
-        queries="resources/{dataset}/queries.{split}.parquet",
+        info=ar2_info("{dataset}", "{method}", "{seed}"),
+        queries=queries("{dataset}", "{split}"),
     output:
-        "results/{dataset}/{method}/seed{seed}/run.{split}.parquet",
+        run("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
         method="|".join(AR2_METHODS),
         seed=r"\d+",
     params:
         depth=config["eval"]["depth"],
-        device=_ar2_device,
-    threads: AR2.get("threads", 1)
+        device=job_device,
+    threads: AR2["threads"]
     resources:
         **_ar2_resources(),
+    conda:
+        job_env
     log:
         "logs/ar2_search/{dataset}.{method}.seed{seed}.{split}.log",
     benchmark:
         "benchmarks/ar2_search/{dataset}.{method}.seed{seed}.{split}.tsv"
     shell:
-        "python -m pipeline.ar2.select search --info {input.info} --queries {input.queries}"
+        "python -m pipeline.ar2.selection search --info {input.info} --queries {input.queries}"
         " --depth {params.depth} --run-out {output} --device {params.device} --threads {threads}"
         " --log {log}"
 
@@ -179,14 +174,16 @@ ruleorder: ar2_seeds > evaluate
 
 rule ar2_seeds:
     input:
-        metrics=lambda wildcards: [f"{folder}/metrics.json"
-                                   for folder in method_run_dirs(wildcards.dataset, wildcards.method)],
-        infos=lambda wildcards: [f"{folder}/info.json"
-                                 for folder in method_run_dirs(wildcards.dataset, wildcards.method)],
+        metrics=lambda wildcards: [method_metrics(wildcards.dataset, wildcards.method, seed)
+                                   for seed in method_seeds(wildcards.method)],
+        infos=lambda wildcards: [ar2_info(wildcards.dataset, wildcards.method, seed)
+                                 for seed in method_seeds(wildcards.method)],
     output:
-        "results/{dataset}/{method}/metrics.json",
+        method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
         method="|".join(AR2_METHODS),
+    conda:
+        CPU_ENV
     log:
         "logs/ar2_seeds/{dataset}.{method}.log",
     shell:
@@ -200,7 +197,7 @@ def _ar2_curves(wildcards):
     seeds = ar2_seeds()
     d = wildcards.dataset
     return [(AR2_METHODS[m] if len(seeds) == 1 else f"{AR2_METHODS[m]}/seed{s}",
-             f"results/{d}/ar2/{AR2_METHODS[m]}/seed{s}", f"results/{d}/{m}/seed{s}/info.json")
+             ar2_seed_dir(d, AR2_METHODS[m], s), ar2_info(d, m, s))
             for m in methods for s in seeds]
 
 
@@ -209,11 +206,13 @@ rule ar2_learning_curve:
     input:
         lambda wildcards: [info for _, _, info in _ar2_curves(wildcards)],
     output:
-        report("results/{dataset}/figures/ar2_learning_curve.png", category="AR2"),
+        report(figure("{dataset}", "ar2_learning_curve.png"), category="AR2"),
     params:
         args=lambda wildcards: " ".join(f"--variant {label}={folder}"
                                         for label, folder, _ in _ar2_curves(wildcards)),
-        rounds=AR2.get("rounds", 1),
+        rounds=AR2["rounds"],
+    conda:
+        CPU_ENV
     log:
         "logs/ar2_learning_curve/{dataset}.log",
     shell:

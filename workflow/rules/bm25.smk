@@ -7,14 +7,16 @@ def _opt(value):
 
 rule index_bm25:
     input:
-        corpus="resources/{dataset}/corpus.parquet",
+        corpus=corpus("{dataset}"),
     output:
-        directory("results/{dataset}/bm25/index"),
+        directory(bm25_index("{dataset}")),
     params:
         k1=config["bm25"]["k1"],
         b=config["bm25"]["b"],
-        stemmer=_opt(config["bm25"].get("stemmer")),
-        stopwords=_opt(config["bm25"].get("stopwords")),
+        stemmer=_opt(config["bm25"]["stemmer"]),
+        stopwords=_opt(config["bm25"]["stopwords"]),
+    conda:
+        CPU_ENV
     log:
         "logs/index_bm25/{dataset}.log",
     benchmark:
@@ -28,12 +30,14 @@ rule index_bm25:
 
 rule retrieve_bm25:
     input:
-        index="results/{dataset}/bm25/index",
-        queries="resources/{dataset}/queries.{split}.parquet",
+        index=bm25_index("{dataset}"),
+        queries=queries("{dataset}", "{split}"),
     output:
-        "results/{dataset}/bm25/run.{split}.parquet",
+        run("{dataset}", "bm25", "{split}"),
     params:
         depth=config["eval"]["depth"],
+    conda:
+        CPU_ENV
     log:
         "logs/retrieve_bm25/{dataset}.{split}.log",
     benchmark:
@@ -47,16 +51,18 @@ rule retrieve_bm25:
 
 rule mine_bm25_negatives:
     input:
-        index="results/{dataset}/bm25/index",
-        queries="resources/{dataset}/queries.train.parquet",
-        qrels="resources/{dataset}/qrels.train.parquet",
-        corpus="resources/{dataset}/corpus.parquet",
+        index=bm25_index("{dataset}"),
+        queries=queries("{dataset}", "train"),
+        qrels=qrels("{dataset}", "train"),
+        corpus=corpus("{dataset}"),
     output:
-        "results/{dataset}/negatives/bm25.parquet",
+        negatives("{dataset}", "bm25"),
     params:
         negatives=config["bm25"]["negatives"],
-        exclude="--exclude-answer-match" if config["bm25"].get("exclude_answer_match") else "",
+        exclude="--exclude-answer-match" if config["bm25"]["exclude_answer_match"] else "",
         match=config["eval"]["match"],
+    conda:
+        CPU_ENV
     log:
         "logs/mine_bm25_negatives/{dataset}.log",
     benchmark:

@@ -1,5 +1,6 @@
-# Helpers shared by the rule files: dataset lookups and wildcard constraints.
-from pipeline.core.config import dataset_config
+# Helpers shared by the rule files: dataset lookups, wildcard constraints, the file layout (path
+# functions), the β tag, the job's device and GPU resources, and the conda environments.
+from decimal import Decimal
 
 DATASETS = config["datasets"]
 SYNTHETIC = [name for name, spec in DATASETS.items() if spec["format"] == "synthkb"]
@@ -17,22 +18,199 @@ wildcard_constraints:
     method="[A-Za-z0-9_]+",
 
 
-def dataset_spec(wildcards):
-    return dataset_config(config, wildcards.dataset)
-
-
 def eval_split(dataset):
-    return DATASETS[dataset].get("eval_split", config["eval"]["split"])
+    return DATASETS[dataset].get("eval_split") or config["eval"]["split"]  # schema: null = eval.split
 
 
-def canonical(dataset, *names):
-    """Paths of the canonical tables of a dataset (resources/{dataset}/<name>.parquet)."""
-    return [f"resources/{dataset}/{name}.parquet" for name in names]
+# ---- the file layout -------------------------------------------------------------------------------
+# Every rule names its files through these functions, so a location is written once. Called with
+# wildcard names ("{dataset}", "{split}", ...) they return the rule's patterns; called with values, the
+# concrete paths that input functions ask for. logs/ and benchmarks/ are per rule and stay in the rules.
+
+# resources/{dataset}/: the canonical tables of a dataset (README "Data layout", pipeline.core.schemas).
+def dataset_dir(d):
+    return f"resources/{d}"
+
+
+def corpus(d):
+    return f"{dataset_dir(d)}/corpus.parquet"
+
+
+def queries(d, split):
+    return f"{dataset_dir(d)}/queries.{split}.parquet"
+
+
+def qrels(d, split):
+    return f"{dataset_dir(d)}/qrels.{split}.parquet"
+
+
+def qrels_all(d, split):
+    """synthkb only: every passage that states the answer (qrels holds the generating one)."""
+    return f"{dataset_dir(d)}/qrels_all.{split}.parquet"
+
+
+def shipped_negatives(d):
+    """Negatives that come with the dataset (DPR's hard_negative_ctxs), not mined ones."""
+    return f"{dataset_dir(d)}/negatives.train.parquet"
+
+
+def dataset_manifest(d):
+    return f"{dataset_dir(d)}/manifest.json"
+
+
+# downloads/{dataset}/: fetched sources. pipeline.data.readers.sources computes the same locations
+# for the inputs of prepare_dataset; these name the download rules' outputs.
+def download_file(d, role):
+    return f"downloads/{d}/{role}"
+
+
+def archive_file(d, name):
+    return f"downloads/{d}/archives/{name}"
+
+
+# results/{dataset}/: everything derived.
+def bm25_index(d):
+    return f"results/{d}/bm25/index"
+
+
+def run_dir(d, method, seed=None):
+    """A method's run folder; an AR2 method has one per seed (results/{d}/{method}/seed{s})."""
+    return f"results/{d}/{method}" if seed is None else f"results/{d}/{method}/seed{seed}"
+
+
+def run(d, method, split, seed=None):
+    return f"{run_dir(d, method, seed)}/run.{split}.parquet"
+
+
+def trec_run(d, method, split, seed=None):
+    return f"{run_dir(d, method, seed)}/run.{split}.trec"
+
+
+def method_metrics(d, method, seed=None):
+    return f"{run_dir(d, method, seed)}/metrics.json"
+
+
+def ar2_info(d, method, seed):
+    """The round an AR2 seed's run reports (written by ar2_select)."""
+    return f"{run_dir(d, method, seed)}/info.json"
+
+
+def dataset_metrics(d, ext="json"):
+    """Every method side by side: metrics.json, .md, .html."""
+    return f"results/{d}/metrics.{ext}"
+
+
+def negatives(d, source):
+    """Mined (bm25) or sieved (sieve_b<β>) candidates, one row per candidate."""
+    return f"results/{d}/negatives/{source}.parquet"
+
+
+def train_negatives(d, source):
+    """The kept negatives of a sieve, in the layout of negatives(d, 'bm25')."""
+    return f"results/{d}/negatives/{source}.train.parquet"
+
+
+def model_dir(d, name):
+    return f"results/{d}/models/{name}"
+
+
+def retriever(d, name):
+    """retriever.json, written last: the model folder is complete once it exists."""
+    return f"{model_dir(d, name)}/retriever.json"
+
+
+def ranker(d, name):
+    return f"{model_dir(d, name)}/ranker.json"
+
+
+def embeddings_dir(d, model):
+    return f"results/{d}/embeddings/{model}"
+
+
+def embeddings(d, model):
+    """The gathered embeddings' manifest (the shards sit beside it)."""
+    return f"{embeddings_dir(d, model)}/manifest.json"
+
+
+def embedding_shard(d, model, shard, shards, ext):
+    return f"{embeddings_dir(d, model)}/shard{shard}of{shards}.{ext}"
+
+
+def index_dir(d, model):
+    return f"results/{d}/index/{model}"
+
+
+def index(d, model):
+    return f"{index_dir(d, model)}/index.json"
+
+
+def index_part(d, model, part, parts, ext):
+    return f"{index_dir(d, model)}/shard{part}of{parts}.{ext}"
+
+
+def sieve_dir(d):
+    return f"results/{d}/sieve"
+
+
+def candidates(d):
+    """The candidates every filter judges, with their false-negative labels."""
+    return f"{sieve_dir(d)}/candidates.parquet"
+
+
+def filter_decisions(d, name):
+    return f"{sieve_dir(d)}/{name}/decisions.parquet"
+
+
+def filter_report(d, name):
+    return f"{sieve_dir(d)}/{name}/report.json"
+
+
+def sieve_losses(d, name):
+    return f"{sieve_dir(d)}/{name}/losses.parquet"
+
+
+def comparison(d, ext):
+    return f"{sieve_dir(d)}/comparison.{ext}"
+
+
+def figure(d, name):
+    return f"results/{d}/figures/{name}"
+
+
+def ar2_seed_dir(d, variant, seed):
+    return f"results/{d}/ar2/{variant}/seed{seed}"
+
+
+def ar2_round_json(d, variant, seed, r):
+    """Written last by an AR2 round: the round is complete once it exists."""
+    return f"{ar2_seed_dir(d, variant, seed)}/round{r}/round.json"
+
+
+# ---- the β tag -------------------------------------------------------------------------------------
+
+# What a β tag looks like in a path: the wildcard constraint of every rule with a {beta}.
+BETA_RE = r"[0-9]+(\.[0-9]+)?"
 
 
 def beta_tag(beta):
-    """How a CCR β appears in paths: 0.5 -> '0.5', 0 -> '0', 1e-4 -> '0.0001'."""
-    return f"{float(beta):g}" if float(beta) >= 1e-4 else f"{float(beta):.10f}".rstrip("0")
+    """How a CCR β appears in paths: 0 -> '0', 0.5 -> '0.5', 1e-4 -> '0.0001', 1e-7 -> '0.0000001'.
+
+    Positional notation only (the wildcard is digits and one dot) and exact: repr gives the shortest
+    decimal that reads back as the same float, so train_ccr's --beta, read from the path, is the
+    configured β and two different β never share a model folder.
+    """
+    text = format(Decimal(repr(float(beta))), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def ccr_model(tag):
+    """The CCR model folder name for a β tag (a value of beta_tag, or the wildcard "{beta}")."""
+    return f"dpr_ccr_b{tag}"
+
+
+def sieve_name(tag):
+    """The sieve's negatives and filter name for a β tag (a value of beta_tag, or "{beta}")."""
+    return f"sieve_b{tag}"
 
 
 # Dense methods and the retriever folder (results/{dataset}/models/{model}) each one searches with.
@@ -41,7 +219,7 @@ def dense_method_models():
     return {
         "zeroshot": "zeroshot",
         "dpr": "dpr",
-        "dpr_ccr": f"dpr_ccr_b{beta_tag(config['ccr']['beta'])}" if "ccr" in config else None,
+        "dpr_ccr": ccr_model(beta_tag(config["ccr"]["beta"])),
     }
 
 
@@ -52,5 +230,46 @@ AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
 
 def ar2_seeds():
     """AR2 seeds (config ar2.seeds; null = the top-level seed). Each seed is a complete AR2 run."""
-    seeds = config.get("ar2", {}).get("seeds")
+    seeds = config["ar2"]["seeds"]
     return [int(config["seed"])] if not seeds else [int(s) for s in seeds]
+
+
+# ---- devices, GPUs, software environments (docs/cluster.md) ---------------------------------------
+# A job's GPU count comes from the config (`<section>.gpus`, the rule's default) or, on a cluster, from
+# the profile's `set-resources`, which overrides the rule's resources. Device, FAISS flag and conda
+# environment therefore follow the job's resources, never the config alone: a GPU the profile reserved
+# is used, and a job without GPUs never grabs one it happens to see.
+
+def gpu_resources(section, used=True):
+    """Resources of a rule sized by config `<section>.gpus` (0 when the rule will not train)."""
+    n = config[section]["gpus"] if used else 0
+    # `gpus`: the project's resource name (`--resources gpus=1` serialises GPU jobs);
+    # `gpu`: what the SLURM executor plugin turns into sbatch --gpus.
+    return {"gpus": n, "gpu": n}
+
+
+def _job_gpus(resources):
+    return int(getattr(resources, "gpus", 0) or 0)
+
+
+def job_device(wildcards, resources):
+    """params function: 'cuda' when the job holds GPUs, else 'cpu'."""
+    return "cuda" if _job_gpus(resources) > 0 else "cpu"
+
+
+def faiss_gpu_flag(wildcards, resources):
+    """params function: '--no-gpu' unless the job holds GPUs (pipeline.retrieval.index/search)."""
+    return "" if _job_gpus(resources) > 0 else "--no-gpu"
+
+
+# `--software-deployment-method conda`: every rule that runs Python names one of these (relative to
+# this folder). Rules that can hold GPUs take job_env, which picks the CUDA build exactly when the job
+# holds GPUs (their `device` param): a cluster chooses it where it gives a rule GPUs, in the profile's
+# set-resources, and the CPU build stays everywhere else.
+CONDA_ENVS = {"cpu": "../envs/sieve-cpu.yaml", "cuda": "../envs/sieve-cuda.yaml"}
+CPU_ENV = CONDA_ENVS["cpu"]
+
+
+def job_env(wildcards, params):
+    """conda function for rules with a `device` param (job_device)."""
+    return CONDA_ENVS[params.device]

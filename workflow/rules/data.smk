@@ -22,9 +22,11 @@ def split_spec_arg(wildcards):
 
 rule download_archive:
     output:
-        "downloads/{dataset}/archives/{archive}",
+        archive_file("{dataset}", "{archive}"),
     params:
         args=lambda w: data_sources.archive_args(config, w.dataset, w.archive),
+    conda:
+        CPU_ENV
     log:
         "logs/download_archive/{dataset}/{archive}.log",
     benchmark:
@@ -41,9 +43,11 @@ rule download:
     input:
         lambda w: data_sources.download_input(config, w.dataset, w.role),
     output:
-        "downloads/{dataset}/{role}",
+        download_file("{dataset}", "{role}"),
     params:
         args=lambda w: data_sources.download_args(config, w.dataset, w.role),
+    conda:
+        CPU_ENV
     log:
         "logs/download/{dataset}/{role}.log",
     benchmark:
@@ -60,16 +64,19 @@ rule prepare_dataset:
     input:
         unpack(prepare_inputs),
     output:
-        corpus="resources/{dataset}/corpus.parquet",
-        queries=expand("resources/{{dataset}}/queries.{split}.parquet", split=SPLITS),
-        qrels=expand("resources/{{dataset}}/qrels.{split}.parquet", split=SPLITS),
-        negatives="resources/{dataset}/negatives.train.parquet",
-        manifest="resources/{dataset}/manifest.json",
+        corpus=corpus("{dataset}"),
+        queries=[queries("{dataset}", split) for split in SPLITS],
+        qrels=[qrels("{dataset}", split) for split in SPLITS],
+        negatives=shipped_negatives("{dataset}"),
+        manifest=dataset_manifest("{dataset}"),
     params:
+        out_dir=dataset_dir("{dataset}"),
         format=lambda w: DATASETS[w.dataset]["format"],
         files=prepare_file_args,
         split=split_spec_arg,
         empty_positives=lambda w: DATASETS[w.dataset].get("empty_positives", "error"),
+    conda:
+        CPU_ENV
     log:
         "logs/prepare_dataset/{dataset}.log",
     benchmark:
@@ -82,4 +89,4 @@ rule prepare_dataset:
     shell:
         "python -m pipeline.data.prepare --dataset {wildcards.dataset} --format {params.format}"
         " {params.files} --split-spec {params.split} --empty-positives {params.empty_positives}"
-        " --out-dir resources/{wildcards.dataset} --log {log}"
+        " --out-dir {params.out_dir} --log {log}"

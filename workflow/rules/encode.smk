@@ -3,57 +3,33 @@
 # Details and sizing: docs/encoding.md.
 
 ENCODE_SHARDS = config["encode"]["shards"]
-INDEX_SHARDS = config["index"].get("shards", 1)
+INDEX_SHARDS = config["index"]["shards"]
 MODEL_NAME = r"[A-Za-z0-9_.\-]+"
-
-
-def _dense_methods():
-    """method -> retriever folder name, for the dense methods this configuration defines."""
-    return {method: model for method, model in dense_method_models().items() if model}
-
-
-def _job_device(wildcards, resources):
-    # From the job's resources, not the config: a cluster profile's set-resources may override the
-    # GPU count. A job without GPUs never grabs a GPU it happens to see.
-    return "cuda" if int(getattr(resources, "gpus", 0) or 0) > 0 else "cpu"
-
-
-def _faiss_gpu_flag(wildcards, resources):
-    return "" if int(getattr(resources, "gpus", 0) or 0) > 0 else "--no-gpu"
-
-
-def _gpus(section):
-    n = config[section].get("gpus", 0)
-    # `gpus` is the project's resource name (e.g. `--resources gpus=1` to serialise GPU jobs);
-    # `gpu` is what the SLURM executor plugin turns into --gpus.
-    return {"gpus": n, "gpu": n}
-
-
-def _model_dir(wildcards):
-    return f"results/{wildcards.dataset}/models/{wildcards.model}"
 
 
 rule encode_corpus:
     input:
-        model="results/{dataset}/models/{model}/retriever.json",
-        corpus="resources/{dataset}/corpus.parquet",
+        model=retriever("{dataset}", "{model}"),
+        corpus=corpus("{dataset}"),
     output:
-        emb=f"results/{{dataset}}/embeddings/{{model}}/shard{{shard}}of{ENCODE_SHARDS}.npy",
-        pids=f"results/{{dataset}}/embeddings/{{model}}/shard{{shard}}of{ENCODE_SHARDS}.pids.parquet",
+        emb=embedding_shard("{dataset}", "{model}", "{shard}", ENCODE_SHARDS, "npy"),
+        pids=embedding_shard("{dataset}", "{model}", "{shard}", ENCODE_SHARDS, "pids.parquet"),
     wildcard_constraints:
         model=MODEL_NAME,
         shard="|".join(str(i) for i in range(ENCODE_SHARDS)),
     params:
-        model=_model_dir,
-        out_dir=lambda wildcards, output: os.path.dirname(output.emb),
+        model=model_dir("{dataset}", "{model}"),
+        out_dir=embeddings_dir("{dataset}", "{model}"),
         batch_size=config["encode"]["batch_size"],
-        sort_buffer=config["encode"].get("sort_buffer", 20000),
-        amp="" if config["encode"].get("amp", True) else "--no-amp",
-        device=_job_device,
-    threads: config["encode"].get("threads", 1)
+        sort_buffer=config["encode"]["sort_buffer"],
+        amp="" if config["encode"]["amp"] else "--no-amp",
+        device=job_device,
+    threads: config["encode"]["threads"]
     resources:
-        mem_mb=config["encode"].get("mem_mb", 4000),
-        **_gpus("encode"),
+        mem_mb=config["encode"]["mem_mb"],
+        **gpu_resources("encode"),
+    conda:
+        job_env
     log:
         "logs/encode_corpus/{dataset}.{model}.{shard}.log",
     benchmark:
@@ -67,16 +43,18 @@ rule encode_corpus:
 
 rule gather_embeddings:
     input:
-        model="results/{dataset}/models/{model}/retriever.json",
-        corpus="resources/{dataset}/corpus.parquet",
-        shards=expand("results/{{dataset}}/embeddings/{{model}}/shard{i}of{n}.{ext}",
-                      i=range(ENCODE_SHARDS), n=ENCODE_SHARDS, ext=["npy", "pids.parquet"]),
+        model=retriever("{dataset}", "{model}"),
+        corpus=corpus("{dataset}"),
+        shards=[embedding_shard("{dataset}", "{model}", i, ENCODE_SHARDS, ext)
+                for i in range(ENCODE_SHARDS) for ext in ("npy", "pids.parquet")],
     output:
-        "results/{dataset}/embeddings/{model}/manifest.json",
+        embeddings("{dataset}", "{model}"),
     wildcard_constraints:
         model=MODEL_NAME,
     params:
-        model=_model_dir,
+        model=model_dir("{dataset}", "{model}"),
+    conda:
+        CPU_ENV
     log:
         "logs/gather_embeddings/{dataset}.{model}.log",
     benchmark:
@@ -88,22 +66,25 @@ rule gather_embeddings:
 
 rule build_index:
     input:
-        "results/{dataset}/embeddings/{model}/manifest.json",
+        embeddings("{dataset}", "{model}"),
     output:
-        manifest="results/{dataset}/index/{model}/index.json",
-        parts=expand("results/{{dataset}}/index/{{model}}/shard{j}of{m}.{ext}",
-                     j=range(INDEX_SHARDS), m=INDEX_SHARDS, ext=["faiss", "pids.parquet"]),
+        manifest=index("{dataset}", "{model}"),
+        parts=[index_part("{dataset}", "{model}", j, INDEX_SHARDS, ext)
+               for j in range(INDEX_SHARDS) for ext in ("faiss", "pids.parquet")],
     wildcard_constraints:
         model=MODEL_NAME,
     params:
         factory=config["index"]["factory"],
-        train_size=config["index"].get("train_size", 100000),
-        gpu=_faiss_gpu_flag,
+        train_size=config["index"]["train_size"],
+        gpu=faiss_gpu_flag,
+        device=job_device,
         seed=config["seed"],
-    threads: config["index"].get("threads", 2)
+    threads: config["index"]["threads"]
     resources:
-        mem_mb=config["index"].get("mem_mb", 8000),
-        **_gpus("index"),
+        mem_mb=config["index"]["mem_mb"],
+        **gpu_resources("index"),
+    conda:
+        job_env
     log:
         "logs/build_index/{dataset}.{model}.log",
     benchmark:
@@ -116,16 +97,16 @@ rule build_index:
 
 
 def search_dense_inputs(wildcards):
-    model = _dense_methods()[wildcards.method]
-    base = f"results/{wildcards.dataset}"
+    model = dense_method_models()[wildcards.method]
+    d = wildcards.dataset
     inputs = {
-        "model": f"{base}/models/{model}/retriever.json",
-        "queries": f"resources/{wildcards.dataset}/queries.{wildcards.split}.parquet",
+        "model": retriever(d, model),
+        "queries": queries(d, wildcards.split),
     }
     if config["search"]["backend"] == "faiss":
-        inputs["index"] = f"{base}/index/{model}/index.json"
+        inputs["index"] = index(d, model)
     else:
-        inputs["embeddings"] = f"{base}/embeddings/{model}/manifest.json"
+        inputs["embeddings"] = embeddings(d, model)
     return inputs
 
 
@@ -139,24 +120,26 @@ rule search_dense:
     input:
         unpack(search_dense_inputs),
     output:
-        "results/{dataset}/{method}/run.{split}.parquet",
+        run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
         # Only the dense methods: results/{dataset}/bm25/run.{split}.parquet belongs to bm25.smk.
-        method="|".join(_dense_methods()) or "(?!x)x",
+        method="|".join(dense_method_models()),
     params:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
         depth=config["eval"]["depth"],
-        batch_size=config["search"].get("batch_size", 128),
-        nprobe=config["search"].get("nprobe", 32),
-        ef_search=config["search"].get("ef_search", 128),
-        chunk_rows=config["search"].get("chunk_rows", 65536),
-        gpu=_faiss_gpu_flag,
-        device=_job_device,
-    threads: config["search"].get("threads", 2)
+        batch_size=config["search"]["batch_size"],
+        nprobe=config["search"]["nprobe"],
+        ef_search=config["search"]["ef_search"],
+        chunk_rows=config["search"]["chunk_rows"],
+        gpu=faiss_gpu_flag,
+        device=job_device,
+    threads: config["search"]["threads"]
     resources:
-        mem_mb=config["search"].get("mem_mb", 8000),
-        **_gpus("search"),
+        mem_mb=config["search"]["mem_mb"],
+        **gpu_resources("search"),
+    conda:
+        job_env
     log:
         "logs/search_dense/{dataset}.{method}.{split}.log",
     benchmark:

@@ -10,13 +10,13 @@ def evaluate_inputs(wildcards):
     """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
     dataset, split = wildcards.dataset, eval_split(wildcards.dataset)
     inputs = {
-        "run": f"results/{dataset}/{wildcards.run}/run.{split}.parquet",
-        "queries": f"resources/{dataset}/queries.{split}.parquet",
-        "qrels": f"resources/{dataset}/qrels.{split}.parquet",
-        "corpus": f"resources/{dataset}/corpus.parquet",
+        "run": run(dataset, wildcards.run, split),
+        "queries": queries(dataset, split),
+        "qrels": qrels(dataset, split),
+        "corpus": corpus(dataset),
     }
     if dataset in SYNTHETIC:
-        inputs["qrels_all"] = f"resources/{dataset}/qrels_all.{split}.parquet"
+        inputs["qrels_all"] = qrels_all(dataset, split)
     return inputs
 
 
@@ -24,11 +24,9 @@ def qrels_all_arg(wildcards, input):
     return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
 
 
-def method_run_dirs(dataset, method):
-    """Folders holding a method's evaluation runs: one per seed for AR2 methods (ar2.smk)."""
-    if method in AR2_METHODS:
-        return [f"results/{dataset}/{method}/seed{seed}" for seed in ar2_seeds()]
-    return [f"results/{dataset}/{method}"]
+def method_seeds(method):
+    """The seed of each of a method's run folders: one per seed for AR2 methods (ar2.smk), else None."""
+    return ar2_seeds() if method in AR2_METHODS else [None]
 
 
 def trec_exports(wildcards):
@@ -36,15 +34,15 @@ def trec_exports(wildcards):
     if not config["eval"]["trec_export"]:
         return []
     split = eval_split(wildcards.dataset)
-    return [f"{folder}/run.{split}.trec" for method in config["methods"]
-            for folder in method_run_dirs(wildcards.dataset, method)]
+    return [trec_run(wildcards.dataset, method, split, seed) for method in config["methods"]
+            for seed in method_seeds(method)]
 
 
 rule evaluate:
     input:
         unpack(evaluate_inputs),
     output:
-        "results/{dataset}/{run}/metrics.json",
+        method_metrics("{dataset}", "{run}"),
     wildcard_constraints:
         run=RUN_FOLDER,
     params:
@@ -53,6 +51,8 @@ rule evaluate:
         ks=" ".join(str(k) for k in config["eval"]["ks"]),
         match=config["eval"]["match"],
         qrels_all=qrels_all_arg,
+    conda:
+        CPU_ENV
     log:
         "logs/evaluate/{dataset}.{run}.log",
     benchmark:
@@ -65,14 +65,16 @@ rule evaluate:
 # (the split comes from eval_split(dataset)); gather_metrics requests these when trec_export is on.
 rule export_trec:
     input:
-        run="results/{dataset}/{run}/run.{split}.parquet",
-        queries="resources/{dataset}/queries.{split}.parquet",
+        run=run("{dataset}", "{run}", "{split}"),
+        queries=queries("{dataset}", "{split}"),
     output:
-        "results/{dataset}/{run}/run.{split}.trec",
+        trec_run("{dataset}", "{run}", "{split}"),
     wildcard_constraints:
         run=RUN_FOLDER,
     params:
         tag=lambda wildcards: wildcards.run.replace("/", "_"),
+    conda:
+        CPU_ENV
     log:
         "logs/export_trec/{dataset}.{run}.{split}.log",
     benchmark:
@@ -83,12 +85,15 @@ rule export_trec:
 
 rule gather_metrics:
     input:
-        metrics=expand("results/{{dataset}}/{method}/metrics.json", method=config["methods"]),
+        metrics=[method_metrics("{dataset}", method) for method in config["methods"]],
         trec=trec_exports,
     output:
-        json="results/{dataset}/metrics.json",
-        md="results/{dataset}/metrics.md",
-        html=report("results/{dataset}/metrics.html", caption="../report/metrics.rst", category="Metrics"),
+        json=dataset_metrics("{dataset}", "json"),
+        md=dataset_metrics("{dataset}", "md"),
+        html=report(dataset_metrics("{dataset}", "html"), caption="../report/metrics.rst",
+                    category="Metrics"),
+    conda:
+        CPU_ENV
     log:
         "logs/gather_metrics/{dataset}.log",
     benchmark:

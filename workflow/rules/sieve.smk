@@ -9,36 +9,30 @@
 #   results/{dataset}/sieve/comparison.{md,json}        every filter             (sieve_comparison)
 #   results/{dataset}/figures/*.png                     Figure 1 etc.            (sieve_figures)
 #
-# The β is in every path that depends on it (beta_tag), so changing ccr.beta reruns CCR training, the
-# sieve and what reads it, never the mining or DPR training.
+# The β is in every path that depends on it (common.smk's beta_tag), so changing ccr.beta reruns CCR
+# training, the sieve and what reads it, never the mining or DPR training.
 import shlex
 
 SIEVE = config["sieve"]
-BETA_RE = r"[0-9]+(\.[0-9]+)?"
 OTHER_FILTERS = ("none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve_no_ccr")
 
 
-def sieve_tag(beta):
-    # common.smk's beta_tag(0) gives "0." (rstrip of "0.0000000000"); β=0 must be "0".
-    return "0" if float(beta) == 0 else beta_tag(beta)
-
-
 def sieve_main_tag():
-    return sieve_tag(config["ccr"]["beta"])
+    return beta_tag(config["ccr"]["beta"])
 
 
 def sieve_sweep_tags():
     """β tags of the sweep (Figure 1, sieve-out per β), in increasing β."""
-    return [sieve_tag(b) for b in sorted(SIEVE.get("betas") or [config["ccr"]["beta"]])]
+    return [beta_tag(b) for b in sorted(SIEVE["betas"] or [config["ccr"]["beta"]])]
 
 
 def sieve_decisions(dataset, name):
     """The decisions table a filter name stands for (`sieve` = the sieve at config ccr.beta)."""
     if name == "sieve":
-        return f"results/{dataset}/negatives/sieve_b{sieve_main_tag()}.parquet"
-    if name.startswith("sieve_b"):
-        return f"results/{dataset}/negatives/{name}.parquet"
-    return f"results/{dataset}/sieve/{name}/decisions.parquet"
+        return negatives(dataset, sieve_name(sieve_main_tag()))
+    if name.startswith(sieve_name("")):
+        return negatives(dataset, name)
+    return filter_decisions(dataset, name)
 
 
 def sieve_filter_names():
@@ -46,28 +40,28 @@ def sieve_filter_names():
     names = list(SIEVE["filters"])
     for tag in sieve_sweep_tags():
         if not ("sieve" in names and tag == sieve_main_tag()):
-            names.append(f"sieve_b{tag}")
+            names.append(sieve_name(tag))
     return names
 
 
 def _sieve_candidate_inputs(wildcards):
     d = wildcards.dataset
     inputs = {
-        "negatives": f"results/{d}/negatives/{SIEVE['source']}.parquet",
-        "qrels": f"resources/{d}/qrels.train.parquet",
-        "queries": f"resources/{d}/queries.train.parquet",
-        "corpus": f"resources/{d}/corpus.parquet",
+        "negatives": negatives(d, SIEVE["source"]),
+        "qrels": qrels(d, "train"),
+        "queries": queries(d, "train"),
+        "corpus": corpus(d),
     }
     if d in SYNTHETIC:
-        inputs["qrels_all"] = f"resources/{d}/qrels_all.train.parquet"
+        inputs["qrels_all"] = qrels_all(d, "train")
     return inputs
 
 
 def _sieve_candidate_args(wildcards, input):
     args = [f"--candidates {SIEVE['candidates']}", f"--pool {SIEVE['pool']}", f"--seed {config['seed']}",
-            f"--injection-fraction {SIEVE.get('injection', {}).get('fraction', 0.0)}",
+            f"--injection-fraction {SIEVE['injection']['fraction']}",
             f"--match {config['eval']['match']}"]
-    if SIEVE.get("max_queries"):
+    if SIEVE["max_queries"]:
         args.append(f"--max-queries {SIEVE['max_queries']}")
     if "qrels_all" in input.keys():
         args.append(f"--qrels-all {input.qrels_all}")
@@ -81,7 +75,7 @@ def _sieve_decision_args():
     args = [f"--fallback {SIEVE['fallback']}"]
     if SIEVE["strict"]:
         args.append("--strict")
-    if SIEVE.get("temperature") is not None:
+    if SIEVE["temperature"] is not None:
         args.append(f"--temperature {SIEVE['temperature']}")
     return args
 
@@ -90,9 +84,11 @@ rule sieve_candidates:
     input:
         unpack(_sieve_candidate_inputs),
     output:
-        "results/{dataset}/sieve/candidates.parquet",
+        candidates("{dataset}"),
     params:
         args=_sieve_candidate_args,
+    conda:
+        CPU_ENV
     log:
         "logs/sieve_candidates/{dataset}.log",
     benchmark:
@@ -104,24 +100,27 @@ rule sieve_candidates:
 
 rule sieve_negatives:
     input:
-        candidates="results/{dataset}/sieve/candidates.parquet",
-        corpus="resources/{dataset}/corpus.parquet",
-        queries="resources/{dataset}/queries.train.parquet",
-        model="results/{dataset}/models/dpr_ccr_b{beta}/retriever.json",
+        candidates=candidates("{dataset}"),
+        corpus=corpus("{dataset}"),
+        queries=queries("{dataset}", "train"),
+        model=retriever("{dataset}", ccr_model("{beta}")),
     output:
-        sieve="results/{dataset}/negatives/sieve_b{beta}.parquet",
-        train="results/{dataset}/negatives/sieve_b{beta}.train.parquet",
-        losses="results/{dataset}/sieve/sieve_b{beta}/losses.parquet",
+        sieve=negatives("{dataset}", sieve_name("{beta}")),
+        train=train_negatives("{dataset}", sieve_name("{beta}")),
+        losses=sieve_losses("{dataset}", sieve_name("{beta}")),
     wildcard_constraints:
         beta=BETA_RE,
     params:
+        source_tag=sieve_name("{beta}"),
         args=" ".join(_sieve_decision_args() + [f"--seed {config['seed']}",
-                                                f"--batch-size {SIEVE.get('batch_size', 64)}"]),
-        figure=f"--in-batch {SIEVE.get('in_batch', 30)}"
-        + (f" --figure-queries {SIEVE['figure_queries']}" if SIEVE.get("figure_queries") else ""),
+                                                f"--batch-size {SIEVE['batch_size']}"]),
+        figure=f"--in-batch {SIEVE['in_batch']}"
+        + (f" --figure-queries {SIEVE['figure_queries']}" if SIEVE["figure_queries"] else ""),
     threads: 2
     resources:
         mem_mb=4000,
+    conda:
+        CPU_ENV
     log:
         "logs/sieve_negatives/{dataset}.b{beta}.log",
     benchmark:
@@ -129,25 +128,27 @@ rule sieve_negatives:
     shell:
         "python -m pipeline.sieve.passage_sieve --candidates {input.candidates} --corpus {input.corpus}"
         " --queries {input.queries} --model $(dirname {input.model}) --out {output.sieve}"
-        " --train-out {output.train} --source-tag sieve_b{wildcards.beta} --losses-out {output.losses}"
+        " --train-out {output.train} --source-tag {params.source_tag} --losses-out {output.losses}"
         " {params.figure} {params.args} --threads {threads} --log {log}"
 
 
 rule train_cross_encoder:
     input:
-        negatives=f"results/{{dataset}}/negatives/{SIEVE['source']}.parquet",
-        qrels="resources/{dataset}/qrels.train.parquet",
-        queries="resources/{dataset}/queries.train.parquet",
-        corpus="resources/{dataset}/corpus.parquet",
+        negatives=negatives("{dataset}", SIEVE["source"]),
+        qrels=qrels("{dataset}", "train"),
+        queries=queries("{dataset}", "train"),
+        corpus=corpus("{dataset}"),
     output:
-        "results/{dataset}/models/cross_encoder/ranker.json",
+        ranker("{dataset}", "cross_encoder"),
     params:
         args=lambda wildcards: " ".join(
             f"--{key.replace('_', '-')} {shlex.quote(str(SIEVE['cross_encoder'][key]))}"
-            for key in ("base", "max_len", "steps", "batch_size", "lr") if key in SIEVE.get("cross_encoder", {})),
+            for key in ("base", "max_len", "steps", "batch_size", "lr") if key in SIEVE["cross_encoder"]),
     threads: 2
     resources:
         mem_mb=4000,
+    conda:
+        CPU_ENV
     log:
         "logs/train_cross_encoder/{dataset}.log",
     benchmark:
@@ -160,28 +161,26 @@ rule train_cross_encoder:
 
 def _filter_inputs(wildcards):
     d, name = wildcards.dataset, wildcards.filter
-    inputs = {"candidates": f"results/{d}/sieve/candidates.parquet",
-              "corpus": f"resources/{d}/corpus.parquet",
-              "queries": f"resources/{d}/queries.train.parquet"}
+    inputs = {"candidates": candidates(d), "corpus": corpus(d), "queries": queries(d, "train")}
     if name in ("positive_aware", "sieve_no_ccr"):
-        inputs["model"] = f"results/{d}/models/dpr/retriever.json"
+        inputs["model"] = retriever(d, "dpr")
     elif name == "cross_encoder":
-        inputs["model"] = f"results/{d}/models/cross_encoder/ranker.json"
+        inputs["model"] = ranker(d, "cross_encoder")
     return inputs
 
 
 def _filter_args(wildcards, input):
     name = wildcards.filter
-    args = [f"--seed {config['seed']}", f"--batch-size {SIEVE.get('batch_size', 64)}"]
+    args = [f"--seed {config['seed']}", f"--batch-size {SIEVE['batch_size']}"]
     if "model" in input.keys():
         args.append(f"--model {os.path.dirname(input.model)}")
     if name == "rank_window":
-        args.append(f"--start {SIEVE.get('rank_window', {}).get('start', 10)}")
+        args.append(f"--start {SIEVE['rank_window']['start']}")
     elif name == "positive_aware":
-        pa_cfg = SIEVE.get("positive_aware", {})
-        args.append(f"--mode {pa_cfg.get('mode', 'relative')} --margin {pa_cfg.get('margin', 0.95)}")
+        pa_cfg = SIEVE["positive_aware"]
+        args.append(f"--mode {pa_cfg['mode']} --margin {pa_cfg['margin']}")
     elif name == "cross_encoder":
-        args.append(f"--threshold {SIEVE.get('cross_encoder', {}).get('threshold', 0.1)}")
+        args.append(f"--threshold {SIEVE['cross_encoder']['threshold']}")
     elif name == "sieve_no_ccr":
         args += _sieve_decision_args()
     return " ".join(args)
@@ -191,7 +190,7 @@ rule filter_candidates:
     input:
         unpack(_filter_inputs),
     output:
-        "results/{dataset}/sieve/{filter}/decisions.parquet",
+        filter_decisions("{dataset}", "{filter}"),
     wildcard_constraints:
         filter="|".join(OTHER_FILTERS),
     params:
@@ -199,6 +198,8 @@ rule filter_candidates:
     threads: 2
     resources:
         mem_mb=4000,
+    conda:
+        CPU_ENV
     log:
         "logs/filter_candidates/{dataset}.{filter}.log",
     benchmark:
@@ -212,11 +213,13 @@ rule filter_candidates:
 rule sieve_report:
     input:
         decisions=lambda wildcards: sieve_decisions(wildcards.dataset, wildcards.filter),
-        candidates="results/{dataset}/sieve/candidates.parquet",
+        candidates=candidates("{dataset}"),
     output:
-        "results/{dataset}/sieve/{filter}/report.json",
+        filter_report("{dataset}", "{filter}"),
     wildcard_constraints:
-        filter="|".join(OTHER_FILTERS + ("sieve",)) + rf"|sieve_b{BETA_RE}",
+        filter="|".join(OTHER_FILTERS + ("sieve", sieve_name(BETA_RE))),
+    conda:
+        CPU_ENV
     log:
         "logs/sieve_report/{dataset}.{filter}.log",
     shell:
@@ -226,11 +229,12 @@ rule sieve_report:
 
 rule sieve_comparison:
     input:
-        lambda wildcards: [f"results/{wildcards.dataset}/sieve/{name}/report.json"
-                           for name in sieve_filter_names()],
+        lambda wildcards: [filter_report(wildcards.dataset, name) for name in sieve_filter_names()],
     output:
-        md="results/{dataset}/sieve/comparison.md",
-        json="results/{dataset}/sieve/comparison.json",
+        md=comparison("{dataset}", "md"),
+        json=comparison("{dataset}", "json"),
+    conda:
+        CPU_ENV
     log:
         "logs/sieve_comparison/{dataset}.log",
     shell:
@@ -240,22 +244,24 @@ rule sieve_comparison:
 
 rule sieve_figures:
     input:
-        losses=lambda wildcards: [f"results/{wildcards.dataset}/sieve/sieve_b{tag}/losses.parquet"
+        losses=lambda wildcards: [sieve_losses(wildcards.dataset, sieve_name(tag))
                                   for tag in sieve_sweep_tags()],
-        sieves=lambda wildcards: [sieve_decisions(wildcards.dataset, f"sieve_b{tag}")
+        sieves=lambda wildcards: [sieve_decisions(wildcards.dataset, sieve_name(tag))
                                   for tag in sieve_sweep_tags()],
-        comparison="results/{dataset}/sieve/comparison.json",
+        comparison=comparison("{dataset}", "json"),
     output:
-        figure1=report("results/{dataset}/figures/figure1_nce_loss.png", caption="../report/figure1.rst",
+        figure1=report(figure("{dataset}", "figure1_nce_loss.png"), caption="../report/figure1.rst",
                        category="Sieve"),
-        figure1_json="results/{dataset}/figures/figure1_separation.json",
-        sieve_out=report("results/{dataset}/figures/sieve_out_rate.png", category="Sieve"),
-        filters=report("results/{dataset}/figures/filters_precision_recall.png", category="Sieve"),
+        figure1_json=figure("{dataset}", "figure1_separation.json"),
+        sieve_out=report(figure("{dataset}", "sieve_out_rate.png"), category="Sieve"),
+        filters=report(figure("{dataset}", "filters_precision_recall.png"), category="Sieve"),
     params:
         losses=lambda wildcards, input: " ".join(
             f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(), input.losses)),
         sieves=lambda wildcards, input: " ".join(
             f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(), input.sieves)),
+    conda:
+        CPU_ENV
     log:
         "logs/sieve_figures/{dataset}.log",
     shell:

@@ -4,25 +4,29 @@ import json
 import shlex
 
 from pipeline.core.storage import SPLITS
+from pipeline.synthkb.generate import DEFAULT_SPLIT as SYNTHKB_SPLIT
 
 
 def synthkb_split_arg(wildcards):
-    spec = DATASETS[wildcards.dataset].get("split")
-    return "" if spec is None else "--split-spec " + shlex.quote(json.dumps(spec))
+    spec = DATASETS[wildcards.dataset].get("split", SYNTHKB_SPLIT)  # the schema's synthkb default
+    return "--split-spec " + shlex.quote(json.dumps(spec))
 
 
 rule generate_synthkb:
     output:
-        corpus="resources/{dataset}/corpus.parquet",
-        queries=expand("resources/{{dataset}}/queries.{split}.parquet", split=SPLITS),
-        qrels=expand("resources/{{dataset}}/qrels.{split}.parquet", split=SPLITS),
-        qrels_all=expand("resources/{{dataset}}/qrels_all.{split}.parquet", split=SPLITS),
-        negatives="resources/{dataset}/negatives.train.parquet",
-        manifest="resources/{dataset}/manifest.json",
+        corpus=corpus("{dataset}"),
+        queries=[queries("{dataset}", split) for split in SPLITS],
+        qrels=[qrels("{dataset}", split) for split in SPLITS],
+        qrels_all=[qrels_all("{dataset}", split) for split in SPLITS],
+        negatives=shipped_negatives("{dataset}"),
+        manifest=dataset_manifest("{dataset}"),
     params:
+        out_dir=dataset_dir("{dataset}"),
         entities=lambda w: DATASETS[w.dataset]["entities"],
         seed=lambda w: DATASETS[w.dataset].get("seed", 0),
         split=synthkb_split_arg,
+    conda:
+        CPU_ENV
     log:
         "logs/generate_synthkb/{dataset}.log",
     benchmark:
@@ -32,4 +36,4 @@ rule generate_synthkb:
     wildcard_constraints:
         dataset=_alternatives(SYNTHETIC),
     shell:
-        "python -m pipeline.synthkb.generate --out-dir resources/{wildcards.dataset} --entities {params.entities} --seed {params.seed} {params.split} --log {log}"
+        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} --entities {params.entities} --seed {params.seed} {params.split} --log {log}"

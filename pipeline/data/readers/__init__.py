@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import SPLITS
 from . import beir, dpr, msmarco, squad
-from .base import NEGATIVES_SCHEMA, BuildOptions
+from .base import BuildOptions
 from .writer import DatasetWriter
 
 
@@ -56,5 +56,4 @@ def check_roles(fmt: str, roles: Iterable[str], dataset: str = "") -> None:
         raise ConfigError(f"{where}: no queries: give at least one of {', '.join(spec.any_of)}")
 
 
-__all__ = ["FORMATS", "FormatSpec", "check_roles", "BuildOptions", "DatasetWriter",
-           "NEGATIVES_SCHEMA"]
+__all__ = ["FORMATS", "FormatSpec", "check_roles", "BuildOptions", "DatasetWriter"]

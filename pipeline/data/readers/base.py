@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import IO, Any, Iterator, NamedTuple
 
 import ijson
-import pyarrow as pa
 from rich.progress import Progress
 
-from pipeline.core.storage import NEGATIVES_SCHEMA, DataError  # noqa: F401  (re-exported for readers)
+from pipeline.core.storage import DataError
 
 
 GZIP_MAGIC = b"\x1f\x8b"

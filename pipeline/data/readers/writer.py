@@ -17,9 +17,9 @@ from typing import Any, Iterable
 import numpy as np
 import pyarrow as pa
 
-from pipeline.core.storage import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SPLITS, DataError, ParquetStreamWriter, \
-    write_table
-from .base import NEGATIVES_SCHEMA, Ctx, Passage, Qrel, Query, TrainingRecord, ctx_pid
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SHIPPED_NEGATIVES_SCHEMA
+from pipeline.core.storage import SPLITS, DataError, ParquetStreamWriter, write_table
+from .base import Ctx, Passage, Qrel, Query, TrainingRecord, ctx_pid
 
 log = logging.getLogger("sieve.prepare_data")
 BATCH_ROWS = 50_000
@@ -108,9 +108,9 @@ class DatasetWriter:
         self.extra: Counter[str] = Counter()
         self._corpus = ParquetStreamWriter(self.out_dir / "corpus.parquet", CORPUS_SCHEMA)
         self._negatives = ParquetStreamWriter(self.out_dir / "negatives.train.parquet",
-                                              NEGATIVES_SCHEMA)
+                                              SHIPPED_NEGATIVES_SCHEMA)
         self._corpus_buf: dict[str, list] = {"pid": [], "title": [], "text": []}
-        self._neg_buf: dict[str, list] = {n: [] for n in NEGATIVES_SCHEMA.names}
+        self._neg_buf: dict[str, list] = {n: [] for n in SHIPPED_NEGATIVES_SCHEMA.names}
         self._frozen = False
         self._qid_split: dict[str, str] = {}
         self._queries = {s: {"qid": [], "text": [], "answers": []} for s in SPLITS}
@@ -200,11 +200,11 @@ class DatasetWriter:
         if self._qid_split.get(qid) != "train":
             raise RuntimeError(f"negative for {qid!r}, which is not a train query")
         buf = self._neg_buf
-        for name, value in zip(NEGATIVES_SCHEMA.names, (qid, pid, rank, score, source)):
+        for name, value in zip(SHIPPED_NEGATIVES_SCHEMA.names, (qid, pid, rank, score, source)):
             buf[name].append(value)
         if len(buf["qid"]) >= self.batch_rows:
             self._negatives.write(buf)
-            self._neg_buf = {n: [] for n in NEGATIVES_SCHEMA.names}
+            self._neg_buf = {n: [] for n in SHIPPED_NEGATIVES_SCHEMA.names}
 
     def add_training_record(self, split: str, rec: TrainingRecord, *, file: str | Path,
                             gold_first: bool, hard_source: str, random_source: str | None,

@@ -1,9 +1,9 @@
 """Pick an AR2 variant's round by a dev metric; write the method's test run, info.json and figure.
 
-    python -m pipeline.ar2.select select --variant-dir results/synthkb/ar2/sieve/seed0 --variant sieve \
+    python -m pipeline.ar2.selection select --variant-dir results/synthkb/ar2/sieve/seed0 --variant sieve \
         --rounds 2 --metric R@5 --info-out results/synthkb/ar2_sieve/seed0/info.json \
         --figure results/synthkb/figures/ar2_sieve_seed0_rounds.png
-    python -m pipeline.ar2.select search --info results/synthkb/ar2_sieve/seed0/info.json \
+    python -m pipeline.ar2.selection search --info results/synthkb/ar2_sieve/seed0/info.json \
         --queries resources/synthkb/queries.test.parquet --depth 100 \
         --run-out results/synthkb/ar2_sieve/seed0/run.test.parquet
 
@@ -25,7 +25,7 @@ import torch
 
 from pipeline.ar2.data import run_table, search
 from pipeline.ar2.round_data import method_of
-from pipeline.core.cli import run_main, setup_logging
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import DataError, read_table, write_json, write_table
 from pipeline.ar2.learning_curve import plot, read_rounds
@@ -120,8 +120,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.ar2.select", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = stage_parser("pipeline.ar2.selection", __doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     sel = sub.add_parser("select", help="pick the round; write info.json, selection.json, figure")
     sel.add_argument("--variant-dir", required=True, help="results/{dataset}/ar2/{variant}")
@@ -140,9 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--threads", type=int)
         p.add_argument("--log")
     args = ap.parse_args(argv)
-    setup_logging(args.log)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    start_stage(args.log, args.threads)
     return cmd_select(args) if args.command == "select" else cmd_search(args)
 
 

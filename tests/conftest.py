@@ -1,0 +1,162 @@
+"""Shared test inputs: small synthetic datasets written as the canonical Parquet tables, and tiny models.
+
+Each is a factory fixture (``make_sieve_dataset(root)``, ``make_train_files(root)``, ...) so a test
+chooses where its files go and with which sizes, and module-scoped fixtures can build them once.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.storage import write_table
+
+WORDS = "river stone market winter garden engine bridge violin harbor forest lantern copper".split()
+TRAIN_WORDS = ("river castle engine forest music bridge winter paper garden silver doctor island "
+               "market planet violin harbor desert lantern copper meadow").split()
+
+
+# ---- the sieve, filters and inspector tests ------------------------------------------------------
+
+def _sieve_dataset(root: Path, n_queries: int = 8, n_filler: int = 24, n_neg: int = 12,
+                   seed: int = 0) -> dict[str, Path]:
+    """resources/{dataset}/-like tables plus a bm25.parquet-layout negatives file under ``root``.
+
+    Query qK asks for "answerK"; its annotated positive and one more passage (a false negative,
+    listed in qrels_all) state it; the other passages are about other things. Titles group passages
+    into "articles".
+    """
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    corpus, queries, qrels, qrels_all = [], [], [], []
+    for k in range(n_queries):
+        title = f"Article {k % 3}"
+        corpus.append((f"pos{k}", title, f"The {WORDS[k % len(WORDS)]} of topic {k} is answer{k} indeed."))
+        corpus.append((f"fn{k}", title, f"Also known: topic {k} has answer{k} as its value."))
+        # A second annotated positive for even queries (used by the injection tests).
+        if k % 2 == 0:
+            corpus.append((f"pos{k}b", title, f"Topic {k} again: answer{k}."))
+        queries.append((f"q{k}", f"what is the value of topic {k}", [f"answer{k}"]))
+        qrels.append((f"q{k}", f"pos{k}", 1))
+        qrels_all += [(f"q{k}", f"pos{k}", 1), (f"q{k}", f"fn{k}", 1)]
+        if k % 2 == 0:
+            qrels.append((f"q{k}", f"pos{k}b", 1))
+            qrels_all.append((f"q{k}", f"pos{k}b", 1))
+    for j in range(n_filler):
+        words = " ".join(rng.choice(WORDS, size=8))
+        corpus.append((f"d{j}", f"Article {j % 4}", f"Filler passage {j}: {words}."))
+    fillers = [f"d{j}" for j in range(n_filler)]
+    negs = []
+    for k in range(n_queries):
+        pool = [f"fn{k}"] + list(rng.choice(fillers, size=n_neg - 1, replace=False))
+        pool = list(rng.permutation(pool))
+        for rank, pid in enumerate(pool, start=1):
+            excluded = rank == 3 and k == 1   # one excluded row: must never become a candidate
+            negs.append((f"q{k}", pid, rank, float(20 - rank), "bm25", pid.startswith("fn"), excluded))
+    paths = {name: root / f"{name}.parquet" for name in
+             ("corpus", "queries", "qrels", "qrels_all", "negatives")}
+    for name, rows, schema in (("corpus", corpus, CORPUS_SCHEMA), ("queries", queries, QUERIES_SCHEMA),
+                               ("qrels", qrels, QRELS_SCHEMA), ("qrels_all", qrels_all, QRELS_SCHEMA),
+                               ("negatives", negs, MINED_NEGATIVES_SCHEMA)):
+        write_table(paths[name], pd.DataFrame(rows, columns=schema.names), schema)
+    return paths
+
+
+def _sieve_retriever(folder: Path, seed: int = 0) -> Path:
+    """A tiny random retriever folder (retriever.json + towers) for scoring tests."""
+    from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
+
+    base = make_tiny_encoder(folder.parent / f"{folder.name}-base", seed=seed)
+    Retriever.from_pretrained(str(base), RetrieverSettings(base="tiny", temperature=0.05)).save(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def make_sieve_dataset() -> Callable[..., dict[str, Path]]:
+    return _sieve_dataset
+
+
+@pytest.fixture(scope="session")
+def make_retriever() -> Callable[..., Path]:
+    return _sieve_retriever
+
+
+# ---- the training tests ---------------------------------------------------------------------------
+
+def _train_files(root: Path, n_queries: int = 12, n_passages: int = 40, n_candidates: int = 8,
+                 seed: int = 0) -> dict[str, Path]:
+    """corpus/queries/qrels/negatives under ``root``; query i's positive is passage i."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    pids = [f"p{i:03d}" for i in range(n_passages)]
+    texts = [" ".join(rng.choice(TRAIN_WORDS, size=int(rng.integers(5, 12)))) for _ in pids]
+    corpus = pd.DataFrame({"pid": pids, "title": [f"title {i % 5}" for i in range(n_passages)],
+                           "text": texts})
+    qids = [f"q{i:03d}" for i in range(n_queries)]
+    queries = pd.DataFrame({"qid": qids, "text": [texts[i].split()[0] + " " + texts[i].split()[1]
+                                                  for i in range(n_queries)],
+                            "answers": [[] for _ in qids]})
+    qrels = pd.DataFrame({"qid": qids, "pid": pids[:n_queries], "relevance": 1})
+    rows = []
+    for i, qid in enumerate(qids):
+        # The positive itself is among the candidates (rank 1) and must never become a negative.
+        cands = [pids[i]] + [pids[j] for j in rng.choice(n_passages, size=n_candidates, replace=False)
+                             if j != i]
+        for rank, pid in enumerate(cands, start=1):
+            rows.append({"qid": qid, "pid": pid, "rank": rank, "score": float(100 - rank),
+                         "source": "bm25", "has_answer": False, "excluded": rank == 2})
+    negatives = pd.DataFrame(rows).astype({"rank": "int32", "score": "float32"})
+    paths = {"corpus": root / "corpus.parquet", "queries": root / "queries.train.parquet",
+             "qrels": root / "qrels.train.parquet", "negatives": root / "bm25.parquet"}
+    write_table(paths["corpus"], corpus, CORPUS_SCHEMA)
+    write_table(paths["queries"], queries, QUERIES_SCHEMA)
+    write_table(paths["qrels"], qrels, QRELS_SCHEMA)
+    write_table(paths["negatives"], negatives)
+    return paths
+
+
+def _tiny_model_dir(root: Path, seed: int = 0) -> Path:
+    from pipeline.retrieval.model import make_tiny_encoder
+
+    out = root / "tiny"
+    if not (out / "config.json").exists():
+        make_tiny_encoder(out, seed=seed)
+    return out
+
+
+def _tiny_retriever(model_dir: Path, similarity: str = "cosine", dropout: bool = True):
+    """A fresh retriever on the tiny encoder; ``dropout=False`` makes its forward pass deterministic.
+
+    A plain function (not only a fixture) because spawned DDP workers receive it as an argument.
+    """
+    import torch
+
+    from pipeline.retrieval.model import Retriever, RetrieverSettings
+
+    settings = RetrieverSettings(base=str(model_dir), similarity=similarity, temperature=0.1,
+                                 query_max_len=16, passage_max_len=32)
+    retriever = Retriever.from_pretrained(str(model_dir), settings)
+    if not dropout:
+        for module in retriever.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+    return retriever
+
+
+@pytest.fixture(scope="session")
+def make_train_files() -> Callable[..., dict[str, Path]]:
+    return _train_files
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Callable[..., Path]:
+    return _tiny_model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_retriever() -> Callable[..., object]:
+    return _tiny_retriever

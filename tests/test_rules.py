@@ -1,0 +1,156 @@
+"""The rule files as Snakemake loads them: path functions, the β tag, one definition per helper,
+and a conda environment on every rule that runs Python.
+
+The workflow is loaded once through Snakemake's API (default config.yaml), so these tests call the
+functions the rules call, not copies of them.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = REPO / "workflow" / "rules"
+ENVS = REPO / "workflow" / "envs"
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow_api = api.workflow(resource_settings=ResourceSettings(), snakefile=REPO / "Snakefile",
+                                    workdir=tmp_path_factory.mktemp("workdir"))
+        loaded = workflow_api._workflow
+        yield loaded
+        del workflow_api  # back to the previous working directory
+
+
+@pytest.fixture(scope="module")
+def g(workflow):
+    """The rule files' module namespace (common.smk's functions and constants)."""
+    return SimpleNamespace(**workflow.globals)
+
+
+# ---- the β tag -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("beta, tag", [
+    (0, "0"), (0.0, "0"), (0.5, "0.5"), (0.05, "0.05"), (0.1, "0.1"), (1, "1"), (2.0, "2"),
+    (1e-4, "0.0001"), (1e-5, "0.00001"), (1e-7, "0.0000001"), (1.5e-5, "0.000015"),
+    (0.1234567, "0.1234567"), (1e6, "1000000"), ("0.5", "0.5"),
+])
+def test_beta_tag(g, beta, tag):
+    assert g.beta_tag(beta) == tag
+
+
+@pytest.mark.parametrize("beta", [0, 0.5, 0.05, 1e-4, 1e-7, 3e-12, 0.1234567, 0.30000000000000004, 12.5])
+def test_beta_tag_reads_back_as_the_same_beta_and_fits_the_wildcard(g, beta):
+    # train_ccr reads --beta back from the path: the tag must be the configured value exactly.
+    tag = g.beta_tag(beta)
+    assert float(tag) == float(beta)
+    assert re.fullmatch(g.BETA_RE, tag), tag
+
+
+# ---- path functions --------------------------------------------------------------------------------
+
+def test_path_functions_give_the_rules_patterns(g):
+    assert g.corpus("{dataset}") == "resources/{dataset}/corpus.parquet"
+    assert g.queries("{dataset}", "{split}") == "resources/{dataset}/queries.{split}.parquet"
+    assert g.qrels("{dataset}", "train") == "resources/{dataset}/qrels.train.parquet"
+    assert g.qrels_all("{dataset}", "{split}") == "resources/{dataset}/qrels_all.{split}.parquet"
+    assert g.run("{dataset}", "{method}", "{split}") == "results/{dataset}/{method}/run.{split}.parquet"
+    assert g.run("{dataset}", "{method}", "{split}", seed="{seed}") == \
+        "results/{dataset}/{method}/seed{seed}/run.{split}.parquet"
+    assert g.retriever("{dataset}", g.ccr_model("{beta}")) == \
+        "results/{dataset}/models/dpr_ccr_b{beta}/retriever.json"
+    assert g.embedding_shard("{dataset}", "{model}", "{shard}", 2, "npy") == \
+        "results/{dataset}/embeddings/{model}/shard{shard}of2.npy"
+    assert g.ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}") == \
+        "results/{dataset}/ar2/{variant}/seed{seed}/round{r}/round.json"
+
+
+def test_default_config_paths(g):
+    """The locations the default config produces (the README and the docs name them)."""
+    tags = [g.beta_tag(b) for b in (0, 0.05, 0.5)]
+    assert [g.negatives("synthkb", g.sieve_name(t)) for t in tags] == [
+        "results/synthkb/negatives/sieve_b0.parquet", "results/synthkb/negatives/sieve_b0.05.parquet",
+        "results/synthkb/negatives/sieve_b0.5.parquet"]
+    assert g.model_dir("synthkb", g.dense_method_models()["dpr_ccr"]) == "results/synthkb/models/dpr_ccr_b0.5"
+    assert g.negatives("synthkb", "bm25") == "results/synthkb/negatives/bm25.parquet"
+    assert g.dataset_metrics("synthkb") == "results/synthkb/metrics.json"
+
+
+def _code_lines(path: Path):
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if code.strip():
+            yield number, code
+
+
+def test_rule_files_leave_locations_to_the_path_functions():
+    # logs/ and benchmarks/ are per rule; every other location is common.smk's to write.
+    typed = re.compile(r"""["'](resources|results|downloads)/""")
+    found = [f"{smk.name}:{n}: {code.strip()}" for smk in sorted(RULES.glob("*.smk"))
+             if smk.name != "common.smk" for n, code in _code_lines(smk) if typed.search(code)]
+    assert not found, "typed-out paths:\n" + "\n".join(found)
+
+
+def test_no_helper_is_defined_twice():
+    seen: dict[str, str] = {}
+    twice = []
+    for smk in [REPO / "Snakefile", *sorted(RULES.glob("*.smk"))]:
+        for name in re.findall(r"^def (\w+)", smk.read_text(), flags=re.MULTILINE):
+            if name in seen:
+                twice.append(f"{name}: {seen[name]} and {smk.name}")
+            seen[name] = smk.name
+    assert not twice, twice
+
+
+# ---- conda environments ----------------------------------------------------------------------------
+
+def _runs_python(rule) -> bool:
+    # `python -m pipeline.…`, or the training launcher's `$launch -m pipeline.…` (python or torchrun).
+    return re.search(r"\s-m\s+pipeline\.", rule.shellcmd or "") is not None
+
+
+def test_every_rule_that_runs_python_has_a_conda_env(workflow, g):
+    python_rules = [rule for rule in workflow.rules if _runs_python(rule)]
+    assert len(python_rules) >= 25, [rule.name for rule in python_rules]
+    assert {rule.name for rule in workflow.rules} - {rule.name for rule in python_rules} == {"all"}
+    for rule in python_rules:
+        env = rule.conda_env
+        assert env is not None, f"rule {rule.name} has no conda: line"
+        if callable(env):
+            # The env follows the job's device (its GPUs): the CPU build unless the job holds GPUs.
+            assert hasattr(rule.params, "device"), rule.name
+            chosen = {device: env(None, SimpleNamespace(device=device)) for device in ("cpu", "cuda")}
+            assert chosen == {"cpu": g.CPU_ENV, "cuda": g.CONDA_ENVS["cuda"]}, rule.name
+            paths = chosen.values()
+        else:
+            assert env == g.CPU_ENV, rule.name
+            paths = [env]
+        for path in paths:
+            resolved = (Path(rule.basedir.get_path_or_uri(secret_free=True)) / path).resolve()
+            assert resolved.parent == ENVS and resolved.is_file(), (rule.name, resolved)
+
+
+def test_gpu_capable_rules_follow_their_gpus(workflow):
+    """Rules that can be given GPUs choose their env from the job; the others always run on CPU."""
+    gpu_rules = {rule.name for rule in workflow.rules if "gpus" in rule.resources}
+    assert gpu_rules == {"train_dpr", "train_ccr", "encode_corpus", "build_index", "search_dense",
+                         "ar2_round", "ar2_search"}
+    for rule in workflow.rules:
+        if _runs_python(rule):
+            assert callable(rule.conda_env) == (rule.name in gpu_rules), rule.name
+
+
+def test_every_module_a_rule_runs_exists(workflow):
+    # A renamed stage module fails only when its job runs; catch it at load time instead.
+    modules = {m for rule in workflow.rules for m in re.findall(r"\s-m\s+(pipeline(?:\.\w+)+)", rule.shellcmd or "")}
+    assert len(modules) >= 15, modules
+    missing = sorted(m for m in modules if not (REPO / (m.replace(".", "/") + ".py")).is_file())
+    assert not missing, missing
