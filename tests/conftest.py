@@ -160,3 +160,17 @@ def tiny_model_dir() -> Callable[..., Path]:
 @pytest.fixture(scope="session")
 def tiny_retriever() -> Callable[..., object]:
     return _tiny_retriever
+
+
+# ---- resume tests --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def crash_after() -> Callable[[int], Callable[[int], None]]:
+    """crash_after(n): an ``on_step_end`` hook that kills a training loop once step n has finished
+    (raises RuntimeError("simulated crash ...")); the checkpoint written before it stays."""
+    def make(n: int) -> Callable[[int], None]:
+        def hook(step: int) -> None:
+            if step == n:
+                raise RuntimeError(f"simulated crash after step {step}")
+        return hook
+    return make

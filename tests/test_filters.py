@@ -169,3 +169,36 @@ def test_cross_encoder_training_plan_and_filter(toy):
     _, ce = run_filter(toy, "cross_encoder", "--threshold", "0.5", model=model)
     assert ((ce["score"] > 0) & (ce["score"] < 1)).all()
     assert ce["kept"].tolist() == (ce["score"] < 0.5).tolist()
+
+
+# ---- the oracle filter and the training negatives of a filter -----------------------------------
+
+def test_oracle_drops_exactly_the_hand_made_qrels_all_and_writes_training_negatives(toy):
+    cands = pd.read_parquet(toy["candidates"])
+    truth = set(map(tuple, pd.read_parquet(toy["qrels_all"])[["qid", "pid"]].to_numpy()))
+    train_out = toy["root"] / "oracle" / "train.parquet"
+    _, oracle = run_filter(toy, "oracle", "--train-out", str(train_out))
+    expected = [(q, p) not in truth for q, p in cands[["qid", "pid"]].to_numpy()]
+    assert oracle["kept"].tolist() == expected
+    assert not all(expected)  # the toy's fn<k> passages are candidates: something must be dropped
+    train = pd.read_parquet(train_out)
+    assert list(train.columns) == ["qid", "pid", "rank", "score", "source", "has_answer", "excluded"]
+    assert len(train) == sum(expected)
+    assert not any((q, p) in truth for q, p in train[["qid", "pid"]].to_numpy())
+    assert (train["source"] == "oracle").all() and not train["excluded"].any()
+    for _, ranks in train.groupby("qid")["rank"]:
+        assert ranks.tolist() == list(range(1, len(ranks) + 1))  # renumbered, source order kept
+    kept = cands[expected].sort_values(["qid", "rank"])
+    assert train["pid"].tolist() == kept["pid"].tolist()
+    assert np.allclose(train["score"], kept["source_score"].astype(np.float32))
+
+
+def test_oracle_refuses_candidates_without_exact_labels(toy, tmp_path):
+    unlabelled = tmp_path / "candidates.parquet"
+    fn_labels.main(["--negatives", str(toy["negatives"]), "--qrels", str(toy["qrels"]),
+                    "--queries", str(toy["queries"]), "--corpus", str(toy["corpus"]),
+                    "--candidates", "8", "--pool", "12", "--out", str(unlabelled)])
+    with pytest.raises(DataError, match="exact false-negative labels"):
+        filters.main(["--filter", "oracle", "--candidates", str(unlabelled), "--corpus", str(toy["corpus"]),
+                      "--queries", str(toy["queries"]), "--out", str(tmp_path / "d.parquet")])
+    assert not (tmp_path / "d.parquet").exists()

@@ -141,8 +141,9 @@ def test_every_rule_that_runs_python_has_a_conda_env(workflow, g):
 def test_gpu_capable_rules_follow_their_gpus(workflow):
     """Rules that can be given GPUs choose their env from the job; the others always run on CPU."""
     gpu_rules = {rule.name for rule in workflow.rules if "gpus" in rule.resources}
-    assert gpu_rules == {"train_dpr", "train_ccr", "encode_corpus", "build_index", "search_dense",
-                         "ar2_round", "ar2_search"}
+    trained = {"train_dpr", "train_dpr_filtered", "train_ccr", "search_dense"}
+    assert gpu_rules == trained | {f"{r}_seed" for r in trained} | {"encode_corpus", "build_index",
+                                                                    "ar2_round", "ar2_search"}
     for rule in workflow.rules:
         if _runs_python(rule):
             assert callable(rule.conda_env) == (rule.name in gpu_rules), rule.name
@@ -154,3 +155,29 @@ def test_every_module_a_rule_runs_exists(workflow):
     assert len(modules) >= 15, modules
     missing = sorted(m for m in modules if not (REPO / (m.replace(".", "/") + ".py")).is_file())
     assert not missing, missing
+
+
+# ---- the DPR controls --------------------------------------------------------------------------------
+
+def test_dpr_controls_train_on_their_filters_negatives(g):
+    models = g.dense_method_models()
+    tag = g.beta_tag(g.config["ccr"]["beta"])
+    assert models["dpr_oracle"] == "dpr_oracle" and models["dpr_none"] == "dpr_none"
+    assert models["dpr_sieve"] == f"dpr_sieve_b{tag}"
+    for method in ("dpr_oracle", "dpr_answer_match", "dpr_sieve"):
+        negs = models[method].removeprefix("dpr_")
+        assert re.fullmatch("|".join(g.OTHER_FILTERS) + "|" + g.sieve_name(g.BETA_RE), negs)
+
+
+def test_oracle_on_a_dataset_without_exact_labels_fails_while_planning(tmp_path):
+    import subprocess
+    import sys
+
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("datasets:\n  mydata:\n    format: squad\n    source: data/dev.json\n")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "results/mydata/dpr_oracle/metrics.json",
+                           "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", str(overlay)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "exact false-negative labels" in proc.stdout + proc.stderr

@@ -1,4 +1,5 @@
-"""AR2 seeds: mean and sample std over per-seed evaluations, checks, and the gathered table."""
+"""Seeds: mean and sample std over per-seed evaluations (AR2 with info.json, others with --seeds),
+checks, and the gathered table."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import pytest
 
 from pipeline.evaluation.gather import gather, html_table, markdown_table
 from pipeline.core.storage import DataError
-from pipeline.evaluation.seed_metrics import aggregate_seeds, main, mean_std
+from pipeline.evaluation.seed_metrics import aggregate_seeds, main
 
 
 def _metrics(method: str, r1: float, r5: float, n: int = 10) -> dict:
@@ -19,14 +20,6 @@ def _metrics(method: str, r1: float, r5: float, n: int = 10) -> dict:
 def _info(seed: int, rnd: int = 1) -> dict:
     return {"seed": seed, "selected_round": rnd, "steps": {"ranker": 4, "retriever": 8, "total": 12},
             "wall_time_s": 10.0}
-
-
-def test_mean_std_hand_computed():
-    # mean 0.5; deviations -0.1, 0, 0.1 -> sum of squares 0.02 / (3-1) = 0.01 -> std 0.1
-    mean, std = mean_std([0.4, 0.5, 0.6])
-    assert mean == pytest.approx(0.5)
-    assert std == pytest.approx(0.1)
-    assert mean_std([0.7]) == (0.7, None)
 
 
 def test_aggregate_three_seeds():
@@ -84,3 +77,52 @@ def test_info_without_seed_names_the_file(tmp_path):
     i.write_text(json.dumps({"selected_round": 1}))
     with pytest.raises(DataError, match="bad_info.json"):
         main(["--metrics", str(m), "--infos", str(i), "--out", str(tmp_path / "o.json")])
+
+
+def test_ar2_layout_is_unchanged():
+    """The AR2 file's keys and order, as ar2_seeds has always written them."""
+    out = aggregate_seeds([{**_metrics("ar2", 0.4, 0.8), "depth": 100, "notes": "one run"},
+                           {**_metrics("ar2", 0.6, 0.8), "depth": 100}], [_info(0), _info(1)], ["a", "b"])
+    assert list(out) == ["dataset", "method", "split", "n_queries", "depth", "seeds", "metrics", "steps",
+                         "wall_time_s", "per_seed", "metrics_std", "notes"]
+    assert list(out["per_seed"][0]) == ["seed", "metrics", "selected_round", "steps", "wall_time_s"]
+    assert out["notes"] == "mean over 2 seed(s) [0, 1]; 12 AR2 steps per seed"
+
+
+def test_seeds_without_infos(tmp_path):
+    paths = []
+    for seed, r1 in ((3, 0.4), (7, 0.5), (5, 0.6)):
+        m = tmp_path / f"m{seed}.json"
+        # wall_time_s differs per seed: one run's time describes no aggregate and is dropped
+        m.write_text(json.dumps({**_metrics("dpr", r1, 0.8), "depth": 100, "wall_time_s": float(seed)}))
+        paths.append(str(m))
+    out = tmp_path / "metrics.json"
+    assert main(["--metrics", *paths, "--seeds", "3", "7", "5", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert list(data) == ["dataset", "method", "split", "n_queries", "depth", "seeds", "metrics", "per_seed",
+                          "metrics_std", "notes"]
+    assert data["seeds"] == [3, 7, 5]
+    assert data["per_seed"] == [{"seed": 3, "metrics": {"R@1": 0.4, "R@5": 0.8}},
+                                {"seed": 7, "metrics": {"R@1": 0.5, "R@5": 0.8}},
+                                {"seed": 5, "metrics": {"R@1": 0.6, "R@5": 0.8}}]
+    assert data["metrics"]["R@1"] == pytest.approx(0.5)
+    assert data["metrics_std"]["R@1"] == pytest.approx(0.1)
+    assert data["notes"] == "mean over 3 seed(s) [3, 7, 5]"
+
+
+def test_seeds_without_infos_are_checked(tmp_path):
+    metrics = [_metrics("dpr", 0.4, 0.8), _metrics("dpr", 0.5, 0.8)]
+    with pytest.raises(DataError, match="one seed per metrics.json"):
+        aggregate_seeds(metrics, None, ["a", "b"], [0])
+    with pytest.raises(DataError, match="duplicate seeds"):
+        aggregate_seeds(metrics, None, ["a", "b"], [1, 1])
+    with pytest.raises(DataError, match="--infos or --seeds"):
+        aggregate_seeds(metrics, None, ["a", "b"])
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps(metrics[0]))
+    with pytest.raises(SystemExit):  # argparse: exactly one of --infos / --seeds
+        main(["--metrics", str(m), "--out", str(tmp_path / "o.json")])
+    i = tmp_path / "i.json"
+    i.write_text(json.dumps(_info(0)))
+    with pytest.raises(SystemExit):
+        main(["--metrics", str(m), "--infos", str(i), "--seeds", "0", "--out", str(tmp_path / "o.json")])

@@ -9,10 +9,6 @@ from pipeline.training.data import TrainData
 from pipeline.training.loop import LOG_FILE, TrainConfig, train
 
 
-class Crash(RuntimeError):
-    pass
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     root = tmp_path_factory.mktemp("resume")
@@ -35,7 +31,8 @@ def _weights(model):
 
 
 @pytest.mark.parametrize("grad_accum", [1, 2])
-def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, tiny_retriever):
+def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, tiny_retriever,
+                                                 crash_after):
     _, model_dir, data = setup
     cfg = _config(grad_accum=grad_accum, batch_size=4 if grad_accum == 1 else 2)
 
@@ -43,13 +40,9 @@ def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, ti
     summary = train(reference, data, cfg, checkpoint_dir=tmp_path / "ref.ckpt")
     assert summary["steps"] == 6
 
-    def crash_after_4(step):
-        if step == 4:
-            raise Crash
-
     crashed = tiny_retriever(model_dir)
-    with pytest.raises(Crash):
-        train(crashed, data, cfg, checkpoint_dir=tmp_path / "run.ckpt", on_step_end=crash_after_4)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(crashed, data, cfg, checkpoint_dir=tmp_path / "run.ckpt", on_step_end=crash_after(4))
     assert (tmp_path / "run.ckpt" / "state.pt").exists()
 
     resumed = tiny_retriever(model_dir)  # a fresh process would start from the base weights too
@@ -72,16 +65,12 @@ def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, ti
     assert {"step", "loss", "nce", "ccr", "lr", "examples_per_s"} <= set(ref_log[0])
 
 
-def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path, tiny_retriever):
+def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path, tiny_retriever, crash_after):
     _, model_dir, data = setup
 
-    def crash_after_4(step):
-        if step == 4:
-            raise Crash
-
-    with pytest.raises(Crash):
+    with pytest.raises(RuntimeError, match="simulated crash"):
         train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c",
-              on_step_end=crash_after_4)
+              on_step_end=crash_after(4))
     summary = train(tiny_retriever(model_dir), data, _config(lr=5e-4), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0
 

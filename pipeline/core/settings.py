@@ -46,6 +46,9 @@ class TrainSettings:
     checkpoint_every: int = _setting(50, "optimizer steps between checkpoints; 0 = never")
     precision: str = _setting("bf16", "autocast on CUDA (CPU always computes fp32)", choices=PRECISIONS)
     drop_queries_without_positive: bool = _setting(False, "leave such train queries out (default: error)")
+    train_layers: Optional[int] = _setting(
+        None, "train only the top N transformer layers; the embeddings and lower layers stay frozen "
+              "and their outputs are computed once per text and cached (CPU budget); null = all")
 
 
 @dataclass
@@ -91,6 +94,10 @@ class EvalSettings:
     ks: list[int] = field(default_factory=lambda: [1, 5, 20, 100])
     depth: int = 100
     trec_export: bool = True
+    # Paired comparisons [method, baseline] reported as mean difference with a 95% interval over
+    # the seeds both were run with; a pair with a method not in `methods` is left out.
+    compare: list[list[str]] = field(default_factory=lambda: [
+        ["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["dpr_oracle", "dpr"], ["ar2_sieve", "ar2"]])
 
 
 @dataclass
@@ -248,7 +255,9 @@ SECTIONS: dict[str, type] = {
     "ccr": CcrSettings, "encode": EncodeSettings, "index": IndexSettings, "search": SearchSettings,
     "sieve": SieveSettings, "ar2": Ar2Settings,
 }
-TOP_LEVEL_DEFAULTS: dict[str, Any] = {"seed": 0}
+# seeds: the training seeds of every trained method (dpr, dpr_ccr, dpr_sieve, dpr_<filter>, and AR2
+# unless ar2.seeds says otherwise); null = [seed]. Several seeds give mean ± std and paired intervals.
+TOP_LEVEL_DEFAULTS: dict[str, Any] = {"seed": 0, "seeds": None}
 
 
 def defaults(cls: type) -> dict[str, Any]:
@@ -309,6 +318,10 @@ def flag_name(name: str) -> str:
 
 def _field_type(cls: type, name: str) -> type:
     hint = get_type_hints(cls)[name]
+    # Optional[X] parses as X; None is the default, spelled by leaving the flag out.
+    args = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
+    if len(args) == 1:
+        hint = args[0]
     return {float: float, int: int, str: str, bool: bool}.get(hint, str)
 
 

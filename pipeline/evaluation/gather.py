@@ -6,9 +6,14 @@
 The JSON maps method -> its split, n_queries, metrics and any extra fields its metrics.json carries
 (notes, seeds, wall_time_s, ...). The table has one row per method (in input order) and the metric
 columns in a fixed order: R@k by k, MRR@10, hit@k, recall@k, then the ``_all`` family, then the rest.
+
+``--compare METHOD:BASELINE ...`` adds ``comparisons``: per pair, the paired difference
+method − baseline of every metric over the seeds both were run with, and its 95% t interval
+(pipeline.evaluation.seed_stats; docs/evaluation.md), shown in a second table.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import os
@@ -19,10 +24,12 @@ from typing import Sequence
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
 from pipeline.evaluation.metrics import metric_sort_key
+from pipeline.evaluation.seed_stats import common_seeds, paired_difference
 
 log = logging.getLogger("sieve.gather_metrics")
 
 REQUIRED = ("dataset", "method", "split", "n_queries", "metrics")
+LEVEL = 0.95
 
 
 def read_metrics(path: str | os.PathLike) -> dict:
@@ -32,21 +39,58 @@ def read_metrics(path: str | os.PathLike) -> dict:
     for key in REQUIRED:
         if key not in data:
             raise DataError("missing field", file=path, field=key)
-    if not isinstance(data["metrics"], dict):
-        raise DataError("must be an object of metric name -> number", file=path, field="metrics")
-    for name, value in data["metrics"].items():
-        if isinstance(value, bool) or not isinstance(value, Real):
-            raise DataError(f"metric value must be a number, got {value!r}", file=path,
-                            field=f"metrics.{name}")
+    _check_metric_values(data["metrics"], path, "metrics")
     return data
 
 
-def gather(dataset: str, paths: Sequence[str | os.PathLike]) -> dict:
-    """``{"dataset": D, "methods": {method: {split, n_queries, ..., metrics}}}`` in input order."""
+def _check_metric_values(metrics, path: str | os.PathLike, field: str) -> None:
+    if not isinstance(metrics, dict):
+        raise DataError("must be an object of metric name -> number", file=path, field=field)
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise DataError(f"metric value must be a number, got {value!r}", file=path,
+                            field=f"{field}.{name}")
+
+
+def seed_runs(data: dict, path: str | os.PathLike) -> dict[int | None, dict]:
+    """A method's runs as seed -> metrics: ``per_seed`` when the method was run with several seeds
+    (seed_metrics), else its one run, under its ``seed`` / one-element ``seeds`` or None (not
+    recorded)."""
+    if "per_seed" not in data:
+        seed = data.get("seed")
+        if seed is None and isinstance(data.get("seeds"), list) and len(data["seeds"]) == 1:
+            seed = data["seeds"][0]
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            seed = None  # a free-form seed field says nothing a pairing could rely on
+        return {seed: data["metrics"]}
+    entries = data["per_seed"]
+    if not isinstance(entries, list) or not entries:
+        raise DataError("must be a non-empty list of {seed, metrics}", file=path, field="per_seed")
+    runs: dict[int | None, dict] = {}
+    for i, entry in enumerate(entries):
+        where = f"per_seed[{i}]"
+        if not isinstance(entry, dict) or "seed" not in entry or "metrics" not in entry:
+            raise DataError("must be an object with seed and metrics", file=path, field=where)
+        seed = entry["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise DataError(f"seed must be an integer, got {seed!r}", file=path, field=f"{where}.seed")
+        if seed in runs:
+            raise DataError(f"seed {seed} appears twice", file=path, field=f"{where}.seed")
+        _check_metric_values(entry["metrics"], path, f"{where}.metrics")
+        runs[seed] = entry["metrics"]
+    return runs
+
+
+def gather(dataset: str, paths: Sequence[str | os.PathLike],
+           compare: Sequence[tuple[str, str]] = ()) -> dict:
+    """``{"dataset": D, "methods": {method: {split, n_queries, ..., metrics}}, "comparisons": [...]}``,
+    methods in input order, one comparison per ``compare`` pair (method, baseline) whose two
+    methods were both read."""
     if not paths:
         raise DataError("no metrics files given", field="--inputs")
     methods: dict[str, dict] = {}
     sources: dict[str, str] = {}
+    runs: dict[str, dict] = {}
     for path in paths:
         data = read_metrics(path)
         if data["dataset"] != dataset:
@@ -60,15 +104,62 @@ def gather(dataset: str, paths: Sequence[str | os.PathLike]) -> dict:
         entry["metrics"] = data["metrics"]
         methods[method] = entry
         sources[method] = str(path)
-    return {"dataset": dataset, "methods": methods}
+        runs[method] = seed_runs(data, path)
+    comparisons = []
+    for method, baseline in compare:
+        missing = [m for m in (method, baseline) if m not in methods]
+        if missing:
+            log.info("comparison %s − %s left out: %s not gathered", method, baseline,
+                     " and ".join(missing))
+            continue
+        comparisons.append(compare_methods(method, baseline, methods, runs))
+    return {"dataset": dataset, "methods": methods, "comparisons": comparisons}
 
 
-def _cell(value, std=None) -> str:
+def _pairable(a: dict, b: dict) -> tuple[dict, dict]:
+    """One run against one run pairs (n = 1) even when a seed was not recorded: the key None
+    takes the other side's seed."""
+    if len(a) == 1 and len(b) == 1 and None in {*a, *b} and a.keys() != b.keys():
+        seed = next(s for s in (*a, *b) if s is not None)
+        return {seed: next(iter(a.values()))}, {seed: next(iter(b.values()))}
+    return a, b
+
+
+def compare_methods(method: str, baseline: str, methods: dict, runs: dict) -> dict:
+    """One ``comparisons`` entry: method − baseline of every metric both have in every common seed."""
+    a, b = _pairable(runs[method], runs[baseline])
+    seeds, only_a, only_b = common_seeds(a, b)
+    names = [name for name in methods[method]["metrics"] if name in methods[baseline]["metrics"]
+             and all(name in a[s] and name in b[s] for s in seeds)]
+    diffs = {}
+    for name in sorted(names, key=metric_sort_key) if seeds else []:
+        d = paired_difference({s: a[s][name] for s in seeds}, {s: b[s][name] for s in seeds}, LEVEL)
+        diffs[name] = {"diff": d.mean, "std": d.std, "ci_low": d.ci_low, "ci_high": d.ci_high}
+    entry = {"method": method, "baseline": baseline, "level": LEVEL, "n": len(seeds), "seeds": seeds,
+             "only_method": only_a, "only_baseline": only_b}
+    if not seeds:
+        entry["note"] = "no seed in common: nothing paired"
+        log.info("comparison %s − %s: no common seed (%s: %s, %s: %s)", method, baseline,
+                 method, list(a), baseline, list(b))
+    elif len(seeds) == 1:
+        entry["note"] = "1 seed: a difference of single runs, no interval"
+    if seeds and (only_a or only_b):
+        log.info("comparison %s − %s: seeds left out (only %s: %s, only %s: %s)", method, baseline,
+                 method, only_a, baseline, only_b)
+    entry["metrics"] = diffs
+    return entry
+
+
+def _num(value, sign: str = "") -> str:
     if value is None:
         return "–"
     if isinstance(value, float) and math.isnan(value):
         return "nan"
-    return f"{value:.3f}" if std is None else f"{value:.3f} ± {std:.3f}"
+    return f"{value:{sign}.3f}"
+
+
+def _cell(value, std=None) -> str:
+    return _num(value) if std is None or value is None else f"{_num(value)} ± {_num(std)}"
 
 
 FOOTNOTE = ("R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: qrels (see "
@@ -89,33 +180,96 @@ def table_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
     return ["method", "split", "queries", *columns], rows, notes
 
 
+COMPARISON_TITLE = f"Paired differences (method − baseline), {LEVEL:.0%} CI over seeds"
+COMPARISON_FOOTNOTE = (
+    "d [lo, hi]: mean over the seeds both methods ran with of (method − baseline), and its two-sided "
+    f"{LEVEL:.0%} Student-t interval (n − 1 degrees of freedom). An interval that contains 0 does not "
+    "show a difference at this number of seeds; n/a (1 seed): one run each, no interval. "
+    "docs/evaluation.md.")
+
+
+def _seed_list(seeds: list) -> str:
+    return ", ".join("not recorded" if s is None else str(s) for s in seeds)
+
+
+def _diff_cell(diff: dict | None) -> str:
+    if diff is None:
+        return "–"
+    if diff["ci_low"] is None:
+        return f"{_num(diff['diff'], '+')} [n/a (1 seed)]"
+    return f"{_num(diff['diff'], '+')} [{_num(diff['ci_low'])}, {_num(diff['ci_high'])}]"
+
+
+def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
+    """(header, one row per comparison, notes) of the paired-difference table; shared by Markdown
+    and HTML like ``table_rows``."""
+    comparisons = gathered.get("comparisons") or []
+    columns = sorted({name for c in comparisons for name in c["metrics"]}, key=metric_sort_key)
+    rows, notes = [], []
+    for c in comparisons:
+        label = f"{c['method']} − {c['baseline']}"
+        seeds = f"{c['n']} ({_seed_list(c['seeds'])})" if c["n"] else "n/a (no common seed)"
+        rows.append([label, seeds] + [_diff_cell(c["metrics"].get(name)) for name in columns])
+        if not c["n"]:
+            notes.append(f"{label}: no common seed ({c['method']}: {_seed_list(c['only_method'])}; "
+                         f"{c['baseline']}: {_seed_list(c['only_baseline'])})")
+            continue
+        for side, key in ((c["method"], "only_method"), (c["baseline"], "only_baseline")):
+            if c[key]:
+                notes.append(f"{label}: seed(s) {_seed_list(c[key])} only run for {side}, left out")
+    return ["method − baseline", "n (seeds)", *columns], rows, notes
+
+
+def _markdown_grid(header: list[str], rows: list[list[str]], left: int) -> list[str]:
+    return (["| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|"]
+            + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
 def markdown_table(gathered: dict) -> str:
-    """Methods as rows, metrics as columns (fixed order), 3 decimals; notes listed below."""
+    """Methods as rows, metrics as columns (fixed order), 3 decimals; notes listed below; then the
+    paired differences, when there are comparisons."""
     header, rows, notes = table_rows(gathered)
-    lines = [f"# {gathered['dataset']}: retrieval metrics", "",
-             "| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
-    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    lines = [f"# {gathered['dataset']}: retrieval metrics", "", *_markdown_grid(header, rows, 3)]
     if notes:
         lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
     lines += ["", FOOTNOTE]
+    header, rows, notes = comparison_rows(gathered)
+    if rows:
+        lines += ["", f"## {COMPARISON_TITLE}", "", *_markdown_grid(header, rows, 2)]
+        if notes:
+            lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
+        lines += ["", COMPARISON_FOOTNOTE]
     return "\n".join(lines) + "\n"
 
 
 def html_table(gathered: dict) -> str:
-    """The same table as a small standalone HTML page (for `snakemake --report`)."""
+    """The same tables as a small standalone HTML page (for `snakemake --report`)."""
     from html import escape
 
-    header, rows, notes = table_rows(gathered)
-    head = "".join(f"<th>{escape(c)}</th>" for c in header)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows)
-    paragraphs = [f"Notes: {'; '.join(notes)}"] if notes else []
-    paragraphs.append(FOOTNOTE)
-    return ("<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
+    def section(header: list[str], rows: list[list[str]], notes: list[str], footnote: str) -> str:
+        head = "".join(f"<th>{escape(c)}</th>" for c in header)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+                       for cells in rows)
+        paragraphs = [f"Notes: {'; '.join(notes)}"] if notes else []
+        paragraphs.append(footnote)
+        return f"<table><tr>{head}</tr>{body}</table>" + "".join(f"<p>{escape(p)}</p>" for p in paragraphs)
+
+    page = ("<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
             f"</style><h3>{escape(gathered['dataset'])}: retrieval metrics</h3>"
-            f"<table><tr>{head}</tr>{body}</table>"
-            + "".join(f"<p>{escape(p)}</p>" for p in paragraphs))
+            + section(*table_rows(gathered), FOOTNOTE))
+    header, rows, notes = comparison_rows(gathered)
+    if rows:
+        page += f"<h4>{escape(COMPARISON_TITLE)}</h4>" + section(header, rows, notes, COMPARISON_FOOTNOTE)
+    return page
+
+
+def _pair(text: str) -> tuple[str, str]:
+    method, sep, baseline = text.partition(":")
+    if not sep or not method or not baseline or ":" in baseline:
+        raise argparse.ArgumentTypeError(f"expected METHOD:BASELINE, got {text!r}")
+    return method, baseline
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,10 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-html", help="the table as HTML (the Snakemake report shows it)")
+    parser.add_argument("--compare", nargs="*", default=[], type=_pair, metavar="METHOD:BASELINE",
+                        help="paired differences method − baseline over common seeds (95%% t interval)")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
-    gathered = gather(args.dataset, args.inputs)
+    gathered = gather(args.dataset, args.inputs, args.compare)
     table = markdown_table(gathered)
     write_json(args.out_json, gathered)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:

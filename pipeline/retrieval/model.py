@@ -127,8 +127,11 @@ class Retriever(torch.nn.Module):
 
     def _embed(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        hidden = model(**inputs).last_hidden_state
-        emb = pool(hidden, batch["attention_mask"], self.settings.pooling)
+        return self.embed_hidden(model(**inputs).last_hidden_state, batch["attention_mask"])
+
+    def embed_hidden(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Pooled (and, for cosine, L2-normalised) embeddings from a tower's last hidden states."""
+        emb = pool(hidden, attention_mask, self.settings.pooling)
         if self.settings.similarity == "cosine":
             emb = F.normalize(emb.float(), p=2, dim=-1)
         return emb

@@ -9,6 +9,8 @@ or dropped (suspected false negative), with the ``score`` it decided on. Filters
 
 - ``none``            keep everything (the noisy baseline).
 - ``answer_match``    DPR: drop candidates whose text contains an answer string (``has_answer``).
+- ``oracle``          drop exactly the true false negatives (labels from qrels_all or injection): the
+                      upper bound of every filter; needs exact labels, so synthkb or an injected simulation.
 - ``rank_window``     FlagEmbedding: drop the top ``--start`` ranks of the source list (score = rank).
 - ``positive_aware``  NV-Retriever: drop if s_neg > margin * s_pos (``relative``), s_neg > s_pos - margin
                       (``difference``) or s_neg > margin (``absolute``), with a retriever's cosine.
@@ -31,13 +33,14 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, SIEVE_SCHEMA
+from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, write_table
-from pipeline.sieve.passage_sieve import FALLBACKS, model_similarities, read_candidates, sieve_table
+from pipeline.sieve.passage_sieve import (FALLBACKS, model_similarities, read_candidates, sieve_table,
+                                          train_negatives)
 
 log = logging.getLogger("sieve.filters")
 
-FILTERS = ("none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve",
+FILTERS = ("none", "answer_match", "oracle", "rank_window", "positive_aware", "cross_encoder", "sieve",
            "sieve_no_ccr")
 POSITIVE_AWARE_MODES = ("relative", "difference", "absolute")
 
@@ -101,6 +104,26 @@ class AnswerMatchFilter(CandidateFilter):
                         "they are kept", int(known.isna().sum()))
         hit = known.fillna(False).to_numpy(bool)
         return pd.DataFrame({"score": hit.astype(float), "kept": ~hit})
+
+
+class OracleFilter(CandidateFilter):
+    """Keeps exactly the candidates known not to be false negatives: only exact labels count."""
+    name = "oracle"
+    EXACT = ("qrels_all", "injected")
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        cands = inputs.candidates
+        source = cands["fn_label_source"].astype("string")
+        inexact = ~source.isin(self.EXACT).fillna(False).to_numpy(bool)
+        if inexact.any():
+            first = cands.loc[inexact].iloc[0]
+            raise DataError(
+                f"oracle needs exact false-negative labels (qrels_all or injected) for every candidate; "
+                f"{int(inexact.sum())} of {len(cands)} have none (a dataset without qrels_all: use "
+                f"answer_match, the answer-string approximation)",
+                record=f"qid {first['qid']}, pid {first['pid']}", field="fn_label_source")
+        is_fn = cands["is_false_negative"].astype("boolean").to_numpy(bool)
+        return pd.DataFrame({"score": is_fn.astype(float), "kept": ~is_fn})
 
 
 class RankWindowFilter(CandidateFilter):
@@ -185,6 +208,8 @@ def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
         return NoFilter()
     if name == "answer_match":
         return AnswerMatchFilter()
+    if name == "oracle":
+        return OracleFilter()
     if name == "rank_window":
         return RankWindowFilter(args.start)
     if name == "positive_aware":
@@ -216,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--train-out", default=None,
+                        help="kept negatives in the bm25.parquet layout (DPR training input)")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
@@ -227,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
         table = the_filter.decisions(FilterInputs(cands, args.corpus, args.queries, Path(work),
                                                   args.batch_size))
     write_table(out, table)
+    if args.train_out:
+        # What DPR trains on when this filter cleans its negatives (method dpr_<filter>).
+        decided = table.to_pandas()
+        has_answer = cands["has_answer"].reset_index(drop=True) if "has_answer" in cands else None
+        train = train_negatives(decided, args.filter, has_answer, score="source_score")
+        write_table(args.train_out, pa.Table.from_pandas(train, schema=MINED_NEGATIVES_SCHEMA,
+                                                         preserve_index=False))
     kept = np.asarray(table.column("kept"))
     log.info("filter %s: kept %d of %d candidates (%.1f%% dropped) -> %s", args.filter, kept.sum(),
              len(kept), 100 * (1 - kept.mean()) if len(kept) else 0.0, out)

@@ -229,13 +229,15 @@ def sieve_table(cands: pd.DataFrame, sims: Similarities, *, strict: bool, fallba
     return out
 
 
-def train_negatives(table: pd.DataFrame, source: str, has_answer: pd.Series | None = None) -> pd.DataFrame:
+def train_negatives(table: pd.DataFrame, source: str, has_answer: pd.Series | None = None,
+                    score: str = "similarity") -> pd.DataFrame:
     """Kept rows in the bm25.parquet layout: ranks renumbered 1..n in source-rank order, score = the
-    sieve model's similarity, has_answer from the candidates (unknown -> false), excluded = false."""
+    ``score`` column (the sieve model's similarity; a filter's source score), has_answer from the
+    candidates (unknown -> false), excluded = false."""
     kept = table[table["kept"]].sort_values(["qid", "rank"], kind="stable")
     out = pd.DataFrame({"qid": kept["qid"], "pid": kept["pid"]})
     out["rank"] = kept.groupby("qid", sort=False).cumcount().to_numpy() + 1
-    out["score"] = kept["similarity"].astype(np.float32)
+    out["score"] = kept[score].astype(np.float32)
     out["source"] = source
     ha = has_answer.loc[kept.index] if has_answer is not None else pd.Series(False, index=kept.index)
     out["has_answer"] = ha.astype("boolean").fillna(False).astype(bool).to_numpy()

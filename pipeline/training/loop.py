@@ -33,6 +33,7 @@ from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce
 from pipeline.core.storage import atomic_open, write_json
 from pipeline.training.losses import SCALES, contrastive_loss, positive_columns, similarity_scores
 from pipeline.training.data import epoch_order, micro_batch_indices
+from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
 
 log = logging.getLogger("sieve.trainer")
 
@@ -56,14 +57,57 @@ class TrainConfig(Objective, TrainSettings):
 
 
 class DualEncoder(torch.nn.Module):
-    """A forward() over both towers, so DDP sees one call per micro-batch and syncs every weight."""
+    """A forward() over both towers, so DDP sees one call per micro-batch and syncs every weight.
 
-    def __init__(self, retriever: torch.nn.Module):
+    With ``frozen`` layers (train_layers), the inputs are cached lower-layer states ({"hidden",
+    "attention_mask"}) and only the layers above them run.
+    """
+
+    def __init__(self, retriever: torch.nn.Module, frozen: int | None = None):
         super().__init__()
         self.retriever = retriever
+        self.frozen = frozen
 
     def forward(self, queries: dict, passages: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.retriever.embed_queries(queries), self.retriever.embed_passages(passages)
+        r = self.retriever
+        if self.frozen is None:
+            return r.embed_queries(queries), r.embed_passages(passages)
+        return (self._upper(r.query_model, queries), self._upper(r.passage_tower, passages))
+
+    def _upper(self, tower: torch.nn.Module, states: dict) -> torch.Tensor:
+        hidden = run_layers(tower, states["hidden"], states["attention_mask"], self.frozen)
+        return self.retriever.embed_hidden(hidden, states["attention_mask"])
+
+
+class StateCaches:
+    """The lower-layer caches of both towers (train_layers); texts are the keys."""
+
+    def __init__(self, retriever, frozen: int):
+        self.queries = LowerStateCache(retriever.query_model, frozen,
+                                       lambda items: retriever.tokenize_queries(items))
+        self.passages = LowerStateCache(
+            retriever.passage_tower, frozen,
+            lambda items: retriever.tokenize_passages([t for t, _ in items], [x for _, x in items]))
+
+    def fill(self, data, device: torch.device, show: bool) -> None:
+        """Every training text's lower states, before the first step (see frozen_layers)."""
+        queries = list(dict.fromkeys(data.query_texts))
+        titles, texts = data.passages.get(np.arange(len(data.passages), dtype=np.int64))
+        pairs = list(dict.fromkeys(zip(titles, texts)))
+        with Progress(TextColumn("[bold]cache lower layers"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), disable=not show) as progress:
+            task = progress.add_task("cache", total=len(queries) + len(pairs))
+            step = lambda n: progress.advance(task, n)  # noqa: E731
+            self.queries.fill(queries, queries, device, on_batch=step)
+            self.passages.fill(pairs, pairs, device, on_batch=step)
+        log.info("lower-layer cache: %d queries, %d passages, %.2f GB", len(queries), len(pairs),
+                 (self.queries.bytes + self.passages.bytes) / 2**30)
+
+    def inputs(self, batch, device: torch.device) -> tuple[dict, dict]:
+        qh, qm = self.queries.batch(batch.query_texts, batch.query_texts, device)
+        pairs = list(zip(batch.passage_titles, batch.passage_texts))
+        ph, pm = self.passages.batch(pairs, pairs, device)
+        return {"hidden": qh, "attention_mask": qm}, {"hidden": ph, "attention_mask": pm}
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
@@ -142,6 +186,14 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
 
     retriever.to(device)
     retriever.train()
+    frozen, caches = None, None
+    if cfg.train_layers is not None:
+        towers = [retriever.query_model] + ([retriever.passage_model] if retriever.passage_model else [])
+        frozen = [freeze_lower(t, cfg.train_layers) for t in towers][0]
+        caches = StateCaches(retriever, frozen)
+        caches.fill(data, device, dist_info.is_main)
+        log.info("train_layers %d: %d lower layers and the embeddings frozen, their outputs cached",
+                 cfg.train_layers, frozen)
     optimizer = adamw(retriever, cfg.lr, cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total), total)
     use_amp = device.type == "cuda" and cfg.precision != "fp32"
@@ -162,7 +214,7 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
     if start:
         log.info("resuming at step %d of %d (epoch %d)", start, total, start // per_epoch)
 
-    model: torch.nn.Module = DualEncoder(retriever)
+    model: torch.nn.Module = DualEncoder(retriever, frozen)
     if dist_info.enabled:
         # The HF pooler is never used (we pool hidden states ourselves): let DDP skip unused weights.
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
@@ -194,7 +246,7 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
                 ctx = model.no_sync() if not sync else _Null()
                 with ctx:
                     loss, parts = _micro_step(model, retriever, batch, cfg, device, similarity,
-                                              temperature, rank, use_amp, amp_dtype)
+                                              temperature, rank, use_amp, amp_dtype, caches)
                     scaled = loss / cfg.grad_accum
                     (scaler.scale(scaled) if scaler else scaled).backward()
                 totals += torch.stack([loss.detach(), parts["nce"], parts["ccr_term"]])
@@ -230,10 +282,13 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
 
 
 def _micro_step(model, retriever, batch, cfg: TrainConfig, device, similarity, temperature, rank,
-                use_amp, amp_dtype):
-    queries = {k: v.to(device) for k, v in retriever.tokenize_queries(batch.query_texts).items()}
-    passages = {k: v.to(device) for k, v in
-                retriever.tokenize_passages(batch.passage_titles, batch.passage_texts).items()}
+                use_amp, amp_dtype, caches: StateCaches | None = None):
+    if caches is not None:
+        queries, passages = caches.inputs(batch, device)
+    else:
+        queries = {k: v.to(device) for k, v in retriever.tokenize_queries(batch.query_texts).items()}
+        passages = {k: v.to(device) for k, v in
+                    retriever.tokenize_passages(batch.passage_titles, batch.passage_texts).items()}
     with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
         q_emb, p_emb = model(queries, passages)
     n_local = len(batch.query_texts)

@@ -215,12 +215,30 @@ def sieve_name(tag):
 
 # Dense methods and the retriever folder (results/{dataset}/models/{model}) each one searches with.
 # `zeroshot` is the pretrained base saved as a retriever folder; AR2 methods pick their round themselves.
+# The false-negative filters other than the sieve (pipeline.sieve.filters); each also cleans the
+# negatives of a DPR control: method dpr_<filter> trains on negatives/<filter>.train.parquet.
+OTHER_FILTERS = ("none", "answer_match", "oracle", "rank_window", "positive_aware", "cross_encoder",
+                 "sieve_no_ccr")
+
+
 def dense_method_models():
-    return {
+    """Dense methods -> the retriever folder each one searches with."""
+    models = {
         "zeroshot": "zeroshot",
         "dpr": "dpr",
         "dpr_ccr": ccr_model(beta_tag(config["ccr"]["beta"])),
+        # DPR trained on the sieve's kept negatives: the sieve without AR2.
+        "dpr_sieve": dpr_on(sieve_name(beta_tag(config["ccr"]["beta"]))),
     }
+    # DPR trained on the same candidates cleaned by another filter (dpr_oracle: the true false
+    # negatives removed; dpr_none: all candidates, the noisy control on the same pool).
+    models.update({f"dpr_{name}": dpr_on(name) for name in OTHER_FILTERS})
+    return models
+
+
+def dpr_on(negatives_name):
+    """The model folder of DPR trained on negatives/<negatives_name>.train.parquet."""
+    return f"dpr_{negatives_name}"
 
 
 # AR2 methods -> their variant folder (results/{dataset}/ar2/{variant}/seed{seed}/); see ar2.smk.
@@ -228,10 +246,31 @@ AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
                "ar2_simans_sieve": "simans_sieve"}
 
 
+def training_seeds():
+    """The training seeds of the trained dense methods (config seeds; null = [seed])."""
+    return [int(s) for s in config["seeds"]] if config["seeds"] else [int(config["seed"])]
+
+
 def ar2_seeds():
-    """AR2 seeds (config ar2.seeds; null = the top-level seed). Each seed is a complete AR2 run."""
+    """AR2 seeds (config ar2.seeds, else the training seeds). Each seed is a complete AR2 run."""
     seeds = config["ar2"]["seeds"]
-    return [int(config["seed"])] if not seeds else [int(s) for s in seeds]
+    return [int(s) for s in seeds] if seeds else training_seeds()
+
+
+def seeded_dense_methods():
+    """Dense methods with a run per seed: the trained ones, when there are several training seeds."""
+    if len(training_seeds()) == 1:
+        return []
+    return [m for m in dense_method_models() if m != "zeroshot"]
+
+
+def seeded_model(model, seed):
+    """The retriever folder of ``model`` trained with ``seed``: the top-level seed's is ``model``
+    itself (so one seed changes no path), another seed's ``model-s<seed>``. With the wildcard
+    "{seed}" it gives the pattern of the *_seed rules."""
+    if str(seed) == "{seed}":
+        return f"{model}-s{seed}"
+    return model if int(seed) == int(config["seed"]) else f"{model}-s{seed}"
 
 
 # ---- devices, GPUs, software environments (docs/cluster.md) ---------------------------------------

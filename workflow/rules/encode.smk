@@ -98,6 +98,8 @@ rule build_index:
 
 def search_dense_inputs(wildcards):
     model = dense_method_models()[wildcards.method]
+    if "seed" in wildcards.keys():  # search_dense_seed: that seed's model
+        model = seeded_model(model, wildcards.seed)
     d = wildcards.dataset
     inputs = {
         "model": retriever(d, model),
@@ -149,3 +151,16 @@ rule search_dense:
         " --depth {params.depth} {params.source} --batch-size {params.batch_size}"
         " --nprobe {params.nprobe} --ef-search {params.ef_search} --chunk-rows {params.chunk_rows}"
         " {params.gpu} --device {params.device} --threads {threads} --no-progress --log {log}"
+
+
+# One run per training seed of a seeded method (config `seeds`): results/{d}/{method}/seed{s}/.
+use rule search_dense as search_dense_seed with:
+    output:
+        run("{dataset}", "{method}", "{split}", seed="{seed}"),
+    wildcard_constraints:
+        method="|".join(dense_method_models()),
+        seed=r"\d+",
+    log:
+        "logs/search_dense/{dataset}.{method}.seed{seed}.{split}.log",
+    benchmark:
+        "benchmarks/search_dense/{dataset}.{method}.seed{seed}.{split}.tsv"

@@ -25,8 +25,11 @@ def qrels_all_arg(wildcards, input):
 
 
 def method_seeds(method):
-    """The seed of each of a method's run folders: one per seed for AR2 methods (ar2.smk), else None."""
-    return ar2_seeds() if method in AR2_METHODS else [None]
+    """The seed of each of a method's run folders: one per seed for AR2 methods (ar2.smk) and, with
+    several training seeds, for the trained dense methods; else None (results/{d}/{method}/)."""
+    if method in AR2_METHODS:
+        return ar2_seeds()
+    return training_seeds() if method in seeded_dense_methods() else [None]
 
 
 def trec_exports(wildcards):
@@ -92,6 +95,9 @@ rule gather_metrics:
         md=dataset_metrics("{dataset}", "md"),
         html=report(dataset_metrics("{dataset}", "html"), caption="../report/metrics.rst",
                     category="Metrics"),
+    params:
+        # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
+        compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
     conda:
         CPU_ENV
     log:
@@ -99,4 +105,28 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --log {log}"
+
+
+# With several training seeds, a trained dense method's metrics.json is the seeds' mean (and std,
+# and every seed), as ar2_seeds does for AR2 methods.
+ruleorder: dense_seeds > evaluate
+
+
+rule dense_seeds:
+    input:
+        lambda wildcards: [method_metrics(wildcards.dataset, wildcards.method, seed)
+                           for seed in training_seeds()],
+    output:
+        method_metrics("{dataset}", "{method}"),
+    wildcard_constraints:
+        method=_alternatives(seeded_dense_methods()),
+    params:
+        seeds=" ".join(str(s) for s in training_seeds()),
+    conda:
+        CPU_ENV
+    log:
+        "logs/dense_seeds/{dataset}.{method}.log",
+    shell:
+        "python -m pipeline.evaluation.seed_metrics --metrics {input} --seeds {params.seeds}"
+        " --out {output} --log {log}"

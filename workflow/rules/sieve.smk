@@ -14,7 +14,6 @@
 import shlex
 
 SIEVE = config["sieve"]
-OTHER_FILTERS = ("none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve_no_ccr")
 
 
 def sieve_main_tag():
@@ -161,6 +160,10 @@ rule train_cross_encoder:
 
 def _filter_inputs(wildcards):
     d, name = wildcards.dataset, wildcards.filter
+    if name == "oracle" and d not in SYNTHETIC:
+        # Caught while planning, not after the candidates are built: only synthkb knows the truth.
+        raise ValueError(f"filter/method oracle needs exact false-negative labels (qrels_all), which "
+                         f"dataset {d!r} does not have; use answer_match (method dpr_answer_match)")
     inputs = {"candidates": candidates(d), "corpus": corpus(d), "queries": queries(d, "train")}
     if name in ("positive_aware", "sieve_no_ccr"):
         inputs["model"] = retriever(d, "dpr")
@@ -190,7 +193,8 @@ rule filter_candidates:
     input:
         unpack(_filter_inputs),
     output:
-        filter_decisions("{dataset}", "{filter}"),
+        decisions=filter_decisions("{dataset}", "{filter}"),
+        train=train_negatives("{dataset}", "{filter}"),
     wildcard_constraints:
         filter="|".join(OTHER_FILTERS),
     params:
@@ -207,7 +211,7 @@ rule filter_candidates:
     shell:
         "python -m pipeline.sieve.filters --filter {wildcards.filter} --candidates {input.candidates}"
         " --corpus {input.corpus} --queries {input.queries} {params.args} --threads {threads}"
-        " --out {output} --log {log}"
+        " --out {output.decisions} --train-out {output.train} --log {log}"
 
 
 rule sieve_report:

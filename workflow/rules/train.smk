@@ -15,11 +15,12 @@ def retriever_flags(**overrides):
     return " ".join(out + ([] if m["shared_towers"] else ["--separate-towers"]))
 
 
-def train_flags(section, **overrides):
+def train_flags(section, seed=None, **overrides):
     """train_dense flags from config section `dpr` or `ccr`: one per field of its contract
-    (pipeline.core.settings), spelled as the CLI's parser reads them. train_ccr passes the β of its path."""
+    (pipeline.core.settings), spelled as the CLI's parser reads them. train_ccr passes the β of its
+    path, the *_seed rules the seed of theirs (default: the top-level seed)."""
     s = {**config[section], **overrides}
-    flags = [f"--seed {config['seed']}", to_flags(TrainSettings, s)]
+    flags = [f"--seed {config['seed'] if seed is None else int(seed)}", to_flags(TrainSettings, s)]
     if section == "ccr":
         flags += [to_flags(Objective, s), retriever_flags(similarity="cosine", temperature=s["temperature"])]
     else:
@@ -121,3 +122,85 @@ rule train_ccr:
         _LAUNCH + "--init $(dirname {input.init}) --queries {input.queries} --qrels {input.qrels}"
         " --negatives {input.negatives} --corpus {input.corpus} {params.settings} --threads {threads}"
         " --out $(dirname {output}) --log {log}"
+
+
+rule train_dpr_filtered:
+    # DPR exactly as train_dpr (same settings, seed, steps), on the candidates a filter kept: the
+    # controls dpr_<filter> and dpr_sieve. See docs/training.md "Controls".
+    input:
+        queries=queries("{dataset}", "train"),
+        qrels=qrels("{dataset}", "train"),
+        corpus=corpus("{dataset}"),
+        negatives=train_negatives("{dataset}", "{negs}"),
+    output:
+        retriever("{dataset}", dpr_on("{negs}")),
+    wildcard_constraints:
+        negs="|".join(OTHER_FILTERS) + "|" + sieve_name(BETA_RE),
+    params:
+        base=shlex.quote(config["model"]["base"]),
+        settings=train_flags("dpr"),
+        device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
+    threads: config["dpr"]["threads"]
+    resources:
+        mem_mb=config["dpr"]["mem_mb"],
+        **gpu_resources("dpr"),
+    conda:
+        job_env
+    log:
+        "logs/train_dpr_filtered/{dataset}.{negs}.log",
+    benchmark:
+        "benchmarks/train_dpr_filtered/{dataset}.{negs}.tsv"
+    shell:
+        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
+        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} --threads {threads}"
+        " --out $(dirname {output}) --log {log}"
+
+
+# Other training seeds (config `seeds`): the same rules, the seed in the model name
+# (seeded_model: models/<model>-s<seed>/); the top-level seed's models are the rules above.
+use rule train_dpr as train_dpr_seed with:
+    output:
+        retriever("{dataset}", seeded_model("dpr", "{seed}")),
+    wildcard_constraints:
+        seed=r"\d+",
+    params:
+        settings=lambda wildcards: train_flags("dpr", seed=wildcards.seed),
+        device=job_device,
+    log:
+        "logs/train_dpr/{dataset}.s{seed}.log",
+    benchmark:
+        "benchmarks/train_dpr/{dataset}.s{seed}.tsv"
+
+
+use rule train_ccr as train_ccr_seed with:
+    input:
+        init=retriever("{dataset}", seeded_model("dpr", "{seed}")),
+        **_TRAIN_INPUTS,
+    output:
+        retriever("{dataset}", seeded_model(ccr_model("{beta}"), "{seed}")),
+    wildcard_constraints:
+        beta=BETA_RE,
+        seed=r"\d+",
+    params:
+        settings=lambda wildcards: train_flags("ccr", seed=wildcards.seed, beta=wildcards.beta),
+        device=job_device,
+    log:
+        "logs/train_ccr/{dataset}.b{beta}.s{seed}.log",
+    benchmark:
+        "benchmarks/train_ccr/{dataset}.b{beta}.s{seed}.tsv"
+
+
+use rule train_dpr_filtered as train_dpr_filtered_seed with:
+    output:
+        retriever("{dataset}", seeded_model(dpr_on("{negs}"), "{seed}")),
+    wildcard_constraints:
+        negs="|".join(OTHER_FILTERS) + "|" + sieve_name(BETA_RE),
+        seed=r"\d+",
+    params:
+        base=shlex.quote(config["model"]["base"]),
+        settings=lambda wildcards: train_flags("dpr", seed=wildcards.seed),
+        device=job_device,
+    log:
+        "logs/train_dpr_filtered/{dataset}.{negs}.s{seed}.log",
+    benchmark:
+        "benchmarks/train_dpr_filtered/{dataset}.{negs}.s{seed}.tsv"
