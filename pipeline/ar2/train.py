@@ -31,7 +31,7 @@ from pipeline.ar2.sampling import (RANKER, RETRIEVER, SAMPLING_METHODS, SIMANS_F
 from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, save_checkpoint
 from pipeline.training.loop import adamw, truncate_log
 from pipeline.core.config import ConfigError
-from pipeline.core.settings import PRECISIONS, Ar2Settings
+from pipeline.core.settings import PRECISIONS, Ar2Settings, check_at_least_one, check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
 
@@ -70,17 +70,12 @@ class AR2Settings:
     precision: str = _AR2.precision
 
     def __post_init__(self) -> None:
-        if self.sampling not in SAMPLING_METHODS:
-            raise ConfigError(f"ar2 sampling must be one of {SAMPLING_METHODS}, got {self.sampling!r}")
+        check_choice("ar2 sampling", self.sampling, SAMPLING_METHODS)
         if not 0.0 <= self.adv_lambda <= 1.0:
             raise ConfigError(f"ar2 adv_lambda must be in [0, 1], got {self.adv_lambda}")
-        if self.simans_form not in SIMANS_FORMS:
-            raise ConfigError(f"ar2 simans form must be one of {SIMANS_FORMS}, got {self.simans_form!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"ar2 precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        for name in ("rounds", "batch_size", "negatives"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"ar2 {name} must be >= 1, got {getattr(self, name)}")
+        check_choice("ar2 simans form", self.simans_form, SIMANS_FORMS)
+        check_choice("ar2 precision", self.precision, PRECISIONS)
+        check_at_least_one(self, ("rounds", "batch_size", "negatives"), prefix="ar2 ")
 
     @classmethod
     def from_dict(cls, data: dict) -> "AR2Settings":

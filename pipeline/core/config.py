@@ -15,15 +15,11 @@ from typing import Iterable
 import jsonschema
 import yaml
 
-from pipeline.core.settings import apply_defaults
+from pipeline.core.settings import ConfigError, apply_defaults  # noqa: F401  (ConfigError: its public home)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = REPO_ROOT / "config.yaml"
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key path."""
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:

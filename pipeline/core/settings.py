@@ -16,9 +16,13 @@ import argparse
 import copy
 import shlex
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from typing import Any, Optional, get_type_hints
+from typing import Any, Optional, Sequence, get_type_hints
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key path (re-exported by core.config)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,6 +314,19 @@ def from_dict(cls: type, data: dict):
 
 # ----------------------------------------------------------------------------------------------
 # CLI flags from fields: the parser (train_dense) and the command line (rules) share one spelling.
+
+
+def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
+    """A ConfigError naming the setting unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def check_at_least_one(settings: Any, names: Sequence[str], prefix: str = "") -> None:
+    """A ConfigError naming the first of ``names`` whose value on ``settings`` is below 1."""
+    for name in names:
+        if getattr(settings, name) < 1:
+            raise ConfigError(f"{prefix}{name} must be >= 1, got {getattr(settings, name)}")
 
 
 def flag_name(name: str) -> str:

@@ -28,7 +28,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.core.config import ConfigError
-from pipeline.core.settings import PRECISIONS, Objective, TrainSettings
+from pipeline.core.settings import PRECISIONS, Objective, TrainSettings, check_at_least_one, check_choice
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
 from pipeline.core.storage import atomic_open, write_json
 from pipeline.training.losses import SCALES, contrastive_loss, positive_columns, similarity_scores
@@ -47,13 +47,9 @@ class TrainConfig(Objective, TrainSettings):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.scale not in SCALES:
-            raise ConfigError(f"scale must be one of {SCALES}, got {self.scale!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        for name in ("epochs", "batch_size", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_choice("scale", self.scale, SCALES)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_at_least_one(self, ("epochs", "batch_size", "grad_accum"))
 
 
 class DualEncoder(torch.nn.Module):
