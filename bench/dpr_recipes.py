@@ -29,7 +29,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -38,23 +37,23 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the recipe_* helpers beside this file
 import pipeline.training.loop as loop_mod  # noqa: E402
 from pipeline.core.seeding import seed_everything  # noqa: E402
-from pipeline.data.answers import AnswerMatcher  # noqa: E402
-from pipeline.evaluation.metrics import hit_at_k, mrr_at_k, top_k_accuracy  # noqa: E402
-from pipeline.retrieval.encode import encode_buffer  # noqa: E402
-from pipeline.retrieval.model import Retriever  # noqa: E402
-from pipeline.training.data import Batch, TrainData, epoch_order  # noqa: E402
+from pipeline.training.data import epoch_order  # noqa: E402
 from pipeline.training.loop import TrainConfig, schedule, train  # noqa: E402
 from pipeline.training.train_dense import load_init  # noqa: E402
 
+from recipe_eval import evaluate_model  # noqa: E402
+from recipe_inputs import (Inputs, write_negatives, write_qrels, AuditedData,  # noqa: E402
+                           patched_loss, freeze)
+
 log = logging.getLogger("bench.dpr_recipes")
 
-DATA = Path("/tmp/base/resources/synthkb")
-NEGATIVES = Path("/tmp/base/results/synthkb/negatives/bm25.parquet")
-DEMO_MODEL = Path("/tmp/base/results/synthkb/models/dpr")
-KS = (1, 5, 20, 100)
-MASK = -1e4  # not -inf: beta * ccr_term would give 0 * inf = nan in the logged loss
+# What `make demo` writes; the runs read them, never change them.
+DATA = Path("resources/synthkb")
+NEGATIVES = Path("results/synthkb/negatives/bm25.parquet")
+DEMO_MODEL = Path("results/synthkb/models/dpr")
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class Variant:
 # so a difference between two rows is that factor's effect on this data.
 VARIANTS: dict[str, Variant] = {v.name: v for v in [
     Variant("zeroshot", "all-MiniLM-L6-v2, untrained", train=False),
-    Variant("demo_model", "the demo's trained dpr folder (/tmp/base), evaluated here: checks the "
+    Variant("demo_model", "the demo's trained dpr folder (results/synthkb/models/dpr), evaluated here: checks the "
             "evaluator", train=False, init=str(DEMO_MODEL)),
     Variant("demo_noisy", "the demo's dpr setting: lr 2e-5, 60 steps, batch 16, k=1 of top 30, "
             "in-batch, tau 0.05, mined negatives as is", negatives="bm25"),
@@ -127,250 +126,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
 
 
 # ---- data ------------------------------------------------------------------------------------------
-
-def relevant(path: Path) -> dict[str, set[str]]:
-    rel: dict[str, set[str]] = defaultdict(set)
-    df = pd.read_parquet(path, columns=["qid", "pid", "relevance"])
-    for qid, pid in df[df["relevance"] >= 1][["qid", "pid"]].itertuples(index=False):
-        rel[qid].add(pid)
-    return dict(rel)
-
-
-class Inputs:
-    """Everything the runs share: corpus, queries and judgements of every split."""
-
-    def __init__(self, data: Path, negatives: Path, quick: bool):
-        self.data, self.negatives = data, negatives
-        self.corpus = pd.read_parquet(data / "corpus.parquet")
-        self.queries = {s: pd.read_parquet(data / f"queries.{s}.parquet") for s in ("train", "dev", "test")}
-        self.qrels = {s: relevant(data / f"qrels.{s}.parquet") for s in ("train", "dev", "test")}
-        self.qrels_all = {s: relevant(data / f"qrels_all.{s}.parquet") for s in ("train", "dev", "test")}
-        if quick:
-            # Smoke test: 40 evaluated questions per split, and only the passages they need plus 200
-            # others, so a whole run takes seconds. Numbers from it mean nothing.
-            for s in ("dev", "test"):
-                self.queries[s] = self.queries[s].head(40)
-            keep = set().union(*(self.qrels_all[s][q] for s in ("dev", "test")
-                                 for q in self.queries[s]["qid"]))
-            extra = self.corpus["pid"].sample(200, random_state=0)
-            self.corpus = self.corpus[self.corpus["pid"].isin(keep | set(extra))].reset_index(drop=True)
-        self.pid_index = {p: i for i, p in enumerate(self.corpus["pid"])}
-        self.matcher = AnswerMatcher("string")
-        for pid, text in zip(self.corpus["pid"], self.corpus["text"]):
-            self.matcher.add_passage(pid, text)
-
-
-def write_negatives(inputs: Inputs, mode: str, work: Path) -> Path:
-    """The mined file as is (bm25), or with every true false negative marked excluded (clean)."""
-    if mode == "bm25":
-        return inputs.negatives
-    if mode != "clean":
-        raise ValueError(mode)
-    neg = pd.read_parquet(inputs.negatives)
-    rel = inputs.qrels_all["train"]
-    fn = np.array([pid in rel.get(qid, ()) for qid, pid in zip(neg["qid"], neg["pid"])])
-    neg["excluded"] = neg["excluded"].astype(bool) | fn
-    out = work / "negatives.clean.parquet"
-    neg.to_parquet(out, index=False)
-    return out
-
-
-def write_qrels(inputs: Inputs, mode: str, work: Path, zs_best: dict[str, str] | None) -> Path:
-    """qrels for TrainData: its positive is the highest-relevance row, every row is excluded from
-    the negatives. annotated = the file as generated; other modes put the chosen passage at
-    relevance 2 and the rest of qrels_all at 1 (with clean negatives the extra rows change nothing)."""
-    if mode == "annotated":
-        return inputs.data / "qrels.train.parquet"
-    titles = dict(zip(inputs.corpus["pid"], inputs.corpus["title"]))
-    texts = dict(zip(inputs.queries["train"]["qid"], inputs.queries["train"]["text"]))
-    rows = []
-    for qid, rel in sorted(inputs.qrels_all["train"].items()):
-        annotated = next(iter(inputs.qrels["train"][qid]))
-        if mode == "zs_best":
-            chosen = zs_best[qid]
-        elif mode == "title":
-            own = sorted((p for p in rel if titles[p] and titles[p] in texts[qid]),
-                         key=lambda p: int(p.split("-")[1]))
-            chosen = own[0] if own else annotated
-        else:
-            raise ValueError(mode)
-        rows += [(qid, chosen, 2)] + [(qid, p, 1) for p in sorted(rel) if p != chosen]
-    out = work / f"qrels.{mode}.parquet"
-    pd.DataFrame(rows, columns=["qid", "pid", "relevance"]).astype({"relevance": "int32"}).to_parquet(
-        out, index=False)
-    return out
-
-
-class AuditedData(TrainData):
-    """TrainData that remembers each batch's pids and counts relevant passages among the negatives.
-
-    The batch is built exactly as TrainData.batch builds it (same ids, same order); only the
-    bookkeeping is added."""
-
-    def __init__(self, *args, qrels_all: dict[str, set[str]], **kwargs):
-        super().__init__(*args, **kwargs)
-        self.qrels_all = qrels_all
-        self.last: tuple[list[str], np.ndarray, int] | None = None
-        self.audit = Counter()
-
-    def batch(self, indices: np.ndarray, k: int, epoch: int) -> Batch:
-        ids: list[int] = []
-        for i in indices:
-            ids.append(self.positive_ids[i])
-            ids.extend(self.negatives(int(i), k, epoch).tolist())
-        ids_arr = np.asarray(ids, dtype=np.int64)
-        pids = self.passages.pids[ids_arr]
-        qids = [self.qids[i] for i in indices]
-        g = k + 1
-        self.last = (qids, pids, g)
-        a = self.audit
-        a["batches"] += 1
-        hit_batch = False
-        for qi, qid in enumerate(qids):
-            rel = self.qrels_all[qid]
-            own = pids[qi * g]
-            a["queries"] += 1
-            for j, pid in enumerate(pids):
-                if j == qi * g:
-                    continue
-                mine = qi * g < j < (qi + 1) * g
-                if pid == own:
-                    a["same_passage_as_own_positive" + ("" if not mine else "_in_own_group")] += 1
-                    hit_batch = True
-                elif pid in rel:
-                    a["other_relevant_hard_negative" if mine else "other_relevant_in_batch"] += 1
-                    hit_batch |= not mine
-        a["batches_with_inbatch_relevant"] += hit_batch
-        titles, texts = self.passages.get(ids_arr)
-        return Batch(qids=qids, query_texts=[self.query_texts[i] for i in indices],
-                     passage_titles=titles, passage_texts=texts, group_size=g)
-
-
-def relevant_mask(data: AuditedData, shape: tuple[int, int]) -> torch.Tensor:
-    """[Q, N] True where column j holds a passage relevant to query i, other than i's own column."""
-    qids, pids, g = data.last
-    mask = torch.zeros(shape, dtype=torch.bool)
-    for qi, qid in enumerate(qids):
-        rel = data.qrels_all[qid]
-        for j, pid in enumerate(pids):
-            if j != qi * g and pid in rel:
-                mask[qi, j] = True
-    return mask
-
-
-def patched_loss(original, data: AuditedData, mode: str):
-    """Wrap the loop's contrastive_loss (single process, in-batch on: scores are [Q, Q*(k+1)])."""
-    def loss(scores, positives, group_size, *, in_batch=True, beta=0.0, scale="paper", f_beta=1.0):
-        if not in_batch or beta:
-            raise ValueError("mask/multi need in-batch negatives and beta 0")
-        m = relevant_mask(data, tuple(scores.shape)).to(scores.device)
-        if mode == "mask":
-            return original(scores.masked_fill(m, MASK), positives, group_size, in_batch=True,
-                            beta=0.0, scale=scale, f_beta=f_beta)
-        # multi: -log sum of the probabilities of every relevant column (own positive included)
-        pos = m.clone()
-        pos[torch.arange(len(positives)), positives] = True
-        logp = torch.log_softmax(scores.float(), dim=1)
-        nce = -torch.logsumexp(logp.masked_fill(~pos, MASK), dim=1).mean()
-        return nce, {"nce": nce.detach(), "ccr_term": (-logp.mean(dim=1).mean()).detach()}
-    return loss
-
-
-def freeze(retriever: Retriever, how: str) -> None:
-    """Freezing is requires_grad = False: the loop's AdamW only takes trainable parameters."""
-    if how == "none":
-        return
-    enc = retriever.query_model
-    if how == "embeddings":
-        for p in enc.embeddings.parameters():
-            p.requires_grad = False
-    elif how.startswith("top"):
-        n_top = int(how[3:])
-        layers = enc.encoder.layer
-        for p in enc.embeddings.parameters():
-            p.requires_grad = False
-        for layer in layers[:len(layers) - n_top]:
-            for p in layer.parameters():
-                p.requires_grad = False
-    elif how == "query_tower":
-        for p in retriever.passage_model.parameters():
-            p.requires_grad = False
-    else:
-        raise ValueError(how)
-
-
-# ---- evaluation ------------------------------------------------------------------------------------
-
-def encode_corpus(retriever: Retriever, inputs: Inputs) -> np.ndarray:
-    c = inputs.corpus
-    return encode_buffer(retriever, c["text"].tolist(), c["title"].fillna("").tolist(), batch_size=64,
-                         device=torch.device("cpu"), dtype=torch.float32)
-
-
-def encode_queries(retriever: Retriever, texts: list[str]) -> np.ndarray:
-    return encode_buffer(retriever, texts, None, batch_size=128, device=torch.device("cpu"),
-                         dtype=torch.float32)
-
-
-def search(q: np.ndarray, p: np.ndarray, pids: np.ndarray, depth: int = 100) -> list[list[str]]:
-    """Exact top-depth by cosine (embeddings are L2-normalised); ties by corpus order."""
-    scores = q @ p.T
-    depth = min(depth, p.shape[0])
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
-    return [list(pids[row]) for row in top]
-
-
-def evaluate_split(inputs: Inputs, qids: list[str], answers: list, ranked: dict[str, list[str]],
-                   split: str) -> dict:
-    """hit_all@k, R@k, hit@k and MRR_all@10 of the given queries (the pipeline's metric functions)."""
-    out: dict = {"n": len(qids)}
-    if not qids:
-        return out
-    first = []
-    for qid, ans in zip(qids, answers):
-        prepared = inputs.matcher.prepare_answers(list(ans))
-        first.append(next((r for r, pid in enumerate(ranked[qid], start=1)
-                           if inputs.matcher.matches(prepared, pid)), None))
-    out.update(top_k_accuracy(first, KS))
-    sub = {q: ranked[q] for q in qids}
-    q_all = {q: inputs.qrels_all[split][q] for q in qids}
-    q_ann = {q: inputs.qrels[split][q] for q in qids}
-    for k in KS:
-        out[f"hit_all@{k}"] = hit_at_k(sub, q_all, k)
-    for k in (1, 5, 20, 100):
-        out[f"hit@{k}"] = hit_at_k(sub, q_ann, k)
-    out["MRR_all@10"] = mrr_at_k(sub, q_all)
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
-
-
-def evaluate_model(retriever: Retriever, inputs: Inputs, corpus_emb: np.ndarray | None,
-                   seen: set[str] | None) -> tuple[dict, dict, np.ndarray, dict]:
-    """Metrics for test, dev, train_seen (questions trained on) and train_unseen (train questions the
-    run never visited: same entities, other questions). Returns (metrics, ranked, corpus_emb, q_emb)."""
-    retriever.eval()
-    if corpus_emb is None:
-        corpus_emb = encode_corpus(retriever, inputs)
-    pids = inputs.corpus["pid"].to_numpy()
-    metrics, ranked_all, q_emb = {}, {}, {}
-    for split in ("test", "dev", "train"):
-        qdf = inputs.queries[split]
-        emb = encode_queries(retriever, qdf["text"].tolist())
-        q_emb[split] = emb
-        ranked = dict(zip(qdf["qid"], search(emb, corpus_emb, pids)))
-        ranked_all.update(ranked)
-        answers = dict(zip(qdf["qid"], qdf["answers"]))
-        if split != "train":
-            metrics[split] = evaluate_split(inputs, list(qdf["qid"]), [answers[q] for q in qdf["qid"]],
-                                            ranked, split)
-            continue
-        groups = {"train_seen": [q for q in qdf["qid"] if seen is not None and q in seen],
-                  "train_unseen": [q for q in qdf["qid"] if seen is None or q not in seen]}
-        for name, qs in groups.items():
-            metrics[name] = evaluate_split(inputs, qs, [answers[q] for q in qs], ranked, "train")
-    return metrics, ranked_all, corpus_emb, q_emb
-
-
-# ---- one run ---------------------------------------------------------------------------------------
 
 class Runner:
     def __init__(self, inputs: Inputs, out_dir: Path, quick: bool, threads: int):
@@ -487,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["zeroshot", "demo_noisy", "clean"],
                     help="names from --list (default: zeroshot demo_noisy clean)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--out", default="/tmp/recipes/results.jsonl", help="JSONL file, appended to")
+    ap.add_argument("--out", default="results/bench/dpr_recipes.jsonl", help="JSONL file, appended to")
     ap.add_argument("--data", default=str(DATA), help="synthkb resources folder")
     ap.add_argument("--negatives", default=str(NEGATIVES), help="mined BM25 negatives of the train split")
     ap.add_argument("--threads", type=int, default=2)
