@@ -374,9 +374,5 @@ def to_flags(cls: type, values: dict[str, Any]) -> str:
     return " ".join(shlex.quote(x) for x in out)
 
 
-def field_names(cls: type) -> list[str]:
-    return [f.name for f in fields(cls)]
-
-
 assert all(f.default is not MISSING or f.default_factory is not MISSING
            for cls in SECTIONS.values() for f in fields(cls)), "every setting needs a default"

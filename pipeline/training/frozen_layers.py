@@ -61,8 +61,6 @@ def run_layers(model: torch.nn.Module, hidden: torch.Tensor, attention_mask: tor
     mask = _layer_mask(model, hidden, attention_mask)
     for layer in encoder_layers(model)[start:stop]:
         hidden = layer(hidden, mask)
-        if isinstance(hidden, tuple):  # older layer signatures return (hidden, ...)
-            hidden = hidden[0]
     return hidden
 
 

@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--device cuda: no CUDA device is visible to torch")
     dist_info = init_from_env(prefer_cuda=args.device != "cpu")
     start_stage(args.log, args.threads, main_process=dist_info.is_main)
-    seed_everything(args.seed)
     try:
         if args.init_only:
+            seed_everything(args.seed)  # training seeds in train_retriever
             if dist_info.is_main:
                 init_only(args)
             return 0

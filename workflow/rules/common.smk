@@ -2,6 +2,8 @@
 # functions), the β tag, the job's device and GPU resources, and the conda environments.
 from decimal import Decimal
 
+from pipeline.sieve.filters import FILTERS
+
 DATASETS = config["datasets"]
 SYNTHETIC = [name for name, spec in DATASETS.items() if spec["format"] == "synthkb"]
 DECLARED = [name for name, spec in DATASETS.items() if spec["format"] != "synthkb"]
@@ -217,8 +219,7 @@ def sieve_name(tag):
 # `zeroshot` is the pretrained base saved as a retriever folder; AR2 methods pick their round themselves.
 # The false-negative filters other than the sieve (pipeline.sieve.filters); each also cleans the
 # negatives of a DPR control: method dpr_<filter> trains on negatives/<filter>.train.parquet.
-OTHER_FILTERS = ("none", "answer_match", "oracle", "rank_window", "positive_aware", "cross_encoder",
-                 "sieve_no_ccr")
+OTHER_FILTERS = tuple(name for name in FILTERS if name != "sieve")
 
 
 def dense_method_models():
