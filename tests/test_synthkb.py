@@ -174,6 +174,52 @@ def test_annotated_positive_is_one_of_the_relevant_passages(small):
         assert all((q, p) in relevant for q, p in qrels[["qid", "pid"]].values)
 
 
+def test_named_article_positive_is_the_first_stating_passage_of_the_named_entity(small):
+    manifest = json.loads((small / "manifest.json").read_text())
+    assert manifest["generator"]["question_knobs"]["positive"] == "named_article"
+    named = fallback = 0
+    for split in SPLITS:
+        relevant = _read(small, f"qrels_all.{split}").groupby("qid")["pid"].apply(list)
+        for qid, pid in _read(small, f"qrels.{split}")[["qid", "pid"]].values:
+            subject = qid[1:].split("-")[0]  # qids are q<named entity gid>-<k>
+            own = sorted((p for p in relevant[qid] if p.split("-")[0] == subject),
+                         key=lambda p: int(p.split("-")[1]))
+            if own:
+                assert pid == own[0], qid
+                named += 1
+            else:
+                fallback += 1
+    counts = manifest["counts"]
+    assert counts["questions.positive_in_named_article"] == named
+    assert counts["questions.positive_fallback"] == fallback
+    assert named > 0.95 * (named + fallback)
+
+
+def test_positive_rule_changes_only_the_annotated_passage(small, tmp_path):
+    source = tmp_path / "source"
+    synthkb.generate(source, 65, 3, ENTITY_SPLIT, block_size=25,
+                     qknobs=QuestionKnobs(positive="source"))
+    for name in ["corpus"] + [f"queries.{s}" for s in SPLITS] + [f"qrels_all.{s}" for s in SPLITS]:
+        assert _read(source, name).equals(_read(small, name)), name
+    changed = sum((_read(source, f"qrels.{s}")["pid"] != _read(small, f"qrels.{s}")["pid"]).sum()
+                  for s in SPLITS)
+    total = sum(len(_read(small, f"qrels.{s}")) for s in SPLITS)
+    assert 0.3 * total < changed < total  # the source passage is often elsewhere, often not
+    counts = json.loads((source / "manifest.json").read_text())["counts"]
+    assert counts["questions.positive_fallback"] == 0
+    named_fallbacks = json.loads((small / "manifest.json").read_text())["counts"][
+        "questions.positive_fallback"]
+    # an unchanged positive is the named article's first stating passage (or a fallback)
+    assert counts["questions.positive_in_named_article"] >= total - changed - named_fallbacks
+    assert counts["questions.positive_in_named_article"] < 0.6 * total
+
+
+def test_unknown_positive_rule_is_refused():
+    block, _, passages_of, _ = next(_in_memory())
+    with pytest.raises(ValueError, match="positive must be one of"):
+        make_questions(block, passages_of, 3, QuestionKnobs(positive="best"))
+
+
 def test_false_negatives_exist(small):
     qrels_all = pd.concat(_read(small, f"qrels_all.{s}") for s in SPLITS)
     sizes = qrels_all.groupby("qid").size()
@@ -281,6 +327,7 @@ def test_split_none_and_by_query(tmp_path):
     ["--entities", "65", "--seed", "0", "--split-spec", '{"by": "article", "test": 0.2}'],
     ["--entities", "65", "--seed", "0", "--split-spec", '{"by": "entity", "test": 1.5}'],
     ["--entities", "5", "--seed", "0"],
+    ["--entities", "65", "--seed", "0", "--positive", "random"],
 ])
 def test_cli_rejects_bad_arguments_with_exit_2(tmp_path, argv, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -1,12 +1,14 @@
 """synthkb: the embedded default dataset, a synthetic encyclopedia with exact relevance ground truth.
 
     python -m pipeline.synthkb.generate --out-dir resources/synthkb --entities 500 --seed 0 \\
-        --split-spec '{"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}' [--log FILE]
+        --split-spec '{"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}' \\
+        [--positive named_article|source] [--log FILE]
 
 Made-up people, places, organisations and works, linked by typed relations; each entity has an article
 of ~100-word passages stating its facts in varied wording amid filler prose, and facts are stated again
-in related entities' articles. Questions are generated from facts; ``qrels`` holds the passage a
-question was generated from, ``qrels_all`` every passage that states an answer (from the generator's
+in related entities' articles. Questions are generated from facts; ``qrels`` holds one stating
+passage (by default the first of the article the question names; ``--positive source``: the one the
+question was generated from), ``qrels_all`` every passage that states an answer (from the generator's
 provenance). Passages in qrels_all but not in qrels are the true false negatives. See docs/synthkb.md.
 
 Generation streams block by block (``pipeline.synthkb.world.BLOCK_SIZE`` entities each) through
@@ -31,13 +33,13 @@ from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, S
 from pipeline.core.storage import SPLITS, ParquetStreamWriter, write_json, write_table
 from pipeline.data.splits import SplitSpec, assign_splits, parse_split_spec
 from pipeline.synthkb.articles import ArticleWriter, Knobs, pack
-from pipeline.synthkb.questions import QuestionKnobs, make_questions
+from pipeline.synthkb.questions import POSITIVE_RULES, QuestionKnobs, make_questions
 from pipeline.synthkb.world import BLOCK_SIZE, TYPES, Layout, build_block, name_space
 
 log = logging.getLogger("sieve.synthkb")
 
 FLUSH_ROWS = 50_000
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: qrels' positive rule (QuestionKnobs.positive)
 
 
 # ---- split ------------------------------------------------------------------------------------------
@@ -136,7 +138,11 @@ def generate(out_dir: str | Path, entities: int, seed: int, split_spec: SplitSpe
         "counts": {"entities": entities, **{f"entities.{t}": stats[f"entities.{t}"] for t in TYPES},
                    "facts": stats["facts"], "passages": out["corpus"].rows,
                    **{key: out[key].rows for key in out if key != "corpus"},
-                   "negatives.train": 0, "questions.reverse": stats["reverse"]},
+                   "negatives.train": 0, "questions.reverse": stats["reverse"],
+                   # qrels' positive in the article the question names; fallbacks: positive=named_article
+                   # found no stating passage there and kept the source passage
+                   "questions.positive_in_named_article": stats["positive_in_named_article"],
+                   "questions.positive_fallback": stats["positive_fallback"]},
         # facts by the number of passages stating them: the size of the false-negative problem
         "passages_per_fact": {str(k): statements[k] for k in sorted(statements)},
         "files": {f"{key}.parquet": {"sha256": _sha256(path)} for key, (path, _) in files.items()},
@@ -172,6 +178,8 @@ def _generate_block(layout: Layout, names, seed: int, b: int, split_spec: SplitS
     for q in questions:
         split = splits[unit(q)]
         stats["reverse"] += q.reverse
+        stats["positive_fallback"] += q.fallback
+        stats["positive_in_named_article"] += q.positive.split("-", 1)[0] == str(q.subject)
         out[f"queries.{split}"].add(q.qid, q.text, q.answers)
         out[f"qrels.{split}"].add(q.qid, q.positive, 1)
         for pid in q.relevant:
@@ -196,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="entities per self-contained block (memory bound)")
     parser.add_argument("--distractor-rate", type=float, default=0.6,
                         help="probability that a name group gets look-alike members")
+    parser.add_argument("--positive", choices=POSITIVE_RULES, default=QuestionKnobs.positive,
+                        help="which stating passage qrels annotates: the first of the article the "
+                             "question names, or the one the question was generated from")
     parser.add_argument("--log", help="also log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
@@ -206,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.distractor_rate <= 1:
         raise ConfigError(f"--distractor-rate must be in [0, 1], got {args.distractor_rate}")
     generate(args.out_dir, args.entities, args.seed, parse_split(args.split_spec),
-             block_size=args.block_size, distractor_rate=args.distractor_rate)
+             qknobs=QuestionKnobs(positive=args.positive), block_size=args.block_size,
+             distractor_rate=args.distractor_rate)
     return 0
 
 

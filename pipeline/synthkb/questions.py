@@ -3,9 +3,19 @@
 A *forward* question asks for the object of one fact ("Where was Varno Keltic born?"); its relevant
 passages are the passages that state that fact. A *reverse* question asks for any subject of a
 relation with a given object ("Who was born in Kelvar?"); every subject is an answer and every passage
-stating one of those facts is relevant. In both cases the annotated positive (qrels) is the single
-passage the question was generated from, and the full relevant set (qrels_all) comes from the
-generator's provenance. The difference between the two is the set of true false negatives.
+stating one of those facts is relevant. The full relevant set (qrels_all) comes from the generator's
+provenance; the annotated positive (qrels) is one passage of it, chosen by ``QuestionKnobs.positive``:
+
+- ``named_article`` (default): the first stating passage of the article the question names (the
+  subject's for a forward question, the object's for a reverse one), as an annotator who opens the
+  page about the question's entity labels it (NQ's annotators worked on that page; DPR's TriviaQA
+  rule takes the best-ranked answer passage). A question whose named article states no answer
+  falls back to ``source`` and is counted.
+- ``source``: the passage the question was generated from, drawn among every stating passage; 57 % of
+  them sit in another entity's article, a labelling that teaches a retriever to leave the article the
+  question names (docs/training.md, "What the numbers show").
+
+The difference between qrels_all and qrels is the set of true false negatives.
 """
 from __future__ import annotations
 
@@ -84,6 +94,7 @@ class QuestionKnobs:
     extra_question: float = 0.8    # a fact gets a second question in other words
     reverse_rate: float = 1.0      # a (relation, object) pair gets a reverse question
     reverse_extra: float = 0.5     # ... and a second one
+    positive: str = "named_article"  # or "source": which stating passage qrels annotates
 
 
 @dataclass
@@ -95,6 +106,7 @@ class Question:
     positive: str                  # the annotated passage
     relevant: list[str]            # every passage stating an answer fact (positive included)
     reverse: bool = False
+    fallback: bool = False         # positive=named_article, but the named article states no answer
 
 
 def _ref(e: Entity) -> str:
@@ -105,6 +117,15 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+POSITIVE_RULES = ("named_article", "source")
+
+
+def _article_passage(relevant: list[str], gid: int) -> str | None:
+    """The first passage of entity ``gid``'s article among ``relevant`` (pids are "<gid>-<n>")."""
+    own = [p for p in relevant if p.split("-", 1)[0] == str(gid)]
+    return min(own, key=lambda p: int(p.split("-", 1)[1])) if own else None
+
+
 def make_questions(block: Block, passages_of: dict[int, list[str]], seed: int,
                    knobs: QuestionKnobs) -> list[Question]:
     """All questions of one block, in a deterministic order."""
@@ -112,12 +133,20 @@ def make_questions(block: Block, passages_of: dict[int, list[str]], seed: int,
     counter: dict[int, int] = {}
     out: list[Question] = []
 
-    def emit(subject: Entity, text: str, answers: list[str], positive: str,
+    if knobs.positive not in POSITIVE_RULES:
+        raise ValueError(f"positive must be one of {POSITIVE_RULES}, got {knobs.positive!r}")
+
+    def emit(subject: Entity, text: str, answers: list[str], source: str,
              relevant: list[str], reverse: bool = False) -> None:
+        # The source passage is drawn either way, so both rules give the same questions and qrels_all.
+        positive, fallback = source, False
+        if knobs.positive == "named_article":
+            named = _article_passage(relevant, subject.gid)
+            positive, fallback = (named, False) if named else (source, True)
         k = counter.get(subject.gid, 0)
         counter[subject.gid] = k + 1
         out.append(Question(f"q{subject.gid}-{k}", _cap(text), answers, subject.gid, positive,
-                            relevant, reverse))
+                            relevant, reverse, fallback))
 
     for fact in block.facts:
         rng = Rand(seed, "question", block.index, fact.fid)

@@ -25,6 +25,7 @@ rule generate_synthkb:
         entities=lambda w: DATASETS[w.dataset]["entities"],
         seed=lambda w: DATASETS[w.dataset].get("seed", 0),
         split=synthkb_split_arg,
+        positive=lambda w: DATASETS[w.dataset].get("positive", "named_article"),
     conda:
         CPU_ENV
     log:
@@ -36,4 +37,4 @@ rule generate_synthkb:
     wildcard_constraints:
         dataset=_alternatives(SYNTHETIC),
     shell:
-        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} --entities {params.entities} --seed {params.seed} {params.split} --log {log}"
+        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} --entities {params.entities} --seed {params.seed} {params.split} --positive {params.positive} --log {log}"
