@@ -2,19 +2,11 @@
 # Main target: results/{dataset}/metrics.json (every method in config `methods`, gathered).
 import os
 
-from snakemake.exceptions import WorkflowError
-
-from pipeline.core.config import ConfigError, validate_config
-
 # Anchored to the repository so `--directory elsewhere` still starts from the defaults;
 # `--configfile overlay.yaml` deep-merges over them.
 configfile: os.path.join(workflow.basedir, "config.yaml")
 
-try:
-    validate_config(config)
-except ConfigError as err:
-    raise WorkflowError(str(err)) from None
-
+# Validated (defaults filled in, every key and method checked) by common.smk, included first.
 
 # `snakemake --report report.html <target>`: figures and tables marked report() in the rules.
 report: "workflow/report/workflow.rst"

@@ -60,7 +60,7 @@ def _argv(data, *extra, ks=("1", "2", "3")) -> list[str]:
     return ["--run", str(data["run"]), "--queries", str(data["queries"]), "--qrels",
             str(data["qrels"]), "--corpus", str(data["corpus"]), "--dataset", "tiny", "--method",
             "bm25", "--split", "test", "--ks", *ks, "--out", str(data["dir"] / "metrics.json"),
-            *extra]
+            "--allow-missing-queries", *extra]  # RUN leaves q4 out on purpose: a miss
 
 
 def _metrics(data, *extra) -> dict:
@@ -357,15 +357,20 @@ def test_rules_evaluate_and_gather(data, tmp_path):
             shutil.copy(data[name], res / data[name].name)
         if dataset == "synth":
             shutil.copy(data["qrels"], res / "qrels_all.test.parquet")
-        for method in ("bm25", "other"):
+        for method in ("bm25", "zeroshot"):
             (work / "results" / dataset / method).mkdir(parents=True)
             shutil.copy(data["run"], work / "results" / dataset / method / "run.test.parquet")
+        # a dense run must rank every query (the rule allows missing ones for bm25 only): q4 gets
+        # a passage without its answer, so the metrics stay those of the bm25 run
+        _write(work / "results" / dataset / "zeroshot" / "run.test.parquet",
+               RUN + [("q4", "p3", 1, 1.0)], RUN_SCHEMA)
     (work / "config.yaml").write_text(json.dumps({
         "seed": 0, "seeds": None,
-        "methods": ["bm25", "other"],
+        "methods": ["bm25", "zeroshot"],
         "eval": {"split": "test", "match": "string", "ks": [1, 2], "depth": 3, "trec_export": True,
-                 "compare": [["other", "bm25"], ["absent", "bm25"]]},
-        "datasets": {"tiny": {"format": "squad"}, "synth": {"format": "synthkb"}}}), encoding="utf-8")
+                 "compare": [["zeroshot", "bm25"], ["absent", "bm25"]]},
+        "datasets": {"tiny": {"format": "squad", "source": {"path": "unused.json"}},
+                     "synth": {"format": "synthkb", "entities": 10}}}), encoding="utf-8")
     rules = REPO / "workflow" / "rules"
     (work / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{rules}/common.smk"\n'
                                     f'include: "{rules}/evaluate.smk"\n', encoding="utf-8")
@@ -374,16 +379,16 @@ def test_rules_evaluate_and_gather(data, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-c1", "results/tiny/metrics.json",
                            "results/synth/metrics.json", "--quiet", "all"],
                           cwd=work, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     tiny = json.loads((work / "results/tiny/metrics.json").read_text(encoding="utf-8"))
-    assert list(tiny["methods"]) == ["bm25", "other"]
+    assert list(tiny["methods"]) == ["bm25", "zeroshot"]
     assert tiny["methods"]["bm25"]["metrics"]["R@1"] == pytest.approx(2 / 6)
     assert "MRR_all@10" not in tiny["methods"]["bm25"]["metrics"]
     synth = json.loads((work / "results/synth/metrics.json").read_text(encoding="utf-8"))
-    assert synth["methods"]["other"]["metrics"]["MRR_all@10"] == pytest.approx(4 / 6)
-    assert (work / "results/tiny/other/run.test.trec").exists()
+    assert synth["methods"]["zeroshot"]["metrics"]["MRR_all@10"] == pytest.approx(4 / 6)
+    assert (work / "results/tiny/zeroshot/run.test.trec").exists()
     assert (work / "results/tiny/metrics.md").read_text(encoding="utf-8").startswith("# tiny")
     # the rule passes eval.compare: identical runs differ by 0 (one run each, no interval)
     [pair] = tiny["comparisons"]
-    assert (pair["method"], pair["baseline"], pair["n"]) == ("other", "bm25", 1)
+    assert (pair["method"], pair["baseline"], pair["n"]) == ("zeroshot", "bm25", 1)
     assert pair["metrics"]["R@1"]["diff"] == 0.0

@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 
 from pipeline.data.answers import AnswerMatcher
 from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
-from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import DataError, write_table
+from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, CORPUS_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, open_parquet, write_table
 
 log = logging.getLogger("sieve.ar2_data")
 
@@ -111,8 +111,8 @@ def load_matcher(corpus_path: str | os.PathLike, pids: set[str], mode: str) -> A
     """An answer matcher holding only ``pids`` (the corpus is streamed)."""
     matcher = AnswerMatcher(mode)
     wanted = pa.array(sorted(pids), pa.string())
-    for batch in pq.ParquetFile(corpus_path).iter_batches(batch_size=_CORPUS_BATCH,
-                                                          columns=["pid", "text"]):
+    parquet = open_parquet(corpus_path, ["pid", "text"], schema=CORPUS_SCHEMA)
+    for batch in parquet.iter_batches(batch_size=_CORPUS_BATCH, columns=["pid", "text"]):
         table = pa.Table.from_batches([batch])
         kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted)).to_pydict()
         for pid, text in zip(kept["pid"], kept["text"]):

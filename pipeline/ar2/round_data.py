@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.ar2.train import RoundData
+from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, read_table
 from pipeline.sieve.data import load_passages
 
@@ -75,10 +76,11 @@ def load_round_data(negatives: str | os.PathLike, sieve: str | os.PathLike | Non
     Logits are in the units of G's softmax: cos/τ for cosine, the raw dot product for dot (SimANS
     weights are computed on them). Queries left with an empty pool are dropped and counted.
     """
-    neg = read_table(negatives, columns=["qid", "pid", "rank", "score", "excluded", "positive_score"])
+    neg = read_table(negatives, columns=["qid", "pid", "rank", "score", "excluded", "positive_score"],
+                     schema=AR2_NEGATIVES_SCHEMA)
     neg = neg[~neg["excluded"].astype(bool)]
     if sieve is not None:
-        kept = read_table(sieve, columns=["qid", "pid", "kept"])
+        kept = read_table(sieve, columns=["qid", "pid", "kept"], schema=SIEVE_SCHEMA)
         kept = kept[kept["kept"].astype(bool)][["qid", "pid"]]
         neg = neg.merge(kept, on=["qid", "pid"], how="inner")
     neg = neg.sort_values(["qid", "rank"], kind="stable")

@@ -40,6 +40,7 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
+from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import Objective, TrainSettings, pick
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.core.storage import DataError, read_table, write_json, write_table
@@ -120,7 +121,7 @@ def _load_retriever(folder: str | Path, settings: dict, device: torch.device) ->
 def _dev_eval(retriever: Retriever, emb_dir: str | Path, args: argparse.Namespace, round_dir: Path,
               settings: dict) -> dict:
     """run.dev.parquet + metrics.json of a retriever over its corpus embeddings."""
-    queries = read_table(args.dev_queries, columns=["qid", "text"])
+    queries = read_table(args.dev_queries, columns=["qid", "text"], schema=QUERIES_SCHEMA)
     if queries.empty:
         log.warning("no dev queries: round %d has no dev metrics (selection takes the last round)",
                     args.round)
@@ -175,7 +176,8 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
     negatives = round_dir / "negatives.parquet"
     if not negatives.exists():
         tick = time.perf_counter()
-        answers = read_table(args.train_queries, columns=["qid", "answers"]).set_index("qid")["answers"]
+        answers = read_table(args.train_queries, columns=["qid", "answers"],
+                             schema=QUERIES_SCHEMA).set_index("qid")["answers"]
         queries = queries.assign(answers=queries["qid"].map(answers))
         pos_map = {q: [p] for q, p in zip(queries["qid"], queries["positive"])}
         for qid, pid in zip(positives["qid"], positives["pid"]):

@@ -27,6 +27,7 @@ from pipeline.ar2.data import run_table, search
 from pipeline.ar2.round_data import method_of
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.storage import DataError, read_table, write_json, write_table
 from pipeline.ar2.learning_curve import plot, read_rounds
 from pipeline.retrieval.model import Retriever
@@ -108,7 +109,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     retriever = Retriever.load(retriever_dir)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     retriever.to(torch.device(device))
-    queries = read_table(args.queries, columns=["qid", "text"])
+    queries = read_table(args.queries, columns=["qid", "text"], schema=QUERIES_SCHEMA)
     if queries.empty:
         raise DataError("no queries to retrieve for", file=args.queries)
     q_emb = retriever.encode_queries(queries["text"].tolist())

@@ -106,5 +106,5 @@ def kept_pairs(sieve_path: str | os.PathLike) -> pd.DataFrame:
     """(qid, pid) rows the sieve kept, in rank order."""
     from pipeline.core.storage import read_table
 
-    table = read_table(sieve_path, columns=["qid", "pid", "rank", "kept"])
+    table = read_table(sieve_path, columns=["qid", "pid", "rank", "kept"], schema=SIEVE_SCHEMA)
     return table[table["kept"].astype(bool)].sort_values(["qid", "rank"], kind="stable")[["qid", "pid"]]

@@ -28,8 +28,8 @@ from transformers import get_linear_schedule_with_warmup
 from pipeline.ar2.losses import candidate_logits, retriever_loss
 from pipeline.ar2.sampling import (RANKER, RETRIEVER, SAMPLING_METHODS, SIMANS_FORMS, phase_at, query_batch,
                            step_negatives)
-from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, save_checkpoint
-from pipeline.training.loop import adamw, truncate_log
+from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint, save_checkpoint
+from pipeline.training.loop import adamw, check_finite_step, grad_total_norm, truncate_log
 from pipeline.core.config import ConfigError
 from pipeline.core.settings import PRECISIONS, Ar2Settings, check_at_least_one, check_choice
 from pipeline.core.storage import atomic_path
@@ -159,7 +159,8 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
     start = resumed["step"] if resumed else 0
     if resumed is None and previous_ckpt is not None:
         carried = {name: modules[name] for name in CARRIED}
-        if load_checkpoint(previous_ckpt, modules=carried, restore_rng=False) is None:
+        # The previous round's state cannot be replaced by a fresh start: unreadable is an error.
+        if load_checkpoint(previous_ckpt, modules=carried, restore_rng=False, unreadable="error") is None:
             raise FileNotFoundError(f"{previous_ckpt}: no checkpoint of the previous round to carry "
                                     "the optimizer state from")
     log_path = round_dir / LOG_FILE
@@ -195,17 +196,19 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
                                                   k1, settings, similarity, temperature, device)
                     params, opt, sched = retriever.parameters(), opt_g, sched_g
             loss.backward()
-            if settings.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+            done = step + 1
+            grad_norm = grad_total_norm(params, settings.max_grad_norm)
+            # Before opt.step(): a NaN loss or gradient would otherwise poison every later step.
+            check_finite_step(done, {"loss": float(loss.detach()), **parts}, grad_norm=grad_norm,
+                              advice=_advice(settings, phase), log_file=log_path)
             opt.step()
             lr = sched.get_last_lr()[0]
             sched.step()
             opt.zero_grad(set_to_none=True)
-            done = step + 1
             record = {"round": round_index, "step": done, "phase": phase, "loss": float(loss.detach()),
                       **parts, "lr": lr,
                       "examples_per_s": round(len(qids) / max(time.perf_counter() - tick, 1e-9), 3)}
-            log_file.write(json.dumps(record) + "\n")
+            log_file.write(json.dumps(record, allow_nan=False) + "\n")  # strict JSON
             log_file.flush()
             progress.update(task, completed=done, phase=phase, loss=record["loss"])
             if done == total or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
@@ -216,6 +219,19 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
     retriever.eval()
     ranker.eval()
     return summary
+
+
+def _advice(settings: AR2Settings, phase: str) -> str:
+    """What to change for the optimizer of ``phase``, in config terms (section ar2)."""
+    key, lr = {RETRIEVER: ("retriever_lr", settings.retriever_lr),
+               RANKER: ("ranker_lr", settings.ranker_lr),
+               RANKER_WARMUP: ("ranker_warmup_lr", settings.ranker_warmup_lr or settings.ranker_lr)}[phase]
+    tips = [f"lower ar2.{key} (now {lr:g})"]
+    if settings.max_grad_norm <= 0:
+        tips.append("clip gradients (ar2.max_grad_norm > 0; now off)")
+    if settings.precision == "fp16":
+        tips.append("use ar2.precision bf16 or fp32 instead of fp16")
+    return f"To fix it ({phase} phase): " + "; ".join(tips) + "."
 
 
 def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device):
@@ -251,7 +267,7 @@ def compact_checkpoint(ckpt_dir: str | Path) -> None:
     """Keep only what the next round loads (optimizer + scheduler state) in a finished round's
     checkpoint: the weights are in ``retriever/`` and ``ranker/``; this halves its size."""
     path = Path(ckpt_dir) / STATE_FILE
-    payload = torch.load(path, map_location="cpu", weights_only=False)
+    payload = read_checkpoint(path)  # weights_only: never runs code from the file
     if payload.get("extra", {}).get("compacted"):
         return
     payload["state"] = {k: v for k, v in payload["state"].items() if k in CARRIED}

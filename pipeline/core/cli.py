@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -61,6 +63,32 @@ def start_stage(log_file: str | None, threads: int | None = None, *,
         import faiss
 
         faiss.omp_set_num_threads(threads)
+
+
+def check_writable(*outputs: str | os.PathLike | None) -> None:
+    """Raise DataError naming the folder when an output (file or folder, existing or not) could not be
+    written there. Call it before a long stage starts: a read-only results folder is better
+    found before hours of training than by the write at their end."""
+    for output in outputs:
+        if output is None:
+            continue
+        output = Path(output)
+        # An existing folder is written into; anything else is created in its parent, or in the
+        # nearest ancestor that exists (the stage makes the folders in between).
+        folder = output if output.is_dir() else output.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise DataError(f"is not a folder, so {output} cannot be written", file=folder)
+        try:
+            # A real file, not os.access(): that can say yes where a write fails (NFS root squashing).
+            fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
+        except OSError as exc:
+            raise DataError(f"cannot write {output} here ({exc.strerror or exc}); make the folder "
+                            "writable or choose another output before running again",
+                            file=folder) from None
+        os.close(fd)
+        os.unlink(probe)
 
 
 def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:

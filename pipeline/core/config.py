@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Collection, Iterable, Iterator
 
 import jsonschema
 import yaml
@@ -58,6 +58,14 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(parts) if parts else "(top level)"
 
 
+def _leaves(error: jsonschema.ValidationError) -> Iterator[jsonschema.ValidationError]:
+    """The innermost errors under a oneOf/anyOf failure."""
+    if not error.context:
+        yield error
+    for sub in error.context or ():
+        yield from _leaves(sub)
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     where = _key_path(error)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -68,23 +76,42 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "required":
         return f"config key '{where}': {error.message}"
     if error.validator in ("oneOf", "anyOf") and error.context:
-        # Report the alternative that got furthest, not the unhelpful "is not valid under any".
+        # Report the alternative that got furthest, not the unhelpful "is not valid under any":
+        # the deepest failure (a bad sha256 value, not "source is not a role mapping").
+        leaves = list(_leaves(error))
+        depth = max(len(e.absolute_path) for e in leaves)
+        if depth > len(error.absolute_path):
+            return _describe(jsonschema.exceptions.best_match(
+                [e for e in leaves if len(e.absolute_path) == depth]))
         best = jsonschema.exceptions.best_match(error.context)
         return _describe(best) if best is not None else f"config key '{where}': {error.message}"
     return f"config key '{where}': {error.message}"
 
 
-def validate_config(config: dict, schema: dict | None = None) -> dict:
+def unknown_methods(config: dict, methods: Collection[str]) -> list[str]:
+    """One line per entry of ``config['methods']`` that is not in ``methods``, naming its key."""
+    known = ", ".join(sorted(methods))
+    return [f"config key 'methods.{i}': unknown method {name!r} (known: {known})"
+            for i, name in enumerate(config.get("methods") or ()) if name not in methods]
+
+
+def validate_config(config: dict, schema: dict | None = None, *,
+                    methods: Collection[str] | None = None) -> dict:
     """Fill the sections' defaults into ``config`` (in place), then validate it.
 
+    ``methods``: the method names the workflow can produce. Which names exist is the rules' knowledge
+    (workflow/rules/common.smk derives them, per-filter DPR controls included), so the workflow
+    passes them in at start-up; without them only the form of each name is checked.
     Raise ConfigError listing every problem (key path + reason); return ``config``.
     """
     apply_defaults(config)
     schema = schema or load_schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = [_describe(e) for e in errors]
+    lines = [_describe(e) for e in errors]
+    if methods is not None and not lines:
+        lines = unknown_methods(config, methods)
+    if lines:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
     return config
 

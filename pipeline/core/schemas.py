@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.core.storage import atomic_open
+from pipeline.core.storage import atomic_open, type_name
 
 # ---- canonical data: resources/{dataset}/ -----------------------------------------------------
 
@@ -155,16 +155,6 @@ def schema_names() -> list[str]:
     """Names of every schema constant of this module, in definition order."""
     return [name for name, value in globals().items()
             if name.endswith("_SCHEMA") and isinstance(value, pa.Schema)]
-
-
-_FLOAT_NAMES = {"halffloat": "float16", "float": "float32", "double": "float64"}
-
-
-def type_name(data_type: pa.DataType) -> str:
-    """The type as its pyarrow factory spells it (float32, not Arrow's "float")."""
-    if pa.types.is_list(data_type):
-        return f"list<{type_name(data_type.value_type)}>"
-    return _FLOAT_NAMES.get(str(data_type), str(data_type))
 
 
 def render_tables(section: str) -> str:

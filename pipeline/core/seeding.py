@@ -31,7 +31,11 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The framework RNG streams, as plain Python values and tensors only: a checkpoint holding them
+    loads with ``torch.load(weights_only=True)``, which refuses numpy arrays (and any code)."""
+    numpy_state = np.random.get_state(legacy=False)
+    numpy_state["state"]["key"] = torch.from_numpy(numpy_state["state"]["key"].astype(np.int64))
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -39,7 +43,12 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):  # rng_state's form; the legacy tuple needs no conversion
+        key = numpy_state["state"]["key"]
+        key = key.numpy() if isinstance(key, torch.Tensor) else np.asarray(key)
+        numpy_state = {**numpy_state, "state": {**numpy_state["state"], "key": key.astype(np.uint32)}}
+    np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

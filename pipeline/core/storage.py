@@ -12,11 +12,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any, Collection, Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipeline.core.temp_files import remove_stale_temps
 
 
 class DataError(ValueError):
@@ -58,6 +60,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)  # a killed write's leftovers (one writer per output: Snakemake's rule)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -147,6 +150,79 @@ class ParquetStreamWriter(StreamedOutput):
         self._writer.close()
 
 
+# ---- column types ---------------------------------------------------------------------------------
+
+_FLOAT_NAMES = {"halffloat": "float16", "float": "float32", "double": "float64"}
+
+
+def type_name(data_type: pa.DataType) -> str:
+    """The type as its pyarrow factory spells it (float32, not Arrow's "float")."""
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        prefix = "large_list" if pa.types.is_large_list(data_type) else "list"
+        return f"{prefix}<{type_name(data_type.value_type)}>"
+    return _FLOAT_NAMES.get(str(data_type), str(data_type))
+
+
+def _is_list(data_type: pa.DataType) -> bool:
+    return pa.types.is_list(data_type) or pa.types.is_large_list(data_type)
+
+
+def _kind(data_type: pa.DataType) -> str:
+    """What a scalar column's values are, whatever their width or encoding."""
+    if pa.types.is_integer(data_type):
+        return "integer"
+    if pa.types.is_floating(data_type):
+        return "number"
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return "string"
+    return type_name(data_type)
+
+
+def column_type_fits(found: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether a column of type ``found`` can stand where the schema says ``expected``.
+
+    The project writes every table with its schema's exact types; other writers (pandas, users'
+    files) differ in width or encoding only: int64 for int32, float64 for float32, large_string for
+    string, list<element> for list<item>, a dictionary (pandas categorical) for its values. Those
+    hold the same values and pass, and an integer column stands for a number (an integer score). A
+    different kind of value - text ranks, which sort as text (1, 10, 2, ...), a float relevance, an
+    integer pid - does not.
+    """
+    if pa.types.is_dictionary(found):
+        found = found.value_type
+    # All-null (pandas writes [[], []] as list<null>): no value of a wrong kind; nulls are the
+    # reader's to refuse where it needs a value.
+    if pa.types.is_null(found):
+        return True
+    if _is_list(expected) or _is_list(found):
+        return _is_list(expected) and _is_list(found) and \
+            column_type_fits(found.value_type, expected.value_type)
+    want, got = _kind(expected), _kind(found)
+    return got == want or (want == "number" and got == "integer")
+
+
+def _describe_expected(expected: pa.DataType) -> str:
+    kind = _kind(expected)
+    if kind == "integer":
+        return f"an integer type ({type_name(expected)})"
+    if kind == "number":
+        return f"a number ({type_name(expected)})"
+    return type_name(expected)
+
+
+def check_column_types(found: pa.Schema, expected: pa.Schema, columns: Sequence[str],
+                       file: str | os.PathLike) -> None:
+    """DataError naming the file, the column, the expected and the found type for the first of
+    ``columns`` whose type in ``found`` does not fit ``expected`` (``column_type_fits``)."""
+    for name in columns:
+        if expected.get_field_index(name) < 0:
+            raise ValueError(f"column {name!r} is not part of the schema ({', '.join(expected.names)})")
+        want, got = expected.field(name).type, found.field(name).type
+        if not column_type_fits(got, want):
+            raise DataError(f"column type: expected {_describe_expected(want)}, found {type_name(got)}",
+                            file=file, field=name)
+
+
 # ---- reading ----------------------------------------------------------------------------------------
 
 def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
@@ -162,9 +238,15 @@ def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
 
 
 def open_parquet(path: str | os.PathLike, columns: Sequence[str] = (), *,
+                 schema: pa.Schema | None = None, optional: Collection[str] = (),
                  missing: str = "file not found (did the stage that writes it run?)") -> pq.ParquetFile:
     """Open a Parquet file for streaming, naming the file and the missing column when the layout is
-    wrong; ``missing`` is the message for a file that does not exist."""
+    wrong; ``missing`` is the message for a file that does not exist.
+
+    With ``schema`` (a layout of pipeline.core.schemas) the columns read - ``columns``, or every
+    column of the schema when none are named - must also hold the schema's kind of values
+    (``check_column_types``); a column in ``optional`` may be absent.
+    """
     path = Path(path)
     if not path.exists():
         raise DataError(missing, file=path)
@@ -172,17 +254,31 @@ def open_parquet(path: str | os.PathLike, columns: Sequence[str] = (), *,
         parquet = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for truncated/corrupt files
         raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
-    names = parquet.schema_arrow.names
-    for col in columns:
-        if col not in names:
-            parquet.close()
-            raise DataError(f"missing column (has: {', '.join(names)})", file=path, field=col)
+    try:
+        found = parquet.schema_arrow
+        wanted = list(columns) or (schema.names if schema is not None else [])
+        for col in wanted:
+            if col not in found.names and col not in optional:
+                raise DataError(f"missing column (has: {', '.join(found.names)})", file=path, field=col)
+        if schema is not None:
+            check_column_types(found, schema, [c for c in wanted if c in found.names], path)
+    except BaseException:
+        parquet.close()
+        raise
     return parquet
 
 
-def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
-    """Read a Parquet file, naming the file and the missing column when the layout is wrong."""
-    open_parquet(path, columns or ()).close()
+def read_table(path: str | os.PathLike, columns: list[str] | None = None, *,
+               schema: pa.Schema | None = None, optional: Collection[str] = ()) -> pd.DataFrame:
+    """Read a Parquet file, naming the file and the missing column when the layout is wrong.
+
+    ``schema`` and ``optional`` as for ``open_parquet``: the columns read are checked against the
+    schema, and an optional column that the file lacks is left out of the result.
+    """
+    open_parquet(path, columns or (), schema=schema, optional=optional).close()
+    if columns is not None and optional:
+        present = set(pq.read_schema(path).names)
+        columns = [c for c in columns if c in present or c not in optional]
     return pq.read_table(path, columns=columns).to_pandas()
 
 

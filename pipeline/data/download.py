@@ -3,17 +3,21 @@
     python -m pipeline.data.download --url URL --out PATH [--sha256 HEX] [--member NAME]
     python -m pipeline.data.download --archive LOCAL.tar.gz --member NAME --out PATH
 
-Bytes go to ``PATH.part``; an interrupted run (or a dropped connection, retried with exponential
-backoff) continues from where the ``.part`` ends with an HTTP Range request. The finished file is
-checked against ``--sha256`` (a mismatch deletes it: a resumed download of a file that changed
-upstream cannot be repaired), then renamed onto PATH, so PATH exists only when complete. Without
-``--sha256`` the computed digest is logged as a warning and written to ``PATH.sha256`` so it can be
-pinned in config.yaml. ``--member`` streams one file out of a .tar/.tar.gz/.tgz/.zip archive
-(never the whole archive).
+Bytes go to ``PATH.part``, and the remote file's validator (its strong ETag, else its Last-Modified
+date) to ``PATH.part.json``. An interrupted run (or a dropped connection, retried with exponential
+backoff) continues from where the ``.part`` ends with an HTTP Range request sent with ``If-Range``:
+the server answers the rest only if the file is unchanged, else the whole new file, and the download
+starts over. A ``.part`` whose origin cannot be checked (no stored validator) is resumed only when
+``--sha256`` will verify the result (and fetched again from zero if it does not); without ``--sha256``
+it is discarded. The finished file is checked against ``--sha256`` (a mismatch deletes it), then
+renamed onto PATH, so PATH exists only when complete. Without ``--sha256`` the computed digest is
+logged as a warning and written to ``PATH.sha256`` so it can be pinned in config.yaml. ``--member``
+streams one file out of a .tar/.tar.gz/.tgz/.zip archive (never the whole archive).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -29,7 +33,7 @@ from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, Time
                            TransferSpeedColumn)
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.storage import DataError, atomic_open
+from pipeline.core.storage import DataError, atomic_open, write_json
 
 log = logging.getLogger("sieve.download")
 CHUNK = 1 << 20
@@ -54,19 +58,61 @@ def _total_from_content_range(value: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+# ---- what the .part is a part of: PATH.part.json ----------------------------------------------------
+
+def _meta_path(part: Path) -> Path:
+    return part.with_name(part.name + ".json")
+
+
+def _read_meta(part: Path) -> dict | None:
+    try:
+        meta = json.loads(_meta_path(part).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _validator(headers) -> str | None:
+    """What If-Range may carry: a strong ETag, else Last-Modified (RFC 9110 forbids weak tags)."""
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("Last-Modified")
+
+
+def _discard(part: Path) -> None:
+    part.unlink(missing_ok=True)
+    _meta_path(part).unlink(missing_ok=True)
+
+
+def _start_meta(part: Path, url: str, resp: requests.Response, total: int | None) -> None:
+    # Old bytes go first, then the new record, then new bytes: a kill between any two steps never
+    # leaves bytes beside a record of another version of the file.
+    part.unlink(missing_ok=True)
+    write_json(_meta_path(part), {"url": url, "validator": _validator(resp.headers), "size": total})
+
+
+def _restart(part: Path, reason: str) -> None:
+    _discard(part)
+    raise _Retryable(f"{reason}; starting over")
+
+
 def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> None:
     offset = part.stat().st_size if part.exists() else 0
+    meta = (_read_meta(part) or {}) if offset else {}
     # identity: byte offsets must refer to the file itself, not to a compressed transfer.
     headers = {"Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
+        if meta.get("validator"):
+            # The server sends the range only if the file is still the one the .part began.
+            headers["If-Range"] = meta["validator"]
     try:
         with requests.get(url, stream=True, headers=headers, timeout=timeout) as resp:
             if resp.status_code == 416 and offset:
                 if _total_from_content_range(resp.headers.get("Content-Range")) == offset:
                     return  # the .part already holds the whole file
-                part.unlink()
-                raise _Retryable("the server refused to resume from the partial file; starting over")
+                _restart(part, "the server refused to resume from the partial file")
             if resp.status_code == 429 or resp.status_code >= 500:
                 raise _Retryable(f"HTTP {resp.status_code} {resp.reason}")
             if resp.status_code >= 400:
@@ -74,16 +120,21 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
             if resp.status_code == 206:
                 start = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
                 if start is None or int(start.group(1)) != offset:
-                    part.unlink()
-                    raise _Retryable("the server answered a different range; starting over")
-                mode = "ab"
+                    _restart(part, "the server answered a different range")
                 total = _total_from_content_range(resp.headers.get("Content-Range"))
+                # A server that ignores If-Range still betrays a changed file by its size.
+                if meta.get("size") is not None and total is not None and total != meta["size"]:
+                    _restart(part, f"the remote file is now {total} bytes, not {meta['size']}")
+                mode = "ab"
             else:
                 if offset:
-                    log.warning("%s: the server does not support resuming; starting over", url)
+                    log.warning("%s: %s; starting over", url,
+                                "the remote file changed since the partial download"
+                                if "If-Range" in headers else "the server does not support resuming")
                 mode, offset = "wb", 0
                 length = resp.headers.get("Content-Length")
                 total = int(length) if length and length.isdigit() else None
+                _start_meta(part, url, resp, total)
             task = progress.add_task(f"download {part.name[:-5]}", total=total, completed=offset)
             with open(part, mode) as handle:
                 # The bytes as served: a server that adds Content-Encoding to a .gz must not get
@@ -100,7 +151,8 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
 
 def fetch(url: str, part: Path, *, retries: int = 5, backoff: float = 2.0, timeout: float = 60.0,
           progress: Progress | None = None) -> None:
-    """Complete ``part`` from ``url``, resuming what it already holds."""
+    """Complete ``part`` from ``url``, resuming what it already holds (checked with If-Range when
+    ``part.json`` holds a validator; callers decide beforehand whether a .part is worth resuming)."""
     progress = progress or _progress()
     attempt = 0
     with progress:
@@ -130,18 +182,51 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _vet_part(url: str, part: Path, sha256: str | None) -> bool:
+    """Keep a .part left by an earlier run only if it can be shown to belong to ``url``: by its
+    stored validator (checked by the server through If-Range) or, failing that, by ``sha256`` at the
+    end. Return True when it is kept unvalidated (the caller refetches it if the digest is wrong)."""
+    if not part.exists():
+        _meta_path(part).unlink(missing_ok=True)
+        return False
+    meta = _read_meta(part)
+    size = part.stat().st_size
+    if meta is not None and meta.get("url") == url and meta.get("validator"):
+        log.info("resuming %s from %d bytes (If-Range %s)", part, size, meta["validator"])
+        return False
+    if meta is not None and meta.get("url") != url:
+        # Certainly another file: not worth resuming even with a checksum to catch it.
+        log.warning("%s: %d bytes of %s, not of %s; starting over", part, size, meta.get("url"), url)
+        _discard(part)
+        return False
+    why = ("no record of which remote file it is part of" if meta is None
+           else "the server gave no ETag or Last-Modified to check it against")
+    if sha256 is not None:
+        log.info("resuming %s from %d bytes (%s; the sha256 check will verify it)", part, size, why)
+        return True
+    log.warning("%s: %d bytes of unknown origin (%s) and no sha256 to verify them; starting over",
+                part, size, why)
+    _discard(part)
+    return False
+
+
 def download(url: str, out: str | os.PathLike, *, sha256: str | None = None, retries: int = 5,
              backoff: float = 2.0, timeout: float = 60.0) -> str:
     """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")
-    if part.exists():
-        log.info("resuming %s from %d bytes", part, part.stat().st_size)
+    unvalidated = _vet_part(url, part, sha256)
     fetch(url, part, retries=retries, backoff=backoff, timeout=timeout)
     digest = sha256_of(part)
+    if sha256 is not None and digest != sha256 and unvalidated:
+        log.warning("%s: sha256 %s after resuming a partial file of unknown origin; downloading "
+                    "it again from zero", url, digest)
+        _discard(part)
+        fetch(url, part, retries=retries, backoff=backoff, timeout=timeout)
+        digest = sha256_of(part)
     if sha256 is not None and digest != sha256:
-        part.unlink()
+        _discard(part)
         raise DataError(f"sha256 mismatch: expected {sha256}, got {digest}; the download was "
                         "deleted. If the file changed upstream, update sha256 in config.yaml",
                         file=url, field="sha256")
@@ -151,6 +236,7 @@ def download(url: str, out: str | os.PathLike, *, sha256: str | None = None, ret
     with atomic_open(out.with_name(out.name + ".sha256"), "w", encoding="utf-8") as handle:
         handle.write(f"{digest}  {out.name}\n")
     os.replace(part, out)
+    _meta_path(part).unlink(missing_ok=True)
     log.info("downloaded %s -> %s (%d bytes)", url, out, out.stat().st_size)
     return digest
 
@@ -214,9 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log)
-    sha = args.sha256.lower() if args.sha256 else None
+    sha = args.sha256
+    # The same rule as the config schema (^[0-9a-f]{64}$), so a value the CLI takes is one that
+    # config.yaml takes too.
     if sha is not None and not SHA256_RE.match(sha):
-        parser.error(f"--sha256 {args.sha256!r} is not 64 hex digits")
+        hint = " (lowercase it)" if SHA256_RE.match(sha.lower()) else ""
+        parser.error(f"--sha256 {sha!r} must be 64 lowercase hex digits{hint}")
     if args.archive:
         if not args.member:
             parser.error("--archive needs --member")

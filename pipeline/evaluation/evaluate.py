@@ -25,6 +25,7 @@ from rich.progress import Progress
 from pipeline.data.answers import MATCH_MODES, AnswerMatcher
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, check_unique, open_parquet, read_json_object, read_table, write_json
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.evaluation.metrics import order_metrics, qrels_metrics, top_k_accuracy
 from pipeline.retrieval.runs import ranked_lists, read_run, write_trec
 
@@ -37,7 +38,7 @@ RESERVED_KEYS = ("dataset", "method", "split", "n_queries", "match", "depth", "m
 
 def load_queries(path: str | os.PathLike) -> dict[str, list[str]]:
     """qid -> answers (possibly empty), in file order."""
-    df = read_table(path, columns=["qid", "answers"])
+    df = read_table(path, columns=["qid", "answers"], schema=QUERIES_SCHEMA)
     if len(df) == 0:
         raise DataError("no queries to evaluate", file=path)
     check_unique(df, "qid", path)
@@ -56,7 +57,7 @@ def load_queries(path: str | os.PathLike) -> dict[str, list[str]]:
 def load_qrels(path: str | os.PathLike, known_qids: set[str]) -> dict[str, set[str]]:
     """qid -> relevant pids (relevance >= 1). Rows with relevance < 1 are judgements of
     non-relevance: they neither add a relevant passage nor put a query into the denominator."""
-    df = read_table(path, columns=["qid", "pid", "relevance"])
+    df = read_table(path, columns=["qid", "pid", "relevance"], schema=QRELS_SCHEMA)
     for col in ("qid", "pid", "relevance"):
         nulls = df[col].isna()
         if nulls.any():
@@ -81,7 +82,7 @@ def load_corpus(path: str | os.PathLike, needed: set[str], matcher: AnswerMatche
     """
     path = Path(path)
     columns = ["pid", "text"] if matcher is not None else ["pid"]
-    parquet = open_parquet(path, columns)
+    parquet = open_parquet(path, columns, schema=CORPUS_SCHEMA)
     wanted = pa.array(sorted(needed), type=pa.string())
     found: set[str] = set()
     offset = 0
@@ -148,14 +149,62 @@ def first_answer_hits(run: pd.DataFrame, prepared: dict[str, list],
     return hits
 
 
+def read_finite_run(run_path: str | os.PathLike, known: set[str]) -> pd.DataFrame:
+    """``read_run`` that also refuses NaN/inf scores, naming their usual cause."""
+    advice = ("non-finite scores come from non-finite embeddings: the model diverged in training; "
+              "retrain it, then encode and search again")
+    try:
+        run = read_run(run_path, known)
+    except DataError as exc:
+        if exc.field != "score":
+            raise
+        # pandas reads NaN as null: say what a NaN score means, not just "null value".
+        raise DataError(f"null or NaN score: {advice}", file=exc.file,
+                        record=exc.record, field="score") from None
+    infinite = ~np.isfinite(run["score"].to_numpy(dtype=np.float64))
+    if infinite.any():
+        row = int(run.index[np.argmax(infinite)])
+        raise DataError(f"non-finite score {run.at[row, 'score']}: {advice}", file=run_path,
+                        record=row, field="score")
+    return run
+
+
+def check_ranked_queries(run: pd.DataFrame, answers: dict[str, list[str]],
+                         run_path: str | os.PathLike, queries_path: str | os.PathLike,
+                         allow_missing: bool) -> int:
+    """How many evaluated queries have no row in the run; an error unless ``allow_missing``.
+
+    A query left out of a run scores 0 everywhere, so a search that silently returned nothing
+    (non-finite embeddings, an empty or broken index) would look like a bad model, not a bug.
+    """
+    ranked = set(run["qid"])
+    missing = [qid for qid in answers if qid not in ranked]
+    if not missing:
+        return 0
+    what = (f"{len(missing)} of {len(answers)} queries of {queries_path} have no row in the run "
+            f"(e.g. qid {missing[0]!r})")
+    if not allow_missing:
+        raise DataError(f"{what}: rerun the retrieval for them (a dense search with non-finite "
+                        "embeddings returns nothing), or pass --allow-missing-queries to count "
+                        "them as misses (e.g. BM25 queries sharing no term with the corpus)",
+                        file=run_path, field="qid")
+    log.warning("%s; they count as misses", what)
+    return len(missing)
+
+
 def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
              qrels_path: str | os.PathLike, corpus_path: str | os.PathLike,
              ks: Sequence[int], match: str = "string",
-             qrels_all_path: str | os.PathLike | None = None) -> tuple[dict, pd.DataFrame]:
-    """(everything metrics.json holds except dataset/method/split, the validated run)."""
+             qrels_all_path: str | os.PathLike | None = None,
+             allow_missing_queries: bool = False) -> tuple[dict, pd.DataFrame]:
+    """(everything metrics.json holds except dataset/method/split, the validated run).
+
+    A query of ``queries_path`` with no row in the run is an error unless ``allow_missing_queries``
+    (then it counts as a miss and ``n_unranked_queries`` says how many).
+    """
     answers = load_queries(queries_path)
     known = set(answers)
-    run = read_run(run_path, known)
+    run = read_finite_run(run_path, known)
     depth = int(run["rank"].max()) if len(run) else 0
     if depth and max(ks) > depth:
         log.warning("cut-off %d is deeper than the run (%d passages per query at most): "
@@ -171,9 +220,13 @@ def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
         raise DataError(f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
                         f"({len(needed) - len(found)} unknown pids)", file=run_path, record=row,
                         field="pid")
+    # After the inputs' own checks, so a bad answer or pid is reported as such first.
+    unranked = check_ranked_queries(run, answers, run_path, queries_path, allow_missing_queries)
 
     info: dict = {"n_queries": len(answers), "match": match, "depth": depth,
                   "n_ranked_queries": int(run["qid"].nunique())}
+    if unranked:
+        info["n_unranked_queries"] = unranked
     metrics: dict[str, float] = {}
     if matcher is not None:
         if with_answers < len(answers):
@@ -227,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="metrics JSON to write")
     parser.add_argument("--trec", help="also export the run as TREC (qid Q0 pid rank score method)")
     parser.add_argument("--info", help="JSON object of extra fields to carry (notes, seeds, ...)")
+    parser.add_argument("--allow-missing-queries", action="store_true",
+                        help="count queries absent from the run as misses instead of refusing it")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
@@ -236,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = _read_info(args.info) if args.info else {}
 
     result, run = evaluate(args.run, args.queries, args.qrels, args.corpus, ks, args.match,
-                           args.qrels_all)
+                           args.qrels_all, allow_missing_queries=args.allow_missing_queries)
     if args.trec:
         write_trec(run, args.trec, args.method, file=args.run)
         log.info("wrote %s", args.trec)

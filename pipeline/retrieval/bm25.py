@@ -21,14 +21,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from bm25s.tokenization import Tokenizer
 from rich.progress import Progress
 
 from pipeline.data.answers import AnswerMatcher
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA, PASSAGE_IDS_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import DataError, read_table, write_json, write_table
+from pipeline.core.schemas import (CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, PASSAGE_IDS_SCHEMA, QRELS_SCHEMA,
+                                   QUERIES_SCHEMA, RUN_SCHEMA)
+from pipeline.core.storage import DataError, open_parquet, read_table, write_json, write_table
 
 log = logging.getLogger("sieve.bm25")
 
@@ -59,7 +59,7 @@ def build_index(corpus_path: str | Path, out_dir: str | Path, *, k1: float, b: f
                 stemmer: str | None, stopwords: str | None) -> int:
     """Tokenise the corpus in batches and write a bm25s index + pids + settings to ``out_dir``."""
     out_dir = Path(out_dir)
-    parquet = pq.ParquetFile(corpus_path)
+    parquet = open_parquet(corpus_path, ["pid", "title", "text"], schema=CORPUS_SCHEMA)
     n_rows = parquet.metadata.num_rows
     if n_rows == 0:
         raise DataError("the corpus is empty: nothing to index", file=corpus_path)
@@ -105,7 +105,8 @@ class BM25Index:
         self.tokenizer = make_tokenizer(self.settings["stemmer"], self.settings["stopwords"])
         self.tokenizer.load_vocab(index_dir)
         self.tokenizer.load_stopwords(index_dir)
-        self.pids = pq.read_table(index_dir / "pids.parquet").column("pid").to_numpy(zero_copy_only=False)
+        with open_parquet(index_dir / "pids.parquet", schema=PASSAGE_IDS_SCHEMA) as parquet:
+            self.pids = parquet.read(columns=["pid"]).column("pid").to_numpy(zero_copy_only=False)
 
     def search(self, texts: Sequence[str], depth: int) -> list[list[tuple[str, float]]]:
         """Top-``depth`` (pid, score) per query, best first; passages sharing no term are left out."""
@@ -134,7 +135,7 @@ def _batched_search(index: BM25Index, queries: pd.DataFrame, depth: int, label: 
 
 def retrieve_run(index_dir: str | Path, queries_path: str | Path, depth: int, out: str | Path) -> int:
     index = BM25Index(index_dir)
-    queries = read_table(queries_path, ["qid", "text"])
+    queries = read_table(queries_path, ["qid", "text"], schema=QUERIES_SCHEMA)
     rows: dict[str, list] = {"qid": [], "pid": [], "rank": [], "score": []}
     for chunk, results in _batched_search(index, queries, depth, "BM25: retrieving"):
         for qid, hits in zip(chunk["qid"], results):
@@ -154,7 +155,8 @@ def _load_matcher(corpus_path: str | Path, pids: set[str], mode: str) -> AnswerM
     """An answer matcher holding only the passages in ``pids`` (the corpus is streamed)."""
     matcher = AnswerMatcher(mode)
     wanted = pa.array(sorted(pids), pa.string())
-    for batch in pq.ParquetFile(corpus_path).iter_batches(batch_size=CORPUS_BATCH, columns=["pid", "text"]):
+    parquet = open_parquet(corpus_path, ["pid", "text"], schema=CORPUS_SCHEMA)
+    for batch in parquet.iter_batches(batch_size=CORPUS_BATCH, columns=["pid", "text"]):
         table = pa.Table.from_batches([batch])
         kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted)).to_pydict()
         for pid, text in zip(kept["pid"], kept["text"]):
@@ -172,8 +174,8 @@ def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: 
     keeps ``has_answer`` so the choice stays auditable.
     """
     index = BM25Index(index_dir)
-    queries = read_table(queries_path, ["qid", "text", "answers"])
-    qrels = read_table(qrels_path, ["qid", "pid", "relevance"])
+    queries = read_table(queries_path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
+    qrels = read_table(qrels_path, ["qid", "pid", "relevance"], schema=QRELS_SCHEMA)
     positives = qrels[qrels["relevance"] > 0].groupby("qid")["pid"].apply(set).to_dict()
     missing = [q for q in queries["qid"] if q not in positives]
     if missing:

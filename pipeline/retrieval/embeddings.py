@@ -128,8 +128,30 @@ def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int
     return shape, dtype, offset
 
 
+def first_non_finite_row(vectors: np.ndarray) -> int | None:
+    """Index of the first row holding NaN or inf, or None when every value is finite."""
+    bad = ~np.isfinite(vectors).all(axis=1)
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def check_finite_rows(vectors: np.ndarray, path: str | os.PathLike, first_row: int = 0) -> None:
+    """Refuse stored embeddings holding NaN/inf (written by a diverged model before encode checked):
+    searched, they would silently rank nothing or garbage."""
+    row = first_non_finite_row(vectors)
+    if row is not None:
+        _refuse_non_finite(path, first_row + row)
+
+
+def _refuse_non_finite(path: str | os.PathLike, row: int) -> None:
+    raise DataError(f"row {row}: non-finite embedding (NaN or inf); the model that wrote these "
+                    "embeddings diverged: retrain it and encode again", file=path)
+
+
 def iter_rows(path: str | os.PathLike, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
-    """(first row, array[<=chunk_rows, d]) chunks read with plain reads: memory is one chunk."""
+    """(first row, array[<=chunk_rows, d]) chunks read with plain reads: memory is one chunk.
+
+    Chunks with non-finite values are refused (``check_finite_rows``).
+    """
     (rows, dim), dtype, offset = read_header(path)
     with open(path, "rb") as handle:
         handle.seek(offset)
@@ -138,13 +160,21 @@ def iter_rows(path: str | os.PathLike, chunk_rows: int) -> Iterator[tuple[int, n
             data = np.fromfile(handle, dtype=dtype, count=count * dim)
             if data.size != count * dim:
                 raise DataError(f"unexpected end of data at row {start}", file=path)
-            yield start, data.reshape(count, dim)
+            data = data.reshape(count, dim)
+            check_finite_rows(data, path, start)
+            yield start, data
 
 
 def read_rows(path: str | os.PathLike, rows: np.ndarray) -> np.ndarray:
-    """The given rows (any order) of a .npy file, without reading the others."""
+    """The given rows (any order) of a .npy file, without reading the others; refuses non-finite
+    values (the error names the file row)."""
     read_header(path)
-    return np.asarray(np.load(path, mmap_mode="r")[np.asarray(rows)])
+    rows = np.asarray(rows)
+    out = np.asarray(np.load(path, mmap_mode="r")[rows])
+    bad = first_non_finite_row(np.atleast_2d(out))
+    if bad is not None:
+        _refuse_non_finite(path, int(np.atleast_1d(rows)[bad]))
+    return out
 
 
 def read_ids(path: str | os.PathLike, id_field: str = "pid") -> pa.ChunkedArray:

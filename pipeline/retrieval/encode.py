@@ -35,7 +35,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from rich.text import Text
 
 from pipeline.retrieval import embeddings as emb_io
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, open_parquet
 
 log = logging.getLogger("sieve.encode")
@@ -135,12 +135,14 @@ def tokenize_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | Non
 def encode_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None = None, *,
                   batch_size: int, device: torch.device, amp: bool = True,
                   dtype: torch.dtype = torch.float16,
-                  on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+                  on_batch: Callable[[int], None] | None = None,
+                  model: str | os.PathLike | None = None) -> np.ndarray:
     """Embeddings [n, d] of passages (``titles`` given) or queries (``titles=None``), input order.
 
     Rows are sorted by token length (longest first, stable) and cut into batches that are padded
     only to their own longest row. Outputs stay on the device until the buffer is done, so on CUDA
     the next batch is tokenised/sliced while the GPU still works on the previous one.
+    Non-finite embeddings (in ``dtype``) are a DataError naming ``model`` (the retriever's folder).
     """
     n = len(texts)
     dim = retriever.query_model.config.hidden_size
@@ -165,7 +167,18 @@ def encode_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None 
                 on_batch(len(rows))
         result = torch.empty((n, dim), dtype=dtype, device=device)
         result[torch.from_numpy(order).to(device)] = torch.cat(outputs)
+        # Checked after the cast: fp16 overflow (|x| > 65504) is as unusable as NaN downstream.
+        finite = torch.isfinite(result).all(dim=1)
+        if not bool(finite.all()):
+            _refuse_non_finite(model, "queries" if titles is None else "passages",
+                               int((~finite).sum()), n)
     return result.cpu().numpy()
+
+
+def _refuse_non_finite(model: str | os.PathLike | None, kind: str, bad: int, n: int) -> None:
+    raise DataError(f"the model produced non-finite embeddings (NaN or inf) for {bad} of {n} "
+                    f"{kind} encoded together: its training diverged; retrain it (lower its "
+                    "learning rate) before encoding, indexing or searching", file=model)
 
 
 # ---- streaming the corpus -------------------------------------------------------------------------
@@ -237,11 +250,12 @@ def parquet_rows(path: str | os.PathLike) -> int:
 def encode_table(retriever, path: str | os.PathLike, out_dir: str | os.PathLike, shard: int,
                  shards: int, *, kind: str = "passage", batch_size: int = 64,
                  sort_buffer: int = 20_000, device: torch.device | None = None, amp: bool = True,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, model: str | os.PathLike | None = None) -> dict:
     """Encode shard ``shard`` of ``shards`` of a corpus (kind 'passage') or queries table ('query').
 
     Writes ``shard{i}of{n}.npy`` (fp16) + ``shard{i}of{n}.{pid|qid}s.parquet`` atomically and
-    returns {'rows', 'seconds', 'per_second'}.
+    returns {'rows', 'seconds', 'per_second'}. ``model`` (the retriever's folder) names the culprit
+    when embeddings are non-finite; nothing is written then.
     """
     if batch_size < 1 or sort_buffer < 1:
         raise ValueError("batch_size and sort_buffer must be >= 1")
@@ -261,7 +275,7 @@ def encode_table(retriever, path: str | os.PathLike, out_dir: str | os.PathLike,
         for buffer in iter_buffers(chunks, sort_buffer):
             vectors = encode_buffer(retriever, buffer["text"], buffer.get("title"),
                                     batch_size=batch_size, device=device, amp=amp,
-                                    on_batch=lambda k: bar.advance(task, k))
+                                    on_batch=lambda k: bar.advance(task, k), model=model)
             writer.write(buffer[id_field], vectors)
             now = time.perf_counter()
             if now - last_log >= LOG_EVERY_S:
@@ -324,10 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         emb_io.gather(args.out_dir, args.shards, model=args.model, source=args.corpus,
                       source_rows=parquet_rows(args.corpus), checksums=not args.no_checksums)
         return 0
+    check_writable(args.out_dir)  # before the encoding, not by the shard write at its end
     device = resolve_device(args.device)
     retriever = load_retriever(args.model, device)
     options = dict(batch_size=args.batch_size, sort_buffer=args.sort_buffer, device=device,
-                   amp=not args.no_amp, progress=not args.no_progress)
+                   amp=not args.no_amp, progress=not args.no_progress, model=args.model)
     if args.command == "corpus":
         encode_table(retriever, args.corpus, args.out_dir, args.shard, args.shards, **options)
     else:

@@ -18,28 +18,14 @@ from typing import Collection
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.schemas import RUN_SCHEMA
+from pipeline.core.schemas import QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, atomic_open, read_table
 
 log = logging.getLogger("sieve.runs")
 
 _TREC_CHUNK = 200_000
-
-
-def _check_types(path: Path) -> None:
-    schema = pq.read_schema(path)
-    for name, ok, want in (("qid", pa.types.is_string, "string"), ("pid", pa.types.is_string, "string"),
-                           ("rank", pa.types.is_integer, "an integer type"),
-                           ("score", lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
-                            "a number")):
-        typ = schema.field(name).type
-        if not (ok(typ) or (want == "string" and pa.types.is_large_string(typ))):
-            raise DataError(f"column type is {typ}, expected {want} (see pipeline.core.schemas.RUN_SCHEMA)",
-                            file=path, field=name)
 
 
 def validate_run(df: pd.DataFrame, file: str | os.PathLike,
@@ -83,8 +69,7 @@ def validate_run(df: pd.DataFrame, file: str | os.PathLike,
 def read_run(path: str | os.PathLike, known_qids: Collection[str] | None = None) -> pd.DataFrame:
     """Read and validate a run Parquet file (see ``validate_run``)."""
     path = Path(path)
-    df = read_table(path, columns=RUN_SCHEMA.names)
-    _check_types(path)
+    df = read_table(path, columns=RUN_SCHEMA.names, schema=RUN_SCHEMA)
     return validate_run(df, path, known_qids)
 
 
@@ -128,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     start_stage(args.log)
     known = None
     if args.queries:
-        known = set(read_table(args.queries, columns=["qid"])["qid"])
+        known = set(read_table(args.queries, columns=["qid"], schema=QUERIES_SCHEMA)["qid"])
     run = read_run(args.run, known)
     write_trec(run, args.trec, args.tag, file=args.run)
     log.info("wrote %s (%d lines, %d queries)", args.trec, len(run), run["qid"].nunique())

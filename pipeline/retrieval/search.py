@@ -192,8 +192,10 @@ def _check_dim(queries: np.ndarray, dim: int, file: Path) -> None:
 
 def encode_queries(retriever, path: str | os.PathLike, *, batch_size: int = 128,
                    buffer: int = 50_000, device: torch.device, amp: bool = True,
-                   progress: bool = True) -> tuple[list[str], np.ndarray]:
-    """(qids, float32 [nq, d]) of a queries Parquet file, in file order."""
+                   progress: bool = True, model: str | os.PathLike | None = None
+                   ) -> tuple[list[str], np.ndarray]:
+    """(qids, float32 [nq, d]) of a queries Parquet file, in file order; non-finite embeddings are a
+    DataError naming ``model``."""
     qids, parts = [], []
     total = parquet_rows(path)
     with make_progress("queries", progress) as bar:
@@ -202,7 +204,7 @@ def encode_queries(retriever, path: str | os.PathLike, *, batch_size: int = 128,
             qids.extend(chunk["qid"])
             parts.append(encode_buffer(retriever, chunk["text"], None, batch_size=batch_size,
                                        device=device, amp=amp, dtype=torch.float32,
-                                       on_batch=lambda n: bar.advance(task, n)))
+                                       on_batch=lambda n: bar.advance(task, n), model=model))
     if len(set(qids)) != len(qids):
         seen: set[str] = set()
         row = next(i for i, q in enumerate(qids) if q in seen or seen.add(q))
@@ -210,6 +212,23 @@ def encode_queries(retriever, path: str | os.PathLike, *, batch_size: int = 128,
                         field="qid")
     dim = retriever.query_model.config.hidden_size
     return qids, (np.concatenate(parts) if parts else np.zeros((0, dim), np.float32))
+
+
+def check_every_query_ranked(qids: Sequence[str], rows: np.ndarray, n_passages: int,
+                             file: str | os.PathLike) -> None:
+    """Refuse a run in which some query got no passage although the index holds some.
+
+    Exact search always ranks every passage, so an empty query means non-finite scores (an index
+    built from diverged embeddings) or an approximate index probed too narrowly; as a run it would
+    count as a silent miss in the evaluation.
+    """
+    empty = (rows < 0).all(axis=1) if rows.size else np.zeros(len(qids), dtype=bool)
+    if n_passages == 0 or not empty.any():
+        return
+    raise DataError(f"{int(empty.sum())} of {len(qids)} queries got no passage at all (e.g. qid "
+                    f"{qids[int(np.argmax(empty))]!r}): the index holds non-finite vectors (rebuild "
+                    "it from embeddings of a retrained model) or probes too few cells (raise "
+                    "--nprobe / --ef-search); the run was not written", file=file)
 
 
 def run_table(qids: Sequence[str], rows: np.ndarray, scores: np.ndarray, pids: pa.Array) -> pa.Table:
@@ -258,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     retriever = load_retriever(args.model, device)
     qids, queries = encode_queries(retriever, args.queries, batch_size=args.batch_size,
-                                   device=device, amp=not args.no_amp, progress=not args.no_progress)
+                                   device=device, amp=not args.no_amp, progress=not args.no_progress,
+                                   model=args.model)
     del retriever
     if args.backend == "faiss":
         rows, scores, pids = search_faiss(args.index, queries, args.depth, nprobe=args.nprobe,
@@ -268,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, scores, pids = search_torch(args.embeddings, queries, args.depth,
                                           chunk_rows=args.chunk_rows, device=device,
                                           progress=not args.no_progress)
+    check_every_query_ranked(qids, rows, len(pids), file=args.out)
     write_table(args.out, run_table(qids, rows, scores, pids))
     log.info("searched %d queries (%s, top %d) in %.1f s -> %s", len(qids), args.backend,
              args.depth, time.perf_counter() - began, args.out)

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from rich.progress import Progress
 
-from pipeline.core.storage import DataError, check_unique, read_table
+from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.storage import DataError, check_unique, open_parquet, read_table
 
 log = logging.getLogger("sieve.sieve_data")
 
@@ -28,12 +28,6 @@ SCORE_CHUNK = 262_144
 
 
 # ---- negatives and qrels -------------------------------------------------------------------------
-
-def _check_column_type(path: Path, schema: pa.Schema, name: str, ok, want: str) -> None:
-    typ = schema.field(name).type
-    if not ok(typ):
-        raise DataError(f"column type is {typ}, expected {want}", file=path, field=name)
-
 
 def _first_null(df: pd.DataFrame, columns: Iterable[str], path: Path) -> None:
     for col in columns:
@@ -50,20 +44,8 @@ def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
     naming the file, the 0-based row and the column.
     """
     path = Path(path)
-    df = read_table(path)
-    schema = pq.read_schema(path)
-    for name in ("qid", "pid", "rank", "score"):
-        if name not in schema.names:
-            raise DataError(f"missing column (has: {', '.join(schema.names)})", file=path, field=name)
-    is_str = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)  # noqa: E731
-    _check_column_type(path, schema, "qid", is_str, "string")
-    _check_column_type(path, schema, "pid", is_str, "string")
-    _check_column_type(path, schema, "rank", pa.types.is_integer, "an integer type")
-    _check_column_type(path, schema, "score",
-                       lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "a number")
-    for name in ("excluded", "has_answer"):
-        if name in schema.names:
-            _check_column_type(path, schema, name, pa.types.is_boolean, "bool")
+    df = read_table(path, ["qid", "pid", "rank", "score", "source", "has_answer", "excluded"],
+                    schema=MINED_NEGATIVES_SCHEMA, optional=("source", "has_answer", "excluded"))
     _first_null(df, [c for c in ("qid", "pid", "rank", "score", "excluded") if c in df], path)
     bad_rank = (df["rank"] < 1).to_numpy()
     if bad_rank.any():
@@ -92,7 +74,7 @@ def read_positives(path: str | os.PathLike) -> dict[str, list[str]]:
     The first pid is the query's training positive (the dense-stage contract).
     """
     path = Path(path)
-    qrels = read_table(path, ["qid", "pid", "relevance"])
+    qrels = read_table(path, ["qid", "pid", "relevance"], schema=QRELS_SCHEMA)
     _first_null(qrels, ["qid", "pid", "relevance"], path)
     qrels = qrels.reset_index(drop=True)
     qrels["_row"] = np.arange(len(qrels))
@@ -104,7 +86,7 @@ def read_positives(path: str | os.PathLike) -> dict[str, list[str]]:
 def read_queries(path: str | os.PathLike, qids: Iterable[str] | None = None) -> pd.DataFrame:
     """qid, text, answers (list) of the wanted queries; every wanted qid must be present."""
     path = Path(path)
-    queries = read_table(path, ["qid", "text", "answers"])
+    queries = read_table(path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
     check_unique(queries, "qid", path)
     _first_null(queries, ["qid", "text"], path)
     queries = queries.set_index("qid", drop=False)
@@ -123,7 +105,8 @@ def read_queries(path: str | os.PathLike, qids: Iterable[str] | None = None) -> 
 def iter_corpus(corpus_path: str | os.PathLike, pids: Iterable[str], columns=("pid", "title", "text")):
     """Stream the corpus, yielding DataFrames holding only the rows whose pid is in ``pids``."""
     wanted = pa.array(sorted(set(pids)), pa.string())
-    for batch in pq.ParquetFile(corpus_path).iter_batches(batch_size=CORPUS_BATCH, columns=list(columns)):
+    parquet = open_parquet(corpus_path, list(columns), schema=CORPUS_SCHEMA)
+    for batch in parquet.iter_batches(batch_size=CORPUS_BATCH, columns=list(columns)):
         table = pa.Table.from_batches([batch])
         kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted))
         if kept.num_rows:

@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pipeline.core.cli import run_main, stage_parser, start_stage  # noqa: E402
+from pipeline.core.schemas import SIEVE_LOSSES_SCHEMA  # noqa: E402
 from pipeline.core.storage import DataError, atomic_path, read_table, write_json  # noqa: E402
 from pipeline.sieve.report import auc_greater, detection_metrics, read_decisions  # noqa: E402
 
@@ -81,7 +82,7 @@ def _save(fig, path: Path) -> None:
 def plot_figure1(losses: list[tuple[float, str]], out_dir: Path) -> dict:
     stats, panels = {}, []
     for beta, path in losses:
-        table = read_table(path, ["group", "nce_loss"])
+        table = read_table(path, ["group", "nce_loss"], schema=SIEVE_LOSSES_SCHEMA)
         groups = figure1_groups(table)
         stats[f"{beta:g}"] = separation(groups)
         panels.append((beta, groups))

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.core.cli import run_main
+from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA, QUERIES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, read_table
 from pipeline.sieve.data import load_passages
 
@@ -138,7 +139,8 @@ def show_query(console: Console, qid: str, rows: pd.DataFrame, query: pd.Series 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     path = decisions_path(args)
-    table = read_table(path)
+    # Sieve and filter decisions share these columns' types; which are required is checked below.
+    table = read_table(path, schema=FILTER_DECISIONS_SCHEMA, optional=FILTER_DECISIONS_SCHEMA.names)
     for col in ("qid", "pid", "rank", "kept", "is_false_negative", "fn_label_source", "positive_pid"):
         if col not in table:
             raise DataError("missing column (not a sieve/filter decisions file?)", file=path, field=col)
@@ -154,7 +156,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{args.qid}: no candidate matches the filters")
         return 0
     resources = Path(args.resources_dir) / args.dataset
-    queries = read_table(resources / "queries.train.parquet", ["qid", "text", "answers"]).set_index("qid")
+    queries = read_table(resources / "queries.train.parquet", ["qid", "text", "answers"],
+                         schema=QUERIES_SCHEMA).set_index("qid")
     passages = load_passages(resources / "corpus.parquet", set(rows["pid"]) | set(rows["positive_pid"]))
     console.print(f"[dim]{path}[/dim]")
     for qid in qids:
@@ -170,7 +173,8 @@ def _rate(num: int, den: int) -> str:
 def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     results = Path(args.results_dir) / args.dataset
     cand_path = results / "sieve" / "candidates.parquet"
-    cands = read_table(cand_path, ["qid", "pid", "is_false_negative", "fn_label_source"])
+    cands = read_table(cand_path, ["qid", "pid", "is_false_negative", "fn_label_source"],
+                       schema=CANDIDATES_SCHEMA)
     truth = cands["is_false_negative"].astype("boolean")
     src = cands["fn_label_source"].astype("string").fillna("none")
     console.rule(f"[b]{args.dataset}[/b]: sieve candidates")
@@ -185,7 +189,7 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
         for name in ("β", "candidates", "kept", "keep rate", "fallback queries", "FN recall", "TN kept"):
             table.add_column(name, justify="right")
         for tag, path in files.items():
-            s = read_table(path, ["kept", "is_false_negative", "fallback"])
+            s = read_table(path, ["kept", "is_false_negative", "fallback"], schema=SIEVE_SCHEMA)
             kept = s["kept"].to_numpy(bool)
             t = s["is_false_negative"].astype("boolean")
             fn, tn = t.fillna(False).to_numpy(bool), (t == False).fillna(False).to_numpy(bool)  # noqa: E712

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
+from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 
@@ -145,10 +145,10 @@ def query_offsets(qids: np.ndarray) -> tuple[list[str], np.ndarray]:
 
 def read_candidates(path: str | os.PathLike) -> pd.DataFrame:
     """The candidate table written by ``pipeline.sieve.candidates``, sorted by (qid, rank)."""
-    cands = read_table(path)
-    missing = [c for c in CANDIDATE_COLUMNS if c not in cands.columns]
-    if missing:
-        raise DataError(f"missing column (has: {', '.join(cands.columns)})", file=path, field=missing[0])
+    # The columns the filters use are required; every column present must have its schema type (a
+    # text rank would sort as text: 1, 10, 11, 2, ...).
+    cands = read_table(path, schema=CANDIDATES_SCHEMA,
+                       optional=[c for c in CANDIDATES_SCHEMA.names if c not in CANDIDATE_COLUMNS])
     for col in ("qid", "pid", "rank", "positive_pid"):
         nulls = cands[col].isna().to_numpy()
         if nulls.any():

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA
 from pipeline.core.storage import DataError, atomic_open, read_table, write_json
 
 log = logging.getLogger("sieve.sieve_report")
@@ -143,7 +144,9 @@ def detection_report(table: pd.DataFrame) -> dict:
 
 
 def read_decisions(path: str | os.PathLike) -> pd.DataFrame:
-    table = read_table(path)
+    """A filter's decisions (FILTER_DECISIONS_SCHEMA) or the sieve's (SIEVE_SCHEMA): the columns the two
+    share have the same types, so the present ones are checked against the first."""
+    table = read_table(path, schema=FILTER_DECISIONS_SCHEMA, optional=FILTER_DECISIONS_SCHEMA.names)
     for col in REQUIRED:
         if col not in table:
             raise DataError(f"missing column (has: {', '.join(table.columns)})", file=path, field=col)
@@ -156,7 +159,7 @@ def read_decisions(path: str | os.PathLike) -> pd.DataFrame:
 def build_report(decisions: str | os.PathLike, candidates: str | os.PathLike, dataset: str,
                  filter_name: str) -> dict:
     table = read_decisions(decisions)
-    cands = read_table(candidates, ["qid", "pid"])
+    cands = read_table(candidates, ["qid", "pid"], schema=CANDIDATES_SCHEMA)
     digest = candidates_digest(table["qid"], table["pid"])
     expected = candidates_digest(cands["qid"], cands["pid"])
     if digest != expected or len(table) != len(cands):

@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.seeding import item_rng
-from pipeline.core.storage import DataError, check_unique, read_table
+from pipeline.core.storage import DataError, check_unique, open_parquet, read_table
 
 log = logging.getLogger("sieve.train_data")
 
@@ -63,13 +63,9 @@ class PassageStore:
         ``source_of(pid)`` names the file that referenced a pid, for the error message.
         """
         corpus_path = Path(corpus_path)
-        if not corpus_path.exists():
-            raise DataError("file not found (did the data stage run?)", file=corpus_path)
+        parquet = open_parquet(corpus_path, ["pid", "title", "text"], schema=CORPUS_SCHEMA,
+                               missing="file not found (did the data stage run?)")
         wanted = pa.array(pids, type=pa.string())
-        parquet = pq.ParquetFile(corpus_path)
-        for col in ("pid", "title", "text"):
-            if col not in parquet.schema_arrow.names:
-                raise DataError("missing column", file=corpus_path, field=col)
         positions, titles, texts = [], [], []
         for batch in parquet.iter_batches(batch_size=_CORPUS_BATCH, columns=["pid", "title", "text"]):
             where = pc.index_in(batch.column(0), value_set=wanted)
@@ -112,13 +108,13 @@ def load_queries_with_positives(queries_path: str | Path, qrels_path: str | Path
     A train query without a positive is a DataError unless ``drop_without_positive``; dropped
     queries are counted and logged, never skipped silently.
     """
-    queries = read_table(queries_path, columns=["qid", "text"])
+    queries = read_table(queries_path, columns=["qid", "text"], schema=QUERIES_SCHEMA)
     check_unique(queries, "qid", queries_path)
     for col in ("qid", "text"):
         if queries[col].isna().any():
             raise DataError("null value", file=queries_path, record=int(queries[col].isna().idxmax()),
                             field=col)
-    qrels = read_table(qrels_path, columns=["qid", "pid", "relevance"])
+    qrels = read_table(qrels_path, columns=["qid", "pid", "relevance"], schema=QRELS_SCHEMA)
     for col in ("qid", "pid", "relevance"):
         if qrels[col].isna().any():
             raise DataError("null value", file=qrels_path, record=int(qrels[col].isna().idxmax()),
@@ -157,10 +153,10 @@ def load_candidates(negatives_path: str | Path, queries: pd.DataFrame, positives
     negatives_path = Path(negatives_path)
     if not negatives_path.exists():
         raise DataError("file not found (did the negative-mining stage run?)", file=negatives_path)
-    names = pq.read_schema(negatives_path).names
-    cols = ["qid", "pid", "rank"] + (["excluded"] if "excluded" in names else [])
-    neg = read_table(negatives_path, columns=cols)
-    for col in cols:
+    # Mined, sieved and shipped negatives share these columns' types; shipped ones have no `excluded`.
+    neg = read_table(negatives_path, columns=["qid", "pid", "rank", "excluded"],
+                     schema=MINED_NEGATIVES_SCHEMA, optional=("excluded",))
+    for col in neg.columns:
         if neg[col].isna().any():
             raise DataError("null value", file=negatives_path, record=int(neg[col].isna().idxmax()),
                             field=col)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -246,10 +247,17 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
                     scaled = loss / cfg.grad_accum
                     (scaler.scale(scaled) if scaler else scaled).backward()
                 totals += torch.stack([loss.detach(), parts["nce"], parts["ccr_term"]])
+            # Reduced before the update: every rank then sees the same loss, so a divergence stops
+            # all ranks at the same step (none is left waiting in a collective).
+            totals = all_reduce_mean(totals / cfg.grad_accum).tolist()
+            done = step + 1
             if scaler:
                 scaler.unscale_(optimizer)
-            if cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(retriever.parameters(), cfg.max_grad_norm)
+            grad_norm = grad_total_norm(retriever.parameters(), cfg.max_grad_norm)
+            # fp16's GradScaler skips steps with inf gradients by design; the loss still must be finite.
+            check_finite_step(done, {"loss": totals[0], "nce": totals[1], "ccr": totals[2]},
+                              grad_norm=None if scaler else grad_norm,
+                              advice=_advice(cfg, scaler is not None), log_file=log_path)
             if scaler:
                 scaler.step(optimizer)
                 scaler.update()
@@ -257,13 +265,12 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
                 optimizer.step()
             lr = scheduler.get_last_lr()[0]
             scheduler.step()
-            totals = all_reduce_mean(totals / cfg.grad_accum).tolist()
-            done = step + 1
             eps = examples_per_step / max(time.perf_counter() - tick, 1e-9)
             record = {"step": done, "epoch": epoch, "loss": totals[0], "nce": totals[1],
                       "ccr": totals[2], "lr": lr, "examples_per_s": round(eps, 3)}
             if dist_info.is_main:
-                log_file.write(json.dumps(record) + "\n")
+                # allow_nan=False: the log stays strict JSON (the checks above keep it finite).
+                log_file.write(json.dumps(record, allow_nan=False) + "\n")
                 log_file.flush()
             progress.update(task, completed=done, loss=totals[0], lr=lr, eps=eps)
             if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < total:
@@ -274,7 +281,56 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
             summary.update(last=record)
             if on_step_end is not None:
                 on_step_end(done)
+    check_finite_weights(retriever, total, _advice(cfg, scaler is not None))
     return summary
+
+
+# ---- divergence -----------------------------------------------------------------------------------
+
+def grad_total_norm(parameters, max_norm: float) -> float:
+    """The gradients' total L2 norm, clipped to ``max_norm`` when it is > 0.
+
+    Without clipping the norm is still computed (max_norm inf: the gradients are multiplied by
+    exactly 1.0), so a non-finite gradient is seen before the optimizer applies it.
+    """
+    limit = max_norm if max_norm > 0 else float("inf")
+    return float(torch.nn.utils.clip_grad_norm_(parameters, limit))
+
+
+def check_finite_step(step: int, parts: dict[str, float], *, grad_norm: float | None, advice: str,
+                      log_file: str | Path | None = None) -> None:
+    """Raise ConfigError when a loss part or the gradient norm of optimizer step ``step`` (1-based,
+    as in the log) is NaN or infinite: training has diverged and every later step would be NaN.
+
+    Called before the optimizer step, so the diverged step's update is never applied or saved.
+    """
+    bad_grad = grad_norm is not None and not math.isfinite(grad_norm)
+    if all(math.isfinite(value) for value in parts.values()) and not bad_grad:
+        return
+    shown = ", ".join(f"{name} {value:.6g}" for name, value in parts.items())
+    if grad_norm is not None:
+        shown += f", gradient norm {grad_norm:.6g}"
+    where = f"; {log_file} holds the steps before it" if log_file is not None else ""
+    raise ConfigError(f"training diverged at step {step} ({shown}): nothing of this step was "
+                      f"applied or saved{where}. {advice}")
+
+
+def check_finite_weights(model: torch.nn.Module, step: int, advice: str) -> None:
+    """Refuse to hand on weights that hold NaN/inf (e.g. an update that overflowed float32)."""
+    for name, param in model.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            raise ConfigError(f"training diverged: weight {name!r} is not finite after step "
+                              f"{step}; the model was not saved. {advice}")
+
+
+def _advice(cfg: TrainConfig, fp16: bool) -> str:
+    """What to change, in the terms of the config (sections dpr and ccr share these settings)."""
+    tips = [f"lower the learning rate (lr of config section dpr or ccr, --lr; now {cfg.lr:g})"]
+    if cfg.max_grad_norm <= 0:
+        tips.append("clip gradients (max_grad_norm > 0; now off)")
+    if fp16:
+        tips.append("use precision bf16 or fp32 instead of fp16")
+    return "To fix it: " + "; ".join(tips) + "."
 
 
 def _micro_step(model, retriever, batch, cfg: TrainConfig, device, similarity, temperature, rank,

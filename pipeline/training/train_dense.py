@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from pipeline.core.seeding import seed_everything
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.settings import Objective, TrainSettings, add_flags, pick
 from pipeline.core.fingerprint import file_id
@@ -162,13 +162,15 @@ def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainC
     Resumes from ``<out>.ckpt/`` (or ``checkpoint_dir``) when it holds a checkpoint of the same
     settings and inputs. Returns the training summary.
     """
+    out = Path(out)
+    ckpt = Path(checkpoint_dir) if checkpoint_dir else out.with_name(out.name + ".ckpt")
+    if dist_info.is_main:
+        check_writable(out, ckpt)  # before the training, not by the write at its end
     seed_everything(cfg.seed)
     data = TrainData(inputs.queries, inputs.qrels, inputs.negatives, inputs.corpus,
                      depth=cfg.negatives_depth, seed=cfg.seed,
                      drop_without_positive=cfg.drop_queries_without_positive)
     retriever = load_init(init, overrides or {}, separate_towers)
-    out = Path(out)
-    ckpt = Path(checkpoint_dir) if checkpoint_dir else out.with_name(out.name + ".ckpt")
     fingerprint = {"init": file_id(init), "settings": asdict(retriever.settings),
                    "negatives_depth": cfg.negatives_depth,
                    "drop_queries_without_positive": cfg.drop_queries_without_positive,

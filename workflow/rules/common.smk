@@ -2,6 +2,9 @@
 # functions), the β tag, the job's device and GPU resources, and the conda environments.
 from decimal import Decimal
 
+from snakemake.exceptions import WorkflowError
+
+from pipeline.core.config import ConfigError, validate_config
 from pipeline.sieve.filters import FILTERS
 
 DATASETS = config["datasets"]
@@ -245,6 +248,20 @@ def dpr_on(negatives_name):
 # AR2 methods -> their variant folder (results/{dataset}/ar2/{variant}/seed{seed}/); see ar2.smk.
 AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
                "ar2_simans_sieve": "simans_sieve"}
+
+
+def known_methods():
+    """Every method the rules build a run for: bm25 (bm25.smk), the dense and the AR2 methods."""
+    return ["bm25", *dense_method_models(), *AR2_METHODS]
+
+
+# An entry of `methods` the rules cannot build would otherwise surface at DAG building as a missing
+# input path; at start-up it names the key and the valid names instead.
+try:
+    validate_config(config)  # fills the defaults that known_methods() reads
+    validate_config(config, methods=known_methods())
+except ConfigError as err:
+    raise WorkflowError(str(err)) from None
 
 
 def training_seeds():

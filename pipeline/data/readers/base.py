@@ -23,6 +23,7 @@ import ijson
 from rich.progress import Progress
 
 from pipeline.core.storage import DataError
+from pipeline.data.answers import tokenize
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -187,12 +188,27 @@ def need_id(src: Source, obj: dict, keys: tuple[str, ...], where: str = "") -> s
     raise src.error(f"missing id (expected one of: {', '.join(keys)})", field=where + keys[0])
 
 
+def need_answer(src: Source, answer: str, where: str) -> str:
+    """``answer`` if it can be matched: it must have a token, in the sense of DPR's has_answer.
+
+    An answer of no tokens ("", whitespace) cannot be matched (string mode) or matches every passage
+    (regex mode); evaluation and answer-matched mining would stop on it only after every training
+    stage has run, so it is refused here, where the file and the record are known.
+    """
+    if not tokenize(answer):
+        raise src.error(f"empty answer {answer!r}: an answer needs a word or symbol to match "
+                        "(DPR has_answer)", field=where)
+    return answer
+
+
 def need_answers(src: Source, value: Any, where: str = "answers") -> list[str]:
-    """A list of strings, deduplicated in order."""
+    """A list of non-empty answer strings (``need_answer``), deduplicated in order."""
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise src.error("expected a list of strings", field=where)
+    for i, answer in enumerate(value):
+        need_answer(src, answer, f"{where}[{i}]")
     return list(dict.fromkeys(value))
 
 

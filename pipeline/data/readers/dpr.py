@@ -17,7 +17,7 @@ from rich.progress import Progress
 
 from pipeline.core.storage import SPLITS, DataError
 from .base import (BuildOptions, Ctx, Passage, Query, Source, TrainingRecord, first_char,
-                   need_answers, need_score, need_str, open_source)
+                   need_answer, need_answers, need_score, need_str, open_source)
 from .writer import DatasetWriter
 
 PSGS_COLUMNS = ("id", "text", "title")
@@ -129,6 +129,8 @@ def read_qa_csv(path: str | os.PathLike, split: str,
                                 field="answers") from None
             if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
                 raise src.error(f"expected a list of strings, got {literal[:80]!r}", field="answers")
+            for i, answer in enumerate(answers):
+                need_answer(src, answer, f"answers[{i}]")
             if not question.strip():
                 raise src.error("empty question", field="question")
             yield Query(f"{split}-{index}", question, list(dict.fromkeys(answers)), reader.line_num)

@@ -17,7 +17,7 @@ from rich.progress import Progress
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import DataError
 from pipeline.data.splits import assign_splits
-from .base import (BuildOptions, Passage, Query, Source, first_char, need_id, need_str,
+from .base import (BuildOptions, Passage, Query, Source, first_char, need_answer, need_id, need_str,
                    open_source)
 from .writer import DatasetWriter
 
@@ -82,7 +82,8 @@ def _question(src: Source, qa: object, where: str, article: int) -> Query:
     for i, ans in enumerate(answers):
         if not isinstance(ans, dict):
             raise src.error("expected an object", field=f"{where}.answers[{i}]")
-        texts.append(need_str(src, ans, "text", where=f"{where}.answers[{i}].text"))
+        field = f"{where}.answers[{i}].text"
+        texts.append(need_answer(src, need_str(src, ans, "text", where=field), field))
     return Query(qid, question, list(dict.fromkeys(texts)), article)
 
 
