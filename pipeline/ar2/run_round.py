@@ -318,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
                      if k not in ("checkpoint_every", "encode_batch_size", "select_metric",
                                   "keep_checkpoints", "threads", "mem_mb", "gpus")},
         "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,
+        # the dev evaluation and the round's CCR model (sieve_init current) are part of its result
+        "eval": {"match": args.match, "ks": args.ks, "depth": args.depth,
+                 "suspect_same_article": args.suspect_same_article},
+        "ccr": (json.loads(args.ccr_settings)
+                if variant_sieves(args.variant) and settings.get("sieve_init") == "current" else None),
         "inputs": [file_id(p) for p in (args.corpus, args.train_queries, args.train_qrels,
                                          args.dev_queries, args.dev_qrels, args.start_retriever,
                                          args.start_embeddings, args.sieve_model, args.sieve_embeddings)],

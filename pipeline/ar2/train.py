@@ -273,4 +273,5 @@ def compact_checkpoint(ckpt_dir: str | Path) -> None:
     payload["state"] = {k: v for k, v in payload["state"].items() if k in CARRIED}
     payload["extra"] = {**payload.get("extra", {}), "compacted": True}
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        with open(tmp, "wb") as handle:  # a path would name the zip's inner folder after tmp
+            torch.save(payload, handle)

@@ -109,7 +109,8 @@ class Ranker(torch.nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         save_encoder(folder / "encoder", self.encoder, self.tokenizer)
         with atomic_path(folder / HEAD_FILE) as tmp:
-            torch.save({k: v.detach().cpu() for k, v in self.head.state_dict().items()}, tmp)
+            with open(tmp, "wb") as handle:  # a path would name the zip's folder after tmp
+                torch.save({k: v.detach().cpu() for k, v in self.head.state_dict().items()}, handle)
         write_settings(folder / SETTINGS_FILE, self.settings)
 
     # ---- tokenisation and forward --------------------------------------------------------------------

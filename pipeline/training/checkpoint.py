@@ -42,7 +42,8 @@ def save_checkpoint(directory: str | Path, *, step: int, modules: dict[str, Any]
     }
     path = directory / STATE_FILE
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        with open(tmp, "wb") as handle:  # a path would name the zip's inner folder after tmp
+            torch.save(payload, handle)
     log.info("checkpoint saved at step %d -> %s", step, path)
     return path
 

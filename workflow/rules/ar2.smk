@@ -7,14 +7,23 @@
 # Details: docs/ar2.md.
 import json
 import shlex
+from dataclasses import fields
+
+from pipeline.core.settings import JobResources
 
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 AR2 = config["ar2"]
 
 
+# What a job reserves (threads, mem_mb, gpus), and the config ar2 keys a round does not read: which
+# runs exist (seeds) and ar2_select's metric. Kept out of the round's settings, so out of its recorded
+# params: changing them reruns no round.
+_RESOURCES = tuple(f.name for f in fields(JobResources))
+_NOT_ROUND_SETTINGS = ("seeds", "select_metric", *_RESOURCES)
+
+
 def ar2_settings_json():
-    # `seeds` only says which runs exist; leaving it out keeps existing rounds' params unchanged.
-    return json.dumps({k: v for k, v in AR2.items() if k != "seeds"})
+    return json.dumps({k: v for k, v in AR2.items() if k not in _NOT_ROUND_SETTINGS})
 
 
 def _ar2_sieves(variant):
@@ -46,28 +55,37 @@ def ar2_round_inputs(wildcards):
     return inputs
 
 
-def ar2_round_args(wildcards, input):
-    d, r = wildcards.dataset, int(wildcards.r)
+def ar2_round_files(wildcards, input):
+    """The round's input files as flags (tracked as inputs; a function of `input` is not recorded)."""
     keys = input.keys()
     out = []
     for name in ("corpus", "train_queries", "train_qrels", "train_qrels_all", "dev_queries",
                  "dev_qrels", "dev_qrels_all"):
         if name in keys:
             out += ["--" + name.replace("_", "-"), input[name]]
-    if r == 0:
+    if int(wildcards.r) == 0:
         out += ["--start-retriever", os.path.dirname(input.start_model),
                 "--start-embeddings", os.path.dirname(input.start_embeddings)]
     else:
         out += ["--prev-dir", os.path.dirname(input.previous)]
+    if "sieve_model" in keys:
+        out += ["--sieve-model", os.path.dirname(input.sieve_model),
+                "--sieve-embeddings", os.path.dirname(input.sieve_embeddings)]
+    return " ".join(shlex.quote(x) for x in out)
+
+
+def ar2_round_settings(wildcards):
+    """Every setting the round reads. A function of the wildcards only, so Snakemake records it as a
+    param and a changed setting reruns the round (docs/failures.md)."""
+    d = wildcards.dataset
+    out = []
     if _ar2_sieves(wildcards.variant):
         sieve = {k: config["sieve"][k] for k in ("candidates", "pool", "strict", "fallback",
                                                  "temperature", "batch_size")}
         out += ["--sieve-config", json.dumps(sieve)]
-        if "sieve_model" in keys:
-            out += ["--sieve-model", os.path.dirname(input.sieve_model),
-                    "--sieve-embeddings", os.path.dirname(input.sieve_embeddings)]
-        elif AR2["sieve_init"] == "current":
-            out += ["--ccr-settings", json.dumps(config["ccr"])]
+        if AR2["sieve_init"] == "current":
+            ccr = {k: v for k, v in config["ccr"].items() if k not in _RESOURCES}
+            out += ["--ccr-settings", json.dumps(ccr)]
     if DATASETS[d]["format"] == "squad":
         out.append("--suspect-same-article")
     out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
@@ -90,7 +108,8 @@ rule ar2_round:
         seed=r"\d+",
         r=r"\d+",
     params:
-        args=ar2_round_args,
+        files=ar2_round_files,
+        settings=ar2_round_settings,
         round_dir=lambda wildcards, output: os.path.dirname(output[0]),
         device=job_device,
     threads: AR2["threads"]
@@ -104,7 +123,7 @@ rule ar2_round:
         "benchmarks/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
         "python -m pipeline.ar2.run_round --round {wildcards.r} --round-dir {params.round_dir}"
-        " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.args}"
+        " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.files} {params.settings}"
         " --device {params.device} --threads {threads} --log {log}"
 
 

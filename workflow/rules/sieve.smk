@@ -56,14 +56,14 @@ def _sieve_candidate_inputs(wildcards):
     return inputs
 
 
-def _sieve_candidate_args(wildcards, input):
+# A rule's settings are params of the wildcards only (a params function taking `input` is not
+# recorded by Snakemake, so a changed setting would not rerun it); input files stay in their own params.
+def _sieve_candidate_settings(wildcards):
     args = [f"--candidates {SIEVE['candidates']}", f"--pool {SIEVE['pool']}", f"--seed {config['seed']}",
             f"--injection-fraction {SIEVE['injection']['fraction']}",
             f"--match {config['eval']['match']}"]
     if SIEVE["max_queries"]:
         args.append(f"--max-queries {SIEVE['max_queries']}")
-    if "qrels_all" in input.keys():
-        args.append(f"--qrels-all {input.qrels_all}")
     if DATASETS[wildcards.dataset]["format"] == "squad":
         args.append("--suspect-same-article")
     return " ".join(args)
@@ -85,7 +85,8 @@ rule sieve_candidates:
     output:
         candidates("{dataset}"),
     params:
-        args=_sieve_candidate_args,
+        settings=_sieve_candidate_settings,
+        qrels_all=qrels_all_arg,
     conda:
         CPU_ENV
     log:
@@ -94,7 +95,8 @@ rule sieve_candidates:
         "benchmarks/sieve_candidates/{dataset}.tsv"
     shell:
         "python -m pipeline.sieve.candidates --negatives {input.negatives} --qrels {input.qrels}"
-        " --queries {input.queries} --corpus {input.corpus} {params.args} --out {output} --log {log}"
+        " --queries {input.queries} --corpus {input.corpus} {params.qrels_all} {params.settings}"
+        " --out {output} --log {log}"
 
 
 rule sieve_negatives:
@@ -172,11 +174,13 @@ def _filter_inputs(wildcards):
     return inputs
 
 
-def _filter_args(wildcards, input):
+def _filter_model(wildcards, input):
+    return f"--model {os.path.dirname(input.model)}" if "model" in input.keys() else ""
+
+
+def _filter_settings(wildcards):
     name = wildcards.filter
     args = [f"--seed {config['seed']}", f"--batch-size {SIEVE['batch_size']}"]
-    if "model" in input.keys():
-        args.append(f"--model {os.path.dirname(input.model)}")
     if name == "rank_window":
         args.append(f"--start {SIEVE['rank_window']['start']}")
     elif name == "positive_aware":
@@ -198,7 +202,8 @@ rule filter_candidates:
     wildcard_constraints:
         filter="|".join(OTHER_FILTERS),
     params:
-        args=_filter_args,
+        model=_filter_model,
+        settings=_filter_settings,
     threads: 2
     resources:
         mem_mb=4000,
@@ -210,8 +215,8 @@ rule filter_candidates:
         "benchmarks/filter_candidates/{dataset}.{filter}.tsv"
     shell:
         "python -m pipeline.sieve.filters --filter {wildcards.filter} --candidates {input.candidates}"
-        " --corpus {input.corpus} --queries {input.queries} {params.args} --threads {threads}"
-        " --out {output.decisions} --train-out {output.train} --log {log}"
+        " --corpus {input.corpus} --queries {input.queries} {params.model} {params.settings}"
+        " --threads {threads} --out {output.decisions} --train-out {output.train} --log {log}"
 
 
 rule sieve_report:
