@@ -320,6 +320,26 @@ def test_gather_pairs_by_seed(tmp_path):
     assert plain_only["comparisons"] == [] and "Paired" not in gather_metrics.markdown_table(plain_only)
 
 
+def test_gather_pairs_a_seed_free_baseline_with_every_seed(tmp_path):
+    # dpr_oracle − zeroshot over seeds 0, 1, 2: R@1 0.55, 0.57, 0.56 against a fixed 0.50 ->
+    # differences 0.05, 0.07, 0.06: mean 0.06, std 0.01, half width t(2) · 0.01 / √3
+    oracle = _seeded_file(tmp_path, "dpr_oracle", {0: {"R@1": 0.55}, 1: {"R@1": 0.57}, 2: {"R@1": 0.56}})
+    zeroshot = _method_file(tmp_path, "zeroshot", {"R@1": 0.50})
+    pairs = [("dpr_oracle", "zeroshot")]
+    fixed, = gather_metrics.gather("tiny", [oracle, zeroshot], pairs, fixed=["zeroshot"])["comparisons"]
+    half = 4.30265272974946 * 0.01 / 3 ** 0.5
+    assert (fixed["n"], fixed["seeds"], fixed["baseline_fixed"]) == (3, [0, 1, 2], True)
+    assert fixed["metrics"]["R@1"] == pytest.approx(
+        {"diff": 0.06, "std": 0.01, "ci_low": 0.06 - half, "ci_high": 0.06 + half})
+    table = gather_metrics.markdown_table(
+        gather_metrics.gather("tiny", [oracle, zeroshot], pairs, fixed=["zeroshot"]))
+    assert "| dpr_oracle − zeroshot | 3 (0, 1, 2); zeroshot seed-free | +0.060 [0.035, 0.085] |" in table
+    # not declared seed-free: a run without a seed is not paired with several (it may be a trained
+    # method whose seed was not recorded)
+    unpaired, = gather_metrics.gather("tiny", [oracle, zeroshot], pairs)["comparisons"]
+    assert unpaired["n"] == 0 and "baseline_fixed" not in unpaired
+
+
 @pytest.mark.parametrize("per_seed,field", [
     ("not a list", "per_seed"),
     ([{"seed": 0}], "per_seed[0]"),

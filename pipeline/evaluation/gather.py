@@ -19,7 +19,7 @@ import math
 import os
 from numbers import Real
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
@@ -82,10 +82,11 @@ def seed_runs(data: dict, path: str | os.PathLike) -> dict[int | None, dict]:
 
 
 def gather(dataset: str, paths: Sequence[str | os.PathLike],
-           compare: Sequence[tuple[str, str]] = ()) -> dict:
+           compare: Sequence[tuple[str, str]] = (), fixed: Collection[str] = ()) -> dict:
     """``{"dataset": D, "methods": {method: {split, n_queries, ..., metrics}}, "comparisons": [...]}``,
     methods in input order, one comparison per ``compare`` pair (method, baseline) whose two
-    methods were both read."""
+    methods were both read. ``fixed``: methods with no training seed (their one run pairs with
+    every seed of a trained method)."""
     if not paths:
         raise DataError("no metrics files given", field="--inputs")
     methods: dict[str, dict] = {}
@@ -112,22 +113,28 @@ def gather(dataset: str, paths: Sequence[str | os.PathLike],
             log.info("comparison %s − %s left out: %s not gathered", method, baseline,
                      " and ".join(missing))
             continue
-        comparisons.append(compare_methods(method, baseline, methods, runs))
+        comparisons.append(compare_methods(method, baseline, methods, runs, fixed))
     return {"dataset": dataset, "methods": methods, "comparisons": comparisons}
 
 
-def _pairable(a: dict, b: dict) -> tuple[dict, dict]:
+def _pairable(a: dict, b: dict, fixed_baseline: bool = False) -> tuple[dict, dict]:
     """One run against one run pairs (n = 1) even when a seed was not recorded: the key None
-    takes the other side's seed."""
+    takes the other side's seed. A ``fixed_baseline`` (a method with nothing random in it: bm25,
+    zeroshot) has one run that is the same in every seed: it is paired with each seed of the
+    method, and the interval is the method's spread over its seeds around that fixed value."""
+    if fixed_baseline and len(b) == 1 and None not in a:
+        return a, dict.fromkeys(a, next(iter(b.values())))
     if len(a) == 1 and len(b) == 1 and None in {*a, *b} and a.keys() != b.keys():
         seed = next(s for s in (*a, *b) if s is not None)
         return {seed: next(iter(a.values()))}, {seed: next(iter(b.values()))}
     return a, b
 
 
-def compare_methods(method: str, baseline: str, methods: dict, runs: dict) -> dict:
-    """One ``comparisons`` entry: method − baseline of every metric both have in every common seed."""
-    a, b = _pairable(runs[method], runs[baseline])
+def compare_methods(method: str, baseline: str, methods: dict, runs: dict,
+                    fixed: Collection[str] = ()) -> dict:
+    """One ``comparisons`` entry: method − baseline of every metric both have in every common seed
+    (every seed of the method when the baseline is one of the seed-free methods ``fixed``)."""
+    a, b = _pairable(runs[method], runs[baseline], baseline in fixed)
     seeds, only_a, only_b = common_seeds(a, b)
     names = [name for name in methods[method]["metrics"] if name in methods[baseline]["metrics"]
              and all(name in a[s] and name in b[s] for s in seeds)]
@@ -137,6 +144,8 @@ def compare_methods(method: str, baseline: str, methods: dict, runs: dict) -> di
         diffs[name] = {"diff": d.mean, "std": d.std, "ci_low": d.ci_low, "ci_high": d.ci_high}
     entry = {"method": method, "baseline": baseline, "level": LEVEL, "n": len(seeds), "seeds": seeds,
              "only_method": only_a, "only_baseline": only_b}
+    if baseline in fixed:
+        entry["baseline_fixed"] = True  # one seed-free run, the same in every pair
     if not seeds:
         entry["note"] = "no seed in common: nothing paired"
         log.info("comparison %s − %s: no common seed (%s: %s, %s: %s)", method, baseline,
@@ -209,6 +218,8 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
     for c in comparisons:
         label = f"{c['method']} − {c['baseline']}"
         seeds = f"{c['n']} ({_seed_list(c['seeds'])})" if c["n"] else "n/a (no common seed)"
+        if c.get("baseline_fixed") and c["n"]:
+            seeds += f"; {c['baseline']} seed-free"
         rows.append([label, seeds] + [_diff_cell(c["metrics"].get(name)) for name in columns])
         if not c["n"]:
             notes.append(f"{label}: no common seed ({c['method']}: {_seed_list(c['only_method'])}; "
@@ -281,10 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-html", help="the table as HTML (the Snakemake report shows it)")
     parser.add_argument("--compare", nargs="*", default=[], type=_pair, metavar="METHOD:BASELINE",
                         help="paired differences method − baseline over common seeds (95%% t interval)")
+    parser.add_argument("--fixed", nargs="*", default=[], metavar="METHOD",
+                        help="methods without a training seed (bm25, zeroshot): as a baseline, "
+                             "their one run is paired with every seed of the method")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
-    gathered = gather(args.dataset, args.inputs, args.compare)
+    gathered = gather(args.dataset, args.inputs, args.compare, args.fixed)
     table = markdown_table(gathered)
     write_json(args.out_json, gathered)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:

@@ -275,11 +275,15 @@ def ar2_seeds():
     return [int(s) for s in seeds] if seeds else training_seeds()
 
 
+# Methods with nothing random in them: one run, whatever the seeds (a baseline of every seed's pair).
+SEED_FREE_METHODS = ("bm25", "zeroshot")
+
+
 def seeded_dense_methods():
     """Dense methods with a run per seed: the trained ones, when there are several training seeds."""
     if len(training_seeds()) == 1:
         return []
-    return [m for m in dense_method_models() if m != "zeroshot"]
+    return [m for m in dense_method_models() if m not in SEED_FREE_METHODS]
 
 
 def seeded_model(model, seed):

@@ -101,6 +101,7 @@ rule gather_metrics:
     params:
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
         compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
+        fixed=" ".join(SEED_FREE_METHODS),
     conda:
         CPU_ENV
     log:
@@ -108,7 +109,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --log {log}"
 
 
 # With several training seeds, a trained dense method's metrics.json is the seeds' mean (and std,
