@@ -101,8 +101,8 @@ class EvalSettings:
     # Paired comparisons [method, baseline] reported as mean difference with a 95% interval over
     # the seeds both were run with; a pair with a method not in `methods` is left out.
     compare: list[list[str]] = field(default_factory=lambda: [
-        ["dpr", "zeroshot"], ["dpr_oracle", "zeroshot"], ["dpr_oracle", "dpr"], ["dpr_ccr", "dpr"],
-        ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"]])
+        ["dpr", "zeroshot"], ["dpr_oracle", "zeroshot"], ["dpr_oracle", "dpr"], ["dpr_oracle", "dpr_none"],
+        ["dpr_sieve", "dpr_none"], ["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"]])
 
 
 @dataclass
