@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Collection, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 import jsonschema
 import yaml
@@ -96,12 +96,13 @@ def unknown_methods(config: dict, methods: Collection[str]) -> list[str]:
 
 
 def validate_config(config: dict, schema: dict | None = None, *,
-                    methods: Collection[str] | None = None) -> dict:
+                    methods: Collection[str] | Callable[[], Collection[str]] | None = None) -> dict:
     """Fill the sections' defaults into ``config`` (in place), then validate it.
 
     ``methods``: the method names the workflow can produce. Which names exist is the rules' knowledge
     (workflow/rules/common.smk derives them, per-filter DPR controls included), so the workflow
-    passes them in at start-up; without them only the form of each name is checked.
+    passes them in at start-up; without them only the form of each name is checked. A callable is
+    asked only once the config has its defaults and passed the schema (the names may depend on it).
     Raise ConfigError listing every problem (key path + reason); return ``config``.
     """
     apply_defaults(config)
@@ -110,7 +111,7 @@ def validate_config(config: dict, schema: dict | None = None, *,
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     lines = [_describe(e) for e in errors]
     if methods is not None and not lines:
-        lines = unknown_methods(config, methods)
+        lines = unknown_methods(config, methods() if callable(methods) else methods)
     if lines:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
     return config

@@ -33,7 +33,7 @@ from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, S
 from pipeline.core.storage import SPLITS, ParquetStreamWriter, write_json, write_table
 from pipeline.data.splits import SplitSpec, assign_splits, parse_split_spec
 from pipeline.synthkb.articles import ArticleWriter, Knobs, pack
-from pipeline.synthkb.questions import POSITIVE_RULES, QuestionKnobs, make_questions
+from pipeline.synthkb.questions import POSITIVE_RULES, QuestionKnobs, make_questions, passage_place
 from pipeline.synthkb.world import BLOCK_SIZE, TYPES, Layout, build_block, name_space
 
 log = logging.getLogger("sieve.synthkb")
@@ -179,7 +179,7 @@ def _generate_block(layout: Layout, names, seed: int, b: int, split_spec: SplitS
         split = splits[unit(q)]
         stats["reverse"] += q.reverse
         stats["positive_fallback"] += q.fallback
-        stats["positive_in_named_article"] += q.positive.split("-", 1)[0] == str(q.subject)
+        stats["positive_in_named_article"] += passage_place(q.positive)[0] == q.subject
         out[f"queries.{split}"].add(q.qid, q.text, q.answers)
         out[f"qrels.{split}"].add(q.qid, q.positive, 1)
         for pid in q.relevant:

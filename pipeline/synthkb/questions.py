@@ -120,10 +120,17 @@ def _cap(text: str) -> str:
 POSITIVE_RULES = ("named_article", "source")
 
 
+def passage_place(pid: str) -> tuple[int, int]:
+    """(gid of the entity whose article holds the passage, its index there): pids are "<gid>-<n>"
+    (articles.pack)."""
+    gid, index = pid.split("-", 1)
+    return int(gid), int(index)
+
+
 def _article_passage(relevant: list[str], gid: int) -> str | None:
-    """The first passage of entity ``gid``'s article among ``relevant`` (pids are "<gid>-<n>")."""
-    own = [p for p in relevant if p.split("-", 1)[0] == str(gid)]
-    return min(own, key=lambda p: int(p.split("-", 1)[1])) if own else None
+    """The first passage of entity ``gid``'s article among ``relevant``."""
+    own = [p for p in relevant if passage_place(p)[0] == gid]
+    return min(own, key=passage_place) if own else None
 
 
 def make_questions(block: Block, passages_of: dict[int, list[str]], seed: int,

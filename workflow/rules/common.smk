@@ -258,8 +258,7 @@ def known_methods():
 # An entry of `methods` the rules cannot build would otherwise surface at DAG building as a missing
 # input path; at start-up it names the key and the valid names instead.
 try:
-    validate_config(config)  # fills the defaults that known_methods() reads
-    validate_config(config, methods=known_methods())
+    validate_config(config, methods=known_methods)  # called once defaults are in (it reads ccr.beta)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
