@@ -104,7 +104,7 @@ SETTINGS: dict[str, tuple] = {
     "encode.shards": (3, ("encode_corpus", "gather_embeddings")),
     "encode.batch_size": (32, ("encode_corpus",)),
     "encode.sort_buffer": (1000, ("encode_corpus",)),
-    "encode.amp": (False, ("encode_corpus",)),
+    "encode.amp": (False, ("encode_corpus", *SEARCH)),
     "index.factory": ("HNSW32", ("build_index",), ("encode_corpus",)),
     "index.shards": (2, ("build_index",)),
     "index.train_size": (5000, ("build_index",)),

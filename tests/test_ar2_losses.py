@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pipeline.ar2.losses import (adversarial_loss, adversarial_rewards, candidate_logits,
+from pipeline.ar2.losses import (adversarial_loss, adversarial_rewards, candidate_logits, positive_top1,
                                  distill_loss, retriever_loss)
 
 LN2 = math.log(2.0)
@@ -107,3 +107,24 @@ def test_candidate_logits_dot_and_cosine():
         candidate_logits(q, p[:1], "dot")
     with pytest.raises(ValueError):
         candidate_logits(q, p, "l2")
+
+
+def test_positive_top1_counts_strict_wins_only():
+    logits = torch.tensor([[3.0, 1.0, 2.0],    # positive first: win
+                           [1.0, 1.0, 0.0],    # tie with a negative: miss
+                           [0.0, 2.0, -1.0],   # a negative above: miss
+                           [5.0, 4.9, 4.8]])   # win
+    assert positive_top1(logits) == 0.5
+    assert positive_top1(logits, positive=1) == 0.25   # only row 2 has column 1 strictly highest
+
+
+def test_top1_by_phase_reads_the_whole_round_log(tmp_path):
+    import json
+    from pipeline.ar2.train import top1_by_phase
+    rows = [{"round": 1, "phase": "ranker", "ranker_top1": 0.5},
+            {"round": 1, "phase": "retriever", "ranker_top1": 0.25, "retriever_top1": 1.0},
+            {"round": 1, "phase": "retriever", "ranker_top1": 0.75, "retriever_top1": 0.5},
+            {"round": 2, "phase": "retriever", "ranker_top1": 0.0, "retriever_top1": 0.0}]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert top1_by_phase(tmp_path / "log.jsonl", 1) == {
+        "ranker": {"ranker_top1": 0.5}, "retriever": {"ranker_top1": 0.5, "retriever_top1": 0.75}}

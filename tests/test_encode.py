@@ -128,7 +128,7 @@ def test_encode_buffer_sorts_by_token_length_but_returns_input_order(retriever):
     texts = ["short", " ".join(WORDS * 3), "a b c", " ".join(WORDS)]
     seen = []
     out = encode.encode_buffer(retriever, texts, None, batch_size=2, device=torch.device("cpu"),
-                               dtype=torch.float32, on_batch=seen.append)
+                               amp=False, dtype=torch.float32, on_batch=seen.append)
     assert seen == [2, 2]
     np.testing.assert_allclose(out, retriever.encode_queries(texts), atol=1e-5)
 

@@ -75,6 +75,14 @@ def adversarial_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, positive: i
     return (rewards * F.log_softmax(g_logits.float(), dim=1)).sum(dim=1).mean()
 
 
+def positive_top1(logits: torch.Tensor, positive: int = 0) -> float:
+    """Share of queries whose positive scores strictly above every other candidate (ties count as
+    misses); ``logits`` is [queries, candidates]. Comparing the ranker's and the retriever's value on
+    the same candidates says whether distillation can teach the retriever anything."""
+    others = torch.cat([logits[:, :positive], logits[:, positive + 1:]], dim=1)
+    return float((logits[:, positive] > others.max(dim=1).values).float().mean())
+
+
 def retriever_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, adv_lambda: float,
                    distill_temperature: float = 1.0, positive: int = 0
                    ) -> tuple[torch.Tensor, dict[str, float]]:

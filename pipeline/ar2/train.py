@@ -25,12 +25,13 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import get_linear_schedule_with_warmup
 
-from pipeline.ar2.losses import candidate_logits, retriever_loss
+from pipeline.ar2.losses import candidate_logits, positive_top1, retriever_loss
 from pipeline.ar2.sampling import (RANKER, RETRIEVER, SAMPLING_METHODS, SIMANS_FORMS, phase_at, query_batch,
                            step_negatives)
 from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint, save_checkpoint
 from pipeline.training.loop import adamw, check_finite_step, grad_total_norm, truncate_log
 from pipeline.core.config import ConfigError
+from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.settings import PRECISIONS, Ar2Settings, check_at_least_one, check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
@@ -167,14 +168,14 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
     truncate_log(log_path, start)
     if start:
         log.info("round %d: resuming at step %d of %d", round_index, start, total)
-    use_amp = device.type == "cuda" and settings.precision != "fp32"
-    amp_dtype = torch.bfloat16 if settings.precision == "bf16" else torch.float16
+    amp_dtype = autocast_dtype(device, settings.precision)
     log.info("round %d: %d ranker steps (+%d warm-up) then %d retriever steps, %d queries x %d "
-             "candidates, lambda=%g, sampling=%s", round_index, n_rank, n_warm, n_ret,
-             settings.batch_size, k1, settings.adv_lambda, settings.sampling)
+             "candidates, lambda=%g, sampling=%s, computing in %s", round_index, n_rank, n_warm, n_ret,
+             settings.batch_size, k1, settings.adv_lambda, settings.sampling, precision_name(amp_dtype))
 
     summary: dict = {"round": round_index, "steps": total, "ranker_steps": n_warm + n_rank,
-                     "retriever_steps": n_ret, "start_step": start}
+                     "retriever_steps": n_ret, "start_step": start,
+                     "compute_precision": precision_name(amp_dtype)}
     columns = (TextColumn("[bold]AR2 round {task.fields[r]} {task.fields[phase]}"), BarColumn(),
                MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn())
     with Progress(*columns) as progress, open(log_path, "a", encoding="utf-8") as log_file:
@@ -186,7 +187,7 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
                 phase = RANKER_WARMUP
             torch.manual_seed(step_seed(seed, round_index, step))
             qids, q_texts, titles, texts = build_batch(data, settings, seed, round_index, step)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
+            with autocast(device, amp_dtype):
                 if phase != RETRIEVER:
                     loss, parts = _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device)
                     params = ranker.parameters()
@@ -218,7 +219,24 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
                 on_step_end(done)
     retriever.eval()
     ranker.eval()
+    summary["top1"] = top1_by_phase(log_path, round_index)
     return summary
+
+
+def top1_by_phase(log_path: Path, round_index: int) -> dict[str, dict[str, float]]:
+    """Mean ranker/retriever top-1 accuracy on the steps' own candidates, per phase, from the round's
+    train_log.jsonl (all steps, also across a resume)."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    with open(log_path, encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record.get("round") != round_index:
+                continue
+            for key in ("ranker_top1", "retriever_top1"):
+                if key in record:
+                    sums.setdefault(record["phase"], {}).setdefault(key, []).append(record[key])
+    return {phase: {key: float(np.mean(values)) for key, values in keys.items()}
+            for phase, keys in sums.items()}
 
 
 def _advice(settings: AR2Settings, phase: str) -> str:
@@ -240,7 +258,7 @@ def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device):
     batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
     logits = ranker(batch).float().view(-1, k1)
     loss = listwise_loss(logits)
-    return loss, {"ranker_ce": float(loss.detach())}
+    return loss, {"ranker_ce": float(loss.detach()), "ranker_top1": positive_top1(logits.detach())}
 
 
 def _retriever_step(retriever, ranker, qids, data: RoundData, q_texts, titles, texts, k1,
@@ -257,7 +275,8 @@ def _retriever_step(retriever, ranker, qids, data: RoundData, q_texts, titles, t
     p_emb = retriever.embed_passages(p_tok).view(len(qids), k1, -1)
     g_logits = candidate_logits(q_emb, p_emb, similarity, temperature)
     loss, parts = retriever_loss(g_logits, r_logits, settings.adv_lambda, settings.distill_temperature)
-    return loss, parts
+    return loss, {**parts, "ranker_top1": positive_top1(r_logits),
+                  "retriever_top1": positive_top1(g_logits.detach())}
 
 
 CARRIED = ("opt_retriever", "opt_ranker", "sched_retriever", "sched_ranker")

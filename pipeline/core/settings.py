@@ -48,7 +48,7 @@ class TrainSettings:
     max_grad_norm: float = _setting(2.0, "gradient clipping norm; 0 = no clipping")
     max_steps: int = _setting(60, "cap on optimizer steps; 0 = no cap (epochs decide)")
     checkpoint_every: int = _setting(50, "optimizer steps between checkpoints; 0 = never")
-    precision: str = _setting("bf16", "autocast on CUDA (CPU always computes fp32)", choices=PRECISIONS)
+    precision: str = _setting("bf16", "autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32", choices=PRECISIONS)
     drop_queries_without_positive: bool = _setting(False, "leave such train queries out (default: error)")
     train_layers: Optional[int] = _setting(
         None, "train only the top N transformer layers; the embeddings and lower layers stay frozen "

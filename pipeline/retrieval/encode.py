@@ -3,7 +3,8 @@
 One ``corpus`` job encodes the contiguous rows ``[i*N//n, (i+1)*N//n)`` of ``corpus.parquet``: rows are
 streamed with ``iter_batches``, held at most ``--sort-buffer`` at a time, tokenised in one fast-tokenizer
 call per buffer, sorted by their exact token length so batches carry almost no padding, encoded under
-``torch.inference_mode`` (fp16 autocast on CUDA) and appended to the shard's fp16 .npy in corpus order.
+``torch.inference_mode`` (autocast: fp16 on CUDA, bf16 on a CPU with native bf16, see
+pipeline.core.precision) and appended to the shard's fp16 .npy in corpus order.
 Memory is bounded by the buffer, never by the corpus or the shard.
 
 CLI::
@@ -36,6 +37,7 @@ from rich.text import Text
 
 from pipeline.retrieval import embeddings as emb_io
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.precision import autocast, encoding_dtype, precision_name
 from pipeline.core.storage import DataError, open_parquet
 
 log = logging.getLogger("sieve.encode")
@@ -153,16 +155,19 @@ def encode_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None 
     order = np.argsort(-lengths, kind="stable")
     left = retriever.tokenizer.padding_side == "left"
     embed = retriever.embed_queries if titles is None else retriever.embed_passages
-    use_amp = amp and device.type == "cuda"
     outputs = []
-    with torch.inference_mode(), torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
+    amp_dtype = encoding_dtype(device, amp)
+    with torch.inference_mode():
         for start in range(0, n, batch_size):
             rows = order[start:start + batch_size]
             width = int(lengths[rows[0]])
             cut = slice(-width, None) if left else slice(0, width)
             batch = {key: torch.from_numpy(value[rows, cut]).to(device, non_blocking=True).long()
                      for key, value in encoded.items()}
-            outputs.append(embed(batch).to(dtype))
+            # Only the forward pass: CPU autocast refuses to concatenate the fp16 outputs below.
+            with autocast(device, amp_dtype):
+                embedded = embed(batch)
+            outputs.append(embedded.to(dtype))
             if on_batch is not None:
                 on_batch(len(rows))
         result = torch.empty((n, dim), dtype=dtype, device=device)
@@ -285,7 +290,8 @@ def encode_table(retriever, path: str | os.PathLike, out_dir: str | os.PathLike,
                          writer.written / (now - began), unit)
     seconds = time.perf_counter() - began
     rate = (end - start) / seconds if seconds > 0 else 0.0
-    log.info("encoded %d %s in %.1f s (%.1f %s/s) -> %s", end - start, unit, seconds, rate, unit, npy)
+    log.info("encoded %d %s in %.1f s (%.1f %s/s, %s) -> %s", end - start, unit, seconds, rate, unit,
+             precision_name(encoding_dtype(device, amp)), npy)
     return {"rows": end - start, "seconds": seconds, "per_second": rate}
 
 
@@ -309,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--sort-buffer", type=int, default=20_000,
                        help="rows read ahead and length-sorted (bounds memory)")
         p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-        p.add_argument("--no-amp", action="store_true", help="no fp16 autocast on CUDA")
+        p.add_argument("--no-amp", action="store_true",
+                       help="compute in fp32 (default: fp16 autocast on CUDA, bf16 on a CPU with native bf16)")
         p.add_argument("--threads", type=int, help="torch CPU threads")
         p.add_argument("--no-progress", action="store_true")
         p.add_argument("--log", help="append the log to this file")

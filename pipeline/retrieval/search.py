@@ -260,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-rows", type=int, default=65_536, help="passages per chunk (torch)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--no-gpu", action="store_true", help="never use FAISS GPUs")
-    parser.add_argument("--no-amp", action="store_true")
+    parser.add_argument("--no-amp", action="store_true",
+                        help="encode queries in fp32 (default: as the corpus, encode.amp)")
     parser.add_argument("--threads", type=int, help="torch / FAISS CPU threads")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--log", help="append the log to this file")

@@ -30,6 +30,7 @@ from transformers import get_linear_schedule_with_warmup
 from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.core.config import ConfigError
 from pipeline.core.settings import PRECISIONS, Objective, TrainSettings, check_at_least_one, check_choice
+from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
 from pipeline.core.storage import atomic_open, write_json
 from pipeline.training.losses import SCALES, contrastive_loss, positive_columns, similarity_scores
@@ -193,9 +194,8 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
                  cfg.train_layers, frozen)
     optimizer = adamw(retriever, cfg.lr, cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total), total)
-    use_amp = device.type == "cuda" and cfg.precision != "fp32"
-    amp_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
-    scaler = torch.amp.GradScaler("cuda") if use_amp and cfg.precision == "fp16" else None
+    amp_dtype = autocast_dtype(device, cfg.precision)
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
 
     # What decides the result; checkpoint_every does not, and the world size only changes dropout
     # masks, so a run may resume on another number of GPUs.
@@ -217,11 +217,12 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                         else None, find_unused_parameters=True)
     log.info("training %d steps (%d per epoch), %d queries/step, k=%d, in_batch=%s, beta=%g (%s), "
-             "%d rank(s)", total, per_epoch, examples_per_step, k, cfg.in_batch, cfg.beta, cfg.scale,
-             world)
+             "%d rank(s), computing in %s", total, per_epoch, examples_per_step, k, cfg.in_batch, cfg.beta,
+             cfg.scale, world, precision_name(amp_dtype))
 
     order_cache: dict[int, np.ndarray] = {}
-    summary = {"steps": total, "start_step": start, "per_epoch": per_epoch}
+    summary = {"steps": total, "start_step": start, "per_epoch": per_epoch,
+               "compute_precision": precision_name(amp_dtype)}
     with _progress(dist_info.is_main) as progress, \
             (open(log_path, "a", encoding="utf-8") if dist_info.is_main else _Null()) as log_file:
         task = progress.add_task("train", total=total, completed=start, loss=0.0,
@@ -243,7 +244,7 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
                 ctx = model.no_sync() if not sync else _Null()
                 with ctx:
                     loss, parts = _micro_step(model, retriever, batch, cfg, device, similarity,
-                                              temperature, rank, use_amp, amp_dtype, caches)
+                                              temperature, rank, amp_dtype, caches)
                     scaled = loss / cfg.grad_accum
                     (scaler.scale(scaled) if scaler else scaled).backward()
                 totals += torch.stack([loss.detach(), parts["nce"], parts["ccr_term"]])
@@ -334,14 +335,14 @@ def _advice(cfg: TrainConfig, fp16: bool) -> str:
 
 
 def _micro_step(model, retriever, batch, cfg: TrainConfig, device, similarity, temperature, rank,
-                use_amp, amp_dtype, caches: StateCaches | None = None):
+                amp_dtype, caches: StateCaches | None = None):
     if caches is not None:
         queries, passages = caches.inputs(batch, device)
     else:
         queries = {k: v.to(device) for k, v in retriever.tokenize_queries(batch.query_texts).items()}
         passages = {k: v.to(device) for k, v in
                     retriever.tokenize_passages(batch.passage_titles, batch.passage_texts).items()}
-    with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
+    with autocast(device, amp_dtype):
         q_emb, p_emb = model(queries, passages)
     n_local = len(batch.query_texts)
     if cfg.in_batch:

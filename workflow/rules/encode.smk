@@ -134,6 +134,7 @@ rule search_dense:
         nprobe=config["search"]["nprobe"],
         ef_search=config["search"]["ef_search"],
         chunk_rows=config["search"]["chunk_rows"],
+        amp="" if config["encode"]["amp"] else "--no-amp",
         gpu=faiss_gpu_flag,
         device=job_device,
     threads: config["search"]["threads"]
@@ -150,7 +151,7 @@ rule search_dense:
         "python -m pipeline.retrieval.search --model {params.model} --queries {input.queries} --out {output}"
         " --depth {params.depth} {params.source} --batch-size {params.batch_size}"
         " --nprobe {params.nprobe} --ef-search {params.ef_search} --chunk-rows {params.chunk_rows}"
-        " {params.gpu} --device {params.device} --threads {threads} --no-progress --log {log}"
+        " {params.amp} {params.gpu} --device {params.device} --threads {threads} --no-progress --log {log}"
 
 
 # One run per training seed of a seeded method (config `seeds`): results/{d}/{method}/seed{s}/.
