@@ -5,7 +5,7 @@ depends on the device:
 
 - CUDA: bf16 or fp16 autocast as asked (encoding: fp16).
 - CPU with native bf16 (AVX512-BF16 or AMX: Intel Cooper Lake / Sapphire Rapids and later, AMD Zen 4
-  and later): bf16 autocast. Measured on this project's 2-core EPYC (bench/bench_precision.py): MiniLM
+  and later): bf16 autocast. Measured on this project's 2-core EPYC (bench/precision.py): MiniLM
   training steps 2.1x and corpus encoding 2.9x faster than fp32; embeddings agree with fp32 to a
   cosine of 0.99998.
 - any other CPU: fp32 (an emulated bf16 would be slower than fp32); fp16 on CPU: fp32.
