@@ -3,7 +3,9 @@
 Both encode the same SQuAD paragraphs (title + text) with all-MiniLM-L6-v2 at max length 256, batch
 size 32, on the same device, interleaved round by round in one process (the order alternates every
 round so drift in machine load hits both sides alike). Ours is ``pipeline.retrieval.encode.encode_buffer`` (what
-``encode_table`` runs per buffer): passages as (title, text) pairs, fp16 output. Sentence-transformers
+``encode_table`` runs per buffer): passages as (title, text) pairs, fp16 output, computed in fp32 like
+sentence-transformers (``--amp``: ours under its autocast, bf16 on a CPU with native bf16, which
+bench/precision.py measures on its own). Sentence-transformers
 gets ``"title [SEP] text"``, which tokenises to the same length (the tokenizer maps "[SEP]" to the
 separator token), so both sides do the same work; the token totals are printed to prove it.
 
@@ -28,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.core.config import resolve_model_path  # noqa: E402
+from pipeline.core.precision import encoding_dtype, precision_name  # noqa: E402
 from pipeline.retrieval.encode import encode_buffer, resolve_device, tokenize_buffer  # noqa: E402
 from pipeline.retrieval.model import Retriever, RetrieverSettings  # noqa: E402
 
@@ -68,6 +71,7 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--squad", type=Path, default=SQUAD)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--amp", action="store_true", help="ours under autocast (not like for like)")
     args = parser.parse_args()
     try:
         from sentence_transformers import SentenceTransformer
@@ -92,20 +96,21 @@ def main() -> int:
     ours_padded = padded_tokens(our_lengths, np.argsort(-our_lengths, kind="stable"), args.batch_size)
     st_padded = padded_tokens(st_lengths, np.argsort([-len(t) for t in joined]), args.batch_size)
     print(f"machine: {os.cpu_count()} cpus, torch threads {torch.get_num_threads()}, "
-          f"load average {os.getloadavg()[0]:.2f}, device {device}")
+          f"load average {os.getloadavg()[0]:.2f}, device {device}, ours "
+          f"{precision_name(encoding_dtype(device, args.amp))}, sentence-transformers fp32")
     print(f"data: {n} {source}, max_len {args.max_len}, batch {args.batch_size}; "
           f"tokens ours {int(our_lengths.sum())}, sentence-transformers {int(st_lengths.sum())}; "
           f"with batch padding ours {ours_padded}, sentence-transformers {st_padded}")
 
     def run_ours() -> np.ndarray:
-        return encode_buffer(ours, texts, titles, batch_size=args.batch_size, device=device)
+        return encode_buffer(ours, texts, titles, batch_size=args.batch_size, device=device, amp=args.amp)
 
     def run_st() -> np.ndarray:
         return st.encode(joined, batch_size=args.batch_size, show_progress_bar=False,
                          convert_to_numpy=True)
 
     # Warm-up (allocator, kernels) on a few passages each, untimed.
-    encode_buffer(ours, texts[:8], titles[:8], batch_size=8, device=device)
+    encode_buffer(ours, texts[:8], titles[:8], batch_size=8, device=device, amp=args.amp)
     st.encode(joined[:8], batch_size=8, show_progress_bar=False)
 
     times = {"ours": [], "st": []}

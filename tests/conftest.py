@@ -5,6 +5,7 @@ chooses where its files go and with which sizes, and module-scoped fixtures can 
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -14,6 +15,21 @@ import pytest
 
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.storage import write_table
+
+@pytest.fixture(autouse=True, scope="session")
+def _cpu_precision_pinned():
+    """Every test computes as on a CPU without native bf16 (fp32), whatever the host has, so results
+    do not depend on the machine; tests of the bf16 path set SIEVE_CPU_BF16=1 themselves with
+    monkeypatch (tests/test_precision.py, the bf16 resume tests). Session scope: module-scoped
+    fixtures (reference runs) see it too; subprocesses inherit it."""
+    previous = os.environ.get("SIEVE_CPU_BF16")
+    os.environ["SIEVE_CPU_BF16"] = "0"
+    yield
+    if previous is None:
+        os.environ.pop("SIEVE_CPU_BF16", None)
+    else:
+        os.environ["SIEVE_CPU_BF16"] = previous
+
 
 WORDS = "river stone market winter garden engine bridge violin harbor forest lantern copper".split()
 TRAIN_WORDS = ("river castle engine forest music bridge winter paper garden silver doctor island "

@@ -109,13 +109,14 @@ def test_candidate_logits_dot_and_cosine():
         candidate_logits(q, p, "l2")
 
 
-def test_positive_top1_counts_strict_wins_only():
-    logits = torch.tensor([[3.0, 1.0, 2.0],    # positive first: win
-                           [1.0, 1.0, 0.0],    # tie with a negative: miss
-                           [0.0, 2.0, -1.0],   # a negative above: miss
-                           [5.0, 4.9, 4.8]])   # win
-    assert positive_top1(logits) == 0.5
-    assert positive_top1(logits, positive=1) == 0.25   # only row 2 has column 1 strictly highest
+def test_positive_top1_splits_ties_and_gives_chance_to_a_uniform_scorer():
+    logits = torch.tensor([[3.0, 1.0, 2.0],    # positive first: 1
+                           [1.0, 1.0, 0.0],    # tied with one negative: 1/2
+                           [0.0, 2.0, -1.0],   # a negative above: 0
+                           [5.0, 4.9, 4.8]])   # 1
+    assert positive_top1(logits) == pytest.approx(2.5 / 4)
+    assert positive_top1(logits, positive=1) == pytest.approx(1.5 / 4)   # rows 1 (1/2) and 2 (1)
+    assert positive_top1(torch.zeros(5, 4)) == pytest.approx(0.25)
 
 
 def test_top1_by_phase_reads_the_whole_round_log(tmp_path):

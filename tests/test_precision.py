@@ -49,9 +49,13 @@ def test_autocast_lowers_matmuls_only_when_asked(monkeypatch):
 
 
 def test_env_pins_the_cpu_answer(monkeypatch):
-    for value, expected in (("1", True), ("yes", True), ("0", False), ("false", False)):
+    for value, expected in (("1", True), ("Yes", True), ("on", True), ("0", False), ("False", False),
+                            (" OFF ", False)):
         monkeypatch.setenv(precision.NATIVE_BF16_ENV, value)
         assert precision.cpu_has_native_bf16() is expected
+    monkeypatch.setenv(precision.NATIVE_BF16_ENV, "maybe")
+    with pytest.raises(ValueError, match="SIEVE_CPU_BF16='maybe': expected one of 1, true"):
+        precision.cpu_has_native_bf16()
 
 
 def test_bf16_encoding_agrees_with_fp32(tmp_path, monkeypatch):

@@ -30,9 +30,11 @@ def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("grad_accum", [1, 2])
-def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, tiny_retriever,
-                                                 crash_after):
+@pytest.mark.parametrize("grad_accum,cpu_bf16", [(1, "0"), (2, "0"), (1, "1")],
+                         ids=["fp32", "fp32-accum2", "bf16"])
+def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, cpu_bf16, tiny_retriever,
+                                                 crash_after, monkeypatch):
+    monkeypatch.setenv("SIEVE_CPU_BF16", cpu_bf16)  # "1": bf16 autocast (emulated on a CPU without it)
     _, model_dir, data = setup
     cfg = _config(grad_accum=grad_accum, batch_size=4 if grad_accum == 1 else 2)
 
@@ -73,6 +75,22 @@ def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path, tiny_retr
               on_step_end=crash_after(4))
     summary = train(tiny_retriever(model_dir), data, _config(lr=5e-4), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0
+
+
+def test_checkpoint_of_another_compute_precision_is_not_resumed(setup, tmp_path, tiny_retriever,
+                                                                crash_after, monkeypatch):
+    """Same config, but the crashed run computed in bf16 and this host computes fp32: start afresh."""
+    _, model_dir, data = setup
+    monkeypatch.setenv("SIEVE_CPU_BF16", "1")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c",
+              on_step_end=crash_after(4))
+    monkeypatch.setenv("SIEVE_CPU_BF16", "0")
+    summary = train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c")
+    assert summary["start_step"] == 0 and summary["compute_precision"] == "fp32"
+    monkeypatch.setenv("SIEVE_CPU_BF16", "1")
+    assert train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "d",
+                 )["compute_precision"] == "bf16"
 
 
 def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path, tiny_retriever):

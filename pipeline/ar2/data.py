@@ -38,7 +38,7 @@ _SEARCH_CHUNK = 65_536
 # ---- encoding and search (pipeline.retrieval.encode / pipeline.retrieval.search) ---------------------------------------
 
 def encode_corpus(retriever, corpus_path: str | os.PathLike, out_dir: str | os.PathLike, *,
-                  batch_size: int = 64, model_name: str = "", shards: int = 1) -> dict:
+                  batch_size: int = 64, model_name: str = "", shards: int = 1, amp: bool = True) -> dict:
     """Encode the corpus with ``pipeline.retrieval.encode.encode_table`` (length-sorted buffers, fp16 shards)
     and gather the shards; returns the manifest. Shards run one after the other in this process:
     what a round needs on one machine (docs/ar2.md, scaling)."""
@@ -51,7 +51,7 @@ def encode_corpus(retriever, corpus_path: str | os.PathLike, out_dir: str | os.P
     for shard in range(shards):
         if not shard_paths(out_dir, shard, shards)[0].exists():
             encode_table(retriever, corpus_path, out_dir, shard, shards, kind="passage",
-                         batch_size=batch_size, device=retriever.device)
+                         batch_size=batch_size, device=retriever.device, amp=amp)
     rows = pq.ParquetFile(corpus_path).metadata.num_rows
     return gather(out_dir, shards, model=model_name, source=str(corpus_path), source_rows=rows)
 

@@ -76,11 +76,13 @@ def adversarial_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, positive: i
 
 
 def positive_top1(logits: torch.Tensor, positive: int = 0) -> float:
-    """Share of queries whose positive scores strictly above every other candidate (ties count as
-    misses); ``logits`` is [queries, candidates]. Comparing the ranker's and the retriever's value on
-    the same candidates says whether distillation can teach the retriever anything."""
-    others = torch.cat([logits[:, :positive], logits[:, positive + 1:]], dim=1)
-    return float((logits[:, positive] > others.max(dim=1).values).float().mean())
+    """Mean top-1 accuracy of the positive over queries; ``logits`` is [queries, candidates]. A tie at
+    the top counts 1/(number tied) when the positive is among them, so a uniform scorer gets chance,
+    1/candidates. Comparing the ranker's and the retriever's value on the same candidates says whether
+    distillation can teach the retriever anything."""
+    top = logits.max(dim=1, keepdim=True).values
+    at_top = (logits == top).float()
+    return float((at_top[:, positive] / at_top.sum(dim=1)).mean())
 
 
 def retriever_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, adv_lambda: float,

@@ -40,6 +40,7 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
+from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import Objective, TrainSettings, pick
 from pipeline.evaluation.evaluate import evaluate
@@ -233,8 +234,9 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
     emb_dir = round_dir / "embeddings"
     if not (emb_dir / "manifest.json").exists():
         tick = time.perf_counter()
+        # ar2.precision governs the round's encoding too (fp32 there means fp32 everywhere).
         encode_corpus(retriever, args.corpus, emb_dir, batch_size=int(settings["encode_batch_size"]),
-                      model_name=str(round_dir / "retriever"))
+                      model_name=str(round_dir / "retriever"), amp=settings["precision"] != "fp32")
         timer.add("encode", time.perf_counter() - tick)
     if not (round_dir / "metrics.json").exists():
         tick = time.perf_counter()
@@ -315,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     fingerprint = {
         "round": args.round, "variant": args.variant, "seed": seed,
         "settings": {k: v for k, v in settings.items()
-                     if k not in ("checkpoint_every", "encode_batch_size", "select_metric",
-                                  "keep_checkpoints", "threads", "mem_mb", "gpus")},
+                     if k not in ("checkpoint_every", "select_metric", "keep_checkpoints", "threads",
+                                  "mem_mb", "gpus")},
+        # bf16 results depend on the batch shapes too, so encode_batch_size stays in
+        "compute_precision": precision_name(autocast_dtype(_device(), settings["precision"])),
         "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,
         # the dev evaluation and the round's CCR model (sieve_init current) are part of its result
         "eval": {"match": args.match, "ks": args.ks, "depth": args.depth,

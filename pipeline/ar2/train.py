@@ -187,15 +187,14 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
                 phase = RANKER_WARMUP
             torch.manual_seed(step_seed(seed, round_index, step))
             qids, q_texts, titles, texts = build_batch(data, settings, seed, round_index, step)
-            with autocast(device, amp_dtype):
-                if phase != RETRIEVER:
-                    loss, parts = _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device)
-                    params = ranker.parameters()
-                    opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
-                else:
-                    loss, parts = _retriever_step(retriever, ranker, qids, data, q_texts, titles, texts,
-                                                  k1, settings, similarity, temperature, device)
-                    params, opt, sched = retriever.parameters(), opt_g, sched_g
+            if phase != RETRIEVER:
+                loss, parts = _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device, amp_dtype)
+                params = ranker.parameters()
+                opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
+            else:
+                loss, parts = _retriever_step(retriever, ranker, qids, data, q_texts, titles, texts, k1,
+                                              settings, similarity, temperature, device, amp_dtype)
+                params, opt, sched = retriever.parameters(), opt_g, sched_g
             loss.backward()
             done = step + 1
             grad_norm = grad_total_norm(params, settings.max_grad_norm)
@@ -252,27 +251,31 @@ def _advice(settings: AR2Settings, phase: str) -> str:
     return f"To fix it ({phase} phase): " + "; ".join(tips) + "."
 
 
-def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device):
+# Autocast covers the encoder forwards only: embeddings, logits, losses and softmaxes stay fp32
+# (Retriever.embed_hidden and Ranker.forward leave autocast for pooling and the head).
+def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device, amp_dtype):
     ranker.train()
     retriever.eval()
     batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
-    logits = ranker(batch).float().view(-1, k1)
+    with autocast(device, amp_dtype):
+        logits = ranker(batch).float().view(-1, k1)
     loss = listwise_loss(logits)
     return loss, {"ranker_ce": float(loss.detach()), "ranker_top1": positive_top1(logits.detach())}
 
 
 def _retriever_step(retriever, ranker, qids, data: RoundData, q_texts, titles, texts, k1,
-                    settings: AR2Settings, similarity, temperature, device):
+                    settings: AR2Settings, similarity, temperature, device, amp_dtype):
     retriever.train()
     ranker.eval()  # D is fixed during G's steps: no dropout, no gradient
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device, amp_dtype):
         batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
         r_logits = ranker(batch).float().view(-1, k1)
     q_tok = {k: v.to(device) for k, v in
              retriever.tokenize_queries([data.query_text[q] for q in qids]).items()}
     p_tok = {k: v.to(device) for k, v in retriever.tokenize_passages(titles, texts).items()}
-    q_emb = retriever.embed_queries(q_tok)
-    p_emb = retriever.embed_passages(p_tok).view(len(qids), k1, -1)
+    with autocast(device, amp_dtype):
+        q_emb = retriever.embed_queries(q_tok)
+        p_emb = retriever.embed_passages(p_tok).view(len(qids), k1, -1)
     g_logits = candidate_logits(q_emb, p_emb, similarity, temperature)
     loss, parts = retriever_loss(g_logits, r_logits, settings.adv_lambda, settings.distill_temperature)
     return loss, {**parts, "ranker_top1": positive_top1(r_logits),

@@ -10,9 +10,12 @@ depends on the device:
   cosine of 0.99998.
 - any other CPU: fp32 (an emulated bf16 would be slower than fp32); fp16 on CPU: fp32.
 
-Weights, optimizer state, losses and softmaxes stay fp32 (autocast only lowers matmuls and the like),
-so checkpoints do not depend on the precision. ``precision: fp32`` (``encode.amp: false``) forces fp32
-everywhere, e.g. to compare numbers with a run made on a CPU without bf16.
+Autocast covers the encoder forwards only (inside them, CPU autocast also runs LayerNorm and the
+attention softmax in bf16); pooling, normalisation, the ranker's head, scores, losses and the
+optimizer stay fp32, and weights are stored fp32. The values reached still depend on the precision,
+so checkpoint fingerprints and ``train_info.json`` record the one used (``compute_precision``).
+``precision: fp32`` (``encode.amp: false``) forces fp32; so does ``SIEVE_CPU_BF16=0`` in the
+environment without changing the config, e.g. to compare with numbers made on a CPU without bf16.
 """
 from __future__ import annotations
 
@@ -24,15 +27,21 @@ import torch
 from pipeline.core.settings import PRECISIONS
 
 NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}
-# Tests and users can pin the CPU answer: "0" = treat the CPU as without native bf16.
+# Tests and users can pin the CPU answer without touching the config (which would rerun rules):
+# SIEVE_CPU_BF16=0 computes fp32 as on a CPU without bf16, e.g. to match numbers made on one.
 NATIVE_BF16_ENV = "SIEVE_CPU_BF16"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def cpu_has_native_bf16() -> bool:
     """True when this CPU computes bf16 matmuls in hardware (AVX512-BF16 or AMX tiles)."""
     forced = os.environ.get(NATIVE_BF16_ENV)
     if forced is not None:
-        return forced.strip() not in ("0", "false", "no", "")
+        value = forced.strip().lower()
+        if value not in _TRUE + _FALSE:
+            raise ValueError(f"environment variable {NATIVE_BF16_ENV}={forced!r}: expected one of "
+                             f"{', '.join(_TRUE + _FALSE)}")
+        return value in _TRUE
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 

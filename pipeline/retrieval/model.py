@@ -56,6 +56,8 @@ class RetrieverSettings:
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """Mean over non-padding tokens, or the first ([CLS]) token."""
+    # fp32 whatever the encoder computed in: a bf16 sum over hundreds of tokens loses digits.
+    hidden = hidden.float()
     if pooling == "cls":
         return hidden[:, 0]
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
@@ -131,9 +133,10 @@ class Retriever(torch.nn.Module):
 
     def embed_hidden(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Pooled (and, for cosine, L2-normalised) embeddings from a tower's last hidden states."""
-        emb = pool(hidden, attention_mask, self.settings.pooling)
-        if self.settings.similarity == "cosine":
-            emb = F.normalize(emb.float(), p=2, dim=-1)
+        with torch.autocast(hidden.device.type, enabled=False):
+            emb = pool(hidden, attention_mask, self.settings.pooling)
+            if self.settings.similarity == "cosine":
+                emb = F.normalize(emb, p=2, dim=-1)
         return emb
 
     def embed_queries(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -132,7 +132,9 @@ class Ranker(torch.nn.Module):
         """Relevance logits, shape [pairs]."""
         inputs = {k: v for k, v in batch.items() if k in _MODEL_INPUTS}
         cls_vec = self.encoder(**inputs).last_hidden_state[:, 0]
-        return self.head(cls_vec).squeeze(-1)
+        # The head in fp32 under any autocast: bf16 logits tie and coarsen the listwise softmax.
+        with torch.autocast(cls_vec.device.type, enabled=False):
+            return self.head(cls_vec.float()).squeeze(-1)
 
     @property
     def device(self) -> torch.device:

@@ -1,8 +1,8 @@
 """The training loop shared by DPR (NCE) and CCR fine-tuning.
 
-AdamW, linear warm-up/decay, gradient clipping and accumulation, autocast (bf16/fp16) on CUDA only,
-checkpoints every N steps, exact resume, DDP with gathered in-batch negatives, a rich progress bar and
-a JSONL log.
+AdamW, linear warm-up/decay, gradient clipping and accumulation, autocast (pipeline.core.precision:
+bf16/fp16 on CUDA, bf16 on a CPU with native bf16), checkpoints every N steps, exact resume, DDP with
+gathered in-batch negatives, a rich progress bar and a JSONL log.
 
 Exact resume: everything random is a function of (seed, step, rank) or (seed, qid, epoch). Dropout's
 torch generator is re-seeded at the start of every optimizer step from (seed, step, rank) and the data
@@ -198,9 +198,11 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
 
     # What decides the result; checkpoint_every does not, and the world size only changes dropout
-    # masks, so a run may resume on another number of GPUs.
+    # masks (and, under bf16, rounding), so a run may resume on another number of GPUs. The precision
+    # actually used is part of it: a checkpoint made in bf16 is not resumed on a host computing fp32.
     settings = {k: v for k, v in asdict(cfg).items() if k != "checkpoint_every"}
-    fingerprint = {"config": settings, **(fingerprint or {})}
+    fingerprint = {"config": settings, "compute_precision": precision_name(amp_dtype),
+                   **(fingerprint or {})}
     _prepare_checkpoint_dir(checkpoint_dir, fingerprint, dist_info)
     modules = {"model": retriever, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
     resumed = load_checkpoint(checkpoint_dir, modules=modules)
