@@ -38,6 +38,8 @@ SETTINGS: dict[str, tuple] = {
     "datasets.synthkb.entities": (321, ("generate_synthkb",), ("prepare_dataset",)),
     "datasets.synthkb.seed": (1, ("generate_synthkb",)),
     "datasets.synthkb.positive": ("source", ("generate_synthkb",)),
+    "datasets.synthkb.fn_share": (0.3, ("generate_synthkb",), ("prepare_dataset",)),
+    "datasets.synthkb.fn_paraphrase": (0.5, ("generate_synthkb",)),
     "datasets.synthkb.split": ({"by": "entity", "dev": 0.2, "test": 0.2, "seed": 0}, ("generate_synthkb",)),
     "datasets.synthkb.eval_split": ("dev", ("evaluate",), ("generate_synthkb",)),
     "datasets.toy.source": ({"url": "https://example.org/v2/toy.tar.gz", "member": "train.json"},

@@ -56,7 +56,7 @@ def every_setting() -> set[str]:
     top = set(schema["properties"]) - set(SECTIONS) - {"datasets"}
     assert set(TOP_LEVEL_DEFAULTS) <= top
     dataset_keys = set(schema["properties"]["datasets"]["additionalProperties"]["properties"])
-    synthkb_only = {"entities", "seed", "positive"}
+    synthkb_only = {"entities", "seed", "positive", "fn_share", "fn_paraphrase"}
     declared_only = {"source", "empty_positives"}
     names |= top
     names |= {f"datasets.synthkb.{k}" for k in dataset_keys - declared_only - {"format"}}

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from pipeline.synthkb import filler as fl
 from pipeline.synthkb import lexicon as lx
-from pipeline.synthkb.world import GENRES, OTHER_OCCUPATIONS, Block, Entity, Rand
+from pipeline.synthkb.echo import echo_passages
+from pipeline.synthkb.paraphrase import Paraphraser
+from pipeline.synthkb.world import GENRES, OTHER_OCCUPATIONS, RELATIONS, Block, Entity, Rand
 
 MAX_WORDS = 80
 OCCUPATIONS = list(GENRES) + OTHER_OCCUPATIONS
@@ -38,6 +40,8 @@ class Knobs:
     cross_bio: float = 0.5           # a person mentioned in filler comes with a recorded appositive
     filler: float = 2.5              # scales the number of filler sentences
     max_words: int = MAX_WORDS
+    echo: float = 0.0                # dial.py: extra passages per entity restating its facts (echo.py)
+    paraphrase: float = 0.0          # dial.py: a restatement gives its answer in another form
 
 
 @dataclass
@@ -97,6 +101,7 @@ class _Article:
         self.base_year = int(year) if year else self.rng.between(1700, 1850)
         # "worked briefly as a {occ2}" must never restate the entity's own occupation unrecorded.
         self._occ2 = [o for o in OCCUPATIONS if o != e.attrs.get("occupation")]
+        self.para = writer.para.start(self) if writer.para else None
 
     def draw(self, pool: list):
         deck = self._decks.get(id(pool))
@@ -136,9 +141,11 @@ class _Article:
     def fact(self, templates: list, subject: dict | None = None, **slots) -> Sentence:
         """One fact sentence; ``subject`` maps a relation to its subject when it is not the entity."""
         template, rels = self.rng.pick(templates)
-        text = template.format(**self.slots(template, slots))
+        values = self.slots(template, slots)
         fids = tuple(self.w.b.fid[((subject or {}).get(rel, self.e.idx), rel)] for rel in rels)
-        sent = Sentence(_finish(text), fids)
+        if self.para:
+            values = self.para.fact_slots(fids, values)
+        sent = Sentence(_finish(template.format(**values)), fids)
         self.sentences.append(sent)
         return sent
 
@@ -150,41 +157,46 @@ class _Article:
         bare = ent.name
         if not rng.chance(self.w.k.cross_bio):
             return bare, ()
-        a, fid, u = ent.attrs, b.fid, rng.random()
+        a, u = ent.attrs, rng.random()
+        fid = {rel: b.fid[(idx, rel)] for rel in a}
+        answer = {rel: b.entities[x].name if RELATIONS[rel][1] else x for rel, x in a.items()}
+        # the stated facts' answers; the dial may give them in another form
+        v = (lambda rel: self.para.value(fid[rel], answer[rel])) if self.para else answer.get
         if etype == "person":
             if u < 0.35:
-                return f"the {a['occupation']} {bare}", (fid[(idx, "occupation")],)
+                return f"the {v('occupation')} {bare}", (fid["occupation"],)
             if u < 0.55:
-                return (f"the {b.entities[a['born_in']].name}-born {a['occupation']} {bare}",
-                        (fid[(idx, "born_in")], fid[(idx, "occupation")]))
-            return (f"{bare} ({a['birth_year']}\u2013{a['death_year']})",
-                    (fid[(idx, "birth_year")], fid[(idx, "death_year")]))
+                return (f"the {v('born_in')}-born {v('occupation')} {bare}",
+                        (fid["born_in"], fid["occupation"]))
+            return (f"{bare} ({v('birth_year')}\u2013{v('death_year')})",
+                    (fid["birth_year"], fid["death_year"]))
         if etype == "org":  # the template supplies "the"
             if u < 0.5:
-                return (f"{b.entities[a['headquartered_in']].name}-based {bare}",
-                        (fid[(idx, "headquartered_in")],))
-            return f"{bare} (founded {a['founded_year']})", (fid[(idx, "founded_year")],)
+                return f"{v('headquartered_in')}-based {bare}", (fid["headquartered_in"],)
+            return f"{bare} (founded {v('founded_year')})", (fid["founded_year"],)
         if u < 0.4:
-            return f"the {a['genre']} {bare}", (fid[(idx, "genre")],)
+            return f"the {v('genre')} {bare}", (fid["genre"],)
         if u < 0.7:
-            return f"{bare} ({a['work_year']})", (fid[(idx, "work_year")],)
-        author = b.entities[a["created_by"]].name
-        return (f"{author}'s {a['genre']} {bare}", (fid[(idx, "created_by")], fid[(idx, "genre")]))
+            return f"{bare} ({v('work_year')})", (fid["work_year"],)
+        return f"{v('created_by')}'s {v('genre')} {bare}", (fid["created_by"], fid["genre"])
 
     def filler(self, n: float, descriptions: list[str], events: list[str] = ()) -> None:
         count = int(n * self.w.k.filler * TYPE_FILLER[self.e.type] + self.rng.random())
         for _ in range(count):
-            if events and self.rng.chance(0.5):
-                text = f"{self.rng.pick(fl.TIMES)} {self.draw(events)}."
-            else:
-                text = self.draw(descriptions)
-            slots, facts = self.slots(text), []
-            for slot, etype in _MENTIONS.items():
-                if slot in slots or "{" + slot + "}" not in text:
-                    continue
-                slots[slot], stated = self.mention(etype)
-                facts.extend(stated)
-            self.sentences.append(Sentence(_finish(text.format(**slots)), tuple(facts)))
+            self.filler_sentence(descriptions, events)
+
+    def filler_sentence(self, descriptions: list[str], events: list[str] = ()) -> None:
+        if events and self.rng.chance(0.5):
+            text = f"{self.rng.pick(fl.TIMES)} {self.draw(events)}."
+        else:
+            text = self.draw(descriptions)
+        slots, facts = self.slots(text), []
+        for slot, etype in _MENTIONS.items():
+            if slot in slots or "{" + slot + "}" not in text:
+                continue
+            slots[slot], stated = self.mention(etype)
+            facts.extend(stated)
+        self.sentences.append(Sentence(_finish(text.format(**slots)), tuple(facts)))
 
     def listing(self, templates: list[str], rel: str, appositive: bool = False) -> None:
         """Sentences naming the subjects of ``rel`` with this entity as object, up to 3 per sentence."""
@@ -197,23 +209,26 @@ class _Article:
                 name = self.w.named(ent)
                 fids.append(b.fid[(s, rel)])
                 if appositive and rng.chance(self.w.k.list_appositive):
-                    name = f"the {ent.attrs['occupation']} {name}"
-                    fids.append(b.fid[(s, "occupation")])
+                    occ, fid = ent.attrs["occupation"], b.fid[(s, "occupation")]
+                    name = f"the {self.para.value(fid, occ) if self.para else occ} {name}"
+                    fids.append(fid)
                 names.append(name)
             plural = len(names) > 1
             joined = ", ".join(names[:-1]) + " and " + names[-1] if plural else names[0]
             agree = ({"were": "were", "has": "have", "its": "their", "is": "are", "lie": "lie",
                       "are": "are"} if plural else
                      {"were": "was", "has": "has", "its": "its", "is": "is", "lie": "lies", "are": "is"})
-            text = rng.pick(templates).format(list=joined, N=self.e.name, **agree)
+            own = self.para.own_name() if self.para else None  # the object: the article's entity
+            text = rng.pick(templates).format(list=joined, N=own or self.e.name, **agree)
             self.sentences.append(Sentence(_finish(text), tuple(fids)))
 
 
 class ArticleWriter:
-    def __init__(self, block: Block, seed: int, knobs: Knobs):
+    def __init__(self, block: Block, seed: int, knobs: Knobs, para: Paraphraser | None = None):
         self.b = block
         self.seed = seed
         self.k = knobs
+        self.para = para if knobs.paraphrase > 0 else None
 
     def short(self, e: Entity) -> str:
         if e.type == "person":
@@ -240,9 +255,20 @@ class ArticleWriter:
         return c.alias if c.alias and rng.chance(self.k.alias_rate) else c.name
 
     def article(self, e: Entity) -> list[Sentence]:
+        return self._write(e).sentences
+
+    def _write(self, e: Entity) -> _Article:
         art = _Article(self, e)
         getattr(self, f"_{e.type}")(e, art)
-        return art.sentences
+        return art
+
+    def passages(self, e: Entity) -> list[Passage]:
+        """The article of ``e`` in passages, then its echo passages (``Knobs.echo``), each packed alone."""
+        art = self._write(e)
+        out = pack(e, art.sentences, self.k.max_words)
+        for group in echo_passages(art, self.k.echo) if self.k.echo > 0 else ():
+            out += pack(e, group, self.k.max_words, start=len(out))
+        return out
 
     def _person(self, e: Entity, art: _Article) -> None:
         a, blk, rng, k = e.attrs, self.b.entities, art.rng, self.k
@@ -298,6 +324,8 @@ class ArticleWriter:
             template = art.rng.pick(lx.CITY_ALIAS)
             art.sentences.append(Sentence(_finish(template.format(
                 **art.slots(template, {"alias": e.alias}))), ()))
+        if art.para:  # the second name that paraphrased statements use elsewhere
+            art.sentences.append(Sentence(art.para.byname_sentence(), ()))
         art.filler(2, fl.CITY_FILLER)
         art.fact(lx.CITY_YEAR, year=a["city_year"])
         art.filler(3, fl.CITY_FILLER, fl.CITY_EVENTS)
@@ -351,8 +379,8 @@ class ArticleWriter:
         art.filler(4, fl.WORK_FILLER, fl.WORK_EVENTS)
 
 
-def pack(entity: Entity, sentences: list[Sentence], max_words: int) -> list[Passage]:
-    """Greedy packing of whole sentences into passages of at most ``max_words`` words."""
+def pack(entity: Entity, sentences: list[Sentence], max_words: int, start: int = 0) -> list[Passage]:
+    """Greedy packing of whole sentences into passages of at most ``max_words`` words, from ``start``."""
     passages: list[Passage] = []
     texts: list[str] = []
     facts: set[int] = set()
@@ -360,13 +388,13 @@ def pack(entity: Entity, sentences: list[Sentence], max_words: int) -> list[Pass
     for sent in sentences:
         n = len(sent.text.split())
         if texts and words + n > max_words:
-            passages.append(Passage(f"{entity.gid}-{len(passages)}", entity.name, " ".join(texts),
+            passages.append(Passage(f"{entity.gid}-{start + len(passages)}", entity.name, " ".join(texts),
                                     frozenset(facts)))
             texts, facts, words = [], set(), 0
         texts.append(sent.text)
         facts.update(sent.facts)
         words += n
     if texts:
-        passages.append(Passage(f"{entity.gid}-{len(passages)}", entity.name, " ".join(texts),
+        passages.append(Passage(f"{entity.gid}-{start + len(passages)}", entity.name, " ".join(texts),
                                 frozenset(facts)))
     return passages

@@ -44,8 +44,10 @@ WORK_NOUNS = ["Lantern", "Orchard", "Harbour", "Winter", "Tide", "Crown", "Mirro
               "Orphan", "Tapestry", "Vigil", "Quarry", "Lighthouse", "Salt", "Ferryman", "Heron",
               "Glacier", "Spindle", "Cathedral", "Nightingale", "Ledger", "Sextant", "Bonfire"]
 
-# Root namespace: disjoint index ranges per use, then one permutation of the whole space.
-ROOT_USES = ("city", "alias", "country", "org", "work")
+# Root namespace: disjoint index ranges per use, then one permutation of the whole space. A use added
+# last moves no earlier range: "byname" (a city's second name, by entity gid) exists only when the
+# false-negative dial paraphrases (cap 0 otherwise), and every other name stays what it was.
+ROOT_USES = ("city", "alias", "country", "org", "work", "byname")
 
 
 def stable_int(*parts: object) -> int:
@@ -75,7 +77,8 @@ class NameSpace:
     """All names of one generated KB. ``caps`` bounds how many indices each use may take."""
 
     def __init__(self, seed: int, caps: dict[str, int]):
-        self.caps = dict(caps)
+        self.caps = {"byname": 0, **caps}
+        caps = self.caps
         need_roots = sum(caps[u] for u in ROOT_USES)
         if need_roots > ROOT_SPACE or caps["person_group"] > PERSON_GROUP_SPACE:
             raise ConfigError(
@@ -119,6 +122,10 @@ class NameSpace:
 
     def city_alias(self, city_index: int) -> str:
         return self.root("alias", city_index)
+
+    def byname(self, gid: int) -> str:
+        """The second name of the city with global id ``gid`` (pipeline.synthkb.paraphrase)."""
+        return self.root("byname", gid)
 
     def country(self, index: int) -> str:
         return self.root("country", index) + "ia"

@@ -159,12 +159,14 @@ class Layout:
         return self.type_offset(self.n_blocks, etype)
 
 
-def name_space(layout: Layout, seed: int) -> NameSpace:
+def name_space(layout: Layout, seed: int, bynames: bool = False) -> NameSpace:
+    """Every name of the KB; ``bynames``: also cities' second names (the paraphrase dial)."""
     cities = layout.type_total("city")
     return NameSpace(seed, {"city": cities, "alias": cities,
                             "country": layout.type_total("country"),
                             "org": layout.type_total("org"), "work": layout.type_total("work"),
-                            "person_group": layout.type_total("person")})
+                            "person_group": layout.type_total("person"),
+                            "byname": layout.entities if bynames else 0})
 
 
 @dataclass

@@ -26,6 +26,10 @@ rule generate_synthkb:
         seed=lambda w: DATASETS[w.dataset].get("seed", 0),
         split=synthkb_split_arg,
         positive=lambda w: DATASETS[w.dataset].get("positive", "named_article"),
+        # the false-negative dial (schema defaults: null, 0.0; pipeline/synthkb/dial.py)
+        fn_share=lambda w: "none" if DATASETS[w.dataset].get("fn_share") is None
+        else DATASETS[w.dataset]["fn_share"],
+        fn_paraphrase=lambda w: DATASETS[w.dataset].get("fn_paraphrase", 0.0),
     conda:
         CPU_ENV
     log:
@@ -37,4 +41,4 @@ rule generate_synthkb:
     wildcard_constraints:
         dataset=_alternatives(SYNTHETIC),
     shell:
-        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} --entities {params.entities} --seed {params.seed} {params.split} --positive {params.positive} --log {log}"
+        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} --entities {params.entities} --seed {params.seed} {params.split} --positive {params.positive} --fn-share {params.fn_share} --fn-paraphrase {params.fn_paraphrase} --log {log}"
