@@ -5,9 +5,9 @@ depends on the device:
 
 - CUDA: bf16 or fp16 autocast as asked (encoding: fp16).
 - CPU with native bf16 (AVX512-BF16 or AMX: Intel Cooper Lake / Sapphire Rapids and later, AMD Zen 4
-  and later): bf16 autocast. Measured on this project's 2-core EPYC (bench/precision.py): MiniLM
-  training steps 2.1x and corpus encoding 2.9x faster than fp32; embeddings agree with fp32 to a
-  cosine of 0.99998.
+  and later): bf16 autocast. Measured on this project's 2-core EPYC (bench/precision.py, 2 threads):
+  MiniLM training steps 2.0x and corpus encoding 2.5x faster than fp32; embeddings agree with fp32
+  to a cosine of 0.99997 or more.
 - any other CPU: fp32 (an emulated bf16 would be slower than fp32); fp16 on CPU: fp32.
 
 Autocast covers the encoder forwards only (inside them, CPU autocast also runs LayerNorm and the
