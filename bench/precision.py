@@ -28,14 +28,14 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the train_budget helper beside this file
 
 from pipeline.core.precision import autocast_dtype, precision_name  # noqa: E402
-from pipeline.retrieval.bm25 import main as bm25  # noqa: E402
 from pipeline.retrieval.encode import encode_buffer  # noqa: E402
 from pipeline.retrieval.model import Retriever, RetrieverSettings  # noqa: E402
-from pipeline.synthkb.generate import main as generate_synthkb  # noqa: E402
 from pipeline.training.data import TrainData  # noqa: E402
 from pipeline.training.loop import LOG_FILE, TrainConfig, train  # noqa: E402
+from train_budget import demo_train_data  # noqa: E402
 
 SETTINGS = RetrieverSettings(query_max_len=32, passage_max_len=128)
 
@@ -76,14 +76,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        generate_synthkb(["--out-dir", str(work / "skb"), "--entities", str(args.entities), "--seed", "0"])
-        skb = work / "skb"
-        bm25(["index", "--corpus", str(skb / "corpus.parquet"), "--out-dir", str(work / "bm25")])
-        bm25(["mine", "--index-dir", str(work / "bm25"), "--queries", str(skb / "queries.train.parquet"),
-              "--qrels", str(skb / "qrels.train.parquet"), "--corpus", str(skb / "corpus.parquet"),
-              "--negatives", "100", "--out", str(work / "negatives.parquet")])
-        data = TrainData(skb / "queries.train.parquet", skb / "qrels.train.parquet",
-                         work / "negatives.parquet", skb / "corpus.parquet", depth=30, seed=0)
+        data, skb = demo_train_data(work, args.entities)
         corpus = pd.read_parquet(skb / "corpus.parquet").head(args.passages)
         trained: dict = {"fp32": [], "bf16": []}
         encoded: dict = {False: [], True: []}

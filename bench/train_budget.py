@@ -34,6 +34,21 @@ from pipeline.training.data import TrainData  # noqa: E402
 from pipeline.training.loop import LOG_FILE, TrainConfig, train  # noqa: E402
 
 
+def demo_train_data(work: Path, entities: int) -> tuple[TrainData, Path]:
+    """A fresh synthkb under ``work`` and its DPR training data with BM25 hard negatives mined as the
+    demo mines them (top 100, positives removed; k sampled from the top 30). Also used by
+    bench/precision.py. Returns (data, synthkb folder)."""
+    generate_synthkb(["--out-dir", str(work / "skb"), "--entities", str(entities), "--seed", "0"])
+    skb = work / "skb"
+    bm25(["index", "--corpus", str(skb / "corpus.parquet"), "--out-dir", str(work / "bm25")])
+    bm25(["mine", "--index-dir", str(work / "bm25"), "--queries", str(skb / "queries.train.parquet"),
+          "--qrels", str(skb / "qrels.train.parquet"), "--corpus", str(skb / "corpus.parquet"),
+          "--negatives", "100", "--out", str(work / "negatives.parquet")])
+    data = TrainData(skb / "queries.train.parquet", skb / "qrels.train.parquet",
+                     work / "negatives.parquet", skb / "corpus.parquet", depth=30, seed=0)
+    return data, skb
+
+
 def run_variant(data: TrainData, train_layers: int | None, steps: int, work: Path) -> dict:
     retriever = Retriever.from_pretrained("minilm", RetrieverSettings(query_max_len=32, passage_max_len=128))
     cfg = TrainConfig(lr=2e-5, batch_size=16, hard_negatives=1, max_steps=steps, checkpoint_every=0,
@@ -60,15 +75,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        generate_synthkb(["--out-dir", str(work / "skb"), "--entities", str(args.entities), "--seed", "0"])
-        skb = work / "skb"
-        # BM25 hard negatives as the demo mines them (top 100, positives removed).
-        bm25(["index", "--corpus", str(skb / "corpus.parquet"), "--out-dir", str(work / "bm25")])
-        bm25(["mine", "--index-dir", str(work / "bm25"), "--queries", str(skb / "queries.train.parquet"),
-              "--qrels", str(skb / "qrels.train.parquet"), "--corpus", str(skb / "corpus.parquet"),
-              "--negatives", "100", "--out", str(work / "negatives.parquet")])
-        data = TrainData(skb / "queries.train.parquet", skb / "qrels.train.parquet",
-                         work / "negatives.parquet", skb / "corpus.parquet", depth=30, seed=0)
+        data, _ = demo_train_data(work, args.entities)
         variants = [None, *args.layers]
         results: dict = {v: [] for v in variants}
         for order in (variants, list(reversed(variants))):
