@@ -19,6 +19,7 @@ include: "workflow/rules/bm25.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/encode.smk"
+include: "workflow/rules/hybrid.smk"
 include: "workflow/rules/sieve.smk"
 include: "workflow/rules/ar2.smk"
 

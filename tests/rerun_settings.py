@@ -11,7 +11,8 @@ from pipeline.core.settings import SECTIONS, JobResources, defaults
 # from an archive (download_archive, download, prepare_dataset).
 BASE = {
     "seeds": [0, 1],
-    "methods": ["bm25", "zeroshot", "dpr", "dpr_ccr", "dpr_sieve", "dpr_rank_window", "ar2", "ar2_sieve"],
+    "methods": ["bm25", "zeroshot", "dpr", "dpr_ccr", "dpr_sieve", "dpr_rank_window", "ar2", "ar2_sieve",
+                "hybrid_rrf_zeroshot", "hybrid_wsum_zeroshot", "hybrid_rrf_dpr", "hybrid_wsum_dpr"],
     "datasets": {"toy": {"format": "squad", "source": {"url": "https://example.org/toy.tar.gz",
                                                        "member": "dev.json"},
                          "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0}}},
@@ -115,6 +116,10 @@ SETTINGS: dict[str, tuple] = {
     "search.nprobe": (8, SEARCH),
     "search.ef_search": (64, SEARCH),
     "search.chunk_rows": (1024, SEARCH),
+    "hybrid.rrf_k": (10, ("fuse_rrf", "fuse_rrf_seed"), ("fuse_weighted", "fuse_weighted_seed")),
+    "hybrid.weights": ([0.0, 0.5, 1.0], ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
+    "hybrid.select_split": ("train", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
+    "hybrid.select_metric": ("R@1", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
     "sieve.source": ("custom", ("sieve_candidates", "train_cross_encoder")),
     "sieve.candidates": (20, ("sieve_candidates", "ar2_round"), ("train_dpr", "train_ccr", "index_bm25",
                                                                  "mine_bm25_negatives")),

@@ -160,6 +160,14 @@ class SearchSettings:
 
 
 @dataclass
+class HybridSettings:
+    rrf_k: int = 60
+    weights: list = field(default_factory=lambda: [i / 10 for i in range(11)])
+    select_split: str = "dev"
+    select_metric: str = "R@5"
+
+
+@dataclass
 class InjectionSettings:
     fraction: float = 0.0
 
@@ -258,7 +266,7 @@ class Ar2Settings:
 SECTIONS: dict[str, type] = {
     "eval": EvalSettings, "bm25": Bm25Settings, "model": ModelSettings, "dpr": DprSettings,
     "ccr": CcrSettings, "encode": EncodeSettings, "index": IndexSettings, "search": SearchSettings,
-    "sieve": SieveSettings, "ar2": Ar2Settings,
+    "hybrid": HybridSettings, "sieve": SieveSettings, "ar2": Ar2Settings,
 }
 # seeds: the training seeds of every trained method (dpr, dpr_ccr, dpr_sieve, dpr_<filter>, and AR2
 # unless ar2.seeds says otherwise); null = [seed]. Several seeds give mean ± std and paired intervals.

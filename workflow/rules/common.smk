@@ -250,9 +250,19 @@ AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
                "ar2_simans_sieve": "simans_sieve"}
 
 
+# Hybrid methods: BM25 fused with a dense method's run (hybrid.smk): hybrid_rrf_<dense>, hybrid_wsum_<dense>.
+HYBRID_FUSIONS = ("rrf", "wsum")
+
+
+def hybrid_methods():
+    """hybrid_<fusion>_<dense method> -> (fusion, dense method), for every dense method."""
+    return {f"hybrid_{fusion}_{dense}": (fusion, dense) for fusion in HYBRID_FUSIONS
+            for dense in dense_method_models()}
+
+
 def known_methods():
-    """Every method the rules build a run for: bm25 (bm25.smk), the dense and the AR2 methods."""
-    return ["bm25", *dense_method_models(), *AR2_METHODS]
+    """Every method the rules build a run for: bm25 (bm25.smk), the dense, hybrid and AR2 methods."""
+    return ["bm25", *dense_method_models(), *hybrid_methods(), *AR2_METHODS]
 
 
 # An entry of `methods` the rules cannot build would otherwise surface at DAG building as a missing
@@ -283,6 +293,12 @@ def seeded_dense_methods():
     if len(training_seeds()) == 1:
         return []
     return [m for m in dense_method_models() if m not in SEED_FREE_METHODS]
+
+
+def seeded_methods():
+    """Methods with a run folder per training seed: the seeded dense methods and their hybrids."""
+    dense = seeded_dense_methods()
+    return dense + [name for name, (_, base) in hybrid_methods().items() if base in dense]
 
 
 def seeded_model(model, seed):

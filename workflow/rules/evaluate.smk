@@ -29,7 +29,7 @@ def method_seeds(method):
     several training seeds, for the trained dense methods; else None (results/{d}/{method}/)."""
     if method in AR2_METHODS:
         return ar2_seeds()
-    return training_seeds() if method in seeded_dense_methods() else [None]
+    return training_seeds() if method in seeded_methods() else [None]
 
 
 def trec_exports(wildcards):
@@ -112,8 +112,8 @@ rule gather_metrics:
         "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --log {log}"
 
 
-# With several training seeds, a trained dense method's metrics.json is the seeds' mean (and std,
-# and every seed), as ar2_seeds does for AR2 methods.
+# With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'
+# mean (and std, and every seed), as ar2_seeds does for AR2 methods.
 ruleorder: dense_seeds > evaluate
 
 
@@ -124,7 +124,7 @@ rule dense_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method=_alternatives(seeded_dense_methods()),
+        method=_alternatives(seeded_methods()),
     params:
         seeds=" ".join(str(s) for s in training_seeds()),
     conda:

@@ -1,0 +1,146 @@
+"""Hybrid retrieval: fuse a BM25 run with a dense run (methods hybrid_rrf_<dense>, hybrid_wsum_<dense>).
+
+    python -m pipeline.evaluation.hybrid rrf --sparse results/D/bm25/run.test.parquet \
+        --dense results/D/dpr/run.test.parquet --k 60 --depth 100 --out results/D/hybrid_rrf_dpr/run.test.parquet
+
+    python -m pipeline.evaluation.hybrid weighted --sparse .../bm25/run.test.parquet --dense .../dpr/run.test.parquet \
+        --dev-sparse .../bm25/run.dev.parquet --dev-dense .../dpr/run.dev.parquet \
+        --dev-queries resources/D/queries.dev.parquet --dev-qrels resources/D/qrels.dev.parquet \
+        --corpus resources/D/corpus.parquet --metric R@5 --grid 0 0.1 0.2 ... 1 \
+        --out results/D/hybrid_wsum_dpr/run.test.parquet --choice-out results/D/hybrid_wsum_dpr/fusion.json
+
+The weighted sum's w is chosen on the dev split, never on the evaluated one; fusion.json records the
+chosen w and the dev metric of every grid weight. Formulas: pipeline.retrieval.fusion.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.schemas import RUN_SCHEMA
+from pipeline.core.storage import DataError, read_table, write_json, write_table
+from pipeline.data.answers import MATCH_MODES, AnswerMatcher
+from pipeline.evaluation.evaluate import (first_answer_hits, load_corpus, load_qrels, load_queries,
+                                          prepare_answers, read_finite_run)
+from pipeline.evaluation.metrics import qrels_metrics, top_k_accuracy
+from pipeline.retrieval.fusion import RRF_K, choose_weight, normalised_union, rrf_fuse, weighted_fuse
+from pipeline.retrieval.runs import ranked_lists
+
+log = logging.getLogger("sieve.hybrid")
+
+_METRIC = re.compile(r"^(R|hit|hit_all|recall|MRR|MRR_all)@(\d+)$")
+
+
+def dev_metric(queries: str | os.PathLike, qrels: str | os.PathLike, corpus: str | os.PathLike,
+               pids: set[str], metric: str, match: str = "string",
+               qrels_all: str | os.PathLike | None = None) -> Callable[[pd.DataFrame], float]:
+    """A function run -> ``metric`` on the dev split, with the answers and qrels loaded once.
+
+    ``metric``: R@k (answer match), hit@k, recall@k, MRR@10 (qrels) or hit_all@k / MRR_all@10
+    (``qrels_all``, synthetic data)."""
+    found = _METRIC.match(metric)
+    if found is None:
+        raise DataError(f"unknown selection metric {metric!r}: use R@k, hit@k, recall@k, MRR@10, "
+                        "hit_all@k or MRR_all@10", field="metric")
+    family, k = found.group(1), int(found.group(2))
+    answers = load_queries(queries)
+    if family == "R":
+        matcher = AnswerMatcher(match)
+        prepared = prepare_answers(answers, matcher, queries)
+        load_corpus(corpus, pids, matcher)
+        if not any(answers.values()):
+            raise DataError(f"{metric} needs answers, and no dev query has any", file=queries, field="answers")
+
+        def answer_metric(run: pd.DataFrame) -> float:
+            hits = first_answer_hits(run, prepared, matcher)
+            return top_k_accuracy([hits.get(q) for q in answers], [k])[metric]
+        return answer_metric
+    suffix = "_all" if family.endswith("_all") else ""
+    path = qrels_all if suffix else qrels
+    if path is None:
+        raise DataError(f"{metric} needs qrels_all (synthetic data only)", field="metric")
+    judged = load_qrels(path, set(answers))
+    if not judged:
+        raise DataError(f"{metric} needs qrels, and {path} has none for the dev queries", file=path)
+
+    def qrels_metric(run: pd.DataFrame) -> float:
+        return qrels_metrics(ranked_lists(run), judged, [k], suffix=suffix)[metric]
+    return qrels_metric
+
+
+def read_pair(sparse: str, dense: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both runs, validated; the dense run must rank every query the sparse run ranks (BM25 may
+    leave out a query that shares no term with the corpus, a dense search never does)."""
+    sparse_run, dense_run = read_any_run(sparse), read_any_run(dense)
+    missing = set(sparse_run["qid"]) - set(dense_run["qid"])
+    if missing:
+        raise DataError(f"{len(missing)} queries of the sparse run {sparse} are not in the dense run "
+                        f"(e.g. {sorted(missing)[0]!r}): were both runs made for the same split?",
+                        file=dense, field="qid")
+    return sparse_run, dense_run
+
+
+def read_any_run(path: str) -> pd.DataFrame:
+    """A run without a query list to check it against: read_finite_run with its own qids known."""
+    qids = set(read_table(path, columns=["qid"], schema=RUN_SCHEMA)["qid"])
+    return read_finite_run(path, qids)
+
+
+def fuse_weighted(sparse: str, dense: str, dev_sparse: str, dev_dense: str, *, dev_queries: str,
+                  dev_qrels: str, corpus: str, metric: str, grid: Sequence[float], depth: int,
+                  match: str = "string", dev_qrels_all: str | None = None) -> tuple[pd.DataFrame, dict]:
+    """(the evaluated split's fused run, the choice record): w chosen on dev, applied to the split."""
+    dev_union = normalised_union(*read_pair(dev_sparse, dev_dense))
+    score = dev_metric(dev_queries, dev_qrels, corpus, set(dev_union["pid"]), metric, match, dev_qrels_all)
+    weight, by_weight = choose_weight(dev_union, grid, score, depth=depth)
+    log.info("dev %s by weight: %s -> w = %g", metric,
+             ", ".join(f"{w:g}: {v:.4f}" for w, v in by_weight.items()), weight)
+    fused = weighted_fuse(normalised_union(*read_pair(sparse, dense)), weight, depth=depth)
+    choice = {"fusion": "weighted_sum", "normalisation": "min-max per query", "weight_dense": weight,
+              "selected_on": "dev", "metric": metric, "dev_metric_by_weight": {f"{w:g}": v for w, v in by_weight.items()},
+              "sparse": sparse, "dense": dense}
+    return fused, choice
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser("pipeline.evaluation.hybrid", __doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("rrf", "weighted"):
+        cmd = sub.add_parser(name)
+        cmd.add_argument("--sparse", required=True, help="BM25 run of the evaluated split")
+        cmd.add_argument("--dense", required=True, help="dense run of the evaluated split")
+        cmd.add_argument("--depth", type=int, default=100, help="passages per query in the fused run")
+        cmd.add_argument("--out", required=True, help="fused run Parquet")
+        cmd.add_argument("--log")
+    rrf = sub.choices["rrf"]
+    rrf.add_argument("--k", type=int, default=RRF_K, help=f"RRF constant (default {RRF_K})")
+    weighted = sub.choices["weighted"]
+    for flag in ("--dev-sparse", "--dev-dense", "--dev-queries", "--dev-qrels", "--corpus", "--choice-out"):
+        weighted.add_argument(flag, required=True)
+    weighted.add_argument("--dev-qrels-all", help="synthetic data: qrels_all of dev (metrics hit_all@k)")
+    weighted.add_argument("--metric", default="R@5", help="dev metric that picks w (R@k, hit@k, MRR@10, ...)")
+    weighted.add_argument("--grid", type=float, nargs="+", default=[i / 10 for i in range(11)],
+                          help="candidate dense weights in [0, 1] (default 0, 0.1, ..., 1)")
+    weighted.add_argument("--match", choices=MATCH_MODES, default="string")
+    args = parser.parse_args(argv)
+    start_stage(args.log)
+    if args.command == "rrf":
+        fused = rrf_fuse(list(read_pair(args.sparse, args.dense)), k=args.k, depth=args.depth)
+    else:
+        fused, choice = fuse_weighted(args.sparse, args.dense, args.dev_sparse, args.dev_dense,
+                                      dev_queries=args.dev_queries, dev_qrels=args.dev_qrels,
+                                      corpus=args.corpus, metric=args.metric, grid=args.grid,
+                                      depth=args.depth, match=args.match, dev_qrels_all=args.dev_qrels_all)
+        write_json(args.choice_out, choice)
+    write_table(args.out, fused, schema=RUN_SCHEMA)
+    log.info("wrote %s: %d queries, %d rows", args.out, fused["qid"].nunique(), len(fused))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

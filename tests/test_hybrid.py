@@ -1,0 +1,148 @@
+"""Hybrid retrieval (pipeline.retrieval.fusion, pipeline.evaluation.hybrid): RRF and the weighted sum against hand-computed
+values, the dev-chosen weight, and the CLI's outputs and errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, write_table
+from pipeline.evaluation import hybrid
+from pipeline.retrieval import fusion
+from pipeline.retrieval.runs import read_run
+
+
+def _run(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["qid", "pid", "rank", "score"])
+
+
+def _as_lists(run: pd.DataFrame) -> dict[str, list[str]]:
+    return {q: g.sort_values("rank")["pid"].tolist() for q, g in run.groupby("qid")}
+
+
+def test_rrf_matches_hand_computed_scores():
+    sparse = _run([("q1", "a", 1, 9.0), ("q1", "b", 2, 8.0)])
+    dense = _run([("q1", "b", 1, 0.9), ("q1", "c", 2, 0.8)])
+    fused = fusion.rrf_fuse([sparse, dense], k=60, depth=10)
+    assert fused["pid"].tolist() == ["b", "a", "c"]
+    assert fused["rank"].tolist() == [1, 2, 3]
+    np.testing.assert_allclose(fused["score"], [1 / 61 + 1 / 62, 1 / 61, 1 / 62], rtol=1e-6)
+    assert fused["score"].dtype == np.float32 and fused["rank"].dtype == np.int32
+
+
+def test_rrf_ties_are_broken_by_pid_whatever_the_row_order():
+    one = fusion.rrf_fuse([_run([("q1", "y", 1, 1.0)]), _run([("q1", "x", 1, 1.0)])], depth=5)
+    two = fusion.rrf_fuse([_run([("q1", "x", 1, 1.0)]), _run([("q1", "y", 1, 1.0)])], depth=5)
+    assert one["pid"].tolist() == two["pid"].tolist() == ["x", "y"]
+
+
+def test_rrf_truncates_to_depth_per_query():
+    sparse = _run([("q1", p, r, 1.0) for r, p in enumerate("abcde", 1)] + [("q2", "z", 1, 1.0)])
+    fused = fusion.rrf_fuse([sparse], depth=3)
+    assert _as_lists(fused) == {"q1": ["a", "b", "c"], "q2": ["z"]}
+
+
+def test_minmax_per_query_and_constant_queries():
+    run = _run([("q1", "a", 1, 3.0), ("q1", "b", 2, 2.0), ("q1", "c", 3, 1.0),
+                ("q2", "d", 1, 5.0), ("q2", "e", 2, 5.0)])
+    assert fusion.minmax_per_query(run).tolist() == [1.0, 0.5, 0.0, 1.0, 1.0]
+
+
+def test_weighted_sum_matches_hand_computed_scores():
+    # sparse normalised: a 1, b 0.5, c 0; dense normalised: b 1, d 0; missing -> 0.
+    sparse = _run([("q1", "a", 1, 30.0), ("q1", "b", 2, 20.0), ("q1", "c", 3, 10.0)])
+    dense = _run([("q1", "b", 1, 0.9), ("q1", "d", 2, 0.5)])
+    union = fusion.normalised_union(sparse, dense)
+    fused = fusion.weighted_fuse(union, 0.25, depth=10)
+    expected = {"a": 0.75, "b": 0.25 + 0.375, "c": 0.0, "d": 0.0}
+    assert fused["pid"].tolist() == ["a", "b", "c", "d"]          # c, d tie at 0: pid order
+    np.testing.assert_allclose(fused["score"], [expected[p] for p in fused["pid"]], atol=1e-7)
+
+
+@pytest.mark.parametrize("weight, source", [(0.0, "sparse"), (1.0, "dense")])
+def test_the_grid_ends_reproduce_each_run(weight, source):
+    rng = np.random.default_rng(0)
+    pids = [f"p{i}" for i in range(8)]
+    runs = {}
+    for name in ("sparse", "dense"):
+        scores = rng.normal(size=len(pids))
+        order = np.argsort(-scores)
+        runs[name] = _run([("q1", pids[i], r, scores[i]) for r, i in enumerate(order, 1)])
+    fused = fusion.weighted_fuse(fusion.normalised_union(runs["sparse"], runs["dense"]), weight, depth=8)
+    assert fused["pid"].tolist() == runs[source]["pid"].tolist()
+
+
+def test_weight_outside_unit_interval_is_refused():
+    union = fusion.normalised_union(_run([("q1", "a", 1, 1.0)]), _run([("q1", "a", 1, 1.0)]))
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        fusion.weighted_fuse(union, 1.5)
+
+
+def test_choose_weight_takes_the_best_and_the_first_of_ties():
+    union = fusion.normalised_union(_run([("q1", "a", 1, 2.0), ("q1", "b", 2, 1.0)]),
+                                    _run([("q1", "b", 1, 2.0), ("q1", "a", 2, 1.0)]))
+
+    def b_first(run):   # 1 when b is ranked first
+        return float(run.sort_values("rank")["pid"].iloc[0] == "b")
+    weight, scores = fusion.choose_weight(union, [0.0, 0.4, 0.6, 1.0], b_first)
+    assert scores == {0.0: 0.0, 0.4: 0.0, 0.6: 1.0, 1.0: 1.0}
+    assert weight == 0.6
+
+
+# ---- the CLI on a tiny dataset ----------------------------------------------------------------------
+
+CORPUS = [("p1", "Paris", "Paris is the capital of France."), ("p2", "Lyon", "Lyon is a city."),
+          ("p3", "Rome", "Rome is the capital of Italy."), ("p4", "Milan", "Milan is a city.")]
+QUERIES = [("d1", "capital of France?", ["Paris"]), ("d2", "capital of Italy?", ["Rome"])]
+QRELS = [("d1", "p1", 1), ("d2", "p3", 1)]
+# BM25 ranks a wrong passage first on both dev queries, the dense run the right one: w must lean dense.
+DEV_SPARSE = [("d1", "p2", 1, 9.0), ("d1", "p1", 2, 1.0), ("d2", "p4", 1, 9.0), ("d2", "p3", 2, 1.0)]
+DEV_DENSE = [("d1", "p1", 1, 0.9), ("d1", "p2", 2, 0.1), ("d2", "p3", 1, 0.9), ("d2", "p4", 2, 0.1)]
+
+
+def _write(path: Path, rows, schema) -> str:
+    write_table(path, pd.DataFrame(rows, columns=schema.names), schema)
+    return str(path)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    return {"corpus": _write(tmp_path / "corpus.parquet", CORPUS, CORPUS_SCHEMA),
+            "dev_queries": _write(tmp_path / "queries.dev.parquet", QUERIES, QUERIES_SCHEMA),
+            "dev_qrels": _write(tmp_path / "qrels.dev.parquet", QRELS, QRELS_SCHEMA),
+            "dev_sparse": _write(tmp_path / "bm25.dev.parquet", DEV_SPARSE, RUN_SCHEMA),
+            "dev_dense": _write(tmp_path / "dense.dev.parquet", DEV_DENSE, RUN_SCHEMA),
+            "dir": str(tmp_path)}
+
+
+@pytest.mark.parametrize("metric, low", [("R@1", 0.0), ("hit@1", 0.0), ("MRR@10", 0.5)])
+def test_weighted_cli_picks_w_on_dev_and_writes_a_valid_run(files, metric, low):
+    out, choice = Path(files["dir"]) / "fused.parquet", Path(files["dir"]) / "fusion.json"
+    argv = ["weighted", "--sparse", files["dev_sparse"], "--dense", files["dev_dense"], "--out", str(out),
+            "--choice-out", str(choice), "--metric", metric, "--grid", "0", "0.3", "0.7", "1", "--depth", "2"]
+    argv += [f"--{key.replace('_', '-')}={files[key]}" for key in
+             ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus")]
+    assert hybrid.main(argv) == 0
+    record = json.loads(choice.read_text())
+    # w=0 and w=0.3 keep BM25's wrong top passage (0.3·0 + 0.7·1 > 0.3·1 + 0.7·0); 0.7 and 1 fix it.
+    assert record["dev_metric_by_weight"] == {"0": low, "0.3": low, "0.7": 1.0, "1": 1.0}
+    assert record["weight_dense"] == 0.7 and record["metric"] == metric
+    assert _as_lists(read_run(out)) == {"d1": ["p1", "p2"], "d2": ["p3", "p4"]}
+
+
+def test_rrf_cli_refuses_runs_of_different_splits(files, tmp_path):
+    other = _write(tmp_path / "dense.test.parquet", [("t1", "p1", 1, 0.5)], RUN_SCHEMA)
+    with pytest.raises(DataError, match="same split") as err:
+        hybrid.main(["rrf", "--sparse", files["dev_sparse"], "--dense", other,
+                     "--out", str(tmp_path / "x.parquet")])
+    assert err.value.file is not None and err.value.field == "qid"
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_unknown_selection_metric_is_a_clear_error(files):
+    with pytest.raises(DataError, match="unknown selection metric 'P@3'"):
+        hybrid.dev_metric(files["dev_queries"], files["dev_qrels"], files["corpus"], {"p1"}, "P@3")
