@@ -20,6 +20,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/encode.smk"
 include: "workflow/rules/hybrid.smk"
+include: "workflow/rules/mining.smk"
 include: "workflow/rules/sieve.smk"
 include: "workflow/rules/ar2.smk"
 

@@ -12,7 +12,8 @@ from pipeline.core.settings import SECTIONS, JobResources, defaults
 BASE = {
     "seeds": [0, 1],
     "methods": ["bm25", "zeroshot", "dpr", "dpr_ccr", "dpr_sieve", "dpr_rank_window", "ar2", "ar2_sieve",
-                "hybrid_rrf_zeroshot", "hybrid_wsum_zeroshot", "hybrid_rrf_dpr", "hybrid_wsum_dpr"],
+                "hybrid_rrf_zeroshot", "hybrid_wsum_zeroshot", "hybrid_rrf_dpr", "hybrid_wsum_dpr",
+                "dpr_mined_dpr"],
     "datasets": {"toy": {"format": "squad", "source": {"url": "https://example.org/toy.tar.gz",
                                                        "member": "dev.json"},
                          "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0}}},
@@ -25,7 +26,8 @@ TARGETS = ["results/synthkb/metrics.json", "results/synthkb/sieve/comparison.md"
 # A negatives file the user supplies (the target of sieve.source below).
 USER_NEGATIVES = "results/synthkb/negatives/custom.parquet"
 
-DPR = ("train_dpr", "train_dpr_seed", "train_dpr_filtered", "train_dpr_filtered_seed")
+DPR = ("train_dpr", "train_dpr_seed", "train_dpr_filtered", "train_dpr_filtered_seed", "train_dpr_mined",
+       "train_dpr_mined_seed")
 CCR = ("train_ccr", "train_ccr_seed")
 RETRIEVERS = ("init_zeroshot", *DPR, *CCR)       # every rule that builds a retriever from `model`
 SEARCH = ("search_dense", "search_dense_seed")
@@ -49,7 +51,7 @@ SETTINGS: dict[str, tuple] = {
     "datasets.toy.empty_positives": ("drop", ("prepare_dataset",)),
     "datasets.toy.eval_split": ("dev", ("evaluate",)),
     "eval.split": ("dev", ("evaluate", "export_trec")),
-    "eval.match": ("regex", ("mine_bm25_negatives", "evaluate", "sieve_candidates", "ar2_round")),
+    "eval.match": ("regex", ("mine_bm25_negatives", "mine_dense_negatives", "fuse_weighted", "evaluate", "sieve_candidates", "ar2_round")),
     "eval.ks": ([1, 5, 10], ("evaluate", "ar2_round")),
     "eval.depth": (50, ("retrieve_bm25", *SEARCH, "ar2_search", "ar2_round")),
     "eval.trec_export": (False, ("gather_metrics",)),
@@ -58,8 +60,9 @@ SETTINGS: dict[str, tuple] = {
     "bm25.b": (0.7, ("index_bm25",)),
     "bm25.stemmer": (None, ("index_bm25",)),
     "bm25.stopwords": (None, ("index_bm25",)),
-    "bm25.negatives": (50, ("mine_bm25_negatives",), ("index_bm25", "retrieve_bm25")),
-    "bm25.exclude_answer_match": (True, ("mine_bm25_negatives",)),
+    "bm25.negatives": (50, ("mine_bm25_negatives", "search_for_mining", "mine_dense_negatives"),
+                       ("index_bm25", "retrieve_bm25")),
+    "bm25.exclude_answer_match": (True, ("mine_bm25_negatives", "search_for_mining", "mine_dense_negatives")),
     "model.base": ("other-encoder", ("init_zeroshot", *DPR)),
     "model.pooling": ("cls", RETRIEVERS),
     "model.similarity": ("dot", ("init_zeroshot", *DPR)),
@@ -108,7 +111,10 @@ SETTINGS: dict[str, tuple] = {
     "encode.batch_size": (32, ("encode_corpus",)),
     "encode.sort_buffer": (1000, ("encode_corpus",)),
     "encode.amp": (False, ("encode_corpus", *SEARCH)),
-    "index.factory": ("HNSW32", ("build_index",), ("encode_corpus",)),
+    # The index ranks the train queries for dense mining, so a DPR trained on mined negatives
+    # (dpr_mined_dpr) is retrained and re-encoded; the models the index cannot affect are not.
+    "index.factory": ("HNSW32", ("build_index",),
+                      ("init_zeroshot", "train_dpr", "train_ccr", "train_dpr_filtered")),
     "index.shards": (2, ("build_index",)),
     "index.train_size": (5000, ("build_index",)),
     "search.backend": ("torch", SEARCH),

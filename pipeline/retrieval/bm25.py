@@ -20,15 +20,14 @@ import bm25s
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from bm25s.tokenization import Tokenizer
 from rich.progress import Progress
 
-from pipeline.data.answers import AnswerMatcher
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.schemas import (CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, PASSAGE_IDS_SCHEMA, QRELS_SCHEMA,
-                                   QUERIES_SCHEMA, RUN_SCHEMA)
+from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, open_parquet, read_table, write_json, write_table
+
+from pipeline.retrieval.mining import load_matcher, mining_depth, negatives_table, read_positives
 
 log = logging.getLogger("sieve.bm25")
 
@@ -151,39 +150,23 @@ def retrieve_run(index_dir: str | Path, queries_path: str | Path, depth: int, ou
 
 # ---- mine (training negatives) -------------------------------------------------------------------
 
-def _load_matcher(corpus_path: str | Path, pids: set[str], mode: str) -> AnswerMatcher:
-    """An answer matcher holding only the passages in ``pids`` (the corpus is streamed)."""
-    matcher = AnswerMatcher(mode)
-    wanted = pa.array(sorted(pids), pa.string())
-    parquet = open_parquet(corpus_path, ["pid", "text"], schema=CORPUS_SCHEMA)
-    for batch in parquet.iter_batches(batch_size=CORPUS_BATCH, columns=["pid", "text"]):
-        table = pa.Table.from_batches([batch])
-        kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted)).to_pydict()
-        for pid, text in zip(kept["pid"], kept["text"]):
-            matcher.add_passage(pid, text)
-    return matcher
-
-
 def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: str | Path,
                    corpus_path: str | Path, n_negatives: int, out: str | Path, *,
                    exclude_answer_match: bool = False, match: str = "string") -> dict:
     """Top ``n_negatives`` BM25 candidates per train query that are not its annotated positives.
 
-    With ``exclude_answer_match`` (DPR recipe) candidates containing an answer are marked
-    ``excluded`` and the list goes deeper until ``n_negatives`` usable ones are found; every row
-    keeps ``has_answer`` so the choice stays auditable.
+    The rule shared with dense mining (pipeline.retrieval.mining): with ``exclude_answer_match`` (DPR
+    recipe) candidates containing an answer are marked ``excluded`` and the list goes deeper until
+    ``n_negatives`` usable ones are found; every row keeps ``has_answer`` so the choice stays auditable.
     """
     index = BM25Index(index_dir)
     queries = read_table(queries_path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
-    qrels = read_table(qrels_path, ["qid", "pid", "relevance"], schema=QRELS_SCHEMA)
-    positives = qrels[qrels["relevance"] > 0].groupby("qid")["pid"].apply(set).to_dict()
+    positives = read_positives(qrels_path)
     missing = [q for q in queries["qid"] if q not in positives]
     if missing:
         log.warning("%d train queries have no positive in %s (first: %s); their negatives are still mined",
                     len(missing), qrels_path, missing[0])
-    # Deeper pool so that removing positives (and answer matches) still leaves n_negatives.
-    depth = n_negatives + max((len(p) for p in positives.values()), default=0)
-    depth = depth * 3 if exclude_answer_match else depth
+    depth = mining_depth(n_negatives, positives, exclude_answer_match)
     candidates = []
     for chunk, results in _batched_search(index, queries, depth, "BM25: mining negatives"):
         for (qid, answers), hits in zip(chunk[["qid", "answers"]].itertuples(index=False), results):
@@ -191,28 +174,11 @@ def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: 
             candidates.append((qid, list(answers) if answers is not None else [],
                                [(pid, s) for pid, s in hits if pid not in pos]))
     needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
-    matcher = _load_matcher(corpus_path, needed, match)
-    rows: dict[str, list] = {k: [] for k in MINED_NEGATIVES_SCHEMA.names}
-    n_answer = 0
-    for qid, answers, hits in candidates:
-        try:
-            prepared = matcher.prepare_answers(answers)
-        except ValueError as exc:
-            raise DataError(str(exc), file=queries_path, record=qid, field="answers") from None
-        usable = 0
-        for rank, (pid, score) in enumerate(hits, start=1):
-            if usable >= n_negatives:
-                break
-            matched = bool(prepared) and matcher.matches(prepared, pid)
-            excluded = exclude_answer_match and matched
-            n_answer += matched
-            usable += not excluded
-            for key, value in zip(MINED_NEGATIVES_SCHEMA.names,
-                                  (qid, pid, rank, score, "bm25", matched, excluded)):
-                rows[key].append(value)
-    table = pa.table(rows, schema=MINED_NEGATIVES_SCHEMA)
+    matcher = load_matcher(corpus_path, needed, match)
+    table, counts = negatives_table(candidates, matcher, n_negatives, exclude_answer_match=exclude_answer_match,
+                                    source="bm25", queries_path=queries_path)
     write_table(out, table)
-    stats = {"queries": len(queries), "rows": table.num_rows, "answer_matches": n_answer,
+    stats = {"queries": len(queries), "rows": table.num_rows, "answer_matches": counts["answer_matches"],
              "queries_without_positive": len(missing), "exclude_answer_match": exclude_answer_match}
     log.info("mined BM25 negatives: %s -> %s", stats, out)
     return stats

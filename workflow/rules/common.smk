@@ -110,6 +110,11 @@ def negatives(d, source):
     return f"results/{d}/negatives/{source}.parquet"
 
 
+def mining_run(d, method, split="train"):
+    """A dense method's ranking of the train queries that mine_dense_negatives mines from."""
+    return f"results/{d}/negatives/{method}.run.{split}.parquet"
+
+
 def train_negatives(d, source):
     """The kept negatives of a sieve, in the layout of negatives(d, 'bm25')."""
     return f"results/{d}/negatives/{source}.train.parquet"
@@ -237,6 +242,8 @@ def dense_method_models():
     # DPR trained on the same candidates cleaned by another filter (dpr_oracle: the true false
     # negatives removed; dpr_none: all candidates, the noisy control on the same pool).
     models.update({f"dpr_{name}": dpr_on(name) for name in OTHER_FILTERS})
+    # DPR trained on the negatives another dense method mined (mining.smk): dpr_mined_dpr, ...
+    models.update({f"dpr_mined_{name}": f"dpr_mined_{name}" for name in list(models)})
     return models
 
 

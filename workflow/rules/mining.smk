@@ -1,0 +1,103 @@
+# Dense hard-negative mining: a dense method's retriever ranks the train queries, and the rule BM25
+# mining uses (pipeline/retrieval/mining.py: positives skipped, answer matches marked `excluded` with
+# bm25.exclude_answer_match, bm25.negatives usable per query) turns that ranking into
+#
+#   results/{dataset}/negatives/{method}.run.train.parquet   the ranking       (search_for_mining)
+#   results/{dataset}/negatives/{method}.parquet             the negatives     (mine_dense_negatives)
+#   results/{dataset}/models/dpr_mined_{method}/             DPR on them       (train_dpr_mined)
+#
+# with bm25.parquet's schema, so `sieve.source: <method>` and DPR training read it like BM25's. A
+# seeded method mines with the top-level seed's model. docs/training.md "Dense negatives".
+
+MINING_DEPTH = (config["bm25"]["negatives"] + 10) * (3 if config["bm25"]["exclude_answer_match"] else 1)
+
+
+def mining_sources():
+    """Dense methods that can mine: every one but the DPRs trained on mined negatives themselves."""
+    return [m for m in dense_method_models() if not m.startswith("dpr_mined_")]
+
+
+use rule search_dense as search_for_mining with:
+    output:
+        mining_run("{dataset}", "{method}", "{split}"),
+    wildcard_constraints:
+        method=_alternatives(mining_sources()),
+        split="train",
+    params:
+        source=_search_source,
+        model=lambda wildcards, input: os.path.dirname(input.model),
+        depth=MINING_DEPTH,
+        batch_size=config["search"]["batch_size"],
+        nprobe=config["search"]["nprobe"],
+        ef_search=config["search"]["ef_search"],
+        chunk_rows=config["search"]["chunk_rows"],
+        amp="" if config["encode"]["amp"] else "--no-amp",
+        gpu=faiss_gpu_flag,
+        device=job_device,
+    log:
+        "logs/search_for_mining/{dataset}.{method}.{split}.log",
+    benchmark:
+        "benchmarks/search_for_mining/{dataset}.{method}.{split}.tsv"
+
+
+rule mine_dense_negatives:
+    input:
+        run=mining_run("{dataset}", "{method}"),
+        queries=queries("{dataset}", "train"),
+        qrels=qrels("{dataset}", "train"),
+        corpus=corpus("{dataset}"),
+    output:
+        negatives("{dataset}", "{method}"),
+    wildcard_constraints:
+        method=_alternatives(mining_sources()),
+    params:
+        negatives=config["bm25"]["negatives"],
+        exclude="--exclude-answer-match" if config["bm25"]["exclude_answer_match"] else "",
+        match=config["eval"]["match"],
+    conda:
+        CPU_ENV
+    log:
+        "logs/mine_dense_negatives/{dataset}.{method}.log",
+    benchmark:
+        "benchmarks/mine_dense_negatives/{dataset}.{method}.tsv"
+    resources:
+        mem_mb=8000,
+    shell:
+        "python -m pipeline.retrieval.mining --run {input.run} --queries {input.queries} --qrels {input.qrels}"
+        " --corpus {input.corpus} --negatives {params.negatives} {params.exclude} --match {params.match}"
+        " --source {wildcards.method} --out {output} --log {log}"
+
+
+# DPR exactly as train_dpr (same settings, seed, steps, from the base model), on a dense method's
+# mined negatives instead of BM25's: dpr_mined_dpr is the second round of RocketQA / ANCE-style mining.
+use rule train_dpr_filtered as train_dpr_mined with:
+    input:
+        queries=queries("{dataset}", "train"),
+        qrels=qrels("{dataset}", "train"),
+        corpus=corpus("{dataset}"),
+        negatives=negatives("{dataset}", "{miner}"),
+    output:
+        retriever("{dataset}", "dpr_mined_{miner}"),
+    wildcard_constraints:
+        miner=_alternatives(mining_sources()),
+    log:
+        "logs/train_dpr_mined/{dataset}.{miner}.log",
+    benchmark:
+        "benchmarks/train_dpr_mined/{dataset}.{miner}.tsv"
+
+
+use rule train_dpr_filtered_seed as train_dpr_mined_seed with:
+    input:
+        queries=queries("{dataset}", "train"),
+        qrels=qrels("{dataset}", "train"),
+        corpus=corpus("{dataset}"),
+        negatives=negatives("{dataset}", "{miner}"),
+    output:
+        retriever("{dataset}", seeded_model("dpr_mined_{miner}", "{seed}")),
+    wildcard_constraints:
+        miner=_alternatives(mining_sources()),
+        seed=r"\d+",
+    log:
+        "logs/train_dpr_mined/{dataset}.{miner}.s{seed}.log",
+    benchmark:
+        "benchmarks/train_dpr_mined/{dataset}.{miner}.s{seed}.tsv"
