@@ -161,7 +161,8 @@ SETTINGS: dict[str, tuple] = {
         "max_grad_norm": 1.0, "adv_lambda": 0.5, "distill_temperature": 2.0, "simans.a": 1.0,
         "simans.b": 0.1, "simans.form": "abs", "ranker.base": "other-encoder", "ranker.max_len": 64,
         "similarity": "dot", "temperature": 0.1, "passage_max_len": 64, "checkpoint_every": 5,
-        "keep_checkpoints": True, "precision": "fp32", "encode_batch_size": 32}.items()},
+        "keep_checkpoints": True, "precision": "fp32", "encode_batch_size": 32,
+        "ranker_init": "cross_encoder"}.items()},
 }
 # What a job reserves, in every section that has them: changing it must rerun nothing.
 RESOURCES = {"threads": 3, "mem_mb": 1234, "gpus": 1}

@@ -193,6 +193,26 @@ def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
     assert pd.read_parquet(r1 / "sieve.parquet")["kept"].any()
 
 
+def test_round_one_starts_from_a_trained_ranker_when_given(data, tmp_path):
+    """--ranker-init (ar2.ranker_init: cross_encoder): round 1's ranker is that folder's, not a new head."""
+    from pipeline.retrieval.ranker import Ranker, RankerSettings
+
+    init = tmp_path / "trained_ranker"
+    trained = Ranker.from_pretrained(str(data / "tiny"), RankerSettings(base="tiny", max_len=40), seed=7)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.5)   # a ranker no fresh initialisation reproduces
+    trained.save(init)
+    settings = _settings(data, ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1, ranker_lr=1e-12)
+    _round(data, tmp_path, 0, settings, variant="plain")
+    _round(data, tmp_path, 1, settings, variant="plain", extra=["--ranker-init", str(init)])
+    after = Ranker.load(tmp_path / "plain" / "round1" / "ranker")
+    assert after.settings.max_len == 40   # the trained ranker's own settings, not ar2.ranker's 48
+    start = Ranker.load(init).state_dict()
+    for key, value in after.state_dict().items():   # one step at lr 1e-12: the same weights
+        torch.testing.assert_close(value, start[key], atol=1e-6, rtol=0)
+
+
 def test_bad_round_inputs_name_the_file_and_field(data, tmp_path):
     from pipeline.ar2.round_data import load_round_data
     from pipeline.core.storage import DataError

@@ -213,6 +213,10 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
         tick = time.perf_counter()
         if prev["ranker"] is not None:
             ranker = Ranker.load(prev["ranker"])
+        elif args.ranker_init:
+            ranker = Ranker.load(args.ranker_init)   # AR2 starts from a trained ranker (reference §2)
+            info["ranker_init"] = args.ranker_init
+            log.info("round %d: ranker from %s (%s)", args.round, args.ranker_init, ranker.settings)
         else:
             ranker_cfg = settings["ranker"]
             ranker = Ranker.from_pretrained(ranker_cfg["base"],
@@ -289,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dev-qrels-all")
     ap.add_argument("--start-retriever", help="round 0: the retriever AR2 starts from (DPR)")
     ap.add_argument("--start-embeddings", help="round 0: its gathered corpus embeddings")
+    ap.add_argument("--ranker-init", help="round 1: a trained ranker folder to start from (default: "
+                    "ar2.ranker's base encoder with a new head)")
     ap.add_argument("--sieve-config", default="{}", help="config section sieve, as JSON")
     ap.add_argument("--sieve-model", help="sieve_init initial: the CCR model folder")
     ap.add_argument("--sieve-embeddings", help="sieve_init initial: its corpus embeddings")

@@ -248,6 +248,7 @@ class Ar2Settings:
     distill_temperature: float = 1.0
     simans: SimansSettings = field(default_factory=SimansSettings)
     ranker: Ar2RankerSettings = field(default_factory=Ar2RankerSettings)
+    ranker_init: str = "base"
     similarity: Optional[str] = None
     temperature: Optional[float] = None
     passage_max_len: Optional[int] = None

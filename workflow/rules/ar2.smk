@@ -47,6 +47,8 @@ def ar2_round_inputs(wildcards):
         inputs["start_embeddings"] = embeddings(d, "dpr")
     else:
         inputs["previous"] = ar2_round_json(d, variant, seed, r - 1)
+        if r == 1 and AR2["ranker_init"] == "cross_encoder":
+            inputs["ranker_init"] = ranker(d, "cross_encoder")
         if _ar2_sieves(variant):
             if AR2["sieve_init"] == "initial":
                 model = ccr_model(beta_tag(config["ccr"]["beta"]))
@@ -68,6 +70,8 @@ def ar2_round_files(wildcards, input):
                 "--start-embeddings", os.path.dirname(input.start_embeddings)]
     else:
         out += ["--prev-dir", os.path.dirname(input.previous)]
+    if "ranker_init" in keys:
+        out += ["--ranker-init", os.path.dirname(input.ranker_init)]
     if "sieve_model" in keys:
         out += ["--sieve-model", os.path.dirname(input.sieve_model),
                 "--sieve-embeddings", os.path.dirname(input.sieve_embeddings)]
