@@ -150,6 +150,7 @@ SETTINGS: dict[str, tuple] = {
     "sieve.cross_encoder.steps": (100, ("train_cross_encoder",)),
     "sieve.cross_encoder.batch_size": (8, ("train_cross_encoder",)),
     "sieve.cross_encoder.lr": (1e-5, ("train_cross_encoder",)),
+    "sieve.cross_encoder.precision": ("fp32", ("train_cross_encoder",)),
     "ar2.rounds": (2, ("ar2_round", "ar2_select", "ar2_learning_curve")),
     "ar2.seeds": ([0, 1], ("ar2_round", "ar2_seeds")),
     "ar2.select_metric": ("R@1", ("ar2_select",), ("ar2_round",)),

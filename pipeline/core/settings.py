@@ -191,6 +191,7 @@ class CrossEncoderFilterSettings:
     steps: int = 150
     batch_size: int = 16
     lr: float = 2e-5
+    precision: str = "bf16"
 
 
 @dataclass

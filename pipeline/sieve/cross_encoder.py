@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 from rich.progress import Progress
 
+from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.seeding import item_rng, seed_everything
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open
@@ -59,7 +60,7 @@ def sample_pairs(negatives: dict[str, list[str]], positives: dict[str, list[str]
 def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, queries: str | os.PathLike,
                         corpus: str | os.PathLike, out: str | os.PathLike, *, base: str = "minilm",
                         max_len: int = 128, steps: int = 150, batch_size: int = 16, lr: float = 2e-5,
-                        seed: int = 0, warmup_ratio: float = 0.1) -> dict:
+                        seed: int = 0, warmup_ratio: float = 0.1, precision: str = "bf16") -> dict:
     from transformers import get_linear_schedule_with_warmup
 
     from pipeline.retrieval.ranker import Ranker, RankerSettings
@@ -76,6 +77,7 @@ def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, 
     passages = load_passages(corpus, {p for batch in plan for _, p, _ in batch})
     ranker = Ranker.from_pretrained(base, RankerSettings(base=base, max_len=max_len), seed=seed)
     ranker.train()
+    amp_dtype = autocast_dtype(ranker.device, precision)
     optim = torch.optim.AdamW(ranker.parameters(), lr=lr, weight_decay=0.01)
     sched = get_linear_schedule_with_warmup(optim, int(warmup_ratio * steps), steps)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -86,7 +88,8 @@ def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, 
             qids, pids, labels = zip(*batch)
             enc = ranker.tokenize([texts[q] for q in qids], passages.loc[list(pids), "title"].tolist(),
                                   passages.loc[list(pids), "text"].tolist())
-            logits = ranker({k: v.to(ranker.device) for k, v in enc.items()})
+            with autocast(ranker.device, amp_dtype):   # the encoder only: Ranker's head runs in fp32
+                logits = ranker({k: v.to(ranker.device) for k, v in enc.items()})
             loss = loss_fn(logits.float(), torch.tensor(labels, device=logits.device))
             optim.zero_grad(set_to_none=True)
             loss.backward()
@@ -98,7 +101,7 @@ def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     info = {"base": base, "steps": steps, "batch_queries": batch_size, "lr": lr, "max_len": max_len,
-            "seed": seed, "objective": "pointwise BCE: (q, positive)=1, (q, BM25 negative)=0",
+            "seed": seed, "compute_precision": precision_name(amp_dtype), "objective": "pointwise BCE: (q, positive)=1, (q, BM25 negative)=0",
             "loss_first_10": float(np.mean(history[:10])), "loss_last_10": float(np.mean(history[-10:]))}
     with atomic_open(out / "train_info.json", "w") as handle:
         json.dump(info, handle, indent=2)
@@ -141,13 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16, help="queries per step (2 pairs each)")
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                        help="training autocast: bf16 where the device computes it natively, else fp32")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
     train_cross_encoder(args.negatives, args.qrels, args.queries, args.corpus, args.out, base=args.base,
                         max_len=args.max_len, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                        seed=args.seed)
+                        seed=args.seed, precision=args.precision)
     return 0
 
 

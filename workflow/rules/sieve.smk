@@ -144,7 +144,8 @@ rule train_cross_encoder:
     params:
         args=lambda wildcards: " ".join(
             f"--{key.replace('_', '-')} {shlex.quote(str(SIEVE['cross_encoder'][key]))}"
-            for key in ("base", "max_len", "steps", "batch_size", "lr") if key in SIEVE["cross_encoder"]),
+            for key in ("base", "max_len", "steps", "batch_size", "lr", "precision")
+            if key in SIEVE["cross_encoder"]),
     threads: 2
     resources:
         mem_mb=4000,
