@@ -20,7 +20,7 @@ BASE = {
     "sieve": {"betas": [0.5]},
     "ar2": {"rounds": 1, "seeds": [0], "sieve_init": "current"},
 }
-TARGETS = ["results/synthkb/metrics.json", "results/synthkb/sieve/comparison.md",
+TARGETS = ["results/synthkb/metrics.json", "results/synthkb/sieve/comparison.md", "results/synthkb/sieve/tradeoff.json",
            "results/synthkb/figures/figure1_nce_loss.png", "results/synthkb/figures/ar2_learning_curve.png",
            "results/toy/bm25/metrics.json"]
 # A negatives file the user supplies (the target of sieve.source below).
@@ -136,7 +136,7 @@ SETTINGS: dict[str, tuple] = {
     "sieve.fallback": ("none", ("sieve_negatives", "filter_candidates", "ar2_round")),
     "sieve.temperature": (0.5, ("sieve_negatives", "filter_candidates", "ar2_round")),
     "sieve.batch_size": (32, ("sieve_negatives", "filter_candidates", "ar2_round")),
-    "sieve.betas": ([0.1, 0.5], ("train_ccr", "sieve_negatives", "sieve_figures")),
+    "sieve.betas": ([0.1, 0.5], ("train_ccr", "sieve_negatives", "sieve_figures", "sieve_tradeoff")),
     "sieve.in_batch": (10, ("sieve_negatives",)),
     "sieve.figure_queries": (None, ("sieve_negatives",)),
     "sieve.filters": ([*defaults(SECTIONS["sieve"])["filters"], "oracle"],

@@ -25,6 +25,11 @@ def test_positive_aware_rules():
     assert filters.positive_aware_keep(s_neg, s_pos, "difference", 0.05).tolist() == [True, True, False, False]
     # absolute: drop if s_neg > 0.7
     assert filters.positive_aware_keep(s_neg, s_pos, "absolute", 0.7).tolist() == [True, False, False, False]
+    # the score each rule thresholds: the same decisions at the margin
+    for mode, margin, bound in (("relative", 0.95, 0.95), ("difference", 0.05, -0.05), ("absolute", 0.7, 0.7)):
+        stat = filters.positive_aware_statistic(s_neg, s_pos, mode)
+        assert (~(stat > bound)).tolist() == filters.positive_aware_keep(s_neg, s_pos, mode, margin).tolist()
+    assert filters.positive_aware_statistic(np.array([0.1]), np.array([-0.2]), "relative")[0] == np.inf
     with pytest.raises(ValueError):
         filters.positive_aware_keep(s_neg, s_pos, "ratio", 0.9)
 
@@ -115,10 +120,12 @@ def test_simple_filters(toy):
 def test_model_filters_and_comparison(toy, tmp_path):
     out_pa, pa_ = run_filter(toy, "positive_aware", "--margin", "0.95", model=toy["model"])
     _, sv_ = run_filter(toy, "sieve_no_ccr", model=toy["model"])
-    # positive_aware scores = the same cosine the sieve uses for candidates
-    np.testing.assert_allclose(pa_["score"].to_numpy(), sv_["similarity"].to_numpy(), rtol=1e-12)
-    s_pos = sv_["positive_similarity"].to_numpy()
-    assert pa_["kept"].tolist() == (~(pa_["score"].to_numpy() > 0.95 * s_pos)).tolist()
+    # positive_aware (relative) scores = s_neg / s_pos from the same cosines the sieve uses
+    s_neg, s_pos = sv_["similarity"].to_numpy(), sv_["positive_similarity"].to_numpy()
+    assert (s_pos > 0).all()
+    np.testing.assert_allclose(pa_["score"].to_numpy(), s_neg / s_pos, rtol=1e-12)
+    assert pa_["kept"].tolist() == (~(s_neg > 0.95 * s_pos)).tolist()
+    assert pa_["kept"].tolist() == (~(pa_["score"].to_numpy() > 0.95)).tolist()
     reports = []
     for name in ("none", "answer_match", "positive_aware", "sieve_no_ccr"):
         dec = toy["root"] / name / "decisions.parquet"

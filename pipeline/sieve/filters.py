@@ -152,6 +152,19 @@ def positive_aware_keep(s_neg: np.ndarray, s_pos: np.ndarray, mode: str, margin:
     return ~drop
 
 
+def positive_aware_statistic(s_neg: np.ndarray, s_pos: np.ndarray, mode: str) -> np.ndarray:
+    """The number each rule thresholds at its margin (drop iff statistic > margin, or > -margin for
+    ``difference``): s_neg / s_pos (relative; +inf where s_pos <= 0, which the rule drops for any
+    s_neg above a non-positive bound), s_neg - s_pos (difference), s_neg (absolute). It is the
+    decisions' ``score``, so that the trade-off curve can sweep the margin."""
+    if mode == "relative":
+        safe = np.where(s_pos > 0, s_pos, 1.0)
+        return np.where(s_pos > 0, s_neg / safe, np.inf)
+    if mode == "difference":
+        return s_neg - s_pos
+    return np.asarray(s_neg, dtype=np.float64)
+
+
 class PositiveAwareFilter(CandidateFilter):
     name = "positive_aware"
 
@@ -165,7 +178,7 @@ class PositiveAwareFilter(CandidateFilter):
                                   inputs.work_dir, batch_size=inputs.batch_size)
         s_pos = np.repeat(sims.positive, np.diff(sims.offsets))
         keep = positive_aware_keep(sims.candidate, s_pos, self.mode, self.margin)
-        return pd.DataFrame({"score": sims.candidate, "kept": keep})
+        return pd.DataFrame({"score": positive_aware_statistic(sims.candidate, s_pos, self.mode), "kept": keep})
 
 
 class CrossEncoderFilter(CandidateFilter):

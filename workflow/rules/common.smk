@@ -183,6 +183,11 @@ def comparison(d, ext):
     return f"{sieve_dir(d)}/comparison.{ext}"
 
 
+def tradeoff(d, ext):
+    """FN recall vs TN retention of the filters with a continuous score (sieve_tradeoff)."""
+    return f"{sieve_dir(d)}/tradeoff.{ext}"
+
+
 def figure(d, name):
     return f"results/{d}/figures/{name}"
 

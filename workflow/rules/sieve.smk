@@ -278,3 +278,28 @@ rule sieve_figures:
         "python -m pipeline.sieve.figures --losses {params.losses} --sieve {params.sieves}"
         " --comparison {input.comparison} --out-dir $(dirname {output.figure1}) --log {log}"
 
+
+
+def tradeoff_filters():
+    """The comparison's filters that decide on a continuous score, as (name, the name in the figure)."""
+    return [n for n in sieve_filter_names()
+            if n in ("positive_aware", "cross_encoder") or n.startswith("sieve")]
+
+
+rule sieve_tradeoff:
+    input:
+        lambda wildcards: [sieve_decisions(wildcards.dataset, name) for name in tradeoff_filters()],
+    output:
+        json=tradeoff("{dataset}", "json"),
+        png=report(tradeoff("{dataset}", "png"), category="Sieve"),
+    params:
+        decisions=lambda wildcards, input: " ".join(
+            f"{name}={path}" for name, path in zip(tradeoff_filters(), input)),
+        reference="sieve" if "sieve" in SIEVE["filters"] else sieve_name(sieve_main_tag()),
+    conda:
+        CPU_ENV
+    log:
+        "logs/sieve_tradeoff/{dataset}.log",
+    shell:
+        "python -m pipeline.sieve.tradeoff --decisions {params.decisions} --reference {params.reference}"
+        " --out-json {output.json} --out-png {output.png} --log {log}"
