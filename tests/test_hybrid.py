@@ -59,7 +59,7 @@ def test_weighted_sum_matches_hand_computed_scores():
     union = fusion.normalised_union(sparse, dense)
     fused = fusion.weighted_fuse(union, 0.25, depth=10)
     expected = {"a": 0.75, "b": 0.25 + 0.375, "c": 0.0, "d": 0.0}
-    assert fused["pid"].tolist() == ["a", "b", "c", "d"]          # c, d tie at 0: pid order
+    assert fused["pid"].tolist() == ["a", "b", "c", "d"]          # c, d tie at 0: c is in a run
     np.testing.assert_allclose(fused["score"], [expected[p] for p in fused["pid"]], atol=1e-7)
 
 
@@ -74,6 +74,17 @@ def test_the_grid_ends_reproduce_each_run(weight, source):
         runs[name] = _run([("q1", pids[i], r, scores[i]) for r, i in enumerate(order, 1)])
     fused = fusion.weighted_fuse(fusion.normalised_union(runs["sparse"], runs["dense"]), weight, depth=8)
     assert fused["pid"].tolist() == runs[source]["pid"].tolist()
+
+
+@pytest.mark.parametrize("weight, expected", [
+    (0.0, {"q1": ["a", "b", "c", "d", "e"], "q2": ["x", "y"]}),    # BM25's order, then dense-only ones
+    (1.0, {"q1": ["c", "d", "e", "a", "b"], "q2": ["x", "y"]})])   # the dense order, then BM25-only ones
+def test_grid_ends_with_partial_overlap_and_a_query_bm25_left_out(weight, expected):
+    sparse = _run([("q1", "a", 1, 3.0), ("q1", "b", 2, 2.0), ("q1", "c", 3, 1.0)])
+    dense = _run([("q1", "c", 1, 0.9), ("q1", "d", 2, 0.5), ("q1", "e", 3, 0.1),
+                  ("q2", "y", 2, 0.1), ("q2", "x", 1, 0.9)])
+    fused = fusion.weighted_fuse(fusion.normalised_union(sparse, dense), weight, depth=10)
+    assert _as_lists(fused) == expected
 
 
 def test_weight_outside_unit_interval_is_refused():
@@ -119,10 +130,17 @@ def files(tmp_path: Path) -> dict[str, str]:
             "dir": str(tmp_path)}
 
 
+# On the evaluated split BM25 is right and the dense run wrong: choosing w there would give w = 0.
+TEST_SPARSE = [("t1", "p1", 1, 9.0), ("t1", "p2", 2, 1.0)]
+TEST_DENSE = [("t1", "p2", 1, 0.9), ("t1", "p1", 2, 0.1)]
+
+
 @pytest.mark.parametrize("metric, low", [("R@1", 0.0), ("hit@1", 0.0), ("MRR@10", 0.5)])
 def test_weighted_cli_picks_w_on_dev_and_writes_a_valid_run(files, metric, low):
     out, choice = Path(files["dir"]) / "fused.parquet", Path(files["dir"]) / "fusion.json"
-    argv = ["weighted", "--sparse", files["dev_sparse"], "--dense", files["dev_dense"], "--out", str(out),
+    sparse = _write(Path(files["dir"]) / "bm25.test.parquet", TEST_SPARSE, RUN_SCHEMA)
+    dense = _write(Path(files["dir"]) / "dense.test.parquet", TEST_DENSE, RUN_SCHEMA)
+    argv = ["weighted", "--sparse", sparse, "--dense", dense, "--out", str(out),
             "--choice-out", str(choice), "--metric", metric, "--grid", "0", "0.3", "0.7", "1", "--depth", "2"]
     argv += [f"--{key.replace('_', '-')}={files[key]}" for key in
              ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus")]
@@ -130,8 +148,29 @@ def test_weighted_cli_picks_w_on_dev_and_writes_a_valid_run(files, metric, low):
     record = json.loads(choice.read_text())
     # w=0 and w=0.3 keep BM25's wrong top passage (0.3·0 + 0.7·1 > 0.3·1 + 0.7·0); 0.7 and 1 fix it.
     assert record["dev_metric_by_weight"] == {"0": low, "0.3": low, "0.7": 1.0, "1": 1.0}
-    assert record["weight_dense"] == 0.7 and record["metric"] == metric
-    assert _as_lists(read_run(out)) == {"d1": ["p1", "p2"], "d2": ["p3", "p4"]}
+    assert record["weight_dense"] == 0.7 and record["metric"] == metric and record["selected_on"] == "dev"
+    assert _as_lists(read_run(out)) == {"t1": ["p2", "p1"]}   # w = 0.7 applied to the evaluated split
+
+
+def _weighted(files, tmp_path, **override):
+    paths = {key: files[key] for key in ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus")}
+    paths.update(override)
+    argv = ["weighted", "--sparse", files["dev_sparse"], "--dense", files["dev_dense"],
+            "--out", str(tmp_path / "o.parquet"), "--choice-out", str(tmp_path / "o.json")]
+    return hybrid.main(argv + [f"--{k.replace('_', '-')}={v}" for k, v in paths.items()])
+
+
+def test_a_dev_run_with_a_foreign_query_names_the_file(files, tmp_path):
+    bad = _write(tmp_path / "bad.parquet", DEV_DENSE + [("t9", "p1", 1, 0.5)], RUN_SCHEMA)
+    with pytest.raises(DataError) as err:
+        _weighted(files, tmp_path, dev_dense=bad)
+    assert err.value.field == "qid" and str(err.value.file).endswith("bad.parquet")
+
+
+def test_a_dense_dev_run_missing_a_query_is_refused(files, tmp_path):
+    short = _write(tmp_path / "short.parquet", [r for r in DEV_DENSE if r[0] != "d2"], RUN_SCHEMA)
+    with pytest.raises(DataError, match="not in the dense run"):
+        _weighted(files, tmp_path, dev_dense=short)
 
 
 def test_rrf_cli_refuses_runs_of_different_splits(files, tmp_path):
@@ -144,5 +183,16 @@ def test_rrf_cli_refuses_runs_of_different_splits(files, tmp_path):
 
 
 def test_unknown_selection_metric_is_a_clear_error(files):
-    with pytest.raises(DataError, match="unknown selection metric 'P@3'"):
-        hybrid.dev_metric(files["dev_queries"], files["dev_qrels"], files["corpus"], {"p1"}, "P@3")
+    for metric in ("P@3", "MRR@5", "hit@0"):   # MRR is computed at 10 only
+        with pytest.raises(DataError, match=f"unknown selection metric '{metric}'"):
+            hybrid.dev_metric(files["dev_queries"], files["dev_qrels"], files["corpus"], {"p1"}, metric)
+
+
+@pytest.mark.slow
+def test_the_dag_refuses_to_choose_w_on_the_evaluated_split(tmp_path):
+    from test_workflow import snakemake
+
+    overlay = {"methods": ["bm25", "hybrid_wsum_zeroshot"], "eval": {"split": "dev"}}
+    proc = snakemake(tmp_path, "-n", "results/synthkb/metrics.json", overlay=overlay, check=False)
+    assert proc.returncode != 0
+    assert "hybrid.select_split (dev) is the evaluated split" in proc.stdout + proc.stderr

@@ -7,10 +7,10 @@
         --dev-sparse .../bm25/run.dev.parquet --dev-dense .../dpr/run.dev.parquet \
         --dev-queries resources/D/queries.dev.parquet --dev-qrels resources/D/qrels.dev.parquet \
         --corpus resources/D/corpus.parquet --metric R@5 --grid 0 0.1 0.2 ... 1 \
-        --out results/D/hybrid_wsum_dpr/run.test.parquet --choice-out results/D/hybrid_wsum_dpr/fusion.json
+        --out results/D/hybrid_wsum_dpr/run.test.parquet --choice-out results/D/hybrid_wsum_dpr/fusion.test.json
 
 The weighted sum's w is chosen on the dev split, never on the evaluated one; fusion.json records the
-chosen w and the dev metric of every grid weight. Formulas: pipeline.retrieval.fusion.
+chosen w and the dev metric of every grid weight (fusion.{split}.json in the DAG). Formulas: pipeline.retrieval.fusion.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ from pipeline.retrieval.runs import ranked_lists
 
 log = logging.getLogger("sieve.hybrid")
 
-_METRIC = re.compile(r"^(R|hit|hit_all|recall|MRR|MRR_all)@(\d+)$")
+# What qrels_metrics / top_k_accuracy compute: MRR only at 10.
+_METRIC = re.compile(r"^(?:(R|hit|hit_all|recall)@([1-9]\d*)|(MRR|MRR_all)@(10))$")
 
 
 def dev_metric(queries: str | os.PathLike, qrels: str | os.PathLike, corpus: str | os.PathLike,
@@ -45,14 +46,19 @@ def dev_metric(queries: str | os.PathLike, qrels: str | os.PathLike, corpus: str
     (``qrels_all``, synthetic data)."""
     found = _METRIC.match(metric)
     if found is None:
-        raise DataError(f"unknown selection metric {metric!r}: use R@k, hit@k, recall@k, MRR@10, "
+        raise DataError(f"unknown selection metric {metric!r}: use R@k, hit@k, recall@k (k >= 1), MRR@10, "
                         "hit_all@k or MRR_all@10", field="metric")
-    family, k = found.group(1), int(found.group(2))
+    family = found.group(1) or found.group(3)
+    k = int(found.group(2) or found.group(4))
     answers = load_queries(queries)
     if family == "R":
         matcher = AnswerMatcher(match)
         prepared = prepare_answers(answers, matcher, queries)
-        load_corpus(corpus, pids, matcher)
+        found = load_corpus(corpus, pids, matcher)
+        if len(found) < len(pids):
+            unknown = sorted(pids - found)
+            raise DataError(f"{len(unknown)} pids of the dev runs are not in the corpus (e.g. {unknown[0]!r})",
+                            file=corpus, field="pid")
         if not any(answers.values()):
             raise DataError(f"{metric} needs answers, and no dev query has any", file=queries, field="answers")
 
@@ -73,11 +79,15 @@ def dev_metric(queries: str | os.PathLike, qrels: str | os.PathLike, corpus: str
     return qrels_metric
 
 
-def read_pair(sparse: str, dense: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Both runs, validated; the dense run must rank every query the sparse run ranks (BM25 may
-    leave out a query that shares no term with the corpus, a dense search never does)."""
-    sparse_run, dense_run = read_any_run(sparse), read_any_run(dense)
-    missing = set(sparse_run["qid"]) - set(dense_run["qid"])
+def read_pair(sparse: str, dense: str, known: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both runs, validated (their qids among ``known`` when given); the dense run must rank every
+    query the sparse run ranks, and every one of ``known`` (BM25 may leave out a query that shares no
+    term with the corpus, a dense search never does)."""
+    if known is None:
+        sparse_run, dense_run = read_any_run(sparse), read_any_run(dense)
+    else:
+        sparse_run, dense_run = read_finite_run(sparse, known), read_finite_run(dense, known)
+    missing = (set(sparse_run["qid"]) | (known or set())) - set(dense_run["qid"])
     if missing:
         raise DataError(f"{len(missing)} queries of the sparse run {sparse} are not in the dense run "
                         f"(e.g. {sorted(missing)[0]!r}): were both runs made for the same split?",
@@ -93,16 +103,18 @@ def read_any_run(path: str) -> pd.DataFrame:
 
 def fuse_weighted(sparse: str, dense: str, dev_sparse: str, dev_dense: str, *, dev_queries: str,
                   dev_qrels: str, corpus: str, metric: str, grid: Sequence[float], depth: int,
-                  match: str = "string", dev_qrels_all: str | None = None) -> tuple[pd.DataFrame, dict]:
+                  match: str = "string", dev_qrels_all: str | None = None, select_split: str = "dev"
+                  ) -> tuple[pd.DataFrame, dict]:
     """(the evaluated split's fused run, the choice record): w chosen on dev, applied to the split."""
-    dev_union = normalised_union(*read_pair(dev_sparse, dev_dense))
+    dev_qids = set(load_queries(dev_queries))
+    dev_union = normalised_union(*read_pair(dev_sparse, dev_dense, dev_qids))
     score = dev_metric(dev_queries, dev_qrels, corpus, set(dev_union["pid"]), metric, match, dev_qrels_all)
     weight, by_weight = choose_weight(dev_union, grid, score, depth=depth)
     log.info("dev %s by weight: %s -> w = %g", metric,
              ", ".join(f"{w:g}: {v:.4f}" for w, v in by_weight.items()), weight)
     fused = weighted_fuse(normalised_union(*read_pair(sparse, dense)), weight, depth=depth)
     choice = {"fusion": "weighted_sum", "normalisation": "min-max per query", "weight_dense": weight,
-              "selected_on": "dev", "metric": metric, "dev_metric_by_weight": {f"{w:g}": v for w, v in by_weight.items()},
+              "selected_on": select_split, "metric": metric, "dev_metric_by_weight": {f"{w:g}": v for w, v in by_weight.items()},
               "sparse": sparse, "dense": dense}
     return fused, choice
 
@@ -111,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.evaluation.hybrid", __doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("rrf", "weighted"):
-        cmd = sub.add_parser(name)
+        cmd = sub.add_parser(name, help={"rrf": "reciprocal-rank fusion (no tuning)",
+                                         "weighted": "weighted sum of min-max scores, w chosen on dev"}[name])
         cmd.add_argument("--sparse", required=True, help="BM25 run of the evaluated split")
         cmd.add_argument("--dense", required=True, help="dense run of the evaluated split")
         cmd.add_argument("--depth", type=int, default=100, help="passages per query in the fused run")
@@ -127,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     weighted.add_argument("--grid", type=float, nargs="+", default=[i / 10 for i in range(11)],
                           help="candidate dense weights in [0, 1] (default 0, 0.1, ..., 1)")
     weighted.add_argument("--match", choices=MATCH_MODES, default="string")
+    weighted.add_argument("--select-split", default="dev", help="name of the split w is chosen on (recorded)")
     args = parser.parse_args(argv)
     start_stage(args.log)
     if args.command == "rrf":
@@ -135,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         fused, choice = fuse_weighted(args.sparse, args.dense, args.dev_sparse, args.dev_dense,
                                       dev_queries=args.dev_queries, dev_qrels=args.dev_qrels,
                                       corpus=args.corpus, metric=args.metric, grid=args.grid,
-                                      depth=args.depth, match=args.match, dev_qrels_all=args.dev_qrels_all)
+                                      depth=args.depth, match=args.match, dev_qrels_all=args.dev_qrels_all,
+                                      select_split=args.select_split)
         write_json(args.choice_out, choice)
     write_table(args.out, fused, schema=RUN_SCHEMA)
     log.info("wrote %s: %d queries, %d rows", args.out, fused["qid"].nunique(), len(fused))

@@ -10,7 +10,11 @@ on unrelated scales), a passage absent from a run gets that run's minimum (0 aft
 and score = w · dense + (1 - w) · sparse. w = 0 is the sparse run's order and w = 1 the dense run's
 (up to ties), so a weight chosen on dev can fall back to either retriever alone.
 
-Ranks: descending fused score, ties broken by pid so that the output does not depend on row order.
+Ranks: descending fused score; ties (frequent at the bottom of the weighted sum, where a run's last
+passage and the passages it did not return all score 0) are broken by presence, w·[in dense] +
+(1 - w)·[in sparse], then by the other weighting, (1 - w)·dense + w·sparse, then by pid. So w = 0
+gives BM25's order followed by the dense-only passages in dense order (a query BM25 left out gets
+the dense ranking), and w = 1 the dense order followed by the BM25-only passages in BM25 order.
 """
 from __future__ import annotations
 
@@ -22,11 +26,13 @@ import pandas as pd
 RRF_K = 60   # the constant of the RRF paper, used by Elasticsearch, Vespa, OpenSearch
 
 
-def rank_fused(scores: pd.DataFrame, depth: int) -> pd.DataFrame:
-    """(qid, pid, score) -> a run: per qid the top ``depth`` by score desc, then pid; ranks 1..n."""
+def rank_fused(scores: pd.DataFrame, depth: int, tie_breaks: Sequence[str] = ()) -> pd.DataFrame:
+    """(qid, pid, score[, tie-break columns]) -> a run: per qid the top ``depth`` by score desc, then
+    each tie-break column desc, then pid; ranks 1..n."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
-    ordered = scores.sort_values(["qid", "score", "pid"], ascending=[True, False, True], kind="stable")
+    keys = ["qid", "score", *tie_breaks, "pid"]
+    ordered = scores.sort_values(keys, ascending=[True, False, *[False] * len(tie_breaks), True], kind="stable")
     ordered = ordered.assign(rank=ordered.groupby("qid", sort=False).cumcount() + 1)
     ordered = ordered[ordered["rank"] <= depth]
     return pd.DataFrame({"qid": ordered["qid"].to_numpy(), "pid": ordered["pid"].to_numpy(),
@@ -59,19 +65,24 @@ def minmax_per_query(run: pd.DataFrame) -> pd.Series:
 def normalised_union(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:
     """(qid, pid, sparse, dense): both runs' normalised scores over the union of their passages."""
     left = pd.DataFrame({"qid": sparse["qid"].to_numpy(), "pid": sparse["pid"].to_numpy(),
-                         "sparse": minmax_per_query(sparse).to_numpy()})
+                         "sparse": minmax_per_query(sparse).to_numpy(), "in_sparse": 1.0})
     right = pd.DataFrame({"qid": dense["qid"].to_numpy(), "pid": dense["pid"].to_numpy(),
-                          "dense": minmax_per_query(dense).to_numpy()})
-    return left.merge(right, on=["qid", "pid"], how="outer").fillna({"sparse": 0.0, "dense": 0.0})
+                          "dense": minmax_per_query(dense).to_numpy(), "in_dense": 1.0})
+    return left.merge(right, on=["qid", "pid"], how="outer").fillna(
+        {"sparse": 0.0, "dense": 0.0, "in_sparse": 0.0, "in_dense": 0.0})
 
 
 def weighted_fuse(union: pd.DataFrame, weight: float, *, depth: int = 100) -> pd.DataFrame:
     """The run of w · dense + (1 - w) · sparse over ``normalised_union``'s table."""
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"fusion weight must be in [0, 1], got {weight}")
-    scores = weight * union["dense"].to_numpy() + (1.0 - weight) * union["sparse"].to_numpy()
-    return rank_fused(pd.DataFrame({"qid": union["qid"].to_numpy(), "pid": union["pid"].to_numpy(),
-                                    "score": scores}), depth)
+    dense, sparse = union["dense"].to_numpy(), union["sparse"].to_numpy()
+    table = pd.DataFrame({
+        "qid": union["qid"].to_numpy(), "pid": union["pid"].to_numpy(),
+        "score": weight * dense + (1.0 - weight) * sparse,
+        "presence": weight * union["in_dense"].to_numpy() + (1.0 - weight) * union["in_sparse"].to_numpy(),
+        "other": (1.0 - weight) * dense + weight * sparse})
+    return rank_fused(table, depth, tie_breaks=("presence", "other"))
 
 
 def choose_weight(union: pd.DataFrame, grid: Sequence[float], metric: Callable[[pd.DataFrame], float],

@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -104,14 +105,23 @@ def mine_from_run(run_path: str | Path, queries_path: str | Path, qrels_path: st
     if unranked:
         raise DataError(f"{len(unranked)} train queries have no row in the run (e.g. {sorted(unranked)[0]!r}): "
                         "mine from a run of every train query", file=run_path, field="qid")
-    by_query = {qid: list(zip(group["pid"], group["score"].astype(float)))
-                for qid, group in run.groupby("qid", sort=False)}
-    candidates = [(qid, list(answers) if answers is not None else [],
-                   [(pid, s) for pid, s in by_query[qid] if pid not in positives.get(qid, set())])
-                  for qid, answers in zip(queries["qid"], queries["answers"])]
-    needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
+    # Per-query slices of the run's arrays, walked lazily: no second copy of a run that at NQ scale
+    # holds tens of millions of rows.
+    run_qids, run_pids = run["qid"].to_numpy(), run["pid"].to_numpy()
+    run_scores = run["score"].to_numpy(np.float64)
+    starts = np.flatnonzero(np.r_[True, run_qids[1:] != run_qids[:-1]])
+    bounds = dict(zip(run_qids[starts], zip(starts, np.r_[starts[1:], len(run_qids)])))
+    answers_of = {q: (list(a) if a is not None else []) for q, a in zip(queries["qid"], queries["answers"])}
+    needed = {pid for qid, (lo, hi) in bounds.items() if answers_of[qid] for pid in run_pids[lo:hi]}
     matcher = load_matcher(corpus_path, needed, match)
-    table, counts = negatives_table(candidates, matcher, n_negatives, exclude_answer_match=exclude_answer_match,
+
+    def candidates():
+        for qid in queries["qid"]:
+            lo, hi = bounds[qid]
+            pos = positives.get(qid, set())
+            yield qid, answers_of[qid], [(p, float(s)) for p, s in zip(run_pids[lo:hi], run_scores[lo:hi])
+                                         if p not in pos]
+    table, counts = negatives_table(candidates(), matcher, n_negatives, exclude_answer_match=exclude_answer_match,
                                     source=source, queries_path=queries_path)
     write_table(out, table)
     stats = {"source": source, "queries": len(queries), "rows": table.num_rows, **counts,

@@ -307,6 +307,11 @@ def seeded_dense_methods():
     return [m for m in dense_method_models() if m not in SEED_FREE_METHODS]
 
 
+def seed_free_methods():
+    """Methods with one run whatever the seeds: bm25, zeroshot and their hybrids."""
+    return [*SEED_FREE_METHODS, *(name for name, (_, base) in hybrid_methods().items() if base in SEED_FREE_METHODS)]
+
+
 def seeded_methods():
     """Methods with a run folder per training seed: the seeded dense methods and their hybrids."""
     dense = seeded_dense_methods()

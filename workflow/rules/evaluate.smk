@@ -101,7 +101,7 @@ rule gather_metrics:
     params:
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
         compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
-        fixed=" ".join(SEED_FREE_METHODS),
+        fixed=" ".join(seed_free_methods()),
     conda:
         CPU_ENV
     log:

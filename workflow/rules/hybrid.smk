@@ -26,6 +26,9 @@ def hybrid_inputs(wildcards):
     inputs = {"sparse": run(d, "bm25", split), "dense": run(d, base, split, seed)}
     if fusion == "wsum":
         dev = HYBRID["select_split"]
+        if dev == split:
+            raise WorkflowError(f"{wildcards.method}: hybrid.select_split ({dev}) is the evaluated split of "
+                                f"{d}; choose w on another split (e.g. dev with eval.split test)")
         inputs.update(dev_sparse=run(d, "bm25", dev), dev_dense=run(d, base, dev, seed),
                       dev_queries=queries(d, dev), dev_qrels=qrels(d, dev), corpus=corpus(d))
         if d in SYNTHETIC:
@@ -49,6 +52,8 @@ rule fuse_rrf:
         method=_alternatives(_hybrid_methods("rrf")),
     params:
         settings=f"--k {HYBRID['rrf_k']} --depth {config['eval']['depth']}",
+    resources:
+        mem_mb=8000,
     conda:
         CPU_ENV
     log:
@@ -81,9 +86,12 @@ rule fuse_weighted:
     wildcard_constraints:
         method=_alternatives(_hybrid_methods("wsum")),
     params:
-        settings=f"--metric {HYBRID['select_metric']} --depth {config['eval']['depth']}"
+        settings=f"--metric {HYBRID['select_metric']} --select-split {HYBRID['select_split']}"
+        f" --depth {config['eval']['depth']}"
         f" --match {config['eval']['match']} --grid " + " ".join(f"{w:g}" for w in HYBRID["weights"]),
         io=_weighted_io,
+    resources:
+        mem_mb=8000,
     conda:
         CPU_ENV
     log:
