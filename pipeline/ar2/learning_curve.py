@@ -4,7 +4,9 @@
         --variant sieve=results/synthkb/ar2/sieve/seed0 --rounds 2 --out results/synthkb/figures/ar2_learning_curve.png
 
 Reads only ``round{r}/round.json`` (and ``selection.json`` when the variant has been selected).
-Round 0 is the starting retriever (DPR) and is drawn as the curves' first point.
+Round 0 is the starting retriever (DPR) and is drawn as the curves' first point. Sieve variants get
+one more panel: the sieve-out rate of each round (with false-negative recall and true-negative
+retention where the truth is known), next to the paper's "a little under 0.5" per epoch.
 """
 from __future__ import annotations
 
@@ -18,6 +20,16 @@ from pipeline.core.storage import atomic_path, read_json
 log = logging.getLogger("sieve.learning_curve")
 
 DEFAULT_METRICS = ("R@1", "R@5", "R@20", "MRR@10")
+PAPER_SIEVE_OUT = 0.5   # reference.md §1: "usually a little under 0.5 per epoch"
+SIEVE_SERIES = (("sieve_out_rate", "sieve-out", "-"), ("false_negative_recall", "FN recall", "--"),
+                ("true_negative_retention", "TN kept", ":"))
+
+
+def sieve_rows(curves: dict[str, list[dict]]) -> dict[str, list[tuple[int, dict]]]:
+    """variant -> [(round, that round's sieve stats)] for the variants whose rounds sieve."""
+    out = {v: [(r["round"], r["sieve"]) for r in rounds if isinstance(r.get("sieve"), dict)]
+           for v, rounds in curves.items()}
+    return {v: rows for v, rows in out.items() if rows}
 
 
 def read_rounds(variant_dir: str | Path, rounds: int) -> list[dict]:
@@ -40,8 +52,25 @@ def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS
     present = [m for m in metrics if any(m in r.get("dev", {}) for rs in curves.values() for r in rs)]
     if not present:
         present = sorted({m for rs in curves.values() for r in rs for m in r.get("dev", {})})[:4]
-    n = max(len(present), 1)
+    sieves = sieve_rows(curves)
+    n = max(len(present), 1) + bool(sieves)
     fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.2), squeeze=False)
+    if sieves:
+        ax = axes[0][-1]
+        for variant, rows in sieves.items():
+            i = list(curves).index(variant)   # the variant's colour in the other panels
+            for key, label, style in SIEVE_SERIES:
+                pts = [(r, s[key]) for r, s in rows if s.get(key) is not None]
+                if pts:
+                    ax.plot(*zip(*pts), style, marker="o", color=f"C{i}", label=f"{variant} {label}")
+        ax.axhline(PAPER_SIEVE_OUT, color="gray", lw=0.8)
+        ax.text(ax.get_xlim()[0], PAPER_SIEVE_OUT, " paper: a little under 0.5", fontsize=7, va="bottom")
+        ax.set_ylim(0, 1)
+        ax.set_title("sieve per round")
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize=6)
     for ax, metric in zip(axes[0], present):
         for variant, rounds in curves.items():
             xs = [r["round"] for r in rounds if metric in r.get("dev", {})]
@@ -89,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             selected[name] = json.loads(sel.read_text())["selected_round"]
     drawn = plot(curves, args.out, args.metrics, selected, args.title)
     log.info("learning curve (%s) -> %s", ", ".join(drawn), args.out)
+    for variant, rows in sieve_rows(curves).items():
+        log.info("%s sieve-out rate per round: %s", variant,
+                 ", ".join(f"{r}: {s['sieve_out_rate']:.3f}" for r, s in rows))
     return 0
 
 
