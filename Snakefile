@@ -21,6 +21,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/encode.smk"
 include: "workflow/rules/hybrid.smk"
 include: "workflow/rules/mining.smk"
+include: "workflow/rules/sweep.smk"
 include: "workflow/rules/sieve.smk"
 include: "workflow/rules/ar2.smk"
 

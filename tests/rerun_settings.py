@@ -19,8 +19,12 @@ BASE = {
                          "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0}}},
     "sieve": {"betas": [0.5]},
     "ar2": {"rounds": 1, "seeds": [0], "sieve_init": "current"},
+    # dpr_rank_window stands in for the oracle (dpr_oracle would build the oracle filter that the
+    # sieve.filters entry below adds)
+    "sweep": {"datasets": ["synthkb"], "methods": ["dpr", "dpr_sieve", "dpr_rank_window"],
+              "oracle": "dpr_rank_window"},
 }
-TARGETS = ["results/synthkb/metrics.json", "results/synthkb/sieve/comparison.md", "results/synthkb/sieve/tradeoff.json",
+TARGETS = ["results/sweeps/noise.json", "results/synthkb/metrics.json", "results/synthkb/sieve/comparison.md", "results/synthkb/sieve/tradeoff.json",
            "results/synthkb/figures/figure1_nce_loss.png", "results/synthkb/figures/ar2_learning_curve.png",
            "results/toy/bm25/metrics.json"]
 # A negatives file the user supplies (the target of sieve.source below).
@@ -122,6 +126,11 @@ SETTINGS: dict[str, tuple] = {
     "search.nprobe": (8, SEARCH),
     "search.ef_search": (64, SEARCH),
     "search.chunk_rows": (1024, SEARCH),
+    "sweep.datasets": ([], ("noise_sweep",)),
+    "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),
+    "sweep.baseline": ("dpr_sieve", ("noise_sweep",)),
+    "sweep.oracle": ("dpr_sieve", ("noise_sweep",)),
+    "sweep.metric": ("R@1", ("noise_sweep",)),
     "hybrid.rrf_k": (10, ("fuse_rrf", "fuse_rrf_seed"), ("fuse_weighted", "fuse_weighted_seed")),
     "hybrid.weights": ([0.0, 0.5, 1.0], ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
     "hybrid.select_split": ("train", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),

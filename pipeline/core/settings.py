@@ -168,6 +168,15 @@ class HybridSettings:
 
 
 @dataclass
+class SweepSettings:
+    datasets: list = field(default_factory=list)
+    methods: list = field(default_factory=lambda: ["dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle"])
+    baseline: str = "dpr"
+    oracle: str = "dpr_oracle"
+    metric: str = "R@5"
+
+
+@dataclass
 class InjectionSettings:
     fraction: float = 0.0
 
@@ -268,7 +277,7 @@ class Ar2Settings:
 SECTIONS: dict[str, type] = {
     "eval": EvalSettings, "bm25": Bm25Settings, "model": ModelSettings, "dpr": DprSettings,
     "ccr": CcrSettings, "encode": EncodeSettings, "index": IndexSettings, "search": SearchSettings,
-    "hybrid": HybridSettings, "sieve": SieveSettings, "ar2": Ar2Settings,
+    "hybrid": HybridSettings, "sweep": SweepSettings, "sieve": SieveSettings, "ar2": Ar2Settings,
 }
 # seeds: the training seeds of every trained method (dpr, dpr_ccr, dpr_sieve, dpr_<filter>, and AR2
 # unless ar2.seeds says otherwise); null = [seed]. Several seeds give mean ± std and paired intervals.

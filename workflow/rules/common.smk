@@ -183,6 +183,11 @@ def comparison(d, ext):
     return f"{sieve_dir(d)}/comparison.{ext}"
 
 
+def sweep_output(name, ext):
+    """A sweep over datasets (sweep.smk): results/sweeps/{name}.{json,png}."""
+    return f"results/sweeps/{name}.{ext}"
+
+
 def tradeoff(d, ext):
     """FN recall vs TN retention of the filters with a continuous score (sieve_tradeoff)."""
     return f"{sieve_dir(d)}/tradeoff.{ext}"

@@ -1,0 +1,145 @@
+"""The noise sweep (issue 11): how much the false negatives cost and how much each method wins back,
+across synthkb datasets generated at several levels of the false-negative dial.
+
+    python -m pipeline.evaluation.sweep --dataset synthkb_fn15_p0=results/synthkb_fn15_p0/metrics.json:resources/synthkb_fn15_p0/manifest.json ... \
+        --methods dpr dpr_ccr dpr_sieve dpr_oracle --baseline dpr --oracle dpr_oracle --metric R@5 \
+        --out-json results/sweeps/noise.json --out-png results/sweeps/noise.png
+
+Per dataset: the measured false-negative share among mined candidates and the share stating the answer
+without its string (the manifest's ``false_negatives.measured``), each method's mean and 95% t-interval
+over its seeds, every method's paired difference with ``baseline`` (per seed, 95% t-interval), and the
+share of the oracle gap a method closes, (method − baseline) / (oracle − baseline), on the means
+(undefined where the oracle gains nothing). The figure: the metric against the measured share, one
+panel per paraphrase level, intervals as error bars.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.storage import DataError, atomic_path, read_json_object, write_json
+from pipeline.evaluation.seed_stats import paired_difference
+
+log = logging.getLogger("sieve.sweep")
+
+
+def per_seed(metrics: dict, method: str, metric: str, file: str) -> dict:
+    """seed -> value of ``metric`` for ``method`` in a gathered metrics.json (one run: seed None)."""
+    entry = metrics.get("methods", {}).get(method)
+    if entry is None:
+        raise DataError(f"method {method!r} is not in the gathered metrics (add it to `methods`)",
+                        file=file, field="methods")
+    rows = entry.get("per_seed") or [{"seed": None, "metrics": entry.get("metrics", {})}]
+    out = {}
+    for row in rows:
+        if metric not in row["metrics"]:
+            raise DataError(f"{method} has no {metric}", file=file, field=metric)
+        out[row["seed"]] = float(row["metrics"][metric])
+    return out
+
+
+def _interval(diff) -> dict:
+    return {"mean": diff.mean, "ci_low": diff.ci_low, "ci_high": diff.ci_high, "n": diff.n}
+
+
+def dataset_point(name: str, metrics_path: str, manifest_path: str, methods: Sequence[str], baseline: str,
+                  oracle: str, metric: str) -> dict:
+    metrics = read_json_object(metrics_path)
+    manifest = read_json_object(manifest_path)
+    measured = (manifest.get("false_negatives") or {}).get("measured")
+    if not measured or "share" not in measured:
+        raise DataError("no measured false-negative share (a synthkb manifest written by this version)",
+                        file=manifest_path, field="false_negatives")
+    values = {m: per_seed(metrics, m, metric, metrics_path) for m in methods}
+    point: dict = {"dataset": name, "fn_share": measured["share"],
+                   "fn_string_free_share": measured.get("string_free_share"),
+                   "requested": manifest["false_negatives"].get("requested"), "methods": {}, "vs_baseline": {}}
+    for m, by_seed in values.items():
+        point["methods"][m] = _interval(paired_difference(by_seed, {s: 0.0 for s in by_seed}))
+    base = values[baseline]
+    for m in methods:
+        if m != baseline:
+            fixed = list(base) == [None]
+            other = {s: base[None] for s in values[m]} if fixed else base
+            point["vs_baseline"][m] = _interval(paired_difference(values[m], other))
+    gap = point["vs_baseline"].get(oracle, {}).get("mean")
+    point["oracle_gap_closed"] = {
+        m: (d["mean"] / gap if gap and gap > 0 and d["mean"] is not None else None)
+        for m, d in point["vs_baseline"].items() if m != oracle}
+    return point
+
+
+def build_sweep(datasets: dict[str, tuple[str, str]], methods: Sequence[str], baseline: str, oracle: str,
+                metric: str) -> dict:
+    for needed in (baseline, oracle):
+        if needed not in methods:
+            raise DataError(f"{needed!r} must be one of the sweep's methods {list(methods)}", field="methods")
+    points = [dataset_point(n, mp, fp, methods, baseline, oracle, metric) for n, (mp, fp) in datasets.items()]
+    points.sort(key=lambda p: (str(p["requested"]), p["fn_share"]))
+    return {"metric": metric, "baseline": baseline, "oracle": oracle, "level": 0.95, "points": points}
+
+
+def plot_sweep(result: dict, out: str | Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = defaultdict(list)
+    for p in result["points"]:
+        panels[round(p["fn_string_free_share"] or 0.0, 1)].append(p)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
+    for ax, (para, points) in zip(axes[0], sorted(panels.items())):
+        points = sorted(points, key=lambda p: p["fn_share"])
+        for i, method in enumerate(points[0]["methods"]):
+            xs = [p["fn_share"] for p in points]
+            stats = [p["methods"][method] for p in points]
+            ys = [s["mean"] for s in stats]
+            err = [[0 if s["ci_low"] is None else s["mean"] - s["ci_low"] for s in stats],
+                   [0 if s["ci_high"] is None else s["ci_high"] - s["mean"] for s in stats]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=f"C{i}", label=method)
+        ax.set_xlabel("measured false-negative share of mined candidates")
+        ax.set_ylabel(f"test {result['metric']} (mean, 95% interval over seeds)")
+        ax.set_title(f"≈{para:.0%} of false negatives without the answer string", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = stage_parser("pipeline.evaluation.sweep", __doc__)
+    parser.add_argument("--dataset", nargs="+", required=True, metavar="NAME=METRICS:MANIFEST")
+    parser.add_argument("--methods", nargs="+", required=True)
+    parser.add_argument("--baseline", default="dpr")
+    parser.add_argument("--oracle", default="dpr_oracle")
+    parser.add_argument("--metric", default="R@5")
+    parser.add_argument("--out-json", required=True)
+    parser.add_argument("--out-png", required=True)
+    parser.add_argument("--log")
+    args = parser.parse_args(argv)
+    start_stage(args.log)
+    datasets = {}
+    for item in args.dataset:
+        name, sep, paths = item.partition("=")
+        metrics, sep2, manifest = paths.partition(":")
+        if not (sep and sep2 and name and metrics and manifest):
+            raise DataError(f"expected NAME=METRICS:MANIFEST, got {item!r}", field="--dataset")
+        datasets[name] = (metrics, manifest)
+    result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric)
+    write_json(args.out_json, result)
+    plot_sweep(result, args.out_png)
+    for p in result["points"]:
+        log.info("%s (FN share %.3f): %s", p["dataset"], p["fn_share"], ", ".join(
+            f"{m} {d['mean']:+.4f}" for m, d in p["vs_baseline"].items() if d["mean"] is not None
+            and not math.isnan(d["mean"])))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

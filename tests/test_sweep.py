@@ -1,0 +1,49 @@
+"""The noise sweep gatherer (pipeline.evaluation.sweep) on hand-made gathered metrics."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.core.storage import DataError
+from pipeline.evaluation import sweep
+
+
+def _dataset(tmp_path, name, share, values, para=0.5):
+    metrics = {"methods": {m: {"per_seed": [{"seed": s, "metrics": {"R@5": v}} for s, v in enumerate(vals)]}
+                           for m, vals in values.items()}}
+    manifest = {"false_negatives": {"requested": {"fn_share": share, "fn_paraphrase": para},
+                                    "measured": {"share": share + 0.001, "string_free_share": para}}}
+    (tmp_path / f"{name}.metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / f"{name}.manifest.json").write_text(json.dumps(manifest))
+    return f"{name}={tmp_path / f'{name}.metrics.json'}:{tmp_path / f'{name}.manifest.json'}"
+
+
+def test_paired_differences_and_oracle_gap(tmp_path):
+    low = _dataset(tmp_path, "low", 0.02, {"dpr": [0.80, 0.82, 0.84], "dpr_sieve": [0.80, 0.82, 0.84],
+                                           "dpr_oracle": [0.80, 0.82, 0.84]})
+    high = _dataset(tmp_path, "high", 0.5, {"dpr": [0.60, 0.62, 0.64], "dpr_sieve": [0.65, 0.66, 0.69],
+                                            "dpr_oracle": [0.70, 0.72, 0.74]})
+    out = tmp_path / "noise.json"
+    assert sweep.main(["--dataset", high, low, "--methods", "dpr", "dpr_sieve", "dpr_oracle",
+                       "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")]) == 0
+    result = json.loads(out.read_text())
+    assert [p["dataset"] for p in result["points"]] == ["low", "high"]       # by requested level
+    high_point = result["points"][1]
+    assert high_point["fn_share"] == pytest.approx(0.501)
+    oracle = high_point["vs_baseline"]["dpr_oracle"]
+    assert oracle["mean"] == pytest.approx(0.10) and oracle["ci_low"] == pytest.approx(0.10)   # no spread
+    sieve = high_point["vs_baseline"]["dpr_sieve"]
+    assert sieve["mean"] == pytest.approx(0.14 / 3)   # (0.05 + 0.04 + 0.05) / 3
+    assert sieve["ci_low"] < sieve["mean"] < sieve["ci_high"]
+    assert high_point["oracle_gap_closed"]["dpr_sieve"] == pytest.approx(sieve["mean"] / 0.10)
+    assert result["points"][0]["oracle_gap_closed"]["dpr_sieve"] is None    # the oracle gains nothing
+    assert high_point["methods"]["dpr"]["mean"] == pytest.approx(0.62)
+    assert (tmp_path / "noise.png").stat().st_size > 1000
+
+
+def test_a_method_missing_from_a_dataset_is_named(tmp_path):
+    only = _dataset(tmp_path, "x", 0.3, {"dpr": [0.5, 0.6], "dpr_oracle": [0.6, 0.7]})
+    with pytest.raises(DataError, match="'dpr_sieve' is not in the gathered metrics"):
+        sweep.main(["--dataset", only, "--methods", "dpr", "dpr_sieve", "dpr_oracle",
+                    "--out-json", str(tmp_path / "o.json"), "--out-png", str(tmp_path / "o.png")])

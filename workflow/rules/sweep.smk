@@ -1,0 +1,34 @@
+# The noise sweep: one synthkb dataset per level of the false-negative dial (declared in `datasets`
+# with fn_share / fn_paraphrase, listed in sweep.datasets), each run through the whole DAG, gathered
+# into results/sweeps/noise.json + noise.png by pipeline.evaluation.sweep. docs/evaluation.md.
+
+SWEEP = config["sweep"]
+
+
+def _check_sweep():
+    missing = [m for m in SWEEP["methods"] if m not in config["methods"]]
+    unknown = [d for d in SWEEP["datasets"] if d not in DATASETS or d not in SYNTHETIC]
+    if missing or unknown or SWEEP["baseline"] not in SWEEP["methods"] or SWEEP["oracle"] not in SWEEP["methods"]:
+        raise WorkflowError(f"sweep: methods not in `methods`: {missing}; datasets not declared synthkb: {unknown}; "
+                            "sweep.baseline and sweep.oracle must be among sweep.methods")
+
+
+rule noise_sweep:
+    input:
+        metrics=lambda wildcards: [dataset_metrics(d) for d in SWEEP["datasets"]],
+        manifests=lambda wildcards: [dataset_manifest(d) for d in SWEEP["datasets"]],
+    output:
+        json=sweep_output("noise", "json"),
+        png=report(sweep_output("noise", "png"), category="Sweep"),
+    params:
+        datasets=lambda wildcards, input: (_check_sweep() or " ".join(
+            f"{d}={m}:{f}" for d, m, f in zip(SWEEP["datasets"], input.metrics, input.manifests))),
+        settings=" ".join(["--methods", *SWEEP["methods"], "--baseline", SWEEP["baseline"], "--oracle",
+                           SWEEP["oracle"], "--metric", SWEEP["metric"]]),
+    conda:
+        CPU_ENV
+    log:
+        "logs/noise_sweep.log",
+    shell:
+        "python -m pipeline.evaluation.sweep --dataset {params.datasets} {params.settings}"
+        " --out-json {output.json} --out-png {output.png} --log {log}"
