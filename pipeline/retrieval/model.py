@@ -25,6 +25,7 @@ from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 from pipeline.core.config import resolve_model_path
 from pipeline.retrieval.hf_folders import (load_encoder, read_settings, save_encoder, settings_from_dict,
                                            write_settings)
+from pipeline.retrieval.st_folders import write_st_files
 
 log = logging.getLogger("sieve.model")
 
@@ -108,6 +109,7 @@ class Retriever(torch.nn.Module):
         save_encoder(folder / "query_encoder", self.query_model, self.tokenizer)
         if self.passage_model is not None:
             save_encoder(folder / "passage_encoder", self.passage_model, self.tokenizer)
+        write_st_files(folder, self.settings, self.query_model.config.hidden_size)  # ST-loadable
         write_settings(folder / SETTINGS_FILE, self.settings)
 
     # ---- tokenisation ------------------------------------------------------------------------------
