@@ -24,14 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.data.answers import AnswerMatcher
 from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
-from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, CORPUS_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import DataError, open_parquet, write_table
+from pipeline.retrieval.mining import load_matcher
+from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, write_table
 
 log = logging.getLogger("sieve.ar2_data")
 
-_CORPUS_BATCH = 16_384
 _SEARCH_CHUNK = 65_536
 
 
@@ -106,19 +105,6 @@ def lookup_embeddings(emb_dir: str | os.PathLike, pids: Sequence[str]) -> np.nda
 
 
 # ---- mining -----------------------------------------------------------------------------------------
-
-def load_matcher(corpus_path: str | os.PathLike, pids: set[str], mode: str) -> AnswerMatcher:
-    """An answer matcher holding only ``pids`` (the corpus is streamed)."""
-    matcher = AnswerMatcher(mode)
-    wanted = pa.array(sorted(pids), pa.string())
-    parquet = open_parquet(corpus_path, ["pid", "text"], schema=CORPUS_SCHEMA)
-    for batch in parquet.iter_batches(batch_size=_CORPUS_BATCH, columns=["pid", "text"]):
-        table = pa.Table.from_batches([batch])
-        kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted)).to_pydict()
-        for pid, text in zip(kept["pid"], kept["text"]):
-            matcher.add_passage(pid, text)
-    return matcher
-
 
 def mine_negatives(query_emb: np.ndarray, queries: pd.DataFrame, positives: dict[str, list[str]],
                    emb_dir: str | os.PathLike, corpus_path: str | os.PathLike, *, top_k: int,

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.storage import atomic_path, read_json
+from pipeline.core.storage import read_json, write_png
 
 log = logging.getLogger("sieve.learning_curve")
 
@@ -90,9 +90,7 @@ def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    write_png(out, fig)
     return present
 
 

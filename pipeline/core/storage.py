@@ -79,6 +79,15 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
         yield handle
 
 
+def write_png(path: str | os.PathLike, fig: Any, **savefig: Any) -> None:
+    """Save a matplotlib figure as PNG atomically (dpi 120 unless given) and close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", **{"dpi": 120, **savefig})
+    plt.close(fig)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_open(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=False, ensure_ascii=False)

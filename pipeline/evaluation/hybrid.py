@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import RUN_SCHEMA
-from pipeline.core.storage import DataError, read_table, write_json, write_table
+from pipeline.core.storage import DataError, write_json, write_table
 from pipeline.data.answers import MATCH_MODES, AnswerMatcher
 from pipeline.evaluation.evaluate import (first_answer_hits, load_corpus, load_qrels, load_queries,
                                           prepare_answers, read_finite_run)
@@ -83,22 +83,13 @@ def read_pair(sparse: str, dense: str, known: set[str] | None = None) -> tuple[p
     """Both runs, validated (their qids among ``known`` when given); the dense run must rank every
     query the sparse run ranks, and every one of ``known`` (BM25 may leave out a query that shares no
     term with the corpus, a dense search never does)."""
-    if known is None:
-        sparse_run, dense_run = read_any_run(sparse), read_any_run(dense)
-    else:
-        sparse_run, dense_run = read_finite_run(sparse, known), read_finite_run(dense, known)
+    sparse_run, dense_run = read_finite_run(sparse, known), read_finite_run(dense, known)
     missing = (set(sparse_run["qid"]) | (known or set())) - set(dense_run["qid"])
     if missing:
         raise DataError(f"{len(missing)} queries of the sparse run {sparse} are not in the dense run "
                         f"(e.g. {sorted(missing)[0]!r}): were both runs made for the same split?",
                         file=dense, field="qid")
     return sparse_run, dense_run
-
-
-def read_any_run(path: str) -> pd.DataFrame:
-    """A run without a query list to check it against: read_finite_run with its own qids known."""
-    qids = set(read_table(path, columns=["qid"], schema=RUN_SCHEMA)["qid"])
-    return read_finite_run(path, qids)
 
 
 def fuse_weighted(sparse: str, dense: str, dev_sparse: str, dev_dense: str, *, dev_queries: str,

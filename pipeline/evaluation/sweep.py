@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.storage import DataError, atomic_path, read_json_object, write_json
+from pipeline.core.storage import DataError, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference
 
 log = logging.getLogger("sieve.sweep")
@@ -107,9 +107,7 @@ def plot_sweep(result: dict, out: str | Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    write_png(out, fig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

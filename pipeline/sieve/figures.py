@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 
 from pipeline.core.cli import run_main, stage_parser, start_stage  # noqa: E402
 from pipeline.core.schemas import SIEVE_LOSSES_SCHEMA  # noqa: E402
-from pipeline.core.storage import DataError, atomic_path, read_table, write_json  # noqa: E402
+from pipeline.core.storage import DataError, read_table, write_json, write_png  # noqa: E402
 from pipeline.sieve.report import auc_greater, detection_metrics, read_decisions  # noqa: E402
 
 log = logging.getLogger("sieve.sieve_figures")
@@ -74,9 +74,7 @@ def separation(groups: dict[str, np.ndarray]) -> dict:
 
 
 def _save(fig, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    write_png(path, fig, bbox_inches="tight")
 
 
 def plot_figure1(losses: list[tuple[float, str]], out_dir: Path) -> dict:

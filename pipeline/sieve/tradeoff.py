@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.storage import DataError, atomic_path, write_json
+from pipeline.core.storage import DataError, write_json, write_png
 
 log = logging.getLogger("sieve.tradeoff")
 
@@ -136,9 +136,7 @@ def plot_tradeoff(result: dict, out: str | Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    write_png(out, fig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
