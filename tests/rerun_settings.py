@@ -16,7 +16,10 @@ BASE = {
                 "dpr_mined_dpr"],
     "datasets": {"toy": {"format": "squad", "source": {"url": "https://example.org/toy.tar.gz",
                                                        "member": "dev.json"},
-                         "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0}}},
+                         "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0},
+                         "recipe": "toy_recipe"}},
+    # toy trains under a recipe of its own; `other` is one synthkb can switch to
+    "recipes": {"toy_recipe": {"bm25": {"k1": 1.0}}, "other": {"dpr": {"lr": 1e-4}}},
     "sieve": {"betas": [0.5]},
     "ar2": {"rounds": 1, "seeds": [0], "sieve_init": "current"},
     # dpr_rank_window stands in for the oracle (dpr_oracle would build the oracle filter that the
@@ -54,6 +57,12 @@ SETTINGS: dict[str, tuple] = {
     "datasets.toy.split": ({"by": "article", "dev": 0.3, "test": 0.2, "seed": 0}, ("prepare_dataset",)),
     "datasets.toy.empty_positives": ("drop", ("prepare_dataset",)),
     "datasets.toy.eval_split": ("dev", ("evaluate",)),
+    # A recipe's settings reach exactly the rules that read them, on the datasets that declare it.
+    "recipes": ({"toy_recipe": {"bm25": {"k1": 1.2}}, "other": {"dpr": {"lr": 1e-4}}}, ("index_bm25",),
+                ("generate_synthkb", "train_dpr", "gather_metrics")),
+    "datasets.synthkb.recipe": ("other", ("train_dpr", "train_dpr_seed", "train_dpr_filtered", "gather_metrics"),
+                                ("generate_synthkb", "index_bm25", "init_zeroshot")),
+    "datasets.toy.recipe": ("demo", ("index_bm25",), ("prepare_dataset",)),
     "eval.split": ("train", ("evaluate", "export_trec")),   # dev is hybrid.select_split: refused
     "eval.match": ("regex", ("mine_bm25_negatives", "mine_dense_negatives", "fuse_weighted", "evaluate", "sieve_candidates", "ar2_round")),
     "eval.ks": ([1, 5, 10], ("evaluate", "ar2_round")),

@@ -79,7 +79,7 @@ def test_default_config_paths(g):
     assert [g.negatives("synthkb", g.sieve_name(t)) for t in tags] == [
         "results/synthkb/negatives/sieve_b0.parquet", "results/synthkb/negatives/sieve_b0.05.parquet",
         "results/synthkb/negatives/sieve_b0.5.parquet"]
-    assert g.model_dir("synthkb", g.dense_method_models()["dpr_ccr"]) == "results/synthkb/models/dpr_ccr_b0.5"
+    assert g.model_dir("synthkb", g.dense_method_models("synthkb")["dpr_ccr"]) == "results/synthkb/models/dpr_ccr_b0.5"
     assert g.negatives("synthkb", "bm25") == "results/synthkb/negatives/bm25.parquet"
     assert g.dataset_metrics("synthkb") == "results/synthkb/metrics.json"
 
@@ -160,7 +160,7 @@ def test_every_module_a_rule_runs_exists(workflow):
 # ---- the DPR controls --------------------------------------------------------------------------------
 
 def test_dpr_controls_train_on_their_filters_negatives(g):
-    models = g.dense_method_models()
+    models = g.dense_method_models("synthkb")
     tag = g.beta_tag(g.config["ccr"]["beta"])
     assert models["dpr_oracle"] == "dpr_oracle" and models["dpr_none"] == "dpr_none"
     assert models["dpr_sieve"] == f"dpr_sieve_b{tag}"

@@ -284,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dataset", default="")
     ap.add_argument("--settings", required=True, help="config section ar2, as JSON")
     ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--recipe", help="the config recipe in force (recorded in round.json)")
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--train-queries", required=True)
     ap.add_argument("--train-qrels", required=True)
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         info = _train_round(args, round_dir, timer, settings, seed)
     metrics = json.loads((round_dir / "metrics.json").read_text())
     summary = {"round": args.round, "variant": args.variant, "method": method_of(args.variant),
-               "dataset": args.dataset, "seed": seed, "dev": metrics.get("metrics", {}),
+               "dataset": args.dataset, "recipe": args.recipe, "seed": seed, "dev": metrics.get("metrics", {}),
                "wall_time_s": timer.total, "timings_s": timer.data, **info}
     for name in ("negatives.stats.json", "sieve.stats.json", "train.summary.json"):
         if (round_dir / name).exists():

@@ -102,7 +102,8 @@ class EvalSettings:
     # the seeds both were run with; a pair with a method not in `methods` is left out.
     compare: list[list[str]] = field(default_factory=lambda: [
         ["dpr", "zeroshot"], ["dpr_oracle", "zeroshot"], ["dpr_oracle", "dpr"], ["dpr_oracle", "dpr_none"],
-        ["dpr_sieve", "dpr_none"], ["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"]])
+        ["dpr_sieve", "dpr_none"], ["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"],
+        ["ar2_simans_sieve", "ar2_simans"]])
 
 
 @dataclass
@@ -281,7 +282,8 @@ SECTIONS: dict[str, type] = {
 }
 # seeds: the training seeds of every trained method (dpr, dpr_ccr, dpr_sieve, dpr_<filter>, and AR2
 # unless ar2.seeds says otherwise); null = [seed]. Several seeds give mean ± std and paired intervals.
-TOP_LEVEL_DEFAULTS: dict[str, Any] = {"seed": 0, "seeds": None}
+# recipes: named partial sections a dataset declares (pipeline.core.recipes); demo is the top level.
+TOP_LEVEL_DEFAULTS: dict[str, Any] = {"seed": 0, "seeds": None, "recipes": {"demo": {}}}
 
 
 def defaults(cls: type) -> dict[str, Any]:
@@ -295,7 +297,7 @@ def apply_defaults(config: dict) -> dict:
     Values already present win (an overlay's choice is never overwritten); nested sections merge.
     """
     for key, value in TOP_LEVEL_DEFAULTS.items():
-        config.setdefault(key, value)
+        config.setdefault(key, copy.deepcopy(value))
     for section, cls in SECTIONS.items():
         current = config.get(section, {})
         if isinstance(current, dict):  # anything else is left for the schema to reject

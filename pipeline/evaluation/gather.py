@@ -14,6 +14,7 @@ method − baseline of every metric over the seeds both were run with, and its 9
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -283,6 +284,16 @@ def _pair(text: str) -> tuple[str, str]:
     return method, baseline
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.evaluation.gather", "Gather the methods' metrics of one dataset.")
     parser.add_argument("--dataset", required=True)
@@ -295,10 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixed", nargs="*", default=[], metavar="METHOD",
                         help="methods without a training seed (bm25, zeroshot): as a baseline, "
                              "their one run is paired with every seed of the method")
+    parser.add_argument("--recipe", type=_json_object, metavar="JSON",
+                        help="the recipe in force (pipeline.core.recipes.recipe_record), kept in the JSON")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
     gathered = gather(args.dataset, args.inputs, args.compare, args.fixed)
+    if args.recipe is not None:
+        gathered["recipe"] = args.recipe
     table = markdown_table(gathered)
     write_json(args.out_json, gathered)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:

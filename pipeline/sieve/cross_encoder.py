@@ -60,7 +60,8 @@ def sample_pairs(negatives: dict[str, list[str]], positives: dict[str, list[str]
 def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, queries: str | os.PathLike,
                         corpus: str | os.PathLike, out: str | os.PathLike, *, base: str = "minilm",
                         max_len: int = 128, steps: int = 150, batch_size: int = 16, lr: float = 2e-5,
-                        seed: int = 0, warmup_ratio: float = 0.1, precision: str = "bf16") -> dict:
+                        seed: int = 0, warmup_ratio: float = 0.1, precision: str = "bf16",
+                        recipe: str | None = None) -> dict:
     from transformers import get_linear_schedule_with_warmup
 
     from pipeline.retrieval.ranker import Ranker, RankerSettings
@@ -102,7 +103,8 @@ def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, 
     out.mkdir(parents=True, exist_ok=True)
     info = {"base": base, "steps": steps, "batch_queries": batch_size, "lr": lr, "max_len": max_len,
             "seed": seed, "compute_precision": precision_name(amp_dtype), "objective": "pointwise BCE: (q, positive)=1, (q, BM25 negative)=0",
-            "loss_first_10": float(np.mean(history[:10])), "loss_last_10": float(np.mean(history[-10:]))}
+            "loss_first_10": float(np.mean(history[:10])), "loss_last_10": float(np.mean(history[-10:])),
+            "recipe": recipe}
     with atomic_open(out / "train_info.json", "w") as handle:
         json.dump(info, handle, indent=2)
     ranker.save(out)   # ranker.json last: a folder with it is complete
@@ -147,12 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                         help="training autocast: bf16 where the device computes it natively, else fp32")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--recipe", help="the config recipe in force (recorded in train_info.json)")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
     train_cross_encoder(args.negatives, args.qrels, args.queries, args.corpus, args.out, base=args.base,
                         max_len=args.max_len, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                        seed=args.seed, precision=args.precision)
+                        seed=args.seed, precision=args.precision, recipe=args.recipe)
     return 0
 
 

@@ -38,6 +38,8 @@ from pipeline.core.fingerprint import file_id
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.storage import DataError, atomic_path, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
+
+RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
 from pipeline.training.data import TrainData
 from pipeline.training.loop import LOG_FILE, TrainConfig, train
 
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                     help="auto: CUDA when visible (the rules pass cpu unless GPUs are reserved)")
     ap.add_argument("--threads", type=int, help="torch CPU threads")
+    ap.add_argument("--recipe", help="the config recipe in force: written to <out>/recipe.json")
     ap.add_argument("--log", help="log file")
     return ap
 
@@ -90,6 +93,10 @@ def init_only(args: argparse.Namespace) -> None:
     out = Path(args.out)
     (out / SETTINGS_FILE).unlink(missing_ok=True)
     (out / LOG_FILE).unlink(missing_ok=True)  # a stale log would describe another model
+    (out / RECIPE_FILE).unlink(missing_ok=True)
+    if args.recipe:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / RECIPE_FILE, {"recipe": args.recipe, "trained": False})
     retriever.save(out)
     log.info("saved %s (untrained, settings %s) -> %s", args.base, asdict(settings), out)
 
@@ -140,7 +147,7 @@ def _train(args: argparse.Namespace, dist_info: DistInfo) -> int:
     train_retriever(args.init, TrainInputs(args.queries, args.qrels, args.negatives, args.corpus),
                     args.out, cfg, overrides=_overrides(args), separate_towers=args.separate_towers,
                     checkpoint_dir=args.checkpoint_dir, keep_checkpoint=args.keep_checkpoint,
-                    dist_info=dist_info)
+                    dist_info=dist_info, recipe=args.recipe)
     return 0
 
 
@@ -156,11 +163,12 @@ class TrainInputs:
 def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainConfig, *,
                     overrides: dict | None = None, separate_towers: bool = False,
                     checkpoint_dir: str | Path | None = None, keep_checkpoint: bool = False,
-                    dist_info: DistInfo = DistInfo()) -> dict:
+                    dist_info: DistInfo = DistInfo(), recipe: str | None = None) -> dict:
     """Train from ``init`` (a retriever folder or a base encoder) and write the retriever to ``out``.
 
     Resumes from ``<out>.ckpt/`` (or ``checkpoint_dir``) when it holds a checkpoint of the same
-    settings and inputs. Returns the training summary.
+    settings and inputs. ``recipe``: the config recipe in force, written to ``recipe.json`` (the
+    settings themselves are in ``train_info.json``). Returns the training summary.
     """
     out = Path(out)
     ckpt = Path(checkpoint_dir) if checkpoint_dir else out.with_name(out.name + ".ckpt")
@@ -180,6 +188,7 @@ def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainC
                     fingerprint=fingerprint)
     if dist_info.is_main:
         (out / SETTINGS_FILE).unlink(missing_ok=True)
+        (out / RECIPE_FILE).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / LOG_FILE) as tmp:
             shutil.copyfile(ckpt / LOG_FILE, tmp)
@@ -188,6 +197,8 @@ def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainC
             "queries": len(data), "dropped_without_positive": data.n_dropped,
             "queries_without_candidates": data.n_without_candidates,
             "world_size": dist_info.world_size, "summary": summary})
+        if recipe:
+            write_json(out / RECIPE_FILE, {"recipe": recipe, "trained": True})
         retriever.to("cpu").save(out)  # retriever.json last: the folder is complete once it exists
         if not keep_checkpoint:
             shutil.rmtree(ckpt, ignore_errors=True)

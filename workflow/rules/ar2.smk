@@ -12,7 +12,11 @@ from dataclasses import fields
 from pipeline.core.settings import JobResources
 
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
-AR2 = config["ar2"]
+
+
+def ar2_config(wildcards):
+    """Section ar2 of the job's dataset (its recipe)."""
+    return cfg(wildcards.dataset)["ar2"]
 
 
 # What a job reserves (threads, mem_mb, gpus), and the config ar2 keys a round does not read: which
@@ -22,8 +26,8 @@ _RESOURCES = tuple(f.name for f in fields(JobResources))
 _NOT_ROUND_SETTINGS = ("seeds", "select_metric", *_RESOURCES)
 
 
-def ar2_settings_json():
-    return json.dumps({k: v for k, v in AR2.items() if k not in _NOT_ROUND_SETTINGS})
+def ar2_settings_json(ar2):
+    return json.dumps({k: v for k, v in ar2.items() if k not in _NOT_ROUND_SETTINGS})
 
 
 def _ar2_sieves(variant):
@@ -32,6 +36,7 @@ def _ar2_sieves(variant):
 
 def ar2_round_inputs(wildcards):
     d, variant, r, seed = wildcards.dataset, wildcards.variant, int(wildcards.r), wildcards.seed
+    c = cfg(d)
     inputs = {
         "corpus": corpus(d),
         "train_queries": queries(d, "train"),
@@ -47,11 +52,11 @@ def ar2_round_inputs(wildcards):
         inputs["start_embeddings"] = embeddings(d, "dpr")
     else:
         inputs["previous"] = ar2_round_json(d, variant, seed, r - 1)
-        if r == 1 and AR2["ranker_init"] == "cross_encoder":
+        if r == 1 and c["ar2"]["ranker_init"] == "cross_encoder":
             inputs["ranker_init"] = ranker(d, "cross_encoder")
         if _ar2_sieves(variant):
-            if AR2["sieve_init"] == "initial":
-                model = ccr_model(beta_tag(config["ccr"]["beta"]))
+            if c["ar2"]["sieve_init"] == "initial":
+                model = ccr_model(beta_tag(c["ccr"]["beta"]))
                 inputs["sieve_model"] = retriever(d, model)
                 inputs["sieve_embeddings"] = embeddings(d, model)
     return inputs
@@ -82,24 +87,21 @@ def ar2_round_settings(wildcards):
     """Every setting the round reads. A function of the wildcards only, so Snakemake records it as a
     param and a changed setting reruns the round (docs/failures.md)."""
     d = wildcards.dataset
+    c = cfg(d)
     out = []
     if _ar2_sieves(wildcards.variant):
-        sieve = {k: config["sieve"][k] for k in ("candidates", "pool", "strict", "fallback",
-                                                 "temperature", "batch_size")}
+        sieve = {k: c["sieve"][k] for k in ("candidates", "pool", "strict", "fallback",
+                                            "temperature", "batch_size")}
         out += ["--sieve-config", json.dumps(sieve)]
-        if AR2["sieve_init"] == "current":
-            ccr = {k: v for k, v in config["ccr"].items() if k not in _RESOURCES}
+        if c["ar2"]["sieve_init"] == "current":
+            ccr = {k: v for k, v in c["ccr"].items() if k not in _RESOURCES}
             out += ["--ccr-settings", json.dumps(ccr)]
     if DATASETS[d]["format"] == "squad":
         out.append("--suspect-same-article")
     out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
     out += [str(k) for k in config["eval"]["ks"]]
-    out += ["--settings", ar2_settings_json(), "--seed", str(int(wildcards.seed))]
+    out += ["--settings", ar2_settings_json(c["ar2"]), "--seed", str(int(wildcards.seed))]
     return " ".join(shlex.quote(x) for x in out)
-
-
-def _ar2_resources():
-    return {"mem_mb": AR2["mem_mb"], **gpu_resources("ar2")}
 
 
 rule ar2_round:
@@ -114,11 +116,12 @@ rule ar2_round:
     params:
         files=ar2_round_files,
         settings=ar2_round_settings,
+        recipe=recipe_label,
         round_dir=lambda wildcards, output: os.path.dirname(output[0]),
         device=job_device,
-    threads: AR2["threads"]
+    threads: dataset_setting("ar2", "threads")
     resources:
-        **_ar2_resources(),
+        **gpu_resources("ar2"),
     conda:
         job_env
     log:
@@ -127,14 +130,14 @@ rule ar2_round:
         "benchmarks/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
         "python -m pipeline.ar2.run_round --round {wildcards.r} --round-dir {params.round_dir}"
-        " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.files} {params.settings}"
+        " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.files} {params.settings} {params.recipe}"
         " --device {params.device} --threads {threads} --log {log}"
 
 
 def _ar2_rounds(wildcards):
     variant = AR2_METHODS[wildcards.method]
     return [ar2_round_json(wildcards.dataset, variant, wildcards.seed, r)
-            for r in range(AR2["rounds"] + 1)]
+            for r in range(ar2_config(wildcards)["rounds"] + 1)]
 
 
 rule ar2_select:
@@ -150,8 +153,8 @@ rule ar2_select:
         variant_dir=lambda wildcards: ar2_seed_dir(wildcards.dataset, AR2_METHODS[wildcards.method],
                                                    wildcards.seed),
         variant=lambda wildcards: AR2_METHODS[wildcards.method],
-        rounds=AR2["rounds"],
-        metric=AR2["select_metric"],
+        rounds=dataset_setting("ar2", "rounds"),
+        metric=dataset_setting("ar2", "select_metric"),
     conda:
         CPU_ENV
     log:
@@ -176,9 +179,9 @@ rule ar2_search:
     params:
         depth=config["eval"]["depth"],
         device=job_device,
-    threads: AR2["threads"]
+    threads: dataset_setting("ar2", "threads")
     resources:
-        **_ar2_resources(),
+        **gpu_resources("ar2"),
     conda:
         job_env
     log:
@@ -198,9 +201,9 @@ ruleorder: ar2_seeds > evaluate
 rule ar2_seeds:
     input:
         metrics=lambda wildcards: [method_metrics(wildcards.dataset, wildcards.method, seed)
-                                   for seed in method_seeds(wildcards.method)],
+                                   for seed in method_seeds(wildcards.dataset, wildcards.method)],
         infos=lambda wildcards: [ar2_info(wildcards.dataset, wildcards.method, seed)
-                                 for seed in method_seeds(wildcards.method)],
+                                 for seed in method_seeds(wildcards.dataset, wildcards.method)],
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
@@ -216,9 +219,9 @@ rule ar2_seeds:
 
 def _ar2_curves(wildcards):
     """(label, round folder parent, info.json) per configured AR2 method and seed."""
-    methods = [m for m in config["methods"] if m in AR2_METHODS] or ["ar2", "ar2_sieve"]
-    seeds = ar2_seeds()
     d = wildcards.dataset
+    methods = [m for m in cfg(d)["methods"] if m in AR2_METHODS] or ["ar2", "ar2_sieve"]
+    seeds = ar2_seeds(d)
     return [(AR2_METHODS[m] if len(seeds) == 1 else f"{AR2_METHODS[m]}/seed{s}",
              ar2_seed_dir(d, AR2_METHODS[m], s), ar2_info(d, m, s))
             for m in methods for s in seeds]
@@ -233,7 +236,7 @@ rule ar2_learning_curve:
     params:
         args=lambda wildcards: " ".join(f"--variant {label}={folder}"
                                         for label, folder, _ in _ar2_curves(wildcards)),
-        rounds=AR2["rounds"],
+        rounds=dataset_setting("ar2", "rounds"),
     conda:
         CPU_ENV
     log:

@@ -1,8 +1,17 @@
 # BM25 (bm25s): one index per dataset, evaluation runs, and mined hard negatives for training.
 
 
-def _opt(value):
-    return "none" if value is None else value
+def _bm25_setting(key):
+    """params function: bm25.<key> of the job's dataset, null spelled 'none'."""
+    def value(wildcards):
+        v = cfg(wildcards.dataset)["bm25"][key]
+        return "none" if v is None else v
+    return value
+
+
+def exclude_answer_match_flag(wildcards):
+    """params function: mining's --exclude-answer-match, from bm25 of the job's dataset."""
+    return "--exclude-answer-match" if cfg(wildcards.dataset)["bm25"]["exclude_answer_match"] else ""
 
 
 rule index_bm25:
@@ -11,10 +20,10 @@ rule index_bm25:
     output:
         directory(bm25_index("{dataset}")),
     params:
-        k1=config["bm25"]["k1"],
-        b=config["bm25"]["b"],
-        stemmer=_opt(config["bm25"]["stemmer"]),
-        stopwords=_opt(config["bm25"]["stopwords"]),
+        k1=_bm25_setting("k1"),
+        b=_bm25_setting("b"),
+        stemmer=_bm25_setting("stemmer"),
+        stopwords=_bm25_setting("stopwords"),
     conda:
         CPU_ENV
     log:
@@ -58,8 +67,8 @@ rule mine_bm25_negatives:
     output:
         negatives("{dataset}", "bm25"),
     params:
-        negatives=config["bm25"]["negatives"],
-        exclude="--exclude-answer-match" if config["bm25"]["exclude_answer_match"] else "",
+        negatives=_bm25_setting("negatives"),
+        exclude=exclude_answer_match_flag,
         match=config["eval"]["match"],
     conda:
         CPU_ENV

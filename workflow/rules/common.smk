@@ -5,6 +5,7 @@ from decimal import Decimal
 from snakemake.exceptions import WorkflowError
 
 from pipeline.core.config import ConfigError, validate_config
+from pipeline.core.recipes import dataset_configs
 from pipeline.sieve.filters import FILTERS
 
 DATASETS = config["datasets"]
@@ -240,14 +241,14 @@ def sieve_name(tag):
 OTHER_FILTERS = tuple(name for name in FILTERS if name != "sieve")
 
 
-def dense_method_models():
-    """Dense methods -> the retriever folder each one searches with."""
+def _dense_method_models(c):
+    """Dense methods -> the retriever folder each one searches with, under config ``c``."""
     models = {
         "zeroshot": "zeroshot",
         "dpr": "dpr",
-        "dpr_ccr": ccr_model(beta_tag(config["ccr"]["beta"])),
+        "dpr_ccr": ccr_model(beta_tag(c["ccr"]["beta"])),
         # DPR trained on the sieve's kept negatives: the sieve without AR2.
-        "dpr_sieve": dpr_on(sieve_name(beta_tag(config["ccr"]["beta"]))),
+        "dpr_sieve": dpr_on(sieve_name(beta_tag(c["ccr"]["beta"]))),
     }
     # DPR trained on the same candidates cleaned by another filter (dpr_oracle: the true false
     # negatives removed; dpr_none: all candidates, the noisy control on the same pool).
@@ -271,23 +272,50 @@ AR2_METHODS = {"ar2": "plain", "ar2_sieve": "sieve", "ar2_simans": "simans",
 HYBRID_FUSIONS = ("rrf", "wsum")
 
 
-def hybrid_methods():
-    """hybrid_<fusion>_<dense method> -> (fusion, dense method), for every dense method."""
-    return {f"hybrid_{fusion}_{dense}": (fusion, dense) for fusion in HYBRID_FUSIONS
-            for dense in dense_method_models()}
+def _hybrids_of(dense):
+    return {f"hybrid_{fusion}_{name}": (fusion, name) for fusion in HYBRID_FUSIONS for name in dense}
 
 
-def known_methods():
-    """Every method the rules build a run for: bm25 (bm25.smk), the dense, hybrid and AR2 methods."""
-    return ["bm25", *dense_method_models(), *hybrid_methods(), *AR2_METHODS]
+def _known_methods(c):
+    """Every method the rules build a run for under config ``c``: bm25 (bm25.smk), the dense,
+    hybrid and AR2 methods."""
+    dense = _dense_method_models(c)
+    return ["bm25", *dense, *_hybrids_of(dense), *AR2_METHODS]
 
 
 # An entry of `methods` the rules cannot build would otherwise surface at DAG building as a missing
-# input path; at start-up it names the key and the valid names instead.
+# input path; at start-up it names the key and the valid names instead. Then each dataset's config:
+# the top-level sections with its recipe merged in (pipeline.core.recipes), validated the same way.
 try:
-    validate_config(config, methods=known_methods)  # called once defaults are in (it reads ccr.beta)
+    validate_config(config, methods=lambda: _known_methods(config))  # once defaults are in (reads ccr.beta)
+    DATASET_CONFIGS = dataset_configs(config, methods=_known_methods)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+
+
+def cfg(d):
+    """The config a dataset's jobs run with: the top-level sections under its recipe."""
+    return DATASET_CONFIGS[d]
+
+
+def dataset_setting(section, key):
+    """A params/resources/threads function: config ``section.key`` of the job's dataset."""
+    return lambda wildcards: cfg(wildcards.dataset)[section][key]
+
+
+def dense_method_models(d):
+    """Dense methods of dataset ``d`` -> the retriever folder each one searches with."""
+    return _dense_method_models(cfg(d))
+
+
+def any_dense_method():
+    """The dense method names of every dataset (wildcard constraints)."""
+    return sorted({m for d in DATASETS for m in dense_method_models(d)})
+
+
+def hybrid_methods(d):
+    """hybrid_<fusion>_<dense method> -> (fusion, dense method), for every dense method of ``d``."""
+    return _hybrids_of(dense_method_models(d))
 
 
 def training_seeds():
@@ -295,9 +323,9 @@ def training_seeds():
     return [int(s) for s in config["seeds"]] if config["seeds"] else [int(config["seed"])]
 
 
-def ar2_seeds():
-    """AR2 seeds (config ar2.seeds, else the training seeds). Each seed is a complete AR2 run."""
-    seeds = config["ar2"]["seeds"]
+def ar2_seeds(d):
+    """AR2 seeds of dataset ``d`` (ar2.seeds, else the training seeds). Each seed is a complete AR2 run."""
+    seeds = cfg(d)["ar2"]["seeds"]
     return [int(s) for s in seeds] if seeds else training_seeds()
 
 
@@ -305,22 +333,27 @@ def ar2_seeds():
 SEED_FREE_METHODS = ("bm25", "zeroshot")
 
 
-def seeded_dense_methods():
+def seeded_dense_methods(d):
     """Dense methods with a run per seed: the trained ones, when there are several training seeds."""
     if len(training_seeds()) == 1:
         return []
-    return [m for m in dense_method_models() if m not in SEED_FREE_METHODS]
+    return [m for m in dense_method_models(d) if m not in SEED_FREE_METHODS]
 
 
-def seed_free_methods():
+def seed_free_methods(d):
     """Methods with one run whatever the seeds: bm25, zeroshot and their hybrids."""
-    return [*SEED_FREE_METHODS, *(name for name, (_, base) in hybrid_methods().items() if base in SEED_FREE_METHODS)]
+    return [*SEED_FREE_METHODS, *(name for name, (_, base) in hybrid_methods(d).items() if base in SEED_FREE_METHODS)]
 
 
-def seeded_methods():
+def seeded_methods(d):
     """Methods with a run folder per training seed: the seeded dense methods and their hybrids."""
-    dense = seeded_dense_methods()
-    return dense + [name for name, (_, base) in hybrid_methods().items() if base in dense]
+    dense = seeded_dense_methods(d)
+    return dense + [name for name, (_, base) in hybrid_methods(d).items() if base in dense]
+
+
+def any_seeded_method():
+    """The seeded method names of every dataset (wildcard constraints)."""
+    return sorted({m for d in DATASETS for m in seeded_methods(d)})
 
 
 def seeded_model(model, seed):
@@ -338,12 +371,15 @@ def seeded_model(model, seed):
 # environment therefore follow the job's resources, never the config alone: a GPU the profile reserved
 # is used, and a job without GPUs never grabs one it happens to see.
 
-def gpu_resources(section, used=True):
-    """Resources of a rule sized by config `<section>.gpus` (0 when the rule will not train)."""
-    n = config[section]["gpus"] if used else 0
+def gpu_resources(section, used=lambda c: True):
+    """Resources of a rule sized by `<section>.gpus` of the job's dataset (0 where ``used(config)``
+    says the rule will not train), and its `<section>.mem_mb`."""
+    def gpus(wildcards):
+        c = cfg(wildcards.dataset)
+        return c[section]["gpus"] if used(c) else 0
     # `gpus`: the project's resource name (`--resources gpus=1` serialises GPU jobs);
     # `gpu`: what the SLURM executor plugin turns into sbatch --gpus.
-    return {"gpus": n, "gpu": n}
+    return {"mem_mb": dataset_setting(section, "mem_mb"), "gpus": gpus, "gpu": gpus}
 
 
 def _job_gpus(resources):

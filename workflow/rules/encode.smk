@@ -26,7 +26,6 @@ rule encode_corpus:
         device=job_device,
     threads: config["encode"]["threads"]
     resources:
-        mem_mb=config["encode"]["mem_mb"],
         **gpu_resources("encode"),
     conda:
         job_env
@@ -81,7 +80,6 @@ rule build_index:
         seed=config["seed"],
     threads: config["index"]["threads"]
     resources:
-        mem_mb=config["index"]["mem_mb"],
         **gpu_resources("index"),
     conda:
         job_env
@@ -97,7 +95,7 @@ rule build_index:
 
 
 def search_dense_inputs(wildcards):
-    model = dense_method_models()[wildcards.method]
+    model = dense_method_models(wildcards.dataset)[wildcards.method]
     if "seed" in wildcards.keys():  # search_dense_seed: that seed's model
         model = seeded_model(model, wildcards.seed)
     d = wildcards.dataset
@@ -125,7 +123,7 @@ rule search_dense:
         run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
         # Only the dense methods: results/{dataset}/bm25/run.{split}.parquet belongs to bm25.smk.
-        method="|".join(dense_method_models()),
+        method="|".join(any_dense_method()),
     params:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
@@ -139,7 +137,6 @@ rule search_dense:
         device=job_device,
     threads: config["search"]["threads"]
     resources:
-        mem_mb=config["search"]["mem_mb"],
         **gpu_resources("search"),
     conda:
         job_env
@@ -159,7 +156,7 @@ use rule search_dense as search_dense_seed with:
     output:
         run("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method="|".join(dense_method_models()),
+        method="|".join(any_dense_method()),
         seed=r"\d+",
     log:
         "logs/search_dense/{dataset}.{method}.seed{seed}.{split}.log",

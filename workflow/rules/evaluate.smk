@@ -2,6 +2,9 @@
 # A run folder is results/{dataset}/{run}/: a method, or one seed of an AR2 method ({method}/seed{s},
 # whose seeds ar2.smk's ar2_seeds averages into the method's metrics.json).
 # Definitions and file formats: docs/evaluation.md.
+import json
+
+from pipeline.core.recipes import recipe_record
 
 RUN_FOLDER = r"[A-Za-z0-9_]+(/seed\d+)?"
 
@@ -24,12 +27,12 @@ def qrels_all_arg(wildcards, input):
     return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
 
 
-def method_seeds(method):
+def method_seeds(d, method):
     """The seed of each of a method's run folders: one per seed for AR2 methods (ar2.smk) and, with
     several training seeds, for the trained dense methods; else None (results/{d}/{method}/)."""
     if method in AR2_METHODS:
-        return ar2_seeds()
-    return training_seeds() if method in seeded_methods() else [None]
+        return ar2_seeds(d)
+    return training_seeds() if method in seeded_methods(d) else [None]
 
 
 def trec_exports(wildcards):
@@ -37,8 +40,8 @@ def trec_exports(wildcards):
     if not config["eval"]["trec_export"]:
         return []
     split = eval_split(wildcards.dataset)
-    return [trec_run(wildcards.dataset, method, split, seed) for method in config["methods"]
-            for seed in method_seeds(method)]
+    d = wildcards.dataset
+    return [trec_run(d, method, split, seed) for method in cfg(d)["methods"] for seed in method_seeds(d, method)]
 
 
 rule evaluate:
@@ -91,7 +94,7 @@ rule export_trec:
 
 rule gather_metrics:
     input:
-        metrics=[method_metrics("{dataset}", method) for method in config["methods"]],
+        metrics=lambda wildcards: [method_metrics(wildcards.dataset, m) for m in cfg(wildcards.dataset)["methods"]],
         trec=trec_exports,
     output:
         json=dataset_metrics("{dataset}", "json"),
@@ -101,7 +104,9 @@ rule gather_metrics:
     params:
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
         compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
-        fixed=" ".join(seed_free_methods()),
+        fixed=lambda wildcards: " ".join(seed_free_methods(wildcards.dataset)),
+        # the recipe in force and its settings, recorded in metrics.json
+        recipe=lambda wildcards: json.dumps(recipe_record(config, wildcards.dataset), sort_keys=True),
     conda:
         CPU_ENV
     log:
@@ -109,7 +114,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --recipe {params.recipe:q} --log {log}"
 
 
 # With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'
@@ -124,7 +129,7 @@ rule dense_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method=_alternatives(seeded_methods()),
+        method=_alternatives(any_seeded_method()),
     params:
         seeds=" ".join(str(s) for s in training_seeds()),
     conda:

@@ -7,11 +7,9 @@
 # A hybrid of a seeded dense method has a run per seed (.../seed{s}/), as the dense method does.
 # Formulas: pipeline/retrieval/fusion.py; the stage: pipeline/evaluation/hybrid.py; docs/evaluation.md.
 
-HYBRID = config["hybrid"]
-
-
 def _hybrid_methods(fusion):
-    return [name for name, (kind, _) in hybrid_methods().items() if kind == fusion]
+    """Hybrid method names of every dataset with this fusion (wildcard constraints)."""
+    return sorted({name for d in DATASETS for name, (kind, _) in hybrid_methods(d).items() if kind == fusion})
 
 
 def fusion_choice(d, method, split, seed=None):
@@ -20,12 +18,12 @@ def fusion_choice(d, method, split, seed=None):
 
 def hybrid_inputs(wildcards):
     """Both runs of the evaluated split; for the weighted sum also both dev runs and dev's judgements."""
-    fusion, base = hybrid_methods()[wildcards.method]
     d, split = wildcards.dataset, wildcards.split
+    fusion, base = hybrid_methods(d)[wildcards.method]
     seed = wildcards.get("seed")
     inputs = {"sparse": run(d, "bm25", split), "dense": run(d, base, split, seed)}
     if fusion == "wsum":
-        dev = HYBRID["select_split"]
+        dev = cfg(d)["hybrid"]["select_split"]
         if dev == split:
             raise WorkflowError(f"{wildcards.method}: hybrid.select_split ({dev}) is the evaluated split of "
                                 f"{d}; choose w on another split (e.g. dev with eval.split test)")
@@ -43,6 +41,11 @@ def _weighted_io(wildcards, input, output):
     return " ".join(args + [f"--choice-out {output.choice}"])
 
 
+def _weighted_settings(h):
+    return (f"--metric {h['select_metric']} --select-split {h['select_split']} --depth {config['eval']['depth']}"
+            f" --match {config['eval']['match']} --grid " + " ".join(f"{w:g}" for w in h["weights"]))
+
+
 rule fuse_rrf:
     input:
         unpack(hybrid_inputs),
@@ -51,7 +54,7 @@ rule fuse_rrf:
     wildcard_constraints:
         method=_alternatives(_hybrid_methods("rrf")),
     params:
-        settings=f"--k {HYBRID['rrf_k']} --depth {config['eval']['depth']}",
+        settings=lambda wildcards: f"--k {cfg(wildcards.dataset)['hybrid']['rrf_k']} --depth {config['eval']['depth']}",
     resources:
         mem_mb=8000,
     conda:
@@ -86,9 +89,7 @@ rule fuse_weighted:
     wildcard_constraints:
         method=_alternatives(_hybrid_methods("wsum")),
     params:
-        settings=f"--metric {HYBRID['select_metric']} --select-split {HYBRID['select_split']}"
-        f" --depth {config['eval']['depth']}"
-        f" --match {config['eval']['match']} --grid " + " ".join(f"{w:g}" for w in HYBRID["weights"]),
+        settings=lambda wildcards: _weighted_settings(cfg(wildcards.dataset)["hybrid"]),
         io=_weighted_io,
     resources:
         mem_mb=8000,

@@ -9,12 +9,15 @@
 # with bm25.parquet's schema, so `sieve.source: <method>` and DPR training read it like BM25's. A
 # seeded method mines with the top-level seed's model. docs/training.md "Dense negatives".
 
-MINING_DEPTH = (config["bm25"]["negatives"] + 10) * (3 if config["bm25"]["exclude_answer_match"] else 1)
+def mining_depth(wildcards):
+    """Passages ranked per train query: enough left after positives (and answer matches) go."""
+    bm25 = cfg(wildcards.dataset)["bm25"]
+    return (bm25["negatives"] + 10) * (3 if bm25["exclude_answer_match"] else 1)
 
 
 def mining_sources():
     """Dense methods that can mine: every one but the DPRs trained on mined negatives themselves."""
-    return [m for m in dense_method_models() if not m.startswith("dpr_mined_")]
+    return [m for m in any_dense_method() if not m.startswith("dpr_mined_")]
 
 
 use rule search_dense as search_for_mining with:
@@ -26,7 +29,7 @@ use rule search_dense as search_for_mining with:
     params:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
-        depth=MINING_DEPTH,
+        depth=mining_depth,
         batch_size=config["search"]["batch_size"],
         nprobe=config["search"]["nprobe"],
         ef_search=config["search"]["ef_search"],
@@ -51,8 +54,8 @@ rule mine_dense_negatives:
     wildcard_constraints:
         method=_alternatives(mining_sources()),
     params:
-        negatives=config["bm25"]["negatives"],
-        exclude="--exclude-answer-match" if config["bm25"]["exclude_answer_match"] else "",
+        negatives=dataset_setting("bm25", "negatives"),
+        exclude=exclude_answer_match_flag,
         match=config["eval"]["match"],
     conda:
         CPU_ENV

@@ -13,32 +13,34 @@
 # training, the sieve and what reads it, never the mining or DPR training.
 import shlex
 
-SIEVE = config["sieve"]
+def sieve_config(d):
+    """Section sieve of dataset ``d`` (its recipe)."""
+    return cfg(d)["sieve"]
 
 
-def sieve_main_tag():
-    return beta_tag(config["ccr"]["beta"])
+def sieve_main_tag(d):
+    return beta_tag(cfg(d)["ccr"]["beta"])
 
 
-def sieve_sweep_tags():
+def sieve_sweep_tags(d):
     """β tags of the sweep (Figure 1, sieve-out per β), in increasing β."""
-    return [beta_tag(b) for b in sorted(SIEVE["betas"] or [config["ccr"]["beta"]])]
+    return [beta_tag(b) for b in sorted(sieve_config(d)["betas"] or [cfg(d)["ccr"]["beta"]])]
 
 
 def sieve_decisions(dataset, name):
-    """The decisions table a filter name stands for (`sieve` = the sieve at config ccr.beta)."""
+    """The decisions table a filter name stands for (`sieve` = the sieve at the dataset's ccr.beta)."""
     if name == "sieve":
-        return negatives(dataset, sieve_name(sieve_main_tag()))
+        return negatives(dataset, sieve_name(sieve_main_tag(dataset)))
     if name.startswith(sieve_name("")):
         return negatives(dataset, name)
     return filter_decisions(dataset, name)
 
 
-def sieve_filter_names():
-    """Rows of the comparison table: config sieve.filters, then the β sweep (minus the duplicate of `sieve`)."""
-    names = list(SIEVE["filters"])
-    for tag in sieve_sweep_tags():
-        if not ("sieve" in names and tag == sieve_main_tag()):
+def sieve_filter_names(d):
+    """Rows of the comparison table: sieve.filters, then the β sweep (minus the duplicate of `sieve`)."""
+    names = list(sieve_config(d)["filters"])
+    for tag in sieve_sweep_tags(d):
+        if not ("sieve" in names and tag == sieve_main_tag(d)):
             names.append(sieve_name(tag))
     return names
 
@@ -46,7 +48,7 @@ def sieve_filter_names():
 def _sieve_candidate_inputs(wildcards):
     d = wildcards.dataset
     inputs = {
-        "negatives": negatives(d, SIEVE["source"]),
+        "negatives": negatives(d, sieve_config(d)["source"]),
         "qrels": qrels(d, "train"),
         "queries": queries(d, "train"),
         "corpus": corpus(d),
@@ -59,24 +61,30 @@ def _sieve_candidate_inputs(wildcards):
 # A rule's settings are params of the wildcards only (a params function taking `input` is not
 # recorded by Snakemake, so a changed setting would not rerun it); input files stay in their own params.
 def _sieve_candidate_settings(wildcards):
-    args = [f"--candidates {SIEVE['candidates']}", f"--pool {SIEVE['pool']}", f"--seed {config['seed']}",
-            f"--injection-fraction {SIEVE['injection']['fraction']}",
+    sieve_cfg = sieve_config(wildcards.dataset)
+    args = [f"--candidates {sieve_cfg['candidates']}", f"--pool {sieve_cfg['pool']}", f"--seed {config['seed']}",
+            f"--injection-fraction {sieve_cfg['injection']['fraction']}",
             f"--match {config['eval']['match']}"]
-    if SIEVE["max_queries"]:
-        args.append(f"--max-queries {SIEVE['max_queries']}")
+    if sieve_cfg["max_queries"]:
+        args.append(f"--max-queries {sieve_cfg['max_queries']}")
     if DATASETS[wildcards.dataset]["format"] == "squad":
         args.append("--suspect-same-article")
     return " ".join(args)
 
 
-def _sieve_decision_args():
+def _sieve_decision_args(sieve_cfg):
     """The rule's switches, shared by the sieve and sieve_no_ccr."""
-    args = [f"--fallback {SIEVE['fallback']}"]
-    if SIEVE["strict"]:
+    args = [f"--fallback {sieve_cfg['fallback']}"]
+    if sieve_cfg["strict"]:
         args.append("--strict")
-    if SIEVE["temperature"] is not None:
-        args.append(f"--temperature {SIEVE['temperature']}")
+    if sieve_cfg["temperature"] is not None:
+        args.append(f"--temperature {sieve_cfg['temperature']}")
     return args
+
+
+def _sieve_figure_args(sieve_cfg):
+    return (f"--in-batch {sieve_cfg['in_batch']}"
+            + (f" --figure-queries {sieve_cfg['figure_queries']}" if sieve_cfg["figure_queries"] else ""))
 
 
 rule sieve_candidates:
@@ -113,10 +121,9 @@ rule sieve_negatives:
         beta=BETA_RE,
     params:
         source_tag=sieve_name("{beta}"),
-        args=" ".join(_sieve_decision_args() + [f"--seed {config['seed']}",
-                                                f"--batch-size {SIEVE['batch_size']}"]),
-        figure=f"--in-batch {SIEVE['in_batch']}"
-        + (f" --figure-queries {SIEVE['figure_queries']}" if SIEVE["figure_queries"] else ""),
+        args=lambda wildcards: " ".join(_sieve_decision_args(sieve_config(wildcards.dataset)) + [
+            f"--seed {config['seed']}", f"--batch-size {sieve_config(wildcards.dataset)['batch_size']}"]),
+        figure=lambda wildcards: _sieve_figure_args(sieve_config(wildcards.dataset)),
     threads: 2
     resources:
         mem_mb=4000,
@@ -135,7 +142,7 @@ rule sieve_negatives:
 
 rule train_cross_encoder:
     input:
-        negatives=negatives("{dataset}", SIEVE["source"]),
+        negatives=lambda wildcards: negatives(wildcards.dataset, sieve_config(wildcards.dataset)["source"]),
         qrels=qrels("{dataset}", "train"),
         queries=queries("{dataset}", "train"),
         corpus=corpus("{dataset}"),
@@ -143,9 +150,10 @@ rule train_cross_encoder:
         ranker("{dataset}", "cross_encoder"),
     params:
         args=lambda wildcards: " ".join(
-            f"--{key.replace('_', '-')} {shlex.quote(str(SIEVE['cross_encoder'][key]))}"
-            for key in ("base", "max_len", "steps", "batch_size", "lr", "precision")
-            if key in SIEVE["cross_encoder"]),
+            f"--{key.replace('_', '-')} {shlex.quote(str(value))}"
+            for key, value in sieve_config(wildcards.dataset)["cross_encoder"].items()
+            if key in ("base", "max_len", "steps", "batch_size", "lr", "precision")),
+        recipe=recipe_label,
     threads: 2
     resources:
         mem_mb=4000,
@@ -157,7 +165,7 @@ rule train_cross_encoder:
         "benchmarks/train_cross_encoder/{dataset}.tsv"
     shell:
         "python -m pipeline.sieve.cross_encoder --negatives {input.negatives} --qrels {input.qrels}"
-        " --queries {input.queries} --corpus {input.corpus} {params.args} --seed " + str(config["seed"]) +
+        " --queries {input.queries} --corpus {input.corpus} {params.args} {params.recipe} --seed " + str(config["seed"]) +
         " --threads {threads} --out $(dirname {output}) --log {log}"
 
 
@@ -181,16 +189,17 @@ def _filter_model(wildcards, input):
 
 def _filter_settings(wildcards):
     name = wildcards.filter
-    args = [f"--seed {config['seed']}", f"--batch-size {SIEVE['batch_size']}"]
+    sieve_cfg = sieve_config(wildcards.dataset)
+    args = [f"--seed {config['seed']}", f"--batch-size {sieve_cfg['batch_size']}"]
     if name == "rank_window":
-        args.append(f"--start {SIEVE['rank_window']['start']}")
+        args.append(f"--start {sieve_cfg['rank_window']['start']}")
     elif name == "positive_aware":
-        pa_cfg = SIEVE["positive_aware"]
+        pa_cfg = sieve_cfg["positive_aware"]
         args.append(f"--mode {pa_cfg['mode']} --margin {pa_cfg['margin']}")
     elif name == "cross_encoder":
-        args.append(f"--threshold {SIEVE['cross_encoder']['threshold']}")
+        args.append(f"--threshold {sieve_cfg['cross_encoder']['threshold']}")
     elif name == "sieve_no_ccr":
-        args += _sieve_decision_args()
+        args += _sieve_decision_args(sieve_cfg)
     return " ".join(args)
 
 
@@ -239,7 +248,7 @@ rule sieve_report:
 
 rule sieve_comparison:
     input:
-        lambda wildcards: [filter_report(wildcards.dataset, name) for name in sieve_filter_names()],
+        lambda wildcards: [filter_report(wildcards.dataset, name) for name in sieve_filter_names(wildcards.dataset)],
     output:
         md=comparison("{dataset}", "md"),
         json=comparison("{dataset}", "json"),
@@ -255,9 +264,9 @@ rule sieve_comparison:
 rule sieve_figures:
     input:
         losses=lambda wildcards: [sieve_losses(wildcards.dataset, sieve_name(tag))
-                                  for tag in sieve_sweep_tags()],
+                                  for tag in sieve_sweep_tags(wildcards.dataset)],
         sieves=lambda wildcards: [sieve_decisions(wildcards.dataset, sieve_name(tag))
-                                  for tag in sieve_sweep_tags()],
+                                  for tag in sieve_sweep_tags(wildcards.dataset)],
         comparison=comparison("{dataset}", "json"),
     output:
         figure1=report(figure("{dataset}", "figure1_nce_loss.png"), caption="../report/figure1.rst",
@@ -267,9 +276,9 @@ rule sieve_figures:
         filters=report(figure("{dataset}", "filters_precision_recall.png"), category="Sieve"),
     params:
         losses=lambda wildcards, input: " ".join(
-            f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(), input.losses)),
+            f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(wildcards.dataset), input.losses)),
         sieves=lambda wildcards, input: " ".join(
-            f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(), input.sieves)),
+            f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(wildcards.dataset), input.sieves)),
     conda:
         CPU_ENV
     log:
@@ -280,22 +289,23 @@ rule sieve_figures:
 
 
 
-def tradeoff_filters():
-    """The comparison's filters that decide on a continuous score, as (name, the name in the figure)."""
-    return [n for n in sieve_filter_names()
+def tradeoff_filters(d):
+    """The comparison's filters that decide on a continuous score."""
+    return [n for n in sieve_filter_names(d)
             if n in ("positive_aware", "cross_encoder") or n.startswith("sieve")]
 
 
 rule sieve_tradeoff:
     input:
-        lambda wildcards: [sieve_decisions(wildcards.dataset, name) for name in tradeoff_filters()],
+        lambda wildcards: [sieve_decisions(wildcards.dataset, name) for name in tradeoff_filters(wildcards.dataset)],
     output:
         json=tradeoff("{dataset}", "json"),
         png=report(tradeoff("{dataset}", "png"), category="Sieve"),
     params:
         decisions=lambda wildcards, input: " ".join(
-            f"{name}={path}" for name, path in zip(tradeoff_filters(), input)),
-        reference="sieve" if "sieve" in SIEVE["filters"] else sieve_name(sieve_main_tag()),
+            f"{name}={path}" for name, path in zip(tradeoff_filters(wildcards.dataset), input)),
+        reference=lambda wildcards: ("sieve" if "sieve" in sieve_config(wildcards.dataset)["filters"]
+                                     else sieve_name(sieve_main_tag(wildcards.dataset))),
     conda:
         CPU_ENV
     log:

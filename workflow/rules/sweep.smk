@@ -6,8 +6,9 @@ SWEEP = config["sweep"]
 
 
 def _check_sweep():
-    missing = [m for m in SWEEP["methods"] if m not in config["methods"]]
     unknown = [d for d in SWEEP["datasets"] if d not in DATASETS or d not in SYNTHETIC]
+    missing = sorted({m for d in SWEEP["datasets"] if d not in unknown
+                      for m in SWEEP["methods"] if m not in cfg(d)["methods"]})
     if missing or unknown or SWEEP["baseline"] not in SWEEP["methods"] or SWEEP["oracle"] not in SWEEP["methods"]:
         raise WorkflowError(f"sweep: methods not in `methods`: {missing}; datasets not declared synthkb: {unknown}; "
                             "sweep.baseline and sweep.oracle must be among sweep.methods")

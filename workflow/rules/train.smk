@@ -3,29 +3,47 @@
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
 import shlex
 
+from pipeline.core.recipes import dataset_recipe
 from pipeline.core.settings import Objective, TrainSettings, to_flags
 
 _RETRIEVER_KEYS = ("pooling", "similarity", "temperature", "query_max_len", "passage_max_len")
 
 
-def retriever_flags(**overrides):
-    """The retriever settings of config `model` as train_dense flags (CCR overrides similarity and τ)."""
-    m = {**config["model"], **overrides}
+def retriever_flags(c, **overrides):
+    """The retriever settings of `model` in config ``c`` as train_dense flags (CCR overrides
+    similarity and τ)."""
+    m = {**c["model"], **overrides}
     out = [f"--{key.replace('_', '-')} {shlex.quote(str(m[key]))}" for key in _RETRIEVER_KEYS]
     return " ".join(out + ([] if m["shared_towers"] else ["--separate-towers"]))
 
 
-def train_flags(section, seed=None, **overrides):
-    """train_dense flags from config section `dpr` or `ccr`: one per field of its contract
-    (pipeline.core.settings), spelled as the CLI's parser reads them. train_ccr passes the β of its
-    path, the *_seed rules the seed of theirs (default: the top-level seed)."""
-    s = {**config[section], **overrides}
-    flags = [f"--seed {config['seed'] if seed is None else int(seed)}", to_flags(TrainSettings, s)]
-    if section == "ccr":
-        flags += [to_flags(Objective, s), retriever_flags(similarity="cosine", temperature=s["temperature"])]
-    else:
-        flags.append(retriever_flags())
-    return " ".join(flags)
+def train_flags(section, **fixed):
+    """params function: train_dense flags from section `dpr` or `ccr` of the job's dataset (its
+    recipe): one per field of the contract (pipeline.core.settings), spelled as the CLI's parser
+    reads them. The β and seed of the job's path win (default seed: the
+    top-level one)."""
+    def flags(wildcards):
+        c = cfg(wildcards.dataset)
+        s = {**c[section], **fixed, **{k: wildcards[k] for k in ("beta",) if k in wildcards.keys()}}
+        seed = wildcards["seed"] if "seed" in wildcards.keys() else config["seed"]
+        out = [f"--seed {int(seed)}", to_flags(TrainSettings, s)]
+        if section == "ccr":
+            out += [to_flags(Objective, s), retriever_flags(c, similarity="cosine", temperature=s["temperature"])]
+        else:
+            out.append(retriever_flags(c))
+        return " ".join(out)
+    return flags
+
+
+def recipe_label(wildcards, output):
+    """params function: --recipe <name>, written into the model folder (recipe.json). A label, not a
+    setting: the recipe's settings are the recorded params, so taking `output` keeps the name itself
+    unrecorded and a renamed recipe with the same settings retrains nothing."""
+    return f"--recipe {shlex.quote(dataset_recipe(config, wildcards.dataset))}"
+
+
+def _base(wildcards):
+    return shlex.quote(cfg(wildcards.dataset)["model"]["base"])
 
 
 # One process on CPU or one GPU; torchrun DDP (one process per GPU) when more are reserved. The `--`
@@ -48,8 +66,9 @@ rule init_zeroshot:
     output:
         retriever("{dataset}", "zeroshot"),
     params:
-        base=config["model"]["base"],
-        settings=retriever_flags(),
+        base=_base,
+        settings=lambda wildcards: retriever_flags(cfg(wildcards.dataset)),
+        recipe=recipe_label,
     conda:
         CPU_ENV
     log:
@@ -59,20 +78,31 @@ rule init_zeroshot:
     resources:
         mem_mb=2000,
     shell:
-        "python -m pipeline.training.train_dense --init-only --base {params.base} {params.settings}"
+        "python -m pipeline.training.train_dense --init-only --base {params.base} {params.settings} {params.recipe}"
         " --out $(dirname {output}) --log {log}"
 
 
+def _dpr_skipped(c):
+    return c["dpr"]["skip"]
+
+
 def _dpr_inputs(wildcards):
-    return {} if config["dpr"]["skip"] else _TRAIN_INPUTS
+    return {} if _dpr_skipped(cfg(wildcards.dataset)) else _TRAIN_INPUTS
 
 
-def _dpr_command():
-    base = shlex.quote(config["model"]["base"])
-    if config["dpr"]["skip"]:
-        return f"--init-only --base {base} {retriever_flags()}"
-    return (f"--init {base} --queries {{input.queries}} --qrels {{input.qrels}}"
-            " --negatives {input.negatives} --corpus {input.corpus} {params.settings}")
+def _dpr_settings(wildcards):
+    """params function (of the wildcards only, so Snakemake records it): the pretrained model as it
+    is (dpr.skip) or DPR training."""
+    c = cfg(wildcards.dataset)
+    if _dpr_skipped(c):
+        return f"--init-only --base {_base(wildcards)} {retriever_flags(c)}"
+    return f"--init {_base(wildcards)} {train_flags('dpr')(wildcards)}"
+
+
+def _dpr_files(wildcards, input):
+    """The training tables as flags (none when dpr.skip); tracked as inputs."""
+    return " ".join(f"--{key} {input[key]}" for key in ("queries", "qrels", "negatives", "corpus")
+                    if key in input.keys())
 
 
 rule train_dpr:
@@ -81,12 +111,13 @@ rule train_dpr:
     output:
         retriever("{dataset}", "dpr"),
     params:
-        settings=train_flags("dpr"),
+        settings=_dpr_settings,
+        files=_dpr_files,
+        recipe=recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
-    threads: config["dpr"]["threads"]
+    threads: dataset_setting("dpr", "threads")
     resources:
-        mem_mb=config["dpr"]["mem_mb"],
-        **gpu_resources("dpr", used=not config["dpr"]["skip"]),
+        **gpu_resources("dpr", used=lambda c: not _dpr_skipped(c)),
     conda:
         job_env
     log:
@@ -94,7 +125,7 @@ rule train_dpr:
     benchmark:
         "benchmarks/train_dpr/{dataset}.tsv"
     shell:
-        _LAUNCH + _dpr_command() + " --threads {threads} --out $(dirname {output}) --log {log}"
+        _LAUNCH + "{params.settings} {params.files} {params.recipe} --threads {threads} --out $(dirname {output}) --log {log}"
 
 
 rule train_ccr:
@@ -106,11 +137,11 @@ rule train_ccr:
     wildcard_constraints:
         beta=BETA_RE,
     params:
-        settings=lambda wildcards: train_flags("ccr", beta=wildcards.beta),
+        settings=train_flags("ccr"),
+        recipe=recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
-    threads: config["ccr"]["threads"]
+    threads: dataset_setting("ccr", "threads")
     resources:
-        mem_mb=config["ccr"]["mem_mb"],
         **gpu_resources("ccr"),
     conda:
         job_env
@@ -120,7 +151,7 @@ rule train_ccr:
         "benchmarks/train_ccr/{dataset}.b{beta}.tsv"
     shell:
         _LAUNCH + "--init $(dirname {input.init}) --queries {input.queries} --qrels {input.qrels}"
-        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} --threads {threads}"
+        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
         " --out $(dirname {output}) --log {log}"
 
 
@@ -137,12 +168,12 @@ rule train_dpr_filtered:
     wildcard_constraints:
         negs="|".join(OTHER_FILTERS) + "|" + sieve_name(BETA_RE),
     params:
-        base=shlex.quote(config["model"]["base"]),
+        base=_base,
         settings=train_flags("dpr"),
+        recipe=recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
-    threads: config["dpr"]["threads"]
+    threads: dataset_setting("dpr", "threads")
     resources:
-        mem_mb=config["dpr"]["mem_mb"],
         **gpu_resources("dpr"),
     conda:
         job_env
@@ -152,7 +183,7 @@ rule train_dpr_filtered:
         "benchmarks/train_dpr_filtered/{dataset}.{negs}.tsv"
     shell:
         _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
-        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} --threads {threads}"
+        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
         " --out $(dirname {output}) --log {log}"
 
 
@@ -163,9 +194,6 @@ use rule train_dpr as train_dpr_seed with:
         retriever("{dataset}", seeded_model("dpr", "{seed}")),
     wildcard_constraints:
         seed=r"\d+",
-    params:
-        settings=lambda wildcards: train_flags("dpr", seed=wildcards.seed),
-        device=job_device,
     log:
         "logs/train_dpr/{dataset}.s{seed}.log",
     benchmark:
@@ -181,9 +209,6 @@ use rule train_ccr as train_ccr_seed with:
     wildcard_constraints:
         beta=BETA_RE,
         seed=r"\d+",
-    params:
-        settings=lambda wildcards: train_flags("ccr", seed=wildcards.seed, beta=wildcards.beta),
-        device=job_device,
     log:
         "logs/train_ccr/{dataset}.b{beta}.s{seed}.log",
     benchmark:
@@ -196,10 +221,6 @@ use rule train_dpr_filtered as train_dpr_filtered_seed with:
     wildcard_constraints:
         negs="|".join(OTHER_FILTERS) + "|" + sieve_name(BETA_RE),
         seed=r"\d+",
-    params:
-        base=shlex.quote(config["model"]["base"]),
-        settings=lambda wildcards: train_flags("dpr", seed=wildcards.seed),
-        device=job_device,
     log:
         "logs/train_dpr_filtered/{dataset}.{negs}.s{seed}.log",
     benchmark:
