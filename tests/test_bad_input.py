@@ -257,3 +257,17 @@ def test_workflow_start_up_refuses_an_unknown_method(tmp_path):
     assert "methods.1" in message and "'foo'" in message
     # the valid names come from the rules: per-filter DPR controls included
     assert "dpr_oracle" in message and "ar2_sieve" in message and "bm25" in message
+
+
+@pytest.mark.parametrize("source", ["dpr_sieve", "dpr_oracle"])
+def test_workflow_start_up_refuses_a_sieve_source_that_needs_the_sieve_first(tmp_path, source):
+    # dpr_sieve / dpr_oracle train on the sieve's own candidates: a cycle the DAG would not name
+    with pytest.raises(Exception) as err:
+        _load_workflow(tmp_path, {"sieve": {"source": source}})
+    message = str(err.value)
+    assert "sieve.source" in message and f"'{source}'" in message and "'synthkb'" in message
+    assert "cycle" in message and "zeroshot, dpr, dpr_ccr" in message
+
+
+def test_a_sieve_source_of_the_users_own_is_accepted_at_start_up(tmp_path):
+    _load_workflow(tmp_path, {"sieve": {"source": "my_mined_negatives"}})
