@@ -178,10 +178,29 @@ def test_gather_checks_shards(tmp_path, retriever):
     with pytest.raises(DataError, match="not found"):
         E.gather(tmp_path / "emb", 3, model="m", source="c")
     # A pid repeated across shards would give duplicate (qid, pid) rows in runs.
-    pq.write_table(pa.table({"pid": ["d0"] + [f"x{i}" for i in range(14)]}),
-                   tmp_path / "emb" / "shard1of2.pids.parquet")
+    shard1 = tmp_path / "emb" / "shard1of2.pids.parquet"
+    pq.write_table(pa.table({"pid": ["d0"] + [f"x{i}" for i in range(14)]},
+                            metadata=pq.read_schema(shard1).metadata), shard1)
     with pytest.raises(DataError, match="'d0' occurs more than once"):
         E.gather(tmp_path / "emb", 2, model="m", source="c")
+
+
+def test_manifest_records_precision_and_refuses_mixed_shards(tmp_path, retriever):
+    make_corpus(tmp_path / "corpus.parquet", n=40)
+    manifest = encode_all(retriever, tmp_path / "corpus.parquet", tmp_path / "emb", 2, amp=False)
+    assert manifest["precision"] == "fp32"
+    assert [E.read_precision(tmp_path / "emb" / s["ids"]) for s in manifest["shards"]] == ["fp32"] * 2
+    # Shard 1 re-encoded on a host whose autocast gives bf16: one index must not mix the two.
+    _, ids = E.shard_paths(tmp_path / "emb", 1, 2)
+    table = pq.read_table(ids)
+    pq.write_table(table.replace_schema_metadata({E.PRECISION_KEY: b"bf16"}), ids)
+    with pytest.raises(DataError, match=r"different compute precisions.*shard0of2.*fp32.*bf16"):
+        E.gather(tmp_path / "emb", 2, model="tiny", source="c")
+    # Shards written without a recorded precision (older versions) gather as unknown, not mixed.
+    for i in range(2):
+        _, ids = E.shard_paths(tmp_path / "emb", i, 2)
+        pq.write_table(pq.read_table(ids).replace_schema_metadata(None), ids)
+    assert E.gather(tmp_path / "emb", 2, model="tiny", source="c")["precision"] is None
 
 
 def test_cli_corpus_gather_and_queries(tmp_path, retriever_dir, retriever):

@@ -4,7 +4,8 @@ Layout of ``results/{dataset}/embeddings/{model}/``::
 
     shard{i}of{n}.npy            fp16 [n_i, d], rows in corpus order (i is 0-based)
     shard{i}of{n}.pids.parquet   one column ``pid``, same order as the rows of the .npy
-    manifest.json                written last by ``gather``: shards, counts, dim, dtype, model, sha256
+    manifest.json                written last by ``gather``: shards, counts, dim, dtype, precision,
+                                 model, sha256
 
 Shard i of n holds the contiguous corpus rows ``[i*N//n, (i+1)*N//n)``, so concatenating the shards in
 index order gives the corpus order. The .npy header is written first with the final shape and rows are
@@ -34,6 +35,10 @@ log = logging.getLogger("sieve.embeddings")
 MANIFEST = "manifest.json"
 DTYPE = np.dtype("<f2")
 FORMAT = "sieve-embeddings/1"
+# Key of the ids Parquet's schema metadata that records the compute precision of the shard's forward
+# passes (fp32 / bf16 / fp16): shards of one model encoded on hosts with and without native bf16 would
+# otherwise be gathered into one index silently.
+PRECISION_KEY = b"sieve.precision"
 
 
 def shard_name(index: int, count: int) -> str:
@@ -61,11 +66,12 @@ class EmbeddingWriter(StreamedOutput):
     """Append (ids, vectors) chunks to a .npy + ids Parquet pair that appear only on ``close()``.
 
     The final row count must be known up front (it goes in the .npy header); ``close`` refuses a
-    file with fewer or more rows than announced rather than leave a header that lies.
+    file with fewer or more rows than announced rather than leave a header that lies. ``precision``
+    (the forward passes' compute precision) goes into the ids file's metadata, for ``gather``.
     """
 
     def __init__(self, npy_path: str | os.PathLike, ids_path: str | os.PathLike, rows: int, dim: int,
-                 id_field: str = "pid", dtype: np.dtype = DTYPE):
+                 id_field: str = "pid", dtype: np.dtype = DTYPE, precision: str | None = None):
         self.npy_path, self.rows, self.dim = Path(npy_path), int(rows), int(dim)
         self.dtype = np.dtype(dtype)
         self.written = 0
@@ -74,7 +80,10 @@ class EmbeddingWriter(StreamedOutput):
         npy_format.write_array_header_1_0(self._handle, {
             "descr": npy_format.dtype_to_descr(self.dtype), "fortran_order": False,
             "shape": (self.rows, self.dim)})
-        self._ids = ParquetStreamWriter(ids_path, ids_schema(id_field))
+        schema = ids_schema(id_field)
+        if precision is not None:
+            schema = schema.with_metadata({PRECISION_KEY: precision.encode()})
+        self._ids = ParquetStreamWriter(ids_path, schema)
         self._id_field = id_field
 
     def write(self, ids: Sequence[str], vectors: np.ndarray) -> None:
@@ -196,6 +205,27 @@ def read_ids(path: str | os.PathLike, id_field: str = "pid") -> pa.ChunkedArray:
     return column
 
 
+def read_precision(path: str | os.PathLike) -> str | None:
+    """The compute precision a shard's ids file records (None: written without one)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
+    value = metadata.get(PRECISION_KEY)
+    return value.decode() if value is not None else None
+
+
+def _check_one_precision(precisions: dict[str, str | None], folder: Path) -> str | None:
+    kinds = set(precisions.values())
+    if len(kinds) > 1:
+        listed = ", ".join(f"{name}: {p or 'not recorded'}" for name, p in precisions.items())
+        raise DataError(f"shards were encoded at different compute precisions ({listed}); one index "
+                        "must come from one precision: re-encode the odd shards on hosts of the same "
+                        "kind, or set encode.amp: false (fp32 everywhere)", file=folder,
+                        field="precision")
+    return kinds.pop() if kinds else None
+
+
 def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -269,7 +299,7 @@ def gather(folder: str | os.PathLike, count: int, *, model: str, source: str,
            source_rows: int | None = None, id_field: str = "pid", checksums: bool = True) -> dict:
     """Check the ``count`` shards of ``folder`` and write ``manifest.json`` (last). Returns it."""
     folder = Path(folder)
-    entries, dims, total, all_ids = [], set(), 0, []
+    entries, dims, total, all_ids, precisions = [], set(), 0, [], {}
     for i in range(count):
         npy, ids = shard_paths(folder, i, count, id_field)
         (rows, dim), dtype, _ = read_header(npy)
@@ -278,6 +308,7 @@ def gather(folder: str | os.PathLike, count: int, *, model: str, source: str,
         if not ids.exists():
             raise DataError("file not found (did encode_corpus run?)", file=ids)
         shard_ids = read_ids(ids, id_field)
+        precisions[ids.name] = read_precision(ids)
         n_ids = len(shard_ids)
         if n_ids != rows:
             raise DataError(f"{n_ids} ids for {rows} embedding rows", file=ids, field=id_field)
@@ -291,12 +322,13 @@ def gather(folder: str | os.PathLike, count: int, *, model: str, source: str,
         total += rows
     if len(dims) > 1:
         raise DataError(f"shards disagree on the embedding dimension: {sorted(dims)}", file=folder)
+    precision = _check_one_precision(precisions, folder)
     _check_unique_ids(all_ids, id_field, folder)
     if source_rows is not None and total != source_rows:
         raise DataError(f"shards hold {total} rows, the source has {source_rows}", file=folder)
     manifest = {"format": FORMAT, "model": str(model), "source": str(source), "id_field": id_field,
                 "count": total, "dim": dims.pop() if dims else 0, "dtype": "float16",
-                "shards": entries}
+                "precision": precision, "shards": entries}
     write_json(folder / MANIFEST, manifest)
     log.info("gathered %d shards, %d rows, dim %d -> %s", count, total, manifest["dim"],
              folder / MANIFEST)

@@ -274,7 +274,8 @@ def encode_table(retriever, path: str | os.PathLike, out_dir: str | os.PathLike,
     began = last_log = time.perf_counter()
     unit = "passages" if kind == "passage" else "queries"
     with make_progress(unit, progress) as bar, \
-            emb_io.EmbeddingWriter(npy, ids, end - start, dim, id_field=id_field) as writer:
+            emb_io.EmbeddingWriter(npy, ids, end - start, dim, id_field=id_field,
+                                   precision=precision_name(encoding_dtype(device, amp))) as writer:
         task = bar.add_task(f"encode {Path(path).name} [{shard + 1}/{shards}]", total=end - start)
         chunks = iter_slice(path, start, end, columns, nullable=("title",))
         for buffer in iter_buffers(chunks, sort_buffer):
