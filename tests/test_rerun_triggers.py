@@ -116,10 +116,13 @@ class Plan:
                 dag, records = workflow.dag, workflow.persistence
                 self.jobs, needrun = list(dag.jobs), list(dag.needrun_jobs())
                 self.scheduled = [(job.rule.name, str(dag.reason(job))) for job in needrun]
-                self.own = {job.rule.name for job in self.jobs
+                own_jobs = [job for job in self.jobs
                             if (job in needrun and dag.reason(job).missing_output)
                             or records.params_changed(job) or any(records.code_changed(job))
-                            or any(records.input_changed(job))}
+                            or any(records.input_changed(job))]
+                self.own = {job.rule.name for job in own_jobs}
+                self.own_jobs = {(job.rule.name, tuple(sorted(job.wildcards_dict.items())))
+                                 for job in own_jobs}
         finally:
             os.chdir(cwd)
 
@@ -216,6 +219,19 @@ def test_a_changed_setting_reruns_its_rules(workspace, base_config, setting):
     assert not missing, f"{setting} -> {value!r} does not rerun {missing}; planned:\n{planned.describe()}"
     wrong = [rule for rule in not_rules if rule in {rule for rule, _ in planned.scheduled}]
     assert not wrong, f"{setting} -> {value!r} reruns {wrong}; planned:\n{planned.describe()}"
+
+
+@pytest.mark.parametrize("setting, value, rounds", [
+    ("ar2.ranker.base", "other-encoder", {"1"}),   # what training reads: round 0 only evaluates DPR
+    ("ar2.retriever_lr", 2e-5, {"1"}),
+    ("ar2.ranker_init", "cross_encoder", {"1"}),
+    ("ar2.temperature", 0.1, {"0", "1"}),          # a retriever override: round 0 evaluates with it
+])
+def test_ar2_settings_rerun_the_rounds_that_read_them(workspace, setting, value, rounds):
+    workdir, _ = workspace
+    planned = Plan(workdir, _write(workdir, "overlay", _set(BASE, setting, value)))
+    own = {dict(wildcards)["r"] for rule, wildcards in planned.own_jobs if rule == "ar2_round"}
+    assert own == rounds, f"{setting} -> {value!r}: rounds {sorted(own)}; planned:\n{planned.describe()}"
 
 
 def test_resources_rerun_nothing(workspace):

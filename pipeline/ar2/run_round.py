@@ -209,13 +209,14 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
 
     done_folders = (round_dir / "retriever" / "retriever.json").exists() and \
         (round_dir / "ranker" / "ranker.json").exists()
+    if prev["ranker"] is None and args.ranker_init:
+        info["ranker_init"] = args.ranker_init   # recorded on a resumed round too
     if not done_folders:
         tick = time.perf_counter()
         if prev["ranker"] is not None:
             ranker = Ranker.load(prev["ranker"])
         elif args.ranker_init:
             ranker = Ranker.load(args.ranker_init)   # AR2 starts from a trained ranker (reference §2)
-            info["ranker_init"] = args.ranker_init
             log.info("round %d: ranker from %s (%s)", args.round, args.ranker_init, ranker.settings)
         else:
             ranker_cfg = settings["ranker"]

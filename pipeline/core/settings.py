@@ -274,6 +274,12 @@ class Ar2Settings:
     gpus: int = 0
 
 
+# What AR2's round 0 reads (it only evaluates the DPR start on dev: the retriever overrides and the
+# compute precision): the rule records these alone for it, so changing what training reads (ranker,
+# steps, learning rates) leaves round 0 alone.
+AR2_ROUND_ZERO_SETTINGS = ("similarity", "temperature", "passage_max_len", "precision")
+
+
 # Config section -> its contract. `datasets` is not here: its keys depend on the format (schema).
 SECTIONS: dict[str, type] = {
     "eval": EvalSettings, "bm25": Bm25Settings, "model": ModelSettings, "dpr": DprSettings,

@@ -9,7 +9,7 @@ import json
 import shlex
 from dataclasses import fields
 
-from pipeline.core.settings import JobResources
+from pipeline.core.settings import AR2_ROUND_ZERO_SETTINGS, JobResources
 
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 
@@ -26,8 +26,14 @@ _RESOURCES = tuple(f.name for f in fields(JobResources))
 _NOT_ROUND_SETTINGS = ("seeds", "select_metric", *_RESOURCES)
 
 
-def ar2_settings_json(ar2):
-    return json.dumps({k: v for k, v in ar2.items() if k not in _NOT_ROUND_SETTINGS})
+def ar2_settings_json(ar2, r):
+    """The settings round ``r`` reads, as JSON (recorded as a param: a change reruns the round)."""
+    settings = {k: v for k, v in ar2.items() if k not in _NOT_ROUND_SETTINGS}
+    if r == 0:
+        settings = {k: v for k, v in settings.items() if k in AR2_ROUND_ZERO_SETTINGS}
+    elif ar2["ranker_init"] == "cross_encoder":
+        settings.pop("ranker")  # round 1's ranker is models/cross_encoder: ar2.ranker builds none
+    return json.dumps(settings)
 
 
 def _ar2_sieves(variant):
@@ -100,7 +106,7 @@ def ar2_round_settings(wildcards):
         out.append("--suspect-same-article")
     out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
     out += [str(k) for k in config["eval"]["ks"]]
-    out += ["--settings", ar2_settings_json(c["ar2"]), "--seed", str(int(wildcards.seed))]
+    out += ["--settings", ar2_settings_json(c["ar2"], int(wildcards.r)), "--seed", str(int(wildcards.seed))]
     return " ".join(shlex.quote(x) for x in out)
 
 
