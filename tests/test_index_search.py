@@ -202,3 +202,17 @@ def test_search_cli_backends_write_identical_valid_runs(tmp_path):
     pd.testing.assert_frame_equal(faiss_run[["qid", "pid", "rank"]], torch_run[["qid", "pid", "rank"]])
     np.testing.assert_allclose(faiss_run["score"], torch_run["score"], atol=1e-6)
     assert pq.read_schema(tmp_path / "faiss.parquet").field("rank").type == "int32"
+    # Mining depth: 3 negatives must survive q1's 5 positives -> top 8 (×3 = 24 with answer matches
+    # excluded), whatever the floor --depth says.
+    qrels = pd.DataFrame({"qid": ["q1"] * 5 + ["q2"], "pid": [f"d{i}" for i in range(6)],
+                          "relevance": [1] * 6})
+    qrels.to_parquet(tmp_path / "qrels.parquet")
+    mining = common[:common.index("--depth")] + ["--depth", "1", "--device", "cpu", "--no-progress",
+                                                 "--index", str(tmp_path / "idx"), "--mining-negatives",
+                                                 "3", "--mining-qrels", str(tmp_path / "qrels.parquet")]
+    for extra, depth in (([], 8), (["--mining-exclude-answer-match"], 24)):
+        assert S.main(mining + extra + ["--out", str(tmp_path / "mine.parquet")]) == 0
+        mined = read_run(tmp_path / "mine.parquet")
+        assert mined.groupby("qid")["rank"].max().tolist() == [depth, depth]
+    with pytest.raises(SystemExit):
+        S.main(mining[:-2] + ["--out", str(tmp_path / "x.parquet")])   # negatives without qrels

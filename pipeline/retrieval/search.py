@@ -251,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", required=True, help="queries.{split}.parquet")
     parser.add_argument("--out", required=True, help="run Parquet to write")
     parser.add_argument("--depth", type=int, default=100, help="passages per query")
+    parser.add_argument("--mining-negatives", type=int,
+                        help="mining: rank deep enough that this many negatives per query remain after "
+                        "its positives (--mining-qrels) and, with --mining-exclude-answer-match, its "
+                        "answer matches go (BM25 mining's depth rule); --depth is then a floor")
+    parser.add_argument("--mining-qrels", help="mining: the train qrels whose positives are skipped")
+    parser.add_argument("--mining-exclude-answer-match", action="store_true")
     parser.add_argument("--backend", choices=("faiss", "torch"), default="faiss")
     parser.add_argument("--index", help="index folder (faiss backend)")
     parser.add_argument("--embeddings", help="gathered embedding folder (torch backend)")
@@ -270,6 +276,16 @@ def main(argv: list[str] | None = None) -> int:
                 libraries=("torch", "faiss") if args.backend == "faiss" else ("torch",))
     if args.depth < 1:
         parser.error("--depth must be >= 1")
+    if (args.mining_negatives is None) != (args.mining_qrels is None):
+        parser.error("--mining-negatives and --mining-qrels go together")
+    if args.mining_negatives is not None:
+        from pipeline.retrieval.mining import mining_depth, read_positives
+
+        needed = mining_depth(args.mining_negatives, read_positives(args.mining_qrels),
+                              args.mining_exclude_answer_match)
+        log.info("mining depth %d (%d negatives, positives of %s%s)", needed, args.mining_negatives,
+                 args.mining_qrels, ", answer matches excluded" if args.mining_exclude_answer_match else "")
+        args.depth = max(args.depth, needed)
     if args.backend == "faiss" and not args.index:
         parser.error("--backend faiss needs --index")
     if args.backend == "torch" and not args.embeddings:

@@ -9,10 +9,12 @@
 # with bm25.parquet's schema, so `sieve.source: <method>` and DPR training read it like BM25's. A
 # seeded method mines with the top-level seed's model. docs/training.md "Dense negatives".
 
-def mining_depth(wildcards):
-    """Passages ranked per train query: enough left after positives (and answer matches) go."""
+def mining_search(wildcards):
+    """Passages ranked per train query: enough left after its positives (and answer matches) go, by
+    BM25 mining's depth rule, which reads the train qrels at run time (the search's --mining-*)."""
     bm25 = cfg(wildcards.dataset)["bm25"]
-    return (bm25["negatives"] + 10) * (3 if bm25["exclude_answer_match"] else 1)
+    flags = ["--mining-negatives", str(bm25["negatives"]), "--mining-qrels", qrels(wildcards.dataset, "train")]
+    return " ".join(flags + (["--mining-exclude-answer-match"] if bm25["exclude_answer_match"] else []))
 
 
 def mining_sources():
@@ -21,6 +23,9 @@ def mining_sources():
 
 
 use rule search_dense as search_for_mining with:
+    input:
+        unpack(search_dense_inputs),
+        mining_qrels=qrels("{dataset}", "train"),
     output:
         mining_run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
@@ -29,7 +34,8 @@ use rule search_dense as search_for_mining with:
     params:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
-        depth=mining_depth,
+        depth=1,   # a floor: --mining-negatives sets the depth
+        mining=mining_search,
         batch_size=config["search"]["batch_size"],
         nprobe=config["search"]["nprobe"],
         ef_search=config["search"]["ef_search"],
