@@ -150,6 +150,24 @@ def test_weighted_cli_picks_w_on_dev_and_writes_a_valid_run(files, metric, low):
     assert record["dev_metric_by_weight"] == {"0": low, "0.3": low, "0.7": 1.0, "1": 1.0}
     assert record["weight_dense"] == 0.7 and record["metric"] == metric and record["selected_on"] == "dev"
     assert _as_lists(read_run(out)) == {"t1": ["p2", "p1"]}   # w = 0.7 applied to the evaluated split
+    # The evaluation of the fused run records the weight its numbers were made with.
+    from pipeline.evaluation import evaluate
+    from pipeline.evaluation.seed_metrics import aggregate_seeds
+
+    test_queries = _write(Path(files["dir"]) / "queries.test.parquet", [("t1", "capital?", ["Paris"])],
+                          QUERIES_SCHEMA)
+    test_qrels = _write(Path(files["dir"]) / "qrels.test.parquet", [("t1", "p1", 1)], QRELS_SCHEMA)
+    metrics_path = Path(files["dir"]) / "metrics.json"
+    assert evaluate.main(["--run", str(out), "--queries", test_queries, "--qrels", test_qrels,
+                          "--corpus", files["corpus"], "--dataset", "toy", "--method", "hybrid_wsum_x",
+                          "--split", "test", "--ks", "1", "--fusion", str(choice),
+                          "--out", str(metrics_path)]) == 0
+    evaluated = json.loads(metrics_path.read_text())
+    assert evaluated["fusion"] == {"fusion": "weighted_sum", "weight_dense": 0.7, "selected_on": "dev",
+                                   "metric": metric}
+    other = {**evaluated, "fusion": {**evaluated["fusion"], "weight_dense": 0.3}}
+    seeds = aggregate_seeds([evaluated, other], None, ["a", "b"], seeds=[0, 1])
+    assert [s["fusion"]["weight_dense"] for s in seeds["per_seed"]] == [0.7, 0.3]
 
 
 def _weighted(files, tmp_path, **override):

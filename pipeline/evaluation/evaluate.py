@@ -33,7 +33,10 @@ log = logging.getLogger("sieve.evaluate")
 
 _BATCH_ROWS = 65_536
 # Top-level keys evaluate owns; an --info file may add others but never overwrite these.
-RESERVED_KEYS = ("dataset", "method", "split", "n_queries", "match", "depth", "metrics")
+RESERVED_KEYS = ("dataset", "method", "split", "n_queries", "match", "depth", "metrics", "fusion")
+# What a weighted-sum hybrid's choice record (pipeline.evaluation.hybrid, fusion.{split}.json) gives
+# its metrics.json: the weight the numbers were made with and where it was chosen.
+FUSION_KEYS = ("fusion", "weight_dense", "selected_on", "metric")
 
 
 def load_queries(path: str | os.PathLike) -> dict[str, list[str]]:
@@ -280,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="metrics JSON to write")
     parser.add_argument("--trec", help="also export the run as TREC (qid Q0 pid rank score method)")
     parser.add_argument("--info", help="JSON object of extra fields to carry (notes, seeds, ...)")
+    parser.add_argument("--fusion", help="a weighted-sum hybrid's fusion.{split}.json: its chosen weight "
+                        "is recorded under `fusion`")
     parser.add_argument("--allow-missing-queries", action="store_true",
                         help="count queries absent from the run as misses instead of refusing it")
     parser.add_argument("--log", help="append the log to this file")
@@ -289,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--ks must be positive integers")
     ks = sorted(set(args.ks))
     extra = _read_info(args.info) if args.info else {}
+    if args.fusion:
+        choice = read_json_object(args.fusion, keys=FUSION_KEYS)
+        extra["fusion"] = {key: choice[key] for key in FUSION_KEYS}
 
     result, run = evaluate(args.run, args.queries, args.qrels, args.corpus, ks, args.match,
                            args.qrels_all, allow_missing_queries=args.allow_missing_queries)

@@ -94,8 +94,10 @@ def _aggregate_without_infos(metrics: Sequence[dict], seeds: list[int], mean: di
     first = metrics[0]
     out = {k: v for k, v in first.items()
            if k not in ("metrics", "notes", "seed", "seeds") and all(d.get(k) == v for d in metrics)}
+    # A weighted-sum hybrid chooses its w per seed: each seed's choice stays with its metrics.
     out.update({"seeds": seeds, "metrics": mean,
-                "per_seed": [{"seed": seed, "metrics": data["metrics"]}
+                "per_seed": [{"seed": seed, "metrics": data["metrics"],
+                              **({"fusion": data["fusion"]} if "fusion" in data else {})}
                              for seed, data in zip(seeds, metrics)]})
     if std:
         out["metrics_std"] = std

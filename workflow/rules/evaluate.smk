@@ -20,11 +20,18 @@ def evaluate_inputs(wildcards):
     }
     if dataset in SYNTHETIC:
         inputs["qrels_all"] = qrels_all(dataset, split)
+    method, _, seed = wildcards.run.partition("/seed")
+    if hybrid_methods(dataset).get(method, (None,))[0] == "wsum":
+        inputs["fusion"] = fusion_choice(dataset, method, split, seed or None)  # w goes in metrics.json
     return inputs
 
 
 def qrels_all_arg(wildcards, input):
     return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
+
+
+def fusion_arg(wildcards, input):
+    return f"--fusion {input.fusion}" if "fusion" in input.keys() else ""
 
 
 def method_seeds(d, method):
@@ -57,6 +64,7 @@ rule evaluate:
         ks=" ".join(str(k) for k in config["eval"]["ks"]),
         match=config["eval"]["match"],
         qrels_all=qrels_all_arg,
+        fusion=fusion_arg,
         # BM25 leaves out a query that shares no term with the corpus (a miss); a dense run missing
         # a query is a broken search and stops the evaluation.
         missing=lambda wildcards: "--allow-missing-queries" if wildcards.run == "bm25" else "",
@@ -67,7 +75,7 @@ rule evaluate:
     benchmark:
         "benchmarks/evaluate/{dataset}.{run}.tsv"
     shell:
-        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} {params.missing} --out {output} --log {log}"
+        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} {params.missing} {params.fusion} --out {output} --log {log}"
 
 
 # A separate rule because Snakemake outputs cannot depend on a function of the wildcards
