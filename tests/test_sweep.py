@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from pipeline.core.storage import DataError
@@ -40,6 +41,37 @@ def test_paired_differences_and_oracle_gap(tmp_path):
     assert result["points"][0]["oracle_gap_closed"]["dpr_sieve"] is None    # the oracle gains nothing
     assert high_point["methods"]["dpr"]["mean"] == pytest.approx(0.62)
     assert (tmp_path / "noise.png").stat().st_size > 1000
+    assert "sieve" not in high_point
+
+
+def _decisions(path, kept, is_fn):
+    pd.DataFrame({"qid": [f"q{i // 5}" for i in range(len(kept))], "pid": [f"p{i}" for i in range(len(kept))],
+                  "rank": [i % 5 + 1 for i in range(len(kept))], "kept": kept,
+                  "is_false_negative": pd.array(is_fn, dtype="boolean"),
+                  "fn_label_source": ["qrels_all"] * len(kept)}).to_parquet(path)
+    return str(path)
+
+
+def test_sieve_rates_per_level_by_hand(tmp_path):
+    high = _dataset(tmp_path, "high", 0.5, {"dpr": [0.6, 0.7], "dpr_oracle": [0.7, 0.8]})
+    # 10 candidates, 4 false negatives: 3 dropped (recall 3/4); 6 true negatives, 2 dropped (kept 4/6);
+    # sieve-out 5/10.
+    kept = [False, False, False, True, False, False, True, True, True, True]
+    is_fn = [True, True, True, True, False, False, False, False, False, False]
+    decisions = _decisions(tmp_path / "sieve.parquet", kept, is_fn)
+    out = tmp_path / "noise.json"
+    assert sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={decisions}",
+                       "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")]) == 0
+    got = json.loads(out.read_text())["points"][0]["sieve"]
+    assert got == {"candidates": 10, "fn_share": pytest.approx(0.4), "sieve_out_rate": pytest.approx(0.5),
+                   "fn_recall": pytest.approx(0.75), "tn_kept": pytest.approx(4 / 6)}
+    unlabelled = _decisions(tmp_path / "u.parquet", kept, [None] + is_fn[1:])
+    with pytest.raises(DataError, match="1 candidates without a false-negative label"):
+        sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={unlabelled}",
+                    "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")])
+    with pytest.raises(DataError, match="not in --dataset"):
+        sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"low={decisions}",
+                    "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")])
 
 
 def test_a_method_missing_from_a_dataset_is_named(tmp_path):

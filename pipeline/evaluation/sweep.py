@@ -9,8 +9,11 @@ Per dataset: the measured false-negative share among mined candidates and the sh
 without its string (the manifest's ``false_negatives.measured``), each method's mean and 95% t-interval
 over its seeds, every method's paired difference with ``baseline`` (per seed, 95% t-interval), and the
 share of the oracle gap a method closes, (method − baseline) / (oracle − baseline), on the means
-(undefined where the oracle gains nothing). The figure: the metric against the measured share, one
-panel per paraphrase level, intervals as error bars.
+(undefined where the oracle gains nothing). With ``--sieve NAME=PARQUET`` (the dataset's sieve
+decisions, negatives/sieve_b<β>.parquet) also what the sieve did on the data-prep candidates: their
+false-negative share, the sieve-out rate, FN recall and true-negative retention (pipeline.sieve.report).
+The figure: per paraphrase level (columns), the metric against the measured share (top) and each
+method's paired difference with the baseline (bottom), 95% intervals as error bars.
 """
 from __future__ import annotations
 
@@ -73,12 +76,33 @@ def dataset_point(name: str, metrics_path: str, manifest_path: str, methods: Seq
     return point
 
 
+def sieve_point(path: str | Path) -> dict:
+    """What the sieve did on a dataset's data-prep candidates (its decisions file, exact labels)."""
+    from pipeline.sieve.report import detection_metrics, read_decisions
+
+    table = read_decisions(path)
+    found = detection_metrics(table["kept"].to_numpy(bool), table["is_false_negative"])
+    if found["n_labelled"] != len(table):
+        raise DataError(f"{len(table) - found['n_labelled']} candidates without a false-negative label: "
+                        "the sweep needs exact labels (synthkb)", file=path, field="is_false_negative")
+    return {"candidates": len(table),
+            "fn_share": found["n_false_negatives"] / len(table) if len(table) else None,
+            "sieve_out_rate": float((~table["kept"].to_numpy(bool)).mean()) if len(table) else None,
+            "fn_recall": found["recall"], "tn_kept": found["true_negative_retention"]}
+
+
 def build_sweep(datasets: dict[str, tuple[str, str]], methods: Sequence[str], baseline: str, oracle: str,
-                metric: str) -> dict:
+                metric: str, sieves: dict[str, str] | None = None) -> dict:
     for needed in (baseline, oracle):
         if needed not in methods:
             raise DataError(f"{needed!r} must be one of the sweep's methods {list(methods)}", field="methods")
     points = [dataset_point(n, mp, fp, methods, baseline, oracle, metric) for n, (mp, fp) in datasets.items()]
+    unknown = sorted(set(sieves or {}) - set(datasets))
+    if unknown:
+        raise DataError(f"--sieve names datasets not in --dataset: {unknown}", field="--sieve")
+    for point in points:
+        if sieves and point["dataset"] in sieves:
+            point["sieve"] = sieve_point(sieves[point["dataset"]])
     points.sort(key=lambda p: (str(p["requested"]), p["fn_share"]))
     return {"metric": metric, "baseline": baseline, "oracle": oracle, "level": 0.95, "points": points}
 
@@ -91,23 +115,37 @@ def plot_sweep(result: dict, out: str | Path) -> None:
     panels = defaultdict(list)
     for p in result["points"]:
         panels[round(p["fn_string_free_share"] or 0.0, 1)].append(p)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
-    for ax, (para, points) in zip(axes[0], sorted(panels.items())):
+    fig, axes = plt.subplots(2, len(panels), figsize=(5.2 * len(panels), 7.6), squeeze=False,
+                             sharex="col")
+    metric, baseline = result["metric"], result["baseline"]
+    for col, (para, points) in enumerate(sorted(panels.items())):
         points = sorted(points, key=lambda p: p["fn_share"])
-        for i, method in enumerate(points[0]["methods"]):
-            xs = [p["fn_share"] for p in points]
-            stats = [p["methods"][method] for p in points]
-            ys = [s["mean"] for s in stats]
-            err = [[0 if s["ci_low"] is None else s["mean"] - s["ci_low"] for s in stats],
-                   [0 if s["ci_high"] is None else s["ci_high"] - s["mean"] for s in stats]]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=f"C{i}", label=method)
-        ax.set_xlabel("measured false-negative share of mined candidates")
-        ax.set_ylabel(f"test {result['metric']} (mean, 95% interval over seeds)")
-        ax.set_title(f"≈{para:.0%} of false negatives without the answer string", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        xs = [p["fn_share"] for p in points]
+        methods = list(points[0]["methods"])
+        for row, (key, label) in enumerate((("methods", f"test {metric} (mean, 95% interval over seeds)"),
+                                            ("vs_baseline", f"{metric}: method − {baseline} (paired, 95%)"))):
+            ax = axes[row][col]
+            for i, method in enumerate(methods):
+                if method not in points[0][key]:
+                    continue
+                _errorbars(ax, xs, [p[key][method] for p in points], f"C{i}", method)
+            if row == 1:
+                ax.axhline(0.0, color="black", linewidth=0.8)
+                ax.set_xlabel("measured false-negative share of mined candidates")
+            else:
+                ax.set_title(f"≈{para:.0%} of false negatives without the answer string", fontsize=9)
+            ax.set_ylabel(label, fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     write_png(out, fig)
+
+
+def _errorbars(ax, xs: list[float], stats: list[dict], color: str, label: str) -> None:
+    ys = [s["mean"] for s in stats]
+    err = [[0 if s["ci_low"] is None else s["mean"] - s["ci_low"] for s in stats],
+           [0 if s["ci_high"] is None else s["ci_high"] - s["mean"] for s in stats]]
+    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=color, label=label)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", default="dpr")
     parser.add_argument("--oracle", default="dpr_oracle")
     parser.add_argument("--metric", default="R@5")
+    parser.add_argument("--sieve", nargs="+", default=[], metavar="NAME=PARQUET",
+                        help="a dataset's sieve decisions (negatives/sieve_b<β>.parquet): its sieve-out "
+                        "rate, FN recall and TN retention on the data-prep candidates")
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-png", required=True)
     parser.add_argument("--log")
@@ -129,13 +170,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (sep and sep2 and name and metrics and manifest):
             raise DataError(f"expected NAME=METRICS:MANIFEST, got {item!r}", field="--dataset")
         datasets[name] = (metrics, manifest)
-    result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric)
+    sieves = {}
+    for item in args.sieve:
+        name, sep, path = item.partition("=")
+        if not (sep and name and path):
+            raise DataError(f"expected NAME=PARQUET, got {item!r}", field="--sieve")
+        sieves[name] = path
+    result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric, sieves)
     write_json(args.out_json, result)
     plot_sweep(result, args.out_png)
     for p in result["points"]:
         log.info("%s (FN share %.3f): %s", p["dataset"], p["fn_share"], ", ".join(
             f"{m} {d['mean']:+.4f}" for m, d in p["vs_baseline"].items() if d["mean"] is not None
             and not math.isnan(d["mean"])))
+        if "sieve" in p:
+            log.info("%s sieve: %s", p["dataset"], ", ".join(
+                f"{k} {v:.3f}" for k, v in p["sieve"].items() if isinstance(v, float)))
     return 0
 
 

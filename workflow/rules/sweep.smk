@@ -14,16 +14,26 @@ def _check_sweep():
                             "sweep.baseline and sweep.oracle must be among sweep.methods")
 
 
+def _sweep_sieves(wildcards):
+    """dpr_sieve's negatives per dataset (the sieve at ccr.beta): its sieve-out rate and FN recall."""
+    if "dpr_sieve" not in SWEEP["methods"]:
+        return []
+    return [negatives(d, sieve_name(beta_tag(cfg(d)["ccr"]["beta"]))) for d in SWEEP["datasets"]]
+
+
 rule noise_sweep:
     input:
         metrics=lambda wildcards: [dataset_metrics(d) for d in SWEEP["datasets"]],
         manifests=lambda wildcards: [dataset_manifest(d) for d in SWEEP["datasets"]],
+        sieves=_sweep_sieves,
     output:
         json=sweep_output("noise", "json"),
         png=report(sweep_output("noise", "png"), category="Sweep"),
     params:
         datasets=lambda wildcards, input: (_check_sweep() or " ".join(
             f"{d}={m}:{f}" for d, m, f in zip(SWEEP["datasets"], input.metrics, input.manifests))),
+        sieves=lambda wildcards, input: " ".join(
+            ["--sieve"] + [f"{d}={p}" for d, p in zip(SWEEP["datasets"], input.sieves)] if input.sieves else []),
         settings=" ".join(["--methods", *SWEEP["methods"], "--baseline", SWEEP["baseline"], "--oracle",
                            SWEEP["oracle"], "--metric", SWEEP["metric"]]),
     conda:
@@ -31,5 +41,5 @@ rule noise_sweep:
     log:
         "logs/noise_sweep.log",
     shell:
-        "python -m pipeline.evaluation.sweep --dataset {params.datasets} {params.settings}"
+        "python -m pipeline.evaluation.sweep --dataset {params.datasets} {params.sieves} {params.settings}"
         " --out-json {output.json} --out-png {output.png} --log {log}"
