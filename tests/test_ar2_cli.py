@@ -195,7 +195,6 @@ def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
 
 def test_round_one_starts_from_a_trained_ranker_when_given(data, tmp_path):
     """--ranker-init (ar2.ranker_init: cross_encoder): round 1's ranker is that folder's, not a new head."""
-    from pipeline.core.settings import AR2_ROUND_ZERO_SETTINGS
     from pipeline.retrieval.ranker import Ranker, RankerSettings
 
     init = tmp_path / "trained_ranker"
@@ -205,8 +204,7 @@ def test_round_one_starts_from_a_trained_ranker_when_given(data, tmp_path):
             p.add_(0.5)   # a ranker no fresh initialisation reproduces
     trained.save(init)
     settings = _settings(data, ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1, ranker_lr=1e-12)
-    # Round 0 gets only what the rule records for it (ar2.smk: AR2_ROUND_ZERO_SETTINGS).
-    _round(data, tmp_path, 0, {k: settings[k] for k in AR2_ROUND_ZERO_SETTINGS}, variant="plain")
+    _round(data, tmp_path, 0, settings, variant="plain")
     _round(data, tmp_path, 1, settings, variant="plain", extra=["--ranker-init", str(init)])
     round_json = tmp_path / "plain" / "round1" / "round.json"
     assert json.loads(round_json.read_text())["ranker_init"] == str(init)

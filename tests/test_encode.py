@@ -196,10 +196,12 @@ def test_manifest_records_precision_and_refuses_mixed_shards(tmp_path, retriever
     pq.write_table(table.replace_schema_metadata({E.PRECISION_KEY: b"bf16"}), ids)
     with pytest.raises(DataError, match=r"different compute precisions.*shard0of2.*fp32.*bf16"):
         E.gather(tmp_path / "emb", 2, model="tiny", source="c")
-    # Shards written without a recorded precision (older versions) gather as unknown, not mixed.
-    for i in range(2):
-        _, ids = E.shard_paths(tmp_path / "emb", i, 2)
-        pq.write_table(pq.read_table(ids).replace_schema_metadata(None), ids)
+    # A shard written without a recorded precision (an older version) gathers with the others, as
+    # unknown; so do shards that all lack it.
+    pq.write_table(pq.read_table(ids).replace_schema_metadata(None), ids)
+    assert E.gather(tmp_path / "emb", 2, model="tiny", source="c")["precision"] is None
+    _, ids0 = E.shard_paths(tmp_path / "emb", 0, 2)
+    pq.write_table(pq.read_table(ids0).replace_schema_metadata(None), ids0)
     assert E.gather(tmp_path / "emb", 2, model="tiny", source="c")["precision"] is None
 
 

@@ -168,6 +168,7 @@ def test_weighted_cli_picks_w_on_dev_and_writes_a_valid_run(files, metric, low):
     other = {**evaluated, "fusion": {**evaluated["fusion"], "weight_dense": 0.3}}
     seeds = aggregate_seeds([evaluated, other], None, ["a", "b"], seeds=[0, 1])
     assert [s["fusion"]["weight_dense"] for s in seeds["per_seed"]] == [0.7, 0.3]
+    assert "fusion" not in aggregate_seeds([evaluated, evaluated], None, ["a", "b"], seeds=[0, 1])  # per seed only
 
 
 def _weighted(files, tmp_path, **override):

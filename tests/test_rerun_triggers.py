@@ -116,13 +116,10 @@ class Plan:
                 dag, records = workflow.dag, workflow.persistence
                 self.jobs, needrun = list(dag.jobs), list(dag.needrun_jobs())
                 self.scheduled = [(job.rule.name, str(dag.reason(job))) for job in needrun]
-                own_jobs = [job for job in self.jobs
+                self.own = {job.rule.name for job in self.jobs
                             if (job in needrun and dag.reason(job).missing_output)
                             or records.params_changed(job) or any(records.code_changed(job))
-                            or any(records.input_changed(job))]
-                self.own = {job.rule.name for job in own_jobs}
-                self.own_jobs = {(job.rule.name, tuple(sorted(job.wildcards_dict.items())))
-                                 for job in own_jobs}
+                            or any(records.input_changed(job))}
         finally:
             os.chdir(cwd)
 
@@ -221,17 +218,16 @@ def test_a_changed_setting_reruns_its_rules(workspace, base_config, setting):
     assert not wrong, f"{setting} -> {value!r} reruns {wrong}; planned:\n{planned.describe()}"
 
 
-@pytest.mark.parametrize("setting, value, rounds", [
-    ("ar2.ranker.base", "other-encoder", {"1"}),   # what training reads: round 0 only evaluates DPR
-    ("ar2.retriever_lr", 2e-5, {"1"}),
-    ("ar2.ranker_init", "cross_encoder", {"1"}),
-    ("ar2.temperature", 0.1, {"0", "1"}),          # a retriever override: round 0 evaluates with it
-])
-def test_ar2_settings_rerun_the_rounds_that_read_them(workspace, setting, value, rounds):
-    workdir, _ = workspace
-    planned = Plan(workdir, _write(workdir, "overlay", _set(BASE, setting, value)))
-    own = {dict(wildcards)["r"] for rule, wildcards in planned.own_jobs if rule == "ar2_round"}
-    assert own == rounds, f"{setting} -> {value!r}: rounds {sorted(own)}; planned:\n{planned.describe()}"
+def test_a_trained_ranker_start_records_no_ar2_ranker():
+    """ranker_init: cross_encoder takes round 1's ranker from models/cross_encoder: ar2.ranker builds
+    nothing, so it is not part of a round's recorded settings (a change of it reruns no round)."""
+    from pipeline.core.settings import Ar2Settings, ar2_recorded_settings
+
+    ar2 = defaults(Ar2Settings)
+    assert ar2["ranker_init"] == "base" and "ranker" in ar2_recorded_settings(ar2)
+    recorded = ar2_recorded_settings({**ar2, "ranker_init": "cross_encoder"})
+    assert "ranker" not in recorded and recorded["ranker_init"] == "cross_encoder"
+    assert not {"seeds", "select_metric", "threads", "mem_mb", "gpus"} & set(recorded)
 
 
 def test_resources_rerun_nothing(workspace):

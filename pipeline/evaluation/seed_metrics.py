@@ -93,7 +93,7 @@ def _aggregate_without_infos(metrics: Sequence[dict], seeds: list[int], mean: di
     # Fields that differ between seeds (a run's own wall time, its seed) describe no aggregate.
     first = metrics[0]
     out = {k: v for k, v in first.items()
-           if k not in ("metrics", "notes", "seed", "seeds") and all(d.get(k) == v for d in metrics)}
+           if k not in ("metrics", "notes", "seed", "seeds", "fusion") and all(d.get(k) == v for d in metrics)}
     # A weighted-sum hybrid chooses its w per seed: each seed's choice stays with its metrics.
     out.update({"seeds": seeds, "metrics": mean,
                 "per_seed": [{"seed": seed, "metrics": data["metrics"],

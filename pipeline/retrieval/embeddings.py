@@ -216,14 +216,20 @@ def read_precision(path: str | os.PathLike) -> str | None:
 
 
 def _check_one_precision(precisions: dict[str, str | None], folder: Path) -> str | None:
-    kinds = set(precisions.values())
+    """The shards' common precision; None when any shard predates the record (then unknown: an
+    encode begun before the upgrade still gathers, with a warning)."""
+    unrecorded = [name for name, p in precisions.items() if p is None]
+    kinds = {p for p in precisions.values() if p is not None}
+    if unrecorded:
+        log.warning("%d of %d shards in %s do not record their compute precision (written by an older "
+                    "version): the manifest's precision is unknown", len(unrecorded), len(precisions), folder)
     if len(kinds) > 1:
         listed = ", ".join(f"{name}: {p or 'not recorded'}" for name, p in precisions.items())
         raise DataError(f"shards were encoded at different compute precisions ({listed}); one index "
                         "must come from one precision: re-encode the odd shards on hosts of the same "
                         "kind, or set encode.amp: false (fp32 everywhere)", file=folder,
                         field="precision")
-    return kinds.pop() if kinds else None
+    return kinds.pop() if kinds and not unrecorded else None
 
 
 def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:

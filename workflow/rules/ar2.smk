@@ -9,7 +9,7 @@ import json
 import shlex
 from dataclasses import fields
 
-from pipeline.core.settings import AR2_ROUND_ZERO_SETTINGS, JobResources
+from pipeline.core.settings import JobResources, ar2_recorded_settings
 
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 
@@ -19,21 +19,8 @@ def ar2_config(wildcards):
     return cfg(wildcards.dataset)["ar2"]
 
 
-# What a job reserves (threads, mem_mb, gpus), and the config ar2 keys a round does not read: which
-# runs exist (seeds) and ar2_select's metric. Kept out of the round's settings, so out of its recorded
-# params: changing them reruns no round.
+# What a job reserves (threads, mem_mb, gpus): never part of a recorded setting.
 _RESOURCES = tuple(f.name for f in fields(JobResources))
-_NOT_ROUND_SETTINGS = ("seeds", "select_metric", *_RESOURCES)
-
-
-def ar2_settings_json(ar2, r):
-    """The settings round ``r`` reads, as JSON (recorded as a param: a change reruns the round)."""
-    settings = {k: v for k, v in ar2.items() if k not in _NOT_ROUND_SETTINGS}
-    if r == 0:
-        settings = {k: v for k, v in settings.items() if k in AR2_ROUND_ZERO_SETTINGS}
-    elif ar2["ranker_init"] == "cross_encoder":
-        settings.pop("ranker")  # round 1's ranker is models/cross_encoder: ar2.ranker builds none
-    return json.dumps(settings)
 
 
 def _ar2_sieves(variant):
@@ -106,7 +93,7 @@ def ar2_round_settings(wildcards):
         out.append("--suspect-same-article")
     out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
     out += [str(k) for k in config["eval"]["ks"]]
-    out += ["--settings", ar2_settings_json(c["ar2"], int(wildcards.r)), "--seed", str(int(wildcards.seed))]
+    out += ["--settings", json.dumps(ar2_recorded_settings(c["ar2"])), "--seed", str(int(wildcards.seed))]
     return " ".join(shlex.quote(x) for x in out)
 
 

@@ -128,7 +128,6 @@ rule search_dense:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
         depth=config["eval"]["depth"],
-        mining="",
         batch_size=config["search"]["batch_size"],
         nprobe=config["search"]["nprobe"],
         ef_search=config["search"]["ef_search"],
@@ -147,7 +146,7 @@ rule search_dense:
         "benchmarks/search_dense/{dataset}.{method}.{split}.tsv"
     shell:
         "python -m pipeline.retrieval.search --model {params.model} --queries {input.queries} --out {output}"
-        " --depth {params.depth} {params.mining} {params.source} --batch-size {params.batch_size}"
+        " --depth {params.depth} {params.source} --batch-size {params.batch_size}"
         " --nprobe {params.nprobe} --ef-search {params.ef_search} --chunk-rows {params.chunk_rows}"
         " {params.amp} {params.gpu} --device {params.device} --threads {threads} --no-progress --log {log}"
 

@@ -9,11 +9,12 @@
 # with bm25.parquet's schema, so `sieve.source: <method>` and DPR training read it like BM25's. A
 # seeded method mines with the top-level seed's model. docs/training.md "Dense negatives".
 
-def mining_search(wildcards):
-    """Passages ranked per train query: enough left after its positives (and answer matches) go, by
-    BM25 mining's depth rule, which reads the train qrels at run time (the search's --mining-*)."""
+def mining_depth(wildcards):
+    """search's --depth value: a floor of 1, then the flags that rank as deep as BM25 mining does (enough
+    left after a query's positives and answer matches go; the train qrels are read at run time).
+    One param, so search_dense's shell line (and the record of every evaluation search) stays as is."""
     bm25 = cfg(wildcards.dataset)["bm25"]
-    flags = ["--mining-negatives", str(bm25["negatives"]), "--mining-qrels", qrels(wildcards.dataset, "train")]
+    flags = ["1", "--mining-negatives", str(bm25["negatives"]), "--mining-qrels", qrels(wildcards.dataset, "train")]
     return " ".join(flags + (["--mining-exclude-answer-match"] if bm25["exclude_answer_match"] else []))
 
 
@@ -34,8 +35,7 @@ use rule search_dense as search_for_mining with:
     params:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
-        depth=1,   # a floor: --mining-negatives sets the depth
-        mining=mining_search,
+        depth=mining_depth,
         batch_size=config["search"]["batch_size"],
         nprobe=config["search"]["nprobe"],
         ef_search=config["search"]["ef_search"],
