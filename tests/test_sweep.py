@@ -62,6 +62,12 @@ def test_sieve_rates_per_level_by_hand(tmp_path):
     out = tmp_path / "noise.json"
     assert sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={decisions}",
                        "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")]) == 0
+    md = tmp_path / "noise.md"
+    assert sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={decisions}",
+                       "--out-json", str(out), "--out-png", str(tmp_path / "noise.png"),
+                       "--out-md", str(md)]) == 0
+    assert "| high | 50.1% | 50% | 0.650 | +0.100 [+0.100, +0.100] |" in md.read_text()   # no spread
+    assert "| high | 10 | 0.400 | 0.500 | 0.750 | 0.667 |" in md.read_text()
     got = json.loads(out.read_text())["points"][0]["sieve"]
     assert got == {"candidates": 10, "fn_share": pytest.approx(0.4), "sieve_out_rate": pytest.approx(0.5),
                    "fn_recall": pytest.approx(0.75), "tn_kept": pytest.approx(4 / 6)}

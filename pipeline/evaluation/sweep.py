@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.storage import DataError, read_json_object, write_json, write_png
+from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference
 
 log = logging.getLogger("sieve.sweep")
@@ -148,6 +148,44 @@ def _errorbars(ax, xs: list[float], stats: list[dict], color: str, label: str) -
     ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=color, label=label)
 
 
+def _interval_text(d: dict) -> str:
+    if d.get("mean") is None or math.isnan(d["mean"]):
+        return "–"
+    if d.get("ci_low") is None:
+        return f"{d['mean']:+.3f}"
+    return f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+
+
+def sweep_markdown(result: dict) -> str:
+    """Two tables: each method's paired difference with the baseline per level (and the share of the
+    oracle gap closed), and, where gathered, what the sieve did to the data-prep candidates."""
+    metric, baseline, oracle = result["metric"], result["baseline"], result["oracle"]
+    points = result["points"]
+    others = [m for m in (points[0]["vs_baseline"] if points else {})]
+    head = ["dataset", "FN share", "string-free", f"{baseline} {metric}"] + [f"{m} − {baseline}" for m in others]
+    closers = [m for m in others if m != oracle]
+    head += [f"{m}: oracle gap closed" for m in closers]
+    lines = [f"{metric}, mean over seeds; paired differences with {baseline}, 95% t-intervals.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in points:
+        free = p["fn_string_free_share"]
+        row = [p["dataset"], f"{p['fn_share']:.1%}", "–" if free is None else f"{free:.0%}",
+               f"{p['methods'][baseline]['mean']:.3f}"]
+        row += [_interval_text(p["vs_baseline"][m]) for m in others]
+        row += ["–" if p["oracle_gap_closed"].get(m) is None else f"{p['oracle_gap_closed'][m]:+.2f}"
+                for m in closers]
+        lines.append("| " + " | ".join(row) + " |")
+    sieved = [p for p in points if "sieve" in p]
+    if sieved:
+        lines += ["", "The sieve on the data-prep candidates (the negatives dpr_sieve trains on):", "",
+                  "| dataset | candidates | FN share | sieve-out | FN recall | TN kept |", "|---|---:|---:|---:|---:|---:|"]
+        for p in sieved:
+            s = p["sieve"]
+            lines.append(f"| {p['dataset']} | {s['candidates']:,} | {s['fn_share']:.3f} | {s['sieve_out_rate']:.3f} "
+                         f"| {s['fn_recall']:.3f} | {s['tn_kept']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = stage_parser("pipeline.evaluation.sweep", __doc__)
     parser.add_argument("--dataset", nargs="+", required=True, metavar="NAME=METRICS:MANIFEST")
@@ -160,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "rate, FN recall and TN retention on the data-prep candidates")
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-png", required=True)
+    parser.add_argument("--out-md", help="also the tables as Markdown")
     parser.add_argument("--log")
     args = parser.parse_args(argv)
     start_stage(args.log)
@@ -179,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric, sieves)
     write_json(args.out_json, result)
     plot_sweep(result, args.out_png)
+    if args.out_md:
+        with atomic_open(args.out_md) as handle:
+            handle.write(sweep_markdown(result))
     for p in result["points"]:
         log.info("%s (FN share %.3f): %s", p["dataset"], p["fn_share"], ", ".join(
             f"{m} {d['mean']:+.4f}" for m, d in p["vs_baseline"].items() if d["mean"] is not None

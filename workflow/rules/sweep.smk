@@ -1,6 +1,6 @@
 # The noise sweep: one synthkb dataset per level of the false-negative dial (declared in `datasets`
 # with fn_share / fn_paraphrase, listed in sweep.datasets), each run through the whole DAG, gathered
-# into results/sweeps/noise.json + noise.png by pipeline.evaluation.sweep. docs/evaluation.md.
+# into results/sweeps/noise.json + noise.png + noise.md by pipeline.evaluation.sweep. docs/evaluation.md.
 
 SWEEP = config["sweep"]
 
@@ -29,6 +29,7 @@ rule noise_sweep:
     output:
         json=sweep_output("noise", "json"),
         png=report(sweep_output("noise", "png"), category="Sweep"),
+        md=sweep_output("noise", "md"),
     params:
         datasets=lambda wildcards, input: (_check_sweep() or " ".join(
             f"{d}={m}:{f}" for d, m, f in zip(SWEEP["datasets"], input.metrics, input.manifests))),
@@ -42,4 +43,4 @@ rule noise_sweep:
         "logs/noise_sweep.log",
     shell:
         "python -m pipeline.evaluation.sweep --dataset {params.datasets} {params.sieves} {params.settings}"
-        " --out-json {output.json} --out-png {output.png} --log {log}"
+        " --out-json {output.json} --out-png {output.png} --out-md {output.md} --log {log}"
