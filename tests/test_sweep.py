@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
 from pipeline.core.storage import DataError
@@ -44,39 +43,32 @@ def test_paired_differences_and_oracle_gap(tmp_path):
     assert "sieve" not in high_point
 
 
-def _decisions(path, kept, is_fn):
-    pd.DataFrame({"qid": [f"q{i // 5}" for i in range(len(kept))], "pid": [f"p{i}" for i in range(len(kept))],
-                  "rank": [i % 5 + 1 for i in range(len(kept))], "kept": kept,
-                  "is_false_negative": pd.array(is_fn, dtype="boolean"),
-                  "fn_label_source": ["qrels_all"] * len(kept)}).to_parquet(path)
+def _report(path, n=10, labelled=10, fns=4, out=0.5, recall=0.75, kept=4 / 6, auc=0.6):
+    path.write_text(json.dumps({"n_candidates": n, "n_labelled": labelled, "n_false_negatives": fns,
+                                "sieve_out_rate": out, "recall": recall, "true_negative_retention": kept,
+                                "separation_auc": auc}))
     return str(path)
 
 
-def test_sieve_rates_per_level_by_hand(tmp_path):
+def test_sieve_rates_per_level(tmp_path):
     high = _dataset(tmp_path, "high", 0.5, {"dpr": [0.6, 0.7], "dpr_oracle": [0.7, 0.8]})
-    # 10 candidates, 4 false negatives: 3 dropped (recall 3/4); 6 true negatives, 2 dropped (kept 4/6);
-    # sieve-out 5/10.
-    kept = [False, False, False, True, False, False, True, True, True, True]
-    is_fn = [True, True, True, True, False, False, False, False, False, False]
-    decisions = _decisions(tmp_path / "sieve.parquet", kept, is_fn)
+    report = _report(tmp_path / "report.json")
     out = tmp_path / "noise.json"
-    assert sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={decisions}",
-                       "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")]) == 0
     md = tmp_path / "noise.md"
-    assert sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={decisions}",
+    assert sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={report}",
                        "--out-json", str(out), "--out-png", str(tmp_path / "noise.png"),
                        "--out-md", str(md)]) == 0
     assert "| high | 50.1% | 50% | 0.650 | +0.100 [+0.100, +0.100] |" in md.read_text()   # no spread
-    assert "| high | 10 | 0.400 | 0.500 | 0.750 | 0.667 |" in md.read_text()
+    assert "| high | 10 | 0.400 | 0.500 | 0.750 | 0.667 | 0.600 |" in md.read_text()
     got = json.loads(out.read_text())["points"][0]["sieve"]
     assert got == {"candidates": 10, "fn_share": pytest.approx(0.4), "sieve_out_rate": pytest.approx(0.5),
-                   "fn_recall": pytest.approx(0.75), "tn_kept": pytest.approx(4 / 6)}
-    unlabelled = _decisions(tmp_path / "u.parquet", kept, [None] + is_fn[1:])
+                   "fn_recall": pytest.approx(0.75), "tn_kept": pytest.approx(4 / 6), "loss_auc": 0.6}
+    unlabelled = _report(tmp_path / "u.json", labelled=9)
     with pytest.raises(DataError, match="1 candidates without a false-negative label"):
         sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"high={unlabelled}",
                     "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")])
     with pytest.raises(DataError, match="not in --dataset"):
-        sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"low={decisions}",
+        sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--sieve", f"low={report}",
                     "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")])
 
 

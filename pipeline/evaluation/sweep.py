@@ -10,8 +10,8 @@ without its string (the manifest's ``false_negatives.measured``), each method's 
 over its seeds, every method's paired difference with ``baseline`` (per seed, 95% t-interval), and the
 share of the oracle gap a method closes, (method − baseline) / (oracle − baseline), on the means
 (undefined where the oracle gains nothing). With ``--sieve NAME=PARQUET`` (the dataset's sieve
-decisions, negatives/sieve_b<β>.parquet) also what the sieve did on the data-prep candidates: their
-false-negative share, the sieve-out rate, FN recall and true-negative retention (pipeline.sieve.report).
+report, sieve/sieve_b<β>/report.json) also what the sieve did on the data-prep candidates: their
+false-negative share, the sieve-out rate, FN recall, true-negative retention and the loss AUC.
 The figure: per paraphrase level (columns), the metric against the measured share (top) and each
 method's paired difference with the baseline (bottom), 95% intervals as error bars.
 """
@@ -77,18 +77,18 @@ def dataset_point(name: str, metrics_path: str, manifest_path: str, methods: Seq
 
 
 def sieve_point(path: str | Path) -> dict:
-    """What the sieve did on a dataset's data-prep candidates (its decisions file, exact labels)."""
-    from pipeline.sieve.report import detection_metrics, read_decisions
-
-    table = read_decisions(path)
-    found = detection_metrics(table["kept"].to_numpy(bool), table["is_false_negative"])
-    if found["n_labelled"] != len(table):
-        raise DataError(f"{len(table) - found['n_labelled']} candidates without a false-negative label: "
-                        "the sweep needs exact labels (synthkb)", file=path, field="is_false_negative")
-    return {"candidates": len(table),
-            "fn_share": found["n_false_negatives"] / len(table) if len(table) else None,
-            "sieve_out_rate": float((~table["kept"].to_numpy(bool)).mean()) if len(table) else None,
-            "fn_recall": found["recall"], "tn_kept": found["true_negative_retention"]}
+    """What the sieve did on a dataset's data-prep candidates: its filter report (sieve/<name>/report.json,
+    pipeline.sieve.report), which needs exact labels on every candidate (synthkb)."""
+    report = read_json_object(path, keys=("n_candidates", "n_labelled", "n_false_negatives", "sieve_out_rate",
+                                          "recall", "true_negative_retention"),
+                              missing="file not found (did the sieve_report rule run?)")
+    n = report["n_candidates"]
+    if report["n_labelled"] != n:
+        raise DataError(f"{n - report['n_labelled']} candidates without a false-negative label: the sweep "
+                        "needs exact labels (synthkb)", file=path, field="n_labelled")
+    return {"candidates": n, "fn_share": report["n_false_negatives"] / n if n else None,
+            "sieve_out_rate": report["sieve_out_rate"], "fn_recall": report["recall"],
+            "tn_kept": report["true_negative_retention"], "loss_auc": report.get("separation_auc")}
 
 
 def build_sweep(datasets: dict[str, tuple[str, str]], methods: Sequence[str], baseline: str, oracle: str,
@@ -178,11 +178,13 @@ def sweep_markdown(result: dict) -> str:
     sieved = [p for p in points if "sieve" in p]
     if sieved:
         lines += ["", "The sieve on the data-prep candidates (the negatives dpr_sieve trains on):", "",
-                  "| dataset | candidates | FN share | sieve-out | FN recall | TN kept |", "|---|---:|---:|---:|---:|---:|"]
+                  "| dataset | candidates | FN share | sieve-out | FN recall | TN kept | loss AUC |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for p in sieved:
             s = p["sieve"]
             lines.append(f"| {p['dataset']} | {s['candidates']:,} | {s['fn_share']:.3f} | {s['sieve_out_rate']:.3f} "
-                         f"| {s['fn_recall']:.3f} | {s['tn_kept']:.3f} |")
+                         f"| {s['fn_recall']:.3f} | {s['tn_kept']:.3f} | "
+                         f"{'–' if s['loss_auc'] is None else format(s['loss_auc'], '.3f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -193,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", default="dpr")
     parser.add_argument("--oracle", default="dpr_oracle")
     parser.add_argument("--metric", default="R@5")
-    parser.add_argument("--sieve", nargs="+", default=[], metavar="NAME=PARQUET",
-                        help="a dataset's sieve decisions (negatives/sieve_b<β>.parquet): its sieve-out "
+    parser.add_argument("--sieve", nargs="+", default=[], metavar="NAME=REPORT",
+                        help="a dataset's sieve report (sieve/sieve_b<β>/report.json): its sieve-out "
                         "rate, FN recall and TN retention on the data-prep candidates")
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-png", required=True)
@@ -213,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for item in args.sieve:
         name, sep, path = item.partition("=")
         if not (sep and name and path):
-            raise DataError(f"expected NAME=PARQUET, got {item!r}", field="--sieve")
+            raise DataError(f"expected NAME=REPORT, got {item!r}", field="--sieve")
         sieves[name] = path
     result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric, sieves)
     write_json(args.out_json, result)

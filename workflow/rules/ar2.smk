@@ -9,7 +9,8 @@ import json
 import shlex
 from dataclasses import fields
 
-from pipeline.core.settings import JobResources, ar2_recorded_settings
+from pipeline.ar2.recorded_settings import ar2_recorded_settings
+from pipeline.core.settings import JobResources
 
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 

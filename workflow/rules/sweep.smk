@@ -15,10 +15,10 @@ def _check_sweep():
 
 
 def _sweep_sieves(wildcards):
-    """dpr_sieve's negatives per dataset (the sieve at ccr.beta): its sieve-out rate and FN recall."""
+    """The report of dpr_sieve's sieve per dataset (the sieve at ccr.beta): sieve-out rate, FN recall."""
     if "dpr_sieve" not in SWEEP["methods"]:
         return []
-    return [negatives(d, sieve_name(beta_tag(cfg(d)["ccr"]["beta"]))) for d in SWEEP["datasets"]]
+    return [filter_report(d, sieve_name(beta_tag(cfg(d)["ccr"]["beta"]))) for d in SWEEP["datasets"]]
 
 
 rule noise_sweep:
