@@ -140,6 +140,7 @@ SETTINGS: dict[str, tuple] = {
     "sweep.baseline": ("dpr_sieve", ("noise_sweep",)),
     "sweep.oracle": ("dpr_sieve", ("noise_sweep",)),
     "sweep.metric": ("R@1", ("noise_sweep",)),
+    "sweep.pairs": ([["dpr_sieve", "dpr_rank_window"]], ("noise_sweep",)),
     "hybrid.rrf_k": (10, ("fuse_rrf", "fuse_rrf_seed"), ("fuse_weighted", "fuse_weighted_seed")),
     "hybrid.weights": ([0.0, 0.5, 1.0], ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
     "hybrid.select_split": ("train", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),

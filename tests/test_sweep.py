@@ -43,6 +43,24 @@ def test_paired_differences_and_oracle_gap(tmp_path):
     assert "sieve" not in high_point
 
 
+def test_pairs_with_a_same_pool_control(tmp_path):
+    high = _dataset(tmp_path, "high", 0.5, {"dpr": [0.60, 0.62, 0.64], "dpr_none": [0.50, 0.52, 0.54],
+                                            "dpr_sieve": [0.55, 0.56, 0.59], "dpr_oracle": [0.70, 0.72, 0.74]})
+    out, md = tmp_path / "noise.json", tmp_path / "noise.md"
+    assert sweep.main(["--dataset", high, "--methods", "dpr", "dpr_none", "dpr_sieve", "dpr_oracle",
+                       "--pairs", "dpr_sieve:dpr_none", "dpr_oracle:dpr_none", "--out-json", str(out),
+                       "--out-png", str(tmp_path / "noise.png"), "--out-md", str(md)]) == 0
+    point = json.loads(out.read_text())["points"][0]
+    none = point["pairs"]["dpr_none"]
+    assert none["dpr_sieve"]["mean"] == pytest.approx(0.14 / 3)          # (0.05 + 0.04 + 0.05) / 3
+    assert none["dpr_oracle"]["mean"] == pytest.approx(0.20)
+    assert point["pairs_oracle_gap_closed"]["dpr_none"]["dpr_sieve"] == pytest.approx(0.14 / 3 / 0.20)
+    assert "Paired with dpr_none:" in md.read_text() and "| +0.23 |" in md.read_text()
+    with pytest.raises(DataError, match="'dpr_x' must be one of the sweep's methods"):
+        sweep.main(["--dataset", high, "--methods", "dpr", "dpr_oracle", "--pairs", "dpr_x:dpr",
+                    "--out-json", str(out), "--out-png", str(tmp_path / "noise.png")])
+
+
 def _report(path, n=10, labelled=10, fns=4, out=0.5, recall=0.75, kept=4 / 6, auc=0.6):
     path.write_text(json.dumps({"n_candidates": n, "n_labelled": labelled, "n_false_negatives": fns,
                                 "sieve_out_rate": out, "recall": recall, "true_negative_retention": kept,

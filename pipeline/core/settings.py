@@ -175,6 +175,7 @@ class SweepSettings:
     baseline: str = "dpr"
     oracle: str = "dpr_oracle"
     metric: str = "R@5"
+    pairs: list = field(default_factory=list)
 
 
 @dataclass

@@ -9,7 +9,10 @@ Per dataset: the measured false-negative share among mined candidates and the sh
 without its string (the manifest's ``false_negatives.measured``), each method's mean and 95% t-interval
 over its seeds, every method's paired difference with ``baseline`` (per seed, 95% t-interval), and the
 share of the oracle gap a method closes, (method − baseline) / (oracle − baseline), on the means
-(undefined where the oracle gains nothing). With ``--sieve NAME=PARQUET`` (the dataset's sieve
+(undefined where the oracle gains nothing). ``--pairs METHOD:CONTROL`` adds paired differences with
+other controls (``pairs``; e.g. dpr_sieve:dpr_none and dpr_oracle:dpr_none, which train on the same
+candidate pool, where dpr trains on BM25's top ranks) and, where the oracle is paired with the same
+control, the share of that gap closed. With ``--sieve NAME=PARQUET`` (the dataset's sieve
 report, sieve/sieve_b<β>/report.json) also what the sieve did on the data-prep candidates: their
 false-negative share, the sieve-out rate, FN recall, true-negative retention and the loss AUC.
 The figure: per paraphrase level (columns), the metric against the measured share (top) and each
@@ -50,7 +53,7 @@ def _interval(diff) -> dict:
 
 
 def dataset_point(name: str, metrics_path: str, manifest_path: str, methods: Sequence[str], baseline: str,
-                  oracle: str, metric: str) -> dict:
+                  oracle: str, metric: str, pairs: Sequence[tuple[str, str]] = ()) -> dict:
     metrics = read_json_object(metrics_path)
     manifest = read_json_object(manifest_path)
     measured = (manifest.get("false_negatives") or {}).get("measured")
@@ -69,11 +72,20 @@ def dataset_point(name: str, metrics_path: str, manifest_path: str, methods: Seq
             fixed = list(base) == [None]
             other = {s: base[None] for s in values[m]} if fixed else base
             point["vs_baseline"][m] = _interval(paired_difference(values[m], other))
-    gap = point["vs_baseline"].get(oracle, {}).get("mean")
-    point["oracle_gap_closed"] = {
-        m: (d["mean"] / gap if gap and gap > 0 and d["mean"] is not None else None)
-        for m, d in point["vs_baseline"].items() if m != oracle}
+    point["oracle_gap_closed"] = _gap_closed(point["vs_baseline"], oracle)
+    if pairs:
+        point["pairs"] = {control: {} for _, control in pairs}
+        for method, control in pairs:
+            point["pairs"][control][method] = _interval(paired_difference(values[method], values[control]))
+        point["pairs_oracle_gap_closed"] = {c: _gap_closed(d, oracle) for c, d in point["pairs"].items()}
     return point
+
+
+def _gap_closed(differences: dict, oracle: str) -> dict:
+    """(method − control) / (oracle − control) on the means; None where the oracle gains nothing."""
+    gap = differences.get(oracle, {}).get("mean")
+    return {m: (d["mean"] / gap if gap and gap > 0 and d["mean"] is not None else None)
+            for m, d in differences.items() if m != oracle}
 
 
 def sieve_point(path: str | Path) -> dict:
@@ -92,11 +104,13 @@ def sieve_point(path: str | Path) -> dict:
 
 
 def build_sweep(datasets: dict[str, tuple[str, str]], methods: Sequence[str], baseline: str, oracle: str,
-                metric: str, sieves: dict[str, str] | None = None) -> dict:
-    for needed in (baseline, oracle):
+                metric: str, sieves: dict[str, str] | None = None,
+                pairs: Sequence[tuple[str, str]] = ()) -> dict:
+    for needed in (baseline, oracle, *(m for pair in pairs for m in pair)):
         if needed not in methods:
             raise DataError(f"{needed!r} must be one of the sweep's methods {list(methods)}", field="methods")
-    points = [dataset_point(n, mp, fp, methods, baseline, oracle, metric) for n, (mp, fp) in datasets.items()]
+    points = [dataset_point(n, mp, fp, methods, baseline, oracle, metric, pairs)
+              for n, (mp, fp) in datasets.items()]
     unknown = sorted(set(sieves or {}) - set(datasets))
     if unknown:
         raise DataError(f"--sieve names datasets not in --dataset: {unknown}", field="--sieve")
@@ -104,7 +118,8 @@ def build_sweep(datasets: dict[str, tuple[str, str]], methods: Sequence[str], ba
         if sieves and point["dataset"] in sieves:
             point["sieve"] = sieve_point(sieves[point["dataset"]])
     points.sort(key=lambda p: (str(p["requested"]), p["fn_share"]))
-    return {"metric": metric, "baseline": baseline, "oracle": oracle, "level": 0.95, "points": points}
+    return {"metric": metric, "baseline": baseline, "oracle": oracle, "pairs": [list(p) for p in pairs],
+            "level": 0.95, "points": points}
 
 
 def plot_sweep(result: dict, out: str | Path) -> None:
@@ -175,6 +190,20 @@ def sweep_markdown(result: dict) -> str:
         row += ["–" if p["oracle_gap_closed"].get(m) is None else f"{p['oracle_gap_closed'][m]:+.2f}"
                 for m in closers]
         lines.append("| " + " | ".join(row) + " |")
+    for control in dict.fromkeys(control for _, control in result.get("pairs", [])):
+        paired = [m for m, c in result["pairs"] if c == control]
+        closers = [m for m in paired if m != oracle and oracle in paired]
+        head = ["dataset", "FN share", "string-free", f"{control} {metric}"] + [f"{m} − {control}" for m in paired]
+        head += [f"{m}: oracle gap closed" for m in closers]
+        lines += ["", f"Paired with {control}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for p in points:
+            free = p["fn_string_free_share"]
+            row = [p["dataset"], f"{p['fn_share']:.1%}", "–" if free is None else f"{free:.0%}",
+                   f"{p['methods'][control]['mean']:.3f}"]
+            row += [_interval_text(p["pairs"][control][m]) for m in paired]
+            closed = p["pairs_oracle_gap_closed"][control]
+            row += ["–" if closed.get(m) is None else f"{closed[m]:+.2f}" for m in closers]
+            lines.append("| " + " | ".join(row) + " |")
     sieved = [p for p in points if "sieve" in p]
     if sieved:
         lines += ["", "The sieve on the data-prep candidates (the negatives dpr_sieve trains on):", "",
@@ -195,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", default="dpr")
     parser.add_argument("--oracle", default="dpr_oracle")
     parser.add_argument("--metric", default="R@5")
+    parser.add_argument("--pairs", nargs="+", default=[], metavar="METHOD:CONTROL",
+                        help="paired differences with other controls, e.g. dpr_sieve:dpr_none")
     parser.add_argument("--sieve", nargs="+", default=[], metavar="NAME=REPORT",
                         help="a dataset's sieve report (sieve/sieve_b<β>/report.json): its sieve-out "
                         "rate, FN recall and TN retention on the data-prep candidates")
@@ -217,7 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (sep and name and path):
             raise DataError(f"expected NAME=REPORT, got {item!r}", field="--sieve")
         sieves[name] = path
-    result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric, sieves)
+    pairs = []
+    for item in args.pairs:
+        method, sep, control = item.partition(":")
+        if not (sep and method and control):
+            raise DataError(f"expected METHOD:CONTROL, got {item!r}", field="--pairs")
+        pairs.append((method, control))
+    result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric, sieves, pairs)
     write_json(args.out_json, result)
     plot_sweep(result, args.out_png)
     if args.out_md:

@@ -9,8 +9,10 @@ def _check_sweep():
     unknown = [d for d in SWEEP["datasets"] if d not in DATASETS or d not in SYNTHETIC]
     missing = sorted({m for d in SWEEP["datasets"] if d not in unknown
                       for m in SWEEP["methods"] if m not in cfg(d)["methods"]})
-    if missing or unknown or SWEEP["baseline"] not in SWEEP["methods"] or SWEEP["oracle"] not in SWEEP["methods"]:
+    unpaired = sorted({m for pair in SWEEP["pairs"] for m in pair if m not in SWEEP["methods"]})
+    if missing or unknown or unpaired or SWEEP["baseline"] not in SWEEP["methods"] or SWEEP["oracle"] not in SWEEP["methods"]:
         raise WorkflowError(f"sweep: methods not in `methods`: {missing}; datasets not declared synthkb: {unknown}; "
+                            f"sweep.pairs methods not in sweep.methods: {unpaired}; "
                             "sweep.baseline and sweep.oracle must be among sweep.methods")
 
 
@@ -36,7 +38,8 @@ rule noise_sweep:
         sieves=lambda wildcards, input: " ".join(
             ["--sieve"] + [f"{d}={p}" for d, p in zip(SWEEP["datasets"], input.sieves)] if input.sieves else []),
         settings=" ".join(["--methods", *SWEEP["methods"], "--baseline", SWEEP["baseline"], "--oracle",
-                           SWEEP["oracle"], "--metric", SWEEP["metric"]]),
+                           SWEEP["oracle"], "--metric", SWEEP["metric"]]
+                          + (["--pairs", *(f"{m}:{b}" for m, b in SWEEP["pairs"])] if SWEEP["pairs"] else [])),
     conda:
         CPU_ENV
     log:
