@@ -117,7 +117,7 @@ def build_sweep(datasets: dict[str, tuple[str, str]], methods: Sequence[str], ba
     for point in points:
         if sieves and point["dataset"] in sieves:
             point["sieve"] = sieve_point(sieves[point["dataset"]])
-    points.sort(key=lambda p: (str(p["requested"]), p["fn_share"]))
+    points.sort(key=lambda p: (round(p["fn_string_free_share"] or 0.0, 1), p["fn_share"]))   # as the figure
     return {"metric": metric, "baseline": baseline, "oracle": oracle, "pairs": [list(p) for p in pairs],
             "level": 0.95, "points": points}
 
