@@ -95,3 +95,10 @@ def test_a_method_missing_from_a_dataset_is_named(tmp_path):
     with pytest.raises(DataError, match="'dpr_sieve' is not in the gathered metrics"):
         sweep.main(["--dataset", only, "--methods", "dpr", "dpr_sieve", "dpr_oracle",
                     "--out-json", str(tmp_path / "o.json"), "--out-png", str(tmp_path / "o.png")])
+
+
+def test_the_oracle_gap_is_read_only_where_the_oracle_gain_is_shown():
+    shown = {"dpr_oracle": {"mean": 0.10, "ci_low": 0.02, "ci_high": 0.18}, "dpr_sieve": {"mean": 0.05}}
+    assert sweep._gap_closed(shown, "dpr_oracle") == {"dpr_sieve": pytest.approx(0.5)}
+    unclear = {"dpr_oracle": {"mean": 0.10, "ci_low": -0.02, "ci_high": 0.22}, "dpr_sieve": {"mean": 0.05}}
+    assert sweep._gap_closed(unclear, "dpr_oracle") == {"dpr_sieve": None}

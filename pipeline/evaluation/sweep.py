@@ -9,7 +9,7 @@ Per dataset: the measured false-negative share among mined candidates and the sh
 without its string (the manifest's ``false_negatives.measured``), each method's mean and 95% t-interval
 over its seeds, every method's paired difference with ``baseline`` (per seed, 95% t-interval), and the
 share of the oracle gap a method closes, (method − baseline) / (oracle − baseline), on the means
-(undefined where the oracle gains nothing). ``--pairs METHOD:CONTROL`` adds paired differences with
+(undefined where the oracle's gain is not shown: its interval reaches 0). ``--pairs METHOD:CONTROL`` adds paired differences with
 other controls (``pairs``; e.g. dpr_sieve:dpr_none and dpr_oracle:dpr_none, which train on the same
 candidate pool, where dpr trains on BM25's top ranks) and, where the oracle is paired with the same
 control, the share of that gap closed. With ``--sieve NAME=PARQUET`` (the dataset's sieve
@@ -82,9 +82,12 @@ def dataset_point(name: str, metrics_path: str, manifest_path: str, methods: Seq
 
 
 def _gap_closed(differences: dict, oracle: str) -> dict:
-    """(method − control) / (oracle − control) on the means; None where the oracle gains nothing."""
-    gap = differences.get(oracle, {}).get("mean")
-    return {m: (d["mean"] / gap if gap and gap > 0 and d["mean"] is not None else None)
+    """(method − control) / (oracle − control) on the means; None where the oracle's gain is not
+    shown (its interval reaches 0; with one seed, where its mean is not above 0)."""
+    gain = differences.get(oracle, {})
+    low = gain.get("ci_low")
+    shown = gain.get("mean") is not None and gain["mean"] > 0 and (low is None or low > 0)
+    return {m: (d["mean"] / gain["mean"] if shown and d["mean"] is not None else None)
             for m, d in differences.items() if m != oracle}
 
 
