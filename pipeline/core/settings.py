@@ -174,8 +174,7 @@ class SweepSettings:
     methods: list = field(default_factory=lambda: ["dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle"])
     baseline: str = "dpr"
     oracle: str = "dpr_oracle"
-    metric: str = "R@5"
-    pairs: list = field(default_factory=list)
+    metric: str = "R@5"; pairs: list = field(default_factory=list)  # pairs: [method, control] besides the baseline
 
 
 @dataclass
