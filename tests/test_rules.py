@@ -92,10 +92,10 @@ def _code_lines(path: Path):
 
 
 def test_rule_files_leave_locations_to_the_path_functions():
-    # logs/ and benchmarks/ are per rule; every other location is common.smk's to write.
+    # logs/ and benchmarks/ are per rule; every other location is paths.smk's to write.
     typed = re.compile(r"""["'](resources|results|downloads)/""")
     found = [f"{smk.name}:{n}: {code.strip()}" for smk in sorted(RULES.glob("*.smk"))
-             if smk.name != "common.smk" for n, code in _code_lines(smk) if typed.search(code)]
+             if smk.name != "paths.smk" for n, code in _code_lines(smk) if typed.search(code)]
     assert not found, "typed-out paths:\n" + "\n".join(found)
 
 

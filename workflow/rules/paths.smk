@@ -1,0 +1,179 @@
+# The file layout of the workflow, included by common.smk.
+
+# ---- the file layout -------------------------------------------------------------------------------
+# Every rule names its files through these functions, so a location is written once. Called with
+# wildcard names ("{dataset}", "{split}", ...) they return the rule's patterns; called with values, the
+# concrete paths that input functions ask for. logs/ and benchmarks/ are per rule and stay in the rules.
+
+# resources/{dataset}/: the canonical tables of a dataset (README "Data layout", pipeline.core.schemas).
+def dataset_dir(d):
+    return f"resources/{d}"
+
+
+def corpus(d):
+    return f"{dataset_dir(d)}/corpus.parquet"
+
+
+def queries(d, split):
+    return f"{dataset_dir(d)}/queries.{split}.parquet"
+
+
+def qrels(d, split):
+    return f"{dataset_dir(d)}/qrels.{split}.parquet"
+
+
+def qrels_all(d, split):
+    """synthkb only: every passage that states the answer (qrels holds the generating one)."""
+    return f"{dataset_dir(d)}/qrels_all.{split}.parquet"
+
+
+def shipped_negatives(d):
+    """Negatives that come with the dataset (DPR's hard_negative_ctxs), not mined ones."""
+    return f"{dataset_dir(d)}/negatives.train.parquet"
+
+
+def dataset_manifest(d):
+    return f"{dataset_dir(d)}/manifest.json"
+
+
+# downloads/{dataset}/: fetched sources. pipeline.data.readers.sources computes the same locations
+# for the inputs of prepare_dataset; these name the download rules' outputs.
+def download_file(d, role):
+    return f"downloads/{d}/{role}"
+
+
+def archive_file(d, name):
+    return f"downloads/{d}/archives/{name}"
+
+
+# results/{dataset}/: everything derived.
+def bm25_index(d):
+    return f"results/{d}/bm25/index"
+
+
+def run_dir(d, method, seed=None):
+    """A method's run folder; an AR2 method has one per seed (results/{d}/{method}/seed{s})."""
+    return f"results/{d}/{method}" if seed is None else f"results/{d}/{method}/seed{seed}"
+
+
+def run(d, method, split, seed=None):
+    return f"{run_dir(d, method, seed)}/run.{split}.parquet"
+
+
+def trec_run(d, method, split, seed=None):
+    return f"{run_dir(d, method, seed)}/run.{split}.trec"
+
+
+def method_metrics(d, method, seed=None):
+    return f"{run_dir(d, method, seed)}/metrics.json"
+
+
+def ar2_info(d, method, seed):
+    """The round an AR2 seed's run reports (written by ar2_select)."""
+    return f"{run_dir(d, method, seed)}/info.json"
+
+
+def dataset_metrics(d, ext="json"):
+    """Every method side by side: metrics.json, .md, .html."""
+    return f"results/{d}/metrics.{ext}"
+
+
+def negatives(d, source):
+    """Mined (bm25) or sieved (sieve_b<β>) candidates, one row per candidate."""
+    return f"results/{d}/negatives/{source}.parquet"
+
+
+def mining_run(d, method, split="train"):
+    """A dense method's ranking of the train queries that mine_dense_negatives mines from."""
+    return f"results/{d}/negatives/{method}.run.{split}.parquet"
+
+
+def train_negatives(d, source):
+    """The kept negatives of a sieve, in the layout of negatives(d, 'bm25')."""
+    return f"results/{d}/negatives/{source}.train.parquet"
+
+
+def model_dir(d, name):
+    return f"results/{d}/models/{name}"
+
+
+def retriever(d, name):
+    """retriever.json, written last: the model folder is complete once it exists."""
+    return f"{model_dir(d, name)}/retriever.json"
+
+
+def ranker(d, name):
+    return f"{model_dir(d, name)}/ranker.json"
+
+
+def embeddings_dir(d, model):
+    return f"results/{d}/embeddings/{model}"
+
+
+def embeddings(d, model):
+    """The gathered embeddings' manifest (the shards sit beside it)."""
+    return f"{embeddings_dir(d, model)}/manifest.json"
+
+
+def embedding_shard(d, model, shard, shards, ext):
+    return f"{embeddings_dir(d, model)}/shard{shard}of{shards}.{ext}"
+
+
+def index_dir(d, model):
+    return f"results/{d}/index/{model}"
+
+
+def index(d, model):
+    return f"{index_dir(d, model)}/index.json"
+
+
+def index_part(d, model, part, parts, ext):
+    return f"{index_dir(d, model)}/shard{part}of{parts}.{ext}"
+
+
+def sieve_dir(d):
+    return f"results/{d}/sieve"
+
+
+def candidates(d):
+    """The candidates every filter judges, with their false-negative labels."""
+    return f"{sieve_dir(d)}/candidates.parquet"
+
+
+def filter_decisions(d, name):
+    return f"{sieve_dir(d)}/{name}/decisions.parquet"
+
+
+def filter_report(d, name):
+    return f"{sieve_dir(d)}/{name}/report.json"
+
+
+def sieve_losses(d, name):
+    return f"{sieve_dir(d)}/{name}/losses.parquet"
+
+
+def comparison(d, ext):
+    return f"{sieve_dir(d)}/comparison.{ext}"
+
+
+def sweep_output(name, ext):
+    """A sweep over datasets (sweep.smk): results/sweeps/{name}.{json,png}."""
+    return f"results/sweeps/{name}.{ext}"
+
+
+def tradeoff(d, ext):
+    """FN recall vs TN retention of the filters with a continuous score (sieve_tradeoff)."""
+    return f"{sieve_dir(d)}/tradeoff.{ext}"
+
+
+def figure(d, name):
+    return f"results/{d}/figures/{name}"
+
+
+def ar2_seed_dir(d, variant, seed):
+    return f"results/{d}/ar2/{variant}/seed{seed}"
+
+
+def ar2_round_json(d, variant, seed, r):
+    """Written last by an AR2 round: the round is complete once it exists."""
+    return f"{ar2_seed_dir(d, variant, seed)}/round{r}/round.json"
