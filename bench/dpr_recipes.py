@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the recipe_* helpers beside this file
-import pipeline.training.loop as loop_mod  # noqa: E402
+from pipeline.training.loop import LOG_FILE  # noqa: E402
 from pipeline.core.seeding import seed_everything  # noqa: E402
 from pipeline.training.data import epoch_order  # noqa: E402
 from pipeline.training.loop import TrainConfig, schedule, train  # noqa: E402
@@ -46,7 +46,7 @@ from pipeline.training.train_dense import load_init  # noqa: E402
 
 from recipe_eval import evaluate_model  # noqa: E402
 from recipe_inputs import (Inputs, write_negatives, write_qrels, AuditedData,  # noqa: E402
-                           patched_loss, freeze)
+                           AuditedLoss, freeze)
 
 log = logging.getLogger("bench.dpr_recipes")
 
@@ -192,14 +192,9 @@ class Runner:
                                   separate_towers=v.freeze == "query_tower")
             freeze(retriever, v.freeze)
             record["trainable_params"] = sum(p.numel() for p in retriever.parameters() if p.requires_grad)
-            original = loop_mod.contrastive_loss
-            if v.loss != "nce":
-                loop_mod.contrastive_loss = patched_loss(original, data, v.loss)
             ckpt = Path(tempfile.mkdtemp(prefix="ckpt_", dir=self.work))
-            try:
-                train(retriever, data, cfg, checkpoint_dir=ckpt)
-            finally:
-                loop_mod.contrastive_loss = original
+            train(retriever, data, cfg, checkpoint_dir=ckpt,
+                  loss=None if v.loss == "nce" else AuditedLoss(data, v.loss))
             record["train_s"] = round(time.perf_counter() - t0, 1)
             per_epoch, total = schedule(len(data), cfg)
             record["steps"] = total
@@ -208,7 +203,7 @@ class Runner:
             for e in range(math.ceil(total / per_epoch)):
                 n = min(total - e * per_epoch, per_epoch) * cfg.batch_size
                 seen |= {data.qids[i] for i in epoch_order(len(data), seed, e)[:n]}
-            steps_log = [json.loads(x) for x in (ckpt / loop_mod.LOG_FILE).read_text().splitlines()]
+            steps_log = [json.loads(x) for x in (ckpt / LOG_FILE).read_text().splitlines()]
             losses = [s["nce"] for s in steps_log]
             record["loss_first5"] = round(float(np.mean(losses[:5])), 3)
             record["loss_last5"] = round(float(np.mean(losses[-5:])), 3)

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the recipe_* helpers
 from pipeline.data.answers import AnswerMatcher  # noqa: E402
 from pipeline.retrieval.model import Retriever  # noqa: E402
 from pipeline.training.data import Batch, TrainData  # noqa: E402
+from pipeline.training.losses import contrastive_loss  # noqa: E402
 
 log = logging.getLogger("bench.dpr_recipes")
 
@@ -154,22 +155,33 @@ def relevant_mask(data: AuditedData, shape: tuple[int, int]) -> torch.Tensor:
     return mask
 
 
-def patched_loss(original, data: AuditedData, mode: str):
-    """Wrap the loop's contrastive_loss (single process, in-batch on: scores are [Q, Q*(k+1)])."""
-    def loss(scores, positives, group_size, *, in_batch=True, beta=0.0, scale="paper", f_beta=1.0):
-        if not in_batch or beta:
-            raise ValueError("mask/multi need in-batch negatives and beta 0")
-        m = relevant_mask(data, tuple(scores.shape)).to(scores.device)
-        if mode == "mask":
-            return original(scores.masked_fill(m, MASK), positives, group_size, in_batch=True,
-                            beta=0.0, scale=scale, f_beta=f_beta)
-        # multi: -log sum of the probabilities of every relevant column (own positive included)
+class AuditedLoss:
+    """NCE that knows every relevant passage of the batch (single process, in-batch negatives on:
+    scores are [Q, Q*(k+1)]): passed to the loop's ``train(loss=...)`` as any other loss object.
+
+    mask: the other relevant columns are left out of each query's softmax;
+    multi: -log of the summed probability of every relevant column (own positive included).
+    """
+
+    def __init__(self, data: AuditedData, mode: str):
+        if mode not in ("mask", "multi"):
+            raise ValueError(f"mode must be mask or multi, got {mode!r}")
+        self.data, self.mode = data, mode
+
+    def describe(self) -> dict:
+        return {"loss": f"nce_{self.mode}_known_relevant"}
+
+    def __call__(self, scores, positives, group_size, *, in_batch):
+        if not in_batch:
+            raise ValueError("mask/multi need in-batch negatives")
+        m = relevant_mask(self.data, tuple(scores.shape)).to(scores.device)
+        if self.mode == "mask":
+            return contrastive_loss(scores.masked_fill(m, MASK), positives, group_size, in_batch=True)
         pos = m.clone()
         pos[torch.arange(len(positives)), positives] = True
         logp = torch.log_softmax(scores.float(), dim=1)
         nce = -torch.logsumexp(logp.masked_fill(~pos, MASK), dim=1).mean()
         return nce, {"nce": nce.detach(), "ccr_term": (-logp.mean(dim=1).mean()).detach()}
-    return loss
 
 
 def freeze(retriever: Retriever, how: str) -> None:

@@ -116,3 +116,20 @@ def test_bad_arguments():
         rcl_loss(torch.zeros(1, 2), torch.tensor([0]), scale="other")
     with pytest.raises(ValueError, match="exceeds"):
         candidate_scores(torch.zeros(2, 3), torch.tensor([0, 2]), 2, in_batch=False)
+
+
+def test_loss_objects_are_the_pure_functions_the_config_names():
+    from pipeline.training.losses import CCRLoss, NCELoss, loss_for
+
+    s, pos = _scores(), torch.tensor(POS)
+    assert loss_for(0.0) == NCELoss()
+    assert loss_for(0.5) == CCRLoss(beta=0.5)
+    # released_code divides even NCE by |P|: β 0 on that scale is not NCE.
+    assert loss_for(0.0, "released_code") == CCRLoss(beta=0.0, scale="released_code")
+    nce, _ = NCELoss()(s, pos, s.shape[1], in_batch=True)
+    assert nce.item() == rcl_loss(s, pos, beta=0.0)[0].item()
+    ccr, parts = CCRLoss(beta=0.5, scale="released_code", f_beta=0.1)(s, pos, s.shape[1], in_batch=True)
+    expected, _ = rcl_loss(s, pos, beta=0.5, scale="released_code", f_beta=0.1)
+    assert ccr.item() == expected.item() and set(parts) == {"nce", "ccr_term"}
+    with pytest.raises(ValueError, match="scale"):
+        CCRLoss(beta=0.5, scale="other")

@@ -100,3 +100,35 @@ def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path, tiny_retri
     lrs = [json.loads(line)["lr"] for line in (tmp_path / "s" / LOG_FILE).open()]
     # 2 warm-up steps of 5: lr = 1e-3 * (0, 1/2), then linear decay (1, 2/3, 1/3) * 1e-3.
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 2e-3 / 3, 1e-3 / 3])
+
+
+def test_the_loop_trains_with_the_loss_object_it_is_given(setup, tmp_path, tiny_retriever):
+    """A caller's loss replaces the config's (bench/ masks known false negatives this way): it is
+    called once per micro-batch, its value is what the log records, and it is part of the run's
+    record, so its checkpoint is never resumed under another loss."""
+    from pipeline.training.losses import CCRLoss
+
+    _, model_dir, data = setup
+
+    class Halved:
+        calls = 0
+
+        def __call__(self, scores, positives, group_size, *, in_batch):
+            Halved.calls += 1
+            loss, parts = CCRLoss(beta=0.25)(scores, positives, group_size, in_batch=in_batch)
+            return loss / 2, parts
+
+        def describe(self):
+            return {"loss": "halved_ccr"}
+
+    cfg = _config(max_steps=3, checkpoint_every=0, grad_accum=2)
+    summary = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "h", loss=Halved())
+    assert Halved.calls == 3 * 2
+    assert summary["loss"] == {"loss": "halved_ccr"}
+    logged = [json.loads(line) for line in (tmp_path / "h" / LOG_FILE).open()]
+    default = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "d")
+    assert default["loss"] == {"loss": "ccr", "beta": 0.25, "scale": "paper", "f_beta": 1.0}
+    reference = [json.loads(line) for line in (tmp_path / "d" / LOG_FILE).open()]
+    # Same data, seed and start: the first step's loss is exactly half of the config's CCR loss.
+    assert logged[0]["loss"] == pytest.approx(reference[0]["loss"] / 2, rel=1e-6)
+    assert json.loads((tmp_path / "h" / "fingerprint.json").read_text())["loss"] == {"loss": "halved_ccr"}

@@ -33,7 +33,7 @@ from pipeline.core.settings import PRECISIONS, Objective, TrainSettings, check_a
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
 from pipeline.core.storage import atomic_open, write_json
-from pipeline.training.losses import SCALES, contrastive_loss, positive_columns, similarity_scores
+from pipeline.training.losses import SCALES, ContrastiveLoss, loss_for, positive_columns, similarity_scores
 from pipeline.training.data import epoch_order, micro_batch_indices
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
 
@@ -166,8 +166,10 @@ def _progress(enabled: bool) -> Progress:
 
 def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir: str | Path,
           dist_info: DistInfo = DistInfo(), fingerprint: dict | None = None,
-          on_step_end: Callable[[int], None] | None = None) -> dict:
-    """Train ``retriever`` in place on ``data`` (a TrainData); return a summary.
+          on_step_end: Callable[[int], None] | None = None, loss: ContrastiveLoss | None = None) -> dict:
+    """Train ``retriever`` in place on ``data`` (a TrainData) with ``loss``; return a summary.
+
+    ``loss``: the objective (pipeline.training.losses); None = the one ``cfg``'s beta/scale/f_beta name.
 
     Writes ``checkpoint_dir/state.pt`` every ``checkpoint_every`` steps and the JSONL log
     ``checkpoint_dir/train_log.jsonl``; resumes from them when present and the fingerprint matches.
@@ -200,9 +202,10 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
     # What decides the result; checkpoint_every does not, and the world size only changes dropout
     # masks (and, under bf16, rounding), so a run may resume on another number of GPUs. The precision
     # actually used is part of it: a checkpoint made in bf16 is not resumed on a host computing fp32.
+    objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale, cfg.f_beta)
     settings = {k: v for k, v in asdict(cfg).items() if k != "checkpoint_every"}
-    fingerprint = {"config": settings, "compute_precision": precision_name(amp_dtype),
-                   **(fingerprint or {})}
+    fingerprint = {"config": settings, "loss": objective.describe(),
+                   "compute_precision": precision_name(amp_dtype), **(fingerprint or {})}
     _prepare_checkpoint_dir(checkpoint_dir, fingerprint, dist_info)
     modules = {"model": retriever, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
     resumed = load_checkpoint(checkpoint_dir, modules=modules)
@@ -218,13 +221,13 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
         # The HF pooler is never used (we pool hidden states ourselves): let DDP skip unused weights.
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                         else None, find_unused_parameters=True)
-    log.info("training %d steps (%d per epoch), %d queries/step, k=%d, in_batch=%s, beta=%g (%s), "
-             "%d rank(s), computing in %s", total, per_epoch, examples_per_step, k, cfg.in_batch, cfg.beta,
-             cfg.scale, world, precision_name(amp_dtype))
+    log.info("training %d steps (%d per epoch), %d queries/step, k=%d, in_batch=%s, loss %s, "
+             "%d rank(s), computing in %s", total, per_epoch, examples_per_step, k, cfg.in_batch,
+             objective.describe(), world, precision_name(amp_dtype))
 
     order_cache: dict[int, np.ndarray] = {}
     summary = {"steps": total, "start_step": start, "per_epoch": per_epoch,
-               "compute_precision": precision_name(amp_dtype)}
+               "loss": objective.describe(), "compute_precision": precision_name(amp_dtype)}
     with _progress(dist_info.is_main) as progress, \
             (open(log_path, "a", encoding="utf-8") if dist_info.is_main else _Null()) as log_file:
         task = progress.add_task("train", total=total, completed=start, loss=0.0,
@@ -245,11 +248,11 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
                 sync = micro == cfg.grad_accum - 1 or not dist_info.enabled
                 ctx = model.no_sync() if not sync else _Null()
                 with ctx:
-                    loss, parts = _micro_step(model, retriever, batch, cfg, device, similarity,
-                                              temperature, rank, amp_dtype, caches)
-                    scaled = loss / cfg.grad_accum
+                    value, parts = _micro_step(model, retriever, batch, cfg, objective, device,
+                                               similarity, temperature, rank, amp_dtype, caches)
+                    scaled = value / cfg.grad_accum
                     (scaler.scale(scaled) if scaler else scaled).backward()
-                totals += torch.stack([loss.detach(), parts["nce"], parts["ccr_term"]])
+                totals += torch.stack([value.detach(), parts["nce"], parts["ccr_term"]])
             # Reduced before the update: every rank then sees the same loss, so a divergence stops
             # all ranks at the same step (none is left waiting in a collective).
             totals = all_reduce_mean(totals / cfg.grad_accum).tolist()
@@ -336,8 +339,8 @@ def _advice(cfg: TrainConfig, fp16: bool) -> str:
     return "To fix it: " + "; ".join(tips) + "."
 
 
-def _micro_step(model, retriever, batch, cfg: TrainConfig, device, similarity, temperature, rank,
-                amp_dtype, caches: StateCaches | None = None):
+def _micro_step(model, retriever, batch, cfg: TrainConfig, objective: ContrastiveLoss, device,
+                similarity, temperature, rank, amp_dtype, caches: StateCaches | None = None):
     if caches is not None:
         queries, passages = caches.inputs(batch, device)
     else:
@@ -355,8 +358,7 @@ def _micro_step(model, retriever, batch, cfg: TrainConfig, device, similarity, t
         first = 0  # only the query's own group is in P: no communication needed
     scores = similarity_scores(q_emb, p_emb, similarity, temperature)
     positives = positive_columns(n_local, batch.group_size, first, device=scores.device)
-    return contrastive_loss(scores, positives, batch.group_size, in_batch=cfg.in_batch,
-                            beta=cfg.beta, scale=cfg.scale, f_beta=cfg.f_beta)
+    return objective(scores, positives, batch.group_size, in_batch=cfg.in_batch)
 
 
 class _Null:

@@ -18,8 +18,15 @@ every other passage of the (global) batch when in-batch negatives are on. With s
 shape Q×|P| and divides by Q·|P|:  l = l(p+)/|P| - f_beta·β·ccr_term, i.e. relative to the paper the
 effective β is |P|·f_beta and the whole loss is divided by |P| (|P| = k+1 without in-batch negatives).
 All functions average over queries; β=0 with scale "paper" is exactly NCE.
+
+The training loop takes a loss *object* (``ContrastiveLoss``): ``NCELoss`` or ``CCRLoss`` built from
+the config by ``loss_for``, or any callable of the same signature that a caller brings (bench/ masks
+known false negatives that way), so the loop never decides which loss it runs.
 """
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -98,3 +105,60 @@ def contrastive_loss(scores: torch.Tensor, positives: torch.Tensor, group_size: 
     """
     cand, pos = candidate_scores(scores, positives, group_size, in_batch)
     return rcl_loss(cand, pos, beta=beta, scale=scale, f_beta=f_beta)
+
+
+# ---- losses as objects: what the training loop is given ------------------------------------------
+
+
+class ContrastiveLoss(Protocol):
+    """A loss over a query × passage score matrix, called once per micro-batch by the loop.
+
+    ``scores`` [Q, N], ``positives`` [Q] (global columns), ``group_size`` k+1; returns the loss and
+    its detached parts {"nce", "ccr_term"} for the training log. ``describe()`` is what the run
+    records of it (fingerprint and train_info.json).
+    """
+
+    def __call__(self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *,
+                 in_batch: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class NCELoss:
+    """l(p+): InfoNCE over P (DPR's loss)."""
+
+    def __call__(self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *,
+                 in_batch: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return contrastive_loss(scores, positives, group_size, in_batch=in_batch)
+
+    def describe(self) -> dict[str, Any]:
+        return {"loss": "nce"}
+
+
+@dataclass(frozen=True)
+class CCRLoss:
+    """l(p+) − β·mean_{p∈P} l(p) (``scale`` paper), or the authors' code's scaling (released_code)."""
+    beta: float
+    scale: str = "paper"
+    f_beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r}")
+
+    def __call__(self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *,
+                 in_batch: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return contrastive_loss(scores, positives, group_size, in_batch=in_batch, beta=self.beta,
+                                scale=self.scale, f_beta=self.f_beta)
+
+    def describe(self) -> dict[str, Any]:
+        return {"loss": "ccr", **asdict(self)}
+
+
+def loss_for(beta: float = 0.0, scale: str = "paper", f_beta: float = 1.0) -> NCELoss | CCRLoss:
+    """The loss a dpr/ccr section's objective settings name: NCE exactly when β is 0 on the paper's
+    scale (released_code divides even NCE by |P|), else CCR."""
+    if beta == 0 and scale == "paper":
+        return NCELoss()
+    return CCRLoss(beta=beta, scale=scale, f_beta=f_beta)
