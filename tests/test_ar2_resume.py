@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.ar2.train import AR2Settings, RoundData, train_round
+from pipeline.ar2.train import RoundData, train_round
+from pipeline.core.settings import Ar2Settings
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.retrieval.ranker import Ranker, RankerSettings
 
@@ -42,7 +43,7 @@ def _data() -> RoundData:
 SETTINGS = dict(rounds=2, batch_size=2, negatives=3, ranker_steps=3, retriever_steps=4,
                 ranker_warmup_steps=1, ranker_warmup_lr=5e-4, retriever_lr=1e-3, ranker_lr=1e-3,
                 checkpoint_every=2,
-                adv_lambda=0.5, sampling="simans")
+                adv_lambda=0.5)
 
 
 def _models(tiny, start=None):
@@ -68,7 +69,7 @@ def _assert_same(a: dict, b: dict) -> None:
 
 
 def _run(tiny, round_dir, round_index, prev_ckpt=None, start=None, crash_at=None, **overrides):
-    settings = AR2Settings(**{**SETTINGS, **overrides})
+    settings = Ar2Settings(**{**SETTINGS, **overrides})
     retriever, ranker = _models(tiny, start)
 
     def hook(step):
@@ -76,7 +77,8 @@ def _run(tiny, round_dir, round_index, prev_ckpt=None, start=None, crash_at=None
             raise Crash(f"simulated crash after step {step}")
 
     summary = train_round(retriever, ranker, _data(), settings, round_index=round_index, seed=7,
-                          round_dir=round_dir, previous_ckpt=prev_ckpt, on_step_end=hook)
+                          round_dir=round_dir, previous_ckpt=prev_ckpt, sampling="simans",
+                          on_step_end=hook)
     return retriever, ranker, summary
 
 

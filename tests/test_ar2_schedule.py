@@ -8,7 +8,8 @@ import pytest
 
 from pipeline.ar2.sampling import (RANKER, RETRIEVER, phase_at, query_batch, round_phases,
                                    sample_negatives, sampling_weights, step_negatives)
-from pipeline.ar2.train import AR2Settings
+from pipeline.ar2.train import round_steps, total_steps
+from pipeline.core.settings import Ar2Settings
 
 
 def test_round_is_ranker_steps_then_retriever_steps():
@@ -20,22 +21,22 @@ def test_round_is_ranker_steps_then_retriever_steps():
 
 
 def test_warmup_ranker_steps_come_first_and_only_in_round_one():
-    settings = AR2Settings(rounds=3, ranker_steps=2, retriever_steps=4, ranker_warmup_steps=3)
-    assert settings.round_steps(1) == (3, 2, 4)
-    assert settings.round_steps(2) == (0, 2, 4)
-    warm, rank, ret = settings.round_steps(1)
+    settings = Ar2Settings(rounds=3, ranker_steps=2, retriever_steps=4, ranker_warmup_steps=3)
+    assert round_steps(settings, 1) == (3, 2, 4)
+    assert round_steps(settings, 2) == (0, 2, 4)
+    warm, rank, ret = round_steps(settings, 1)
     assert round_phases(rank, ret, warm) == [RANKER] * 5 + [RETRIEVER] * 4
     # Scheduler horizons cover every round (3*2 ranker, 3*4 retriever steps); the warm-up has its
     # own optimizer and schedule (AR2 warms its ranker in a separate run).
-    assert settings.total_steps() == (6, 12)
+    assert total_steps(settings) == (6, 12)
 
 
 def test_alternation_over_rounds_matches_the_ar2_blocks():
     # AR2: each block of 2000 steps = ~500 ranker then ~1500 retriever steps, then a refresh.
-    settings = AR2Settings(rounds=2, ranker_steps=500, retriever_steps=1500, ranker_warmup_steps=0)
+    settings = Ar2Settings(rounds=2, ranker_steps=500, retriever_steps=1500, ranker_warmup_steps=0)
     blocks = []
     for r in (1, 2):
-        warm, rank, ret = settings.round_steps(r)
+        warm, rank, ret = round_steps(settings, r)
         phases = round_phases(rank, ret, warm)
         blocks.append((phases.count(RANKER), phases.count(RETRIEVER), phases.index(RETRIEVER)))
     assert blocks == [(500, 1500, 500), (500, 1500, 500)]

@@ -94,7 +94,8 @@ def test_non_finite_gradient_stops_training_before_the_update(train_inputs, tmp_
 
 
 def test_ar2_round_stops_on_divergence(tmp_path):
-    from pipeline.ar2.train import AR2Settings, RoundData, train_round
+    from pipeline.ar2.train import RoundData, train_round
+    from pipeline.core.settings import Ar2Settings
     from pipeline.retrieval.ranker import Ranker, RankerSettings
 
     tiny = str(make_tiny_encoder(tmp_path / "tiny", seed=0))
@@ -106,7 +107,7 @@ def test_ar2_round_stops_on_divergence(tmp_path):
     data = RoundData(qids=qids, query_text={q: f"what is {q}" for q in qids},
                      positive={q: f"p{i}" for i, q in enumerate(qids)},
                      positive_logit={q: 0.5 for q in qids}, pools=pools, passages=passages)
-    settings = AR2Settings(rounds=1, batch_size=2, negatives=3, ranker_steps=0, retriever_steps=3,
+    settings = Ar2Settings(rounds=1, batch_size=2, negatives=3, ranker_steps=0, retriever_steps=3,
                            ranker_warmup_steps=0, retriever_lr=1e10, ranker_lr=1e-3,
                            checkpoint_every=0, adv_lambda=0.0, max_grad_norm=1.0)
     retriever = Retriever.from_pretrained(tiny, RetrieverSettings(base="tiny", query_max_len=16,

@@ -22,6 +22,8 @@ default), so all tensors are [queries, n].
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -101,3 +103,18 @@ def retriever_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, adv_lambda: f
     adv = adversarial_loss(g_logits, r_logits, positive)
     parts["adv"] = float(adv.detach())
     return adv_lambda * adv + (1.0 - adv_lambda) * distill, parts
+
+
+@dataclass(frozen=True)
+class RetrieverLoss:
+    """What AR2's retriever steps minimise, as an object ``train_round`` is given: λ·adv + (1−λ)·distill
+    (``retriever_loss``). Built from config ar2 by default; a caller may pass another of the same call."""
+    adv_lambda: float = 0.0
+    distill_temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.adv_lambda <= 1.0:
+            raise ValueError(f"adv_lambda must be in [0, 1], got {self.adv_lambda}")
+
+    def __call__(self, g_logits: torch.Tensor, r_logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        return retriever_loss(g_logits, r_logits, self.adv_lambda, self.distill_temperature)

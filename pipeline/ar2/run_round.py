@@ -34,7 +34,7 @@ import torch
 from pipeline.ar2.data import encode_corpus, mine_negatives, run_table, search, write_negatives
 from pipeline.ar2.round_data import (ROUND_FILE, load_round_data, method_of, previous_state,
                              variant_sampling, variant_sieves)
-from pipeline.ar2.train import CKPT_DIR, AR2Settings, compact_checkpoint, train_round
+from pipeline.ar2.train import CKPT_DIR, compact_checkpoint, train_round
 from pipeline.training.checkpoint import STATE_FILE
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
@@ -42,9 +42,10 @@ from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import Objective, TrainSettings, pick
+from pipeline.core.settings import Ar2Settings, Objective, TrainSettings, from_dict, pick
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.core.storage import DataError, read_table, write_json, write_table
+from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import Retriever
 from pipeline.retrieval.ranker import Ranker, RankerSettings
 from pipeline.training.data import load_queries_with_positives
@@ -94,17 +95,6 @@ class _Timer:
         return round(sum(self.data.values()), 3)
 
 
-_DEVICE = {"name": "auto"}
-
-
-def _device() -> torch.device:
-    """--device: cpu | cuda | auto (cuda when available). The rule passes the job's reservation."""
-    name = _DEVICE["name"]
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
-
-
 def _load_retriever(folder: str | Path, settings: dict, device: torch.device) -> Retriever:
     """A retriever with config ar2's overrides applied (similarity, τ, passage length).
 
@@ -146,28 +136,25 @@ def _dev_eval(retriever: Retriever, emb_dir: str | Path, args: argparse.Namespac
     return out
 
 
-def _round_zero(args: argparse.Namespace, round_dir: Path, timer: _Timer, settings: dict) -> dict:
+def _round_zero(args: argparse.Namespace, round_dir: Path, timer: _Timer, settings: dict,
+                device: torch.device) -> dict:
     if not args.start_retriever or not args.start_embeddings:
         raise ConfigError("round 0 needs --start-retriever and --start-embeddings")
     start = {"retriever": args.start_retriever, "embeddings": args.start_embeddings}
     write_json(round_dir / "start.json", start)
     if not (round_dir / "metrics.json").exists():
         tick = time.perf_counter()
-        retriever = _load_retriever(args.start_retriever, settings, _device())
+        retriever = _load_retriever(args.start_retriever, settings, device)
         _dev_eval(retriever, args.start_embeddings, args, round_dir, settings)
         timer.add("dev_eval", time.perf_counter() - tick)
     return {"start": start}
 
 
 def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, settings: dict,
-                 seed: int) -> dict:
-    simans = settings["simans"]
-    train_cfg = AR2Settings.from_dict({**settings, "sampling": variant_sampling(args.variant),
-                                       "simans_a": simans["a"], "simans_b": simans["b"],
-                                       "simans_form": simans.get("form", "square")})
+                 seed: int, device: torch.device) -> dict:
+    train_cfg = from_dict(Ar2Settings, settings)  # unknown keys are an error, not dropped
     prev = previous_state(Path(args.prev_dir))
     info: dict = {"previous": {k: str(v) if v else None for k, v in prev.items()}}
-    device = _device()
     retriever = _load_retriever(prev["retriever"], settings, device)
     queries, positives, dropped = load_queries_with_positives(args.train_queries, args.train_qrels,
                                                               drop_without_positive=True)
@@ -198,7 +185,7 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
     if sieve_path is not None and not sieve_path.exists():
         tick = time.perf_counter()
         from pipeline.ar2.sieving import sieve_round
-        model_dir, model_emb = _sieve_model(args, round_dir, settings, prev)
+        model_dir, model_emb = _sieve_model(args, round_dir, settings, prev, device)
         stats = sieve_round(negatives, sieve_path, queries=args.train_queries, qrels=args.train_qrels,
                             corpus=args.corpus, sieve_cfg=json.loads(args.sieve_config), seed=seed,
                             model_dir=model_dir, model_embeddings=model_emb,
@@ -227,7 +214,8 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
         ranker.to(device)
         data = load_round_data(negatives, sieve_path, queries, args.corpus, retriever.settings)
         summary = train_round(retriever, ranker, data, train_cfg, round_index=args.round, seed=seed,
-                              round_dir=round_dir, previous_ckpt=prev["checkpoint"])
+                              round_dir=round_dir, previous_ckpt=prev["checkpoint"],
+                              sampling=variant_sampling(args.variant))
         info["train"] = {**summary, "queries": len(data.qids)}
         write_json(round_dir / "train.summary.json", info["train"])
         ranker.save(round_dir / "ranker")
@@ -250,7 +238,8 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
     return info
 
 
-def _sieve_model(args, round_dir: Path, settings: dict, prev: dict) -> tuple[str, str | None]:
+def _sieve_model(args, round_dir: Path, settings: dict, prev: dict,
+                 device: torch.device) -> tuple[str, str | None]:
     """(sieve model folder, its corpus embeddings or None) for ``ar2.sieve_init``."""
     if settings["sieve_init"] == "initial":
         if not args.sieve_model or not args.sieve_embeddings:
@@ -272,7 +261,7 @@ def _sieve_model(args, round_dir: Path, settings: dict, prev: dict) -> tuple[str
                         TrainInputs(args.train_queries, args.train_qrels,
                                     str(round_dir / "negatives.parquet"), args.corpus),
                         out, cfg, overrides={"similarity": "cosine", "temperature": ccr["temperature"]},
-                        dist_info=DistInfo(device=_device()))
+                        dist_info=DistInfo(device=device))
     return str(out), None
 
 
@@ -315,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start_stage(args.log, args.threads)
-    _DEVICE["name"] = args.device
+    device = resolve_device(args.device)
     settings = json.loads(args.settings)
     seed = args.seed
     round_dir = Path(args.round_dir)
@@ -328,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                      if k not in ("checkpoint_every", "select_metric", "keep_checkpoints", "threads",
                                   "mem_mb", "gpus")},
         # bf16 results depend on the batch shapes too, so encode_batch_size stays in
-        "compute_precision": precision_name(autocast_dtype(_device(), settings["precision"])),
+        "compute_precision": precision_name(autocast_dtype(device, settings["precision"])),
         "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,
         # the dev evaluation and the round's CCR model (sieve_init current) are part of its result
         "eval": {"match": args.match, "ks": args.ks, "depth": args.depth,
@@ -346,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     _prepare_round_dir(round_dir, fingerprint)
     timer = _Timer(round_dir)
     if args.round == 0:
-        info = _round_zero(args, round_dir, timer, settings)
+        info = _round_zero(args, round_dir, timer, settings, device)
     else:
-        info = _train_round(args, round_dir, timer, settings, seed)
+        info = _train_round(args, round_dir, timer, settings, seed, device)
     metrics = json.loads((round_dir / "metrics.json").read_text())
     summary = {"round": args.round, "variant": args.variant, "method": method_of(args.variant),
                "dataset": args.dataset, "recipe": args.recipe, "seed": seed, "dev": metrics.get("metrics", {}),

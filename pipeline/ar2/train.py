@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -25,12 +25,11 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import get_linear_schedule_with_warmup
 
-from pipeline.ar2.losses import candidate_logits, positive_top1, retriever_loss
+from pipeline.ar2.losses import RetrieverLoss, candidate_logits, positive_top1
 from pipeline.ar2.sampling import (RANKER, RETRIEVER, SAMPLING_METHODS, SIMANS_FORMS, phase_at, query_batch,
                            step_negatives)
 from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint, save_checkpoint
 from pipeline.training.loop import adamw, check_finite_step, grad_total_norm, truncate_log
-from pipeline.core.config import ConfigError
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.settings import PRECISIONS, Ar2Settings, check_at_least_one, check_choice
 from pipeline.core.storage import atomic_path
@@ -43,54 +42,23 @@ LOG_FILE = "train_log.jsonl"
 RANKER_WARMUP = "ranker_warmup"
 
 
-_AR2 = Ar2Settings()  # the config contract: this runtime view keeps no defaults of its own
+def total_steps(settings: Ar2Settings) -> tuple[int, int]:
+    """(ranker, retriever) optimizer steps over all rounds: the schedulers' horizons."""
+    return settings.rounds * settings.ranker_steps, settings.rounds * settings.retriever_steps
 
 
-@dataclass
-class AR2Settings:
-    """The training part of config ``ar2``, flattened (simans.*), plus the variant's sampling."""
-    rounds: int = _AR2.rounds
-    batch_size: int = _AR2.batch_size
-    negatives: int = _AR2.negatives
-    ranker_steps: int = _AR2.ranker_steps
-    retriever_steps: int = _AR2.retriever_steps
-    ranker_warmup_steps: int = _AR2.ranker_warmup_steps
-    ranker_warmup_lr: float | None = _AR2.ranker_warmup_lr
-    retriever_lr: float = _AR2.retriever_lr
-    ranker_lr: float = _AR2.ranker_lr
-    weight_decay: float = _AR2.weight_decay
-    warmup_ratio: float = _AR2.warmup_ratio
-    max_grad_norm: float = _AR2.max_grad_norm
-    adv_lambda: float = _AR2.adv_lambda
-    distill_temperature: float = _AR2.distill_temperature
-    sampling: str = "uniform"
-    simans_a: float = _AR2.simans.a
-    simans_b: float = _AR2.simans.b
-    simans_form: str = _AR2.simans.form
-    checkpoint_every: int = _AR2.checkpoint_every
-    precision: str = _AR2.precision
+def round_steps(settings: Ar2Settings, round_index: int) -> tuple[int, int, int]:
+    """(warm-up ranker steps, ranker steps, retriever steps) of round ``round_index`` (1-based)."""
+    return (settings.ranker_warmup_steps if round_index == 1 else 0, settings.ranker_steps,
+            settings.retriever_steps)
 
-    def __post_init__(self) -> None:
-        check_choice("ar2 sampling", self.sampling, SAMPLING_METHODS)
-        if not 0.0 <= self.adv_lambda <= 1.0:
-            raise ConfigError(f"ar2 adv_lambda must be in [0, 1], got {self.adv_lambda}")
-        check_choice("ar2 simans form", self.simans_form, SIMANS_FORMS)
-        check_choice("ar2 precision", self.precision, PRECISIONS)
-        check_at_least_one(self, ("rounds", "batch_size", "negatives"), prefix="ar2 ")
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "AR2Settings":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def total_steps(self) -> tuple[int, int]:
-        """(ranker, retriever) optimizer steps over all rounds: the schedulers' horizons."""
-        return self.rounds * self.ranker_steps, self.rounds * self.retriever_steps
-
-    def round_steps(self, round_index: int) -> tuple[int, int, int]:
-        """(warm-up ranker steps, ranker steps, retriever steps) of round ``round_index`` (1-based)."""
-        return (self.ranker_warmup_steps if round_index == 1 else 0, self.ranker_steps,
-                self.retriever_steps)
+def check_round_settings(settings: Ar2Settings, sampling: str) -> None:
+    """What the config schema checks, for callers that build the settings in code."""
+    check_choice("ar2 sampling", sampling, SAMPLING_METHODS)
+    check_choice("ar2 simans form", settings.simans.form, SIMANS_FORMS)
+    check_choice("ar2 precision", settings.precision, PRECISIONS)
+    check_at_least_one(settings, ("rounds", "batch_size", "negatives"), prefix="ar2 ")
 
 
 @dataclass
@@ -108,16 +76,16 @@ def step_seed(seed: int, round_index: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, round_index, step]).generate_state(1)[0])
 
 
-def build_batch(data: RoundData, settings: AR2Settings, seed: int, round_index: int, step: int
-                ) -> tuple[list[str], list[str], list[str], list[str]]:
+def build_batch(data: RoundData, settings: Ar2Settings, sampling: str, seed: int, round_index: int,
+                step: int) -> tuple[list[str], list[str], list[str], list[str]]:
     """(qids, query text per candidate row, titles, texts) of a step: B queries x (1 + k) rows."""
     qids = query_batch(data.qids, settings.batch_size, seed, round_index, step)
     queries, titles, texts = [], [], []
     for qid in qids:
         pool, logits = data.pools[qid]
         negs = step_negatives(qid, pool, logits, data.positive_logit[qid], settings.negatives,
-                              settings.sampling, settings.simans_a, settings.simans_b, seed,
-                              round_index, step, form=settings.simans_form)
+                              sampling, settings.simans.a, settings.simans.b, seed,
+                              round_index, step, form=settings.simans.form)
         for pid in [data.positive[qid], *negs.tolist()]:
             title, text = data.passages[pid]
             queries.append(data.query_text[qid])
@@ -126,19 +94,25 @@ def build_batch(data: RoundData, settings: AR2Settings, seed: int, round_index: 
     return qids, queries, titles, texts
 
 
-def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, round_index: int,
+def train_round(retriever, ranker, data: RoundData, settings: Ar2Settings, *, round_index: int,
                 seed: int, round_dir: str | Path, previous_ckpt: str | Path | None,
-                on_step_end: Callable[[int], None] | None = None) -> dict:
+                sampling: str = "uniform", on_step_end: Callable[[int], None] | None = None,
+                retriever_objective: RetrieverLoss | None = None) -> dict:
     """Train ``retriever`` and ``ranker`` in place for one round; return a summary.
 
-    ``previous_ckpt``: the previous round's checkpoint folder (optimizer + scheduler state to carry
-    over), or None for the first round. The round's own checkpoint is ``round_dir/train.ckpt``.
+    ``settings``: config ar2 (its contract); ``sampling``: the variant's negative sampling (uniform or
+    simans). ``previous_ckpt``: the previous round's checkpoint folder (optimizer + scheduler state to
+    carry over), or None for the first round. The round's own checkpoint is ``round_dir/train.ckpt``.
+    ``retriever_objective``: what the retriever steps minimise; None = config ar2's λ and distillation
+    temperature (``RetrieverLoss``).
     """
+    check_round_settings(settings, sampling)
+    objective = retriever_objective or RetrieverLoss(settings.adv_lambda, settings.distill_temperature)
     round_dir = Path(round_dir)
     round_dir.mkdir(parents=True, exist_ok=True)
     ckpt = round_dir / CKPT_DIR
     device = retriever.device
-    n_warm, n_rank, n_ret = settings.round_steps(round_index)
+    n_warm, n_rank, n_ret = round_steps(settings, round_index)
     total = n_warm + n_rank + n_ret
     similarity = retriever.settings.similarity
     temperature = retriever.settings.temperature
@@ -146,7 +120,7 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
 
     opt_g = adamw(retriever, settings.retriever_lr, settings.weight_decay)
     opt_d = adamw(ranker, settings.ranker_lr, settings.weight_decay)
-    tot_d, tot_g = settings.total_steps()
+    tot_d, tot_g = total_steps(settings)
     sched_g = get_linear_schedule_with_warmup(opt_g, int(settings.warmup_ratio * tot_g), max(tot_g, 1))
     sched_d = get_linear_schedule_with_warmup(opt_d, int(settings.warmup_ratio * tot_d), max(tot_d, 1))
     modules = {"retriever": retriever, "ranker": ranker, "opt_retriever": opt_g,
@@ -171,7 +145,7 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
     amp_dtype = autocast_dtype(device, settings.precision)
     log.info("round %d: %d ranker steps (+%d warm-up) then %d retriever steps, %d queries x %d "
              "candidates, lambda=%g, sampling=%s, computing in %s", round_index, n_rank, n_warm, n_ret,
-             settings.batch_size, k1, settings.adv_lambda, settings.sampling, precision_name(amp_dtype))
+             settings.batch_size, k1, settings.adv_lambda, sampling, precision_name(amp_dtype))
 
     summary: dict = {"round": round_index, "steps": total, "ranker_steps": n_warm + n_rank,
                      "retriever_steps": n_ret, "start_step": start,
@@ -186,14 +160,14 @@ def train_round(retriever, ranker, data: RoundData, settings: AR2Settings, *, ro
             if phase == RANKER and step < n_warm:
                 phase = RANKER_WARMUP
             torch.manual_seed(step_seed(seed, round_index, step))
-            qids, q_texts, titles, texts = build_batch(data, settings, seed, round_index, step)
+            qids, q_texts, titles, texts = build_batch(data, settings, sampling, seed, round_index, step)
             if phase != RETRIEVER:
                 loss, parts = _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device, amp_dtype)
                 params = ranker.parameters()
                 opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
             else:
                 loss, parts = _retriever_step(retriever, ranker, qids, data, q_texts, titles, texts, k1,
-                                              settings, similarity, temperature, device, amp_dtype)
+                                              objective, similarity, temperature, device, amp_dtype)
                 params, opt, sched = retriever.parameters(), opt_g, sched_g
             loss.backward()
             done = step + 1
@@ -238,7 +212,7 @@ def top1_by_phase(log_path: Path, round_index: int) -> dict[str, dict[str, float
             for phase, keys in sums.items()}
 
 
-def _advice(settings: AR2Settings, phase: str) -> str:
+def _advice(settings: Ar2Settings, phase: str) -> str:
     """What to change for the optimizer of ``phase``, in config terms (section ar2)."""
     key, lr = {RETRIEVER: ("retriever_lr", settings.retriever_lr),
                RANKER: ("ranker_lr", settings.ranker_lr),
@@ -264,7 +238,7 @@ def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device, amp_dtyp
 
 
 def _retriever_step(retriever, ranker, qids, data: RoundData, q_texts, titles, texts, k1,
-                    settings: AR2Settings, similarity, temperature, device, amp_dtype):
+                    objective: RetrieverLoss, similarity, temperature, device, amp_dtype):
     retriever.train()
     ranker.eval()  # D is fixed during G's steps: no dropout, no gradient
     with torch.no_grad(), autocast(device, amp_dtype):
@@ -277,7 +251,7 @@ def _retriever_step(retriever, ranker, qids, data: RoundData, q_texts, titles, t
         q_emb = retriever.embed_queries(q_tok)
         p_emb = retriever.embed_passages(p_tok).view(len(qids), k1, -1)
     g_logits = candidate_logits(q_emb, p_emb, similarity, temperature)
-    loss, parts = retriever_loss(g_logits, r_logits, settings.adv_lambda, settings.distill_temperature)
+    loss, parts = objective(g_logits, r_logits)
     return loss, {**parts, "ranker_top1": positive_top1(r_logits),
                   "retriever_top1": positive_top1(g_logits.detach())}
 
