@@ -23,7 +23,8 @@ from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.schemas import SHIPPED_NEGATIVES_SCHEMA as NEGATIVES_SCHEMA
 from pipeline.core.storage import SPLITS
 from pipeline.data.splits import SplitSpec
-from pipeline.synthkb.articles import ArticleWriter, Knobs, pack
+from pipeline.synthkb.articles import ArticleWriter, pack
+from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.names import (CITY_FORMS, FIRST_NAMES, ROOT_USES, AffinePermutation,
                                     NameSpace)
 from pipeline.synthkb.questions import QuestionKnobs, make_questions

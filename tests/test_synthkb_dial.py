@@ -17,7 +17,7 @@ from pipeline.core.storage import SPLITS
 from pipeline.data.answers import string_has_answer
 from pipeline.data.splits import SplitSpec
 from pipeline.synthkb import generate as synthkb
-from pipeline.synthkb.articles import Knobs
+from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.dial import ACCEPT, knobs_at
 from pipeline.synthkb.measure import ProbeQuestion, fn_shares
 from pipeline.synthkb.questions import QuestionKnobs

@@ -11,7 +11,7 @@ from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, load_schema, validate_config
 from pipeline.data.answers import string_has_answer
 from pipeline.synthkb import generate as synthkb
-from pipeline.synthkb.articles import Knobs
+from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.dial import Dial, knobs_at, make_dial
 from pipeline.synthkb.names import ORG_KINDS
 from pipeline.synthkb.paraphrase import (GENRES, INDUSTRIES, OCCUPATIONS, ORG_ABBREVIATIONS,

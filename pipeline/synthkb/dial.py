@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pipeline.core.config import ConfigError
-from pipeline.synthkb.articles import Knobs
+from pipeline.synthkb.draft import Knobs
 
 RESTATE_FIELDS = ("lead_restate", "list_mention", "list_appositive", "bio_in_work", "restate",
                   "cross_bio")

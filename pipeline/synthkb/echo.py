@@ -10,14 +10,10 @@ and passage j of an entity is the same whatever m, so a larger m adds passages a
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pipeline.synthkb import filler as fl
 from pipeline.synthkb import lexicon as lx
+from pipeline.synthkb.draft import Draft, Sentence
 from pipeline.synthkb.world import Rand
-
-if TYPE_CHECKING:  # articles imports this module
-    from pipeline.synthkb.articles import Sentence, _Article
 
 ECHO_COVER = 0.8        # each fact of the entity is restated in an echo passage with this probability
 ECHO_FILLER = 2         # filler sentences after the first facts of an echo passage
@@ -56,10 +52,10 @@ def echo_count(rate: float, seed: int, gid: int) -> int:
     return whole + (Rand(seed, "echo", gid).random() < rate - whole)
 
 
-def _values(art: _Article, rel: str) -> dict[str, str]:
-    w, a, blk = art.w, art.e.attrs, art.w.b.entities
+def _values(art: Draft, rel: str) -> dict[str, str]:
+    a, blk = art.e.attrs, art.b.entities
     if rel in ("born_in", "died_in", "headquartered_in"):
-        return {"city": w.city_ref(a[rel], art.rng)}
+        return {"city": art.city_ref(a[rel])}
     if rel in ("birth_year", "death_year", "city_year"):
         return {"year": a[rel]}
     if rel in ("created_by", "work_year"):
@@ -73,12 +69,12 @@ def _values(art: _Article, rel: str) -> dict[str, str]:
     return {{"occupation": "occ", "founded_year": "fyear"}.get(rel, rel): a[rel]}
 
 
-def echo_passages(art: _Article, rate: float) -> list[list[Sentence]]:
+def echo_passages(art: Draft, rate: float) -> list[list[Sentence]]:
     """The sentences of each echo passage of ``art``'s entity, after its article was written."""
     e, rng = art.e, art.rng
     descriptions, events = FILLER[e.type]
     groups = []
-    for _ in range(echo_count(rate, art.w.seed, e.gid)):
+    for _ in range(echo_count(rate, art.seed, e.gid)):
         start = len(art.sentences)
         rels = [rel for rel in rng.shuffle(list(e.attrs)) if rng.chance(ECHO_COVER)]
         for i, rel in enumerate(rels or [rng.pick(list(e.attrs))]):

@@ -37,8 +37,9 @@ from pipeline.core.config import ConfigError
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SHIPPED_NEGATIVES_SCHEMA
 from pipeline.core.storage import SPLITS, ParquetStreamWriter, write_json, write_table
 from pipeline.data.splits import SplitSpec, assign_splits, parse_split_spec
-from pipeline.synthkb.articles import ArticleWriter, Knobs
+from pipeline.synthkb.articles import ArticleWriter
 from pipeline.synthkb.dial import ACCEPT, PROBE_ENTITIES, Dial, Search, knobs_at, make_dial
+from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.measure import ProbeQuestion, fn_shares
 from pipeline.synthkb.paraphrase import Paraphraser
 from pipeline.synthkb.questions import (POSITIVE_RULES, Question, QuestionKnobs, make_questions,

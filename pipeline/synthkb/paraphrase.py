@@ -20,12 +20,8 @@ paraphrases a superset of statements and p = 0 draws nothing (the default datase
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from pipeline.synthkb.world import Block, Entity, Fact, Rand
-
-if TYPE_CHECKING:  # articles imports this module
-    from pipeline.synthkb.articles import _Article
 
 OCCUPATIONS = {
     "novelist": "writer of novels", "poet": "versifier", "playwright": "dramatist",
@@ -100,17 +96,15 @@ class Paraphraser:
     def __init__(self, block: Block, seed: int, rate: float, bynames: Callable[[int], str]):
         self.b, self.seed, self.rate, self.bynames = block, seed, rate, bynames
 
-    def start(self, art: _Article) -> ArticleParaphrase:
-        return ArticleParaphrase(self, art)
+    def start(self, e: Entity, short: str) -> ArticleParaphrase:
+        """The decisions of the article of ``e``, whose short reference is ``short``."""
+        return ArticleParaphrase(self, e, short)
 
-    def object_form(self, fact: Fact, art: _Article, own_short: bool = True) -> str:
-        """The answer of ``fact`` without its string, as ``art`` writes it: the article's own entity
-        by its short reference ("the port", "Keltic") where a sentence names it (``own_short``)."""
+    def object_form(self, fact: Fact) -> str:
+        """The answer of ``fact`` without its string."""
         if fact.obj is None:
             rel = fact.rel
             return year_words(fact.value) if rel.endswith("year") else LITERALS[rel][fact.value]
-        if fact.obj == art.e.idx and own_short:
-            return art.short
         ent = self.b.entities[fact.obj]
         if ent.type == "city":
             return self.bynames(ent.gid)
@@ -128,17 +122,18 @@ class Paraphraser:
 
 
 class ArticleParaphrase:
-    """One article's decisions: its own stream, and the own facts it has stated once already."""
+    """One article's decisions: its own stream, and the own facts it has stated once already. ``e``
+    is the article's entity, ``short`` its short reference ("the port", "Keltic")."""
 
-    def __init__(self, para: Paraphraser, art: _Article):
-        self.p, self.art = para, art
-        self.rng = Rand(para.seed, "paraphrase", art.e.gid)
+    def __init__(self, para: Paraphraser, e: Entity, short: str):
+        self.p, self.e, self.short = para, e, short
+        self.rng = Rand(para.seed, "paraphrase", e.gid)
         self.stated: set[int] = set()
 
     def chosen(self, fid: int) -> bool:
         """Whether this statement of ``fid`` is paraphrased; the first one in its subject's
         article never is, so the named-article positive keeps the answer string."""
-        if self.p.b.facts[fid].subj == self.art.e.idx and fid not in self.stated:
+        if self.p.b.facts[fid].subj == self.e.idx and fid not in self.stated:
             self.stated.add(fid)
             return False
         return self.rng.random() < self.p.rate
@@ -150,7 +145,9 @@ class ArticleParaphrase:
             if not self.chosen(fid):
                 continue
             fact = self.p.b.facts[fid]
-            strings, form = self.p.answer_strings(fact), self.p.object_form(fact, self.art)
+            strings = self.p.answer_strings(fact)
+            # the article's own entity, where a sentence names it, by its short reference
+            form = self.short if fact.obj == self.e.idx else self.p.object_form(fact)
             for name, value in values.items():
                 if value in strings:  # "the {org}" in a template, or an org's "the Vesk Company"
                     keep_the = value.startswith("the ") and not form.startswith("the ")
@@ -161,17 +158,15 @@ class ArticleParaphrase:
         """``canonical`` (the answer of ``fid`` in an appositive), or its other form if chosen."""
         if not self.chosen(fid):
             return canonical
-        return self.p.object_form(self.p.b.facts[fid], self.art, own_short=False)
+        return self.p.object_form(self.p.b.facts[fid])
 
     def own_name(self) -> str | None:
         """A listing's object (the article's entity) by its short reference, or None: one draw
         per sentence, which names the object once for all its subjects."""
         if self.rng.random() >= self.p.rate:
             return None
-        e = self.art.e
-        return e.kind.lower() if e.type == "org" else self.art.short
+        return self.e.kind.lower() if self.e.type == "org" else self.short
 
     def byname_sentence(self) -> str:
-        e = self.art.e
         template = self.rng.pick(BYNAME_SENTENCES)
-        return template.format(N=e.name, byname=self.p.bynames(e.gid))
+        return template.format(N=self.e.name, byname=self.p.bynames(self.e.gid))
