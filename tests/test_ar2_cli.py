@@ -52,7 +52,7 @@ def data(tmp_path_factory) -> Path:
 
 
 def _settings(d: Path, **over) -> dict:
-    s = {"rounds": 1, "seed": None, "top_k": 10, "exclude_answer_match": False, "negatives": 3,
+    s = {"rounds": 1, "top_k": 10, "exclude_answer_match": False, "negatives": 3,
          "batch_size": 2, "ranker_warmup_steps": 1, "ranker_warmup_lr": None, "ranker_steps": 2,
          "retriever_steps": 3, "retriever_lr": 1e-4, "ranker_lr": 1e-4, "weight_decay": 0.0,
          "warmup_ratio": 0.1, "max_grad_norm": 2.0, "adv_lambda": 0.5, "distill_temperature": 1.0,

@@ -178,4 +178,4 @@ def test_malformed_sha256_in_the_config_is_reported_as_a_bad_value(dataset, key,
     (source if dataset == "squad" else source["corpus"])["sha256"] = value
     with pytest.raises(ConfigError) as exc:
         validate_config(config)
-    assert f"config key '{key}': '{value}' does not match" in str(exc.value)
+    assert f"config key '{key}': String should match pattern '^[0-9a-f]{{64}}$', got '{value}'" in str(exc.value)

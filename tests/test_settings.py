@@ -1,42 +1,36 @@
-"""One contract per config section: the dataclasses, the schema's defaults and the CLI flags agree."""
+"""One contract per config section (pipeline.core.settings): the schema, config.yaml, the defaults and
+the CLI flags all come from it."""
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
-from dataclasses import fields, is_dataclass
-from typing import get_type_hints
 
+import jsonschema
 import pytest
 import yaml
 
-from pipeline.core.config import DEFAULT_CONFIG, ConfigError, load_schema, validate_config
-from pipeline.core.settings import (SECTIONS, TOP_LEVEL_DEFAULTS, CcrSettings, DprSettings, Objective, TrainSettings,
-                                    add_flags, apply_defaults, defaults, from_dict, section, to_flags)
+from pipeline.core.config import DEFAULT_CONFIG, REPO_ROOT, ConfigError, load_config, validate_config
+from pipeline.core.settings import (SECTIONS, TOP_LEVEL_DEFAULTS, CcrSettings, Contract, DprSettings, Objective,
+                                    TrainSettings, add_flags, apply_defaults, config_schema, defaults, from_dict,
+                                    section, to_flags)
 from pipeline.training.loop import TrainConfig
 
-
-def _walk(cls: type, props: dict, where: str):
-    """Yield (key path, dataclass default, schema property) for every leaf setting of ``cls``."""
-    hints = get_type_hints(cls)
-    names = {f.name for f in fields(cls)}
-    assert names == set(props), (f"{where}: dataclass fields and schema properties differ: "
-                                 f"only in dataclass {sorted(names - set(props))}, "
-                                 f"only in schema {sorted(set(props) - names)}")
-    values = defaults(cls)
-    for f in fields(cls):
-        if is_dataclass(hints[f.name]):
-            yield from _walk(hints[f.name], props[f.name]["properties"], f"{where}.{f.name}")
-        else:
-            yield f"{where}.{f.name}", values[f.name], props[f.name]
+SCHEMA_FILE = REPO_ROOT / "workflow" / "schemas" / "config.schema.json"
 
 
-@pytest.mark.parametrize("name", sorted(SECTIONS))
-def test_schema_declares_the_dataclass_fields_with_the_same_defaults(name):
-    props = load_schema()["properties"][name]["properties"]
-    for key, default, prop in _walk(SECTIONS[name], props, name):
-        assert "default" in prop, f"schema property {key} has no default (dataclass: {default!r})"
-        assert prop["default"] == default and type(prop["default"]) is type(default), \
-            f"{key}: schema default {prop['default']!r} != dataclass default {default!r}"
+def test_the_committed_schema_is_generated_from_the_contract():
+    assert json.loads(SCHEMA_FILE.read_text()) == config_schema(), (
+        "workflow/schemas/config.schema.json is stale: python -m pipeline.core.settings > "
+        "workflow/schemas/config.schema.json")
+
+
+def test_config_yaml_and_every_overlay_validate_against_the_json_schema_too():
+    # The schema is what editors and other tools read: it must accept what the contract accepts.
+    validator = jsonschema.Draft202012Validator(config_schema())
+    for overlays in ([], ["config/overlays/squad/config.yaml"], ["config/overlays/sweep/noise.yaml"],
+                     ["config/overlays/sieve/config.yaml"]):
+        validator.validate(load_config([REPO_ROOT / o for o in overlays]))
 
 
 def test_the_defaults_themselves_validate():
@@ -52,22 +46,23 @@ def test_config_yaml_documents_every_setting(name):
     given = yaml.safe_load(DEFAULT_CONFIG.read_text())[name]
 
     def keys(cls, data, where):
-        hints = get_type_hints(cls)
-        for f in fields(cls):
-            assert f.name in data, f"config.yaml: {where}.{f.name} is missing"
-            if is_dataclass(hints[f.name]):
-                keys(hints[f.name], data[f.name], f"{where}.{f.name}")
+        for key, field in cls.model_fields.items():
+            assert key in data, f"config.yaml: {where}.{key} is missing"
+            if isinstance(field.annotation, type) and issubclass(field.annotation, Contract):
+                keys(field.annotation, data[key], f"{where}.{key}")
     keys(SECTIONS[name], given, name)
 
 
 def test_apply_defaults_fills_only_what_is_missing_and_merges_nested_sections():
-    config = {"dpr": {"lr": 1e-3}, "sieve": {"cross_encoder": {"steps": 7}}, "seed": 5}
+    config = {"dpr": {"lr": 1e-3}, "sieve": {"cross_encoder": {"steps": 7}}, "seed": 5, "ccr": {"beta": 1}}
     apply_defaults(config)
     assert config["seed"] == 5
     assert config["dpr"]["lr"] == 1e-3 and config["dpr"]["max_steps"] == DprSettings().max_steps
     assert config["sieve"]["cross_encoder"]["steps"] == 7
     assert config["sieve"]["cross_encoder"]["threshold"] == 0.1
     assert config["ar2"]["simans"] == {"a": 0.5, "b": 0.0, "form": "square"}
+    # A value the config gives stays as given (an int β is not turned into 1.0 on its way to a path).
+    assert type(config["ccr"]["beta"]) is int
     # Defaults are copies: filling one config never aliases another's lists.
     other = apply_defaults({})
     other["sieve"]["betas"].append(9)
@@ -80,20 +75,44 @@ def test_a_section_that_is_not_a_mapping_is_still_reported():
         validate_config(config)
 
 
-def test_section_builds_nested_dataclasses_and_rejects_unknown_keys():
+@pytest.mark.parametrize("key,value,message", [
+    ("dpr.lr", float("nan"), r"'dpr\.lr': Input should be a finite number"),
+    ("ccr.beta", float("inf"), r"'ccr\.beta': Input should be a finite number"),
+    ("dpr.lr", "2e-5", r"'dpr\.lr': Input should be a valid number"),  # YAML 1.1 reads 2e-5 as text
+    ("dpr.epochs", 1.5, r"'dpr\.epochs': Input should be a valid integer"),
+    ("dpr.in_batch", 1, r"'dpr\.in_batch': Input should be a valid boolean"),
+    ("ar2.seeds", [1, 1], r"'ar2\.seeds': .*1 is listed twice"),
+    ("sieve.filters", ["sieve", "magic"], r"'sieve\.filters\.1'"),
+])
+def test_bad_values_are_named_with_their_key(key, value, message):
+    config = load_config()
+    *path, last = key.split(".")
+    node = config
+    for part in path:
+        node = node[part]
+    node[last] = value
+    with pytest.raises(ConfigError, match=message):
+        validate_config(config)
+
+
+def test_section_builds_nested_contracts_and_rejects_unknown_keys():
     config = apply_defaults({})
     sieve = section(config, "sieve")
     assert sieve.cross_encoder.threshold == 0.1 and sieve.rank_window.start == 10
-    with pytest.raises(KeyError, match="unknown setting"):
-        from_dict(DprSettings, {"learning_rate": 1})
+    with pytest.raises(ConfigError, match=r"'dpr': unknown key\(s\) 'learning_rate' \(allowed keys: .*lr"):
+        from_dict(DprSettings, {"learning_rate": 1}, "dpr")
 
 
 def test_ccr_and_dpr_share_the_training_fields_with_their_own_defaults():
     assert CcrSettings().lr == 1e-5 and DprSettings().lr == 2e-5
     assert not CcrSettings().in_batch and DprSettings().in_batch
-    shared = {f.name for f in fields(TrainSettings)}
-    assert shared <= {f.name for f in fields(CcrSettings)} and shared <= {f.name for f in fields(DprSettings)}
-    assert "beta" not in {f.name for f in fields(DprSettings)}  # DPR is NCE: no objective settings
+    shared = set(TrainSettings.model_fields)
+    assert shared <= set(CcrSettings.model_fields) and shared <= set(DprSettings.model_fields)
+    assert "beta" not in DprSettings.model_fields  # DPR is NCE: no objective settings
+    # CCR's own bounds: at least one hard negative (its softmax is over them).
+    with pytest.raises(ConfigError, match=r"ccr\.hard_negatives"):
+        from_dict(CcrSettings, {"hard_negatives": 0}, "ccr")
+    assert from_dict(DprSettings, {"hard_negatives": 0}, "dpr").hard_negatives == 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,21 +124,24 @@ def _parser() -> argparse.ArgumentParser:
 
 @pytest.mark.parametrize("values", [
     defaults(CcrSettings),
-    {**defaults(DprSettings), "in_batch": False, "drop_queries_without_positive": True, "lr": 3e-4},
+    {**defaults(DprSettings), "in_batch": False, "drop_queries_without_positive": True, "lr": 3e-4,
+     "train_layers": 2},
 ])
 def test_flags_round_trip_through_the_parser(values):
     values = {**defaults(Objective), **values}
     args = _parser().parse_args(shlex.split(to_flags(TrainSettings, values) + " "
                                             + to_flags(Objective, values)))
-    for f in fields(TrainSettings) + fields(Objective):
-        assert getattr(args, f.name) == values[f.name], f.name
+    for name in (*TrainSettings.model_fields, *Objective.model_fields):
+        assert getattr(args, name) == values[name], name
 
 
-def test_parser_defaults_are_the_dataclass_defaults():
+def test_parser_defaults_are_the_contract_defaults():
     args = _parser().parse_args([])
-    for f in fields(TrainSettings):
-        assert getattr(args, f.name) == getattr(TrainSettings(), f.name)
+    for name, field in TrainSettings.model_fields.items():
+        assert getattr(args, name) == field.default
     assert args.beta == 0.0  # a bare train_dense call is NCE
+    with pytest.raises(SystemExit):  # a Literal's values are the flag's choices
+        _parser().parse_args(["--precision", "fp8"])
 
 
 def test_train_config_is_the_contract_plus_a_seed():
@@ -127,9 +149,11 @@ def test_train_config_is_the_contract_plus_a_seed():
     assert cfg.lr == TrainSettings().lr and cfg.seed == 3
     with pytest.raises(ConfigError, match="precision"):
         TrainConfig(precision="fp8")
+    with pytest.raises(ConfigError, match=r"'lr': Input should be a finite number"):
+        TrainConfig(lr=float("nan"))
 
 
 def test_top_level_defaults_are_declared_in_the_schema():
-    props = load_schema()["properties"]
+    props = config_schema()["properties"]
     for key, value in TOP_LEVEL_DEFAULTS.items():
         assert props[key].get("default") == value, key

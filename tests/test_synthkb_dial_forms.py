@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from pipeline.core.cli import run_main
-from pipeline.core.config import ConfigError, load_schema, validate_config
+from pipeline.core.config import ConfigError, validate_config
+from pipeline.core.settings import DatasetSpec
 from pipeline.data.answers import string_has_answer
 from pipeline.synthkb import generate as synthkb
 from pipeline.synthkb.draft import Knobs
@@ -110,9 +111,9 @@ def test_cli_passes_the_dial(tmp_path):
 
 
 def test_schema_config_and_generator_agree():
-    props = load_schema()["properties"]["datasets"]["additionalProperties"]["properties"]
-    assert props["fn_share"]["default"] == Dial().fn_share is None
-    assert props["fn_paraphrase"]["default"] == Dial().fn_paraphrase == 0.0
+    fields = DatasetSpec.model_fields
+    assert fields["fn_share"].default == Dial().fn_share is None
+    assert fields["fn_paraphrase"].default == Dial().fn_paraphrase == 0.0
     config = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]["synthkb"]
     assert config["fn_share"] is None and config["fn_paraphrase"] == 0.0
     ok = {"methods": ["bm25"], "datasets": {"x": {"format": "synthkb", "entities": 10,

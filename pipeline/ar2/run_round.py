@@ -42,7 +42,7 @@ from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import Ar2Settings, Objective, TrainSettings, from_dict, pick
+from pipeline.core.settings import RESOURCE_KEYS, Ar2Settings, Objective, TrainSettings, from_dict, pick
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.core.storage import DataError, read_table, write_json, write_table
 from pipeline.retrieval.encode import resolve_device
@@ -314,8 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     fingerprint = {
         "round": args.round, "variant": args.variant, "seed": seed,
         "settings": {k: v for k, v in settings.items()
-                     if k not in ("checkpoint_every", "select_metric", "keep_checkpoints", "threads",
-                                  "mem_mb", "gpus")},
+                     if k not in ("checkpoint_every", "select_metric", "keep_checkpoints", *RESOURCE_KEYS)},
         # bf16 results depend on the batch shapes too, so encode_batch_size stays in
         "compute_precision": precision_name(autocast_dtype(device, settings["precision"])),
         "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,

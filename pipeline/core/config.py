@@ -1,24 +1,24 @@
 """Configuration: load config.yaml plus overlays (deep merge, like Snakemake) and validate it.
 
 The Snakefile and every CLI that takes ``--config`` validate through ``validate_config`` so an unknown
-or mistyped key fails the same way everywhere, naming the key path and what is allowed there. Validation
-first fills every default of ``pipeline.core.settings`` (the one contract per section), so code that
-reads a validated config indexes ``config[section][key]`` and keeps no fallback values of its own.
+or mistyped key fails the same way everywhere, naming the key path and what is allowed there. The
+contract is ``pipeline.core.settings`` (one pydantic model per section): validation first fills
+every default a config leaves out, so code that reads a validated config indexes
+``config[section][key]`` and keeps no fallback values of its own.
 """
 from __future__ import annotations
 
 import copy
 import os
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Iterator
+from typing import Callable, Collection, Iterable
 
-import jsonschema
 import yaml
+from pydantic import ValidationError
 
-from pipeline.core.settings import ConfigError, apply_defaults  # noqa: F401  (ConfigError: its public home)
+from pipeline.core.settings import Config, ConfigError, apply_defaults, describe_errors  # noqa: F401  (ConfigError: its public home)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = REPO_ROOT / "config.yaml"
 
 
@@ -49,45 +49,6 @@ def _load_yaml(path: str | os.PathLike) -> dict:
     return data
 
 
-def load_schema() -> dict:
-    return _load_yaml(SCHEMA_PATH)
-
-
-def _key_path(error: jsonschema.ValidationError) -> str:
-    parts = [str(p) for p in error.absolute_path]
-    return ".".join(parts) if parts else "(top level)"
-
-
-def _leaves(error: jsonschema.ValidationError) -> Iterator[jsonschema.ValidationError]:
-    """The innermost errors under a oneOf/anyOf failure."""
-    if not error.context:
-        yield error
-    for sub in error.context or ():
-        yield from _leaves(sub)
-
-
-def _describe(error: jsonschema.ValidationError) -> str:
-    where = _key_path(error)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        hint = f" (allowed keys: {', '.join(allowed)})" if allowed else ""
-        return f"config key '{where}': unknown key(s) {', '.join(map(repr, extra))}{hint}"
-    if error.validator == "required":
-        return f"config key '{where}': {error.message}"
-    if error.validator in ("oneOf", "anyOf") and error.context:
-        # Report the alternative that got furthest, not the unhelpful "is not valid under any":
-        # the deepest failure (a bad sha256 value, not "source is not a role mapping").
-        leaves = list(_leaves(error))
-        depth = max(len(e.absolute_path) for e in leaves)
-        if depth > len(error.absolute_path):
-            return _describe(jsonschema.exceptions.best_match(
-                [e for e in leaves if len(e.absolute_path) == depth]))
-        best = jsonschema.exceptions.best_match(error.context)
-        return _describe(best) if best is not None else f"config key '{where}': {error.message}"
-    return f"config key '{where}': {error.message}"
-
-
 def unknown_methods(config: dict, methods: Collection[str]) -> list[str]:
     """One line per entry of ``config['methods']`` that is not in ``methods``, naming its key."""
     known = ", ".join(sorted(methods))
@@ -95,21 +56,23 @@ def unknown_methods(config: dict, methods: Collection[str]) -> list[str]:
             for i, name in enumerate(config.get("methods") or ()) if name not in methods]
 
 
-def validate_config(config: dict, schema: dict | None = None, *,
+def validate_config(config: dict, *,
                     methods: Collection[str] | Callable[[], Collection[str]] | None = None) -> dict:
-    """Fill the sections' defaults into ``config`` (in place), then validate it.
+    """Fill the sections' defaults into ``config`` (in place), then validate it against the contract.
 
     ``methods``: the method names the workflow can produce. Which names exist is the rules' knowledge
     (workflow/rules/common.smk derives them, per-filter DPR controls included), so the workflow
     passes them in at start-up; without them only the form of each name is checked. A callable is
-    asked only once the config has its defaults and passed the schema (the names may depend on it).
-    Raise ConfigError listing every problem (key path + reason); return ``config``.
+    asked only once the config has its defaults and passed validation (the names may depend on it).
+    Raise ConfigError listing every problem (key path + reason); return ``config``. The values a
+    config gives stay as given (validation converts nothing).
     """
     apply_defaults(config)
-    schema = schema or load_schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    lines = [_describe(e) for e in errors]
+    try:
+        Config.model_validate(config)
+        lines: list[str] = []
+    except ValidationError as err:
+        lines = describe_errors(err)
     if methods is not None and not lines:
         lines = unknown_methods(config, methods() if callable(methods) else methods)
     if lines:

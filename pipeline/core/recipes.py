@@ -13,17 +13,13 @@ its profile. docs/recipes.md.
 from __future__ import annotations
 
 import copy
-from dataclasses import fields
 from typing import Callable, Collection
 
 from pipeline.core.config import deep_merge, validate_config
-from pipeline.core.settings import ConfigError, JobResources
+from pipeline.core.settings import RECIPE_SECTIONS, RESOURCE_KEYS, ConfigError
 
 # The sections a recipe may set, and its other keys.
-RECIPE_SECTIONS = ("model", "bm25", "dpr", "ccr", "sieve", "ar2", "hybrid")
-RECIPE_KEYS = ("extends", "description", "methods", *RECIPE_SECTIONS)
 DEFAULT_RECIPE = "demo"
-RESOURCE_KEYS = tuple(f.name for f in fields(JobResources))
 
 
 def _without_resources(value):

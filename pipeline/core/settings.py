@@ -1,307 +1,496 @@
-"""One contract per config section: field names and defaults of every section of config.yaml.
+"""One contract per config section: the only declaration of every setting's name, type, range,
+default and help.
 
-These dataclasses are the single source of the settings' names and defaults. The config schema
-(workflow/schemas/config.schema.yaml) validates types and ranges and declares the same defaults
-(tests/test_settings.py holds them equal); ``apply_defaults`` fills every key an overlay or a user's
-own config leaves out, so rules index ``config[section][key]`` without fallbacks of their own; the
-training CLI builds its flags from ``TrainSettings``/``Objective`` fields (``add_flags``) and the
-rules build the matching command line from the same fields (``to_flags``).
+Each section of config.yaml is a pydantic model here (``extra="forbid"``, strict types, finite
+numbers). Everything else is derived from these models:
 
-Defaults are the demo recipe of config.yaml (small step counts that run on 2 CPU cores);
-profiles and overlays (config/overlays/) change them for paper-scale runs.
+- validation and defaults: ``pipeline.core.config.validate_config`` fills the defaults a config leaves
+  out and validates the whole config against ``Config``; errors name the key path;
+- the JSON schema (``config_schema()``; committed as workflow/schemas/config.schema.json for editors,
+  tests/test_settings.py keeps it current);
+- the CLI flags of a stage (``add_flags``) and the command line a rule builds (``to_flags``).
+
+Defaults are the demo recipe of config.yaml (small step counts that run on 2 CPU cores); recipes and
+overlays change them for paper-scale runs. config.yaml documents every setting (a test checks it).
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import shlex
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from typing import Any, Optional, Sequence, get_type_hints
+import sys
+import types
+from typing import Annotated, Any, Literal, Optional, Sequence, Union, get_args, get_origin
+
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
+                      model_validator)
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+Precision = Literal["bf16", "fp16", "fp32"]
 
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key path (re-exported by core.config)."""
 
 
-# ----------------------------------------------------------------------------------------------
-# Training (sections dpr and ccr): what pipeline.training.train_dense trains with.
+# ---- building blocks ----------------------------------------------------------------------------
 
 
-def _setting(default: Any, help: str, **metadata: Any) -> Any:
-    return field(default=default, metadata={"help": help, **metadata})
+def _unique(values: list) -> list:
+    seen = []
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{value!r} is listed twice")
+        seen.append(value)
+    return values
 
 
-@dataclass
-class TrainSettings:
+def Unique(item: Any, min_length: int = 0) -> Any:  # noqa: N802  (a type, spelled like one)
+    """A list of ``item`` without repeats (and at least ``min_length`` entries)."""
+    return Annotated[list[item], Field(min_length=min_length, json_schema_extra={"uniqueItems": True}),
+                     AfterValidator(_unique)]
+
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
+METRIC_PATTERN = r"^((R|hit|hit_all|recall)@[1-9][0-9]*|MRR(_all)?@10)$"
+Metric = Annotated[str, Field(pattern=METRIC_PATTERN)]
+Pair = Annotated[list[Name], Field(min_length=2, max_length=2)]
+
+
+class Contract(BaseModel):
+    """A config section: unknown keys, wrong types and non-finite numbers are errors (``from_dict``
+    turns them into a ConfigError naming each key)."""
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# ---- training (sections dpr and ccr): what pipeline.training.train_dense trains with ------------
+
+
+class TrainSettings(Contract):
     """Optimisation and data settings shared by DPR and CCR training (defaults: DPR's)."""
-    lr: float = _setting(2e-5, "peak learning rate (AdamW)")
-    epochs: int = _setting(1, "passes over the training queries")
-    batch_size: int = _setting(16, "GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool")
-    grad_accum: int = _setting(1, "micro-batches per optimizer step")
-    hard_negatives: int = _setting(1, "k: hard negatives per query, sampled per (qid, epoch, seed)")
-    negatives_depth: int = _setting(30, "sample the k negatives from this many top candidates")
-    in_batch: bool = _setting(True, "other queries' passages are negatives too (gathered across GPUs)")
-    warmup_ratio: float = _setting(0.1, "linear warm-up over this share of the steps, then linear decay")
-    weight_decay: float = _setting(0.0, "AdamW weight decay (not on biases and LayerNorm)")
-    max_grad_norm: float = _setting(2.0, "gradient clipping norm; 0 = no clipping")
-    max_steps: int = _setting(60, "cap on optimizer steps; 0 = no cap (epochs decide)")
-    checkpoint_every: int = _setting(50, "optimizer steps between checkpoints; 0 = never")
-    precision: str = _setting("bf16", "autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32", choices=PRECISIONS)
-    drop_queries_without_positive: bool = _setting(False, "leave such train queries out (default: error)")
-    train_layers: Optional[int] = _setting(
-        None, "train only the top N transformer layers; the embeddings and lower layers stay frozen "
-              "and their outputs are computed once per text and cached (CPU budget); null = all")
+    lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
+    epochs: int = Field(1, ge=1, description="passes over the training queries")
+    batch_size: int = Field(16, ge=1, description="GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    hard_negatives: int = Field(1, ge=0, description="k: hard negatives per query, sampled per (qid, epoch, seed)")
+    negatives_depth: int = Field(30, ge=1, description="sample the k negatives from this many top candidates")
+    in_batch: bool = Field(True, description="other queries' passages are negatives too (gathered across GPUs)")
+    warmup_ratio: float = Field(0.1, ge=0, le=1, description="linear warm-up over this share of the steps, then linear decay")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (not on biases and LayerNorm)")
+    max_grad_norm: float = Field(2.0, ge=0, description="gradient clipping norm; 0 = no clipping")
+    max_steps: int = Field(60, ge=0, description="cap on optimizer steps; 0 = no cap (epochs decide)")
+    checkpoint_every: int = Field(50, ge=0, description="optimizer steps between checkpoints; 0 = never")
+    precision: Precision = Field("bf16", description="autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32")
+    drop_queries_without_positive: bool = Field(False, description="leave such train queries out (default: error)")
+    train_layers: Optional[int] = Field(
+        None, ge=1, description="train only the top N transformer layers; the embeddings and lower layers stay "
+                                "frozen and their outputs are computed once per text and cached (CPU budget); null = all")
 
 
-@dataclass
-class Objective:
+class Objective(Contract):
     """The loss: NCE (beta 0) or CCR, l(p+) - beta * mean_{p in P} l(p). docs/training.md."""
-    beta: float = _setting(0.0, "CCR beta; 0 = NCE")
-    scale: str = _setting("paper", "CCR loss scale: paper, or released_code (loss / (k+1))",
-                          choices=("paper", "released_code"))
-    f_beta: float = _setting(1.0, "released_code only: effective beta = (k+1) * f_beta * beta")
+    beta: float = Field(0.0, ge=0, description="CCR beta; 0 = NCE")
+    scale: Literal["paper", "released_code"] = Field("paper", description="CCR loss scale: paper, or released_code (loss / (k+1))")
+    f_beta: float = Field(1.0, ge=0, description="released_code only: effective beta = (k+1) * f_beta * beta")
 
 
-@dataclass
-class JobResources:
+class JobResources(Contract):
     """What a job reserves (Snakemake resources/threads), not what it computes."""
-    threads: int = 2
-    mem_mb: int = 6000
-    gpus: int = 0
+    threads: int = Field(2, ge=1, description="CPU threads of the job")
+    mem_mb: int = Field(6000, ge=1, description="memory the job reserves (MB)")
+    gpus: int = Field(0, ge=0, description="GPUs the job reserves (more than 1: torchrun DDP)")
 
 
-@dataclass
+RESOURCE_KEYS = tuple(JobResources.model_fields)
+
+
 class DprSettings(JobResources, TrainSettings):
-    skip: bool = False            # true: dpr = the pretrained model, no training
+    """DPR warm-up with NCE (docs/training.md)."""
+    skip: bool = Field(False, description="true: dpr = the pretrained model, no training")
 
 
-@dataclass
 class CcrSettings(JobResources, Objective, TrainSettings):
-    lr: float = 1e-5
-    hard_negatives: int = 5
-    in_batch: bool = False
-    max_steps: int = 20
-    beta: float = 0.5
-    temperature: float = 1.0      # tau of the CCR loss on cosine scores; saved with the model
+    """CCR fine-tuning from DPR, cosine similarity (docs/training.md). CCR's own defaults."""
+    lr: float = Field(1e-5, gt=0, description="peak learning rate (AdamW)")
+    hard_negatives: int = Field(5, ge=1, description="k: BM25 hard negatives per query in the CCR softmax")
+    in_batch: bool = Field(False, description="other queries' passages in the softmax too")
+    max_steps: int = Field(20, ge=0, description="cap on optimizer steps; 0 = no cap (epochs decide)")
+    beta: float = Field(0.5, ge=0, description="CCR beta (relative to NCE under scale paper)")
+    temperature: float = Field(1.0, gt=0, description="tau of the CCR loss on cosine scores; saved with the model")
 
 
-# ----------------------------------------------------------------------------------------------
-# The other sections.
+# ---- the other sections -------------------------------------------------------------------------
 
 
-@dataclass
-class EvalSettings:
-    split: str = "test"
-    match: str = "string"
-    ks: list[int] = field(default_factory=lambda: [1, 5, 20, 100])
-    depth: int = 100
-    trec_export: bool = True
-    # Paired comparisons [method, baseline] reported as mean difference with a 95% interval over
-    # the seeds both were run with; a pair with a method not in `methods` is left out.
-    compare: list[list[str]] = field(default_factory=lambda: [
-        ["dpr", "zeroshot"], ["dpr_oracle", "zeroshot"], ["dpr_oracle", "dpr"], ["dpr_oracle", "dpr_none"],
-        ["dpr_sieve", "dpr_none"], ["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"],
-        ["ar2_simans_sieve", "ar2_simans"]])
+class EvalSettings(Contract):
+    split: Literal["train", "dev", "test"] = Field("test", description="evaluated split (datasets.<name>.eval_split overrides)")
+    match: Literal["string", "regex"] = Field("string", description="DPR has_answer: string tokens, or regex (CuratedTREC)")
+    ks: Unique(Annotated[int, Field(ge=1)], 1) = Field([1, 5, 20, 100], description="cut-offs for R@k, hit@k and recall@k")
+    depth: int = Field(100, ge=1, description="passages retrieved per query for evaluation runs")
+    trec_export: bool = Field(True, description="also write run.{split}.trec for every evaluated run")
+    compare: list[Pair] = Field(
+        [["dpr", "zeroshot"], ["dpr_oracle", "zeroshot"], ["dpr_oracle", "dpr"], ["dpr_oracle", "dpr_none"],
+         ["dpr_sieve", "dpr_none"], ["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"],
+         ["ar2_simans_sieve", "ar2_simans"]],
+        description="[method, baseline] pairs: paired difference, 95% interval over common seeds; a pair "
+                    "with a method not in `methods` is left out")
 
 
-@dataclass
-class Bm25Settings:
-    k1: float = 0.9
-    b: float = 0.4
-    stemmer: Optional[str] = "english"
-    stopwords: Optional[str] = "en"
-    negatives: int = 100
-    exclude_answer_match: bool = False
+class Bm25Settings(Contract):
+    k1: float = Field(0.9, gt=0)
+    b: float = Field(0.4, ge=0, le=1)
+    stemmer: Optional[str] = Field("english", description="PyStemmer language; null = no stemming")
+    stopwords: Optional[str] = Field("en", description="bm25s stop-word list; null = none")
+    negatives: int = Field(100, ge=1, description="BM25 negatives mined per train query")
+    exclude_answer_match: bool = Field(False, description="mark passages holding an answer string excluded (DPR)")
 
 
-@dataclass
-class ModelSettings:
-    base: str = "minilm"
-    pooling: str = "mean"
-    similarity: str = "cosine"
-    temperature: float = 0.05
-    shared_towers: bool = True
-    query_max_len: int = 32
-    passage_max_len: int = 128
+class ModelSettings(Contract):
+    """The base bi-encoder and its retriever settings (docs/training.md)."""
+    base: str = Field("minilm", min_length=1, description="HF encoder or folder; minilm = the offline all-MiniLM-L6-v2")
+    pooling: Literal["mean", "cls"] = "mean"
+    similarity: Literal["cosine", "dot"] = "cosine"
+    temperature: float = Field(0.05, gt=0, description="tau: cosine scores are divided by it")
+    shared_towers: bool = Field(True, description="one encoder for queries and passages")
+    query_max_len: int = Field(32, ge=4)
+    passage_max_len: int = Field(128, ge=8)
 
 
-@dataclass
-class EncodeSettings:
-    shards: int = 2
-    batch_size: int = 64
-    sort_buffer: int = 20000
-    amp: bool = True
-    gpus: int = 0
-    threads: int = 1
-    mem_mb: int = 4000
+# The model settings a retriever folder keeps and a training run may override (train_dense flags).
+RETRIEVER_KEYS = ("pooling", "similarity", "temperature", "query_max_len", "passage_max_len")
 
 
-@dataclass
-class IndexSettings:
-    factory: str = "Flat"
-    shards: int = 1
-    train_size: int = 100000
-    gpus: int = 0
-    threads: int = 2
-    mem_mb: int = 8000
+class EncodeSettings(Contract):
+    shards: int = Field(2, ge=1, description="parallel encoding jobs per model")
+    batch_size: int = Field(64, ge=1)
+    sort_buffer: int = Field(20000, ge=1, description="passages sorted by length per buffer")
+    amp: bool = Field(True, description="autocast where the device computes bf16/fp16 natively")
+    gpus: int = Field(0, ge=0)
+    threads: int = Field(1, ge=1)
+    mem_mb: int = Field(4000, ge=1)
 
 
-@dataclass
-class SearchSettings:
-    backend: str = "faiss"
-    batch_size: int = 128
-    nprobe: int = 32
-    ef_search: int = 128
-    chunk_rows: int = 65536
-    gpus: int = 0
-    threads: int = 2
-    mem_mb: int = 8000
+class IndexSettings(Contract):
+    factory: str = Field("Flat", min_length=1, description="FAISS index_factory string")
+    shards: int = Field(1, ge=1, description="<= encode.shards")
+    train_size: int = Field(100000, ge=1)
+    gpus: int = Field(0, ge=0)
+    threads: int = Field(2, ge=1)
+    mem_mb: int = Field(8000, ge=1)
 
 
-@dataclass
-class HybridSettings:
-    rrf_k: int = 60
-    weights: list = field(default_factory=lambda: [i / 10 for i in range(11)])
-    select_split: str = "dev"
-    select_metric: str = "R@5"
+class SearchSettings(Contract):
+    backend: Literal["faiss", "torch"] = "faiss"
+    batch_size: int = Field(128, ge=1)
+    nprobe: int = Field(32, ge=1)
+    ef_search: int = Field(128, ge=1)
+    chunk_rows: int = Field(65536, ge=1)
+    gpus: int = Field(0, ge=0)
+    threads: int = Field(2, ge=1)
+    mem_mb: int = Field(8000, ge=1)
 
 
-@dataclass
-class SweepSettings:
-    datasets: list = field(default_factory=list)
-    methods: list = field(default_factory=lambda: ["dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle"])
+class HybridSettings(Contract):
+    """Hybrid methods: BM25 fused with a dense run (workflow/rules/hybrid.smk)."""
+    rrf_k: int = Field(60, ge=0, description="RRF constant k in 1/(k + rank)")
+    weights: Unique(Annotated[float, Field(ge=0, le=1)], 1) = Field(
+        [i / 10 for i in range(11)], description="grid of dense weights w for hybrid_wsum_*")
+    select_split: Name = Field("dev", description="split on which w is chosen")
+    select_metric: Metric = Field("R@5", description="metric that chooses w")
+
+
+class SweepSettings(Contract):
+    """The noise sweep results/sweeps/noise.{json,png} over synthkb datasets at dial levels (sweep.smk)."""
+    datasets: Unique(str) = Field([], description="the synthkb datasets (dial levels) swept")
+    methods: Unique(str, 1) = Field(["dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle"])
     baseline: str = "dpr"
     oracle: str = "dpr_oracle"
-    metric: str = "R@5"; pairs: list = field(default_factory=list)  # pairs: [method, control] besides the baseline
+    metric: Metric = "R@5"
+    pairs: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = Field(
+        [], description="[method, control] pairs of sweep.methods compared besides the baseline "
+                        "(e.g. [dpr_sieve, dpr_none]: the same candidate pool)")
 
 
-@dataclass
-class InjectionSettings:
-    fraction: float = 0.0
+class InjectionSettings(Contract):
+    fraction: float = Field(0.0, ge=0, le=1, description="share of candidates replaced by known positives")
 
 
-@dataclass
-class RankWindowSettings:
-    start: int = 10
+class RankWindowSettings(Contract):
+    start: int = Field(10, ge=0, description="candidates ranked above this are dropped")
 
 
-@dataclass
-class PositiveAwareSettings:
-    mode: str = "relative"
+class PositiveAwareSettings(Contract):
+    mode: Literal["relative", "difference", "absolute"] = "relative"
     margin: float = 0.95
 
 
-@dataclass
-class CrossEncoderFilterSettings:
-    threshold: float = 0.1
-    base: str = "minilm"
-    max_len: int = 128
-    steps: int = 150
-    batch_size: int = 16
-    lr: float = 2e-5
-    precision: str = "bf16"
+class CrossEncoderFilterSettings(Contract):
+    threshold: float = Field(0.1, gt=0, le=1, description="drop a candidate the cross-encoder scores below it")
+    base: str = Field("minilm", min_length=1)
+    max_len: int = Field(128, ge=8)
+    steps: int = Field(150, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(2e-5, gt=0)
+    precision: Literal["bf16", "fp32"] = Field(
+        "bf16", description="training autocast: bf16 on CUDA and on CPUs with native bf16, else fp32")
 
 
-@dataclass
-class SieveSettings:
-    source: str = "bm25"
-    candidates: int = 30
-    pool: int = 100
-    max_queries: Optional[int] = None
-    strict: bool = False
-    fallback: str = "random_one"
-    temperature: Optional[float] = None
-    betas: list[float] = field(default_factory=lambda: [0, 0.05, 0.1, 0.5])
-    in_batch: int = 30
-    figure_queries: Optional[int] = 2000
-    batch_size: int = 64
-    injection: InjectionSettings = field(default_factory=InjectionSettings)
-    filters: list[str] = field(default_factory=lambda: [
-        "none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"])
-    rank_window: RankWindowSettings = field(default_factory=RankWindowSettings)
-    positive_aware: PositiveAwareSettings = field(default_factory=PositiveAwareSettings)
-    cross_encoder: CrossEncoderFilterSettings = field(default_factory=CrossEncoderFilterSettings)
+FILTER_NAMES = ("none", "answer_match", "oracle", "rank_window", "positive_aware", "cross_encoder", "sieve",
+                "sieve_no_ccr")
 
 
-@dataclass
-class SimansSettings:
-    a: float = 0.5
+class SieveSettings(Contract):
+    """Passage sieve and competing false-negative filters (docs/sieve.md)."""
+    source: str = Field("bm25", pattern=r"^[A-Za-z0-9_.-]+$",
+                        description="negatives file results/{dataset}/negatives/<source>.parquet")
+    candidates: int = Field(30, ge=1, description="hard negatives per query judged by the sieve")
+    pool: int = Field(100, ge=1, description="candidates are sampled from the top <pool> ranks")
+    max_queries: Optional[int] = Field(None, ge=1, description="seeded sample of train queries; null = all")
+    strict: bool = Field(False, description="keep iff loss > threshold (released code) instead of >=")
+    fallback: Literal["random_one", "none"] = "random_one"
+    temperature: Optional[float] = Field(None, gt=0, description="tau of the sieve's loss; null = the model's")
+    betas: Unique(Annotated[float, Field(ge=0)]) = Field([0, 0.05, 0.1, 0.5],
+                                                          description="β sweep: sieve_b<β> filters and Figure 1")
+    in_batch: int = Field(30, ge=0)
+    figure_queries: Optional[int] = Field(2000, ge=1)
+    batch_size: int = Field(64, ge=1)
+    injection: InjectionSettings = InjectionSettings()
+    filters: Unique(Literal[FILTER_NAMES]) = Field(
+        ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"])
+    rank_window: RankWindowSettings = RankWindowSettings()
+    positive_aware: PositiveAwareSettings = PositiveAwareSettings()
+    cross_encoder: CrossEncoderFilterSettings = CrossEncoderFilterSettings()
+
+
+class SimansSettings(Contract):
+    a: float = Field(0.5, ge=0)
     b: float = 0.0
-    form: str = "square"
+    form: Literal["square", "abs"] = "square"
 
 
-@dataclass
-class Ar2RankerSettings:
-    base: str = "minilm"
-    max_len: int = 128
+class Ar2RankerSettings(Contract):
+    base: str = Field("minilm", min_length=1)
+    max_len: int = Field(128, ge=8)
 
 
-@dataclass
-class Ar2Settings:
-    rounds: int = 2
-    seeds: Optional[list[int]] = None
-    top_k: int = 30
+class Ar2Settings(Contract):
+    """AR2 rounds and the ar2* methods (docs/ar2.md)."""
+    rounds: int = Field(2, ge=1)
+    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(None, description="null = the training seeds")
+    top_k: int = Field(30, ge=1)
     exclude_answer_match: bool = False
-    negatives: int = 3
-    batch_size: int = 4
-    ranker_warmup_steps: int = 8
-    ranker_warmup_lr: Optional[float] = None
-    ranker_steps: int = 4
-    retriever_steps: int = 8
-    retriever_lr: float = 1e-5
-    ranker_lr: float = 3e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 2.0
-    adv_lambda: float = 0.0
-    distill_temperature: float = 1.0
-    simans: SimansSettings = field(default_factory=SimansSettings)
-    ranker: Ar2RankerSettings = field(default_factory=Ar2RankerSettings)
-    ranker_init: str = "base"
-    similarity: Optional[str] = None
-    temperature: Optional[float] = None
-    passage_max_len: Optional[int] = None
-    sieve_init: str = "initial"
-    select_metric: str = "R@5"
-    checkpoint_every: int = 25
+    negatives: int = Field(3, ge=1)
+    batch_size: int = Field(4, ge=1)
+    ranker_warmup_steps: int = Field(8, ge=0)
+    ranker_warmup_lr: Optional[float] = Field(None, gt=0)
+    ranker_steps: int = Field(4, ge=0)
+    retriever_steps: int = Field(8, ge=0)
+    retriever_lr: float = Field(1e-5, gt=0)
+    ranker_lr: float = Field(3e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_ratio: float = Field(0.1, ge=0, le=1)
+    max_grad_norm: float = Field(2.0, ge=0)
+    adv_lambda: float = Field(0.0, ge=0, le=1)
+    distill_temperature: float = Field(1.0, gt=0)
+    simans: SimansSettings = SimansSettings()
+    ranker: Ar2RankerSettings = Ar2RankerSettings()
+    ranker_init: Literal["base", "cross_encoder"] = Field(
+        "base", description="round 1's ranker: the base encoder with a new head, or models/cross_encoder")
+    similarity: Optional[Literal["cosine", "dot"]] = None
+    temperature: Optional[float] = Field(None, gt=0)
+    passage_max_len: Optional[int] = Field(None, ge=8)
+    sieve_init: Literal["initial", "current"] = "initial"
+    select_metric: str = Field("R@5", min_length=1)
+    checkpoint_every: int = Field(25, ge=0)
     keep_checkpoints: bool = False
-    precision: str = "bf16"
-    encode_batch_size: int = 64
-    threads: int = 1
-    mem_mb: int = 6000
-    gpus: int = 0
+    precision: Precision = "bf16"
+    encode_batch_size: int = Field(64, ge=1)
+    threads: int = Field(1, ge=1)
+    mem_mb: int = Field(6000, ge=1)
+    gpus: int = Field(0, ge=0)
 
 
-# Config section -> its contract. `datasets` is not here: its keys depend on the format (schema).
-SECTIONS: dict[str, type] = {
-    "eval": EvalSettings, "bm25": Bm25Settings, "model": ModelSettings, "dpr": DprSettings,
-    "ccr": CcrSettings, "encode": EncodeSettings, "index": IndexSettings, "search": SearchSettings,
-    "hybrid": HybridSettings, "sweep": SweepSettings, "sieve": SieveSettings, "ar2": Ar2Settings,
-}
-# seeds: the training seeds of every trained method (dpr, dpr_ccr, dpr_sieve, dpr_<filter>, and AR2
-# unless ar2.seeds says otherwise); null = [seed]. Several seeds give mean ± std and paired intervals.
-# recipes: named partial sections a dataset declares (pipeline.core.recipes); demo is the top level.
-TOP_LEVEL_DEFAULTS: dict[str, Any] = {"seed": 0, "seeds": None, "recipes": {"demo": {}}}
+def ar2_recorded_settings(ar2: dict[str, Any]) -> dict[str, Any]:
+    """The config ar2 keys an AR2 round reads, recorded as the round's param (a change reruns it).
+
+    Left out: which runs exist (seeds), ar2_select's metric, the job's reservation, and ``ranker``
+    when round 1's ranker is models/cross_encoder (``ranker_init: cross_encoder``: ar2.ranker then
+    builds nothing). Round 0, which only evaluates the DPR start, records them all the same:
+    narrowing its record would rerun every existing AR2 chain once (round 0's round.json is part of
+    round 1's fingerprint) to save one dev evaluation when a training setting changes.
+    """
+    settings = {k: v for k, v in ar2.items() if k not in ("seeds", "select_metric", *RESOURCE_KEYS)}
+    if ar2.get("ranker_init") == "cross_encoder":
+        settings.pop("ranker", None)
+    return settings
 
 
-def defaults(cls: type) -> dict[str, Any]:
+# ---- datasets and recipes -----------------------------------------------------------------------
+
+
+def _file_form(value: Any) -> str:
+    if isinstance(value, dict):
+        return "file-path" if "path" in value and "url" not in value else "file-url"
+    return "file-name"
+
+
+class UrlFile(Contract):
+    url: str = Field(pattern=r"^(https?|ftp)://")
+    sha256: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                  description="sha256 of the downloaded file (of the archive when member is set)")
+    member: Optional[str] = Field(None, min_length=1, description="file to extract from the .tar/.tar.gz/.zip archive at url")
+
+
+class PathFile(Contract):
+    path: str = Field(min_length=1)
+    member: Optional[str] = Field(None, min_length=1, description="file to extract from the local .tar/.tar.gz/.zip archive at path")
+
+
+# A local path (relative to the repository root; plain or gzipped), a URL (downloaded to
+# downloads/{dataset}/{role}, resumable), or one member of a .tar/.tar.gz/.zip archive. docs/data.md.
+FileSpec = Annotated[Union[Annotated[Annotated[str, Field(min_length=1)], Tag("file-name")],
+                           Annotated[UrlFile, Tag("file-url")], Annotated[PathFile, Tag("file-path")]],
+                     Discriminator(_file_form)]
+# role -> file (multi-file formats); in the schema not itself a single file spec (no url/path key).
+Roles = Annotated[dict[Annotated[str, Field(pattern=r"^[a-z_]+$")], FileSpec],
+                  Field(json_schema_extra={"additionalProperties": False,
+                                           "not": {"anyOf": [{"required": ["url"]}, {"required": ["path"]}]}})]
+
+
+def _source_form(value: Any) -> str:
+    if isinstance(value, dict) and "url" not in value and "path" not in value:
+        return "file-roles"  # role -> file (multi-file formats)
+    return "file-single"
+
+
+Source = Annotated[Union[Annotated[FileSpec, Tag("file-single")], Annotated[Roles, Tag("file-roles")]],
+                   Discriminator(_source_form)]
+
+
+class SplitUnits(Contract):
+    """Queries are split by a seeded hash of their unit: the first round(test*n) units are test, the
+    next round(dev*n) dev, the rest train (a split with a fraction > 0 gets at least one unit)."""
+    by: Literal["article", "entity", "query"] = Field(description="unit kept whole within one split (article: squad; entity: synthkb)")
+    dev: float = Field(0.0, ge=0, le=1)
+    test: float = Field(0.0, ge=0, le=1)
+    seed: int = 0
+
+
+Split = Annotated[Union[Annotated[Literal["none"], Tag("split-none")], Annotated[SplitUnits, Tag("split-units")]],
+                  Discriminator(lambda v: "split-units" if isinstance(v, dict) else "split-none")]
+SYNTHKB_ONLY = ("entities", "seed", "positive", "fn_share", "fn_paraphrase")
+
+
+class DatasetSpec(Contract):
+    """One dataset: its reader (format) and source, or the synthkb generator's settings."""
+    format: Literal["dpr", "msmarco", "squad", "beir", "synthkb"]
+    source: Optional[Source] = None
+    split: Split = Field("none", description="none: every query is a test query; synthkb's default: "
+                                             "{by: entity, dev: 0.1, test: 0.2, seed: 0}")
+    entities: Optional[int] = Field(None, ge=10, description="synthkb only: number of entities (~7.2 passages each)")
+    seed: int = Field(0, description="synthkb only: generator seed")
+    positive: Literal["named_article", "source"] = Field(
+        "named_article", description="synthkb only: the stating passage qrels annotates (docs/synthkb.md)")
+    fn_share: Optional[float] = Field(None, ge=0, le=1, description="synthkb only: the false-negative dial; null = "
+                                                                    "the generator's own restatement rates")
+    fn_paraphrase: float = Field(0.0, ge=0, le=1, description="synthkb only: share of false negatives without the answer string")
+    eval_split: Optional[Literal["train", "dev", "test"]] = Field(None, description="null = eval.split")
+    recipe: str = Field("demo", description="the recipe (config recipes.<name>) that sets its training settings")
+    empty_positives: Literal["error", "drop"] = Field(
+        "error", description="a DPR/Tevatron record without positives: error stops the preparation; drop leaves it out")
+
+    @model_validator(mode="after")
+    def _format_keys(self) -> "DatasetSpec":
+        given = self.model_fields_set
+        if self.format == "synthkb":
+            if "source" in given:
+                raise ValueError("format synthkb is generated: it takes no 'source'")
+            if self.entities is None:
+                raise ValueError("format synthkb needs 'entities'")
+        else:
+            if self.source is None:
+                raise ValueError(f"format {self.format} needs a 'source'")
+            wrong = [key for key in SYNTHKB_ONLY if key in given]
+            if wrong:
+                raise ValueError(f"{', '.join(map(repr, wrong))}: synthkb-only key(s) on a {self.format} dataset")
+        return self
+
+
+RECIPE_SECTIONS = ("model", "bm25", "dpr", "ccr", "sieve", "ar2", "hybrid")
+
+
+class RecipeSpec(Contract):
+    """A named recipe: partial sections deep-merged over the top-level ones for the datasets that
+    declare it (pipeline/core/recipes.py); they are validated, merged, as the top-level sections."""
+    extends: Optional[str] = Field(None, description="parent recipe: its settings first, this one's over them")
+    description: Optional[str] = None
+    methods: Optional[Unique(Name)] = None
+    model: Optional[dict] = None
+    bm25: Optional[dict] = None
+    dpr: Optional[dict] = None
+    ccr: Optional[dict] = None
+    sieve: Optional[dict] = None
+    ar2: Optional[dict] = None
+    hybrid: Optional[dict] = None
+
+
+class Config(Contract):
+    """The whole configuration (config.yaml deep-merged with overlays)."""
+    seed: int = Field(0, ge=0, description="names result folders (-s<seed>, seed<seed>)")
+    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
+        None, description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2")
+    methods: Unique(Name) = Field(description="methods that results/{dataset}/metrics.json builds and gathers")
+    recipes: dict[Name, RecipeSpec] = Field({"demo": {}}, description="named training recipes (docs/recipes.md)")
+    datasets: Annotated[dict[Name, DatasetSpec], Field(min_length=1)]
+    eval: EvalSettings = EvalSettings()
+    bm25: Bm25Settings = Bm25Settings()
+    model: ModelSettings = ModelSettings()
+    dpr: DprSettings = DprSettings()
+    ccr: CcrSettings = CcrSettings()
+    encode: EncodeSettings = EncodeSettings()
+    index: IndexSettings = IndexSettings()
+    search: SearchSettings = SearchSettings()
+    hybrid: HybridSettings = HybridSettings()
+    sweep: SweepSettings = SweepSettings()
+    sieve: SieveSettings = SieveSettings()
+    ar2: Ar2Settings = Ar2Settings()
+
+
+# Config section -> its contract (the sections whose defaults fill every config).
+SECTIONS: dict[str, type[Contract]] = {
+    name: Config.model_fields[name].annotation for name in
+    ("eval", "bm25", "model", "dpr", "ccr", "encode", "index", "search", "hybrid", "sweep", "sieve", "ar2")}
+TOP_LEVEL_DEFAULTS: dict[str, Any] = {key: Config.model_fields[key].default for key in ("seed", "seeds", "recipes")}
+
+
+def config_schema() -> dict:
+    """The JSON schema of a config (workflow/schemas/config.schema.json is this, committed)."""
+    schema = Config.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def setting_names(cls: type[Contract]) -> tuple[str, ...]:
+    return tuple(cls.model_fields)
+
+
+def defaults(cls: type[Contract]) -> dict[str, Any]:
     """The defaults of a section as plain config data (nested sections as dicts)."""
-    return asdict(cls())
+    return cls().model_dump()
 
 
 def apply_defaults(config: dict) -> dict:
     """Fill, in place, every key of every section that the config leaves out; return ``config``.
 
-    Values already present win (an overlay's choice is never overwritten); nested sections merge.
+    Values already present win, as given (an overlay's choice is never overwritten or converted);
+    nested sections merge.
     """
     for key, value in TOP_LEVEL_DEFAULTS.items():
         config.setdefault(key, copy.deepcopy(value))
-    for section, cls in SECTIONS.items():
-        current = config.get(section, {})
-        if isinstance(current, dict):  # anything else is left for the schema to reject
-            config[section] = _merge_defaults(defaults(cls), current)
+    for name, cls in SECTIONS.items():
+        current = config.get(name, {})
+        if isinstance(current, dict):  # anything else is left for validation to reject
+            config[name] = _merge_defaults(defaults(cls), current)
     return config
 
 
@@ -315,27 +504,87 @@ def _merge_defaults(default: dict, given: dict) -> dict:
     return out
 
 
-def section(config: dict, name: str):
-    """The section ``name`` of a (defaults-filled) config as its dataclass."""
-    return from_dict(SECTIONS[name], config.get(name) or {})
+def section(config: dict, name: str) -> Contract:
+    """The section ``name`` of a (defaults-filled) config as its contract."""
+    return from_dict(SECTIONS[name], config.get(name) or {}, name)
 
 
-def from_dict(cls: type, data: dict):
-    """``cls`` built from config data: nested dataclasses recursively, unknown keys an error."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise KeyError(f"{cls.__name__}: unknown setting(s) {', '.join(unknown)}")
-    hints = get_type_hints(cls)
-    kwargs = {}
-    for name, value in data.items():
-        hint = hints[name]
-        kwargs[name] = from_dict(hint, value) if is_dataclass(hint) and isinstance(value, dict) else value
-    return cls(**kwargs)
+def from_dict(cls: type[Contract], data: dict, where: str = "") -> Contract:
+    """``cls`` built from config data: nested sections too; unknown keys and bad values are a
+    ConfigError naming each key (under ``where``, the section's own key path)."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError("; ".join(describe_errors(err, tuple(where.split(".")) if where else (), cls))) from None
 
 
-# ----------------------------------------------------------------------------------------------
-# CLI flags from fields: the parser (train_dense) and the command line (rules) share one spelling.
+# ---- errors -------------------------------------------------------------------------------------
+
+# Loc parts that name a branch of a tagged union, not a config key.
+_UNION_TAGS = {"[key]", "file-name", "file-url", "file-path", "file-single", "file-roles", "split-none", "split-units"}
+
+
+def _key(loc: Sequence[Any]) -> str:
+    parts = [str(part) for part in loc if part not in _UNION_TAGS]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _strip(hint: Any) -> Any:
+    """``hint`` without Annotated and Optional (a union of one type and None is that type)."""
+    while True:
+        if get_origin(hint) is Annotated:
+            hint = get_args(hint)[0]
+            continue
+        if get_origin(hint) in (Union, types.UnionType):
+            args = [a for a in get_args(hint) if a is not type(None)]
+            if len(args) == 1:
+                hint = args[0]
+                continue
+        return hint
+
+
+def _model_at(loc: Sequence[Any], root: type[BaseModel]) -> type[BaseModel] | None:
+    """The contract that holds the keys at ``loc`` of ``root`` (to list them next to an unknown one)."""
+    tagged = {"file-url": UrlFile, "file-path": PathFile, "split-units": SplitUnits}
+    current: Any = root
+    for part in loc:
+        if part in _UNION_TAGS:
+            current = tagged.get(part, current)
+        elif isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
+            current = _strip(current.model_fields[part].annotation)
+        elif get_origin(current) is dict:
+            current = _strip(get_args(current)[1])
+        else:
+            return None
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def describe_errors(err: ValidationError, prefix: Sequence[Any] = (),
+                    root: type[BaseModel] | None = None) -> list[str]:
+    """One line per problem: "config key 'dpr.lr': <what is wrong>"; unknown keys are listed with the
+    keys allowed there. ``root``: the contract validated (default Config); ``prefix``: its key path."""
+    lines: list[str] = []
+    unknown: dict[tuple, list[str]] = {}
+    for error in err.errors():
+        loc = tuple(error["loc"])
+        if error["type"] == "extra_forbidden":
+            unknown.setdefault(loc[:-1], []).append(repr(str(loc[-1])))
+            continue
+        loc = (*prefix, *loc)
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "missing":
+            message = "required key is missing"
+        elif isinstance(error.get("input"), (str, int, float)) and error["type"] != "value_error":
+            message += f", got {error['input']!r}"
+        lines.append(f"config key '{_key(loc)}': {message}")
+    for where, names in unknown.items():
+        model = _model_at(where, root or Config)
+        allowed = f" (allowed keys: {', '.join(sorted(model.model_fields))})" if model else ""
+        lines.append(f"config key '{_key((*prefix, *where))}': unknown key(s) {', '.join(names)}{allowed}")
+    return list(dict.fromkeys(lines))
+
+
+# ---- CLI flags from fields: the parser (a stage) and the command line (rules) share one spelling --
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
@@ -355,40 +604,49 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _field_type(cls: type, name: str) -> type:
-    hint = get_type_hints(cls)[name]
-    # Optional[X] parses as X; None is the default, spelled by leaving the flag out.
-    args = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
-    if len(args) == 1:
+def _flag_type(cls: type[Contract], name: str) -> tuple[type, tuple | None]:
+    """(parser type, choices) of a field: Optional[X] parses as X (None is spelled by leaving the
+    flag out), Literal[...] as its values."""
+    hint = cls.model_fields[name].annotation
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if get_origin(hint) is not None and get_origin(hint) is not Literal and len(args) == 1:
         hint = args[0]
-    return {float: float, int: int, str: str, bool: bool}.get(hint, str)
+    if get_origin(hint) is Literal:
+        values = get_args(hint)
+        return type(values[0]), values
+    return {float: float, int: int, str: str, bool: bool}.get(hint, str), None
 
 
-def add_flags(group: argparse._ActionsContainer, cls: type, *, defaults_from: type | None = None) -> None:
-    """One flag per field of ``cls`` (booleans as --x/--no-x); defaults from ``defaults_from`` or ``cls``."""
-    source = (defaults_from or cls)()
-    for f in fields(cls):
-        default = getattr(source, f.name)
-        kind = _field_type(cls, f.name)
+def add_flags(group: argparse._ActionsContainer, cls: type[Contract], *, names: Sequence[str] | None = None,
+              override: bool = False) -> None:
+    """One flag per field of ``cls`` (or of ``names``), booleans as --x/--no-x, with the contract's
+    help and defaults; ``override``: no default (None: the flag was not given, keep what is there)."""
+    for name in names or cls.model_fields:
+        field = cls.model_fields[name]
+        kind, choices = _flag_type(cls, name)
+        default = None if override else field.default
         if kind is bool:
-            group.add_argument(flag_name(f.name), action=argparse.BooleanOptionalAction, default=default,
-                               help=f.metadata.get("help"))
+            group.add_argument(flag_name(name), action=argparse.BooleanOptionalAction, default=default,
+                               help=field.description)
         else:
-            group.add_argument(flag_name(f.name), type=kind, default=default,
-                               choices=f.metadata.get("choices"),
-                               help=f"{f.metadata.get('help', '')} (default: {default})".lstrip())
+            shown = "" if override else f" (default: {default})"
+            group.add_argument(flag_name(name), type=kind, default=default, choices=choices,
+                               help=f"{field.description or ''}{shown}".lstrip() or None)
 
 
-def pick(cls: type, values: Any) -> dict[str, Any]:
-    """The fields of ``cls`` taken from a mapping or an object (argparse namespace, dataclass)."""
+def pick(cls: type[Contract], values: Any) -> dict[str, Any]:
+    """The fields of ``cls`` taken from a mapping or an object (argparse namespace, contract)."""
     get = values.get if isinstance(values, dict) else (lambda key: getattr(values, key))
-    return {f.name: get(f.name) for f in fields(cls)}
+    return {name: get(name) for name in cls.model_fields}
 
 
-def to_flags(cls: type, values: dict[str, Any]) -> str:
-    """The command-line spelling of ``values``' fields of ``cls`` (the inverse of ``add_flags``)."""
+def to_flags(cls: type[Contract], values: dict[str, Any], names: Sequence[str] | None = None) -> str:
+    """The command-line spelling of ``values``' fields of ``cls`` (or of ``names``): the inverse of
+    ``add_flags``."""
     out = []
     for name, value in pick(cls, values).items():
+        if names is not None and name not in names:
+            continue
         if isinstance(value, bool):
             out.append(flag_name(name) if value else "--no-" + name.replace("_", "-"))
         elif value is not None:
@@ -396,5 +654,7 @@ def to_flags(cls: type, values: dict[str, Any]) -> str:
     return " ".join(shlex.quote(x) for x in out)
 
 
-assert all(f.default is not MISSING or f.default_factory is not MISSING
-           for cls in SECTIONS.values() for f in fields(cls)), "every setting needs a default"
+if __name__ == "__main__":
+    # python -m pipeline.core.settings > workflow/schemas/config.schema.json
+    json.dump(config_schema(), sys.stdout, indent=1)
+    sys.stdout.write("\n")

@@ -40,15 +40,23 @@ last, and ``Retriever.save`` writes ``retriever.json`` after all of them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import transformers
 
 from pipeline.core.storage import write_json
 
-if TYPE_CHECKING:
-    from pipeline.retrieval.model import RetrieverSettings
+
+
+class RetrieverSettings(Protocol):
+    """What these files need of a retriever's settings (pipeline.retrieval.model.RetrieverSettings,
+    which imports this module: a structural type keeps the import one-way)."""
+    pooling: str
+    similarity: str
+    shared_towers: bool
+    query_max_len: int
+    passage_max_len: int
 
 ST_VERSION = "6.2.0"                  # the sentence-transformers format these files follow
 QUERY_TOWER = "query_encoder"         # the sub-folders Retriever.save writes

@@ -17,7 +17,6 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -25,15 +24,16 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
+from pydantic import ValidationError
 from transformers import get_linear_schedule_with_warmup
 
 from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.core.config import ConfigError
-from pipeline.core.settings import PRECISIONS, Objective, TrainSettings, check_at_least_one, check_choice
+from pipeline.core.settings import Objective, TrainSettings, describe_errors
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
 from pipeline.core.storage import atomic_open, write_json
-from pipeline.training.losses import SCALES, ContrastiveLoss, loss_for, positive_columns, similarity_scores
+from pipeline.training.losses import ContrastiveLoss, loss_for, positive_columns, similarity_scores
 from pipeline.training.data import epoch_order, micro_batch_indices
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
 
@@ -43,15 +43,16 @@ FINGERPRINT_FILE = "fingerprint.json"
 LOG_FILE = "train_log.jsonl"
 
 
-@dataclass
 class TrainConfig(Objective, TrainSettings):
-    """What the loop trains with: the dpr/ccr section's settings (pipeline.core.settings) and a seed."""
+    """What the loop trains with: the dpr/ccr section's settings (pipeline.core.settings) and a seed.
+    Built in code, a bad value is a ConfigError naming the setting."""
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        check_choice("scale", self.scale, SCALES)
-        check_choice("precision", self.precision, PRECISIONS)
-        check_at_least_one(self, ("epochs", "batch_size", "grad_accum"))
+    def __init__(self, **values) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as err:
+            raise ConfigError("training settings: " + "; ".join(describe_errors(err, root=TrainConfig))) from None
 
 
 class DualEncoder(torch.nn.Module):
@@ -203,7 +204,7 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
     # masks (and, under bf16, rounding), so a run may resume on another number of GPUs. The precision
     # actually used is part of it: a checkpoint made in bf16 is not resumed on a host computing fp32.
     objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale, cfg.f_beta)
-    settings = {k: v for k, v in asdict(cfg).items() if k != "checkpoint_every"}
+    settings = cfg.model_dump(exclude={"checkpoint_every"})
     fingerprint = {"config": settings, "loss": objective.describe(),
                    "compute_precision": precision_name(amp_dtype), **(fingerprint or {})}
     _prepare_checkpoint_dir(checkpoint_dir, fingerprint, dist_info)

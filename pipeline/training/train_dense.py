@@ -33,7 +33,7 @@ import torch
 from pipeline.core.seeding import seed_everything
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
-from pipeline.core.settings import Objective, TrainSettings, add_flags, pick
+from pipeline.core.settings import RETRIEVER_KEYS, ModelSettings, Objective, TrainSettings, add_flags, pick
 from pipeline.core.fingerprint import file_id
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.storage import DataError, atomic_path, write_json
@@ -44,9 +44,6 @@ from pipeline.training.data import TrainData
 from pipeline.training.loop import LOG_FILE, TrainConfig, train
 
 log = logging.getLogger("sieve.train_dense")
-
-_SETTING_FLAGS = ("pooling", "similarity", "temperature", "query_max_len", "passage_max_len")
-
 
 def build_parser() -> argparse.ArgumentParser:
     ap = stage_parser("pipeline.training.train_dense", __doc__)
@@ -61,12 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", help="corpus.parquet")
     ap.add_argument("--checkpoint-dir", help="default: <out>.ckpt")
     ap.add_argument("--keep-checkpoint", action="store_true", help="keep it after success")
-    g = ap.add_argument_group("retriever settings (override those of --init)")
-    g.add_argument("--pooling", choices=["mean", "cls"])
-    g.add_argument("--similarity", choices=["cosine", "dot"])
-    g.add_argument("--temperature", type=float, help="tau: scores are divided by it (cosine)")
-    g.add_argument("--query-max-len", type=int)
-    g.add_argument("--passage-max-len", type=int)
+    g = ap.add_argument_group("retriever settings (config section model; override those of --init)")
+    add_flags(g, ModelSettings, names=RETRIEVER_KEYS, override=True)
     g.add_argument("--separate-towers", action="store_true",
                    help="separate query/passage encoders (only when starting from a base encoder)")
     # One flag per field of the dpr/ccr contract (pipeline.core.settings); the rules spell the same
@@ -83,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    return {name: getattr(args, name) for name in _SETTING_FLAGS if getattr(args, name) is not None}
+    return {name: getattr(args, name) for name in RETRIEVER_KEYS if getattr(args, name) is not None}
 
 
 def init_only(args: argparse.Namespace) -> None:
@@ -193,7 +186,7 @@ def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainC
         with atomic_path(out / LOG_FILE) as tmp:
             shutil.copyfile(ckpt / LOG_FILE, tmp)
         write_json(out / "train_info.json", {
-            "init": init, "config": asdict(cfg), "negatives_depth": cfg.negatives_depth,
+            "init": init, "config": cfg.model_dump(), "negatives_depth": cfg.negatives_depth,
             "queries": len(data), "dropped_without_positive": data.n_dropped,
             "queries_without_candidates": data.n_without_candidates,
             "world_size": dist_info.world_size, "summary": summary})

@@ -7,10 +7,8 @@
 # Details: docs/ar2.md.
 import json
 import shlex
-from dataclasses import fields
 
-from pipeline.ar2.recorded_settings import ar2_recorded_settings
-from pipeline.core.settings import JobResources
+from pipeline.core.settings import RESOURCE_KEYS, ar2_recorded_settings
 
 AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 
@@ -18,10 +16,6 @@ AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 def ar2_config(wildcards):
     """Section ar2 of the job's dataset (its recipe)."""
     return cfg(wildcards.dataset)["ar2"]
-
-
-# What a job reserves (threads, mem_mb, gpus): never part of a recorded setting.
-_RESOURCES = tuple(f.name for f in fields(JobResources))
 
 
 def _ar2_sieves(variant):
@@ -88,7 +82,7 @@ def ar2_round_settings(wildcards):
                                             "temperature", "batch_size")}
         out += ["--sieve-config", json.dumps(sieve)]
         if c["ar2"]["sieve_init"] == "current":
-            ccr = {k: v for k, v in c["ccr"].items() if k not in _RESOURCES}
+            ccr = {k: v for k, v in c["ccr"].items() if k not in RESOURCE_KEYS}
             out += ["--ccr-settings", json.dumps(ccr)]
     if DATASETS[d]["format"] == "squad":
         out.append("--suspect-same-article")

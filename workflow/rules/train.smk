@@ -4,17 +4,14 @@
 import shlex
 
 from pipeline.core.recipes import dataset_recipe
-from pipeline.core.settings import Objective, TrainSettings, to_flags
-
-_RETRIEVER_KEYS = ("pooling", "similarity", "temperature", "query_max_len", "passage_max_len")
+from pipeline.core.settings import RETRIEVER_KEYS, ModelSettings, Objective, TrainSettings, to_flags
 
 
 def retriever_flags(c, **overrides):
     """The retriever settings of `model` in config ``c`` as train_dense flags (CCR overrides
     similarity and τ)."""
     m = {**c["model"], **overrides}
-    out = [f"--{key.replace('_', '-')} {shlex.quote(str(m[key]))}" for key in _RETRIEVER_KEYS]
-    return " ".join(out + ([] if m["shared_towers"] else ["--separate-towers"]))
+    return " ".join([to_flags(ModelSettings, m, RETRIEVER_KEYS)] + ([] if m["shared_towers"] else ["--separate-towers"]))
 
 
 def train_flags(section, **fixed):
