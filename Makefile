@@ -25,7 +25,10 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) results/synthkb/metrics.json
 
+# Lint and format check first (ruff, pinned in the dev extra): seconds, and a style slip fails fast.
 test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q tests
 
 clean-results:

@@ -11,6 +11,7 @@ is median(CCR step) / median(NCE step), > 1 means CCR is slower.
 
 The last line is machine-readable: ``RESULT ccr_overhead ratio=<float>``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,16 +26,17 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.training.losses import contrastive_loss, positive_columns, similarity_scores  # noqa: E402
-from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder  # noqa: E402
+from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
+from pipeline.training.losses import contrastive_loss, positive_columns, similarity_scores
 
-WORDS = ("the river castle engine forest music bridge winter paper garden silver doctor island "
-         "market planet violin harbor desert lantern copper meadow of in and was is").split()
+WORDS = (
+    "the river castle engine forest music bridge winter paper garden silver doctor island "
+    "market planet violin harbor desert lantern copper meadow of in and was is"
+).split()
 
 
 def _texts(n: int, length: int, offset: int) -> list[str]:
-    return [" ".join(WORDS[(i * 7 + j * 3 + offset) % len(WORDS)] for j in range(length))
-            for i in range(n)]
+    return [" ".join(WORDS[(i * 7 + j * 3 + offset) % len(WORDS)] for j in range(length)) for i in range(n)]
 
 
 def main() -> None:
@@ -47,16 +49,19 @@ def main() -> None:
     ap.add_argument("--passage-words", type=int, default=90)
     ap.add_argument("--reps", type=int, default=10, help="timed steps per variant")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--clock", choices=["wall", "process"], default="wall",
-                    help="ratio from wall-clock or process CPU time (steadier on a shared machine)")
+    ap.add_argument(
+        "--clock",
+        choices=["wall", "process"],
+        default="wall",
+        help="ratio from wall-clock or process CPU time (steadier on a shared machine)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.queries, args.reps = 8, 4
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    settings = RetrieverSettings(similarity="cosine", temperature=1.0, query_max_len=32,
-                                 passage_max_len=128)
+    settings = RetrieverSettings(similarity="cosine", temperature=1.0, query_max_len=32, passage_max_len=128)
     with tempfile.TemporaryDirectory() as tmp:
         base = str(make_tiny_encoder(Path(tmp) / "tiny")) if args.model == "tiny" else "minilm"
         model = Retriever.from_pretrained(base, settings)
@@ -64,15 +69,15 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7)
     group = args.hard_negatives + 1
     q_batch = model.tokenize_queries(_texts(args.queries, 10, 0))
-    p_batch = model.tokenize_passages(["a title"] * (args.queries * group),
-                                      _texts(args.queries * group, args.passage_words, 1))
+    p_batch = model.tokenize_passages(
+        ["a title"] * (args.queries * group), _texts(args.queries * group, args.passage_words, 1)
+    )
     positives = positive_columns(args.queries, group)
 
     def step(variant: str) -> tuple[float, float]:
         start, start_cpu = time.perf_counter(), time.process_time()
         optimizer.zero_grad(set_to_none=True)
-        scores = similarity_scores(model.embed_queries(q_batch), model.embed_passages(p_batch),
-                                   "cosine", 1.0)
+        scores = similarity_scores(model.embed_queries(q_batch), model.embed_passages(p_batch), "cosine", 1.0)
         if variant == "nce":
             if args.in_batch:
                 loss = F.cross_entropy(scores, positives)
@@ -102,7 +107,7 @@ def main() -> None:
     s = torch.randn(args.queries, args.queries * group, requires_grad=True)
     loss_only = {"nce": 0.0, "ccr": 0.0}
     for chunk in range(20):
-        for variant in (("nce", "ccr") if chunk % 2 == 0 else ("ccr", "nce")):
+        for variant in ("nce", "ccr") if chunk % 2 == 0 else ("ccr", "nce"):
             tick = time.perf_counter()
             for _ in range(10):
                 if variant == "nce":
@@ -111,14 +116,24 @@ def main() -> None:
                     contrastive_loss(s, positives, group, beta=0.5)[0].backward()
             loss_only[variant] += (time.perf_counter() - tick) / 200
 
-    print(f"model={args.model} queries={args.queries} k={args.hard_negatives} in_batch={args.in_batch} "
-          f"passage_tokens={p_batch['input_ids'].shape[1]} reps={args.reps} threads={args.threads}")
-    print(f"step NCE  median {nce * 1000:9.1f} ms  (all: {', '.join(f'{t * 1000:.0f}' for t in times['nce'])})")
-    print(f"step CCR  median {ccr * 1000:9.1f} ms  (all: {', '.join(f'{t * 1000:.0f}' for t in times['ccr'])})")
-    print(f"process CPU time per step: NCE {nce_cpu * 1000:.1f} ms, CCR {ccr_cpu * 1000:.1f} ms "
-          f"(ratio {ccr_cpu / nce_cpu:.4f}); wall ratio {ccr / nce:.4f}, "
-          f"fastest-step ratio {min(times['ccr']) / min(times['nce']):.4f}")
-    print(f"loss only: NCE {loss_only['nce'] * 1e6:.0f} us, CCR {loss_only['ccr'] * 1e6:.0f} us per forward+backward")
+    print(
+        f"model={args.model} queries={args.queries} k={args.hard_negatives} in_batch={args.in_batch} "
+        f"passage_tokens={p_batch['input_ids'].shape[1]} reps={args.reps} threads={args.threads}"
+    )
+    print(
+        f"step NCE  median {nce * 1000:9.1f} ms  (all: {', '.join(f'{t * 1000:.0f}' for t in times['nce'])})"
+    )
+    print(
+        f"step CCR  median {ccr * 1000:9.1f} ms  (all: {', '.join(f'{t * 1000:.0f}' for t in times['ccr'])})"
+    )
+    print(
+        f"process CPU time per step: NCE {nce_cpu * 1000:.1f} ms, CCR {ccr_cpu * 1000:.1f} ms "
+        f"(ratio {ccr_cpu / nce_cpu:.4f}); wall ratio {ccr / nce:.4f}, "
+        f"fastest-step ratio {min(times['ccr']) / min(times['nce']):.4f}"
+    )
+    print(
+        f"loss only: NCE {loss_only['nce'] * 1e6:.0f} us, CCR {loss_only['ccr'] * 1e6:.0f} us per forward+backward"
+    )
     ratio = ccr / nce if args.clock == "wall" else ccr_cpu / nce_cpu
     print(f"RESULT ccr_overhead ratio={ratio:.4f}")
 

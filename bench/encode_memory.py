@@ -10,6 +10,7 @@ corpus needed more memory; ~1.0 is the goal.
 
     python bench/encode_memory.py --quick      # < 2 min on 2 CPU cores
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,16 @@ def write_corpus(path: Path, n: int, seed: int, words: tuple[int, int]) -> None:
             count = min(5000, n - start)
             lengths = rng.integers(words[0], words[1], count)
             texts = [" ".join(vocab[rng.integers(0, len(vocab), k)]) for k in lengths]
-            writer.write_table(pa.table({"pid": [f"p{start + i}" for i in range(count)],
-                                         "title": [f"title {(start + i) % 997}" for i in range(count)],
-                                         "text": texts}, schema=schema))
+            writer.write_table(
+                pa.table(
+                    {
+                        "pid": [f"p{start + i}" for i in range(count)],
+                        "title": [f"title {(start + i) % 997}" for i in range(count)],
+                        "text": texts,
+                    },
+                    schema=schema,
+                )
+            )
 
 
 def child(args: argparse.Namespace) -> int:
@@ -55,18 +63,31 @@ def child(args: argparse.Namespace) -> int:
     settings = RetrieverSettings(base="tiny", passage_max_len=args.max_len)
     retriever = Retriever.from_pretrained(args.model, settings).eval()
     began = time.perf_counter()
-    stats = encode_table(retriever, args.corpus, args.out, 0, 1, batch_size=args.batch_size,
-                         sort_buffer=args.sort_buffer, device=torch.device("cpu"), progress=False)
+    stats = encode_table(
+        retriever,
+        args.corpus,
+        args.out,
+        0,
+        1,
+        batch_size=args.batch_size,
+        sort_buffer=args.sort_buffer,
+        device=torch.device("cpu"),
+        progress=False,
+    )
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    print(json.dumps({"rows": stats["rows"], "peak_mib": peak_kib / 1024,
-                      "seconds": time.perf_counter() - began}))
+    print(
+        json.dumps(
+            {"rows": stats["rows"], "peak_mib": peak_kib / 1024, "seconds": time.perf_counter() - began}
+        )
+    )
     return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="short passages (8-30 words), max_len 32, batch 256")
+    parser.add_argument(
+        "--quick", action="store_true", help="short passages (8-30 words), max_len 32, batch 256"
+    )
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--sort-buffer", type=int, default=5_000)
@@ -94,16 +115,37 @@ def main() -> int:
             write_corpus(tmp / f"corpus{n}.parquet", n, args.seed, words)
         for n in (args.small, args.large):
             out = subprocess.run(
-                [sys.executable, __file__, "--child", "--model", str(tmp / "tiny"),
-                 "--corpus", str(tmp / f"corpus{n}.parquet"), "--out", str(tmp / f"emb{n}"),
-                 "--sort-buffer", str(args.sort_buffer), "--threads", str(args.threads),
-                 "--max-len", str(max_len), "--batch-size", str(batch)],
-                check=True, capture_output=True, text=True, cwd=ROOT)
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    "--model",
+                    str(tmp / "tiny"),
+                    "--corpus",
+                    str(tmp / f"corpus{n}.parquet"),
+                    "--out",
+                    str(tmp / f"emb{n}"),
+                    "--sort-buffer",
+                    str(args.sort_buffer),
+                    "--threads",
+                    str(args.threads),
+                    "--max-len",
+                    str(max_len),
+                    "--batch-size",
+                    str(batch),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
             results[n] = json.loads(out.stdout.strip().splitlines()[-1])
             r = results[n]
-            print(f"{n:>7} passages: peak RSS {r['peak_mib']:.1f} MiB, {r['seconds']:.1f} s "
-                  f"({n / r['seconds']:.0f} passages/s), sort buffer {args.sort_buffer}, "
-                  f"max_len {max_len}, batch {batch}")
+            print(
+                f"{n:>7} passages: peak RSS {r['peak_mib']:.1f} MiB, {r['seconds']:.1f} s "
+                f"({n / r['seconds']:.0f} passages/s), sort buffer {args.sort_buffer}, "
+                f"max_len {max_len}, batch {batch}"
+            )
     ratio = results[args.large]["peak_mib"] / results[args.small]["peak_mib"]
     print(f"load average now {os.getloadavg()[0]:.2f}")
     print(f"RESULT encode_memory_growth ratio={ratio:.3f}")

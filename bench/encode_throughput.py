@@ -14,6 +14,7 @@ is faster. Needs sentence-transformers (``pip install -e .[bench]``).
 
     python bench/encode_throughput.py --quick      # ~1-2 min on 2 CPU cores
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.core.config import resolve_model_path  # noqa: E402
-from pipeline.core.precision import encoding_dtype, precision_name  # noqa: E402
-from pipeline.retrieval.encode import encode_buffer, resolve_device, tokenize_buffer  # noqa: E402
-from pipeline.retrieval.model import Retriever, RetrieverSettings  # noqa: E402
+from pipeline.core.config import resolve_model_path
+from pipeline.core.precision import encoding_dtype, precision_name
+from pipeline.retrieval.encode import encode_buffer, resolve_device, tokenize_buffer
+from pipeline.retrieval.model import Retriever, RetrieverSettings
 
-SQUAD = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "squad" / \
-    "squad-v1.1-dev-36.json.gz"
+SQUAD = (
+    Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "squad" / "squad-v1.1-dev-36.json.gz"
+)
 
 
 def load_passages(path: Path, n: int, seed: int) -> tuple[list[str], list[str], str]:
@@ -48,8 +50,10 @@ def load_passages(path: Path, n: int, seed: int) -> tuple[list[str], list[str], 
     else:
         rng = np.random.default_rng(seed)
         vocab = [f"w{i}" for i in range(5000)]
-        pairs = [(f"title {i}", " ".join(rng.choice(vocab, int(rng.integers(40, 200)))))
-                 for i in range(max(n, 2000))]
+        pairs = [
+            (f"title {i}", " ".join(rng.choice(vocab, int(rng.integers(40, 200)))))
+            for i in range(max(n, 2000))
+        ]
         source = "synthetic passages"
     pick = np.random.default_rng(seed).permutation(len(pairs))[:n]
     return [pairs[i][0] for i in pick], [pairs[i][1] for i in pick], source
@@ -57,8 +61,12 @@ def load_passages(path: Path, n: int, seed: int) -> tuple[list[str], list[str], 
 
 def padded_tokens(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> int:
     """Tokens a forward pass computes when batches follow ``order`` and pad to their longest row."""
-    return int(sum(lengths[order[i:i + batch_size]].max() * len(order[i:i + batch_size])
-                   for i in range(0, len(order), batch_size)))
+    return int(
+        sum(
+            lengths[order[i : i + batch_size]].max() * len(order[i : i + batch_size])
+            for i in range(0, len(order), batch_size)
+        )
+    )
 
 
 def main() -> int:
@@ -83,31 +91,36 @@ def main() -> int:
     titles, texts, source = load_passages(args.squad, n, args.seed)
     joined = [f"{t} [SEP] {x}" for t, x in zip(titles, texts)]
 
-    settings = RetrieverSettings(base="minilm", pooling="mean", similarity="cosine",
-                                 passage_max_len=args.max_len)
+    settings = RetrieverSettings(
+        base="minilm", pooling="mean", similarity="cosine", passage_max_len=args.max_len
+    )
     ours = Retriever.from_pretrained("minilm", settings).to(device).eval()
     st = SentenceTransformer(resolve_model_path("minilm"), device=str(device))
     st.max_seq_length = args.max_len
 
     our_lengths = tokenize_buffer(ours, texts, titles)["attention_mask"].sum(axis=1)
-    st_lengths = np.array([len(ids) for ids in st.tokenizer(joined, truncation=True,
-                                                              max_length=args.max_len)["input_ids"]])
+    st_lengths = np.array(
+        [len(ids) for ids in st.tokenizer(joined, truncation=True, max_length=args.max_len)["input_ids"]]
+    )
     # Padded tokens actually computed: ours sorts by token length, ST by character length.
     ours_padded = padded_tokens(our_lengths, np.argsort(-our_lengths, kind="stable"), args.batch_size)
     st_padded = padded_tokens(st_lengths, np.argsort([-len(t) for t in joined]), args.batch_size)
-    print(f"machine: {os.cpu_count()} cpus, torch threads {torch.get_num_threads()}, "
-          f"load average {os.getloadavg()[0]:.2f}, device {device}, ours "
-          f"{precision_name(encoding_dtype(device, args.amp))}, sentence-transformers fp32")
-    print(f"data: {n} {source}, max_len {args.max_len}, batch {args.batch_size}; "
-          f"tokens ours {int(our_lengths.sum())}, sentence-transformers {int(st_lengths.sum())}; "
-          f"with batch padding ours {ours_padded}, sentence-transformers {st_padded}")
+    print(
+        f"machine: {os.cpu_count()} cpus, torch threads {torch.get_num_threads()}, "
+        f"load average {os.getloadavg()[0]:.2f}, device {device}, ours "
+        f"{precision_name(encoding_dtype(device, args.amp))}, sentence-transformers fp32"
+    )
+    print(
+        f"data: {n} {source}, max_len {args.max_len}, batch {args.batch_size}; "
+        f"tokens ours {int(our_lengths.sum())}, sentence-transformers {int(st_lengths.sum())}; "
+        f"with batch padding ours {ours_padded}, sentence-transformers {st_padded}"
+    )
 
     def run_ours() -> np.ndarray:
         return encode_buffer(ours, texts, titles, batch_size=args.batch_size, device=device, amp=args.amp)
 
     def run_st() -> np.ndarray:
-        return st.encode(joined, batch_size=args.batch_size, show_progress_bar=False,
-                         convert_to_numpy=True)
+        return st.encode(joined, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True)
 
     # Warm-up (allocator, kernels) on a few passages each, untimed.
     encode_buffer(ours, texts[:8], titles[:8], batch_size=8, device=device, amp=args.amp)
@@ -117,7 +130,7 @@ def main() -> int:
     outputs = {}
     for r in range(args.rounds):
         order = [("ours", run_ours), ("st", run_st)]
-        for name, fn in (order if r % 2 == 0 else order[::-1]):
+        for name, fn in order if r % 2 == 0 else order[::-1]:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             began = time.perf_counter()
@@ -125,15 +138,21 @@ def main() -> int:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - began)
-        print(f"round {r + 1}: ours {n / times['ours'][-1]:.1f} passages/s, "
-              f"sentence-transformers {n / times['st'][-1]:.1f} passages/s")
+        print(
+            f"round {r + 1}: ours {n / times['ours'][-1]:.1f} passages/s, "
+            f"sentence-transformers {n / times['st'][-1]:.1f} passages/s"
+        )
     a, b = outputs["ours"].astype(np.float32), np.asarray(outputs["st"], dtype=np.float32)
     cosine = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    print(f"embedding agreement (token type ids differ for the text segment): mean cosine "
-          f"{cosine.mean():.4f}, min {cosine.min():.4f}")
+    print(
+        f"embedding agreement (token type ids differ for the text segment): mean cosine "
+        f"{cosine.mean():.4f}, min {cosine.min():.4f}"
+    )
     ours_s, st_s = sum(times["ours"]), sum(times["st"])
-    print(f"total: ours {n * args.rounds / ours_s:.1f} passages/s, sentence-transformers "
-          f"{n * args.rounds / st_s:.1f} passages/s; load average now {os.getloadavg()[0]:.2f}")
+    print(
+        f"total: ours {n * args.rounds / ours_s:.1f} passages/s, sentence-transformers "
+        f"{n * args.rounds / st_s:.1f} passages/s; load average now {os.getloadavg()[0]:.2f}"
+    )
     print(f"RESULT encode_throughput_speedup ratio={st_s / ours_s:.3f}")
     return 0
 

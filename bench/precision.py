@@ -13,6 +13,7 @@ compute fp32 and the script says so.
 
 The last lines are machine-readable: ``RESULT precision <what> ratio=<bf16 speed / fp32 speed>``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,32 +31,46 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the train_budget helper beside this file
 
-from pipeline.core.precision import autocast_dtype, precision_name  # noqa: E402
-from pipeline.retrieval.encode import encode_buffer  # noqa: E402
-from pipeline.retrieval.model import Retriever, RetrieverSettings  # noqa: E402
-from pipeline.training.data import TrainData  # noqa: E402
-from pipeline.training.loop import LOG_FILE, TrainConfig, train  # noqa: E402
-from train_budget import demo_train_data  # noqa: E402
+from train_budget import demo_train_data
+
+from pipeline.core.precision import autocast_dtype, precision_name
+from pipeline.retrieval.encode import encode_buffer
+from pipeline.retrieval.model import Retriever, RetrieverSettings
+from pipeline.training.data import TrainData
+from pipeline.training.loop import LOG_FILE, TrainConfig, train
 
 SETTINGS = RetrieverSettings(query_max_len=32, passage_max_len=128)
 
 
 def train_variant(data: TrainData, precision: str, steps: int, work: Path) -> dict:
     retriever = Retriever.from_pretrained("minilm", SETTINGS)
-    cfg = TrainConfig(lr=2e-5, batch_size=16, hard_negatives=1, max_steps=steps, checkpoint_every=0,
-                      seed=0, precision=precision)
+    cfg = TrainConfig(
+        lr=2e-5,
+        batch_size=16,
+        hard_negatives=1,
+        max_steps=steps,
+        checkpoint_every=0,
+        seed=0,
+        precision=precision,
+    )
     ckpt = work / f"{precision}-{time.monotonic_ns()}"
     train(retriever, data, cfg, checkpoint_dir=ckpt)
     log = [json.loads(line) for line in (ckpt / LOG_FILE).open()]
-    return {"step_s": statistics.median(16 / r["examples_per_s"] for r in log),
-            "last_loss": log[-1]["loss"]}
+    return {"step_s": statistics.median(16 / r["examples_per_s"] for r in log), "last_loss": log[-1]["loss"]}
 
 
 def encode_variant(corpus: pd.DataFrame, amp: bool) -> tuple[float, np.ndarray]:
     retriever = Retriever.from_pretrained("minilm", SETTINGS).eval()
     tick = time.perf_counter()
-    emb = encode_buffer(retriever, corpus["text"].tolist(), corpus["title"].tolist(), batch_size=64,
-                        device=torch.device("cpu"), amp=amp, dtype=torch.float32)
+    emb = encode_buffer(
+        retriever,
+        corpus["text"].tolist(),
+        corpus["title"].tolist(),
+        batch_size=64,
+        device=torch.device("cpu"),
+        amp=amp,
+        dtype=torch.float32,
+    )
     return len(corpus) / (time.perf_counter() - tick), emb
 
 
@@ -90,14 +105,20 @@ def main() -> None:
     rate = {amp: statistics.median(v) for amp, v in encoded.items()}
     a, b = embeddings["fp32"], embeddings["bf16"]
     cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-    print(f"synthkb entities={args.entities} train queries={len(data)} steps={args.steps} batch=16 k=1 "
-          f"passages encoded={len(corpus)} threads={args.threads}; 'bf16' computes {bf16} here")
-    print(f"train step   fp32 {step['fp32'] * 1000:6.0f} ms  bf16 {step['bf16'] * 1000:6.0f} ms  "
-          f"x{step['fp32'] / step['bf16']:.2f}; loss after {args.steps} steps fp32 "
-          f"{trained['fp32'][0]['last_loss']:.4f} bf16 {trained['bf16'][0]['last_loss']:.4f}")
-    print(f"encode       fp32 {rate[False]:6.1f} passages/s  bf16 {rate[True]:6.1f} passages/s  "
-          f"x{rate[True] / rate[False]:.2f}; cosine(bf16, fp32) min {cosine.min():.6f} "
-          f"mean {cosine.mean():.6f}")
+    print(
+        f"synthkb entities={args.entities} train queries={len(data)} steps={args.steps} batch=16 k=1 "
+        f"passages encoded={len(corpus)} threads={args.threads}; 'bf16' computes {bf16} here"
+    )
+    print(
+        f"train step   fp32 {step['fp32'] * 1000:6.0f} ms  bf16 {step['bf16'] * 1000:6.0f} ms  "
+        f"x{step['fp32'] / step['bf16']:.2f}; loss after {args.steps} steps fp32 "
+        f"{trained['fp32'][0]['last_loss']:.4f} bf16 {trained['bf16'][0]['last_loss']:.4f}"
+    )
+    print(
+        f"encode       fp32 {rate[False]:6.1f} passages/s  bf16 {rate[True]:6.1f} passages/s  "
+        f"x{rate[True] / rate[False]:.2f}; cosine(bf16, fp32) min {cosine.min():.6f} "
+        f"mean {cosine.mean():.6f}"
+    )
     print(f"RESULT precision train ratio={step['fp32'] / step['bf16']:.3f}")
     print(f"RESULT precision encode ratio={rate[True] / rate[False]:.3f} min_cosine={cosine.min():.6f}")
 

@@ -1,6 +1,7 @@
 """Inputs of the controlled DPR runs (bench/dpr_recipes.py): which positive, which negatives, what is
 frozen, and the audited training data and loss wrappers that count or mask in-batch relevant passages.
 Nothing here changes pipeline/: rewritten qrels/negatives files, requires_grad, a wrapped loss."""
+
 from __future__ import annotations
 
 import logging
@@ -14,10 +15,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the recipe_* helpers beside this file
-from pipeline.data.answers import AnswerMatcher  # noqa: E402
-from pipeline.retrieval.model import Retriever  # noqa: E402
-from pipeline.training.data import Batch, TrainData  # noqa: E402
-from pipeline.training.losses import contrastive_loss  # noqa: E402
+from pipeline.data.answers import AnswerMatcher
+from pipeline.retrieval.model import Retriever
+from pipeline.training.data import Batch, TrainData
+from pipeline.training.losses import contrastive_loss
 
 log = logging.getLogger("bench.dpr_recipes")
 
@@ -46,8 +47,9 @@ class Inputs:
             # others, so a whole run takes seconds. Numbers from it mean nothing.
             for s in ("dev", "test"):
                 self.queries[s] = self.queries[s].head(40)
-            keep = set().union(*(self.qrels_all[s][q] for s in ("dev", "test")
-                                 for q in self.queries[s]["qid"]))
+            keep = set().union(
+                *(self.qrels_all[s][q] for s in ("dev", "test") for q in self.queries[s]["qid"])
+            )
             extra = self.corpus["pid"].sample(200, random_state=0)
             self.corpus = self.corpus[self.corpus["pid"].isin(keep | set(extra))].reset_index(drop=True)
         self.pid_index = {p: i for i, p in enumerate(self.corpus["pid"])}
@@ -86,15 +88,18 @@ def write_qrels(inputs: Inputs, mode: str, work: Path, zs_best: dict[str, str] |
             chosen = zs_best[qid]
         elif mode == "title":
             # titles.get: --quick keeps part of the corpus only
-            own = sorted((p for p in rel if titles.get(p) and titles[p] in texts[qid]),
-                         key=lambda p: int(p.split("-")[1]))
+            own = sorted(
+                (p for p in rel if titles.get(p) and titles[p] in texts[qid]),
+                key=lambda p: int(p.split("-")[1]),
+            )
             chosen = own[0] if own else annotated
         else:
             raise ValueError(mode)
         rows += [(qid, chosen, 2)] + [(qid, p, 1) for p in sorted(rel) if p != chosen]
     out = work / f"qrels.{mode}.parquet"
     pd.DataFrame(rows, columns=["qid", "pid", "relevance"]).astype({"relevance": "int32"}).to_parquet(
-        out, index=False)
+        out, index=False
+    )
     return out
 
 
@@ -139,8 +144,13 @@ class AuditedData(TrainData):
                     hit_batch |= not mine
         a["batches_with_inbatch_relevant"] += hit_batch
         titles, texts = self.passages.get(ids_arr)
-        return Batch(qids=qids, query_texts=[self.query_texts[i] for i in indices],
-                     passage_titles=titles, passage_texts=texts, group_size=g)
+        return Batch(
+            qids=qids,
+            query_texts=[self.query_texts[i] for i in indices],
+            passage_titles=titles,
+            passage_texts=texts,
+            group_size=g,
+        )
 
 
 def relevant_mask(data: AuditedData, shape: tuple[int, int]) -> torch.Tensor:
@@ -197,7 +207,7 @@ def freeze(retriever: Retriever, how: str) -> None:
         layers = enc.encoder.layer
         for p in enc.embeddings.parameters():
             p.requires_grad = False
-        for layer in layers[:len(layers) - n_top]:
+        for layer in layers[: len(layers) - n_top]:
             for p in layer.parameters():
                 p.requires_grad = False
     elif how == "query_tower":

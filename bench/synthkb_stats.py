@@ -13,6 +13,7 @@ title + " " + text, so the figures do not depend on the pipeline's own BM25 stag
   hit@k of the annotated positive alone.
 * Passage lengths in words and in all-MiniLM-L6-v2 word pieces (title + text, as encoded).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,8 @@ import pandas as pd
 import Stemmer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline.data.answers import AnswerMatcher  # noqa: E402
-from pipeline.core.storage import read_table  # noqa: E402
+from pipeline.core.storage import read_table
+from pipeline.data.answers import AnswerMatcher
 
 
 def _relevant(path: Path) -> dict[str, set[str]]:
@@ -42,8 +43,9 @@ def bm25_search(corpus: pd.DataFrame, questions: list[str], k: int) -> np.ndarra
     stemmer = Stemmer.Stemmer("english")
     texts = (corpus["title"] + " " + corpus["text"]).tolist()
     retriever = bm25s.BM25(k1=0.9, b=0.4)
-    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
-                    show_progress=False)
+    retriever.index(
+        bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+    )
     tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, show_progress=False)
     docs, _ = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
     return docs
@@ -64,12 +66,16 @@ def fn_fraction(corpus: pd.DataFrame, data: Path, depth: int) -> dict:
         false_neg += fn
         with_fn += fn > 0
         per_question.append(fn)
-    return {"train_questions": len(queries), "depth": depth, "negatives": negatives,
-            "false_negatives": false_neg, "fn_fraction": round(false_neg / max(negatives, 1), 4),
-            "questions_with_fn": round(with_fn / max(len(queries), 1), 4),
-            "mean_fn_per_question": round(float(np.mean(per_question)), 3),
-            "possible_fn_per_question": round(float(np.mean(
-                [len(rel_all[q]) - 1 for q in queries["qid"]])), 3)}
+    return {
+        "train_questions": len(queries),
+        "depth": depth,
+        "negatives": negatives,
+        "false_negatives": false_neg,
+        "fn_fraction": round(false_neg / max(negatives, 1), 4),
+        "questions_with_fn": round(with_fn / max(len(queries), 1), 4),
+        "mean_fn_per_question": round(float(np.mean(per_question)), 3),
+        "possible_fn_per_question": round(float(np.mean([len(rel_all[q]) - 1 for q in queries["qid"]])), 3),
+    }
 
 
 def recall(corpus: pd.DataFrame, data: Path, split: str, ks: list[int]) -> dict:
@@ -106,17 +112,26 @@ def recall(corpus: pd.DataFrame, data: Path, split: str, ks: list[int]) -> dict:
 
 def lengths(corpus: pd.DataFrame, with_tokenizer: bool) -> dict:
     words = corpus["text"].str.split().str.len()
-    out = {"passages": len(corpus), "words_mean": round(float(words.mean()), 1),
-           "words_max": int(words.max()), "words_p10": int(words.quantile(0.1))}
+    out = {
+        "passages": len(corpus),
+        "words_mean": round(float(words.mean()), 1),
+        "words_max": int(words.max()),
+        "words_p10": int(words.quantile(0.1)),
+    }
     if with_tokenizer:
         from transformers import AutoTokenizer
 
         from pipeline.core.config import resolve_model_path
+
         tok = AutoTokenizer.from_pretrained(resolve_model_path("minilm"))
-        n = np.array([len(ids) for ids in tok(corpus["title"].tolist(), corpus["text"].tolist())
-                      ["input_ids"]])
-        out.update(wordpieces_mean=round(float(n.mean()), 1), wordpieces_max=int(n.max()),
-                   share_within_128=round(float((n <= 128).mean()), 4))
+        n = np.array(
+            [len(ids) for ids in tok(corpus["title"].tolist(), corpus["text"].tolist())["input_ids"]]
+        )
+        out.update(
+            wordpieces_mean=round(float(n.mean()), 1),
+            wordpieces_max=int(n.max()),
+            share_within_128=round(float((n <= 128).mean()), 4),
+        )
     return out
 
 
@@ -129,9 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the figures as JSON")
     args = parser.parse_args(argv)
     corpus = read_table(args.data / "corpus.parquet")
-    stats = {"data": str(args.data), "lengths": lengths(corpus, not args.no_tokenizer),
-             "train_fn": fn_fraction(corpus, args.data, args.depth),
-             "bm25": recall(corpus, args.data, args.split, [1, 5, 20, 100])}
+    stats = {
+        "data": str(args.data),
+        "lengths": lengths(corpus, not args.no_tokenizer),
+        "train_fn": fn_fraction(corpus, args.data, args.depth),
+        "bm25": recall(corpus, args.data, args.split, [1, 5, 20, 100]),
+    }
     text = json.dumps(stats, indent=2)
     print(text)
     if args.out:

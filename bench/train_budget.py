@@ -13,6 +13,7 @@ machine load hits all alike.
 
 The last lines are machine-readable: ``RESULT train_budget layers=<N> ratio=<end-to-end> step_ratio=<…>``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.retrieval.bm25 import main as bm25  # noqa: E402
-from pipeline.retrieval.model import Retriever, RetrieverSettings  # noqa: E402
-from pipeline.synthkb.generate import main as generate_synthkb  # noqa: E402
-from pipeline.training.data import TrainData  # noqa: E402
-from pipeline.training.loop import LOG_FILE, TrainConfig, train  # noqa: E402
+from pipeline.retrieval.bm25 import main as bm25
+from pipeline.retrieval.model import Retriever, RetrieverSettings
+from pipeline.synthkb.generate import main as generate_synthkb
+from pipeline.training.data import TrainData
+from pipeline.training.loop import LOG_FILE, TrainConfig, train
 
 
 def demo_train_data(work: Path, entities: int) -> tuple[TrainData, Path]:
@@ -41,18 +42,45 @@ def demo_train_data(work: Path, entities: int) -> tuple[TrainData, Path]:
     generate_synthkb(["--out-dir", str(work / "skb"), "--entities", str(entities), "--seed", "0"])
     skb = work / "skb"
     bm25(["index", "--corpus", str(skb / "corpus.parquet"), "--out-dir", str(work / "bm25")])
-    bm25(["mine", "--index-dir", str(work / "bm25"), "--queries", str(skb / "queries.train.parquet"),
-          "--qrels", str(skb / "qrels.train.parquet"), "--corpus", str(skb / "corpus.parquet"),
-          "--negatives", "100", "--out", str(work / "negatives.parquet")])
-    data = TrainData(skb / "queries.train.parquet", skb / "qrels.train.parquet",
-                     work / "negatives.parquet", skb / "corpus.parquet", depth=30, seed=0)
+    bm25(
+        [
+            "mine",
+            "--index-dir",
+            str(work / "bm25"),
+            "--queries",
+            str(skb / "queries.train.parquet"),
+            "--qrels",
+            str(skb / "qrels.train.parquet"),
+            "--corpus",
+            str(skb / "corpus.parquet"),
+            "--negatives",
+            "100",
+            "--out",
+            str(work / "negatives.parquet"),
+        ]
+    )
+    data = TrainData(
+        skb / "queries.train.parquet",
+        skb / "qrels.train.parquet",
+        work / "negatives.parquet",
+        skb / "corpus.parquet",
+        depth=30,
+        seed=0,
+    )
     return data, skb
 
 
 def run_variant(data: TrainData, train_layers: int | None, steps: int, work: Path) -> dict:
     retriever = Retriever.from_pretrained("minilm", RetrieverSettings(query_max_len=32, passage_max_len=128))
-    cfg = TrainConfig(lr=2e-5, batch_size=16, hard_negatives=1, max_steps=steps, checkpoint_every=0,
-                      seed=0, train_layers=train_layers)
+    cfg = TrainConfig(
+        lr=2e-5,
+        batch_size=16,
+        hard_negatives=1,
+        max_steps=steps,
+        checkpoint_every=0,
+        seed=0,
+        train_layers=train_layers,
+    )
     ckpt = work / f"layers{train_layers}-{time.monotonic_ns()}"
     tick = time.perf_counter()
     train(retriever, data, cfg, checkpoint_dir=ckpt)
@@ -87,16 +115,22 @@ def main() -> None:
 
     examples = 16 * args.steps
     base_total, base_step = med(None, "total_s"), med(None, "step_s")
-    print(f"synthkb entities={args.entities} train queries={len(data)} passages={len(data.passages)} "
-          f"steps={args.steps} batch=16 k=1 threads={args.threads} (2 passes per variant)")
+    print(
+        f"synthkb entities={args.entities} train queries={len(data)} passages={len(data.passages)} "
+        f"steps={args.steps} batch=16 k=1 threads={args.threads} (2 passes per variant)"
+    )
     for v in variants:
         total, step = med(v, "total_s"), med(v, "step_s")
         name = "full fine-tuning" if v is None else f"train_layers={v}"
-        print(f"{name:18s} end-to-end {total:7.1f} s = {examples / total:6.2f} ex/s (x{base_total / total:.2f}); "
-              f"median step {step * 1000:7.0f} ms = {16 / step:6.2f} ex/s (x{base_step / step:.2f})")
+        print(
+            f"{name:18s} end-to-end {total:7.1f} s = {examples / total:6.2f} ex/s (x{base_total / total:.2f}); "
+            f"median step {step * 1000:7.0f} ms = {16 / step:6.2f} ex/s (x{base_step / step:.2f})"
+        )
     for v in args.layers:
-        print(f"RESULT train_budget layers={v} ratio={base_total / med(v, 'total_s'):.3f} "
-              f"step_ratio={base_step / med(v, 'step_s'):.3f}")
+        print(
+            f"RESULT train_budget layers={v} ratio={base_total / med(v, 'total_s'):.3f} "
+            f"step_ratio={base_step / med(v, 'step_s'):.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Each is a factory fixture (``make_sieve_dataset(root)``, ``make_train_files(root)``, ...) so a test
 chooses where its files go and with which sizes, and module-scoped fixtures can build them once.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,6 +16,7 @@ import pytest
 
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.storage import write_table
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _cpu_precision_pinned():
@@ -32,14 +34,18 @@ def _cpu_precision_pinned():
 
 
 WORDS = "river stone market winter garden engine bridge violin harbor forest lantern copper".split()
-TRAIN_WORDS = ("river castle engine forest music bridge winter paper garden silver doctor island "
-               "market planet violin harbor desert lantern copper meadow").split()
+TRAIN_WORDS = (
+    "river castle engine forest music bridge winter paper garden silver doctor island "
+    "market planet violin harbor desert lantern copper meadow"
+).split()
 
 
 # ---- the sieve, filters and inspector tests ------------------------------------------------------
 
-def _sieve_dataset(root: Path, n_queries: int = 8, n_filler: int = 24, n_neg: int = 12,
-                   seed: int = 0) -> dict[str, Path]:
+
+def _sieve_dataset(
+    root: Path, n_queries: int = 8, n_filler: int = 24, n_neg: int = 12, seed: int = 0
+) -> dict[str, Path]:
     """resources/{dataset}/-like tables plus a bm25.parquet-layout negatives file under ``root``.
 
     Query qK asks for "answerK"; its annotated positive and one more passage (a false negative,
@@ -71,13 +77,18 @@ def _sieve_dataset(root: Path, n_queries: int = 8, n_filler: int = 24, n_neg: in
         pool = [f"fn{k}"] + list(rng.choice(fillers, size=n_neg - 1, replace=False))
         pool = list(rng.permutation(pool))
         for rank, pid in enumerate(pool, start=1):
-            excluded = rank == 3 and k == 1   # one excluded row: must never become a candidate
+            excluded = rank == 3 and k == 1  # one excluded row: must never become a candidate
             negs.append((f"q{k}", pid, rank, float(20 - rank), "bm25", pid.startswith("fn"), excluded))
-    paths = {name: root / f"{name}.parquet" for name in
-             ("corpus", "queries", "qrels", "qrels_all", "negatives")}
-    for name, rows, schema in (("corpus", corpus, CORPUS_SCHEMA), ("queries", queries, QUERIES_SCHEMA),
-                               ("qrels", qrels, QRELS_SCHEMA), ("qrels_all", qrels_all, QRELS_SCHEMA),
-                               ("negatives", negs, MINED_NEGATIVES_SCHEMA)):
+    paths = {
+        name: root / f"{name}.parquet" for name in ("corpus", "queries", "qrels", "qrels_all", "negatives")
+    }
+    for name, rows, schema in (
+        ("corpus", corpus, CORPUS_SCHEMA),
+        ("queries", queries, QUERIES_SCHEMA),
+        ("qrels", qrels, QRELS_SCHEMA),
+        ("qrels_all", qrels_all, QRELS_SCHEMA),
+        ("negatives", negs, MINED_NEGATIVES_SCHEMA),
+    ):
         write_table(paths[name], pd.DataFrame(rows, columns=schema.names), schema)
     return paths
 
@@ -103,31 +114,52 @@ def make_retriever() -> Callable[..., Path]:
 
 # ---- the training tests ---------------------------------------------------------------------------
 
-def _train_files(root: Path, n_queries: int = 12, n_passages: int = 40, n_candidates: int = 8,
-                 seed: int = 0) -> dict[str, Path]:
+
+def _train_files(
+    root: Path, n_queries: int = 12, n_passages: int = 40, n_candidates: int = 8, seed: int = 0
+) -> dict[str, Path]:
     """corpus/queries/qrels/negatives under ``root``; query i's positive is passage i."""
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
     pids = [f"p{i:03d}" for i in range(n_passages)]
     texts = [" ".join(rng.choice(TRAIN_WORDS, size=int(rng.integers(5, 12)))) for _ in pids]
-    corpus = pd.DataFrame({"pid": pids, "title": [f"title {i % 5}" for i in range(n_passages)],
-                           "text": texts})
+    corpus = pd.DataFrame(
+        {"pid": pids, "title": [f"title {i % 5}" for i in range(n_passages)], "text": texts}
+    )
     qids = [f"q{i:03d}" for i in range(n_queries)]
-    queries = pd.DataFrame({"qid": qids, "text": [texts[i].split()[0] + " " + texts[i].split()[1]
-                                                  for i in range(n_queries)],
-                            "answers": [[] for _ in qids]})
+    queries = pd.DataFrame(
+        {
+            "qid": qids,
+            "text": [texts[i].split()[0] + " " + texts[i].split()[1] for i in range(n_queries)],
+            "answers": [[] for _ in qids],
+        }
+    )
     qrels = pd.DataFrame({"qid": qids, "pid": pids[:n_queries], "relevance": 1})
     rows = []
     for i, qid in enumerate(qids):
         # The positive itself is among the candidates (rank 1) and must never become a negative.
-        cands = [pids[i]] + [pids[j] for j in rng.choice(n_passages, size=n_candidates, replace=False)
-                             if j != i]
+        cands = [pids[i]] + [
+            pids[j] for j in rng.choice(n_passages, size=n_candidates, replace=False) if j != i
+        ]
         for rank, pid in enumerate(cands, start=1):
-            rows.append({"qid": qid, "pid": pid, "rank": rank, "score": float(100 - rank),
-                         "source": "bm25", "has_answer": False, "excluded": rank == 2})
+            rows.append(
+                {
+                    "qid": qid,
+                    "pid": pid,
+                    "rank": rank,
+                    "score": float(100 - rank),
+                    "source": "bm25",
+                    "has_answer": False,
+                    "excluded": rank == 2,
+                }
+            )
     negatives = pd.DataFrame(rows).astype({"rank": "int32", "score": "float32"})
-    paths = {"corpus": root / "corpus.parquet", "queries": root / "queries.train.parquet",
-             "qrels": root / "qrels.train.parquet", "negatives": root / "bm25.parquet"}
+    paths = {
+        "corpus": root / "corpus.parquet",
+        "queries": root / "queries.train.parquet",
+        "qrels": root / "qrels.train.parquet",
+        "negatives": root / "bm25.parquet",
+    }
     write_table(paths["corpus"], corpus, CORPUS_SCHEMA)
     write_table(paths["queries"], queries, QUERIES_SCHEMA)
     write_table(paths["qrels"], qrels, QRELS_SCHEMA)
@@ -153,8 +185,9 @@ def _tiny_retriever(model_dir: Path, similarity: str = "cosine", dropout: bool =
 
     from pipeline.retrieval.model import Retriever, RetrieverSettings
 
-    settings = RetrieverSettings(base=str(model_dir), similarity=similarity, temperature=0.1,
-                                 query_max_len=16, passage_max_len=32)
+    settings = RetrieverSettings(
+        base=str(model_dir), similarity=similarity, temperature=0.1, query_max_len=16, passage_max_len=32
+    )
     retriever = Retriever.from_pretrained(str(model_dir), settings)
     if not dropout:
         for module in retriever.modules():
@@ -180,13 +213,17 @@ def tiny_retriever() -> Callable[..., object]:
 
 # ---- resume tests --------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def crash_after() -> Callable[[int], Callable[[int], None]]:
     """crash_after(n): an ``on_step_end`` hook that kills a training loop once step n has finished
     (raises RuntimeError("simulated crash ...")); the checkpoint written before it stays."""
+
     def make(n: int) -> Callable[[int], None]:
         def hook(step: int) -> None:
             if step == n:
                 raise RuntimeError(f"simulated crash after step {step}")
+
         return hook
+
     return make

@@ -4,6 +4,7 @@ Tests read it where the workflow reads it: `config/overlays/squad/config.yaml` d
 with `source: ../shared/data/squad/...` (relative to the repository root), and
 `pipeline.data.readers.sources.prepare_inputs` resolves the role -> file mapping the prepare rule uses.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """DPR has_answer, string and regex modes: hand-checked cases."""
+
 from __future__ import annotations
 
 import random
@@ -6,11 +7,17 @@ import unicodedata
 
 import pytest
 
-from pipeline.data.answers import (AnswerMatcher, has_answer, has_token_sequence, regex_has_answer,
-                              string_has_answer, tokenize)
+from pipeline.data.answers import (
+    AnswerMatcher,
+    has_answer,
+    has_token_sequence,
+    regex_has_answer,
+    string_has_answer,
+    tokenize,
+)
 
-NFC_CAFE = "caf\u00e9"          # é as one code point
-NFD_CAFE = "cafe\u0301"         # e + combining acute
+NFC_CAFE = "caf\u00e9"  # é as one code point
+NFD_CAFE = "cafe\u0301"  # e + combining acute
 
 
 def test_tokenize_splits_words_and_single_punctuation_and_lowercases():
@@ -26,9 +33,10 @@ def test_tokenize_is_nfd_so_both_forms_give_the_same_tokens():
     assert len(tokenize("Caf\u00e9 au lait")) == 3
 
 
-@pytest.mark.parametrize("answer,text", [(NFC_CAFE, f"a {NFD_CAFE} here"),
-                                         (NFD_CAFE, f"a {NFC_CAFE} here"),
-                                         ("CAF\u00c9", f"le {NFC_CAFE}")])
+@pytest.mark.parametrize(
+    "answer,text",
+    [(NFC_CAFE, f"a {NFD_CAFE} here"), (NFD_CAFE, f"a {NFC_CAFE} here"), ("CAF\u00c9", f"le {NFC_CAFE}")],
+)
 def test_nfc_and_nfd_forms_match_each_other(answer, text):
     assert string_has_answer([answer], text)
 
@@ -49,7 +57,7 @@ def test_punctuation_is_part_of_the_token_sequence():
 def test_multi_token_answers_must_be_contiguous_and_ordered():
     text = "He moved to New York City in 1990."
     assert string_has_answer(["new york"], text)
-    assert string_has_answer(["New   York\nCity"], text)      # whitespace differences do not matter
+    assert string_has_answer(["New   York\nCity"], text)  # whitespace differences do not matter
     assert not string_has_answer(["York New"], text)
     assert not string_has_answer(["New City"], text)
     assert string_has_answer(["City in 1990."], text)
@@ -86,7 +94,7 @@ def test_has_token_sequence_agrees_with_a_sliding_window():
     for _ in range(2000):
         hay = [rng.choice(vocab) for _ in range(rng.randint(0, 8))]
         needle = [rng.choice(vocab) for _ in range(rng.randint(1, 3))]
-        window = any(hay[i:i + len(needle)] == needle for i in range(len(hay) - len(needle) + 1))
+        window = any(hay[i : i + len(needle)] == needle for i in range(len(hay) - len(needle) + 1))
         assert has_token_sequence(needle, hay) == window, (needle, hay)
 
 

@@ -1,5 +1,6 @@
 """The AR2 round CLI end to end on a tiny dataset: rounds 0..1 (sieve variant), crash + resume,
 settings change (the old round is moved aside, never overwritten), selection and the test run."""
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,11 @@ import pytest
 import torch
 
 import pipeline.ar2.run_round as ar2_cli
-from pipeline.core.settings import CcrSettings, defaults
 from pipeline.ar2 import selection as ar2_select
 from pipeline.ar2.data import encode_corpus
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.settings import CcrSettings, defaults
 from pipeline.core.storage import write_table
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.retrieval.runs import read_run
@@ -30,54 +31,120 @@ def data(tmp_path_factory) -> Path:
     tiny = make_tiny_encoder(root / "tiny", seed=0)
     corpus = []
     for i, (t, p) in enumerate(zip(THINGS, PLACES)):
-        corpus += [(f"d{i}a", t.title(), f"The {t} was made in {p} long ago."),
-                   (f"d{i}b", t.title(), f"People say the {t} comes from {p}."),  # a false negative
-                   (f"d{i}c", t.title(), f"The {t} is painted blue and green.")]
-    write_table(root / "corpus.parquet", pd.DataFrame(corpus, columns=["pid", "title", "text"]),
-                CORPUS_SCHEMA)
+        corpus += [
+            (f"d{i}a", t.title(), f"The {t} was made in {p} long ago."),
+            (f"d{i}b", t.title(), f"People say the {t} comes from {p}."),  # a false negative
+            (f"d{i}c", t.title(), f"The {t} is painted blue and green."),
+        ]
+    write_table(
+        root / "corpus.parquet", pd.DataFrame(corpus, columns=["pid", "title", "text"]), CORPUS_SCHEMA
+    )
     for split, idx in {"train": range(0, 6), "dev": range(6, 8), "test": range(8, 10)}.items():
-        queries = pd.DataFrame([(f"q{i}", f"where was the {THINGS[i]} made", [PLACES[i]]) for i in idx],
-                               columns=["qid", "text", "answers"])
+        queries = pd.DataFrame(
+            [(f"q{i}", f"where was the {THINGS[i]} made", [PLACES[i]]) for i in idx],
+            columns=["qid", "text", "answers"],
+        )
         write_table(root / f"queries.{split}.parquet", queries, QUERIES_SCHEMA)
         qrels = pd.DataFrame([(f"q{i}", f"d{i}a", 1) for i in idx], columns=["qid", "pid", "relevance"])
         write_table(root / f"qrels.{split}.parquet", qrels, QRELS_SCHEMA)
-        qall = pd.DataFrame([(f"q{i}", f"d{i}{s}", 1) for i in idx for s in "ab"],
-                            columns=["qid", "pid", "relevance"])
+        qall = pd.DataFrame(
+            [(f"q{i}", f"d{i}{s}", 1) for i in idx for s in "ab"], columns=["qid", "pid", "relevance"]
+        )
         write_table(root / f"qrels_all.{split}.parquet", qall, QRELS_SCHEMA)
-    start = Retriever.from_pretrained(str(tiny), RetrieverSettings(base="tiny", query_max_len=16,
-                                                                   passage_max_len=32))
+    start = Retriever.from_pretrained(
+        str(tiny), RetrieverSettings(base="tiny", query_max_len=16, passage_max_len=32)
+    )
     start.save(root / "dpr")
     encode_corpus(start, root / "corpus.parquet", root / "emb_dpr", batch_size=16, model_name="dpr")
     return root
 
 
 def _settings(d: Path, **over) -> dict:
-    s = {"rounds": 1, "top_k": 10, "exclude_answer_match": False, "negatives": 3,
-         "batch_size": 2, "ranker_warmup_steps": 1, "ranker_warmup_lr": None, "ranker_steps": 2,
-         "retriever_steps": 3, "retriever_lr": 1e-4, "ranker_lr": 1e-4, "weight_decay": 0.0,
-         "warmup_ratio": 0.1, "max_grad_norm": 2.0, "adv_lambda": 0.5, "distill_temperature": 1.0,
-         "simans": {"a": 0.5, "b": 0.0, "form": "square"}, "ranker": {"base": str(d / "tiny"), "max_len": 48},
-         "similarity": None, "temperature": None, "passage_max_len": None, "sieve_init": "initial",
-         "select_metric": "R@5", "checkpoint_every": 2, "keep_checkpoints": True, "precision": "bf16",
-         "encode_batch_size": 16}
+    s = {
+        "rounds": 1,
+        "top_k": 10,
+        "exclude_answer_match": False,
+        "negatives": 3,
+        "batch_size": 2,
+        "ranker_warmup_steps": 1,
+        "ranker_warmup_lr": None,
+        "ranker_steps": 2,
+        "retriever_steps": 3,
+        "retriever_lr": 1e-4,
+        "ranker_lr": 1e-4,
+        "weight_decay": 0.0,
+        "warmup_ratio": 0.1,
+        "max_grad_norm": 2.0,
+        "adv_lambda": 0.5,
+        "distill_temperature": 1.0,
+        "simans": {"a": 0.5, "b": 0.0, "form": "square"},
+        "ranker": {"base": str(d / "tiny"), "max_len": 48},
+        "similarity": None,
+        "temperature": None,
+        "passage_max_len": None,
+        "sieve_init": "initial",
+        "select_metric": "R@5",
+        "checkpoint_every": 2,
+        "keep_checkpoints": True,
+        "precision": "bf16",
+        "encode_batch_size": 16,
+    }
     s.update(over)
     return s
 
 
 def _round(d: Path, out: Path, r: int, settings: dict, variant: str = "sieve", extra=()) -> None:
-    argv = ["--round", str(r), "--round-dir", str(out / variant / f"round{r}"), "--variant", variant,
-            "--dataset", "tiny", "--settings", json.dumps(settings), "--seed", "0",
-            "--corpus", str(d / "corpus.parquet"), "--train-queries", str(d / "queries.train.parquet"),
-            "--train-qrels", str(d / "qrels.train.parquet"),
-            "--train-qrels-all", str(d / "qrels_all.train.parquet"),
-            "--dev-queries", str(d / "queries.dev.parquet"), "--dev-qrels", str(d / "qrels.dev.parquet"),
-            "--sieve-config", json.dumps({"candidates": 6, "pool": 10, "strict": False,
-                                          "fallback": "random_one", "temperature": None,
-                                          "batch_size": 16}),
-            "--sieve-model", str(d / "dpr"), "--sieve-embeddings", str(d / "emb_dpr"),
-            "--ks", "1", "5", "--depth", "10"]
-    argv += (["--start-retriever", str(d / "dpr"), "--start-embeddings", str(d / "emb_dpr")] if r == 0
-             else ["--prev-dir", str(out / variant / f"round{r - 1}")])
+    argv = [
+        "--round",
+        str(r),
+        "--round-dir",
+        str(out / variant / f"round{r}"),
+        "--variant",
+        variant,
+        "--dataset",
+        "tiny",
+        "--settings",
+        json.dumps(settings),
+        "--seed",
+        "0",
+        "--corpus",
+        str(d / "corpus.parquet"),
+        "--train-queries",
+        str(d / "queries.train.parquet"),
+        "--train-qrels",
+        str(d / "qrels.train.parquet"),
+        "--train-qrels-all",
+        str(d / "qrels_all.train.parquet"),
+        "--dev-queries",
+        str(d / "queries.dev.parquet"),
+        "--dev-qrels",
+        str(d / "qrels.dev.parquet"),
+        "--sieve-config",
+        json.dumps(
+            {
+                "candidates": 6,
+                "pool": 10,
+                "strict": False,
+                "fallback": "random_one",
+                "temperature": None,
+                "batch_size": 16,
+            }
+        ),
+        "--sieve-model",
+        str(d / "dpr"),
+        "--sieve-embeddings",
+        str(d / "emb_dpr"),
+        "--ks",
+        "1",
+        "5",
+        "--depth",
+        "10",
+    ]
+    argv += (
+        ["--start-retriever", str(d / "dpr"), "--start-embeddings", str(d / "emb_dpr")]
+        if r == 0
+        else ["--prev-dir", str(out / variant / f"round{r - 1}")]
+    )
     assert ar2_cli.main(argv + list(extra)) == 0
 
 
@@ -91,9 +158,19 @@ def test_rounds_crash_resume_select(data, tmp_path, monkeypatch):
     _round(data, ref, 0, settings)
     _round(data, ref, 1, settings)
     r1 = ref / "sieve" / "round1"
-    for name in ("negatives.parquet", "sieve.parquet", "retriever/retriever.json", "ranker/ranker.json",
-                 "embeddings/manifest.json", "run.dev.parquet", "metrics.json", "round.json",
-                 "train.ckpt/state.pt", "train_log.jsonl", "fingerprint.json"):
+    for name in (
+        "negatives.parquet",
+        "sieve.parquet",
+        "retriever/retriever.json",
+        "ranker/ranker.json",
+        "embeddings/manifest.json",
+        "run.dev.parquet",
+        "metrics.json",
+        "round.json",
+        "train.ckpt/state.pt",
+        "train_log.jsonl",
+        "fingerprint.json",
+    ):
         assert (r1 / name).exists(), name
     summary = json.loads((r1 / "round.json").read_text())
     assert summary["train"]["ranker_steps"] == 3 and summary["train"]["retriever_steps"] == 3
@@ -114,6 +191,7 @@ def test_rounds_crash_resume_select(data, tmp_path, monkeypatch):
         def hook(step):
             if step == 3:
                 raise RuntimeError("simulated crash")
+
         return real_train(*args, **kwargs, on_step_end=hook)
 
     monkeypatch.setattr(ar2_cli, "train_round", crashing)
@@ -151,24 +229,58 @@ def test_rounds_crash_resume_select(data, tmp_path, monkeypatch):
 
     # Selection among trained rounds, info.json for the gather step, the test run.
     info_path = tmp_path / "ar2_sieve" / "info.json"
-    assert ar2_select.main(["select", "--variant-dir", str(ref / "sieve"), "--variant", "sieve",
-                            "--rounds", "1", "--metric", "R@5", "--info-out", str(info_path),
-                            "--figure", str(tmp_path / "fig.png")]) == 0
+    assert (
+        ar2_select.main(
+            [
+                "select",
+                "--variant-dir",
+                str(ref / "sieve"),
+                "--variant",
+                "sieve",
+                "--rounds",
+                "1",
+                "--metric",
+                "R@5",
+                "--info-out",
+                str(info_path),
+                "--figure",
+                str(tmp_path / "fig.png"),
+            ]
+        )
+        == 0
+    )
     info = json.loads(info_path.read_text())
     assert info["selected_round"] == 1 and info["steps"] == {"ranker": 3, "retriever": 3, "total": 6}
     assert {"seed", "wall_time_s", "dev_metrics", "per_round"} <= set(info)
     assert (tmp_path / "fig.png").stat().st_size > 1000
     run_path = tmp_path / "ar2_sieve" / "run.test.parquet"
-    assert ar2_select.main(["search", "--info", str(info_path), "--queries",
-                            str(data / "queries.test.parquet"), "--depth", "5",
-                            "--run-out", str(run_path)]) == 0
+    assert (
+        ar2_select.main(
+            [
+                "search",
+                "--info",
+                str(info_path),
+                "--queries",
+                str(data / "queries.test.parquet"),
+                "--depth",
+                "5",
+                "--run-out",
+                str(run_path),
+            ]
+        )
+        == 0
+    )
     run = read_run(run_path, {"q8", "q9"})
     assert len(run) == 10 and run["rank"].tolist()[:5] == [1, 2, 3, 4, 5]
 
 
 def test_select_round_rules():
-    rounds = [{"round": 0, "dev": {"R@5": 0.9}}, {"round": 1, "dev": {"R@5": 0.5}},
-              {"round": 2, "dev": {"R@5": 0.7}}, {"round": 3, "dev": {"R@5": 0.7}}]
+    rounds = [
+        {"round": 0, "dev": {"R@5": 0.9}},
+        {"round": 1, "dev": {"R@5": 0.5}},
+        {"round": 2, "dev": {"R@5": 0.7}},
+        {"round": 3, "dev": {"R@5": 0.7}},
+    ]
     assert ar2_select.select_round(rounds, "R@5") == (2, "best dev R@5")  # round 0 never; ties: earlier
     with pytest.raises(ConfigError, match="MRR@10"):
         ar2_select.select_round(rounds, "MRR@10")
@@ -177,11 +289,20 @@ def test_select_round_rules():
 
 
 def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
-    settings = _settings(data, sieve_init="current", ranker_warmup_steps=0, ranker_steps=1,
-                         retriever_steps=1)
-    ccr = json.dumps({**defaults(CcrSettings), "beta": 0.5, "max_steps": 2, "batch_size": 2,
-                      "hard_negatives": 2, "in_batch": False, "temperature": 1.0,
-                      "negatives_depth": 5, "checkpoint_every": 0})
+    settings = _settings(data, sieve_init="current", ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1)
+    ccr = json.dumps(
+        {
+            **defaults(CcrSettings),
+            "beta": 0.5,
+            "max_steps": 2,
+            "batch_size": 2,
+            "hard_negatives": 2,
+            "in_batch": False,
+            "temperature": 1.0,
+            "negatives_depth": 5,
+            "checkpoint_every": 0,
+        }
+    )
     _round(data, tmp_path, 0, settings)
     _round(data, tmp_path, 1, settings, extra=["--ccr-settings", ccr])
     r1 = tmp_path / "sieve" / "round1"
@@ -201,7 +322,7 @@ def test_round_one_starts_from_a_trained_ranker_when_given(data, tmp_path):
     trained = Ranker.from_pretrained(str(data / "tiny"), RankerSettings(base="tiny", max_len=40), seed=7)
     with torch.no_grad():
         for p in trained.parameters():
-            p.add_(0.5)   # a ranker no fresh initialisation reproduces
+            p.add_(0.5)  # a ranker no fresh initialisation reproduces
     trained.save(init)
     settings = _settings(data, ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1, ranker_lr=1e-12)
     _round(data, tmp_path, 0, settings, variant="plain")
@@ -213,9 +334,9 @@ def test_round_one_starts_from_a_trained_ranker_when_given(data, tmp_path):
     _round(data, tmp_path, 1, settings, variant="plain", extra=["--ranker-init", str(init)])
     assert json.loads(round_json.read_text())["ranker_init"] == str(init)
     after = Ranker.load(tmp_path / "plain" / "round1" / "ranker")
-    assert after.settings.max_len == 40   # the trained ranker's own settings, not ar2.ranker's 48
+    assert after.settings.max_len == 40  # the trained ranker's own settings, not ar2.ranker's 48
     start = Ranker.load(init).state_dict()
-    for key, value in after.state_dict().items():   # one step at lr 1e-12: the same weights
+    for key, value in after.state_dict().items():  # one step at lr 1e-12: the same weights
         torch.testing.assert_close(value, start[key], atol=1e-6, rtol=0)
 
 
@@ -224,17 +345,25 @@ def test_bad_round_inputs_name_the_file_and_field(data, tmp_path):
     from pipeline.core.storage import DataError
     from pipeline.training.data import load_queries_with_positives
 
-    queries, _, _ = load_queries_with_positives(data / "queries.train.parquet",
-                                                data / "qrels.train.parquet")
+    queries, _, _ = load_queries_with_positives(data / "queries.train.parquet", data / "qrels.train.parquet")
     settings = RetrieverSettings()
     bad = tmp_path / "negatives.parquet"
-    pd.DataFrame({"qid": ["q0"], "pid": ["d1a"], "rank": [1], "score": [0.5],
-                  "excluded": [False]}).to_parquet(bad)
+    pd.DataFrame(
+        {"qid": ["q0"], "pid": ["d1a"], "rank": [1], "score": [0.5], "excluded": [False]}
+    ).to_parquet(bad)
     with pytest.raises(DataError, match="positive_score") as err:
         load_round_data(bad, None, queries, data / "corpus.parquet", settings)
     assert str(bad) in str(err.value)
-    pd.DataFrame({"qid": ["nope"], "pid": ["d1a"], "rank": [1], "score": [0.5], "excluded": [False],
-                  "positive_score": [0.9]}).to_parquet(bad)
+    pd.DataFrame(
+        {
+            "qid": ["nope"],
+            "pid": ["d1a"],
+            "rank": [1],
+            "score": [0.5],
+            "excluded": [False],
+            "positive_score": [0.9],
+        }
+    ).to_parquet(bad)
     with pytest.raises(DataError, match="'nope'"):
         load_round_data(bad, None, queries, data / "corpus.parquet", settings)
     with pytest.raises(DataError, match="previous round has no retriever"):

@@ -1,4 +1,5 @@
 """AR2 losses against values computed by hand (docs/ar2.md, reference.md section 2)."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,14 @@ import math
 import pytest
 import torch
 
-from pipeline.ar2.losses import (adversarial_loss, adversarial_rewards, candidate_logits, positive_top1,
-                                 distill_loss, retriever_loss)
+from pipeline.ar2.losses import (
+    adversarial_loss,
+    adversarial_rewards,
+    candidate_logits,
+    distill_loss,
+    positive_top1,
+    retriever_loss,
+)
 
 LN2 = math.log(2.0)
 # One query, two candidates (positive first). G logits (ln 2, 0) -> p_G = (2/3, 1/3).
@@ -110,22 +117,32 @@ def test_candidate_logits_dot_and_cosine():
 
 
 def test_positive_top1_splits_ties_and_gives_chance_to_a_uniform_scorer():
-    logits = torch.tensor([[3.0, 1.0, 2.0],    # positive first: 1
-                           [1.0, 1.0, 0.0],    # tied with one negative: 1/2
-                           [0.0, 2.0, -1.0],   # a negative above: 0
-                           [5.0, 4.9, 4.8]])   # 1
+    logits = torch.tensor(
+        [
+            [3.0, 1.0, 2.0],  # positive first: 1
+            [1.0, 1.0, 0.0],  # tied with one negative: 1/2
+            [0.0, 2.0, -1.0],  # a negative above: 0
+            [5.0, 4.9, 4.8],
+        ]
+    )  # 1
     assert positive_top1(logits) == pytest.approx(2.5 / 4)
-    assert positive_top1(logits, positive=1) == pytest.approx(1.5 / 4)   # rows 1 (1/2) and 2 (1)
+    assert positive_top1(logits, positive=1) == pytest.approx(1.5 / 4)  # rows 1 (1/2) and 2 (1)
     assert positive_top1(torch.zeros(5, 4)) == pytest.approx(0.25)
 
 
 def test_top1_by_phase_reads_the_whole_round_log(tmp_path):
     import json
+
     from pipeline.ar2.train import top1_by_phase
-    rows = [{"round": 1, "phase": "ranker", "ranker_top1": 0.5},
-            {"round": 1, "phase": "retriever", "ranker_top1": 0.25, "retriever_top1": 1.0},
-            {"round": 1, "phase": "retriever", "ranker_top1": 0.75, "retriever_top1": 0.5},
-            {"round": 2, "phase": "retriever", "ranker_top1": 0.0, "retriever_top1": 0.0}]
+
+    rows = [
+        {"round": 1, "phase": "ranker", "ranker_top1": 0.5},
+        {"round": 1, "phase": "retriever", "ranker_top1": 0.25, "retriever_top1": 1.0},
+        {"round": 1, "phase": "retriever", "ranker_top1": 0.75, "retriever_top1": 0.5},
+        {"round": 2, "phase": "retriever", "ranker_top1": 0.0, "retriever_top1": 0.0},
+    ]
     (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert top1_by_phase(tmp_path / "log.jsonl", 1) == {
-        "ranker": {"ranker_top1": 0.5}, "retriever": {"ranker_top1": 0.5, "retriever_top1": 0.75}}
+        "ranker": {"ranker_top1": 0.5},
+        "retriever": {"ranker_top1": 0.5, "retriever_top1": 0.75},
+    }

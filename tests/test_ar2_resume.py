@@ -2,6 +2,7 @@
 
 Tiny random BERTs (MiniLM tokenizer) keep this to seconds on CPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,29 +28,45 @@ def tiny(tmp_path_factory):
 
 def _data() -> RoundData:
     words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
-    passages = {f"p{i}": (words[i % 8].title(), f"{words[i % 8]} {words[(i * 3) % 8]} fact {i}")
-                for i in range(24)}
+    passages = {
+        f"p{i}": (words[i % 8].title(), f"{words[i % 8]} {words[(i * 3) % 8]} fact {i}") for i in range(24)
+    }
     qids = [f"q{i}" for i in range(6)]
     rng = np.random.default_rng(0)
     pools = {}
     for i, q in enumerate(qids):
         pool = np.array([f"p{j}" for j in range(24) if j != i], dtype=object)
         pools[q] = (pool, rng.normal(size=len(pool)))
-    return RoundData(qids=qids, query_text={q: f"what is {words[i % 8]}" for i, q in enumerate(qids)},
-                     positive={q: f"p{i}" for i, q in enumerate(qids)},
-                     positive_logit={q: 0.5 for q in qids}, pools=pools, passages=passages)
+    return RoundData(
+        qids=qids,
+        query_text={q: f"what is {words[i % 8]}" for i, q in enumerate(qids)},
+        positive={q: f"p{i}" for i, q in enumerate(qids)},
+        positive_logit={q: 0.5 for q in qids},
+        pools=pools,
+        passages=passages,
+    )
 
 
-SETTINGS = dict(rounds=2, batch_size=2, negatives=3, ranker_steps=3, retriever_steps=4,
-                ranker_warmup_steps=1, ranker_warmup_lr=5e-4, retriever_lr=1e-3, ranker_lr=1e-3,
-                checkpoint_every=2,
-                adv_lambda=0.5)
+SETTINGS = dict(
+    rounds=2,
+    batch_size=2,
+    negatives=3,
+    ranker_steps=3,
+    retriever_steps=4,
+    ranker_warmup_steps=1,
+    ranker_warmup_lr=5e-4,
+    retriever_lr=1e-3,
+    ranker_lr=1e-3,
+    checkpoint_every=2,
+    adv_lambda=0.5,
+)
 
 
 def _models(tiny, start=None):
     if start is None:
-        retriever = Retriever.from_pretrained(tiny, RetrieverSettings(base="tiny", query_max_len=16,
-                                                                      passage_max_len=24))
+        retriever = Retriever.from_pretrained(
+            tiny, RetrieverSettings(base="tiny", query_max_len=16, passage_max_len=24)
+        )
         ranker = Ranker.from_pretrained(tiny, RankerSettings(base="tiny", max_len=32), seed=0)
     else:
         retriever, ranker = Retriever.load(start / "retriever"), Ranker.load(start / "ranker")
@@ -76,9 +93,18 @@ def _run(tiny, round_dir, round_index, prev_ckpt=None, start=None, crash_at=None
         if crash_at is not None and step == crash_at:
             raise Crash(f"simulated crash after step {step}")
 
-    summary = train_round(retriever, ranker, _data(), settings, round_index=round_index, seed=7,
-                          round_dir=round_dir, previous_ckpt=prev_ckpt, sampling="simans",
-                          on_step_end=hook)
+    summary = train_round(
+        retriever,
+        ranker,
+        _data(),
+        settings,
+        round_index=round_index,
+        seed=7,
+        round_dir=round_dir,
+        previous_ckpt=prev_ckpt,
+        sampling="simans",
+        on_step_end=hook,
+    )
     return retriever, ranker, summary
 
 
@@ -90,8 +116,9 @@ def reference(tiny, tmp_path_factory):
     g1.save(root / "round1" / "retriever")
     d1.save(root / "round1" / "ranker")
     state1 = _state(g1, d1)
-    g2, d2, _ = _run(tiny, root / "round2", 2, prev_ckpt=root / "round1" / "train.ckpt",
-                     start=root / "round1")
+    g2, d2, _ = _run(
+        tiny, root / "round2", 2, prev_ckpt=root / "round1" / "train.ckpt", start=root / "round1"
+    )
     return {"root": root, "round1": state1, "round2": _state(g2, d2)}
 
 
@@ -142,10 +169,17 @@ def test_optimizer_and_scheduler_state_carry_to_the_next_round(tiny, reference, 
 
     # A crash in round 2 resumes to the same weights as well.
     with pytest.raises(Crash):
-        _run(tiny, tmp_path / "round2b", 2, prev_ckpt=root / "round1" / "train.ckpt",
-             start=root / "round1", crash_at=5)
-    g3, d3, _ = _run(tiny, tmp_path / "round2b", 2, prev_ckpt=root / "round1" / "train.ckpt",
-                     start=root / "round1")
+        _run(
+            tiny,
+            tmp_path / "round2b",
+            2,
+            prev_ckpt=root / "round1" / "train.ckpt",
+            start=root / "round1",
+            crash_at=5,
+        )
+    g3, d3, _ = _run(
+        tiny, tmp_path / "round2b", 2, prev_ckpt=root / "round1" / "train.ckpt", start=root / "round1"
+    )
     _assert_same(reference["round2"], _state(g3, d3))
 
 

@@ -1,4 +1,5 @@
 """AR2 step schedule, query batches and negative sampling: order, coverage and determinism."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.ar2.sampling import (RANKER, RETRIEVER, phase_at, query_batch, round_phases,
-                                   sample_negatives, sampling_weights, step_negatives)
+from pipeline.ar2.sampling import (
+    RANKER,
+    RETRIEVER,
+    phase_at,
+    query_batch,
+    round_phases,
+    sample_negatives,
+    sampling_weights,
+    step_negatives,
+)
 from pipeline.ar2.train import round_steps, total_steps
 from pipeline.core.settings import Ar2Settings
 
@@ -105,10 +114,12 @@ def test_step_negatives_deterministic_per_qid_round_step_seed():
     args = dict(positive_score=1.0, k=5, method="simans", a=0.5, b=0.0)
     a = step_negatives("q1", pool, scores, seed=0, round_index=1, step=3, **args)
     assert a.tolist() == step_negatives("q1", pool, scores, seed=0, round_index=1, step=3, **args).tolist()
-    others = [step_negatives("q1", pool, scores, seed=0, round_index=1, step=4, **args),
-              step_negatives("q2", pool, scores, seed=0, round_index=1, step=3, **args),
-              step_negatives("q1", pool, scores, seed=0, round_index=2, step=3, **args),
-              step_negatives("q1", pool, scores, seed=1, round_index=1, step=3, **args)]
+    others = [
+        step_negatives("q1", pool, scores, seed=0, round_index=1, step=4, **args),
+        step_negatives("q2", pool, scores, seed=0, round_index=1, step=3, **args),
+        step_negatives("q1", pool, scores, seed=0, round_index=2, step=3, **args),
+        step_negatives("q1", pool, scores, seed=1, round_index=1, step=3, **args),
+    ]
     assert all(o.tolist() != a.tolist() for o in others)
 
 

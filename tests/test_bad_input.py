@@ -1,6 +1,7 @@
 """Bad input refused where it enters, with a message that names the file (or config key), the record
 and the field: empty answers at data preparation, Parquet columns of the wrong type at every stage's
 read, unknown methods and negative seeds at workflow start-up."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,15 @@ import pytest
 
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, load_config, validate_config
-from pipeline.core.schemas import (AR2_NEGATIVES_SCHEMA, CANDIDATES_SCHEMA, CORPUS_SCHEMA,
-                                   FILTER_DECISIONS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA)
+from pipeline.core.schemas import (
+    AR2_NEGATIVES_SCHEMA,
+    CANDIDATES_SCHEMA,
+    CORPUS_SCHEMA,
+    FILTER_DECISIONS_SCHEMA,
+    QRELS_SCHEMA,
+    QUERIES_SCHEMA,
+    RUN_SCHEMA,
+)
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.data.prepare import main as prepare_main
 
@@ -23,6 +31,7 @@ FIX = Path(__file__).parent / "fixtures"
 
 
 # ---- item 3: empty answers are refused at prepare time -------------------------------------------
+
 
 def _prepare_fails(capsys, out: Path, fmt: str, files: dict[str, Path]) -> str:
     argv = ["--dataset", "t", "--format", fmt, "--out-dir", str(out)]
@@ -36,14 +45,23 @@ def _prepare_fails(capsys, out: Path, fmt: str, files: dict[str, Path]) -> str:
 
 
 def _squad(answers: list[str]) -> dict:
-    qas = [{"id": "q0", "question": "who?", "answers": [{"text": "Aaron", "answer_start": 0}]},
-           {"id": "q1", "question": "what?",
-            "answers": [{"text": a, "answer_start": 0} for a in answers]}]
-    return {"version": "1.1", "data": [
-        {"title": "A", "paragraphs": [{"context": "Aaron is a prophet.", "qas": qas[:1]}]},
-        {"title": "B", "paragraphs": [{"context": "Moses is his brother.", "qas": []},
-                                      {"context": "Moses led them.", "qas": qas[1:]}]},
-    ]}
+    qas = [
+        {"id": "q0", "question": "who?", "answers": [{"text": "Aaron", "answer_start": 0}]},
+        {"id": "q1", "question": "what?", "answers": [{"text": a, "answer_start": 0} for a in answers]},
+    ]
+    return {
+        "version": "1.1",
+        "data": [
+            {"title": "A", "paragraphs": [{"context": "Aaron is a prophet.", "qas": qas[:1]}]},
+            {
+                "title": "B",
+                "paragraphs": [
+                    {"context": "Moses is his brother.", "qas": []},
+                    {"context": "Moses led them.", "qas": qas[1:]},
+                ],
+            },
+        ],
+    }
 
 
 @pytest.mark.parametrize("answers, index", [([""], 0), (["Moses", "   "], 1), (["\t\n"], 0)])
@@ -59,17 +77,28 @@ def test_squad_empty_answer_fails_at_prepare_naming_file_record_field(tmp_path, 
 def test_qa_csv_empty_answer_fails_at_prepare_naming_file_line_field(tmp_path, capsys, literal, field):
     qa = tmp_path / "test.qa.csv"
     qa.write_text(f"who sang it\t['Whitney Houston']\nwhat mountain\t{literal}\n")
-    err = _prepare_fails(capsys, tmp_path / "out", "dpr",
-                         {"corpus": FIX / "dpr" / "psgs_w100.tsv", "test": qa})
+    err = _prepare_fails(
+        capsys, tmp_path / "out", "dpr", {"corpus": FIX / "dpr" / "psgs_w100.tsv", "test": qa}
+    )
     assert str(qa) in err and "record 2" in err and f"field '{field}'" in err and "empty answer" in err
 
 
 def test_biencoder_empty_answer_fails_at_prepare(tmp_path, capsys):
     dev = tmp_path / "dev.json"
-    dev.write_text(json.dumps([{"question": "q", "answers": ["x", ""],
-                                "positive_ctxs": [{"passage_id": "1", "title": "", "text": "t"}]}]))
-    err = _prepare_fails(capsys, tmp_path / "out", "dpr",
-                         {"corpus": FIX / "dpr" / "psgs_w100.tsv", "dev": dev})
+    dev.write_text(
+        json.dumps(
+            [
+                {
+                    "question": "q",
+                    "answers": ["x", ""],
+                    "positive_ctxs": [{"passage_id": "1", "title": "", "text": "t"}],
+                }
+            ]
+        )
+    )
+    err = _prepare_fails(
+        capsys, tmp_path / "out", "dpr", {"corpus": FIX / "dpr" / "psgs_w100.tsv", "dev": dev}
+    )
     assert str(dev) in err and "record 0" in err and "field 'answers[1]'" in err
 
 
@@ -77,26 +106,38 @@ def test_beir_empty_answer_fails_at_prepare(tmp_path, capsys):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "d1", "title": "", "text": "Aaron"}\n')
     queries = tmp_path / "queries.jsonl"
-    queries.write_text('{"_id": "q1", "text": "who", "answers": ["Aaron"]}\n'
-                       '{"_id": "q2", "text": "who else", "answers": [""]}\n')
+    queries.write_text(
+        '{"_id": "q1", "text": "who", "answers": ["Aaron"]}\n'
+        '{"_id": "q2", "text": "who else", "answers": [""]}\n'
+    )
     qrels = tmp_path / "test.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td1\t1\n")
-    err = _prepare_fails(capsys, tmp_path / "out", "beir",
-                         {"corpus": corpus, "queries": queries, "qrels_test": qrels})
+    err = _prepare_fails(
+        capsys, tmp_path / "out", "beir", {"corpus": corpus, "queries": queries, "qrels_test": qrels}
+    )
     assert str(queries) in err and "record 2" in err and "field 'answers[0]'" in err
 
 
 # ---- item 4: a Parquet column of the wrong type is refused by the reading stage ----------------------
 
+
 def _candidates(path: Path, rank_type: pa.DataType = pa.int32()) -> Path:
     """Twelve candidates of one query: as text, ranks 1..12 would sort 1, 10, 11, 12, 2, ..."""
     n = 12
-    table = pa.table({
-        "qid": ["q0"] * n, "pid": [f"p{i}" for i in range(1, n + 1)], "rank": list(range(1, n + 1)),
-        "source_score": [float(n - i) for i in range(n)], "source": ["bm25"] * n,
-        "has_answer": [False] * n, "is_false_negative": [None] * n, "fn_label_source": [None] * n,
-        "positive_pid": ["pos"] * n,
-    }, schema=CANDIDATES_SCHEMA)
+    table = pa.table(
+        {
+            "qid": ["q0"] * n,
+            "pid": [f"p{i}" for i in range(1, n + 1)],
+            "rank": list(range(1, n + 1)),
+            "source_score": [float(n - i) for i in range(n)],
+            "source": ["bm25"] * n,
+            "has_answer": [False] * n,
+            "is_false_negative": [None] * n,
+            "fn_label_source": [None] * n,
+            "positive_pid": ["pos"] * n,
+        },
+        schema=CANDIDATES_SCHEMA,
+    )
     if rank_type != pa.int32():
         table = table.set_column(2, "rank", pa.array([str(r) for r in table["rank"].to_pylist()]))
     write_table(path, table)
@@ -128,8 +169,9 @@ CORPUS = {"pid": ["p1", "p2"], "title": ["", ""], "text": ["alpha a", "beta b"]}
 
 
 def test_checked_read_names_file_column_expected_and_found_type(tmp_path):
-    path = _write(tmp_path / "q.parquet", {**QUERIES, "answers": ["a", "b"]}, QUERIES_SCHEMA,
-                  answers=pa.string())
+    path = _write(
+        tmp_path / "q.parquet", {**QUERIES, "answers": ["a", "b"]}, QUERIES_SCHEMA, answers=pa.string()
+    )
     with pytest.raises(DataError) as err:
         read_table(path, schema=QUERIES_SCHEMA)
     assert (err.value.file, err.value.field) == (str(path), "answers")
@@ -153,8 +195,9 @@ def test_training_queries_and_qrels_are_type_checked(tmp_path):
     from pipeline.training.data import load_queries_with_positives
 
     queries = _write(tmp_path / "q.parquet", QUERIES, QUERIES_SCHEMA)
-    qrels = _write(tmp_path / "r.parquet", {**QRELS, "relevance": ["1", "1"]}, QRELS_SCHEMA,
-                   relevance=pa.string())
+    qrels = _write(
+        tmp_path / "r.parquet", {**QRELS, "relevance": ["1", "1"]}, QRELS_SCHEMA, relevance=pa.string()
+    )
     with pytest.raises(DataError) as err:
         load_queries_with_positives(queries, qrels)
     assert (err.value.file, err.value.field) == (str(qrels), "relevance")
@@ -163,8 +206,9 @@ def test_training_queries_and_qrels_are_type_checked(tmp_path):
 def test_sieve_positives_with_float_relevance_are_refused(tmp_path):
     from pipeline.sieve.data import read_positives
 
-    qrels = _write(tmp_path / "r.parquet", {**QRELS, "relevance": [1.0, 0.5]}, QRELS_SCHEMA,
-                   relevance=pa.float64())
+    qrels = _write(
+        tmp_path / "r.parquet", {**QRELS, "relevance": [1.0, 0.5]}, QRELS_SCHEMA, relevance=pa.float64()
+    )
     with pytest.raises(DataError) as err:
         read_positives(qrels)
     assert (err.value.file, err.value.field) == (str(qrels), "relevance")
@@ -173,8 +217,7 @@ def test_sieve_positives_with_float_relevance_are_refused(tmp_path):
 def test_bm25_corpus_with_integer_pids_is_refused(tmp_path):
     from pipeline.retrieval.bm25 import build_index
 
-    corpus = _write(tmp_path / "corpus.parquet", {**CORPUS, "pid": [1, 2]}, CORPUS_SCHEMA,
-                    pid=pa.int64())
+    corpus = _write(tmp_path / "corpus.parquet", {**CORPUS, "pid": [1, 2]}, CORPUS_SCHEMA, pid=pa.int64())
     with pytest.raises(DataError) as err:
         build_index(corpus, tmp_path / "index", k1=0.9, b=0.4, stemmer=None, stopwords=None)
     assert (err.value.file, err.value.field) == (str(corpus), "pid")
@@ -184,8 +227,16 @@ def test_ar2_round_negatives_with_text_ranks_are_refused(tmp_path):
     from pipeline.ar2.round_data import load_round_data
     from pipeline.retrieval.model import RetrieverSettings
 
-    cols = {"qid": ["q1"], "pid": ["p2"], "rank": ["1"], "score": [0.5], "source": ["bm25"],
-            "has_answer": [False], "excluded": [False], "positive_score": [0.9]}
+    cols = {
+        "qid": ["q1"],
+        "pid": ["p2"],
+        "rank": ["1"],
+        "score": [0.5],
+        "source": ["bm25"],
+        "has_answer": [False],
+        "excluded": [False],
+        "positive_score": [0.9],
+    }
     bad = _write(tmp_path / "negatives.parquet", cols, AR2_NEGATIVES_SCHEMA, rank=pa.string())
     queries = pd.DataFrame({"qid": ["q1"], "text": ["alpha"], "positive": ["p1"]})
     with pytest.raises(DataError) as err:
@@ -196,9 +247,17 @@ def test_ar2_round_negatives_with_text_ranks_are_refused(tmp_path):
 def test_filter_decisions_with_text_kept_are_refused(tmp_path):
     from pipeline.sieve.report import read_decisions
 
-    cols = {"qid": ["q1"], "pid": ["p1"], "rank": [1], "source_score": [1.0], "score": [0.5],
-            "kept": ["yes"], "is_false_negative": [None], "fn_label_source": [None],
-            "positive_pid": ["p0"]}
+    cols = {
+        "qid": ["q1"],
+        "pid": ["p1"],
+        "rank": [1],
+        "source_score": [1.0],
+        "score": [0.5],
+        "kept": ["yes"],
+        "is_false_negative": [None],
+        "fn_label_source": [None],
+        "positive_pid": ["p0"],
+    }
     bad = _write(tmp_path / "decisions.parquet", cols, FILTER_DECISIONS_SCHEMA, kept=pa.string())
     with pytest.raises(DataError) as err:
         read_decisions(bad)
@@ -217,11 +276,15 @@ def test_run_with_text_scores_is_refused(tmp_path):
 
 # ---- item 7: unknown methods and negative seeds are refused at start-up, naming the key ---------------
 
-@pytest.mark.parametrize("overlay, key", [
-    ({"seed": -1}, "'seed'"),
-    ({"seeds": [0, -1]}, "'seeds.1'"),
-    ({"ar2": {"seeds": [-3]}}, "'ar2.seeds.0'"),
-])
+
+@pytest.mark.parametrize(
+    "overlay, key",
+    [
+        ({"seed": -1}, "'seed'"),
+        ({"seeds": [0, -1]}, "'seeds.1'"),
+        ({"ar2": {"seeds": [-3]}}, "'ar2.seeds.0'"),
+    ],
+)
 def test_negative_seed_is_refused_naming_the_key(overlay, key):
     config = load_config()
     for name, value in overlay.items():
@@ -246,8 +309,12 @@ def _load_workflow(tmp_path: Path, config: dict):
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
 
     with SnakemakeApi(OutputSettings()) as api:
-        return api.workflow(resource_settings=ResourceSettings(), snakefile=REPO / "Snakefile",
-                            config_settings=ConfigSettings(config=config), workdir=tmp_path)._workflow
+        return api.workflow(
+            resource_settings=ResourceSettings(),
+            snakefile=REPO / "Snakefile",
+            config_settings=ConfigSettings(config=config),
+            workdir=tmp_path,
+        )._workflow
 
 
 def test_workflow_start_up_refuses_an_unknown_method(tmp_path):

@@ -1,13 +1,14 @@
 """BM25 stage: index, retrieval runs, hard-negative mining (positives removed, answer flag)."""
+
 from __future__ import annotations
 
 import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline.retrieval import bm25
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.storage import DataError, read_table, write_table
+from pipeline.retrieval import bm25
 
 CORPUS = [
     ("p1", "Volcanoes", "Mount Keltra is a volcano that erupted in 1820 near the town of Varno."),
@@ -27,12 +28,19 @@ QRELS = [("q1", "p1", 1), ("q2", "p3", 1)]
 def dataset(tmp_path):
     corpus = pd.DataFrame(CORPUS, columns=["pid", "title", "text"])
     write_table(tmp_path / "corpus.parquet", corpus, CORPUS_SCHEMA)
-    write_table(tmp_path / "queries.train.parquet",
-                pd.DataFrame(QUERIES, columns=["qid", "text", "answers"]), QUERIES_SCHEMA)
-    write_table(tmp_path / "qrels.train.parquet",
-                pd.DataFrame(QRELS, columns=["qid", "pid", "relevance"]), QRELS_SCHEMA)
-    bm25.build_index(tmp_path / "corpus.parquet", tmp_path / "index", k1=0.9, b=0.4,
-                     stemmer="english", stopwords="en")
+    write_table(
+        tmp_path / "queries.train.parquet",
+        pd.DataFrame(QUERIES, columns=["qid", "text", "answers"]),
+        QUERIES_SCHEMA,
+    )
+    write_table(
+        tmp_path / "qrels.train.parquet",
+        pd.DataFrame(QRELS, columns=["qid", "pid", "relevance"]),
+        QRELS_SCHEMA,
+    )
+    bm25.build_index(
+        tmp_path / "corpus.parquet", tmp_path / "index", k1=0.9, b=0.4, stemmer="english", stopwords="en"
+    )
     return tmp_path
 
 
@@ -59,8 +67,14 @@ def test_retrieve_is_deterministic(dataset):
 
 def test_mine_excludes_positives_and_flags_answers(dataset):
     out = dataset / "neg.parquet"
-    stats = bm25.mine_negatives(dataset / "index", dataset / "queries.train.parquet",
-                                dataset / "qrels.train.parquet", dataset / "corpus.parquet", 2, out)
+    stats = bm25.mine_negatives(
+        dataset / "index",
+        dataset / "queries.train.parquet",
+        dataset / "qrels.train.parquet",
+        dataset / "corpus.parquet",
+        2,
+        out,
+    )
     neg = read_table(out)
     assert set(neg.columns) >= {"qid", "pid", "rank", "score", "source", "has_answer", "excluded"}
     assert not ((neg["qid"] == "q1") & (neg["pid"] == "p1")).any()
@@ -72,20 +86,38 @@ def test_mine_excludes_positives_and_flags_answers(dataset):
 
 
 def test_mine_answer_exclusion_goes_deeper(tmp_path):
-    corpus = pd.DataFrame([
-        ("a", "", "the capital of Norland is Brest"),        # positive
-        ("b", "", "Norland capital Brest, capital of Norland"),  # contains the answer: a false negative
-        ("c", "", "the capital of Norland was moved"),
-        ("d", "", "Norland has a capital"),
-    ], columns=["pid", "title", "text"])
+    corpus = pd.DataFrame(
+        [
+            ("a", "", "the capital of Norland is Brest"),  # positive
+            ("b", "", "Norland capital Brest, capital of Norland"),  # contains the answer: a false negative
+            ("c", "", "the capital of Norland was moved"),
+            ("d", "", "Norland has a capital"),
+        ],
+        columns=["pid", "title", "text"],
+    )
     write_table(tmp_path / "corpus.parquet", corpus, CORPUS_SCHEMA)
-    write_table(tmp_path / "q.parquet", pd.DataFrame(
-        [("q", "capital of Norland", ["Brest"])], columns=["qid", "text", "answers"]), QUERIES_SCHEMA)
-    write_table(tmp_path / "r.parquet", pd.DataFrame([("q", "a", 1)], columns=["qid", "pid", "relevance"]),
-                QRELS_SCHEMA)
-    bm25.build_index(tmp_path / "corpus.parquet", tmp_path / "idx", k1=0.9, b=0.4, stemmer=None, stopwords=None)
-    bm25.mine_negatives(tmp_path / "idx", tmp_path / "q.parquet", tmp_path / "r.parquet",
-                        tmp_path / "corpus.parquet", 2, tmp_path / "n.parquet", exclude_answer_match=True)
+    write_table(
+        tmp_path / "q.parquet",
+        pd.DataFrame([("q", "capital of Norland", ["Brest"])], columns=["qid", "text", "answers"]),
+        QUERIES_SCHEMA,
+    )
+    write_table(
+        tmp_path / "r.parquet",
+        pd.DataFrame([("q", "a", 1)], columns=["qid", "pid", "relevance"]),
+        QRELS_SCHEMA,
+    )
+    bm25.build_index(
+        tmp_path / "corpus.parquet", tmp_path / "idx", k1=0.9, b=0.4, stemmer=None, stopwords=None
+    )
+    bm25.mine_negatives(
+        tmp_path / "idx",
+        tmp_path / "q.parquet",
+        tmp_path / "r.parquet",
+        tmp_path / "corpus.parquet",
+        2,
+        tmp_path / "n.parquet",
+        exclude_answer_match=True,
+    )
     neg = read_table(tmp_path / "n.parquet")
     row_b = neg[neg["pid"] == "b"].iloc[0]
     assert bool(row_b["has_answer"]) and bool(row_b["excluded"])
@@ -94,11 +126,13 @@ def test_mine_answer_exclusion_goes_deeper(tmp_path):
 
 
 def test_empty_corpus_is_a_clear_error(tmp_path):
-    write_table(tmp_path / "corpus.parquet", pa.table({"pid": [], "title": [], "text": []},
-                                                      schema=CORPUS_SCHEMA))
+    write_table(
+        tmp_path / "corpus.parquet", pa.table({"pid": [], "title": [], "text": []}, schema=CORPUS_SCHEMA)
+    )
     with pytest.raises(DataError, match="corpus is empty"):
-        bm25.build_index(tmp_path / "corpus.parquet", tmp_path / "idx", k1=0.9, b=0.4,
-                         stemmer=None, stopwords=None)
+        bm25.build_index(
+            tmp_path / "corpus.parquet", tmp_path / "idx", k1=0.9, b=0.4, stemmer=None, stopwords=None
+        )
     assert not (tmp_path / "idx").exists()
 
 
@@ -110,8 +144,19 @@ def test_unknown_stemmer_names_the_setting(tmp_path):
 def test_cli_bad_input_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         from pipeline.core.cli import run_main
-        run_main(bm25.main, ["retrieve", "--index-dir", str(tmp_path / "missing"), "--queries",
-                             str(tmp_path / "q.parquet"), "--out", str(tmp_path / "o.parquet")])
+
+        run_main(
+            bm25.main,
+            [
+                "retrieve",
+                "--index-dir",
+                str(tmp_path / "missing"),
+                "--queries",
+                str(tmp_path / "q.parquet"),
+                "--out",
+                str(tmp_path / "o.parquet"),
+            ],
+        )
     assert exc.value.code == 2
     assert "settings.json" in capsys.readouterr().err
     assert not (tmp_path / "o.parquet").exists()

@@ -2,6 +2,7 @@
 folder instead of a PyTorch traceback, an unwritable output is found before a long stage starts
 (14.6), and temporary files left by a killed write are cleaned by the next write of that output
 (14.7)."""
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,7 @@ def _modules(seed: int = 0) -> dict:
     model(torch.randn(2, 4)).sum().backward()
     opt.step()
     sched.step()
-    return {"model": model, "optimizer": opt, "scheduler": sched,
-            "scaler": torch.amp.GradScaler("cpu")}
+    return {"model": model, "optimizer": opt, "scheduler": sched, "scaler": torch.amp.GradScaler("cpu")}
 
 
 class _Planted:
@@ -43,11 +43,14 @@ class _Planted:
 
 def _hostile_checkpoint(folder, marker) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save({"step": 1, "state": {}, "rng": rng_state(), "extra": {"x": _Planted(str(marker))}},
-               folder / STATE_FILE)
+    torch.save(
+        {"step": 1, "state": {}, "rng": rng_state(), "extra": {"x": _Planted(str(marker))}},
+        folder / STATE_FILE,
+    )
 
 
 # ---- 14.8: weights_only ---------------------------------------------------------------------------
+
 
 def test_a_checkpoint_loads_with_weights_only(tmp_path):
     path = save_checkpoint(tmp_path / "ckpt", step=3, modules=_modules(), extra={"epoch": 1})
@@ -101,6 +104,7 @@ def test_ar2_compaction_runs_no_code_either(tmp_path):
 
 # ---- 14.6: a damaged checkpoint ---------------------------------------------------------------------
 
+
 def _truncated(tmp_path):
     path = save_checkpoint(tmp_path / "ckpt", step=2, modules=_modules())
     data = path.read_bytes()
@@ -123,6 +127,7 @@ def test_truncated_checkpoint_that_must_be_read_is_an_error_naming_the_folder(tm
 
 
 # ---- 14.6: an unwritable output, found before the stage starts ------------------------------------
+
 
 def test_unwritable_output_folder_is_found_before_the_stage_starts(tmp_path, monkeypatch):
     from pipeline.core import cli
@@ -163,6 +168,7 @@ def test_output_under_a_file_is_not_writable(tmp_path):
 
 # ---- 14.7: temporary files of a killed write --------------------------------------------------------
 
+
 def _stale_temp(path) -> str:
     """A temporary file named as storage.atomic_path names them, left as a kill -9 leaves it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -175,8 +181,12 @@ def test_stale_temps_of_an_output_are_removed_and_no_others(tmp_path):
 
     out = tmp_path / "shard_000.npy"
     stale = [_stale_temp(out), _stale_temp(out)]
-    others = [_stale_temp(tmp_path / "shard_001.npy"), _stale_temp(tmp_path / "shard_000.npy.ids"),
-              _stale_temp(tmp_path / "shard"), tmp_path / ".shard_000.npy.notes.tmp"]
+    others = [
+        _stale_temp(tmp_path / "shard_001.npy"),
+        _stale_temp(tmp_path / "shard_000.npy.ids"),
+        _stale_temp(tmp_path / "shard"),
+        tmp_path / ".shard_000.npy.notes.tmp",
+    ]
     (tmp_path / ".shard_000.npy.notes.tmp").write_text("not ours")
     out.write_text("the output itself stays")
     removed = remove_stale_temps(out)

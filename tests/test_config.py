@@ -1,4 +1,5 @@
 """Config loading and validation: overlays deep-merge; unknown or mistyped keys name the key path."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,11 +16,20 @@ def test_default_config_is_valid():
 
 def test_overlay_deep_merges(tmp_path):
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump({
-        "bm25": {"k1": 1.2},
-        "datasets": {"squad36": {"format": "squad", "source": "../shared/data/squad/x.json.gz",
-                                 "split": "none"}},
-    }))
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "bm25": {"k1": 1.2},
+                "datasets": {
+                    "squad36": {
+                        "format": "squad",
+                        "source": "../shared/data/squad/x.json.gz",
+                        "split": "none",
+                    }
+                },
+            }
+        )
+    )
     config = load_config([overlay])
     assert config["bm25"]["k1"] == 1.2 and config["bm25"]["b"] == 0.4  # sibling kept
     assert "synthkb" in config["datasets"] and "squad36" in config["datasets"]

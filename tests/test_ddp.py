@@ -3,6 +3,7 @@
 The hard part is label alignment with k > 1 hard negatives: after gathering passages from all ranks,
 local query i on rank r has its positive at global column (r·Q_local + i)·(k+1).
 """
+
 import os
 import socket
 
@@ -24,15 +25,21 @@ def _free_port() -> int:
 
 
 def _env(rank: int, port: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(WORLD),
+        LOCAL_RANK=str(rank),
+    )
 
 
 def _embeddings():
     gen = torch.Generator().manual_seed(0)
     q = torch.nn.functional.normalize(torch.randn(Q, DIM, generator=gen, dtype=torch.float64), dim=1)
-    p = torch.nn.functional.normalize(torch.randn(Q * (K + 1), DIM, generator=gen,
-                                                  dtype=torch.float64), dim=1)
+    p = torch.nn.functional.normalize(
+        torch.randn(Q * (K + 1), DIM, generator=gen, dtype=torch.float64), dim=1
+    )
     return q, p
 
 
@@ -48,16 +55,18 @@ def _loss_worker(rank: int, port: int, out: str, in_batch: bool, beta: float) ->
     try:
         q_all, p_all = _embeddings()
         per_q, per_p = Q // WORLD, Q * (K + 1) // WORLD
-        q = q_all[rank * per_q:(rank + 1) * per_q].clone().requires_grad_(True)
-        p = p_all[rank * per_p:(rank + 1) * per_p].clone().requires_grad_(True)
+        q = q_all[rank * per_q : (rank + 1) * per_q].clone().requires_grad_(True)
+        p = p_all[rank * per_p : (rank + 1) * per_p].clone().requires_grad_(True)
         if in_batch:
             loss = _loss(q, all_gather_with_grad(p), rank * per_q, True, beta)
         else:
             loss = _loss(q, p, 0, False, beta)
         loss.backward()
         # DDP averages gradients over ranks; the global loss is the mean of the ranks' mean losses.
-        torch.save({"loss": all_reduce_mean(loss.detach()), "q_grad": q.grad / WORLD,
-                    "p_grad": p.grad / WORLD}, f"{out}/rank{info.rank}.pt")
+        torch.save(
+            {"loss": all_reduce_mean(loss.detach()), "q_grad": q.grad / WORLD, "p_grad": p.grad / WORLD},
+            f"{out}/rank{info.rank}.pt",
+        )
     finally:
         shutdown()
 
@@ -70,8 +79,7 @@ def test_two_ranks_match_single_process(tmp_path, in_batch, beta):
     loss = _loss(q, p, 0, in_batch, beta)
     loss.backward()
 
-    mp.spawn(_loss_worker, args=(_free_port(), str(tmp_path), in_batch, beta), nprocs=WORLD,
-             join=True)
+    mp.spawn(_loss_worker, args=(_free_port(), str(tmp_path), in_batch, beta), nprocs=WORLD, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     for r in ranks:
         assert r["loss"].item() == pytest.approx(loss.item(), abs=1e-12)
@@ -82,8 +90,8 @@ def test_two_ranks_match_single_process(tmp_path, in_batch, beta):
 def test_wrong_label_offset_would_be_caught():
     # Guard for the test itself: ignoring the rank offset gives another loss on rank 1's queries.
     q, p = _embeddings()
-    right = _loss(q[Q // 2:], p, Q // 2, True, 0.0)
-    wrong = _loss(q[Q // 2:], p, 0, True, 0.0)
+    right = _loss(q[Q // 2 :], p, Q // 2, True, 0.0)
+    wrong = _loss(q[Q // 2 :], p, 0, True, 0.0)
     assert abs(right.item() - wrong.item()) > 1e-3
 
 
@@ -98,8 +106,14 @@ def _train_worker(rank: int, port: int, root: str, tiny_retriever) -> None:
     info = init_from_env(prefer_cuda=False)
     try:
         root = Path(root)
-        data = TrainData(root / "data/queries.train.parquet", root / "data/qrels.train.parquet",
-                         root / "data/bm25.parquet", root / "data/corpus.parquet", depth=5, seed=0)
+        data = TrainData(
+            root / "data/queries.train.parquet",
+            root / "data/qrels.train.parquet",
+            root / "data/bm25.parquet",
+            root / "data/corpus.parquet",
+            depth=5,
+            seed=0,
+        )
         model = tiny_retriever(root / "tiny", dropout=False)
         train(model, data, _train_config(), checkpoint_dir=root / "ddp.ckpt", dist_info=info)
         if info.is_main:
@@ -110,9 +124,20 @@ def _train_worker(rank: int, port: int, root: str, tiny_retriever) -> None:
 
 def _train_config():
     from pipeline.training.loop import TrainConfig
+
     # fp32: the check is the math (labels, gathers); bf16 rounds differently per batch shape.
-    return TrainConfig(lr=1e-3, epochs=1, batch_size=4, hard_negatives=2, max_steps=2,
-                       checkpoint_every=0, warmup_ratio=0.0, seed=0, beta=0.3, precision="fp32")
+    return TrainConfig(
+        lr=1e-3,
+        epochs=1,
+        batch_size=4,
+        hard_negatives=2,
+        max_steps=2,
+        checkpoint_every=0,
+        warmup_ratio=0.0,
+        seed=0,
+        beta=0.3,
+        precision="fp32",
+    )
 
 
 def test_ddp_training_matches_single_process(tmp_path, make_train_files, tiny_model_dir, tiny_retriever):
@@ -121,8 +146,7 @@ def test_ddp_training_matches_single_process(tmp_path, make_train_files, tiny_mo
 
     paths = make_train_files(tmp_path / "data")
     tiny_model_dir(tmp_path)
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"],
-                     depth=5, seed=0)
+    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=0)
     single = tiny_retriever(tmp_path / "tiny", dropout=False)
     train(single, data, _train_config(), checkpoint_dir=tmp_path / "single.ckpt")
 

@@ -4,6 +4,7 @@ A non-finite loss or gradient stops DPR/CCR and AR2 training with an error namin
 parts and what to change; train_log.jsonl stays strict JSON. Encoding, indexing, search and
 evaluation refuse non-finite embeddings, and evaluation refuses runs that leave queries out.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,15 @@ from pipeline.training.train_dense import main as train_main
 
 def _strict_json_lines(path: Path) -> list[dict]:
     """Parse a JSONL file as strict JSON: NaN / Infinity tokens are errors, as in most parsers."""
+
     def refuse(token: str):
         raise ValueError(f"{path}: non-JSON token {token}")
-    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()
-            if line.strip()]
+
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines() if line.strip()]
 
 
 # ---- training -------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def train_inputs(tmp_path_factory, make_train_files, tiny_model_dir):
@@ -45,9 +48,25 @@ def train_inputs(tmp_path_factory, make_train_files, tiny_model_dir):
 
 
 def _train_args(paths, tiny, out: Path, *extra: str) -> list[str]:
-    return ["--init", str(tiny), "--queries", str(paths["queries"]), "--qrels", str(paths["qrels"]),
-            "--negatives", str(paths["negatives"]), "--corpus", str(paths["corpus"]),
-            "--out", str(out), "--batch-size", "4", "--threads", "1", *extra]
+    return [
+        "--init",
+        str(tiny),
+        "--queries",
+        str(paths["queries"]),
+        "--qrels",
+        str(paths["qrels"]),
+        "--negatives",
+        str(paths["negatives"]),
+        "--corpus",
+        str(paths["corpus"]),
+        "--out",
+        str(out),
+        "--batch-size",
+        "4",
+        "--threads",
+        "1",
+        *extra,
+    ]
 
 
 def test_train_dense_huge_lr_stops_with_step_loss_parts_and_advice(train_inputs, tmp_path, capsys):
@@ -77,11 +96,9 @@ def test_train_log_stays_strict_json_when_training_diverges(train_inputs, tmp_pa
         assert [r["step"] for r in records] == [1]  # the steps before the divergence, all finite
 
 
-def test_non_finite_gradient_stops_training_before_the_update(train_inputs, tmp_path,
-                                                              tiny_retriever):
+def test_non_finite_gradient_stops_training_before_the_update(train_inputs, tmp_path, tiny_retriever):
     paths, tiny = train_inputs
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"],
-                     depth=5, seed=0)
+    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=0)
     retriever = tiny_retriever(tiny)
     # The loss stays finite; only the backward pass yields NaN (e.g. an overflow in a kernel).
     weight = retriever.query_model.embeddings.word_embeddings.weight
@@ -102,24 +119,51 @@ def test_ar2_round_stops_on_divergence(tmp_path):
     passages = {f"p{i}": (f"T{i % 3}", f"alpha beta fact {i}") for i in range(12)}
     qids = [f"q{i}" for i in range(4)]
     rng = np.random.default_rng(0)
-    pools = {q: (np.array([f"p{j}" for j in range(12) if j != i], dtype=object), rng.normal(size=11))
-             for i, q in enumerate(qids)}
-    data = RoundData(qids=qids, query_text={q: f"what is {q}" for q in qids},
-                     positive={q: f"p{i}" for i, q in enumerate(qids)},
-                     positive_logit={q: 0.5 for q in qids}, pools=pools, passages=passages)
-    settings = Ar2Settings(rounds=1, batch_size=2, negatives=3, ranker_steps=0, retriever_steps=3,
-                           ranker_warmup_steps=0, retriever_lr=1e10, ranker_lr=1e-3,
-                           checkpoint_every=0, adv_lambda=0.0, max_grad_norm=1.0)
-    retriever = Retriever.from_pretrained(tiny, RetrieverSettings(base="tiny", query_max_len=16,
-                                                                  passage_max_len=24))
+    pools = {
+        q: (np.array([f"p{j}" for j in range(12) if j != i], dtype=object), rng.normal(size=11))
+        for i, q in enumerate(qids)
+    }
+    data = RoundData(
+        qids=qids,
+        query_text={q: f"what is {q}" for q in qids},
+        positive={q: f"p{i}" for i, q in enumerate(qids)},
+        positive_logit={q: 0.5 for q in qids},
+        pools=pools,
+        passages=passages,
+    )
+    settings = Ar2Settings(
+        rounds=1,
+        batch_size=2,
+        negatives=3,
+        ranker_steps=0,
+        retriever_steps=3,
+        ranker_warmup_steps=0,
+        retriever_lr=1e10,
+        ranker_lr=1e-3,
+        checkpoint_every=0,
+        adv_lambda=0.0,
+        max_grad_norm=1.0,
+    )
+    retriever = Retriever.from_pretrained(
+        tiny, RetrieverSettings(base="tiny", query_max_len=16, passage_max_len=24)
+    )
     ranker = Ranker.from_pretrained(tiny, RankerSettings(base="tiny", max_len=32), seed=0)
     with pytest.raises(ConfigError, match=r"step \d.*retriever_lr"):
-        train_round(retriever, ranker, data, settings, round_index=1, seed=0,
-                    round_dir=tmp_path / "round1", previous_ckpt=None)
+        train_round(
+            retriever,
+            ranker,
+            data,
+            settings,
+            round_index=1,
+            seed=0,
+            round_dir=tmp_path / "round1",
+            previous_ckpt=None,
+        )
     _strict_json_lines(tmp_path / "round1" / "train_log.jsonl")
 
 
 # ---- encode / index / search ----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -136,24 +180,44 @@ def models(tmp_path_factory):
 
 
 def _corpus(tmp_path: Path, n: int = 20) -> Path:
-    df = pd.DataFrame({"pid": [f"d{i}" for i in range(n)], "title": [f"t{i % 3}" for i in range(n)],
-                       "text": [f"river castle number {i} winter" for i in range(n)]})
+    df = pd.DataFrame(
+        {
+            "pid": [f"d{i}" for i in range(n)],
+            "title": [f"t{i % 3}" for i in range(n)],
+            "text": [f"river castle number {i} winter" for i in range(n)],
+        }
+    )
     path = tmp_path / "corpus.parquet"
     write_table(path, df, CORPUS_SCHEMA)
     return path
 
 
 def _queries(tmp_path: Path) -> Path:
-    df = pd.DataFrame({"qid": ["q1", "q2"], "text": ["river", "castle winter"],
-                       "answers": [["river"], ["castle"]]})
+    df = pd.DataFrame(
+        {"qid": ["q1", "q2"], "text": ["river", "castle winter"], "answers": [["river"], ["castle"]]}
+    )
     path = tmp_path / "queries.parquet"
     write_table(path, df, QUERIES_SCHEMA)
     return path
 
 
 def _encode_args(model: Path, corpus: Path, out: Path) -> list[str]:
-    return ["corpus", "--model", str(model), "--corpus", str(corpus), "--out-dir", str(out),
-            "--shard", "0", "--shards", "1", "--device", "cpu", "--no-progress"]
+    return [
+        "corpus",
+        "--model",
+        str(model),
+        "--corpus",
+        str(corpus),
+        "--out-dir",
+        str(out),
+        "--shard",
+        "0",
+        "--shards",
+        "1",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
 
 
 def test_encode_refuses_non_finite_embeddings(models, tmp_path, capsys):
@@ -169,13 +233,43 @@ def test_encode_refuses_non_finite_embeddings(models, tmp_path, capsys):
 def test_search_refuses_non_finite_query_embeddings(models, tmp_path, capsys):
     corpus = _corpus(tmp_path)
     assert encode.main(_encode_args(models["good"], corpus, tmp_path / "emb")) == 0
-    assert encode.main(["gather", "--out-dir", str(tmp_path / "emb"), "--shards", "1", "--model",
-                        str(models["good"]), "--corpus", str(corpus)]) == 0
+    assert (
+        encode.main(
+            [
+                "gather",
+                "--out-dir",
+                str(tmp_path / "emb"),
+                "--shards",
+                "1",
+                "--model",
+                str(models["good"]),
+                "--corpus",
+                str(corpus),
+            ]
+        )
+        == 0
+    )
     with pytest.raises(SystemExit) as exc:
-        run_main(S.main, ["--model", str(models["diverged"]), "--queries", str(_queries(tmp_path)),
-                          "--out", str(tmp_path / "run.parquet"), "--backend", "torch",
-                          "--embeddings", str(tmp_path / "emb"), "--device", "cpu",
-                          "--no-progress", "--depth", "5"])
+        run_main(
+            S.main,
+            [
+                "--model",
+                str(models["diverged"]),
+                "--queries",
+                str(_queries(tmp_path)),
+                "--out",
+                str(tmp_path / "run.parquet"),
+                "--backend",
+                "torch",
+                "--embeddings",
+                str(tmp_path / "emb"),
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--depth",
+                "5",
+            ],
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert str(models["diverged"]) in err and "non-finite" in err, err
@@ -204,8 +298,7 @@ def test_search_refuses_non_finite_passage_embeddings(tmp_path):
 def test_index_refuses_non_finite_passage_embeddings(tmp_path):
     npy = _nan_embeddings(tmp_path / "emb")
     with pytest.raises(DataError, match=r"non-finite") as exc:
-        I.build_index(tmp_path / "emb", tmp_path / "index", factory="Flat", gpu=False,
-                      progress=False)
+        I.build_index(tmp_path / "emb", tmp_path / "index", factory="Flat", gpu=False, progress=False)
     assert str(npy) in str(exc.value)
     assert not (tmp_path / "index" / I.INDEX_MANIFEST).exists()
 
@@ -214,25 +307,47 @@ def test_search_refuses_queries_left_without_results(tmp_path):
     # What a FAISS index holding NaN vectors (built before this check) returns: -1 rows.
     rows = np.array([[0, 1], [-1, -1], [-1, -1]])
     with pytest.raises(DataError, match=r"2 of 3 queries.*'q2'"):
-        S.check_every_query_ranked(["q1", "q2", "q3"], rows, n_passages=5,
-                                   file=tmp_path / "run.parquet")
+        S.check_every_query_ranked(["q1", "q2", "q3"], rows, n_passages=5, file=tmp_path / "run.parquet")
     S.check_every_query_ranked(["q1"], rows[:1], n_passages=5, file=tmp_path / "run.parquet")
 
 
 # ---- evaluate -------------------------------------------------------------------------------------
+
 
 def _eval_data(tmp_path: Path, run_rows) -> list[str]:
     corpus = [("p1", "A", "Paris is in France."), ("p2", "B", "Lyon is a city.")]
     queries = [("q1", "capital?", ["Paris"]), ("q2", "city?", ["Lyon"]), ("q3", "other?", ["x"])]
     qrels = [("q1", "p1", 1), ("q2", "p2", 1), ("q3", "p2", 1)]
     files = {}
-    for name, rows, schema in (("corpus", corpus, CORPUS_SCHEMA), ("queries", queries, QUERIES_SCHEMA),
-                               ("qrels", qrels, QRELS_SCHEMA), ("run", run_rows, RUN_SCHEMA)):
+    for name, rows, schema in (
+        ("corpus", corpus, CORPUS_SCHEMA),
+        ("queries", queries, QUERIES_SCHEMA),
+        ("qrels", qrels, QRELS_SCHEMA),
+        ("run", run_rows, RUN_SCHEMA),
+    ):
         files[name] = tmp_path / f"{name}.parquet"
         write_table(files[name], pd.DataFrame(rows, columns=schema.names), schema)
-    return ["--run", str(files["run"]), "--queries", str(files["queries"]), "--qrels",
-            str(files["qrels"]), "--corpus", str(files["corpus"]), "--dataset", "tiny", "--method",
-            "dpr", "--split", "test", "--ks", "1", "2", "--out", str(tmp_path / "metrics.json")]
+    return [
+        "--run",
+        str(files["run"]),
+        "--queries",
+        str(files["queries"]),
+        "--qrels",
+        str(files["qrels"]),
+        "--corpus",
+        str(files["corpus"]),
+        "--dataset",
+        "tiny",
+        "--method",
+        "dpr",
+        "--split",
+        "test",
+        "--ks",
+        "1",
+        "2",
+        "--out",
+        str(tmp_path / "metrics.json"),
+    ]
 
 
 def test_evaluate_refuses_a_run_missing_queries(tmp_path, capsys):
@@ -260,8 +375,10 @@ def test_evaluate_counts_missing_queries_as_misses_only_when_asked(tmp_path):
 def test_evaluate_names_non_finite_scores(tmp_path, capsys):
     from pipeline.evaluation import evaluate
 
-    argv = _eval_data(tmp_path, [("q1", "p1", 1, float("nan")), ("q2", "p2", 1, float("nan")),
-                                 ("q3", "p1", 1, float("inf"))])
+    argv = _eval_data(
+        tmp_path,
+        [("q1", "p1", 1, float("nan")), ("q2", "p2", 1, float("nan")), ("q3", "p1", 1, float("inf"))],
+    )
     with pytest.raises(SystemExit) as exc:
         run_main(evaluate.main, argv)
     assert exc.value.code == 2

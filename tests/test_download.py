@@ -1,5 +1,6 @@
 """pipeline.data.download against a local HTTP server (a thread on 127.0.0.1) whose handler serves byte
 ranges and can misbehave on demand: drop the connection mid-body, answer 503, ignore Range."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.cli import run_main
-from pipeline.data.download import download, extract_member, main
 from pipeline.core.storage import DataError
+from pipeline.data.download import download, extract_member, main
 
 FIX = Path(__file__).parent / "fixtures"
 BODY = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(10_000))  # 320 kB
@@ -26,8 +27,8 @@ BODY_SHA = hashlib.sha256(BODY).hexdigest()
 class Server:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
-        self.cut_once: dict[str, int] = {}     # path -> bytes sent before dropping (first request)
-        self.fail_once: dict[str, int] = {}    # path -> status returned by the first request
+        self.cut_once: dict[str, int] = {}  # path -> bytes sent before dropping (first request)
+        self.fail_once: dict[str, int] = {}  # path -> status returned by the first request
         self.ignore_range: set[str] = set()
         # paths served with "Content-Encoding: gzip", as some hosts label .gz files
         self.content_encoding_gzip: set[str] = set()
@@ -161,8 +162,10 @@ def test_bytes_are_stored_as_served_even_with_content_encoding(server, tmp_path)
 def test_checksum_mismatch_deletes_the_download(server, tmp_path, capsys):
     out = tmp_path / "corpus"
     with pytest.raises(SystemExit) as exc:
-        run_main(main, ["--url", server.url + "/data.bin", "--out", str(out), "--sha256", "0" * 64,
-                        "--backoff", "0"])
+        run_main(
+            main,
+            ["--url", server.url + "/data.bin", "--out", str(out), "--sha256", "0" * 64, "--backoff", "0"],
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "sha256 mismatch" in err and BODY_SHA in err
@@ -179,15 +182,30 @@ def _tar_gz(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-MSMARCO = {name: (FIX / "msmarco" / name).read_bytes()
-           for name in ("collection.tsv", "queries.train.tsv", "qrels.train.tsv")}
+MSMARCO = {
+    name: (FIX / "msmarco" / name).read_bytes()
+    for name in ("collection.tsv", "queries.train.tsv", "qrels.train.tsv")
+}
 
 
 def test_tar_member_from_url(server, tmp_path):
     server.files["/collectionandqueries.tar.gz"] = _tar_gz(MSMARCO)
     out = tmp_path / "queries_train"
-    assert main(["--url", server.url + "/collectionandqueries.tar.gz", "--out", str(out),
-                 "--member", "queries.train.tsv", "--backoff", "0"]) == 0
+    assert (
+        main(
+            [
+                "--url",
+                server.url + "/collectionandqueries.tar.gz",
+                "--out",
+                str(out),
+                "--member",
+                "queries.train.tsv",
+                "--backoff",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert out.read_bytes() == MSMARCO["queries.train.tsv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["queries_train"]  # archive removed
 

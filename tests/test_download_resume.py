@@ -2,6 +2,7 @@
 and the --sha256 format (issue 14.6). A local HTTP server on 127.0.0.1 sends ETag/Last-Modified
 validators and honours If-Range as RFC 9110 says: a matching validator gets the 206 range, any other
 the whole (current) file with 200."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,8 @@ class Remote:
         self.body = BODY
         self.etag: str | None = '"v1"'
         self.last_modified: str | None = LAST_MODIFIED
-        self.cut_once: int | None = None    # bytes sent before dropping the connection, once
-        self.requests: list[dict] = []      # headers of each request
+        self.cut_once: int | None = None  # bytes sent before dropping the connection, once
+        self.requests: list[dict] = []  # headers of each request
         remote = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,14 +41,16 @@ class Remote:
                 pass
 
             def do_GET(self) -> None:
-                remote.requests.append({"Range": self.headers.get("Range"),
-                                        "If-Range": self.headers.get("If-Range")})
+                remote.requests.append(
+                    {"Range": self.headers.get("Range"), "If-Range": self.headers.get("If-Range")}
+                )
                 data, start = remote.body, 0
                 rng, if_range = self.headers.get("Range"), self.headers.get("If-Range")
                 # If-Range: the range only if the validator still matches (strong comparison).
                 valid = if_range is None or if_range in (
                     remote.etag if remote.etag and not remote.etag.startswith("W/") else None,
-                    remote.last_modified)
+                    remote.last_modified,
+                )
                 if rng and valid:
                     start = int(rng.removeprefix("bytes=").split("-")[0])
                     self.send_response(206)
@@ -62,7 +65,7 @@ class Remote:
                 self.end_headers()
                 body = data[start:]
                 if remote.cut_once is not None:
-                    body, remote.cut_once = body[:remote.cut_once], None
+                    body, remote.cut_once = body[: remote.cut_once], None
                 self.wfile.write(body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -122,7 +125,7 @@ def test_remote_changed_since_the_part_restarts_from_zero(remote, tmp_path):
     remote.body, remote.etag = NEW_BODY, '"v2"'
     remote.last_modified = "Thu, 22 Oct 2015 07:28:00 GMT"
     download(remote.url, out, backoff=0)  # no sha256: only the validator can tell
-    assert out.read_bytes() == NEW_BODY   # not the old head + the new tail
+    assert out.read_bytes() == NEW_BODY  # not the old head + the new tail
 
 
 def test_last_modified_when_the_etag_is_weak_or_absent(remote, tmp_path):
@@ -153,15 +156,15 @@ def test_part_of_another_url_is_not_resumed(remote, tmp_path):
     out = tmp_path / "x"
     _interrupted(remote, out)
     meta_path = tmp_path / "x.part.json"
-    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()),
-                                     "url": "http://elsewhere.invalid/f"}))
+    meta_path.write_text(
+        json.dumps({**json.loads(meta_path.read_text()), "url": "http://elsewhere.invalid/f"})
+    )
     download(remote.url, out, backoff=0)
     assert out.read_bytes() == BODY and remote.requests[-1]["Range"] is None
 
 
 @pytest.mark.parametrize("value", ["A" * 64, "abc", "g" * 64])
-def test_sha256_on_the_command_line_must_be_lowercase_hex_as_in_the_config(remote, tmp_path,
-                                                                          capsys, value):
+def test_sha256_on_the_command_line_must_be_lowercase_hex_as_in_the_config(remote, tmp_path, capsys, value):
     with pytest.raises(SystemExit) as exc:
         run_main(main, ["--url", remote.url, "--out", str(tmp_path / "x"), "--sha256", value])
     assert exc.value.code == 2
@@ -170,12 +173,15 @@ def test_sha256_on_the_command_line_must_be_lowercase_hex_as_in_the_config(remot
 
 
 @pytest.mark.parametrize("value", ["xyz", "A" * 64])
-@pytest.mark.parametrize("dataset, key", [("squad", "datasets.squad.source.sha256"),
-                                          ("nq", "datasets.nq.source.corpus.sha256")])
+@pytest.mark.parametrize(
+    "dataset, key", [("squad", "datasets.squad.source.sha256"), ("nq", "datasets.nq.source.corpus.sha256")]
+)
 def test_malformed_sha256_in_the_config_is_reported_as_a_bad_value(dataset, key, value):
     config = load_config()
     source = config["datasets"][dataset]["source"]
     (source if dataset == "squad" else source["corpus"])["sha256"] = value
     with pytest.raises(ConfigError) as exc:
         validate_config(config)
-    assert f"config key '{key}': String should match pattern '^[0-9a-f]{{64}}$', got '{value}'" in str(exc.value)
+    assert f"config key '{key}': String should match pattern '^[0-9a-f]{{64}}$', got '{value}'" in str(
+        exc.value
+    )

@@ -1,4 +1,5 @@
 """Sharded corpus encoding: slices, streaming, fp16 shards in corpus order, gather, errors."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from pipeline.core.storage import DataError
 from pipeline.retrieval import embeddings as E
 from pipeline.retrieval import encode
-from pipeline.core.storage import DataError
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 
 WORDS = "river castle north bridge museum winter orchestra granite harbor lantern".split()
@@ -35,12 +36,14 @@ def retriever(retriever_dir):
 
 def make_corpus(path, n=230, row_group_size=37, seed=0):
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "pid": [f"d{i}" for i in range(n)],
-        # None and "" titles both mean "no title"; lengths vary widely so sorting matters.
-        "title": [None if i % 11 == 0 else ("" if i % 7 == 0 else f"title {i % 5}") for i in range(n)],
-        "text": [" ".join(rng.choice(WORDS, int(rng.integers(1, 60)))) for _ in range(n)],
-    })
+    df = pd.DataFrame(
+        {
+            "pid": [f"d{i}" for i in range(n)],
+            # None and "" titles both mean "no title"; lengths vary widely so sorting matters.
+            "title": [None if i % 11 == 0 else ("" if i % 7 == 0 else f"title {i % 5}") for i in range(n)],
+            "text": [" ".join(rng.choice(WORDS, int(rng.integers(1, 60)))) for _ in range(n)],
+        }
+    )
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=row_group_size)
     return df
 
@@ -50,8 +53,13 @@ def encode_all(retriever, corpus, out_dir, shards, **kw):
     options.update(kw)
     for i in range(shards):
         encode.encode_table(retriever, corpus, out_dir, i, shards, **options)
-    return E.gather(out_dir, shards, model="tiny", source=str(corpus),
-                    source_rows=pq.ParquetFile(corpus).metadata.num_rows)
+    return E.gather(
+        out_dir,
+        shards,
+        model="tiny",
+        source=str(corpus),
+        source_rows=pq.ParquetFile(corpus).metadata.num_rows,
+    )
 
 
 def test_shard_bounds_are_contiguous_and_balanced():
@@ -63,13 +71,16 @@ def test_shard_bounds_are_contiguous_and_balanced():
 
 def test_iter_slice_crosses_row_groups(tmp_path):
     df = make_corpus(tmp_path / "c.parquet", n=100, row_group_size=13)
-    got = [(first, chunk["pid"]) for first, chunk in
-           encode.iter_slice(tmp_path / "c.parquet", 20, 61, ["pid"], read_rows=7)]
+    got = [
+        (first, chunk["pid"])
+        for first, chunk in encode.iter_slice(tmp_path / "c.parquet", 20, 61, ["pid"], read_rows=7)
+    ]
     pids = [p for _, chunk in got for p in chunk]
     assert pids == df["pid"].tolist()[20:61]
     assert got[0][0] == 20
-    buffers = list(encode.iter_buffers(
-        encode.iter_slice(tmp_path / "c.parquet", 0, 100, ["pid"], read_rows=7), 30))
+    buffers = list(
+        encode.iter_buffers(encode.iter_slice(tmp_path / "c.parquet", 0, 100, ["pid"], read_rows=7), 30)
+    )
     assert [len(b["pid"]) for b in buffers] == [30, 30, 30, 10]
 
 
@@ -92,8 +103,7 @@ def test_sharded_encoding_matches_reference_in_corpus_order(tmp_path, retriever)
 
 def test_result_does_not_depend_on_shards_or_buffer(tmp_path, retriever):
     make_corpus(tmp_path / "corpus.parquet", n=90)
-    encode_all(retriever, tmp_path / "corpus.parquet", tmp_path / "a", 1, sort_buffer=1000,
-               batch_size=16)
+    encode_all(retriever, tmp_path / "corpus.parquet", tmp_path / "a", 1, sort_buffer=1000, batch_size=16)
     encode_all(retriever, tmp_path / "corpus.parquet", tmp_path / "b", 4, sort_buffer=7)
     a = np.concatenate([c for _, c in E.EmbeddingSet(tmp_path / "a").iter_rows(1000)])
     b = np.concatenate([c for _, c in E.EmbeddingSet(tmp_path / "b").iter_rows(1000)])
@@ -110,14 +120,21 @@ def test_rerun_is_bitwise_deterministic(tmp_path, retriever):
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_tokenize_buffer_equals_retriever_tokenization(retriever_dir, side, monkeypatch):
     """The Rust fast path gives the same ids/types/mask as Retriever.tokenize_* (truncation included)."""
-    monkeypatch.setattr(encode, "TOKENIZE_CHUNK", 2)     # several chunks
+    monkeypatch.setattr(encode, "TOKENIZE_CHUNK", 2)  # several chunks
     model = Retriever.load(retriever_dir)
     model.tokenizer.padding_side = side
     titles = ["Ünïcode title", "", None, "a very long title " * 10, "x"]
-    texts = ["Some text, with punctuation!", "", "日本語のテキスト and more words " * 5, "short",
-             " ".join(WORDS)]
-    cases = ((encode.tokenize_buffer(model, texts, titles), model.tokenize_passages(titles, texts)),
-             (encode.tokenize_buffer(model, texts, None), model.tokenize_queries(texts)))
+    texts = [
+        "Some text, with punctuation!",
+        "",
+        "日本語のテキスト and more words " * 5,
+        "short",
+        " ".join(WORDS),
+    ]
+    cases = (
+        (encode.tokenize_buffer(model, texts, titles), model.tokenize_passages(titles, texts)),
+        (encode.tokenize_buffer(model, texts, None), model.tokenize_queries(texts)),
+    )
     for got, want in cases:
         assert set(got) == set(want)
         for key in want:
@@ -127,8 +144,16 @@ def test_tokenize_buffer_equals_retriever_tokenization(retriever_dir, side, monk
 def test_encode_buffer_sorts_by_token_length_but_returns_input_order(retriever):
     texts = ["short", " ".join(WORDS * 3), "a b c", " ".join(WORDS)]
     seen = []
-    out = encode.encode_buffer(retriever, texts, None, batch_size=2, device=torch.device("cpu"),
-                               amp=False, dtype=torch.float32, on_batch=seen.append)
+    out = encode.encode_buffer(
+        retriever,
+        texts,
+        None,
+        batch_size=2,
+        device=torch.device("cpu"),
+        amp=False,
+        dtype=torch.float32,
+        on_batch=seen.append,
+    )
     assert seen == [2, 2]
     np.testing.assert_allclose(out, retriever.encode_queries(texts), atol=1e-5)
 
@@ -136,11 +161,20 @@ def test_encode_buffer_sorts_by_token_length_but_returns_input_order(retriever):
 def test_null_text_names_the_row_and_leaves_no_output(tmp_path, retriever):
     df = make_corpus(tmp_path / "corpus.parquet", n=50)
     df.loc[41, "text"] = None
-    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "bad.parquet",
-                   row_group_size=10)
+    pq.write_table(
+        pa.Table.from_pandas(df, preserve_index=False), tmp_path / "bad.parquet", row_group_size=10
+    )
     with pytest.raises(DataError) as err:
-        encode.encode_table(retriever, tmp_path / "bad.parquet", tmp_path / "emb", 1, 2,
-                            batch_size=4, sort_buffer=8, progress=False)
+        encode.encode_table(
+            retriever,
+            tmp_path / "bad.parquet",
+            tmp_path / "emb",
+            1,
+            2,
+            batch_size=4,
+            sort_buffer=8,
+            progress=False,
+        )
     assert err.value.record == 41 and err.value.field == "text"
     assert "bad.parquet" in str(err.value)
     assert not any((tmp_path / "emb").glob("shard*")), "a failed shard must leave no output"
@@ -179,8 +213,10 @@ def test_gather_checks_shards(tmp_path, retriever):
         E.gather(tmp_path / "emb", 3, model="m", source="c")
     # A pid repeated across shards would give duplicate (qid, pid) rows in runs.
     shard1 = tmp_path / "emb" / "shard1of2.pids.parquet"
-    pq.write_table(pa.table({"pid": ["d0"] + [f"x{i}" for i in range(14)]},
-                            metadata=pq.read_schema(shard1).metadata), shard1)
+    pq.write_table(
+        pa.table({"pid": ["d0"] + [f"x{i}" for i in range(14)]}, metadata=pq.read_schema(shard1).metadata),
+        shard1,
+    )
     with pytest.raises(DataError, match="'d0' occurs more than once"):
         E.gather(tmp_path / "emb", 2, model="m", source="c")
 
@@ -208,35 +244,98 @@ def test_manifest_records_precision_and_refuses_mixed_shards(tmp_path, retriever
 def test_cli_corpus_gather_and_queries(tmp_path, retriever_dir, retriever):
     df = make_corpus(tmp_path / "corpus.parquet", n=40)
     for shard in range(2):
-        assert encode.main(["corpus", "--model", str(retriever_dir), "--corpus",
-                            str(tmp_path / "corpus.parquet"), "--out-dir", str(tmp_path / "emb"),
-                            "--shard", str(shard), "--shards", "2", "--device", "cpu",
-                            "--batch-size", "8", "--no-progress"]) == 0
-    assert encode.main(["gather", "--out-dir", str(tmp_path / "emb"), "--shards", "2", "--model",
-                        str(retriever_dir), "--corpus", str(tmp_path / "corpus.parquet")]) == 0
+        assert (
+            encode.main(
+                [
+                    "corpus",
+                    "--model",
+                    str(retriever_dir),
+                    "--corpus",
+                    str(tmp_path / "corpus.parquet"),
+                    "--out-dir",
+                    str(tmp_path / "emb"),
+                    "--shard",
+                    str(shard),
+                    "--shards",
+                    "2",
+                    "--device",
+                    "cpu",
+                    "--batch-size",
+                    "8",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
+    assert (
+        encode.main(
+            [
+                "gather",
+                "--out-dir",
+                str(tmp_path / "emb"),
+                "--shards",
+                "2",
+                "--model",
+                str(retriever_dir),
+                "--corpus",
+                str(tmp_path / "corpus.parquet"),
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((tmp_path / "emb" / "manifest.json").read_text())
     assert manifest["count"] == 40 and len(manifest["shards"]) == 2
-    queries = pd.DataFrame({"qid": ["q1", "q2", "q3"], "text": ["river castle", "winter", ""],
-                            "answers": [["x"], [], ["y"]]})
+    queries = pd.DataFrame(
+        {"qid": ["q1", "q2", "q3"], "text": ["river castle", "winter", ""], "answers": [["x"], [], ["y"]]}
+    )
     queries.to_parquet(tmp_path / "queries.parquet")
-    assert encode.main(["queries", "--model", str(retriever_dir), "--queries",
-                        str(tmp_path / "queries.parquet"), "--out-dir", str(tmp_path / "qemb"),
-                        "--device", "cpu", "--no-progress"]) == 0
+    assert (
+        encode.main(
+            [
+                "queries",
+                "--model",
+                str(retriever_dir),
+                "--queries",
+                str(tmp_path / "queries.parquet"),
+                "--out-dir",
+                str(tmp_path / "qemb"),
+                "--device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     qset = E.EmbeddingSet(tmp_path / "qemb")
     assert qset.id_field == "qid" and qset.ids().to_pylist() == ["q1", "q2", "q3"]
     got = next(qset.iter_rows(10))[1].astype(np.float32)
     np.testing.assert_allclose(got, retriever.encode_queries(queries["text"]), atol=2e-3)
     stored = np.concatenate([c for _, c in E.EmbeddingSet(tmp_path / "emb").iter_rows(100)])
-    np.testing.assert_allclose(stored.astype(np.float32),
-                               retriever.encode_passages(df["title"].fillna(""), df["text"]), atol=2e-3)
+    np.testing.assert_allclose(
+        stored.astype(np.float32), retriever.encode_passages(df["title"].fillna(""), df["text"]), atol=2e-3
+    )
 
 
 def test_cli_bad_input_exits_2(tmp_path, retriever_dir, capsys):
     from pipeline.core.cli import run_main
 
     with pytest.raises(SystemExit) as exit_info:
-        run_main(encode.main, ["corpus", "--model", str(retriever_dir), "--corpus",
-                               str(tmp_path / "missing.parquet"), "--out-dir", str(tmp_path / "e"),
-                               "--shard", "0", "--shards", "1", "--no-progress"])
+        run_main(
+            encode.main,
+            [
+                "corpus",
+                "--model",
+                str(retriever_dir),
+                "--corpus",
+                str(tmp_path / "missing.parquet"),
+                "--out-dir",
+                str(tmp_path / "e"),
+                "--shard",
+                "0",
+                "--shards",
+                "1",
+                "--no-progress",
+            ],
+        )
     assert exit_info.value.code == 2
     assert "missing.parquet" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """pipeline.evaluation.evaluate / pipeline.retrieval.runs on a tiny hand-checked dataset, and the
 evaluate + gather rules (gather itself: test_gather.py)."""
+
 from __future__ import annotations
 
 import json
@@ -12,32 +13,54 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.evaluation import evaluate
-from pipeline.retrieval import runs
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, write_table
+from pipeline.evaluation import evaluate
+from pipeline.retrieval import runs
 
 REPO = Path(__file__).resolve().parent.parent
 NFC_CAFE, NFD_CAFE = "caf\u00e9", "cafe\u0301"
 
-CORPUS = [("p1", "Paris", "Paris is the capital of France."),
-          ("p2", "Eiffel", "The Eiffel Tower was built in 1889."),
-          ("p3", "Lyon", "Lyon is a city."),
-          ("p4", "France", "France is in Europe."),
-          ("p5", "Cafe", f"Un {NFD_CAFE} crème."),
-          ("p6", "Marseille", "A port city in the south.")]
-QUERIES = [("q1", "capital of France?", ["Paris"]),
-           ("q2", "when was the tower built?", ["1889"]),
-           ("q3", "where is France?", ["Europe"]),
-           ("q4", "coffee?", [NFC_CAFE]),              # not in the run at all
-           ("q5", "port city?", ["Marseille"]),        # answer only in the title of p6
-           ("q6", "coffee again?", [NFC_CAFE])]        # NFC answer, NFD passage
-QRELS = [("q1", "p1", 1), ("q1", "p4", 1), ("q2", "p2", 1), ("q3", "p4", 1), ("q4", "p5", 1),
-         ("q5", "p6", 1), ("q6", "p5", 1), ("q6", "p3", 0)]
+CORPUS = [
+    ("p1", "Paris", "Paris is the capital of France."),
+    ("p2", "Eiffel", "The Eiffel Tower was built in 1889."),
+    ("p3", "Lyon", "Lyon is a city."),
+    ("p4", "France", "France is in Europe."),
+    ("p5", "Cafe", f"Un {NFD_CAFE} crème."),
+    ("p6", "Marseille", "A port city in the south."),
+]
+QUERIES = [
+    ("q1", "capital of France?", ["Paris"]),
+    ("q2", "when was the tower built?", ["1889"]),
+    ("q3", "where is France?", ["Europe"]),
+    ("q4", "coffee?", [NFC_CAFE]),  # not in the run at all
+    ("q5", "port city?", ["Marseille"]),  # answer only in the title of p6
+    ("q6", "coffee again?", [NFC_CAFE]),
+]  # NFC answer, NFD passage
+QRELS = [
+    ("q1", "p1", 1),
+    ("q1", "p4", 1),
+    ("q2", "p2", 1),
+    ("q3", "p4", 1),
+    ("q4", "p5", 1),
+    ("q5", "p6", 1),
+    ("q6", "p5", 1),
+    ("q6", "p3", 0),
+]
 # Rows deliberately out of order; q1's top two tie in score, so only `rank` can order them.
-RUN = [("q2", "p1", 2, 3.0), ("q1", "p1", 2, 5.0), ("q1", "p4", 1, 5.0), ("q1", "p2", 3, 1.0),
-       ("q2", "p2", 1, 9.0), ("q3", "p1", 1, 4.0), ("q3", "p3", 2, 3.0), ("q3", "p2", 3, 2.0),
-       ("q5", "p6", 1, 7.0), ("q5", "p1", 2, 1.0), ("q6", "p5", 1, 2.5)]
+RUN = [
+    ("q2", "p1", 2, 3.0),
+    ("q1", "p1", 2, 5.0),
+    ("q1", "p4", 1, 5.0),
+    ("q1", "p2", 3, 1.0),
+    ("q2", "p2", 1, 9.0),
+    ("q3", "p1", 1, 4.0),
+    ("q3", "p3", 2, 3.0),
+    ("q3", "p2", 3, 2.0),
+    ("q5", "p6", 1, 7.0),
+    ("q5", "p1", 2, 1.0),
+    ("q6", "p5", 1, 2.5),
+]
 
 
 def _write(path: Path, rows, schema) -> Path:
@@ -47,18 +70,38 @@ def _write(path: Path, rows, schema) -> Path:
 
 @pytest.fixture
 def data(tmp_path: Path) -> dict[str, Path]:
-    return {"corpus": _write(tmp_path / "corpus.parquet", CORPUS, CORPUS_SCHEMA),
-            "queries": _write(tmp_path / "queries.test.parquet", QUERIES, QUERIES_SCHEMA),
-            "qrels": _write(tmp_path / "qrels.test.parquet", QRELS, QRELS_SCHEMA),
-            "run": _write(tmp_path / "run.test.parquet", RUN, RUN_SCHEMA),
-            "dir": tmp_path}
+    return {
+        "corpus": _write(tmp_path / "corpus.parquet", CORPUS, CORPUS_SCHEMA),
+        "queries": _write(tmp_path / "queries.test.parquet", QUERIES, QUERIES_SCHEMA),
+        "qrels": _write(tmp_path / "qrels.test.parquet", QRELS, QRELS_SCHEMA),
+        "run": _write(tmp_path / "run.test.parquet", RUN, RUN_SCHEMA),
+        "dir": tmp_path,
+    }
 
 
 def _argv(data, *extra, ks=("1", "2", "3")) -> list[str]:
-    return ["--run", str(data["run"]), "--queries", str(data["queries"]), "--qrels",
-            str(data["qrels"]), "--corpus", str(data["corpus"]), "--dataset", "tiny", "--method",
-            "bm25", "--split", "test", "--ks", *ks, "--out", str(data["dir"] / "metrics.json"),
-            "--allow-missing-queries", *extra]  # RUN leaves q4 out on purpose: a miss
+    return [
+        "--run",
+        str(data["run"]),
+        "--queries",
+        str(data["queries"]),
+        "--qrels",
+        str(data["qrels"]),
+        "--corpus",
+        str(data["corpus"]),
+        "--dataset",
+        "tiny",
+        "--method",
+        "bm25",
+        "--split",
+        "test",
+        "--ks",
+        *ks,
+        "--out",
+        str(data["dir"] / "metrics.json"),
+        "--allow-missing-queries",
+        *extra,
+    ]  # RUN leaves q4 out on purpose: a miss
 
 
 def _metrics(data, *extra) -> dict:
@@ -73,19 +116,30 @@ def test_hand_computed_metrics(data):
     assert (out["n_queries"], out["n_ranked_queries"], out["depth"], out["match"]) == (6, 5, 3, "string")
     # first answer hit: q1 2 (rank order, not the tied score), q2 1, q3 none, q4 not run,
     # q5 none (title excluded), q6 1 (NFC answer vs NFD text)
-    expected = {"R@1": 2 / 6, "R@2": 3 / 6, "R@3": 3 / 6,
-                # first relevant: q1 1, q2 1, q3 -, q4 -, q5 1, q6 1 over 6 qrels queries
-                "MRR@10": 4 / 6, "hit@1": 4 / 6, "hit@2": 4 / 6, "hit@3": 4 / 6,
-                # q1 has two relevant passages: p4 at 1, p1 at 2; q6's p3 has relevance 0
-                "recall@1": 3.5 / 6, "recall@2": 4 / 6, "recall@3": 4 / 6}
+    expected = {
+        "R@1": 2 / 6,
+        "R@2": 3 / 6,
+        "R@3": 3 / 6,
+        # first relevant: q1 1, q2 1, q3 -, q4 -, q5 1, q6 1 over 6 qrels queries
+        "MRR@10": 4 / 6,
+        "hit@1": 4 / 6,
+        "hit@2": 4 / 6,
+        "hit@3": 4 / 6,
+        # q1 has two relevant passages: p4 at 1, p1 at 2; q6's p3 has relevance 0
+        "recall@1": 3.5 / 6,
+        "recall@2": 4 / 6,
+        "recall@3": 4 / 6,
+    }
     assert list(out["metrics"]) == list(expected)
     assert out["metrics"] == pytest.approx(expected)
 
 
 def test_qrels_all_gives_the_all_family(data):
-    qa = _write(data["dir"] / "qrels_all.test.parquet",
-                [("q1", "p1", 1), ("q1", "p4", 1), ("q2", "p2", 1), ("q3", "p4", 1), ("q3", "p3", 1)],
-                QRELS_SCHEMA)
+    qa = _write(
+        data["dir"] / "qrels_all.test.parquet",
+        [("q1", "p1", 1), ("q1", "p4", 1), ("q2", "p2", 1), ("q3", "p4", 1), ("q3", "p3", 1)],
+        QRELS_SCHEMA,
+    )
     metrics = _metrics(data, "--qrels-all", str(qa))["metrics"]
     assert metrics["MRR_all@10"] == pytest.approx((1 + 1 + 0.5) / 3)
     assert metrics["hit_all@1"] == pytest.approx(2 / 3)
@@ -122,9 +176,18 @@ def test_some_queries_without_answers_count_as_misses(data):
 
 
 def test_regex_mode(data):
-    _write(data["queries"], [("q1", "", [r"capital\s+OF"]), ("q2", "", [r"\d{4}"]),
-                             ("q3", "", ["^europe"]), ("q4", "", ["x"]), ("q5", "", ["port"]),
-                             ("q6", "", [NFC_CAFE + r"\b"])], QUERIES_SCHEMA)
+    _write(
+        data["queries"],
+        [
+            ("q1", "", [r"capital\s+OF"]),
+            ("q2", "", [r"\d{4}"]),
+            ("q3", "", ["^europe"]),
+            ("q4", "", ["x"]),
+            ("q5", "", ["port"]),
+            ("q6", "", [NFC_CAFE + r"\b"]),
+        ],
+        QUERIES_SCHEMA,
+    )
     metrics = _metrics(data, "--match", "regex")["metrics"]
     # first hits: q1 2, q2 1, q3 none (^ anchors at line start), q5 1, q6 1
     assert (metrics["R@1"], metrics["R@2"]) == pytest.approx((3 / 6, 4 / 6))
@@ -132,28 +195,35 @@ def test_regex_mode(data):
 
 @pytest.mark.parametrize("bad_qid,row", [("q3", 2), ("q4", 3)])  # q4 is not in the run
 def test_bad_regex_names_query_and_answer(data, capsys, bad_qid, row):
-    _write(data["queries"], [(q, t, a if q != bad_qid else ["ok", "(unclosed"])
-                             for q, t, a in QUERIES], QUERIES_SCHEMA)
+    _write(
+        data["queries"],
+        [(q, t, a if q != bad_qid else ["ok", "(unclosed"]) for q, t, a in QUERIES],
+        QUERIES_SCHEMA,
+    )
     with pytest.raises(DataError) as err:
         evaluate.main(_argv(data, "--match", "regex"))
     assert str(data["queries"]) in str(err.value)
     assert f"'{bad_qid}'" in str(err.value) and "(unclosed" in str(err.value)
     assert err.value.record == row and err.value.field == "answers"
     from pipeline.core.cli import run_main
+
     with pytest.raises(SystemExit) as exit_:
         run_main(evaluate.main, _argv(data, "--match", "regex"))
     assert exit_.value.code == 2
     assert "(unclosed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("rows,record,field,message", [
-    (RUN + [("q6", "p5", 2, 1.0)], len(RUN), "pid", "duplicate (qid, pid)"),
-    ([r if r[:2] != ("q1", "p2") else ("q1", "p2", 4, 1.0) for r in RUN], 3, "rank", "1..n"),
-    ([r if r[:2] != ("q1", "p2") else ("q1", "p2", 2, 1.0) for r in RUN], 3, "rank", "1..n"),
-    ([r if r[:2] != ("q6", "p5") else ("q6", "p5", 0, 1.0) for r in RUN], len(RUN) - 1, "rank", "1..n"),
-    (RUN + [("q9", "p1", 1, 1.0)], len(RUN), "qid", "not in the evaluated queries"),
-    (RUN + [("q6", "p99", 2, 1.0)], len(RUN), "pid", "not in the corpus"),
-])
+@pytest.mark.parametrize(
+    "rows,record,field,message",
+    [
+        (RUN + [("q6", "p5", 2, 1.0)], len(RUN), "pid", "duplicate (qid, pid)"),
+        ([r if r[:2] != ("q1", "p2") else ("q1", "p2", 4, 1.0) for r in RUN], 3, "rank", "1..n"),
+        ([r if r[:2] != ("q1", "p2") else ("q1", "p2", 2, 1.0) for r in RUN], 3, "rank", "1..n"),
+        ([r if r[:2] != ("q6", "p5") else ("q6", "p5", 0, 1.0) for r in RUN], len(RUN) - 1, "rank", "1..n"),
+        (RUN + [("q9", "p1", 1, 1.0)], len(RUN), "qid", "not in the evaluated queries"),
+        (RUN + [("q6", "p99", 2, 1.0)], len(RUN), "pid", "not in the corpus"),
+    ],
+)
 def test_run_validation_names_file_record_field(data, rows, record, field, message):
     _write(data["run"], rows, RUN_SCHEMA)
     with pytest.raises(DataError) as err:
@@ -176,8 +246,21 @@ def test_trec_export_in_rank_order(data):
     lines = (data["dir"] / "run.test.trec").read_text(encoding="utf-8").splitlines()
     assert lines[:3] == ["q1 Q0 p4 1 5 bm25", "q1 Q0 p1 2 5 bm25", "q1 Q0 p2 3 1 bm25"]
     assert len(lines) == len(RUN)
-    assert runs.main(["--run", str(data["run"]), "--tag", "x", "--trec",
-                      str(data["dir"] / "b.trec"), "--queries", str(data["queries"])]) == 0
+    assert (
+        runs.main(
+            [
+                "--run",
+                str(data["run"]),
+                "--tag",
+                "x",
+                "--trec",
+                str(data["dir"] / "b.trec"),
+                "--queries",
+                str(data["queries"]),
+            ]
+        )
+        == 0
+    )
     assert (data["dir"] / "b.trec").read_text(encoding="utf-8").splitlines()[3] == "q2 Q0 p2 1 9 x"
 
 
@@ -193,6 +276,7 @@ def test_info_fields_are_carried_but_cannot_override(data):
 
 
 # ---- the Snakemake rules ---------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_rules_evaluate_and_gather(data, tmp_path):
@@ -210,23 +294,59 @@ def test_rules_evaluate_and_gather(data, tmp_path):
             shutil.copy(data["run"], work / "results" / dataset / method / "run.test.parquet")
         # a dense run must rank every query (the rule allows missing ones for bm25 only): q4 gets
         # a passage without its answer, so the metrics stay those of the bm25 run
-        _write(work / "results" / dataset / "zeroshot" / "run.test.parquet",
-               RUN + [("q4", "p3", 1, 1.0)], RUN_SCHEMA)
-    (work / "config.yaml").write_text(json.dumps({
-        "seed": 0, "seeds": None,
-        "methods": ["bm25", "zeroshot"],
-        "eval": {"split": "test", "match": "string", "ks": [1, 2], "depth": 3, "trec_export": True,
-                 "compare": [["zeroshot", "bm25"], ["absent", "bm25"]]},
-        "datasets": {"tiny": {"format": "squad", "source": {"path": "unused.json"}},
-                     "synth": {"format": "synthkb", "entities": 10}}}), encoding="utf-8")
+        _write(
+            work / "results" / dataset / "zeroshot" / "run.test.parquet",
+            RUN + [("q4", "p3", 1, 1.0)],
+            RUN_SCHEMA,
+        )
+    (work / "config.yaml").write_text(
+        json.dumps(
+            {
+                "seed": 0,
+                "seeds": None,
+                "methods": ["bm25", "zeroshot"],
+                "eval": {
+                    "split": "test",
+                    "match": "string",
+                    "ks": [1, 2],
+                    "depth": 3,
+                    "trec_export": True,
+                    "compare": [["zeroshot", "bm25"], ["absent", "bm25"]],
+                },
+                "datasets": {
+                    "tiny": {"format": "squad", "source": {"path": "unused.json"}},
+                    "synth": {"format": "synthkb", "entities": 10},
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
     rules = REPO / "workflow" / "rules"
-    (work / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{rules}/common.smk"\n'
-                                    f'include: "{rules}/evaluate.smk"\n', encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-c1", "results/tiny/metrics.json",
-                           "results/synth/metrics.json", "--quiet", "all"],
-                          cwd=work, env=env, capture_output=True, text=True)
+    (work / "Snakefile").write_text(
+        f'configfile: "config.yaml"\ninclude: "{rules}/common.smk"\ninclude: "{rules}/evaluate.smk"\n',
+        encoding="utf-8",
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-c1",
+            "results/tiny/metrics.json",
+            "results/synth/metrics.json",
+            "--quiet",
+            "all",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     tiny = json.loads((work / "results/tiny/metrics.json").read_text(encoding="utf-8"))
     assert list(tiny["methods"]) == ["bm25", "zeroshot"]

@@ -14,6 +14,7 @@ memory): training resume in tests/test_train_resume.py (and test_frozen_layers.p
 resume in tests/test_ar2_resume.py, a killed write's temporary files in
 tests/test_checkpoint_safety.py, encoding's determinism in tests/test_encode.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -124,6 +125,7 @@ def assert_same_files(reference: Path, resumed: Path, pt_unread: tuple[str, ...]
         if a.read_bytes() == b.read_bytes():
             continue
         if a.suffix == ".pt":
+
             def load(path):
                 payload = torch.load(path, map_location="cpu", weights_only=True)
                 return _tensors_bytes({k: v for k, v in payload.items() if k not in pt_unread})
@@ -136,24 +138,115 @@ def assert_same_files(reference: Path, resumed: Path, pt_unread: tuple[str, ...]
 
 
 # The commands, with paths relative to a workspace (see the fixture `base`).
-DATA = ["--queries", "data/queries.train.parquet", "--qrels", "data/qrels.train.parquet",
-        "--negatives", "data/bm25.parquet", "--corpus", "data/corpus.parquet"]
-TRAIN = ["--init", "tiny", *DATA, "--out", "models/dpr", "--batch-size", "4", "--hard-negatives", "2",
-         "--negatives-depth", "5", "--epochs", "3", "--max-steps", "6", "--checkpoint-every", "2",
-         "--lr", "1e-3", "--seed", "3", "--threads", "1"]
-ENCODE = ["corpus", "--model", "models/start", "--corpus", "data/corpus.parquet", "--out-dir",
-          "embeddings/run", "--shard", "0", "--shards", "1", "--batch-size", "4", "--sort-buffer", "8",
-          "--threads", "1", "--no-progress"]
-AR2_SETTINGS = {**defaults(Ar2Settings), "rounds": 1, "top_k": 8, "negatives": 2, "batch_size": 2,
-                "ranker_warmup_steps": 2, "ranker_steps": 2, "retriever_steps": 4, "checkpoint_every": 2,
-                "retriever_lr": 1e-3, "ranker_lr": 1e-3, "encode_batch_size": 8, "keep_checkpoints": True,
-                "ranker": {"base": "tiny", "max_len": 32}}
-AR2_ARGS = ["--variant", "plain", "--dataset", "tiny", "--settings", json.dumps(AR2_SETTINGS), "--seed", "0",
-            "--corpus", "data/corpus.parquet", "--train-queries", "data/queries.train.parquet",
-            "--train-qrels", "data/qrels.train.parquet", "--dev-queries", "data/queries.train.parquet",
-            "--dev-qrels", "data/qrels.train.parquet", "--ks", "1", "5", "--depth", "10", "--device", "cpu"]
-ROUND1 = ["--round", "1", "--round-dir", "ar2/round1", "--prev-dir", "ar2/round0", *AR2_ARGS,
-          "--threads", "1"]
+DATA = [
+    "--queries",
+    "data/queries.train.parquet",
+    "--qrels",
+    "data/qrels.train.parquet",
+    "--negatives",
+    "data/bm25.parquet",
+    "--corpus",
+    "data/corpus.parquet",
+]
+TRAIN = [
+    "--init",
+    "tiny",
+    *DATA,
+    "--out",
+    "models/dpr",
+    "--batch-size",
+    "4",
+    "--hard-negatives",
+    "2",
+    "--negatives-depth",
+    "5",
+    "--epochs",
+    "3",
+    "--max-steps",
+    "6",
+    "--checkpoint-every",
+    "2",
+    "--lr",
+    "1e-3",
+    "--seed",
+    "3",
+    "--threads",
+    "1",
+]
+ENCODE = [
+    "corpus",
+    "--model",
+    "models/start",
+    "--corpus",
+    "data/corpus.parquet",
+    "--out-dir",
+    "embeddings/run",
+    "--shard",
+    "0",
+    "--shards",
+    "1",
+    "--batch-size",
+    "4",
+    "--sort-buffer",
+    "8",
+    "--threads",
+    "1",
+    "--no-progress",
+]
+AR2_SETTINGS = {
+    **defaults(Ar2Settings),
+    "rounds": 1,
+    "top_k": 8,
+    "negatives": 2,
+    "batch_size": 2,
+    "ranker_warmup_steps": 2,
+    "ranker_steps": 2,
+    "retriever_steps": 4,
+    "checkpoint_every": 2,
+    "retriever_lr": 1e-3,
+    "ranker_lr": 1e-3,
+    "encode_batch_size": 8,
+    "keep_checkpoints": True,
+    "ranker": {"base": "tiny", "max_len": 32},
+}
+AR2_ARGS = [
+    "--variant",
+    "plain",
+    "--dataset",
+    "tiny",
+    "--settings",
+    json.dumps(AR2_SETTINGS),
+    "--seed",
+    "0",
+    "--corpus",
+    "data/corpus.parquet",
+    "--train-queries",
+    "data/queries.train.parquet",
+    "--train-qrels",
+    "data/qrels.train.parquet",
+    "--dev-queries",
+    "data/queries.train.parquet",
+    "--dev-qrels",
+    "data/qrels.train.parquet",
+    "--ks",
+    "1",
+    "5",
+    "--depth",
+    "10",
+    "--device",
+    "cpu",
+]
+ROUND1 = [
+    "--round",
+    "1",
+    "--round-dir",
+    "ar2/round1",
+    "--prev-dir",
+    "ar2/round0",
+    *AR2_ARGS,
+    "--threads",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -170,17 +263,74 @@ def base(tmp_path_factory, make_train_files, tiny_model_dir) -> Path:
     try:
         make_train_files(Path("data"))
         tiny_model_dir(Path("."))
-        assert train_dense.main(["--init-only", "--base", "tiny", "--query-max-len", "16",
-                                 "--passage-max-len", "32", "--out", "models/start"]) == 0
+        assert (
+            train_dense.main(
+                [
+                    "--init-only",
+                    "--base",
+                    "tiny",
+                    "--query-max-len",
+                    "16",
+                    "--passage-max-len",
+                    "32",
+                    "--out",
+                    "models/start",
+                ]
+            )
+            == 0
+        )
         for shard in (0, 1):
-            assert encode.main(["corpus", "--model", "models/start", "--corpus", "data/corpus.parquet",
-                                "--out-dir", "embeddings/start", "--shard", str(shard), "--shards", "2",
-                                "--no-progress"]) == 0
-        assert encode.main(["gather", "--out-dir", "embeddings/start", "--shards", "2",
-                            "--model", "models/start", "--corpus", "data/corpus.parquet"]) == 0
-        assert run_round.main(["--round", "0", "--round-dir", "ar2/round0", *AR2_ARGS,
-                               "--start-retriever", "models/start",
-                               "--start-embeddings", "embeddings/start"]) == 0
+            assert (
+                encode.main(
+                    [
+                        "corpus",
+                        "--model",
+                        "models/start",
+                        "--corpus",
+                        "data/corpus.parquet",
+                        "--out-dir",
+                        "embeddings/start",
+                        "--shard",
+                        str(shard),
+                        "--shards",
+                        "2",
+                        "--no-progress",
+                    ]
+                )
+                == 0
+            )
+        assert (
+            encode.main(
+                [
+                    "gather",
+                    "--out-dir",
+                    "embeddings/start",
+                    "--shards",
+                    "2",
+                    "--model",
+                    "models/start",
+                    "--corpus",
+                    "data/corpus.parquet",
+                ]
+            )
+            == 0
+        )
+        assert (
+            run_round.main(
+                [
+                    "--round",
+                    "0",
+                    "--round-dir",
+                    "ar2/round0",
+                    *AR2_ARGS,
+                    "--start-retriever",
+                    "models/start",
+                    "--start-embeddings",
+                    "embeddings/start",
+                ]
+            )
+            == 0
+        )
     finally:
         os.chdir(cwd)
     return root

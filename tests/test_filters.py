@@ -1,4 +1,5 @@
 """Competing false-negative filters on one candidate set, the detection report and the comparison."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.core.storage import DataError
+from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import cross_encoder as cef
 from pipeline.sieve import filters
-from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import report as sieve_report
-from pipeline.core.storage import DataError
-
 
 # ---- pure pieces ---------------------------------------------------------------------------------
+
 
 def test_positive_aware_rules():
     s_neg = np.array([0.50, 0.90, 0.96, 0.795])
@@ -22,11 +23,20 @@ def test_positive_aware_rules():
     # relative: drop if s_neg > 0.95 * s_pos
     assert filters.positive_aware_keep(s_neg, s_pos, "relative", 0.95).tolist() == [True, True, False, True]
     # difference: drop if s_neg > s_pos - 0.05
-    assert filters.positive_aware_keep(s_neg, s_pos, "difference", 0.05).tolist() == [True, True, False, False]
+    assert filters.positive_aware_keep(s_neg, s_pos, "difference", 0.05).tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]
     # absolute: drop if s_neg > 0.7
     assert filters.positive_aware_keep(s_neg, s_pos, "absolute", 0.7).tolist() == [True, False, False, False]
     # the score each rule thresholds: the same decisions at the margin
-    for mode, margin, bound in (("relative", 0.95, 0.95), ("difference", 0.05, -0.05), ("absolute", 0.7, 0.7)):
+    for mode, margin, bound in (
+        ("relative", 0.95, 0.95),
+        ("difference", 0.05, -0.05),
+        ("absolute", 0.7, 0.7),
+    ):
         stat = filters.positive_aware_statistic(s_neg, s_pos, mode)
         assert (~(stat > bound)).tolist() == filters.positive_aware_keep(s_neg, s_pos, mode, margin).tolist()
     assert filters.positive_aware_statistic(np.array([0.1]), np.array([-0.2]), "relative")[0] == np.inf
@@ -39,8 +49,8 @@ def test_detection_metrics_hand_computed():
     kept = np.array([False, True, False, True, True, False])
     truth = pd.array([True, True, False, False, False, pd.NA], dtype="boolean")
     m = sieve_report.detection_metrics(kept, truth)
-    assert m["precision"] == pytest.approx(0.5)          # 1 FN among 2 labelled dropped
-    assert m["recall"] == pytest.approx(0.5)             # 1 of 2 FN dropped
+    assert m["precision"] == pytest.approx(0.5)  # 1 FN among 2 labelled dropped
+    assert m["recall"] == pytest.approx(0.5)  # 1 of 2 FN dropped
     assert m["f1"] == pytest.approx(0.5)
     assert m["true_negative_retention"] == pytest.approx(2 / 3)
     assert (m["n_false_negatives"], m["n_true_negatives"], m["n_labelled"]) == (2, 3, 5)
@@ -61,13 +71,19 @@ def test_auc_greater():
 
 
 def test_report_counts_suspected_apart_and_loss_stats():
-    table = pd.DataFrame({
-        "qid": ["a"] * 4 + ["b"] * 2, "pid": list("pqrstu"), "rank": [1, 2, 3, 4, 1, 2],
-        "kept": [False, True, True, False, True, False],
-        "is_false_negative": pd.array([True, False, False, pd.NA, pd.NA, pd.NA], dtype="boolean"),
-        "fn_label_source": pd.array(["qrels_all", "qrels_all", "qrels_all", "suspected", None, "suspected"],
-                                    dtype="string"),
-        "nce_loss": [0.5, 2.0, 3.0, 0.1, 1.0, 0.2]})
+    table = pd.DataFrame(
+        {
+            "qid": ["a"] * 4 + ["b"] * 2,
+            "pid": list("pqrstu"),
+            "rank": [1, 2, 3, 4, 1, 2],
+            "kept": [False, True, True, False, True, False],
+            "is_false_negative": pd.array([True, False, False, pd.NA, pd.NA, pd.NA], dtype="boolean"),
+            "fn_label_source": pd.array(
+                ["qrels_all", "qrels_all", "qrels_all", "suspected", None, "suspected"], dtype="string"
+            ),
+            "nce_loss": [0.5, 2.0, 3.0, 0.1, 1.0, 0.2],
+        }
+    )
     rep = sieve_report.detection_report(table)
     assert rep["precision"] == 1.0 and rep["recall"] == 1.0 and rep["true_negative_retention"] == 1.0
     assert rep["suspected"] == {"n": 2, "dropped": 2, "dropped_rate": 1.0}
@@ -79,6 +95,7 @@ def test_report_counts_suspected_apart_and_loss_stats():
 
 # ---- every filter on the same candidates -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
     from pipeline.retrieval.model import make_tiny_encoder
@@ -89,16 +106,44 @@ def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
     p["base"] = make_tiny_encoder(root / "tiny-base", seed=1)
     p["candidates"] = root / "candidates.parquet"
     p["root"] = root
-    fn_labels.main(["--negatives", str(p["negatives"]), "--qrels", str(p["qrels"]), "--qrels-all",
-                    str(p["qrels_all"]), "--queries", str(p["queries"]), "--corpus", str(p["corpus"]),
-                    "--candidates", "8", "--pool", "12", "--out", str(p["candidates"])])
+    fn_labels.main(
+        [
+            "--negatives",
+            str(p["negatives"]),
+            "--qrels",
+            str(p["qrels"]),
+            "--qrels-all",
+            str(p["qrels_all"]),
+            "--queries",
+            str(p["queries"]),
+            "--corpus",
+            str(p["corpus"]),
+            "--candidates",
+            "8",
+            "--pool",
+            "12",
+            "--out",
+            str(p["candidates"]),
+        ]
+    )
     return p
 
 
 def run_filter(toy, name, *extra, model=None):
     out = toy["root"] / name / "decisions.parquet"
-    args = ["--filter", name, "--candidates", str(toy["candidates"]), "--corpus", str(toy["corpus"]),
-            "--queries", str(toy["queries"]), "--out", str(out), *extra]
+    args = [
+        "--filter",
+        name,
+        "--candidates",
+        str(toy["candidates"]),
+        "--corpus",
+        str(toy["corpus"]),
+        "--queries",
+        str(toy["queries"]),
+        "--out",
+        str(out),
+        *extra,
+    ]
     if model is not None:
         args += ["--model", str(model)]
     filters.main(args)
@@ -132,16 +177,45 @@ def test_model_filters_and_comparison(toy, tmp_path):
         if not dec.exists():
             run_filter(toy, name)
         rep_path = tmp_path / f"{name}.json"
-        sieve_report.main(["report", "--decisions", str(dec), "--candidates", str(toy["candidates"]),
-                           "--dataset", "toy", "--filter", name, "--out", str(rep_path)])
+        sieve_report.main(
+            [
+                "report",
+                "--decisions",
+                str(dec),
+                "--candidates",
+                str(toy["candidates"]),
+                "--dataset",
+                "toy",
+                "--filter",
+                name,
+                "--out",
+                str(rep_path),
+            ]
+        )
         reports.append(str(rep_path))
-    sieve_report.main(["compare", "--dataset", "toy", "--reports", *reports,
-                       "--out-json", str(tmp_path / "cmp.json"), "--out-md", str(tmp_path / "cmp.md")])
+    sieve_report.main(
+        [
+            "compare",
+            "--dataset",
+            "toy",
+            "--reports",
+            *reports,
+            "--out-json",
+            str(tmp_path / "cmp.json"),
+            "--out-md",
+            str(tmp_path / "cmp.md"),
+        ]
+    )
     comp = json.loads((tmp_path / "cmp.json").read_text())
-    assert [r["filter"] for r in comp["filters"]] == ["none", "answer_match", "positive_aware", "sieve_no_ccr"]
+    assert [r["filter"] for r in comp["filters"]] == [
+        "none",
+        "answer_match",
+        "positive_aware",
+        "sieve_no_ccr",
+    ]
     none_row, am_row = comp["filters"][0], comp["filters"][1]
     assert none_row["recall"] == 0.0 and none_row["true_negative_retention"] == 1.0
-    assert am_row["recall"] == 1.0 and am_row["precision"] == 1.0   # only the FN passages hold answers
+    assert am_row["recall"] == 1.0 and am_row["precision"] == 1.0  # only the FN passages hold answers
     assert "| sieve_no_ccr |" in (tmp_path / "cmp.md").read_text()
 
 
@@ -169,9 +243,26 @@ def test_cross_encoder_training_plan_and_filter(toy):
             assert (pid == pos[qid][0]) == (label == 1.0)
             assert label == 1.0 or pid in negs[qid]
     model = toy["root"] / "cross_encoder"
-    cef.main(["--negatives", str(toy["negatives"]), "--qrels", str(toy["qrels"]), "--queries",
-              str(toy["queries"]), "--corpus", str(toy["corpus"]), "--base", str(toy["base"]),
-              "--steps", "3", "--batch-size", "2", "--out", str(model)])
+    cef.main(
+        [
+            "--negatives",
+            str(toy["negatives"]),
+            "--qrels",
+            str(toy["qrels"]),
+            "--queries",
+            str(toy["queries"]),
+            "--corpus",
+            str(toy["corpus"]),
+            "--base",
+            str(toy["base"]),
+            "--steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--out",
+            str(model),
+        ]
+    )
     assert (model / "ranker.json").exists()
     _, ce = run_filter(toy, "cross_encoder", "--threshold", "0.5", model=model)
     assert ((ce["score"] > 0) & (ce["score"] < 1)).all()
@@ -179,6 +270,7 @@ def test_cross_encoder_training_plan_and_filter(toy):
 
 
 # ---- the oracle filter and the training negatives of a filter -----------------------------------
+
 
 def test_oracle_drops_exactly_the_hand_made_qrels_all_and_writes_training_negatives(toy):
     cands = pd.read_parquet(toy["candidates"])
@@ -202,10 +294,37 @@ def test_oracle_drops_exactly_the_hand_made_qrels_all_and_writes_training_negati
 
 def test_oracle_refuses_candidates_without_exact_labels(toy, tmp_path):
     unlabelled = tmp_path / "candidates.parquet"
-    fn_labels.main(["--negatives", str(toy["negatives"]), "--qrels", str(toy["qrels"]),
-                    "--queries", str(toy["queries"]), "--corpus", str(toy["corpus"]),
-                    "--candidates", "8", "--pool", "12", "--out", str(unlabelled)])
+    fn_labels.main(
+        [
+            "--negatives",
+            str(toy["negatives"]),
+            "--qrels",
+            str(toy["qrels"]),
+            "--queries",
+            str(toy["queries"]),
+            "--corpus",
+            str(toy["corpus"]),
+            "--candidates",
+            "8",
+            "--pool",
+            "12",
+            "--out",
+            str(unlabelled),
+        ]
+    )
     with pytest.raises(DataError, match="exact false-negative labels"):
-        filters.main(["--filter", "oracle", "--candidates", str(unlabelled), "--corpus", str(toy["corpus"]),
-                      "--queries", str(toy["queries"]), "--out", str(tmp_path / "d.parquet")])
+        filters.main(
+            [
+                "--filter",
+                "oracle",
+                "--candidates",
+                str(unlabelled),
+                "--corpus",
+                str(toy["corpus"]),
+                "--queries",
+                str(toy["queries"]),
+                "--out",
+                str(tmp_path / "d.parquet"),
+            ]
+        )
     assert not (tmp_path / "d.parquet").exists()

@@ -1,5 +1,6 @@
 """train_layers: the top layers over cached lower-layer states give the full model's embeddings, train
 only the top layers, and resume to the exact weights of an uninterrupted run (tiny model, CPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,12 @@ from pipeline.training.data import TrainData
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, lower_states, run_layers
 from pipeline.training.loop import DualEncoder, TrainConfig, train
 
-TEXTS = ["a short one", "a somewhat longer query about rivers and stones", "x",
-         "the market of the winter garden and its copper lantern near the harbor"]
+TEXTS = [
+    "a short one",
+    "a somewhat longer query about rivers and stones",
+    "x",
+    "the market of the winter garden and its copper lantern near the harbor",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +26,9 @@ def three_layers(tmp_path_factory):
 
 
 def _retriever(folder, **kw) -> Retriever:
-    settings = RetrieverSettings(base=str(folder), temperature=0.1, query_max_len=24, passage_max_len=32,
-                                 **kw)
+    settings = RetrieverSettings(
+        base=str(folder), temperature=0.1, query_max_len=24, passage_max_len=32, **kw
+    )
     r = Retriever.from_pretrained(str(folder), settings)
     r.eval()
     return r
@@ -72,8 +78,17 @@ def data(tmp_path_factory, make_train_files):
 
 
 def _config(**kw) -> TrainConfig:
-    base = dict(lr=1e-3, epochs=3, batch_size=4, hard_negatives=2, max_steps=6, checkpoint_every=3,
-                warmup_ratio=0.2, seed=3, train_layers=1)
+    base = dict(
+        lr=1e-3,
+        epochs=3,
+        batch_size=4,
+        hard_negatives=2,
+        max_steps=6,
+        checkpoint_every=3,
+        warmup_ratio=0.2,
+        seed=3,
+        train_layers=1,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -90,14 +105,18 @@ def test_only_the_top_layers_train(three_layers, data, tmp_path):
     assert moved and all(name.startswith("query_model.encoder.layer.2.") for name in moved), sorted(moved)
 
 
-def test_killed_run_with_train_layers_resumes_to_identical_weights(three_layers, data, tmp_path,
-                                                                   crash_after):
+def test_killed_run_with_train_layers_resumes_to_identical_weights(three_layers, data, tmp_path, crash_after):
     reference = _retriever(three_layers)
     train(reference, data, _config(), checkpoint_dir=tmp_path / "ref.ckpt")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(_retriever(three_layers), data, _config(), checkpoint_dir=tmp_path / "run.ckpt",
-              on_step_end=crash_after(4))
+        train(
+            _retriever(three_layers),
+            data,
+            _config(),
+            checkpoint_dir=tmp_path / "run.ckpt",
+            on_step_end=crash_after(4),
+        )
     resumed = _retriever(three_layers)  # a new process: a fresh model and an empty cache
     summary = train(resumed, data, _config(), checkpoint_dir=tmp_path / "run.ckpt")
     assert summary["start_step"] == 3

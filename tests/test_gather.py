@@ -1,5 +1,6 @@
 """pipeline.evaluation.gather: metrics.json/md/html from each method's metrics, seeds and paired
 comparisons with their intervals (hand-computed)."""
+
 from __future__ import annotations
 
 import json
@@ -14,24 +15,53 @@ from pipeline.evaluation import gather as gather_metrics
 def _method_file(tmp: Path, method: str, metrics: dict, **extra) -> Path:
     path = tmp / method / "metrics.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"dataset": "tiny", "method": method, "split": "test",
-                                "n_queries": 6, **extra, "metrics": metrics}), encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "dataset": "tiny",
+                "method": method,
+                "split": "test",
+                "n_queries": 6,
+                **extra,
+                "metrics": metrics,
+            }
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
 def test_gather_metrics_json_and_markdown(tmp_path):
-    a = _method_file(tmp_path, "bm25", {"hit@5": 0.5, "MRR@10": 0.25, "R@20": 0.75, "R@5": 0.6},
-                     depth=100)
-    b = _method_file(tmp_path, "dpr", {"MRR@10": 1 / 3, "R@5": 0.12345}, notes="seed 0 only",
-                     wall_time_s=12.5)
+    a = _method_file(tmp_path, "bm25", {"hit@5": 0.5, "MRR@10": 0.25, "R@20": 0.75, "R@5": 0.6}, depth=100)
+    b = _method_file(
+        tmp_path, "dpr", {"MRR@10": 1 / 3, "R@5": 0.12345}, notes="seed 0 only", wall_time_s=12.5
+    )
     out_json, out_md = tmp_path / "metrics.json", tmp_path / "metrics.md"
-    assert gather_metrics.main(["--dataset", "tiny", "--inputs", str(a), str(b), "--out-json",
-                                str(out_json), "--out-md", str(out_md)]) == 0
+    assert (
+        gather_metrics.main(
+            [
+                "--dataset",
+                "tiny",
+                "--inputs",
+                str(a),
+                str(b),
+                "--out-json",
+                str(out_json),
+                "--out-md",
+                str(out_md),
+            ]
+        )
+        == 0
+    )
     gathered = json.loads(out_json.read_text(encoding="utf-8"))
     assert list(gathered["methods"]) == ["bm25", "dpr"]
-    assert gathered["methods"]["dpr"] == {"split": "test", "n_queries": 6, "notes": "seed 0 only",
-                                          "wall_time_s": 12.5, "metrics": {"MRR@10": 1 / 3,
-                                                                           "R@5": 0.12345}}
+    assert gathered["methods"]["dpr"] == {
+        "split": "test",
+        "n_queries": 6,
+        "notes": "seed 0 only",
+        "wall_time_s": 12.5,
+        "metrics": {"MRR@10": 1 / 3, "R@5": 0.12345},
+    }
     md = out_md.read_text(encoding="utf-8").splitlines()
     assert md[2] == "| method | split | queries | R@5 | R@20 | MRR@10 | hit@5 |"
     assert md[4] == "| bm25 | test | 6 | 0.600 | 0.750 | 0.250 | 0.500 |"
@@ -59,42 +89,87 @@ def _seeded_file(tmp: Path, method: str, per_seed: dict[int, dict]) -> Path:
     """A metrics.json as seed_metrics writes it: the mean in ``metrics``, every seed in ``per_seed``."""
     names = list(next(iter(per_seed.values())))
     mean = {n: sum(m[n] for m in per_seed.values()) / len(per_seed) for n in names}
-    return _method_file(tmp, method, mean, seeds=list(per_seed),
-                        per_seed=[{"seed": s, "metrics": m} for s, m in per_seed.items()])
+    return _method_file(
+        tmp,
+        method,
+        mean,
+        seeds=list(per_seed),
+        per_seed=[{"seed": s, "metrics": m} for s, m in per_seed.items()],
+    )
 
 
 def test_gather_paired_comparisons(tmp_path):
     # ar2_sieve − ar2 over seeds 0, 1, 2 (seed 3 only in ar2): R@1 differences 0.03, 0.02, 0.01 ->
     # mean 0.02, std 0.01, 95% half width t(2) · 0.01 / √3 = 4.303 · 0.005774 = 0.02484
-    ar2 = _seeded_file(tmp_path, "ar2", {0: {"R@1": 0.40, "MRR@10": 0.5}, 1: {"R@1": 0.42, "MRR@10": 0.5},
-                                         2: {"R@1": 0.41, "MRR@10": 0.5}, 3: {"R@1": 0.5, "MRR@10": 0.6}})
-    sieve = _seeded_file(tmp_path, "ar2_sieve", {0: {"R@1": 0.43, "MRR@10": 0.5},
-                                                 1: {"R@1": 0.44, "MRR@10": 0.5},
-                                                 2: {"R@1": 0.42, "MRR@10": 0.5}})
+    ar2 = _seeded_file(
+        tmp_path,
+        "ar2",
+        {
+            0: {"R@1": 0.40, "MRR@10": 0.5},
+            1: {"R@1": 0.42, "MRR@10": 0.5},
+            2: {"R@1": 0.41, "MRR@10": 0.5},
+            3: {"R@1": 0.5, "MRR@10": 0.6},
+        },
+    )
+    sieve = _seeded_file(
+        tmp_path,
+        "ar2_sieve",
+        {0: {"R@1": 0.43, "MRR@10": 0.5}, 1: {"R@1": 0.44, "MRR@10": 0.5}, 2: {"R@1": 0.42, "MRR@10": 0.5}},
+    )
     dpr = _method_file(tmp_path, "dpr", {"R@1": 0.30, "MRR@10": 0.25})
     ccr = _method_file(tmp_path, "dpr_ccr", {"R@1": 0.33, "MRR@10": 0.2})
     out_json, out_md, out_html = tmp_path / "m.json", tmp_path / "m.md", tmp_path / "m.html"
     log = tmp_path / "gather.log"
-    assert gather_metrics.main(
-        ["--dataset", "tiny", "--inputs", *map(str, (dpr, ccr, ar2, sieve)),
-         "--out-json", str(out_json), "--out-md", str(out_md), "--out-html", str(out_html),
-         "--compare", "dpr_ccr:dpr", "dpr_sieve:dpr", "ar2_sieve:ar2", "--log", str(log)]) == 0
+    assert (
+        gather_metrics.main(
+            [
+                "--dataset",
+                "tiny",
+                "--inputs",
+                *map(str, (dpr, ccr, ar2, sieve)),
+                "--out-json",
+                str(out_json),
+                "--out-md",
+                str(out_md),
+                "--out-html",
+                str(out_html),
+                "--compare",
+                "dpr_ccr:dpr",
+                "dpr_sieve:dpr",
+                "ar2_sieve:ar2",
+                "--log",
+                str(log),
+            ]
+        )
+        == 0
+    )
     assert "dpr_sieve − dpr left out: dpr_sieve not gathered" in log.read_text(encoding="utf-8")
     gathered = json.loads(out_json.read_text(encoding="utf-8"))
     assert list(gathered) == ["dataset", "methods", "comparisons"]
     ccr_vs_dpr, sieve_vs_ar2 = gathered["comparisons"]
     assert ccr_vs_dpr == {
-        "method": "dpr_ccr", "baseline": "dpr", "level": 0.95, "n": 1, "seeds": [None],
-        "only_method": [], "only_baseline": [],
+        "method": "dpr_ccr",
+        "baseline": "dpr",
+        "level": 0.95,
+        "n": 1,
+        "seeds": [None],
+        "only_method": [],
+        "only_baseline": [],
         "note": "1 seed: a difference of single runs, no interval",
-        "metrics": {"R@1": {"diff": pytest.approx(0.03), "std": None, "ci_low": None, "ci_high": None},
-                    "MRR@10": {"diff": pytest.approx(-0.05), "std": None, "ci_low": None,
-                               "ci_high": None}}}
+        "metrics": {
+            "R@1": {"diff": pytest.approx(0.03), "std": None, "ci_low": None, "ci_high": None},
+            "MRR@10": {"diff": pytest.approx(-0.05), "std": None, "ci_low": None, "ci_high": None},
+        },
+    }
     assert {k: sieve_vs_ar2[k] for k in ("n", "seeds", "only_method", "only_baseline")} == {
-        "n": 3, "seeds": [0, 1, 2], "only_method": [], "only_baseline": [3]}
+        "n": 3,
+        "seeds": [0, 1, 2],
+        "only_method": [],
+        "only_baseline": [3],
+    }
     assert "note" not in sieve_vs_ar2
     r1 = sieve_vs_ar2["metrics"]["R@1"]
-    half = 4.30265272974946 * 0.01 / 3 ** 0.5
+    half = 4.30265272974946 * 0.01 / 3**0.5
     assert r1 == pytest.approx({"diff": 0.02, "std": 0.01, "ci_low": 0.02 - half, "ci_high": 0.02 + half})
     assert sieve_vs_ar2["metrics"]["MRR@10"] == {"diff": 0.0, "std": 0.0, "ci_low": 0.0, "ci_high": 0.0}
     md = out_md.read_text(encoding="utf-8")
@@ -106,7 +181,9 @@ def test_gather_paired_comparisons(tmp_path):
         "| ar2_sieve − ar2 | 3 (0, 1, 2) | +0.020 [-0.005, 0.045] | +0.000 [0.000, 0.000] |\n\n"
         "Notes:\n\n"
         "- ar2_sieve − ar2: seed(s) 3 only run for ar2, left out\n\n"
-        + gather_metrics.COMPARISON_FOOTNOTE + "\n")
+        + gather_metrics.COMPARISON_FOOTNOTE
+        + "\n"
+    )
     # the main table is unchanged by the comparison and comes first
     assert md.startswith("# tiny: retrieval metrics\n\n| method | split | queries | R@1 | MRR@10 |")
     page = out_html.read_text(encoding="utf-8")
@@ -119,12 +196,17 @@ def test_gather_pairs_by_seed(tmp_path):
     one = _seeded_file(tmp_path, "ar2", {4: {"R@1": 0.5}})
     many = _seeded_file(tmp_path, "ar2_sieve", {0: {"R@1": 0.5}, 1: {"R@1": 0.7}})
     plain = _method_file(tmp_path, "dpr", {"R@1": 0.25})
-    gathered = gather_metrics.gather("tiny", [one, many, plain],
-                                     [("ar2", "dpr"), ("ar2_sieve", "dpr"), ("ar2_sieve", "ar2")])
+    gathered = gather_metrics.gather(
+        "tiny", [one, many, plain], [("ar2", "dpr"), ("ar2_sieve", "dpr"), ("ar2_sieve", "ar2")]
+    )
     single, unpaired, disjoint = gathered["comparisons"]
     assert (single["n"], single["seeds"], single["metrics"]["R@1"]["diff"]) == (1, [4], 0.25)
     assert (unpaired["n"], unpaired["metrics"], unpaired["only_method"], unpaired["only_baseline"]) == (
-        0, {}, [0, 1], [None])
+        0,
+        {},
+        [0, 1],
+        [None],
+    )
     assert unpaired["note"] == "no seed in common: nothing paired"
     assert (disjoint["n"], disjoint["only_method"], disjoint["only_baseline"]) == (0, [0, 1], [4])
     rows = gather_metrics.markdown_table(gathered)
@@ -141,27 +223,32 @@ def test_gather_pairs_a_seed_free_baseline_with_every_seed(tmp_path):
     oracle = _seeded_file(tmp_path, "dpr_oracle", {0: {"R@1": 0.55}, 1: {"R@1": 0.57}, 2: {"R@1": 0.56}})
     zeroshot = _method_file(tmp_path, "zeroshot", {"R@1": 0.50})
     pairs = [("dpr_oracle", "zeroshot")]
-    fixed, = gather_metrics.gather("tiny", [oracle, zeroshot], pairs, fixed=["zeroshot"])["comparisons"]
-    half = 4.30265272974946 * 0.01 / 3 ** 0.5
+    (fixed,) = gather_metrics.gather("tiny", [oracle, zeroshot], pairs, fixed=["zeroshot"])["comparisons"]
+    half = 4.30265272974946 * 0.01 / 3**0.5
     assert (fixed["n"], fixed["seeds"], fixed["baseline_fixed"]) == (3, [0, 1, 2], True)
     assert fixed["metrics"]["R@1"] == pytest.approx(
-        {"diff": 0.06, "std": 0.01, "ci_low": 0.06 - half, "ci_high": 0.06 + half})
+        {"diff": 0.06, "std": 0.01, "ci_low": 0.06 - half, "ci_high": 0.06 + half}
+    )
     table = gather_metrics.markdown_table(
-        gather_metrics.gather("tiny", [oracle, zeroshot], pairs, fixed=["zeroshot"]))
+        gather_metrics.gather("tiny", [oracle, zeroshot], pairs, fixed=["zeroshot"])
+    )
     assert "| dpr_oracle − zeroshot | 3 (0, 1, 2); zeroshot seed-free | +0.060 [0.035, 0.085] |" in table
     # not declared seed-free: a run without a seed is not paired with several (it may be a trained
     # method whose seed was not recorded)
-    unpaired, = gather_metrics.gather("tiny", [oracle, zeroshot], pairs)["comparisons"]
+    (unpaired,) = gather_metrics.gather("tiny", [oracle, zeroshot], pairs)["comparisons"]
     assert unpaired["n"] == 0 and "baseline_fixed" not in unpaired
 
 
-@pytest.mark.parametrize("per_seed,field", [
-    ("not a list", "per_seed"),
-    ([{"seed": 0}], "per_seed[0]"),
-    ([{"seed": "0", "metrics": {}}], "per_seed[0].seed"),
-    ([{"seed": 0, "metrics": {"R@1": 0.1}}, {"seed": 0, "metrics": {"R@1": 0.2}}], "per_seed[1].seed"),
-    ([{"seed": 0, "metrics": {"R@1": None}}], "per_seed[0].metrics.R@1"),
-])
+@pytest.mark.parametrize(
+    "per_seed,field",
+    [
+        ("not a list", "per_seed"),
+        ([{"seed": 0}], "per_seed[0]"),
+        ([{"seed": "0", "metrics": {}}], "per_seed[0].seed"),
+        ([{"seed": 0, "metrics": {"R@1": 0.1}}, {"seed": 0, "metrics": {"R@1": 0.2}}], "per_seed[1].seed"),
+        ([{"seed": 0, "metrics": {"R@1": None}}], "per_seed[0].metrics.R@1"),
+    ],
+)
 def test_gather_rejects_malformed_per_seed(tmp_path, per_seed, field):
     bad = _method_file(tmp_path, "ar2", {"R@1": 0.1}, per_seed=per_seed)
     with pytest.raises(DataError) as err:
@@ -173,7 +260,18 @@ def test_gather_compare_argument_is_method_colon_baseline(tmp_path, capsys):
     a = _method_file(tmp_path, "bm25", {"R@5": 0.5})
     for bad in ("dpr", "dpr:", ":dpr", "a:b:c"):
         with pytest.raises(SystemExit):
-            gather_metrics.main(["--dataset", "tiny", "--inputs", str(a), "--out-json",
-                                 str(tmp_path / "m.json"), "--out-md", str(tmp_path / "m.md"),
-                                 "--compare", bad])
+            gather_metrics.main(
+                [
+                    "--dataset",
+                    "tiny",
+                    "--inputs",
+                    str(a),
+                    "--out-json",
+                    str(tmp_path / "m.json"),
+                    "--out-md",
+                    str(tmp_path / "m.md"),
+                    "--compare",
+                    bad,
+                ]
+            )
         assert "METHOD:BASELINE" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Hybrid retrieval (pipeline.retrieval.fusion, pipeline.evaluation.hybrid): RRF and the weighted sum against hand-computed
 values, the dev-chosen weight, and the CLI's outputs and errors."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,15 @@ def test_rrf_truncates_to_depth_per_query():
 
 
 def test_minmax_per_query_and_constant_queries():
-    run = _run([("q1", "a", 1, 3.0), ("q1", "b", 2, 2.0), ("q1", "c", 3, 1.0),
-                ("q2", "d", 1, 5.0), ("q2", "e", 2, 5.0)])
+    run = _run(
+        [
+            ("q1", "a", 1, 3.0),
+            ("q1", "b", 2, 2.0),
+            ("q1", "c", 3, 1.0),
+            ("q2", "d", 1, 5.0),
+            ("q2", "e", 2, 5.0),
+        ]
+    )
     assert fusion.minmax_per_query(run).tolist() == [1.0, 0.5, 0.0, 1.0, 1.0]
 
 
@@ -59,7 +67,7 @@ def test_weighted_sum_matches_hand_computed_scores():
     union = fusion.normalised_union(sparse, dense)
     fused = fusion.weighted_fuse(union, 0.25, depth=10)
     expected = {"a": 0.75, "b": 0.25 + 0.375, "c": 0.0, "d": 0.0}
-    assert fused["pid"].tolist() == ["a", "b", "c", "d"]          # c, d tie at 0: c is in a run
+    assert fused["pid"].tolist() == ["a", "b", "c", "d"]  # c, d tie at 0: c is in a run
     np.testing.assert_allclose(fused["score"], [expected[p] for p in fused["pid"]], atol=1e-7)
 
 
@@ -76,13 +84,24 @@ def test_the_grid_ends_reproduce_each_run(weight, source):
     assert fused["pid"].tolist() == runs[source]["pid"].tolist()
 
 
-@pytest.mark.parametrize("weight, expected", [
-    (0.0, {"q1": ["a", "b", "c", "d", "e"], "q2": ["x", "y"]}),    # BM25's order, then dense-only ones
-    (1.0, {"q1": ["c", "d", "e", "a", "b"], "q2": ["x", "y"]})])   # the dense order, then BM25-only ones
+@pytest.mark.parametrize(
+    "weight, expected",
+    [
+        (0.0, {"q1": ["a", "b", "c", "d", "e"], "q2": ["x", "y"]}),  # BM25's order, then dense-only ones
+        (1.0, {"q1": ["c", "d", "e", "a", "b"], "q2": ["x", "y"]}),
+    ],
+)  # the dense order, then BM25-only ones
 def test_grid_ends_with_partial_overlap_and_a_query_bm25_left_out(weight, expected):
     sparse = _run([("q1", "a", 1, 3.0), ("q1", "b", 2, 2.0), ("q1", "c", 3, 1.0)])
-    dense = _run([("q1", "c", 1, 0.9), ("q1", "d", 2, 0.5), ("q1", "e", 3, 0.1),
-                  ("q2", "y", 2, 0.1), ("q2", "x", 1, 0.9)])
+    dense = _run(
+        [
+            ("q1", "c", 1, 0.9),
+            ("q1", "d", 2, 0.5),
+            ("q1", "e", 3, 0.1),
+            ("q2", "y", 2, 0.1),
+            ("q2", "x", 1, 0.9),
+        ]
+    )
     fused = fusion.weighted_fuse(fusion.normalised_union(sparse, dense), weight, depth=10)
     assert _as_lists(fused) == expected
 
@@ -94,11 +113,13 @@ def test_weight_outside_unit_interval_is_refused():
 
 
 def test_choose_weight_takes_the_best_and_the_first_of_ties():
-    union = fusion.normalised_union(_run([("q1", "a", 1, 2.0), ("q1", "b", 2, 1.0)]),
-                                    _run([("q1", "b", 1, 2.0), ("q1", "a", 2, 1.0)]))
+    union = fusion.normalised_union(
+        _run([("q1", "a", 1, 2.0), ("q1", "b", 2, 1.0)]), _run([("q1", "b", 1, 2.0), ("q1", "a", 2, 1.0)])
+    )
 
-    def b_first(run):   # 1 when b is ranked first
+    def b_first(run):  # 1 when b is ranked first
         return float(run.sort_values("rank")["pid"].iloc[0] == "b")
+
     weight, scores = fusion.choose_weight(union, [0.0, 0.4, 0.6, 1.0], b_first)
     assert scores == {0.0: 0.0, 0.4: 0.0, 0.6: 1.0, 1.0: 1.0}
     assert weight == 0.6
@@ -106,8 +127,12 @@ def test_choose_weight_takes_the_best_and_the_first_of_ties():
 
 # ---- the CLI on a tiny dataset ----------------------------------------------------------------------
 
-CORPUS = [("p1", "Paris", "Paris is the capital of France."), ("p2", "Lyon", "Lyon is a city."),
-          ("p3", "Rome", "Rome is the capital of Italy."), ("p4", "Milan", "Milan is a city.")]
+CORPUS = [
+    ("p1", "Paris", "Paris is the capital of France."),
+    ("p2", "Lyon", "Lyon is a city."),
+    ("p3", "Rome", "Rome is the capital of Italy."),
+    ("p4", "Milan", "Milan is a city."),
+]
 QUERIES = [("d1", "capital of France?", ["Paris"]), ("d2", "capital of Italy?", ["Rome"])]
 QRELS = [("d1", "p1", 1), ("d2", "p3", 1)]
 # BM25 ranks a wrong passage first on both dev queries, the dense run the right one: w must lean dense.
@@ -122,12 +147,14 @@ def _write(path: Path, rows, schema) -> str:
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, str]:
-    return {"corpus": _write(tmp_path / "corpus.parquet", CORPUS, CORPUS_SCHEMA),
-            "dev_queries": _write(tmp_path / "queries.dev.parquet", QUERIES, QUERIES_SCHEMA),
-            "dev_qrels": _write(tmp_path / "qrels.dev.parquet", QRELS, QRELS_SCHEMA),
-            "dev_sparse": _write(tmp_path / "bm25.dev.parquet", DEV_SPARSE, RUN_SCHEMA),
-            "dev_dense": _write(tmp_path / "dense.dev.parquet", DEV_DENSE, RUN_SCHEMA),
-            "dir": str(tmp_path)}
+    return {
+        "corpus": _write(tmp_path / "corpus.parquet", CORPUS, CORPUS_SCHEMA),
+        "dev_queries": _write(tmp_path / "queries.dev.parquet", QUERIES, QUERIES_SCHEMA),
+        "dev_qrels": _write(tmp_path / "qrels.dev.parquet", QRELS, QRELS_SCHEMA),
+        "dev_sparse": _write(tmp_path / "bm25.dev.parquet", DEV_SPARSE, RUN_SCHEMA),
+        "dev_dense": _write(tmp_path / "dense.dev.parquet", DEV_DENSE, RUN_SCHEMA),
+        "dir": str(tmp_path),
+    }
 
 
 # On the evaluated split BM25 is right and the dense run wrong: choosing w there would give w = 0.
@@ -140,42 +167,101 @@ def test_weighted_cli_picks_w_on_dev_and_writes_a_valid_run(files, metric, low):
     out, choice = Path(files["dir"]) / "fused.parquet", Path(files["dir"]) / "fusion.json"
     sparse = _write(Path(files["dir"]) / "bm25.test.parquet", TEST_SPARSE, RUN_SCHEMA)
     dense = _write(Path(files["dir"]) / "dense.test.parquet", TEST_DENSE, RUN_SCHEMA)
-    argv = ["weighted", "--sparse", sparse, "--dense", dense, "--out", str(out),
-            "--choice-out", str(choice), "--metric", metric, "--grid", "0", "0.3", "0.7", "1", "--depth", "2"]
-    argv += [f"--{key.replace('_', '-')}={files[key]}" for key in
-             ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus")]
+    argv = [
+        "weighted",
+        "--sparse",
+        sparse,
+        "--dense",
+        dense,
+        "--out",
+        str(out),
+        "--choice-out",
+        str(choice),
+        "--metric",
+        metric,
+        "--grid",
+        "0",
+        "0.3",
+        "0.7",
+        "1",
+        "--depth",
+        "2",
+    ]
+    argv += [
+        f"--{key.replace('_', '-')}={files[key]}"
+        for key in ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus")
+    ]
     assert hybrid.main(argv) == 0
     record = json.loads(choice.read_text())
     # w=0 and w=0.3 keep BM25's wrong top passage (0.3·0 + 0.7·1 > 0.3·1 + 0.7·0); 0.7 and 1 fix it.
     assert record["dev_metric_by_weight"] == {"0": low, "0.3": low, "0.7": 1.0, "1": 1.0}
     assert record["weight_dense"] == 0.7 and record["metric"] == metric and record["selected_on"] == "dev"
-    assert _as_lists(read_run(out)) == {"t1": ["p2", "p1"]}   # w = 0.7 applied to the evaluated split
+    assert _as_lists(read_run(out)) == {"t1": ["p2", "p1"]}  # w = 0.7 applied to the evaluated split
     # The evaluation of the fused run records the weight its numbers were made with.
     from pipeline.evaluation import evaluate
     from pipeline.evaluation.seed_metrics import aggregate_seeds
 
-    test_queries = _write(Path(files["dir"]) / "queries.test.parquet", [("t1", "capital?", ["Paris"])],
-                          QUERIES_SCHEMA)
+    test_queries = _write(
+        Path(files["dir"]) / "queries.test.parquet", [("t1", "capital?", ["Paris"])], QUERIES_SCHEMA
+    )
     test_qrels = _write(Path(files["dir"]) / "qrels.test.parquet", [("t1", "p1", 1)], QRELS_SCHEMA)
     metrics_path = Path(files["dir"]) / "metrics.json"
-    assert evaluate.main(["--run", str(out), "--queries", test_queries, "--qrels", test_qrels,
-                          "--corpus", files["corpus"], "--dataset", "toy", "--method", "hybrid_wsum_x",
-                          "--split", "test", "--ks", "1", "--fusion", str(choice),
-                          "--out", str(metrics_path)]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--run",
+                str(out),
+                "--queries",
+                test_queries,
+                "--qrels",
+                test_qrels,
+                "--corpus",
+                files["corpus"],
+                "--dataset",
+                "toy",
+                "--method",
+                "hybrid_wsum_x",
+                "--split",
+                "test",
+                "--ks",
+                "1",
+                "--fusion",
+                str(choice),
+                "--out",
+                str(metrics_path),
+            ]
+        )
+        == 0
+    )
     evaluated = json.loads(metrics_path.read_text())
-    assert evaluated["fusion"] == {"fusion": "weighted_sum", "weight_dense": 0.7, "selected_on": "dev",
-                                   "metric": metric}
+    assert evaluated["fusion"] == {
+        "fusion": "weighted_sum",
+        "weight_dense": 0.7,
+        "selected_on": "dev",
+        "metric": metric,
+    }
     other = {**evaluated, "fusion": {**evaluated["fusion"], "weight_dense": 0.3}}
     seeds = aggregate_seeds([evaluated, other], None, ["a", "b"], seeds=[0, 1])
     assert [s["fusion"]["weight_dense"] for s in seeds["per_seed"]] == [0.7, 0.3]
-    assert "fusion" not in aggregate_seeds([evaluated, evaluated], None, ["a", "b"], seeds=[0, 1])  # per seed only
+    assert "fusion" not in aggregate_seeds(
+        [evaluated, evaluated], None, ["a", "b"], seeds=[0, 1]
+    )  # per seed only
 
 
 def _weighted(files, tmp_path, **override):
     paths = {key: files[key] for key in ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus")}
     paths.update(override)
-    argv = ["weighted", "--sparse", files["dev_sparse"], "--dense", files["dev_dense"],
-            "--out", str(tmp_path / "o.parquet"), "--choice-out", str(tmp_path / "o.json")]
+    argv = [
+        "weighted",
+        "--sparse",
+        files["dev_sparse"],
+        "--dense",
+        files["dev_dense"],
+        "--out",
+        str(tmp_path / "o.parquet"),
+        "--choice-out",
+        str(tmp_path / "o.json"),
+    ]
     return hybrid.main(argv + [f"--{k.replace('_', '-')}={v}" for k, v in paths.items()])
 
 
@@ -195,14 +281,15 @@ def test_a_dense_dev_run_missing_a_query_is_refused(files, tmp_path):
 def test_rrf_cli_refuses_runs_of_different_splits(files, tmp_path):
     other = _write(tmp_path / "dense.test.parquet", [("t1", "p1", 1, 0.5)], RUN_SCHEMA)
     with pytest.raises(DataError, match="same split") as err:
-        hybrid.main(["rrf", "--sparse", files["dev_sparse"], "--dense", other,
-                     "--out", str(tmp_path / "x.parquet")])
+        hybrid.main(
+            ["rrf", "--sparse", files["dev_sparse"], "--dense", other, "--out", str(tmp_path / "x.parquet")]
+        )
     assert err.value.file is not None and err.value.field == "qid"
     assert not (tmp_path / "x.parquet").exists()
 
 
 def test_unknown_selection_metric_is_a_clear_error(files):
-    for metric in ("P@3", "MRR@5", "hit@0"):   # MRR is computed at 10 only
+    for metric in ("P@3", "MRR@5", "hit@0"):  # MRR is computed at 10 only
         with pytest.raises(DataError, match=f"unknown selection metric '{metric}'"):
             hybrid.dev_metric(files["dev_queries"], files["dev_qrels"], files["corpus"], {"p1"}, metric)
 

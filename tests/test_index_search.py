@@ -1,4 +1,5 @@
 """FAISS index building and dense search: backends agree, sharding is invisible, ties are ordered."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from pipeline.core.config import ConfigError
 from pipeline.retrieval import embeddings as E
 from pipeline.retrieval import index as I
 from pipeline.retrieval import search as S
-from pipeline.core.config import ConfigError
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.retrieval.runs import read_run
 
@@ -49,8 +50,9 @@ def test_faiss_flat_and_torch_agree(tmp_path, random_set):
     folder, queries, pids = random_set
     I.build_index(folder, tmp_path / "flat", factory="Flat", progress=False)
     f_rows, f_scores, f_pids = S.search_faiss(tmp_path / "flat", queries, 10, progress=False)
-    t_rows, t_scores, t_pids = S.search_torch(folder, queries, 10, chunk_rows=37, query_batch=16,
-                                              progress=False)
+    t_rows, t_scores, t_pids = S.search_torch(
+        folder, queries, 10, chunk_rows=37, query_batch=16, progress=False
+    )
     assert f_pids.to_pylist() == t_pids.to_pylist() == pids
     np.testing.assert_array_equal(f_rows, t_rows)
     np.testing.assert_allclose(f_scores, t_scores, atol=1e-6)
@@ -82,8 +84,9 @@ def test_shard_groups():
         I.shard_groups(2, 3)
 
 
-@pytest.mark.parametrize("names", [["m", "c", "y", "z", "k", "q"], ["m", "z", "c", "y", "k", "q"],
-                                   ["m", "z", "y", "c", "k", "q"]])
+@pytest.mark.parametrize(
+    "names", [["m", "c", "y", "z", "k", "q"], ["m", "z", "c", "y", "k", "q"], ["m", "z", "y", "c", "k", "q"]]
+)
 def test_ties_are_ordered_by_pid_everywhere(tmp_path, names):
     """Six passages share one vector: ranks follow pid order, and the cut at k keeps the smallest pids.
 
@@ -135,8 +138,7 @@ def test_chunk_candidates_keep_boundary_ties():
 def test_ivf_exhaustive_equals_flat_and_approximate_indexes_work(tmp_path, random_set):
     folder, queries, _ = random_set
     I.build_index(folder, tmp_path / "flat", factory="Flat", progress=False)
-    ivf = I.build_index(folder, tmp_path / "ivf", factory="IVF4,Flat", train_size=300, seed=3,
-                        progress=False)
+    ivf = I.build_index(folder, tmp_path / "ivf", factory="IVF4,Flat", train_size=300, seed=3, progress=False)
     assert ivf["trained_on"] == 300
     flat_rows, _, _ = S.search_faiss(tmp_path / "flat", queries, 10, progress=False)
     ivf_rows, _, _ = S.search_faiss(tmp_path / "ivf", queries, 10, nprobe=4, progress=False)
@@ -163,8 +165,12 @@ def test_run_table_drops_missing_and_ranks_from_one():
     rows = np.array([[2, 0, -1], [1, -1, -1]])
     scores = np.array([[0.9, 0.4, -np.inf], [0.3, -np.inf, -np.inf]], np.float32)
     table = S.run_table(["qa", "qb"], rows, scores, pa.array(["a", "b", "c"]))
-    assert table.to_pydict() == {"qid": ["qa", "qa", "qb"], "pid": ["c", "a", "b"], "rank": [1, 2, 1],
-                                 "score": pytest.approx([0.9, 0.4, 0.3])}
+    assert table.to_pydict() == {
+        "qid": ["qa", "qa", "qb"],
+        "pid": ["c", "a", "b"],
+        "rank": [1, 2, 1],
+        "score": pytest.approx([0.9, 0.4, 0.3]),
+    }
 
 
 def test_search_cli_backends_write_identical_valid_runs(tmp_path):
@@ -172,29 +178,95 @@ def test_search_cli_backends_write_identical_valid_runs(tmp_path):
 
     make_tiny_encoder(tmp_path / "hf", seed=0)
     model = tmp_path / "model"
-    Retriever.from_pretrained(str(tmp_path / "hf"),
-                              RetrieverSettings(base="tiny", passage_max_len=32)).save(model)
+    Retriever.from_pretrained(str(tmp_path / "hf"), RetrieverSettings(base="tiny", passage_max_len=32)).save(
+        model
+    )
     rng = np.random.default_rng(0)
     words = "alpha beta gamma delta omega sigma kappa".split()
-    corpus = pd.DataFrame({"pid": [f"d{i}" for i in range(30)], "title": ["t"] * 30,
-                           "text": [" ".join(rng.choice(words, 6)) for _ in range(30)]})
+    corpus = pd.DataFrame(
+        {
+            "pid": [f"d{i}" for i in range(30)],
+            "title": ["t"] * 30,
+            "text": [" ".join(rng.choice(words, 6)) for _ in range(30)],
+        }
+    )
     corpus.to_parquet(tmp_path / "corpus.parquet")
     queries = pd.DataFrame({"qid": ["q1", "q2"], "text": ["alpha beta", "omega"], "answers": [[], []]})
     queries.to_parquet(tmp_path / "queries.parquet")
     for shard in range(2):
-        encode.main(["corpus", "--model", str(model), "--corpus", str(tmp_path / "corpus.parquet"),
-                     "--out-dir", str(tmp_path / "emb"), "--shard", str(shard), "--shards", "2",
-                     "--device", "cpu", "--no-progress"])
-    encode.main(["gather", "--out-dir", str(tmp_path / "emb"), "--shards", "2", "--model",
-                 str(model), "--corpus", str(tmp_path / "corpus.parquet")])
-    assert I.main(["--embeddings", str(tmp_path / "emb"), "--out-dir", str(tmp_path / "idx"),
-                   "--shards", "2", "--no-progress"]) == 0
-    common = ["--model", str(model), "--queries", str(tmp_path / "queries.parquet"), "--depth", "50",
-              "--device", "cpu", "--no-progress"]
-    assert S.main(common + ["--out", str(tmp_path / "faiss.parquet"), "--index",
-                            str(tmp_path / "idx")]) == 0
-    assert S.main(common + ["--out", str(tmp_path / "torch.parquet"), "--backend", "torch",
-                            "--embeddings", str(tmp_path / "emb"), "--chunk-rows", "7"]) == 0
+        encode.main(
+            [
+                "corpus",
+                "--model",
+                str(model),
+                "--corpus",
+                str(tmp_path / "corpus.parquet"),
+                "--out-dir",
+                str(tmp_path / "emb"),
+                "--shard",
+                str(shard),
+                "--shards",
+                "2",
+                "--device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+    encode.main(
+        [
+            "gather",
+            "--out-dir",
+            str(tmp_path / "emb"),
+            "--shards",
+            "2",
+            "--model",
+            str(model),
+            "--corpus",
+            str(tmp_path / "corpus.parquet"),
+        ]
+    )
+    assert (
+        I.main(
+            [
+                "--embeddings",
+                str(tmp_path / "emb"),
+                "--out-dir",
+                str(tmp_path / "idx"),
+                "--shards",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    common = [
+        "--model",
+        str(model),
+        "--queries",
+        str(tmp_path / "queries.parquet"),
+        "--depth",
+        "50",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
+    assert S.main(common + ["--out", str(tmp_path / "faiss.parquet"), "--index", str(tmp_path / "idx")]) == 0
+    assert (
+        S.main(
+            common
+            + [
+                "--out",
+                str(tmp_path / "torch.parquet"),
+                "--backend",
+                "torch",
+                "--embeddings",
+                str(tmp_path / "emb"),
+                "--chunk-rows",
+                "7",
+            ]
+        )
+        == 0
+    )
     faiss_run = read_run(tmp_path / "faiss.parquet", known_qids={"q1", "q2"})
     torch_run = read_run(tmp_path / "torch.parquet")
     assert len(faiss_run) == 60  # depth 50 > 30 passages: every passage, ranks 1..30
@@ -204,15 +276,26 @@ def test_search_cli_backends_write_identical_valid_runs(tmp_path):
     assert pq.read_schema(tmp_path / "faiss.parquet").field("rank").type == "int32"
     # Mining depth: 3 negatives must survive q1's 5 positives -> top 8 (×3 = 24 with answer matches
     # excluded), whatever the floor --depth says.
-    qrels = pd.DataFrame({"qid": ["q1"] * 5 + ["q2"], "pid": [f"d{i}" for i in range(6)],
-                          "relevance": [1] * 6})
+    qrels = pd.DataFrame(
+        {"qid": ["q1"] * 5 + ["q2"], "pid": [f"d{i}" for i in range(6)], "relevance": [1] * 6}
+    )
     qrels.to_parquet(tmp_path / "qrels.parquet")
-    mining = common[:common.index("--depth")] + ["--depth", "1", "--device", "cpu", "--no-progress",
-                                                 "--index", str(tmp_path / "idx"), "--mining-negatives",
-                                                 "3", "--mining-qrels", str(tmp_path / "qrels.parquet")]
+    mining = common[: common.index("--depth")] + [
+        "--depth",
+        "1",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--index",
+        str(tmp_path / "idx"),
+        "--mining-negatives",
+        "3",
+        "--mining-qrels",
+        str(tmp_path / "qrels.parquet"),
+    ]
     for extra, depth in (([], 8), (["--mining-exclude-answer-match"], 24)):
         assert S.main(mining + extra + ["--out", str(tmp_path / "mine.parquet")]) == 0
         mined = read_run(tmp_path / "mine.parquet")
         assert mined.groupby("qid")["rank"].max().tolist() == [depth, depth]
     with pytest.raises(SystemExit):
-        S.main(mining[:-2] + ["--out", str(tmp_path / "x.parquet")])   # negatives without qrels
+        S.main(mining[:-2] + ["--out", str(tmp_path / "x.parquet")])  # negatives without qrels

@@ -1,4 +1,5 @@
 """`python -m pipeline.sieve.inspect_negatives`: per-query tables, filters, sampling and the dataset summary."""
+
 from __future__ import annotations
 
 import shutil
@@ -6,16 +7,12 @@ import shutil
 import pandas as pd
 import pytest
 
-from pipeline.sieve import filters
-
-from pipeline.sieve import candidates as fn_labels
-
-from pipeline.sieve import inspect_negatives as inspect
-
-from pipeline.sieve import passage_sieve as sieve
-
-from pipeline.sieve import report as sieve_report
 from pipeline.core.storage import DataError
+from pipeline.sieve import candidates as fn_labels
+from pipeline.sieve import filters
+from pipeline.sieve import inspect_negatives as inspect
+from pipeline.sieve import passage_sieve as sieve
+from pipeline.sieve import report as sieve_report
 
 
 @pytest.fixture(scope="module")
@@ -29,27 +26,104 @@ def workspace(tmp_path_factory, make_sieve_dataset, make_retriever):
     shutil.copy(data["corpus"], res / "corpus.parquet")
     shutil.copy(data["queries"], res / "queries.train.parquet")
     cands = out / "sieve" / "candidates.parquet"
-    fn_labels.main(["--negatives", str(data["negatives"]), "--qrels", str(data["qrels"]), "--qrels-all",
-                    str(data["qrels_all"]), "--queries", str(data["queries"]), "--corpus", str(data["corpus"]),
-                    "--candidates", "6", "--pool", "12", "--out", str(cands)])
-    sieve.main(["--candidates", str(cands), "--corpus", str(data["corpus"]), "--queries", str(data["queries"]),
-                "--model", str(model), "--out", str(out / "negatives" / "sieve_b0.5.parquet"),
-                "--train-out", str(out / "negatives" / "sieve_b0.5.train.parquet")])
+    fn_labels.main(
+        [
+            "--negatives",
+            str(data["negatives"]),
+            "--qrels",
+            str(data["qrels"]),
+            "--qrels-all",
+            str(data["qrels_all"]),
+            "--queries",
+            str(data["queries"]),
+            "--corpus",
+            str(data["corpus"]),
+            "--candidates",
+            "6",
+            "--pool",
+            "12",
+            "--out",
+            str(cands),
+        ]
+    )
+    sieve.main(
+        [
+            "--candidates",
+            str(cands),
+            "--corpus",
+            str(data["corpus"]),
+            "--queries",
+            str(data["queries"]),
+            "--model",
+            str(model),
+            "--out",
+            str(out / "negatives" / "sieve_b0.5.parquet"),
+            "--train-out",
+            str(out / "negatives" / "sieve_b0.5.train.parquet"),
+        ]
+    )
     dec = out / "sieve" / "rank_window" / "decisions.parquet"
-    filters.main(["--filter", "rank_window", "--start", "3", "--candidates", str(cands), "--corpus",
-                  str(data["corpus"]), "--queries", str(data["queries"]), "--out", str(dec)])
-    sieve_report.main(["report", "--decisions", str(dec), "--candidates", str(cands), "--dataset", "toy",
-                       "--filter", "rank_window", "--out", str(out / "sieve" / "rank_window" / "report.json")])
+    filters.main(
+        [
+            "--filter",
+            "rank_window",
+            "--start",
+            "3",
+            "--candidates",
+            str(cands),
+            "--corpus",
+            str(data["corpus"]),
+            "--queries",
+            str(data["queries"]),
+            "--out",
+            str(dec),
+        ]
+    )
+    sieve_report.main(
+        [
+            "report",
+            "--decisions",
+            str(dec),
+            "--candidates",
+            str(cands),
+            "--dataset",
+            "toy",
+            "--filter",
+            "rank_window",
+            "--out",
+            str(out / "sieve" / "rank_window" / "report.json"),
+        ]
+    )
     return root
 
 
 def run(workspace, capsys, monkeypatch, *argv):
     monkeypatch.setenv("COLUMNS", "220")
-    assert inspect.main(["--dataset", "toy", "--results-dir", str(workspace / "results"),
-                         "--resources-dir", str(workspace / "resources"), *argv]
-                        if argv[0] != "summary" else
-                        ["summary", "--dataset", "toy", "--results-dir", str(workspace / "results"),
-                         "--resources-dir", str(workspace / "resources"), *argv[1:]]) == 0
+    assert (
+        inspect.main(
+            [
+                "--dataset",
+                "toy",
+                "--results-dir",
+                str(workspace / "results"),
+                "--resources-dir",
+                str(workspace / "resources"),
+                *argv,
+            ]
+            if argv[0] != "summary"
+            else [
+                "summary",
+                "--dataset",
+                "toy",
+                "--results-dir",
+                str(workspace / "results"),
+                "--resources-dir",
+                str(workspace / "resources"),
+                *argv[1:],
+            ]
+        )
+        == 0
+    )
     return capsys.readouterr().out
 
 
@@ -69,7 +143,7 @@ def test_filters_and_sample(workspace, capsys, monkeypatch):
     table = pd.read_parquet(workspace / "results" / "toy" / "negatives" / "sieve_b0.5.parquet")
     out = run(workspace, capsys, monkeypatch, "--sample", "3", "--seed", "1", "--false-negatives")
     assert out.count("what is the value of topic") == 3
-    assert "neg (qrels_all)" not in out          # only the false negatives are listed
+    assert "neg (qrels_all)" not in out  # only the false negatives are listed
     again = run(workspace, capsys, monkeypatch, "--sample", "3", "--seed", "1", "--false-negatives")
     assert again == out
     kept = run(workspace, capsys, monkeypatch, "--qid", "q2", "--kept")

@@ -1,6 +1,7 @@
 """The package layout shows the architecture: imports go down the family order, never round in a
 cycle, and no module shadows the standard library. Read with ``ast``: nothing is
 imported, so the test is fast and cannot be fooled by import side effects."""
+
 from __future__ import annotations
 
 import ast
@@ -57,11 +58,12 @@ def imports_of(module: str, annotations: bool = False) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             # `from pkg import mod` loads pkg.mod when it is a module, else a name from pkg.
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
-                     for alias in node.names]
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names
+            ]
         else:
             continue
         for name in names:
@@ -128,8 +130,10 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_every_module_belongs_to_a_family():
     loose = [m for m in MODULES if m != "pipeline" and family(m) not in FAMILIES]
-    assert not loose, (f"modules outside the families {FAMILIES} (flat modules directly in pipeline/ "
-                       f"or an unknown family): {loose}")
+    assert not loose, (
+        f"modules outside the families {FAMILIES} (flat modules directly in pipeline/ "
+        f"or an unknown family): {loose}"
+    )
 
 
 def test_no_import_cycles():
@@ -139,17 +143,23 @@ def test_no_import_cycles():
 
 def test_imports_go_down_the_family_order():
     rank = {name: i for i, name in enumerate(FAMILIES)}
-    upward = sorted(f"{module} ({family(module)}) imports {target} ({family(target)})"
-                    for module, targets in GRAPH.items() if family(module) in rank
-                    for target in targets
-                    if family(target) not in rank or rank[family(target)] > rank[family(module)])
-    assert not upward, ("a family may import only itself and the families before it "
-                        f"({' < '.join(FAMILIES)}):\n" + "\n".join(upward))
+    upward = sorted(
+        f"{module} ({family(module)}) imports {target} ({family(target)})"
+        for module, targets in GRAPH.items()
+        if family(module) in rank
+        for target in targets
+        if family(target) not in rank or rank[family(target)] > rank[family(module)]
+    )
+    assert not upward, (
+        "a family may import only itself and the families before it "
+        f"({' < '.join(FAMILIES)}):\n" + "\n".join(upward)
+    )
 
 
 def test_no_module_shadows_the_standard_library():
-    shadows = sorted(m for m, p in MODULES.items()
-                     if p.name != "__init__.py" and p.stem in sys.stdlib_module_names)
+    shadows = sorted(
+        m for m, p in MODULES.items() if p.name != "__init__.py" and p.stem in sys.stdlib_module_names
+    )
     assert not shadows, f"modules named like a standard-library module: {shadows}"
 
 
@@ -160,9 +170,12 @@ def test_graph_sees_known_edges():
     assert "pipeline.retrieval.embeddings" in GRAPH["pipeline.retrieval.encode"]
 
 
-@pytest.mark.parametrize("graph, expected", [
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
-    ({"a": {"b"}, "b": set()}, []),
-])
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": set()}, []),
+    ],
+)
 def test_find_cycles(graph, expected):
     assert find_cycles(graph) == expected

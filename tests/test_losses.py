@@ -1,12 +1,18 @@
 """NCE / CCR losses against hand-computed values (reference.md §1)."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.training.losses import (candidate_scores, contrastive_loss, positive_columns, rcl_loss,
-                             similarity_scores)
+from pipeline.training.losses import (
+    candidate_scores,
+    contrastive_loss,
+    positive_columns,
+    rcl_loss,
+    similarity_scores,
+)
 
 LN2, LN3, LN5 = math.log(2), math.log(3), math.log(5)
 

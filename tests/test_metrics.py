@@ -1,10 +1,17 @@
 """Metric functions against hand-computed values (reference.md section 5)."""
+
 from __future__ import annotations
 
 import pytest
 
-from pipeline.evaluation.metrics import (hit_at_k, mrr_at_k, order_metrics, qrels_metrics, recall_at_k,
-                              top_k_accuracy)
+from pipeline.evaluation.metrics import (
+    hit_at_k,
+    mrr_at_k,
+    order_metrics,
+    qrels_metrics,
+    recall_at_k,
+    top_k_accuracy,
+)
 
 
 def test_top_k_accuracy_counts_misses_in_the_denominator():
@@ -27,10 +34,10 @@ def test_top_k_accuracy_rejects_empty_and_bad_k():
 def test_mrr_denominator_is_the_qrels_queries():
     qrels = {"q1": {"a"}, "q2": {"b"}, "q3": {"c"}}
     ranked = {
-        "q1": ["x", "a"],          # 1/2
-        "q2": ["b"],               # 1
+        "q1": ["x", "a"],  # 1/2
+        "q2": ["b"],  # 1
         # q3 absent from the run: 0, still counted
-        "q4": ["c"],               # not in qrels: ignored, not in the denominator
+        "q4": ["c"],  # not in qrels: ignored, not in the denominator
     }
     assert mrr_at_k(ranked, qrels) == pytest.approx((0.5 + 1 + 0) / 3)
 
@@ -80,8 +87,31 @@ def test_qrels_functions_reject_empty_judgements():
 
 
 def test_metric_order_puts_answer_metrics_first_then_mrr():
-    names = ["recall@5", "hit@100", "MRR_all@10", "R@100", "hit_all@5", "hit@5", "MRR@10", "R@5",
-             "R@20", "R@1", "zeta", "recall@100"]
+    names = [
+        "recall@5",
+        "hit@100",
+        "MRR_all@10",
+        "R@100",
+        "hit_all@5",
+        "hit@5",
+        "MRR@10",
+        "R@5",
+        "R@20",
+        "R@1",
+        "zeta",
+        "recall@100",
+    ]
     assert list(order_metrics(dict.fromkeys(names, 0.0))) == [
-        "R@1", "R@5", "R@20", "R@100", "MRR@10", "hit@5", "hit@100", "recall@5", "recall@100",
-        "MRR_all@10", "hit_all@5", "zeta"]
+        "R@1",
+        "R@5",
+        "R@20",
+        "R@100",
+        "MRR@10",
+        "hit@5",
+        "hit@100",
+        "recall@5",
+        "recall@100",
+        "MRR_all@10",
+        "hit_all@5",
+        "zeta",
+    ]

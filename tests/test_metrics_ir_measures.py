@@ -39,6 +39,7 @@ ranked queries instead of len(qrels); mrr_at_k without its ``[:k]``; recall_at_k
 ``min(found, 1)`` (= hit); mrr_at_k adding 0.999999 instead of 1.0 for a first hit at rank 1;
 evaluate.load_qrels keeping relevance >= 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,6 +48,7 @@ import ir_measures
 import pandas as pd
 import pytest
 from ir_measures import RR, R, Success
+from squad_data import OVERLAY, squad36
 
 from pipeline.core.config import load_config
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
@@ -57,16 +59,16 @@ from pipeline.evaluation import metrics
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.retrieval import bm25
 from pipeline.retrieval.runs import ranked_lists, read_run
-from squad_data import OVERLAY, squad36
 
-N_ARTICLES = 5          # the first 5 of the 36 articles: 229 passages, 1,099 questions
+N_ARTICLES = 5  # the first 5 of the 36 articles: 229 passages, 1,099 questions
 KS = [1, 5, 20, 100]
-DEPTH = 100             # eval.depth of config.yaml
-N_UNRANKED = 3          # queries removed from the run (their gold passage was at rank 1)
+DEPTH = 100  # eval.depth of config.yaml
+N_UNRANKED = 3  # queries removed from the run (their gold passage was at rank 1)
 TOL = 1e-9
 
 
 # ---- the real run -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict:
@@ -81,16 +83,23 @@ def data(tmp_path_factory) -> dict:
         paragraphs.append(para)
     corpus = pd.DataFrame([(p.pid, p.title, p.text) for p in paragraphs], columns=CORPUS_SCHEMA.names)
     questions = [(q, p) for p in paragraphs for q in p.questions]
-    queries = pd.DataFrame([(q.qid, q.text, q.answers) for q, _ in questions],
-                           columns=QUERIES_SCHEMA.names)
-    paths = {name: root / f"{name}.parquet"
-             for name in ("corpus", "queries", "qrels", "qrels_multi", "run_full", "run")}
+    queries = pd.DataFrame([(q.qid, q.text, q.answers) for q, _ in questions], columns=QUERIES_SCHEMA.names)
+    paths = {
+        name: root / f"{name}.parquet"
+        for name in ("corpus", "queries", "qrels", "qrels_multi", "run_full", "run")
+    }
     write_table(paths["corpus"], corpus, CORPUS_SCHEMA)
     write_table(paths["queries"], queries, QUERIES_SCHEMA)
 
     settings = config["bm25"]
-    bm25.build_index(paths["corpus"], root / "index", k1=settings["k1"], b=settings["b"],
-                     stemmer=settings["stemmer"], stopwords=settings["stopwords"])
+    bm25.build_index(
+        paths["corpus"],
+        root / "index",
+        k1=settings["k1"],
+        b=settings["b"],
+        stemmer=settings["stemmer"],
+        stopwords=settings["stopwords"],
+    )
     bm25.retrieve_run(root / "index", paths["queries"], DEPTH, paths["run_full"])
     full = read_table(paths["run_full"])
     gold = {q.qid: p.pid for q, p in questions}
@@ -125,12 +134,17 @@ def data(tmp_path_factory) -> dict:
         prepared = matcher.prepare_answers(q.answers)
         relevant = {p.pid} | {pid for pid in by_article[p.article] if matcher.matches(prepared, pid)}
         multi_rows += [(q.qid, pid, 1) for pid in sorted(relevant)]
-    write_table(paths["qrels_multi"], pd.DataFrame(multi_rows, columns=QRELS_SCHEMA.names),
-                QRELS_SCHEMA)
+    write_table(paths["qrels_multi"], pd.DataFrame(multi_rows, columns=QRELS_SCHEMA.names), QRELS_SCHEMA)
 
     qrels_rows = {name: read_table(paths[name]) for name in ("qrels", "qrels_multi")}
-    return {"paths": paths, "unranked": unranked, "only_nonrelevant": only_nonrelevant,
-            "rows": qrels_rows, "n_queries": len(queries), "n_passages": len(corpus)}
+    return {
+        "paths": paths,
+        "unranked": unranked,
+        "only_nonrelevant": only_nonrelevant,
+        "rows": qrels_rows,
+        "n_queries": len(queries),
+        "n_passages": len(corpus),
+    }
 
 
 def ir_qrels(rows: pd.DataFrame, drop_unjudged_relevant: bool = True) -> dict[str, dict[str, int]]:
@@ -189,15 +203,22 @@ def ir_aggregate(names, qrels, run) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def scored(data) -> dict:
     p = data["paths"]
-    gold, _ = evaluate(p["run"], p["queries"], p["qrels"], p["corpus"], KS,
-                       qrels_all_path=p["qrels_multi"], allow_missing_queries=True)
-    multi, _ = evaluate(p["run"], p["queries"], p["qrels_multi"], p["corpus"], KS,
-                        allow_missing_queries=True)
+    gold, _ = evaluate(
+        p["run"],
+        p["queries"],
+        p["qrels"],
+        p["corpus"],
+        KS,
+        qrels_all_path=p["qrels_multi"],
+        allow_missing_queries=True,
+    )
+    multi, _ = evaluate(p["run"], p["queries"], p["qrels_multi"], p["corpus"], KS, allow_missing_queries=True)
     run = read_run(p["run"])
     return {"gold": gold, "multi": multi, "run": run, "ranked": ranked_lists(run)}
 
 
 # ---- the cross-check --------------------------------------------------------------------------------
+
 
 def test_evaluate_matches_ir_measures(data, scored):
     run = ir_run(scored["run"])
@@ -205,9 +226,11 @@ def test_evaluate_matches_ir_measures(data, scored):
     gold_m, multi_m = scored["gold"]["metrics"], scored["multi"]["metrics"]
 
     # Every qrels metric evaluate writes is covered (R@k is answer-match, not qrels-based).
-    expected = ({"MRR@10"} | {f"{f}@{k}" for f in ("hit", "recall") for k in KS})
+    expected = {"MRR@10"} | {f"{f}@{k}" for f in ("hit", "recall") for k in KS}
     assert {n for n in gold_m if not n.startswith("R@")} == expected | {
-        "MRR_all@10", *(f"hit_all@{k}" for k in KS)}
+        "MRR_all@10",
+        *(f"hit_all@{k}" for k in KS),
+    }
     assert {n for n in multi_m if not n.startswith("R@")} == expected
     assert scored["gold"]["n_unranked_queries"] == N_UNRANKED
     assert scored["gold"]["n_qrels_queries"] == len(gold_q) == data["n_queries"] - 1
@@ -259,6 +282,7 @@ def test_per_query_matches(data, scored, qrels_name):
 
 # ---- the test can fail ------------------------------------------------------------------------------
 
+
 def test_controls_differ(data, scored):
     """Near-miss definitions give different numbers on this run: a broken metric would be caught."""
     run = ir_run(scored["run"])
@@ -267,8 +291,12 @@ def test_controls_differ(data, scored):
     far = 1e-3
 
     # another cut-off
-    for name, wrong in (("hit@1", Success @ 5), ("hit@5", Success @ 1), ("recall@20", R @ 5),
-                        ("MRR@10", RR @ 5)):
+    for name, wrong in (
+        ("hit@1", Success @ 5),
+        ("hit@5", Success @ 1),
+        ("recall@20", R @ 5),
+        ("MRR@10", RR @ 5),
+    ):
         theirs = provider_for(wrong).calc_aggregate([wrong], gold_q, run)[wrong]
         assert abs(gold_m[name] - theirs) > far, (name, wrong)
     # MRR without its cut-off at 10 (few first hits lie below rank 10 in this run: 0.9076 vs 0.9083)

@@ -1,5 +1,6 @@
 """Hard-negative mining from a ranking (pipeline.retrieval.mining), shared by BM25 and dense mining,
 and the dense mining rules end to end against a brute-force ranking."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,8 @@ def test_positives_are_skipped_and_n_negatives_kept(data, tmp_path):
     assert list(negs.columns) == MINED_NEGATIVES_SCHEMA.names
     assert negs.merge(pd.read_parquet(data["qrels"]), on=["qid", "pid"]).empty
     assert negs[negs.qid == "q0"]["pid"].tolist() == ["fn0", "d0", "d1"]
-    assert negs[negs.qid == "q0"]["rank"].tolist() == [1, 2, 3]       # rank among the non-positives
-    assert set(negs["source"]) == {"dense"} and negs["has_answer"].sum() == 4   # each fnK states answerK
+    assert negs[negs.qid == "q0"]["rank"].tolist() == [1, 2, 3]  # rank among the non-positives
+    assert set(negs["source"]) == {"dense"} and negs["has_answer"].sum() == 4  # each fnK states answerK
     assert not negs["excluded"].any()
     assert stats["short_queries"] == 0 and stats["answer_matches"] == 4
 
@@ -49,8 +50,9 @@ def test_positives_are_skipped_and_n_negatives_kept(data, tmp_path):
 def test_answer_matches_are_marked_and_the_list_goes_deeper(data, tmp_path):
     run = _run_of(tmp_path / "run.parquet", _full_run(data))
     out = tmp_path / "negs.parquet"
-    mining.mine_from_run(run, data["queries"], data["qrels"], data["corpus"], 3, out, source="dense",
-                         exclude_answer_match=True)
+    mining.mine_from_run(
+        run, data["queries"], data["qrels"], data["corpus"], 3, out, source="dense", exclude_answer_match=True
+    )
     q0 = pd.read_parquet(out).query("qid == 'q0'")
     assert q0["pid"].tolist() == ["fn0", "d0", "d1", "d2"]
     assert q0["excluded"].tolist() == [True, False, False, False]
@@ -58,8 +60,9 @@ def test_answer_matches_are_marked_and_the_list_goes_deeper(data, tmp_path):
 
 def test_a_shallow_run_is_counted_not_padded(data, tmp_path):
     run = _run_of(tmp_path / "run.parquet", _full_run(data, depth=3))
-    stats = mining.mine_from_run(run, data["queries"], data["qrels"], data["corpus"], 5,
-                                 tmp_path / "negs.parquet", source="dense")
+    stats = mining.mine_from_run(
+        run, data["queries"], data["qrels"], data["corpus"], 5, tmp_path / "negs.parquet", source="dense"
+    )
     assert stats["short_queries"] == 4 and stats["run_depth"] == 3
 
 
@@ -67,16 +70,18 @@ def test_a_query_missing_from_the_run_is_an_error(data, tmp_path):
     rows = [r for r in _full_run(data) if r[0] != "q2"]
     run = _run_of(tmp_path / "run.parquet", rows)
     with pytest.raises(DataError, match="no row in the run") as err:
-        mining.mine_from_run(run, data["queries"], data["qrels"], data["corpus"], 3,
-                             tmp_path / "negs.parquet", source="dense")
+        mining.mine_from_run(
+            run, data["queries"], data["qrels"], data["corpus"], 3, tmp_path / "negs.parquet", source="dense"
+        )
     assert err.value.field == "qid" and not (tmp_path / "negs.parquet").exists()
 
 
 def test_a_run_of_other_queries_is_an_error(data, tmp_path):
     run = _run_of(tmp_path / "run.parquet", _full_run(data) + [("t9", "d0", 1, 1.0)])
     with pytest.raises(DataError) as err:
-        mining.mine_from_run(run, data["queries"], data["qrels"], data["corpus"], 3,
-                             tmp_path / "negs.parquet", source="dense")
+        mining.mine_from_run(
+            run, data["queries"], data["qrels"], data["corpus"], 3, tmp_path / "negs.parquet", source="dense"
+        )
     assert err.value.field == "qid"
 
 
@@ -85,12 +90,14 @@ def test_zeroshot_negatives_match_a_brute_force_ranking(tmp_path):
     """The DAG's negatives/zeroshot.parquet on tiny synthkb: the top non-positive passages of an exact
     cosine ranking computed here from the model's own embeddings, and never a positive."""
     import torch
-
-    from pipeline.retrieval.model import Retriever
     from test_workflow import TINY, snakemake
 
+    from pipeline.retrieval.model import Retriever
+
     n = 10
-    snakemake(tmp_path, "results/synthkb/negatives/zeroshot.parquet", overlay={**TINY, "bm25": {"negatives": n}})
+    snakemake(
+        tmp_path, "results/synthkb/negatives/zeroshot.parquet", overlay={**TINY, "bm25": {"negatives": n}}
+    )
     negs = pd.read_parquet(tmp_path / "results/synthkb/negatives/zeroshot.parquet")
     resources = tmp_path / "resources/synthkb"
     qrels = pd.read_parquet(resources / "qrels.train.parquet")
@@ -101,8 +108,13 @@ def test_zeroshot_negatives_match_a_brute_force_ranking(tmp_path):
     queries = pd.read_parquet(resources / "queries.train.parquet")
     retriever = Retriever.load(tmp_path / "results/synthkb/models/zeroshot")
     with torch.no_grad():
-        p = retriever.embed_passages(retriever.tokenize_passages(corpus["title"].tolist(),
-                                                                 corpus["text"].tolist())).float().numpy()
+        p = (
+            retriever.embed_passages(
+                retriever.tokenize_passages(corpus["title"].tolist(), corpus["text"].tolist())
+            )
+            .float()
+            .numpy()
+        )
         q = retriever.embed_queries(retriever.tokenize_queries(queries["text"].tolist())).float().numpy()
     scores = q @ p.T
     positives = qrels.groupby("qid")["pid"].apply(set).to_dict()
@@ -114,8 +126,11 @@ def test_zeroshot_negatives_match_a_brute_force_ranking(tmp_path):
         expected = [pid for pid in pids[order] if pid not in positives.get(qid, set())][:n]
         got = mined[qid]
         assert len(got) == n
-        if got["pid"].tolist() != expected:   # only a near-tie may swap neighbours
+        if got["pid"].tolist() != expected:  # only a near-tie may swap neighbours
             exact = dict(zip(pids, scores[i]))
-            np.testing.assert_allclose([exact[x] for x in got["pid"]], [exact[x] for x in expected], atol=1e-5)
-        np.testing.assert_allclose(got["score"].to_numpy(), [scores[i][pids.tolist().index(x)] for x in got["pid"]],
-                                   atol=1e-4)
+            np.testing.assert_allclose(
+                [exact[x] for x in got["pid"]], [exact[x] for x in expected], atol=1e-5
+            )
+        np.testing.assert_allclose(
+            got["score"].to_numpy(), [scores[i][pids.tolist().index(x)] for x in got["pid"]], atol=1e-4
+        )

@@ -1,4 +1,5 @@
 """pipeline.core.precision: what each precision setting computes in, per device and CPU."""
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +17,7 @@ def cpu_bf16(request, monkeypatch):
 def test_cpu_follows_native_bf16(cpu_bf16):
     expected = torch.bfloat16 if cpu_bf16 else None
     assert autocast_dtype("cpu", "bf16") is expected
-    assert autocast_dtype("cpu", "fp16") is None          # CPU fp16 autocast: never (slow, no scaler)
+    assert autocast_dtype("cpu", "fp16") is None  # CPU fp16 autocast: never (slow, no scaler)
     assert autocast_dtype("cpu", "fp32") is None
     assert encoding_dtype("cpu", True) is expected
     assert encoding_dtype("cpu", False) is None
@@ -49,8 +50,14 @@ def test_autocast_lowers_matmuls_only_when_asked(monkeypatch):
 
 
 def test_env_pins_the_cpu_answer(monkeypatch):
-    for value, expected in (("1", True), ("Yes", True), ("on", True), ("0", False), ("False", False),
-                            (" OFF ", False)):
+    for value, expected in (
+        ("1", True),
+        ("Yes", True),
+        ("on", True),
+        ("0", False),
+        ("False", False),
+        (" OFF ", False),
+    ):
         monkeypatch.setenv(precision.NATIVE_BF16_ENV, value)
         assert precision.cpu_has_native_bf16() is expected
     monkeypatch.setenv(precision.NATIVE_BF16_ENV, "maybe")
@@ -67,10 +74,14 @@ def test_bf16_encoding_agrees_with_fp32(tmp_path, monkeypatch):
     retriever = Retriever.from_pretrained(str(make_tiny_encoder(tmp_path / "enc"))).eval()
     texts = [f"passage number {i} about the river {i % 7}" for i in range(20)]
     titles = [f"title {i}" for i in range(20)]
-    run = lambda amp: encode_buffer(retriever, texts, titles, batch_size=8, device=torch.device("cpu"),
-                                    amp=amp, dtype=torch.float32)
+
+    def run(amp):
+        return encode_buffer(
+            retriever, texts, titles, batch_size=8, device=torch.device("cpu"), amp=amp, dtype=torch.float32
+        )
+
     fp32, bf16 = run(False), run(True)
-    assert not np.array_equal(fp32, bf16)                  # bf16 really computed
-    np.testing.assert_array_equal(bf16, run(True))         # and deterministically
+    assert not np.array_equal(fp32, bf16)  # bf16 really computed
+    np.testing.assert_array_equal(bf16, run(True))  # and deterministically
     cos = (fp32 * bf16).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(bf16, axis=1)
     assert cos.min() > 0.99

@@ -1,5 +1,6 @@
 """prepare_data end to end on the fixtures (counts computed by hand from the fixture files), its
 validation on broken inputs, the deterministic splits, and the workflow's view of `source`."""
+
 from __future__ import annotations
 
 import copy
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from squad_data import squad36
 
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, load_config
@@ -18,11 +20,14 @@ from pipeline.core.storage import SPLITS
 from pipeline.data.prepare import main
 from pipeline.data.readers import sources
 from pipeline.data.splits import assign_splits, parse_split_spec
-from squad_data import squad36
 
 FIX = Path(__file__).parent / "fixtures"
-OUTPUTS = ["corpus.parquet", *(f"{t}.{s}.parquet" for t in ("queries", "qrels") for s in SPLITS),
-           "negatives.train.parquet", "manifest.json"]
+OUTPUTS = [
+    "corpus.parquet",
+    *(f"{t}.{s}.parquet" for t in ("queries", "qrels") for s in SPLITS),
+    "negatives.train.parquet",
+    "manifest.json",
+]
 
 
 def prepare(out: Path, fmt: str, files: dict[str, Path], *extra: str) -> dict:
@@ -48,12 +53,16 @@ def fails(capsys, out: Path, fmt: str, files: dict[str, Path], *extra: str) -> s
     return capsys.readouterr().err
 
 
-DPR_FILES = {"corpus": FIX / "dpr" / "psgs_w100.tsv",
-             "train": FIX / "dpr" / "biencoder-nq-train.json.gz",
-             "dev": FIX / "dpr" / "biencoder-nq-dev.json", "test": FIX / "dpr" / "nq-test.qa.csv"}
+DPR_FILES = {
+    "corpus": FIX / "dpr" / "psgs_w100.tsv",
+    "train": FIX / "dpr" / "biencoder-nq-train.json.gz",
+    "dev": FIX / "dpr" / "biencoder-nq-dev.json",
+    "test": FIX / "dpr" / "nq-test.qa.csv",
+}
 
 
 # ---- the four formats ----------------------------------------------------------------------------
+
 
 def test_dpr(tmp_path):
     m = prepare(tmp_path, "dpr", DPR_FILES)
@@ -63,38 +72,68 @@ def test_dpr(tmp_path):
     assert c["queries"] == {"train": 4, "dev": 2, "test": 4}
     assert c["qrels"] == {"train": 6, "dev": 3, "test": 0}
     assert c["negatives_train"] == 9
-    assert c["notes"] == {"corpus_from_ctx": 1, "ctx_without_passage_id": 2,
-                          "negatives_dropped_positive": 1, "negatives_dropped_repeated": 1,
-                          "negatives_ignored.dev": 2, "positives_repeated": 1}
+    assert c["notes"] == {
+        "corpus_from_ctx": 1,
+        "ctx_without_passage_id": 2,
+        "negatives_dropped_positive": 1,
+        "negatives_dropped_repeated": 1,
+        "negatives_ignored.dev": 2,
+        "positives_repeated": 1,
+    }
     noid = table(tmp_path, "corpus").set_index("pid").filter(like="ctx:", axis=0)
     assert len(noid) == 1 and noid.iloc[0]["title"] == ""
     qrels = table(tmp_path, "qrels.train")
-    assert qrels.values.tolist() == [["train-0", "3", 2], ["train-1", "5", 2], ["train-2", "7", 2],
-                                     ["train-2", noid.index[0], 1], ["train-3", "1", 2],
-                                     ["train-3", "2", 1]]
+    assert qrels.values.tolist() == [
+        ["train-0", "3", 2],
+        ["train-1", "5", 2],
+        ["train-2", "7", 2],
+        ["train-2", noid.index[0], 1],
+        ["train-3", "1", 2],
+        ["train-3", "2", 1],
+    ]
     neg = table(tmp_path, "negatives.train")
     assert neg[neg.qid == "train-0"][["pid", "rank", "source"]].values.tolist() == [
-        ["4", 1, "dpr_hard"], ["10", 2, "dpr_hard"], ["11", 1, "dpr_random"], ["12", 2, "dpr_random"]]
+        ["4", 1, "dpr_hard"],
+        ["10", 2, "dpr_hard"],
+        ["11", 1, "dpr_random"],
+        ["12", 2, "dpr_random"],
+    ]
     assert neg[neg.qid == "train-3"].pid.tolist() == ["9", noid.index[0]]
     assert neg.score.iloc[0] == pytest.approx(14.2)
     assert str(neg["rank"].dtype) == "int32" and str(neg["score"].dtype) == "float32"
     test = table(tmp_path, "queries.test")
     assert test.answers.map(list).tolist()[1] == ["K2", "Mount Godwin-Austen"]
-    assert table(tmp_path, "qrels.dev").values.tolist() == [["dev-0", "11", 2], ["dev-1", "10", 2],
-                                                             ["dev-1", "4", 1]]
+    assert table(tmp_path, "qrels.dev").values.tolist() == [
+        ["dev-0", "11", 2],
+        ["dev-1", "10", 2],
+        ["dev-1", "4", 1],
+    ]
 
 
 def test_msmarco(tmp_path):
     d = FIX / "msmarco"
-    m = prepare(tmp_path, "msmarco", {
-        "corpus": d / "collection.tsv", "queries_train": d / "queries.train.tsv",
-        "qrels_train": d / "qrels.train.tsv", "queries_test": d / "queries.dev.small.tsv",
-        "qrels_test": d / "qrels.dev.small.tsv"})
+    m = prepare(
+        tmp_path,
+        "msmarco",
+        {
+            "corpus": d / "collection.tsv",
+            "queries_train": d / "queries.train.tsv",
+            "qrels_train": d / "qrels.train.tsv",
+            "queries_test": d / "queries.dev.small.tsv",
+            "qrels_test": d / "qrels.dev.small.tsv",
+        },
+    )
     c = m["counts"]
-    assert (c["corpus"], c["queries"], c["qrels"]) == (8, {"train": 3, "dev": 0, "test": 2},
-                                                      {"train": 4, "dev": 0, "test": 3})
-    assert c["notes"] == {"qrels_not_positive.train": 1, "queries_without_qrels.test": 2,
-                          "queries_without_qrels.train": 2}
+    assert (c["corpus"], c["queries"], c["qrels"]) == (
+        8,
+        {"train": 3, "dev": 0, "test": 2},
+        {"train": 4, "dev": 0, "test": 3},
+    )
+    assert c["notes"] == {
+        "qrels_not_positive.train": 1,
+        "queries_without_qrels.test": 2,
+        "queries_without_qrels.train": 2,
+    }
     assert table(tmp_path, "queries.train").qid.tolist() == ["634306", "920825", "1000084"]
     assert table(tmp_path, "queries.test").answers.map(len).tolist() == [0, 0]
     assert len(table(tmp_path, "negatives.train")) == 0
@@ -127,23 +166,40 @@ def test_squad_split_by_article(tmp_path):
 
 def test_beir(tmp_path):
     d = FIX / "beir" / "scifact"
-    m = prepare(tmp_path, "beir", {"corpus": d / "corpus.jsonl", "queries": d / "queries.jsonl",
-                                   "qrels_train": d / "qrels" / "train.tsv",
-                                   "qrels_test": d / "qrels" / "test.tsv"})
+    m = prepare(
+        tmp_path,
+        "beir",
+        {
+            "corpus": d / "corpus.jsonl",
+            "queries": d / "queries.jsonl",
+            "qrels_train": d / "qrels" / "train.tsv",
+            "qrels_test": d / "qrels" / "test.tsv",
+        },
+    )
     c = m["counts"]
-    assert (c["corpus"], c["queries"], c["qrels"]) == (5, {"train": 2, "dev": 0, "test": 2},
-                                                      {"train": 3, "dev": 0, "test": 2})
+    assert (c["corpus"], c["queries"], c["qrels"]) == (
+        5,
+        {"train": 2, "dev": 0, "test": 2},
+        {"train": 3, "dev": 0, "test": 2},
+    )
     assert c["notes"]["qrels_not_positive.test"] == 2
     assert table(tmp_path, "qrels.test").values.tolist() == [["13", "doc-a", 1], ["36", "18670", 1]]
 
 
 def test_tevatron(tmp_path):
     d = FIX / "beir" / "tevatron"
-    m = prepare(tmp_path, "beir", {"corpus": d / "corpus.jsonl.gz", "train": d / "train.jsonl",
-                                   "queries_test": d / "test.jsonl"})
+    m = prepare(
+        tmp_path,
+        "beir",
+        {"corpus": d / "corpus.jsonl.gz", "train": d / "train.jsonl", "queries_test": d / "test.jsonl"},
+    )
     c = m["counts"]
     assert (c["corpus"], c["queries"], c["qrels"], c["negatives_train"]) == (
-        5, {"train": 2, "dev": 0, "test": 2}, {"train": 2, "dev": 0, "test": 0}, 4)
+        5,
+        {"train": 2, "dev": 0, "test": 2},
+        {"train": 2, "dev": 0, "test": 0},
+        4,
+    )
     neg = table(tmp_path, "negatives.train")
     assert neg.source.eq("tevatron").all() and neg.score.map(math.isnan).all()
     assert neg[neg.qid == "q2"]["rank"].tolist() == [1, 2]
@@ -157,8 +213,9 @@ def test_manifest_checksums_and_determinism(tmp_path):
     assert a["files"]["train"]["sha256"] == sha and a["format"] == "dpr"
     assert a["counts"] == b["counts"]
     for name in OUTPUTS[:-1]:
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a" / name),
-                                      pd.read_parquet(tmp_path / "b" / name))
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / "a" / name), pd.read_parquet(tmp_path / "b" / name)
+        )
 
 
 def test_small_batches_give_the_same_corpus(tmp_path, monkeypatch):
@@ -171,6 +228,7 @@ def test_small_batches_give_the_same_corpus(tmp_path, monkeypatch):
 
 # ---- validation: one clear error, exit 2, no outputs ------------------------------------------------
 
+
 def test_truncated_json(tmp_path, capsys):
     raw = gzip.decompress(DPR_FILES["train"].read_bytes())
     cut = tmp_path / "train.json"
@@ -181,7 +239,7 @@ def test_truncated_json(tmp_path, capsys):
 
 def test_tsv_row_with_missing_column(tmp_path, capsys):
     corpus = tmp_path / "psgs.tsv"
-    corpus.write_text("id\ttext\ttitle\n1\t\"only text\"\n")
+    corpus.write_text('id\ttext\ttitle\n1\t"only text"\n')
     err = fails(capsys, tmp_path / "out", "dpr", {**DPR_FILES, "corpus": corpus})
     assert "record 2" in err and "'title'" in err
 
@@ -197,8 +255,12 @@ def test_empty_corpus(tmp_path, capsys):
     corpus = tmp_path / "collection.tsv"
     corpus.write_text("")
     d = FIX / "msmarco"
-    err = fails(capsys, tmp_path / "out", "msmarco", {"corpus": corpus, "queries_train":
-                d / "queries.train.tsv", "qrels_train": d / "qrels.train.tsv"})
+    err = fails(
+        capsys,
+        tmp_path / "out",
+        "msmarco",
+        {"corpus": corpus, "queries_train": d / "queries.train.tsv", "qrels_train": d / "qrels.train.tsv"},
+    )
     assert "empty corpus" in err
 
 
@@ -214,10 +276,18 @@ def test_duplicate_pids(tmp_path, capsys, pids, record):
 
 def test_duplicate_qids_across_splits(tmp_path, capsys):
     d = FIX / "msmarco"
-    err = fails(capsys, tmp_path / "out", "msmarco", {
-        "corpus": d / "collection.tsv", "queries_train": d / "queries.dev.small.tsv",
-        "qrels_train": d / "qrels.dev.small.tsv", "queries_test": d / "queries.dev.small.tsv",
-        "qrels_test": d / "qrels.dev.small.tsv"})
+    err = fails(
+        capsys,
+        tmp_path / "out",
+        "msmarco",
+        {
+            "corpus": d / "collection.tsv",
+            "queries_train": d / "queries.dev.small.tsv",
+            "qrels_train": d / "qrels.dev.small.tsv",
+            "queries_test": d / "queries.dev.small.tsv",
+            "qrels_test": d / "qrels.dev.small.tsv",
+        },
+    )
     assert "duplicate qid" in err
 
 
@@ -225,25 +295,32 @@ def test_qrels_to_unknown_pid(tmp_path, capsys):
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("1102400\t0\t99\t1\n")
     d = FIX / "msmarco"
-    err = fails(capsys, tmp_path / "out", "msmarco", {
-        "corpus": d / "collection.tsv", "queries_test": d / "queries.dev.small.tsv",
-        "qrels_test": qrels})
+    err = fails(
+        capsys,
+        tmp_path / "out",
+        "msmarco",
+        {"corpus": d / "collection.tsv", "queries_test": d / "queries.dev.small.tsv", "qrels_test": qrels},
+    )
     assert "'99' is not in the corpus" in err and "record 1" in err
 
 
 def test_biencoder_passage_id_not_in_corpus(tmp_path, capsys):
     train = tmp_path / "train.json"
-    train.write_text('[{"question": "q", "answers": [], "positive_ctxs": '
-                     '[{"title": "", "text": "t", "passage_id": "404"}]}]')
+    train.write_text(
+        '[{"question": "q", "answers": [], "positive_ctxs": '
+        '[{"title": "", "text": "t", "passage_id": "404"}]}]'
+    )
     err = fails(capsys, tmp_path / "out", "dpr", {"corpus": DPR_FILES["corpus"], "train": train})
     assert "'404' is not in the corpus" in err and "positive_ctxs[0].passage_id" in err
 
 
 def test_empty_positives_error_then_drop(tmp_path, capsys):
     train = tmp_path / "train.json"
-    train.write_text('[{"question": "q1", "answers": ["a"], "positive_ctxs": [], '
-                     '"hard_negative_ctxs": []}, {"question": "q2", "answers": ["b"], '
-                     '"positive_ctxs": [{"title": "Moses", "text": "t", "passage_id": "9"}]}]')
+    train.write_text(
+        '[{"question": "q1", "answers": ["a"], "positive_ctxs": [], '
+        '"hard_negative_ctxs": []}, {"question": "q2", "answers": ["b"], '
+        '"positive_ctxs": [{"title": "Moses", "text": "t", "passage_id": "9"}]}]'
+    )
     files = {"corpus": DPR_FILES["corpus"], "train": train}
     err = fails(capsys, tmp_path / "out", "dpr", files)
     assert "record 0" in err and "positive_ctxs" in err and "empty_positives" in err
@@ -254,17 +331,21 @@ def test_empty_positives_error_then_drop(tmp_path, capsys):
 
 def test_role_errors(tmp_path, capsys):
     d = FIX / "msmarco"
-    err = fails(capsys, tmp_path / "out", "msmarco", {"corpus": d / "collection.tsv",
-                                                      "queries_train": d / "queries.train.tsv"})
+    err = fails(
+        capsys,
+        tmp_path / "out",
+        "msmarco",
+        {"corpus": d / "collection.tsv", "queries_train": d / "queries.train.tsv"},
+    )
     assert "qrels_train" in err
     err = fails(capsys, tmp_path / "out", "squad", {"corpus": d / "collection.tsv"})
     assert "unknown role" in err
-    err = fails(capsys, tmp_path / "out", "dpr", DPR_FILES,
-                "--split-spec", '{"by": "query", "test": 0.5}')
+    err = fails(capsys, tmp_path / "out", "dpr", DPR_FILES, "--split-spec", '{"by": "query", "test": 0.5}')
     assert "only squad" in err
 
 
 # ---- splits ----------------------------------------------------------------------------------------
+
 
 def test_assign_splits_exact_sizes_and_order_independent():
     units = [f"article{i}" for i in range(36)]
@@ -288,19 +369,23 @@ def test_assign_splits_small_and_invalid():
 
 # ---- config `source` -> files and downloads ---------------------------------------------------------
 
+
 def test_sources_of_the_default_config():
     config = load_config()
     nq, tq = sources.prepare_inputs(config, "nq"), sources.prepare_inputs(config, "tq")
     assert nq == {r: f"downloads/nq/{r}" for r in ("corpus", "train", "dev", "test")}
     assert tq["corpus"] == "downloads/nq/corpus"  # the shared 13 GB TSV is fetched once
-    assert sources.download_args(config, "nq", "corpus") == \
-        "--url https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz"
+    assert (
+        sources.download_args(config, "nq", "corpus")
+        == "--url https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz"
+    )
     archive = "downloads/msmarco/archives/collectionandqueries.tar.gz"
     assert sources.download_input(config, "msmarco", "qrels_test") == [archive]
-    assert sources.download_args(config, "msmarco", "qrels_test") == \
-        f"--archive {archive} --member qrels.dev.small.tsv"
-    assert sources.archive_args(config, "msmarco", "collectionandqueries.tar.gz") \
-        .startswith("--url https://")
+    assert (
+        sources.download_args(config, "msmarco", "qrels_test")
+        == f"--archive {archive} --member qrels.dev.small.tsv"
+    )
+    assert sources.archive_args(config, "msmarco", "collectionandqueries.tar.gz").startswith("--url https://")
     assert sources.prepare_inputs(config, "squad") == {"source": "downloads/squad/source"}
 
 
@@ -318,9 +403,13 @@ def test_sources_local_paths_checksums_and_errors():
     sha = "ab" * 32
     config["datasets"] = {
         "mine": {"format": "squad", "source": "data/my.json"},
-        "arch": {"format": "beir", "source": {
-            "corpus": {"path": "data/b.tar.gz", "member": "b/corpus.jsonl"},
-            "queries_test": {"url": "https://x.org/q.jsonl", "sha256": sha}}},
+        "arch": {
+            "format": "beir",
+            "source": {
+                "corpus": {"path": "data/b.tar.gz", "member": "b/corpus.jsonl"},
+                "queries_test": {"url": "https://x.org/q.jsonl", "sha256": sha},
+            },
+        },
     }
     assert sources.prepare_inputs(config, "mine") == {"source": "data/my.json"}
     assert sources.prepare_inputs(config, "arch")["corpus"] == "downloads/arch/corpus"

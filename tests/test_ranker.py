@@ -1,4 +1,5 @@
 """The cross-encoder ranker: head on [CLS], save/load round trip, scoring order, listwise loss."""
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,11 @@ def tiny_base(tmp_path_factory):
 
 QUERIES = ["who wrote hamlet", "capital of france", "who wrote hamlet"]
 TITLES = ["Hamlet", "", "Paris"]
-TEXTS = ["Hamlet is a tragedy written by William Shakespeare around 1600.",
-         "Paris is the capital and most populous city of France.",
-         "Paris is a city."]
+TEXTS = [
+    "Hamlet is a tragedy written by William Shakespeare around 1600.",
+    "Paris is the capital and most populous city of France.",
+    "Paris is a city.",
+]
 
 
 def test_head_init_is_seeded_and_independent_of_global_rng(tiny_base):
@@ -93,7 +96,8 @@ def test_listwise_loss_hand_computed():
     expected = (math.log(1 + 2 * math.exp(-2)) + math.log(3)) / 2
     assert listwise_loss(logits).item() == pytest.approx(expected, abs=1e-6)
     # Positive in another column: row (0, 2, 0) with positive=1 is row 1 again.
-    assert listwise_loss(torch.tensor([[0.0, 2.0, 0.0]]), positive=1).item() == \
-        pytest.approx(math.log(1 + 2 * math.exp(-2)), abs=1e-6)
+    assert listwise_loss(torch.tensor([[0.0, 2.0, 0.0]]), positive=1).item() == pytest.approx(
+        math.log(1 + 2 * math.exp(-2)), abs=1e-6
+    )
     with pytest.raises(ValueError):
         listwise_loss(torch.zeros(3))

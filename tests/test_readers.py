@@ -1,4 +1,5 @@
 """Readers on small files in the exact upstream layouts (tests/fixtures/*), and on broken inputs."""
+
 from __future__ import annotations
 
 import gzip
@@ -7,12 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from squad_data import squad36
 
 from pipeline.core.storage import DataError
 from pipeline.data.readers import beir, dpr, msmarco, squad
 from pipeline.data.readers.base import ctx_pid
 from pipeline.data.readers.writer import PidSet
-from squad_data import squad36
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -24,12 +25,14 @@ def _gunzip_to(src: Path, dst: Path) -> Path:
 
 # ---- DPR ---------------------------------------------------------------------------------------------
 
+
 def test_dpr_passages_tsv_quoting_and_multiline_fields():
     passages = list(dpr.read_passages_tsv(FIX / "dpr" / "psgs_w100.tsv"))
     assert [p.pid for p in passages] == [str(i) for i in range(1, 13)]
     assert passages[0].title == "Aaron"
-    assert passages[0].text == ('Aaron Aaron ( or ; "Ahärôn") is a prophet, high priest, '
-                                'and the brother of Moses.')
+    assert passages[0].text == (
+        'Aaron Aaron ( or ; "Ahärôn") is a prophet, high priest, and the brother of Moses.'
+    )
     last = passages[-1]
     assert last.title == '"Atlantic" Ocean'
     assert last.text.endswith("oceanic divisions.\nIt covers about 20 percent of Earth's surface.")
@@ -79,7 +82,7 @@ def test_dpr_truncated_json_names_file_and_record(tmp_path):
     cut = tmp_path / "cut.json"
     # cut inside the third entry: two entries parse, the error names index 2
     third = data.index(b'"what is the highest mountain on earth"')
-    cut.write_bytes(data[:third + 200])
+    cut.write_bytes(data[: third + 200])
     gen = dpr.read_biencoder(cut, "train")
     assert len([next(gen), next(gen)]) == 2
     with pytest.raises(DataError) as err:
@@ -127,8 +130,10 @@ def test_dpr_tsv_bad_header(tmp_path):
         list(dpr.read_passages_tsv(path))
 
 
-@pytest.mark.parametrize("literal", ["Whitney Houston", "'Whitney Houston'", "[1, 2]",
-                                     "__import__('os').system('true')", "['a', ['b']]"])
+@pytest.mark.parametrize(
+    "literal",
+    ["Whitney Houston", "'Whitney Houston'", "[1, 2]", "__import__('os').system('true')", "['a', ['b']]"],
+)
 def test_dpr_qa_csv_answers_must_be_a_list_literal_of_strings(tmp_path, literal):
     path = tmp_path / "t.qa.csv"
     path.write_text(f"fine question\t['x']\nsecond question\t{literal}\n")
@@ -147,6 +152,7 @@ def test_dpr_qa_csv_missing_answer_column(tmp_path):
 
 # ---- MS MARCO ------------------------------------------------------------------------------------
 
+
 def test_msmarco_collection_keeps_quotes_verbatim():
     passages = list(msmarco.read_collection(FIX / "msmarco" / "collection.tsv"))
     assert [p.pid for p in passages] == [str(i) for i in range(8)]
@@ -157,8 +163,7 @@ def test_msmarco_collection_keeps_quotes_verbatim():
 def test_msmarco_stray_carriage_return_stays_inside_its_record(tmp_path):
     path = tmp_path / "collection"
     path.write_bytes(b"0\tone\rpassage\r\n1\ttwo\n")
-    assert [(p.pid, p.text) for p in msmarco.read_collection(path)] == [("0", "one\rpassage"),
-                                                                      ("1", "two")]
+    assert [(p.pid, p.text) for p in msmarco.read_collection(path)] == [("0", "one\rpassage"), ("1", "two")]
 
 
 def test_msmarco_queries_and_qrels_4_and_2_columns(tmp_path):
@@ -170,7 +175,9 @@ def test_msmarco_queries_and_qrels_4_and_2_columns(tmp_path):
     two = tmp_path / "qrels"
     two.write_text("1102400\t7\n1048585 5\n")
     assert [(r.qid, r.pid, r.relevance) for r in msmarco.read_qrels(two)] == [
-        ("1102400", "7", 1), ("1048585", "5", 1)]
+        ("1102400", "7", 1),
+        ("1048585", "5", 1),
+    ]
 
 
 def test_msmarco_bad_rows(tmp_path):
@@ -188,6 +195,7 @@ def test_msmarco_bad_rows(tmp_path):
 
 # ---- SQuAD -------------------------------------------------------------------------------------------
 
+
 def test_squad_paragraphs_questions_answers():
     source, _ = squad36()
     paras = list(squad.read_squad(source))
@@ -204,22 +212,27 @@ def test_squad_paragraphs_questions_answers():
 
 def test_squad_paragraph_without_questions(tmp_path):
     path = tmp_path / "s.json"
-    path.write_text('{"data": [{"title": "T", "paragraphs": [{"context": "a", "qas": [{"id": "q", '
-                    '"question": "?", "answers": [{"text": "a"}]}]}, {"context": "b", "qas": []}]}]}')
+    path.write_text(
+        '{"data": [{"title": "T", "paragraphs": [{"context": "a", "qas": [{"id": "q", '
+        '"question": "?", "answers": [{"text": "a"}]}]}, {"context": "b", "qas": []}]}]}'
+    )
     paras = list(squad.read_squad(path))
     assert [p.pid for p in paras] == ["T#0", "T#1"] and paras[1].questions == []
 
 
 def test_squad_bad_answer_names_the_field(tmp_path):
     path = tmp_path / "s.json"
-    path.write_text('{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": '
-                    '[{"id": "q", "question": "?", "answers": [{"text": 5}]}]}]}]}')
+    path.write_text(
+        '{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": '
+        '[{"id": "q", "question": "?", "answers": [{"text": 5}]}]}]}]}'
+    )
     with pytest.raises(DataError) as err:
         list(squad.read_squad(path))
     assert err.value.field == "paragraphs[0].qas[0].answers[0].text" and err.value.record == 0
 
 
 # ---- BEIR / Tevatron ---------------------------------------------------------------------------------
+
 
 def test_beir_corpus_queries_qrels():
     corpus = list(beir.read_corpus_jsonl(FIX / "beir" / "scifact" / "corpus.jsonl"))
@@ -260,6 +273,7 @@ def test_beir_missing_id(tmp_path):
 
 
 # ---- shared pieces -----------------------------------------------------------------------------------
+
 
 def test_ctx_pid_is_content_derived():
     assert ctx_pid("T", "text") == ctx_pid("T", "text")

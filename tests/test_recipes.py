@@ -1,6 +1,7 @@
 """Training recipes (pipeline.core.recipes): a dataset's settings are the top-level sections with its
 recipe merged in; the workflow plans each dataset's jobs with its own; models and metrics.json
 record the recipe in force."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,7 @@ import pytest
 import yaml
 
 from pipeline.core.config import ConfigError, load_config
-from pipeline.core.recipes import (dataset_config, dataset_configs, dataset_recipe, recipe_chain,
-                                   recipe_record)
+from pipeline.core.recipes import dataset_config, dataset_configs, dataset_recipe, recipe_chain, recipe_record
 from pipeline.core.settings import TrainSettings, to_flags
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,6 +26,7 @@ def config() -> dict:
 
 
 # ---- resolution ----------------------------------------------------------------------------------
+
 
 def test_chain_is_root_first_and_refuses_unknown_names_and_cycles():
     recipes = {"a": {}, "b": {"extends": "a"}, "c": {"extends": "b"}}
@@ -40,15 +41,24 @@ def test_chain_is_root_first_and_refuses_unknown_names_and_cycles():
 
 def test_default_config_declares_paper_recipes_on_the_paper_datasets(config):
     assert {d: dataset_recipe(config, d) for d in config["datasets"]} == {
-        "synthkb": "demo", "nq": "paper", "tq": "paper_tq", "msmarco": "paper_msmarco", "squad": "demo"}
+        "synthkb": "demo",
+        "nq": "paper",
+        "tq": "paper_tq",
+        "msmarco": "paper_msmarco",
+        "squad": "demo",
+    }
     configs = dataset_configs(config)
     assert configs["synthkb"] is config and configs["squad"] is config  # demo: the top level as it is
     nq = configs["nq"]
     # reference.md sections 1-2: DPR 40 epochs at batch 128 on BERT-base towers, CCR lr 1e-7 for one epoch
     assert (nq["dpr"]["epochs"], nq["dpr"]["batch_size"], nq["dpr"]["max_steps"]) == (40, 128, 0)
     assert (nq["model"]["base"], nq["model"]["shared_towers"]) == ("bert-base-uncased", False)
-    assert (nq["ccr"]["lr"], nq["ccr"]["epochs"], nq["ccr"]["hard_negatives"], nq["ccr"]["temperature"]) == \
-        (1e-7, 1, 5, 1.0)
+    assert (nq["ccr"]["lr"], nq["ccr"]["epochs"], nq["ccr"]["hard_negatives"], nq["ccr"]["temperature"]) == (
+        1e-7,
+        1,
+        5,
+        1.0,
+    )
     assert (nq["ar2"]["negatives"], nq["ar2"]["top_k"], nq["ar2"]["simans"]["b"]) == (15, 100, -1.0)
     # what the recipe leaves alone comes from the top level (the contract's other fields)
     assert nq["dpr"]["grad_accum"] == config["dpr"]["grad_accum"]
@@ -105,6 +115,7 @@ def test_record_names_the_recipe_its_chain_and_the_settings_in_force(config):
 
 # ---- the plan: paper-scale NQ and the unchanged demo from one config --------------------------------
 
+
 def _jobs(output: str) -> dict[tuple[str, str], dict]:
     """(rule, dataset) -> {'shell': ..., 'resources': ...} of a dry run printed with -p."""
     jobs = {}
@@ -115,15 +126,31 @@ def _jobs(output: str) -> dict[tuple[str, str], dict]:
             resources = re.search(r"^\s+resources: (.*)$", block, flags=re.MULTILINE)
             threads = re.search(r"^\s+threads: (\d+)$", block, flags=re.MULTILINE)
             jobs[(rule.group(1), dataset.group(1))] = {
-                "shell": block, "resources": resources.group(1) if resources else "",
-                "threads": int(threads.group(1)) if threads else 1}
+                "shell": block,
+                "resources": resources.group(1) if resources else "",
+                "threads": int(threads.group(1)) if threads else 1,
+            }
     return jobs
 
 
 def _dry_run(workdir: Path, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--snakefile", str(REPO / "Snakefile"),
-                           "--directory", str(workdir), *args],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-p",
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(workdir),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 
@@ -152,18 +179,40 @@ def test_one_plan_trains_nq_at_paper_scale_and_the_demo_as_before(tmp_path, conf
 def test_the_users_slurm_command_plans_paper_dpr_on_gpus(tmp_path):
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["executor"] == "slurm"
-    out = _dry_run(tmp_path, "--cores", "32", "--profile", str(REPO / "profiles" / "slurm"), "results/nq/metrics.json")
+    out = _dry_run(
+        tmp_path, "--cores", "32", "--profile", str(REPO / "profiles" / "slurm"), "results/nq/metrics.json"
+    )
     dpr = _jobs(out)[("train_dpr", "nq")]
-    assert "--epochs 40" in dpr["shell"] and "--batch-size 128" in dpr["shell"] and "--max-steps 0" in dpr["shell"]
+    assert (
+        "--epochs 40" in dpr["shell"]
+        and "--batch-size 128" in dpr["shell"]
+        and "--max-steps 0" in dpr["shell"]
+    )
     assert re.search(r"\bgpu=4\b", dpr["resources"]) and re.search(r"\bgpus=4\b", dpr["resources"])
 
 
 # ---- what the recipe leaves behind -------------------------------------------------------------------
 
+
 def test_model_folder_records_the_recipe(tmp_path):
     out = tmp_path / "zeroshot"
-    subprocess.run([sys.executable, "-m", "pipeline.training.train_dense", "--init-only", "--base", "minilm",
-                    "--recipe", "paper", "--out", str(out)], check=True, cwd=REPO, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.training.train_dense",
+            "--init-only",
+            "--base",
+            "minilm",
+            "--recipe",
+            "paper",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
     assert json.loads((out / "recipe.json").read_text()) == {"recipe": "paper", "trained": False}
     assert (out / "retriever.json").exists()
 
@@ -172,9 +221,27 @@ def test_gather_keeps_the_recipe_in_metrics_json(tmp_path, config):
     from pipeline.evaluation.gather import main
 
     metrics = tmp_path / "bm25.json"
-    metrics.write_text(json.dumps({"dataset": "synthkb", "method": "bm25", "split": "test", "n_queries": 3,
-                                   "metrics": {"R@1": 0.5}}))
+    metrics.write_text(
+        json.dumps(
+            {"dataset": "synthkb", "method": "bm25", "split": "test", "n_queries": 3, "metrics": {"R@1": 0.5}}
+        )
+    )
     record = recipe_record(config, "synthkb")
-    assert main(["--dataset", "synthkb", "--inputs", str(metrics), "--out-json", str(tmp_path / "m.json"),
-                 "--out-md", str(tmp_path / "m.md"), "--recipe", json.dumps(record)]) == 0
+    assert (
+        main(
+            [
+                "--dataset",
+                "synthkb",
+                "--inputs",
+                str(metrics),
+                "--out-json",
+                str(tmp_path / "m.json"),
+                "--out-md",
+                str(tmp_path / "m.md"),
+                "--recipe",
+                json.dumps(record),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "m.json").read_text())["recipe"] == record

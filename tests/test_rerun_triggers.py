@@ -19,6 +19,7 @@ SETTINGS has one entry per setting: the leaves of the config contracts (pipeline
 the top-level keys and the per-dataset keys of the schema. A setting added there and not here fails
 test_every_setting_is_in_the_table.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,38 +45,80 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 # from an archive (download_archive, download, prepare_dataset).
 BASE = {
     "seeds": [0, 1],
-    "methods": ["bm25", "zeroshot", "dpr", "dpr_ccr", "dpr_sieve", "dpr_rank_window", "ar2", "ar2_sieve",
-                "hybrid_rrf_zeroshot", "hybrid_wsum_zeroshot", "hybrid_rrf_dpr", "hybrid_wsum_dpr",
-                "dpr_mined_dpr"],
-    "datasets": {"toy": {"format": "squad", "source": {"url": "https://example.org/toy.tar.gz",
-                                                       "member": "dev.json"},
-                         "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0},
-                         "recipe": "toy_recipe"}},
+    "methods": [
+        "bm25",
+        "zeroshot",
+        "dpr",
+        "dpr_ccr",
+        "dpr_sieve",
+        "dpr_rank_window",
+        "ar2",
+        "ar2_sieve",
+        "hybrid_rrf_zeroshot",
+        "hybrid_wsum_zeroshot",
+        "hybrid_rrf_dpr",
+        "hybrid_wsum_dpr",
+        "dpr_mined_dpr",
+    ],
+    "datasets": {
+        "toy": {
+            "format": "squad",
+            "source": {"url": "https://example.org/toy.tar.gz", "member": "dev.json"},
+            "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0},
+            "recipe": "toy_recipe",
+        }
+    },
     # toy trains under a recipe of its own; `other` is one synthkb can switch to
     "recipes": {"toy_recipe": {"bm25": {"k1": 1.0}}, "other": {"dpr": {"lr": 1e-4}}},
     "sieve": {"betas": [0.5]},
     "ar2": {"rounds": 1, "seeds": [0], "sieve_init": "current"},
     # dpr_rank_window stands in for the oracle (dpr_oracle would build the oracle filter that the
     # sieve.filters entry below adds)
-    "sweep": {"datasets": ["synthkb"], "methods": ["dpr", "dpr_sieve", "dpr_rank_window"],
-              "oracle": "dpr_rank_window"},
+    "sweep": {
+        "datasets": ["synthkb"],
+        "methods": ["dpr", "dpr_sieve", "dpr_rank_window"],
+        "oracle": "dpr_rank_window",
+    },
 }
-TARGETS = ["results/sweeps/noise.json", "results/synthkb/metrics.json", "results/synthkb/sieve/comparison.md", "results/synthkb/sieve/tradeoff.json",
-           "results/synthkb/figures/figure1_nce_loss.png", "results/synthkb/figures/ar2_learning_curve.png",
-           "results/toy/bm25/metrics.json"]
+TARGETS = [
+    "results/sweeps/noise.json",
+    "results/synthkb/metrics.json",
+    "results/synthkb/sieve/comparison.md",
+    "results/synthkb/sieve/tradeoff.json",
+    "results/synthkb/figures/figure1_nce_loss.png",
+    "results/synthkb/figures/ar2_learning_curve.png",
+    "results/toy/bm25/metrics.json",
+]
 # A negatives file the user supplies (the target of sieve.source below).
 USER_NEGATIVES = "results/synthkb/negatives/custom.parquet"
 
-DPR = ("train_dpr", "train_dpr_seed", "train_dpr_filtered", "train_dpr_filtered_seed", "train_dpr_mined",
-       "train_dpr_mined_seed")
+DPR = (
+    "train_dpr",
+    "train_dpr_seed",
+    "train_dpr_filtered",
+    "train_dpr_filtered_seed",
+    "train_dpr_mined",
+    "train_dpr_mined_seed",
+)
 CCR = ("train_ccr", "train_ccr_seed")
-RETRIEVERS = ("init_zeroshot", *DPR, *CCR)       # every rule that builds a retriever from `model`
+RETRIEVERS = ("init_zeroshot", *DPR, *CCR)  # every rule that builds a retriever from `model`
 SEARCH = ("search_dense", "search_dense_seed")
 
 # setting -> (a changed value, the rules it must rerun[, rules it must not schedule at all])
 SETTINGS: dict[str, tuple] = {
-    "seed": (1, (*DPR, *CCR, "build_index", "sieve_candidates", "sieve_negatives",
-                 "filter_candidates", "train_cross_encoder"), ("init_zeroshot", "index_bm25")),
+    "seed": (
+        1,
+        (
+            *DPR,
+            *CCR,
+            "build_index",
+            "sieve_candidates",
+            "sieve_negatives",
+            "filter_candidates",
+            "train_cross_encoder",
+        ),
+        ("init_zeroshot", "index_bm25"),
+    ),
     "seeds": ([0, 2], ("dense_seeds", "train_dpr_seed")),
     "methods": ([*BASE["methods"], "dpr_none"], ("gather_metrics", "train_dpr_filtered")),
     "datasets.synthkb.entities": (321, ("generate_synthkb",), ("prepare_dataset",)),
@@ -85,19 +128,37 @@ SETTINGS: dict[str, tuple] = {
     "datasets.synthkb.fn_paraphrase": (0.5, ("generate_synthkb",)),
     "datasets.synthkb.split": ({"by": "entity", "dev": 0.2, "test": 0.2, "seed": 0}, ("generate_synthkb",)),
     "datasets.synthkb.eval_split": ("train", ("evaluate",), ("generate_synthkb",)),
-    "datasets.toy.source": ({"url": "https://example.org/v2/toy.tar.gz", "member": "train.json"},
-                            ("download_archive", "download")),
+    "datasets.toy.source": (
+        {"url": "https://example.org/v2/toy.tar.gz", "member": "train.json"},
+        ("download_archive", "download"),
+    ),
     "datasets.toy.split": ({"by": "article", "dev": 0.3, "test": 0.2, "seed": 0}, ("prepare_dataset",)),
     "datasets.toy.empty_positives": ("drop", ("prepare_dataset",)),
     "datasets.toy.eval_split": ("dev", ("evaluate",)),
     # A recipe's settings reach exactly the rules that read them, on the datasets that declare it.
-    "recipes": ({"toy_recipe": {"bm25": {"k1": 1.2}}, "other": {"dpr": {"lr": 1e-4}}}, ("index_bm25",),
-                ("generate_synthkb", "train_dpr", "gather_metrics")),
-    "datasets.synthkb.recipe": ("other", ("train_dpr", "train_dpr_seed", "train_dpr_filtered", "gather_metrics"),
-                                ("generate_synthkb", "index_bm25", "init_zeroshot")),
+    "recipes": (
+        {"toy_recipe": {"bm25": {"k1": 1.2}}, "other": {"dpr": {"lr": 1e-4}}},
+        ("index_bm25",),
+        ("generate_synthkb", "train_dpr", "gather_metrics"),
+    ),
+    "datasets.synthkb.recipe": (
+        "other",
+        ("train_dpr", "train_dpr_seed", "train_dpr_filtered", "gather_metrics"),
+        ("generate_synthkb", "index_bm25", "init_zeroshot"),
+    ),
     "datasets.toy.recipe": ("demo", ("index_bm25",), ("prepare_dataset",)),
-    "eval.split": ("train", ("evaluate", "export_trec")),   # dev is hybrid.select_split: refused
-    "eval.match": ("regex", ("mine_bm25_negatives", "mine_dense_negatives", "fuse_weighted", "evaluate", "sieve_candidates", "ar2_round")),
+    "eval.split": ("train", ("evaluate", "export_trec")),  # dev is hybrid.select_split: refused
+    "eval.match": (
+        "regex",
+        (
+            "mine_bm25_negatives",
+            "mine_dense_negatives",
+            "fuse_weighted",
+            "evaluate",
+            "sieve_candidates",
+            "ar2_round",
+        ),
+    ),
     "eval.ks": ([1, 5, 10], ("evaluate", "ar2_round")),
     "eval.depth": (50, ("retrieve_bm25", *SEARCH, "ar2_search", "ar2_round")),
     "eval.trec_export": (False, ("gather_metrics",)),
@@ -106,8 +167,11 @@ SETTINGS: dict[str, tuple] = {
     "bm25.b": (0.7, ("index_bm25",)),
     "bm25.stemmer": (None, ("index_bm25",)),
     "bm25.stopwords": (None, ("index_bm25",)),
-    "bm25.negatives": (50, ("mine_bm25_negatives", "search_for_mining", "mine_dense_negatives"),
-                       ("index_bm25", "retrieve_bm25")),
+    "bm25.negatives": (
+        50,
+        ("mine_bm25_negatives", "search_for_mining", "mine_dense_negatives"),
+        ("index_bm25", "retrieve_bm25"),
+    ),
     "bm25.exclude_answer_match": (True, ("mine_bm25_negatives", "search_for_mining", "mine_dense_negatives")),
     "model.base": ("other-encoder", ("init_zeroshot", *DPR)),
     "model.pooling": ("cls", RETRIEVERS),
@@ -116,8 +180,18 @@ SETTINGS: dict[str, tuple] = {
     "model.shared_towers": (False, RETRIEVERS),
     "model.query_max_len": (48, RETRIEVERS),
     "model.passage_max_len": (96, RETRIEVERS),
-    "dpr.lr": (1e-4, DPR, ("generate_synthkb", "index_bm25", "mine_bm25_negatives", "init_zeroshot",
-                           "sieve_candidates", "train_cross_encoder")),
+    "dpr.lr": (
+        1e-4,
+        DPR,
+        (
+            "generate_synthkb",
+            "index_bm25",
+            "mine_bm25_negatives",
+            "init_zeroshot",
+            "sieve_candidates",
+            "train_cross_encoder",
+        ),
+    ),
     "dpr.epochs": (2, DPR),
     "dpr.batch_size": (8, DPR),
     "dpr.grad_accum": (2, DPR),
@@ -133,8 +207,11 @@ SETTINGS: dict[str, tuple] = {
     "dpr.drop_queries_without_positive": (True, DPR),
     "dpr.train_layers": (2, DPR),
     "dpr.skip": (True, ("train_dpr", "train_dpr_seed")),
-    "ccr.beta": (0.7, (*CCR, "sieve_negatives", "ar2_round"), ("train_dpr", "mine_bm25_negatives",
-                                                                "sieve_candidates")),
+    "ccr.beta": (
+        0.7,
+        (*CCR, "sieve_negatives", "ar2_round"),
+        ("train_dpr", "mine_bm25_negatives", "sieve_candidates"),
+    ),
     "ccr.scale": ("released_code", (*CCR, "ar2_round")),
     "ccr.f_beta": (0.1, (*CCR, "ar2_round")),
     "ccr.temperature": (0.5, (*CCR, "ar2_round")),
@@ -159,8 +236,11 @@ SETTINGS: dict[str, tuple] = {
     "encode.amp": (False, ("encode_corpus", *SEARCH)),
     # The index ranks the train queries for dense mining, so a DPR trained on mined negatives
     # (dpr_mined_dpr) is retrained and re-encoded; the models the index cannot affect are not.
-    "index.factory": ("HNSW32", ("build_index",),
-                      ("init_zeroshot", "train_dpr", "train_ccr", "train_dpr_filtered")),
+    "index.factory": (
+        "HNSW32",
+        ("build_index",),
+        ("init_zeroshot", "train_dpr", "train_ccr", "train_dpr_filtered"),
+    ),
     "index.shards": (2, ("build_index",)),
     "index.train_size": (5000, ("build_index",)),
     "search.backend": ("torch", SEARCH),
@@ -179,8 +259,11 @@ SETTINGS: dict[str, tuple] = {
     "hybrid.select_split": ("train", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
     "hybrid.select_metric": ("R@1", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
     "sieve.source": ("custom", ("sieve_candidates", "train_cross_encoder")),
-    "sieve.candidates": (20, ("sieve_candidates", "ar2_round"), ("train_dpr", "train_ccr", "index_bm25",
-                                                                 "mine_bm25_negatives")),
+    "sieve.candidates": (
+        20,
+        ("sieve_candidates", "ar2_round"),
+        ("train_dpr", "train_ccr", "index_bm25", "mine_bm25_negatives"),
+    ),
     "sieve.pool": (50, ("sieve_candidates", "ar2_round")),
     "sieve.max_queries": (5, ("sieve_candidates",)),
     "sieve.injection.fraction": (0.5, ("sieve_candidates",)),
@@ -191,8 +274,10 @@ SETTINGS: dict[str, tuple] = {
     "sieve.betas": ([0.1, 0.5], ("train_ccr", "sieve_negatives", "sieve_figures", "sieve_tradeoff")),
     "sieve.in_batch": (10, ("sieve_negatives",)),
     "sieve.figure_queries": (None, ("sieve_negatives",)),
-    "sieve.filters": ([*defaults(SECTIONS["sieve"])["filters"], "oracle"],
-                      ("filter_candidates", "sieve_report", "sieve_comparison")),
+    "sieve.filters": (
+        [*defaults(SECTIONS["sieve"])["filters"], "oracle"],
+        ("filter_candidates", "sieve_report", "sieve_comparison"),
+    ),
     "sieve.rank_window.start": (5, ("filter_candidates",)),
     "sieve.positive_aware.mode": ("absolute", ("filter_candidates",)),
     "sieve.positive_aware.margin": (0.9, ("filter_candidates",)),
@@ -207,15 +292,39 @@ SETTINGS: dict[str, tuple] = {
     "ar2.seeds": ([0, 1], ("ar2_round", "ar2_seeds")),
     "ar2.select_metric": ("R@1", ("ar2_select",), ("ar2_round",)),
     "ar2.sieve_init": ("initial", ("ar2_round",)),
-    **{f"ar2.{key}": (value, ("ar2_round",)) for key, value in {
-        "top_k": 20, "exclude_answer_match": True, "negatives": 2, "batch_size": 2,
-        "ranker_warmup_steps": 4, "ranker_warmup_lr": 1e-5, "ranker_steps": 2, "retriever_steps": 4,
-        "retriever_lr": 2e-5, "ranker_lr": 1e-5, "weight_decay": 0.01, "warmup_ratio": 0.2,
-        "max_grad_norm": 1.0, "adv_lambda": 0.5, "distill_temperature": 2.0, "simans.a": 1.0,
-        "simans.b": 0.1, "simans.form": "abs", "ranker.base": "other-encoder", "ranker.max_len": 64,
-        "similarity": "dot", "temperature": 0.1, "passage_max_len": 64, "checkpoint_every": 5,
-        "keep_checkpoints": True, "precision": "fp32", "encode_batch_size": 32,
-        "ranker_init": "cross_encoder"}.items()},
+    **{
+        f"ar2.{key}": (value, ("ar2_round",))
+        for key, value in {
+            "top_k": 20,
+            "exclude_answer_match": True,
+            "negatives": 2,
+            "batch_size": 2,
+            "ranker_warmup_steps": 4,
+            "ranker_warmup_lr": 1e-5,
+            "ranker_steps": 2,
+            "retriever_steps": 4,
+            "retriever_lr": 2e-5,
+            "ranker_lr": 1e-5,
+            "weight_decay": 0.01,
+            "warmup_ratio": 0.2,
+            "max_grad_norm": 1.0,
+            "adv_lambda": 0.5,
+            "distill_temperature": 2.0,
+            "simans.a": 1.0,
+            "simans.b": 0.1,
+            "simans.form": "abs",
+            "ranker.base": "other-encoder",
+            "ranker.max_len": 64,
+            "similarity": "dot",
+            "temperature": 0.1,
+            "passage_max_len": 64,
+            "checkpoint_every": 5,
+            "keep_checkpoints": True,
+            "precision": "fp32",
+            "encode_batch_size": 32,
+            "ranker_init": "cross_encoder",
+        }.items()
+    },
 }
 # What a job reserves, in every section that has them: changing it must rerun nothing.
 RESOURCES = {"threads": 3, "mem_mb": 1234, "gpus": 1}
@@ -288,27 +397,34 @@ class Plan:
 
     def __init__(self, workdir: Path, overlay: Path, forceall: bool = False):
         from snakemake.api import SnakemakeApi
-        from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings,
-                                              ResourceSettings)
+        from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
         cwd = os.getcwd()
         try:
             with SnakemakeApi(OutputSettings()) as api:
-                workflow_api = api.workflow(resource_settings=ResourceSettings(cores=2),
-                                            config_settings=ConfigSettings(configfiles=[overlay]),
-                                            snakefile=REPO / "Snakefile", workdir=workdir)
+                workflow_api = api.workflow(
+                    resource_settings=ResourceSettings(cores=2),
+                    config_settings=ConfigSettings(configfiles=[overlay]),
+                    snakefile=REPO / "Snakefile",
+                    workdir=workdir,
+                )
                 workflow_api.dag(dag_settings=DAGSettings(targets=set(TARGETS)))
                 workflow = workflow_api._workflow
-                workflow._prepare_dag(forceall=forceall, ignore_incomplete=True, lock_warn_only=True,
-                                      nolock=True)
+                workflow._prepare_dag(
+                    forceall=forceall, ignore_incomplete=True, lock_warn_only=True, nolock=True
+                )
                 workflow._build_dag()
                 dag, records = workflow.dag, workflow.persistence
                 self.jobs, needrun = list(dag.jobs), list(dag.needrun_jobs())
                 self.scheduled = [(job.rule.name, str(dag.reason(job))) for job in needrun]
-                self.own = {job.rule.name for job in self.jobs
-                            if (job in needrun and dag.reason(job).missing_output)
-                            or records.params_changed(job) or any(records.code_changed(job))
-                            or any(records.input_changed(job))}
+                self.own = {
+                    job.rule.name
+                    for job in self.jobs
+                    if (job in needrun and dag.reason(job).missing_output)
+                    or records.params_changed(job)
+                    or any(records.code_changed(job))
+                    or any(records.input_changed(job))
+                }
         finally:
             os.chdir(cwd)
 
@@ -318,8 +434,18 @@ class Plan:
 
 def snakemake_cli(workdir: Path, *args: str, overlay: Path) -> str:
     # Targets go before --configfile: Snakemake 9 reads every later argument as another config file.
-    cmd = [str(SNAKEMAKE), *args, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--cores", "2", "--configfile", str(overlay)]
+    cmd = [
+        str(SNAKEMAKE),
+        *args,
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        "--configfile",
+        str(overlay),
+    ]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     proc = subprocess.run(cmd, check=False, cwd=workdir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -347,9 +473,14 @@ def workspace(tmp_path_factory) -> tuple[Path, set[str]]:
 
 # ---- the table covers every setting and every rule -------------------------------------------------
 
+
 def test_every_setting_is_in_the_table():
-    resources = {f"{section}.{name}" for section, cls in SECTIONS.items() for name in RESOURCES
-                 if name in defaults(cls)}
+    resources = {
+        f"{section}.{name}"
+        for section, cls in SECTIONS.items()
+        for name in RESOURCES
+        if name in defaults(cls)
+    }
     covered = set(SETTINGS) | resources | set(NOT_CHANGED)
     assert sorted(every_setting() - covered) == [], "settings without an entry in SETTINGS"
     assert sorted(covered - every_setting()) == [], "entries that are no setting"
@@ -363,8 +494,9 @@ def test_the_workspace_holds_every_rule_and_the_table_every_rule_with_settings(w
     cwd = os.getcwd()
     try:
         with SnakemakeApi(OutputSettings()) as api:
-            workflow = api.workflow(resource_settings=ResourceSettings(), snakefile=REPO / "Snakefile",
-                                    workdir=workdir)._workflow
+            workflow = api.workflow(
+                resource_settings=ResourceSettings(), snakefile=REPO / "Snakefile", workdir=workdir
+            )._workflow
             defined = {rule.name for rule in workflow.rules} - {"all"}
     finally:
         os.chdir(cwd)
@@ -374,6 +506,7 @@ def test_the_workspace_holds_every_rule_and_the_table_every_rule_with_settings(w
 
 
 # ---- each setting reruns its rules -----------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def base_config(workspace) -> dict:
@@ -399,8 +532,7 @@ def test_a_changed_setting_reruns_its_rules(workspace, base_config, setting):
 def test_a_trained_ranker_start_records_no_ar2_ranker():
     """ranker_init: cross_encoder takes round 1's ranker from models/cross_encoder: ar2.ranker builds
     nothing, so it is not part of a round's recorded settings (a change of it reruns no round)."""
-    from pipeline.core.settings import ar2_recorded_settings
-    from pipeline.core.settings import Ar2Settings
+    from pipeline.core.settings import Ar2Settings, ar2_recorded_settings
 
     ar2 = defaults(Ar2Settings)
     assert ar2["ranker_init"] == "base" and "ranker" in ar2_recorded_settings(ar2)
@@ -422,6 +554,7 @@ def test_resources_rerun_nothing(workspace):
 
 # ---- the issue's scenarios through the command line ------------------------------------------------
 
+
 def _reasons(output: str) -> dict[str, list[str]]:
     """rule -> the reason lines of its jobs in a dry run's output."""
     out: dict[str, list[str]] = {}
@@ -433,10 +566,13 @@ def _reasons(output: str) -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.parametrize("change, rule, untouched", [
-    ({"dpr": {"lr": 1e-4}}, "train_dpr", "mine_bm25_negatives"),
-    ({"sieve": {"candidates": 20, "pool": 50}}, "sieve_candidates", "train_dpr"),
-])
+@pytest.mark.parametrize(
+    "change, rule, untouched",
+    [
+        ({"dpr": {"lr": 1e-4}}, "train_dpr", "mine_bm25_negatives"),
+        ({"sieve": {"candidates": 20, "pool": 50}}, "sieve_candidates", "train_dpr"),
+    ],
+)
 def test_snakemake_dry_run_reruns_the_changed_rule(workspace, change, rule, untouched):
     workdir, _ = workspace
     config = BASE

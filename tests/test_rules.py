@@ -4,6 +4,7 @@ and a conda environment on every rule that runs Python.
 The workflow is loaded once through Snakemake's API (default config.yaml), so these tests call the
 functions the rules call, not copies of them.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,11 @@ def workflow(tmp_path_factory):
     from snakemake.settings.types import OutputSettings, ResourceSettings
 
     with SnakemakeApi(OutputSettings()) as api:
-        workflow_api = api.workflow(resource_settings=ResourceSettings(), snakefile=REPO / "Snakefile",
-                                    workdir=tmp_path_factory.mktemp("workdir"))
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(),
+            snakefile=REPO / "Snakefile",
+            workdir=tmp_path_factory.mktemp("workdir"),
+        )
         loaded = workflow_api._workflow
         yield loaded
         del workflow_api  # back to the previous working directory
@@ -38,11 +42,26 @@ def g(workflow):
 
 # ---- the β tag -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("beta, tag", [
-    (0, "0"), (0.0, "0"), (0.5, "0.5"), (0.05, "0.05"), (0.1, "0.1"), (1, "1"), (2.0, "2"),
-    (1e-4, "0.0001"), (1e-5, "0.00001"), (1e-7, "0.0000001"), (1.5e-5, "0.000015"),
-    (0.1234567, "0.1234567"), (1e6, "1000000"), ("0.5", "0.5"),
-])
+
+@pytest.mark.parametrize(
+    "beta, tag",
+    [
+        (0, "0"),
+        (0.0, "0"),
+        (0.5, "0.5"),
+        (0.05, "0.05"),
+        (0.1, "0.1"),
+        (1, "1"),
+        (2.0, "2"),
+        (1e-4, "0.0001"),
+        (1e-5, "0.00001"),
+        (1e-7, "0.0000001"),
+        (1.5e-5, "0.000015"),
+        (0.1234567, "0.1234567"),
+        (1e6, "1000000"),
+        ("0.5", "0.5"),
+    ],
+)
 def test_beta_tag(g, beta, tag):
     assert g.beta_tag(beta) == tag
 
@@ -57,29 +76,43 @@ def test_beta_tag_reads_back_as_the_same_beta_and_fits_the_wildcard(g, beta):
 
 # ---- path functions --------------------------------------------------------------------------------
 
+
 def test_path_functions_give_the_rules_patterns(g):
     assert g.corpus("{dataset}") == "resources/{dataset}/corpus.parquet"
     assert g.queries("{dataset}", "{split}") == "resources/{dataset}/queries.{split}.parquet"
     assert g.qrels("{dataset}", "train") == "resources/{dataset}/qrels.train.parquet"
     assert g.qrels_all("{dataset}", "{split}") == "resources/{dataset}/qrels_all.{split}.parquet"
     assert g.run("{dataset}", "{method}", "{split}") == "results/{dataset}/{method}/run.{split}.parquet"
-    assert g.run("{dataset}", "{method}", "{split}", seed="{seed}") == \
-        "results/{dataset}/{method}/seed{seed}/run.{split}.parquet"
-    assert g.retriever("{dataset}", g.ccr_model("{beta}")) == \
-        "results/{dataset}/models/dpr_ccr_b{beta}/retriever.json"
-    assert g.embedding_shard("{dataset}", "{model}", "{shard}", 2, "npy") == \
-        "results/{dataset}/embeddings/{model}/shard{shard}of2.npy"
-    assert g.ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}") == \
-        "results/{dataset}/ar2/{variant}/seed{seed}/round{r}/round.json"
+    assert (
+        g.run("{dataset}", "{method}", "{split}", seed="{seed}")
+        == "results/{dataset}/{method}/seed{seed}/run.{split}.parquet"
+    )
+    assert (
+        g.retriever("{dataset}", g.ccr_model("{beta}"))
+        == "results/{dataset}/models/dpr_ccr_b{beta}/retriever.json"
+    )
+    assert (
+        g.embedding_shard("{dataset}", "{model}", "{shard}", 2, "npy")
+        == "results/{dataset}/embeddings/{model}/shard{shard}of2.npy"
+    )
+    assert (
+        g.ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}")
+        == "results/{dataset}/ar2/{variant}/seed{seed}/round{r}/round.json"
+    )
 
 
 def test_default_config_paths(g):
     """The locations the default config produces (the README and the docs name them)."""
     tags = [g.beta_tag(b) for b in (0, 0.05, 0.5)]
     assert [g.negatives("synthkb", g.sieve_name(t)) for t in tags] == [
-        "results/synthkb/negatives/sieve_b0.parquet", "results/synthkb/negatives/sieve_b0.05.parquet",
-        "results/synthkb/negatives/sieve_b0.5.parquet"]
-    assert g.model_dir("synthkb", g.dense_method_models("synthkb")["dpr_ccr"]) == "results/synthkb/models/dpr_ccr_b0.5"
+        "results/synthkb/negatives/sieve_b0.parquet",
+        "results/synthkb/negatives/sieve_b0.05.parquet",
+        "results/synthkb/negatives/sieve_b0.5.parquet",
+    ]
+    assert (
+        g.model_dir("synthkb", g.dense_method_models("synthkb")["dpr_ccr"])
+        == "results/synthkb/models/dpr_ccr_b0.5"
+    )
     assert g.negatives("synthkb", "bm25") == "results/synthkb/negatives/bm25.parquet"
     assert g.dataset_metrics("synthkb") == "results/synthkb/metrics.json"
 
@@ -94,8 +127,13 @@ def _code_lines(path: Path):
 def test_rule_files_leave_locations_to_the_path_functions():
     # logs/ and benchmarks/ are per rule; every other location is paths.smk's to write.
     typed = re.compile(r"""["'](resources|results|downloads)/""")
-    found = [f"{smk.name}:{n}: {code.strip()}" for smk in sorted(RULES.glob("*.smk"))
-             if smk.name != "paths.smk" for n, code in _code_lines(smk) if typed.search(code)]
+    found = [
+        f"{smk.name}:{n}: {code.strip()}"
+        for smk in sorted(RULES.glob("*.smk"))
+        if smk.name != "paths.smk"
+        for n, code in _code_lines(smk)
+        if typed.search(code)
+    ]
     assert not found, "typed-out paths:\n" + "\n".join(found)
 
 
@@ -111,6 +149,7 @@ def test_no_helper_is_defined_twice():
 
 
 # ---- conda environments ----------------------------------------------------------------------------
+
 
 def _runs_python(rule) -> bool:
     # `python -m pipeline.…`, or the training launcher's `$launch -m pipeline.…` (python or torchrun).
@@ -142,8 +181,13 @@ def test_gpu_capable_rules_follow_their_gpus(workflow):
     """Rules that can be given GPUs choose their env from the job; the others always run on CPU."""
     gpu_rules = {rule.name for rule in workflow.rules if "gpus" in rule.resources}
     trained = {"train_dpr", "train_dpr_filtered", "train_dpr_mined", "train_ccr", "search_dense"}
-    assert gpu_rules == trained | {f"{r}_seed" for r in trained} | {"encode_corpus", "build_index",
-                                                                    "ar2_round", "ar2_search", "search_for_mining"}
+    assert gpu_rules == trained | {f"{r}_seed" for r in trained} | {
+        "encode_corpus",
+        "build_index",
+        "ar2_round",
+        "ar2_search",
+        "search_for_mining",
+    }
     for rule in workflow.rules:
         if _runs_python(rule):
             assert callable(rule.conda_env) == (rule.name in gpu_rules), rule.name
@@ -151,13 +195,16 @@ def test_gpu_capable_rules_follow_their_gpus(workflow):
 
 def test_every_module_a_rule_runs_exists(workflow):
     # A renamed stage module fails only when its job runs; catch it at load time instead.
-    modules = {m for rule in workflow.rules for m in re.findall(r"\s-m\s+(pipeline(?:\.\w+)+)", rule.shellcmd or "")}
+    modules = {
+        m for rule in workflow.rules for m in re.findall(r"\s-m\s+(pipeline(?:\.\w+)+)", rule.shellcmd or "")
+    }
     assert len(modules) >= 15, modules
     missing = sorted(m for m in modules if not (REPO / (m.replace(".", "/") + ".py")).is_file())
     assert not missing, missing
 
 
 # ---- the DPR controls --------------------------------------------------------------------------------
+
 
 def test_dpr_controls_train_on_their_filters_negatives(g):
     models = g.dense_method_models("synthkb")
@@ -175,9 +222,22 @@ def test_oracle_on_a_dataset_without_exact_labels_fails_while_planning(tmp_path)
 
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("datasets:\n  mydata:\n    format: squad\n    source: data/dev.json\n")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "results/mydata/dpr_oracle/metrics.json",
-                           "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                           "--configfile", str(overlay)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "results/mydata/dpr_oracle/metrics.json",
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(overlay),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "exact false-negative labels" in proc.stdout + proc.stderr

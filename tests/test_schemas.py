@@ -1,4 +1,5 @@
 """pipeline.core.schemas is the one home of the Parquet schemas, and docs/architecture.md shows them."""
+
 from __future__ import annotations
 
 import ast
@@ -20,7 +21,8 @@ def test_document_tables_are_the_rendered_registry():
     for section in schemas.SECTIONS:
         assert sections[section] == schemas.render_tables(section), (
             f"docs/architecture.md's {section} table differs from pipeline/core/schemas.py; "
-            "run: python -m pipeline.core.schemas docs/architecture.md")
+            "run: python -m pipeline.core.schemas docs/architecture.md"
+        )
 
 
 def test_update_document_is_idempotent():
@@ -52,21 +54,31 @@ def _schema_definitions(path: Path) -> list[str]:
     """``pa.schema(...)`` calls and ``*_SCHEMA = ...`` assignments in one module."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "schema" and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "pa"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "schema"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "pa"
+        ):
             found.append(f"pa.schema(...) on line {node.lineno}")
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            found += [f"{t.id} on line {node.lineno}" for t in targets
-                      if isinstance(t, ast.Name) and t.id.endswith("_SCHEMA")]
+            found += [
+                f"{t.id} on line {node.lineno}"
+                for t in targets
+                if isinstance(t, ast.Name) and t.id.endswith("_SCHEMA")
+            ]
     return found
 
 
 def test_no_schema_is_defined_outside_schemas_module():
     home = PACKAGE / "core" / "schemas.py"
-    elsewhere = {str(p.relative_to(REPO)): found for p in sorted(PACKAGE.rglob("*.py"))
-                 if p != home and (found := _schema_definitions(p))}
+    elsewhere = {
+        str(p.relative_to(REPO)): found
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != home and (found := _schema_definitions(p))
+    }
     assert not elsewhere, f"schemas defined outside pipeline/core/schemas.py: {elsewhere}"
 
 

@@ -1,5 +1,6 @@
 """Seeds: mean and sample std over per-seed evaluations (AR2 with info.json, others with --seeds),
 checks, and the gathered table."""
+
 from __future__ import annotations
 
 import json
@@ -7,19 +8,28 @@ import math
 
 import pytest
 
-from pipeline.evaluation.gather import gather, html_table, markdown_table
 from pipeline.core.storage import DataError
+from pipeline.evaluation.gather import gather, html_table, markdown_table
 from pipeline.evaluation.seed_metrics import aggregate_seeds, main
 
 
 def _metrics(method: str, r1: float, r5: float, n: int = 10) -> dict:
-    return {"dataset": "d", "method": method, "split": "test", "n_queries": n,
-            "metrics": {"R@1": r1, "R@5": r5}}
+    return {
+        "dataset": "d",
+        "method": method,
+        "split": "test",
+        "n_queries": n,
+        "metrics": {"R@1": r1, "R@5": r5},
+    }
 
 
 def _info(seed: int, rnd: int = 1) -> dict:
-    return {"seed": seed, "selected_round": rnd, "steps": {"ranker": 4, "retriever": 8, "total": 12},
-            "wall_time_s": 10.0}
+    return {
+        "seed": seed,
+        "selected_round": rnd,
+        "steps": {"ranker": 4, "retriever": 8, "total": 12},
+        "wall_time_s": 10.0,
+    }
 
 
 def test_aggregate_three_seeds():
@@ -42,8 +52,9 @@ def test_single_seed_has_no_std():
 
 def test_mismatched_seeds_are_refused():
     with pytest.raises(DataError, match="n_queries"):
-        aggregate_seeds([_metrics("ar2", 0.4, 0.8), _metrics("ar2", 0.4, 0.8, n=9)],
-                        [_info(0), _info(1)], ["a", "b"])
+        aggregate_seeds(
+            [_metrics("ar2", 0.4, 0.8), _metrics("ar2", 0.4, 0.8, n=9)], [_info(0), _info(1)], ["a", "b"]
+        )
     with pytest.raises(DataError, match="duplicate seeds"):
         aggregate_seeds([_metrics("ar2", 0.4, 0.8)] * 2, [_info(0), _info(0)], ["a", "b"])
     with pytest.raises(DataError, match="one info.json per"):
@@ -81,10 +92,28 @@ def test_info_without_seed_names_the_file(tmp_path):
 
 def test_ar2_layout_is_unchanged():
     """The AR2 file's keys and order, as ar2_seeds has always written them."""
-    out = aggregate_seeds([{**_metrics("ar2", 0.4, 0.8), "depth": 100, "notes": "one run"},
-                           {**_metrics("ar2", 0.6, 0.8), "depth": 100}], [_info(0), _info(1)], ["a", "b"])
-    assert list(out) == ["dataset", "method", "split", "n_queries", "depth", "seeds", "metrics", "steps",
-                         "wall_time_s", "per_seed", "metrics_std", "notes"]
+    out = aggregate_seeds(
+        [
+            {**_metrics("ar2", 0.4, 0.8), "depth": 100, "notes": "one run"},
+            {**_metrics("ar2", 0.6, 0.8), "depth": 100},
+        ],
+        [_info(0), _info(1)],
+        ["a", "b"],
+    )
+    assert list(out) == [
+        "dataset",
+        "method",
+        "split",
+        "n_queries",
+        "depth",
+        "seeds",
+        "metrics",
+        "steps",
+        "wall_time_s",
+        "per_seed",
+        "metrics_std",
+        "notes",
+    ]
     assert list(out["per_seed"][0]) == ["seed", "metrics", "selected_round", "steps", "wall_time_s"]
     assert out["notes"] == "mean over 2 seed(s) [0, 1]; 12 AR2 steps per seed"
 
@@ -99,12 +128,24 @@ def test_seeds_without_infos(tmp_path):
     out = tmp_path / "metrics.json"
     assert main(["--metrics", *paths, "--seeds", "3", "7", "5", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert list(data) == ["dataset", "method", "split", "n_queries", "depth", "seeds", "metrics", "per_seed",
-                          "metrics_std", "notes"]
+    assert list(data) == [
+        "dataset",
+        "method",
+        "split",
+        "n_queries",
+        "depth",
+        "seeds",
+        "metrics",
+        "per_seed",
+        "metrics_std",
+        "notes",
+    ]
     assert data["seeds"] == [3, 7, 5]
-    assert data["per_seed"] == [{"seed": 3, "metrics": {"R@1": 0.4, "R@5": 0.8}},
-                                {"seed": 7, "metrics": {"R@1": 0.5, "R@5": 0.8}},
-                                {"seed": 5, "metrics": {"R@1": 0.6, "R@5": 0.8}}]
+    assert data["per_seed"] == [
+        {"seed": 3, "metrics": {"R@1": 0.4, "R@5": 0.8}},
+        {"seed": 7, "metrics": {"R@1": 0.5, "R@5": 0.8}},
+        {"seed": 5, "metrics": {"R@1": 0.6, "R@5": 0.8}},
+    ]
     assert data["metrics"]["R@1"] == pytest.approx(0.5)
     assert data["metrics_std"]["R@1"] == pytest.approx(0.1)
     assert data["notes"] == "mean over 3 seed(s) [3, 7, 5]"

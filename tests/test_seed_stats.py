@@ -1,4 +1,5 @@
 """pipeline.evaluation.seed_stats: the t quantile (scipy) against printed tables, paired differences by hand."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,13 @@ from pipeline.evaluation.seed_stats import mean_std, paired_difference, t_quanti
 # Two-sided 95% critical values as printed in t tables (3 decimals) ...
 T_TABLE_95 = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 29: 2.045}
 # ... and to more digits (R: qt(0.975, df), qnorm(0.975)), to check more than the rounding.
-T_PRECISE_95 = {1: 12.7062047361747, 2: 4.30265272974946, 9: 2.26215716279820,
-                29: 2.04522964213270, math.inf: 1.95996398454005}
+T_PRECISE_95 = {
+    1: 12.7062047361747,
+    2: 4.30265272974946,
+    9: 2.26215716279820,
+    29: 2.04522964213270,
+    math.inf: 1.95996398454005,
+}
 
 
 @pytest.mark.parametrize("df,expected", sorted(T_TABLE_95.items()))

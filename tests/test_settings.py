@@ -1,5 +1,6 @@
 """One contract per config section (pipeline.core.settings): the schema, config.yaml, the defaults and
 the CLI flags all come from it."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,9 +12,22 @@ import pytest
 import yaml
 
 from pipeline.core.config import DEFAULT_CONFIG, REPO_ROOT, ConfigError, load_config, validate_config
-from pipeline.core.settings import (SECTIONS, TOP_LEVEL_DEFAULTS, CcrSettings, Contract, DprSettings, Objective,
-                                    TrainSettings, add_flags, apply_defaults, config_schema, defaults, from_dict,
-                                    section, to_flags)
+from pipeline.core.settings import (
+    SECTIONS,
+    TOP_LEVEL_DEFAULTS,
+    CcrSettings,
+    Contract,
+    DprSettings,
+    Objective,
+    TrainSettings,
+    add_flags,
+    apply_defaults,
+    config_schema,
+    defaults,
+    from_dict,
+    section,
+    to_flags,
+)
 from pipeline.training.loop import TrainConfig
 
 SCHEMA_FILE = REPO_ROOT / "workflow" / "schemas" / "config.schema.json"
@@ -22,14 +36,19 @@ SCHEMA_FILE = REPO_ROOT / "workflow" / "schemas" / "config.schema.json"
 def test_the_committed_schema_is_generated_from_the_contract():
     assert json.loads(SCHEMA_FILE.read_text()) == config_schema(), (
         "workflow/schemas/config.schema.json is stale: python -m pipeline.core.settings > "
-        "workflow/schemas/config.schema.json")
+        "workflow/schemas/config.schema.json"
+    )
 
 
 def test_config_yaml_and_every_overlay_validate_against_the_json_schema_too():
     # The schema is what editors and other tools read: it must accept what the contract accepts.
     validator = jsonschema.Draft202012Validator(config_schema())
-    for overlays in ([], ["config/overlays/squad/config.yaml"], ["config/overlays/sweep/noise.yaml"],
-                     ["config/overlays/sieve/config.yaml"]):
+    for overlays in (
+        [],
+        ["config/overlays/squad/config.yaml"],
+        ["config/overlays/sweep/noise.yaml"],
+        ["config/overlays/sieve/config.yaml"],
+    ):
         validator.validate(load_config([REPO_ROOT / o for o in overlays]))
 
 
@@ -50,6 +69,7 @@ def test_config_yaml_documents_every_setting(name):
             assert key in data, f"config.yaml: {where}.{key} is missing"
             if isinstance(field.annotation, type) and issubclass(field.annotation, Contract):
                 keys(field.annotation, data[key], f"{where}.{key}")
+
     keys(SECTIONS[name], given, name)
 
 
@@ -75,15 +95,18 @@ def test_a_section_that_is_not_a_mapping_is_still_reported():
         validate_config(config)
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("dpr.lr", float("nan"), r"'dpr\.lr': Input should be a finite number"),
-    ("ccr.beta", float("inf"), r"'ccr\.beta': Input should be a finite number"),
-    ("dpr.lr", "2e-5", r"'dpr\.lr': Input should be a valid number"),  # YAML 1.1 reads 2e-5 as text
-    ("dpr.epochs", 1.5, r"'dpr\.epochs': Input should be a valid integer"),
-    ("dpr.in_batch", 1, r"'dpr\.in_batch': Input should be a valid boolean"),
-    ("ar2.seeds", [1, 1], r"'ar2\.seeds': .*1 is listed twice"),
-    ("sieve.filters", ["sieve", "magic"], r"'sieve\.filters\.1'"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("dpr.lr", float("nan"), r"'dpr\.lr': Input should be a finite number"),
+        ("ccr.beta", float("inf"), r"'ccr\.beta': Input should be a finite number"),
+        ("dpr.lr", "2e-5", r"'dpr\.lr': Input should be a valid number"),  # YAML 1.1 reads 2e-5 as text
+        ("dpr.epochs", 1.5, r"'dpr\.epochs': Input should be a valid integer"),
+        ("dpr.in_batch", 1, r"'dpr\.in_batch': Input should be a valid boolean"),
+        ("ar2.seeds", [1, 1], r"'ar2\.seeds': .*1 is listed twice"),
+        ("sieve.filters", ["sieve", "magic"], r"'sieve\.filters\.1'"),
+    ],
+)
 def test_bad_values_are_named_with_their_key(key, value, message):
     config = load_config()
     *path, last = key.split(".")
@@ -122,15 +145,24 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-@pytest.mark.parametrize("values", [
-    defaults(CcrSettings),
-    {**defaults(DprSettings), "in_batch": False, "drop_queries_without_positive": True, "lr": 3e-4,
-     "train_layers": 2},
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        defaults(CcrSettings),
+        {
+            **defaults(DprSettings),
+            "in_batch": False,
+            "drop_queries_without_positive": True,
+            "lr": 3e-4,
+            "train_layers": 2,
+        },
+    ],
+)
 def test_flags_round_trip_through_the_parser(values):
     values = {**defaults(Objective), **values}
-    args = _parser().parse_args(shlex.split(to_flags(TrainSettings, values) + " "
-                                            + to_flags(Objective, values)))
+    args = _parser().parse_args(
+        shlex.split(to_flags(TrainSettings, values) + " " + to_flags(Objective, values))
+    )
     for name in (*TrainSettings.model_fields, *Objective.model_fields):
         assert getattr(args, name) == values[name], name
 

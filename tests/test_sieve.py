@@ -1,5 +1,6 @@
 """The passage sieve: the rule's equivalent forms, Lemma 1, fallback, determinism, candidates and labels,
 and the CLI end to end on a tiny random retriever."""
+
 from __future__ import annotations
 
 import math
@@ -12,10 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.sieve import candidates as fn_labels
-from pipeline.sieve import passage_sieve as sv
 from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA as NEGATIVES_SCHEMA
 from pipeline.core.storage import DataError
+from pipeline.sieve import candidates as fn_labels
+from pipeline.sieve import passage_sieve as sv
 from pipeline.sieve.data import read_negatives
 
 
@@ -28,13 +29,14 @@ def random_queries(seed: int, n: int = 200):
 
 # ---- the rule ----------------------------------------------------------------------------------
 
+
 def test_nce_losses_hand_computed():
     # s = [1, 0], tau = 1: l(p0) = log(1 + e^-1), l(p1) = log(e + 1)
     losses = sv.nce_losses(np.array([1.0, 0.0]), tau=1.0)
     assert losses == pytest.approx([math.log(1 + math.exp(-1)), math.log(math.e + 1)], abs=1e-12)
     q = sv.sieve_query(1.0, np.array([0.0]), tau=1.0)
     assert q.threshold == pytest.approx(0.5 * (losses[0] + losses[1]), abs=1e-12)
-    assert q.kept.tolist() == [True]          # the candidate's loss is above the mean
+    assert q.kept.tolist() == [True]  # the candidate's loss is above the mean
 
 
 @pytest.mark.parametrize("tau", [1.0, 0.05])
@@ -54,8 +56,10 @@ def test_rule_equals_cosine_below_mean_form_and_ignores_tau():
         expected = cands <= np.concatenate([[pos], cands]).mean()
         for tau in (1.0, 0.2, 0.05, 0.01):
             assert sv.sieve_query(pos, cands, tau=tau).kept.tolist() == expected.tolist()
-            assert sv.sieve_query(pos, cands, tau=tau, strict=True).kept.tolist() == \
-                (cands < np.concatenate([[pos], cands]).mean()).tolist()
+            assert (
+                sv.sieve_query(pos, cands, tau=tau, strict=True).kept.tolist()
+                == (cands < np.concatenate([[pos], cands]).mean()).tolist()
+            )
 
 
 def test_lemma1_confident_candidates_are_never_kept():
@@ -82,10 +86,10 @@ def test_grouped_equals_per_query():
         loss, pos_loss, thr, kept = sv.sieve_grouped(offsets, pos, cands, tau=0.05, strict=strict)
         for i, (p, c) in enumerate(queries):
             one = sv.sieve_query(p, c, tau=0.05, strict=strict)
-            np.testing.assert_allclose(loss[offsets[i]:offsets[i + 1]], one.losses, rtol=1e-12)
+            np.testing.assert_allclose(loss[offsets[i] : offsets[i + 1]], one.losses, rtol=1e-12)
             assert pos_loss[i] == pytest.approx(one.positive_loss, rel=1e-12)
             assert thr[i] == pytest.approx(one.threshold, rel=1e-12)
-            assert kept[offsets[i]:offsets[i + 1]].tolist() == one.kept.tolist()
+            assert kept[offsets[i] : offsets[i + 1]].tolist() == one.kept.tolist()
 
 
 def test_strict_differs_only_at_ties():
@@ -108,7 +112,7 @@ def test_fallback_keeps_one_seeded_candidate():
     again, _ = sv.apply_fallback(kept, offsets, ["a", "b"], seed=0)
     assert again.tolist() == kept1.tolist()
     picks = {int(np.argmax(sv.apply_fallback(kept, offsets, ["a", "b"], seed=s)[1][:3])) for s in range(20)}
-    assert len(picks) > 1   # the pick depends on the seed, not always the first row
+    assert len(picks) > 1  # the pick depends on the seed, not always the first row
     with pytest.raises(ValueError):
         sv.apply_fallback(kept, offsets, ["a", "b"], seed=0, mode="keep_all")
 
@@ -132,13 +136,17 @@ def test_select_candidates_is_deterministic_and_order_free():
 
 # ---- inputs, labels ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("change, field", [
-    (lambda t: t.drop_columns(["rank"]), "rank"),
-    (lambda t: t.set_column(2, "rank", pa.array([str(v) for v in t["rank"].to_pylist()])), "rank"),
-    (lambda t: t.set_column(1, "pid", pa.array([None] + t["pid"].to_pylist()[1:], pa.string())), "pid"),
-    (lambda t: t.set_column(2, "rank", pa.array([0] + t["rank"].to_pylist()[1:], pa.int32())), "rank"),
-    (lambda t: pa.concat_tables([t, t.slice(0, 1)]), "pid"),
-])
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda t: t.drop_columns(["rank"]), "rank"),
+        (lambda t: t.set_column(2, "rank", pa.array([str(v) for v in t["rank"].to_pylist()])), "rank"),
+        (lambda t: t.set_column(1, "pid", pa.array([None] + t["pid"].to_pylist()[1:], pa.string())), "pid"),
+        (lambda t: t.set_column(2, "rank", pa.array([0] + t["rank"].to_pylist()[1:], pa.int32())), "rank"),
+        (lambda t: pa.concat_tables([t, t.slice(0, 1)]), "pid"),
+    ],
+)
 def test_malformed_negatives_file_names_file_and_field(tmp_path, change, field, make_sieve_dataset):
     paths = make_sieve_dataset(tmp_path / "d")
     bad = tmp_path / "bad.parquet"
@@ -146,20 +154,41 @@ def test_malformed_negatives_file_names_file_and_field(tmp_path, change, field, 
     with pytest.raises(DataError) as err:
         read_negatives(bad)
     assert err.value.field == field and str(bad) in str(err.value)
-    with pytest.raises(SystemExit) as exit_info:   # the CLI exits 2 with one clear line
+    with pytest.raises(SystemExit) as exit_info:  # the CLI exits 2 with one clear line
         from pipeline.core.cli import run_main
-        run_main(fn_labels.main, ["--negatives", str(bad), "--qrels", str(paths["qrels"]),
-                                  "--queries", str(paths["queries"]), "--corpus", str(paths["corpus"]),
-                                  "--out", str(tmp_path / "c.parquet")])
+
+        run_main(
+            fn_labels.main,
+            [
+                "--negatives",
+                str(bad),
+                "--qrels",
+                str(paths["qrels"]),
+                "--queries",
+                str(paths["queries"]),
+                "--corpus",
+                str(paths["corpus"]),
+                "--out",
+                str(tmp_path / "c.parquet"),
+            ],
+        )
     assert exit_info.value.code == 2
     assert not (tmp_path / "c.parquet").exists()
 
 
 def test_candidates_labels_from_qrels_all(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    cands = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
-                                       n_candidates=12, pool=100, seed=0, qrels_all=p["qrels_all"])
-    assert not ((cands["qid"] == "q1") & (cands["rank"] == 3)).any()       # excluded row
+    cands = fn_labels.build_candidates(
+        p["negatives"],
+        p["qrels"],
+        p["queries"],
+        p["corpus"],
+        n_candidates=12,
+        pool=100,
+        seed=0,
+        qrels_all=p["qrels_all"],
+    )
+    assert not ((cands["qid"] == "q1") & (cands["rank"] == 3)).any()  # excluded row
     assert (cands["fn_label_source"] == "qrels_all").all()
     fns = cands[cands["is_false_negative"].astype(bool)]
     assert sorted(fns["pid"]) == sorted(f"fn{k}" for k in range(8))
@@ -171,28 +200,39 @@ def test_injection_moves_positives_and_labels_them(tmp_path, make_sieve_dataset)
     p = make_sieve_dataset(tmp_path / "d")
     kw = dict(n_candidates=6, pool=100, seed=0)
     plain = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
-    inj = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
-                                     injection_fraction=0.5, **kw)
-    again = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
-                                       injection_fraction=0.5, **kw)
+    inj = fn_labels.build_candidates(
+        p["negatives"], p["qrels"], p["queries"], p["corpus"], injection_fraction=0.5, **kw
+    )
+    again = fn_labels.build_candidates(
+        p["negatives"], p["qrels"], p["queries"], p["corpus"], injection_fraction=0.5, **kw
+    )
     pd.testing.assert_frame_equal(inj, again)
     moved = inj[inj["source"] == "injected"]
-    assert len(moved) == 2                                # 4 eligible queries (two positives each) x 0.5
+    assert len(moved) == 2  # 4 eligible queries (two positives each) x 0.5
     assert set(moved["pid"]) <= {f"pos{k}b" for k in range(0, 8, 2)}
     assert moved["is_false_negative"].astype(bool).all() and (moved["fn_label_source"] == "injected").all()
-    assert len(inj) == len(plain)                         # injected positives replace slots
+    assert len(inj) == len(plain)  # injected positives replace slots
     others = inj[inj["qid"].isin(moved["qid"]) & (inj["source"] != "injected")]
     assert (others["fn_label_source"] == "injected").all() and not others["is_false_negative"].any()
     untouched = inj[~inj["qid"].isin(moved["qid"])]
     assert untouched["is_false_negative"].isna().all() and untouched["fn_label_source"].isna().all()
-    assert fn_labels.injection_queries([f"q{i}" for i in range(10)], 0.3, 0) == \
-        fn_labels.injection_queries([f"q{i}" for i in reversed(range(10))], 0.3, 0)
+    assert fn_labels.injection_queries([f"q{i}" for i in range(10)], 0.3, 0) == fn_labels.injection_queries(
+        [f"q{i}" for i in reversed(range(10))], 0.3, 0
+    )
 
 
 def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    cands = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
-                                       n_candidates=12, pool=100, seed=0, suspect_same_article=True)
+    cands = fn_labels.build_candidates(
+        p["negatives"],
+        p["qrels"],
+        p["queries"],
+        p["corpus"],
+        n_candidates=12,
+        pool=100,
+        seed=0,
+        suspect_same_article=True,
+    )
     suspected = cands[cands["fn_label_source"] == "suspected"]
     # fnK shares pos K's article and contains answerK; fillers never contain an answer.
     assert sorted(suspected["pid"]) == sorted(f"fn{k}" for k in range(8))
@@ -201,27 +241,64 @@ def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path, make_
 
 # ---- end to end ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
     root = tmp_path_factory.mktemp("sieve")
     paths = make_sieve_dataset(root / "data")
     paths["model"] = make_retriever(root / "model")
     paths["candidates"] = root / "candidates.parquet"
-    fn_labels.main(["--negatives", str(paths["negatives"]), "--qrels", str(paths["qrels"]),
-                    "--qrels-all", str(paths["qrels_all"]), "--queries", str(paths["queries"]),
-                    "--corpus", str(paths["corpus"]), "--candidates", "8", "--pool", "10",
-                    "--out", str(paths["candidates"])])
+    fn_labels.main(
+        [
+            "--negatives",
+            str(paths["negatives"]),
+            "--qrels",
+            str(paths["qrels"]),
+            "--qrels-all",
+            str(paths["qrels_all"]),
+            "--queries",
+            str(paths["queries"]),
+            "--corpus",
+            str(paths["corpus"]),
+            "--candidates",
+            "8",
+            "--pool",
+            "10",
+            "--out",
+            str(paths["candidates"]),
+        ]
+    )
     return paths
 
 
 def run_cli(toy, out_dir, *extra):
     out = out_dir / "sieve_b0.5.parquet"
-    sv.main(["--candidates", str(toy["candidates"]), "--corpus", str(toy["corpus"]),
-             "--queries", str(toy["queries"]), "--model", str(toy["model"]), "--out", str(out),
-             "--train-out", str(out_dir / "sieve_b0.5.train.parquet"),
-             "--losses-out", str(out_dir / "losses.parquet"), "--in-batch", "3", *extra])
-    return (pd.read_parquet(out), pd.read_parquet(out_dir / "sieve_b0.5.train.parquet"),
-            pd.read_parquet(out_dir / "losses.parquet"))
+    sv.main(
+        [
+            "--candidates",
+            str(toy["candidates"]),
+            "--corpus",
+            str(toy["corpus"]),
+            "--queries",
+            str(toy["queries"]),
+            "--model",
+            str(toy["model"]),
+            "--out",
+            str(out),
+            "--train-out",
+            str(out_dir / "sieve_b0.5.train.parquet"),
+            "--losses-out",
+            str(out_dir / "losses.parquet"),
+            "--in-batch",
+            "3",
+            *extra,
+        ]
+    )
+    return (
+        pd.read_parquet(out),
+        pd.read_parquet(out_dir / "sieve_b0.5.train.parquet"),
+        pd.read_parquet(out_dir / "losses.parquet"),
+    )
 
 
 def test_cli_outputs_are_consistent_and_deterministic(toy, tmp_path, monkeypatch):
@@ -229,15 +306,19 @@ def test_cli_outputs_are_consistent_and_deterministic(toy, tmp_path, monkeypatch
 
     encoded = []
     original = Retriever.encode_passages
-    monkeypatch.setattr(Retriever, "encode_passages",
-                        lambda self, titles, texts, batch_size=64: encoded.extend(texts) or
-                        original(self, titles, texts, batch_size))
+    monkeypatch.setattr(
+        Retriever,
+        "encode_passages",
+        lambda self, titles, texts, batch_size=64: (
+            encoded.extend(texts) or original(self, titles, texts, batch_size)
+        ),
+    )
     table, train, losses = run_cli(toy, tmp_path / "a")
     cands = pd.read_parquet(toy["candidates"])
     assert list(table.columns) == sv.SIEVE_SCHEMA.names and len(table) == len(cands)
     # each distinct passage (candidates + positives) encoded exactly once
     assert len(encoded) == len(set(cands["pid"]) | set(cands["positive_pid"])) == len(set(encoded))
-    for qid, rows in table.groupby("qid"):
+    for _qid, rows in table.groupby("qid"):
         losses_q = np.concatenate([[rows["positive_loss"].iat[0]], rows["nce_loss"]])
         assert rows["threshold"].iat[0] == pytest.approx(losses_q.mean(), rel=1e-12)
         sims = np.concatenate([[rows["positive_similarity"].iat[0]], rows["similarity"]])
@@ -251,7 +332,7 @@ def test_cli_outputs_are_consistent_and_deterministic(toy, tmp_path, monkeypatch
     assert (train.groupby("qid")["rank"].apply(lambda r: list(r) == list(range(1, len(r) + 1)))).all()
     assert not train["excluded"].any()
     # Figure 1 data: one softmax per query over positive + candidates + in-batch negatives
-    sums = losses.groupby("qid")["nce_loss"].apply(lambda l: float(np.exp(-l).sum()))
+    sums = losses.groupby("qid")["nce_loss"].apply(lambda nll: float(np.exp(-nll).sum()))
     np.testing.assert_allclose(sums.to_numpy(), 1.0, rtol=1e-9)
     assert (losses[losses["group"] == "in_batch"].groupby("qid").size() == 3).all()
     assert set(losses["group"]) == {"positive", "false_negative", "hard_negative", "in_batch"}
@@ -290,6 +371,5 @@ def test_max_queries_is_a_seeded_sample(tmp_path, make_sieve_dataset):
     b = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
     assert a["qid"].nunique() == 3 and (a.groupby("qid").size() == 4).all()
     pd.testing.assert_frame_equal(a, b)
-    c = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"],
-                                   **dict(kw, seed=5))
+    c = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **dict(kw, seed=5))
     assert set(c["qid"]) != set(a["qid"])

@@ -5,6 +5,7 @@ apt-get; skipped with the script's reason where either is missing), runs the tin
 with `snakemake --profile slurm` from the root of a copy of the repository, and checks that every
 job ran as a SLURM job and wrote exactly what a local run of the same target writes.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import tomllib
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,8 +28,19 @@ TARGET = "results/synthkb/bm25/metrics.json"
 OVERLAY = {"datasets": {"synthkb": {"entities": 40}}}
 # Outputs compared between the SLURM and the local run (logs and benchmarks hold timings).
 COMPARED = ("resources/synthkb", "results/synthkb")
-NOT_COPIED = {".git", ".venv", ".snakemake", ".pytest_cache", "__pycache__", "results", "resources",
-              "logs", "benchmarks", "downloads", "sieve.egg-info"}
+NOT_COPIED = {
+    ".git",
+    ".venv",
+    ".snakemake",
+    ".pytest_cache",
+    "__pycache__",
+    "results",
+    "resources",
+    "logs",
+    "benchmarks",
+    "downloads",
+    "sieve.egg-info",
+}
 
 
 def _profile() -> dict:
@@ -43,6 +55,7 @@ def _rule_names() -> set[str]:
 
 
 # ---- the profile -----------------------------------------------------------------------------------
+
 
 def test_profile_name_resolves_from_the_repository_root(monkeypatch):
     from snakemake.cli import get_profile_dir
@@ -61,8 +74,9 @@ def test_profile_polls_with_squeue_and_sets_defaults():
     assert profile["rerun-incomplete"] is True and profile["keep-going"] is False
     defaults = profile["default-resources"]
     assert {"runtime", "mem_mb", "cpus_per_task"} <= set(defaults)
-    assert "slurm_partition" not in defaults and "slurm_account" not in defaults, \
+    assert "slurm_partition" not in defaults and "slurm_account" not in defaults, (
         "site placeholders must stay commented out: a wrong partition fails every submission"
+    )
 
 
 def test_profile_gpu_requests_are_consistent_and_name_real_rules():
@@ -79,6 +93,7 @@ def test_profile_gpu_requests_are_consistent_and_name_real_rules():
 
 
 # ---- conda environments ----------------------------------------------------------------------------
+
 
 def _pins(requirements: list[str]) -> dict[str, str]:
     out = {}
@@ -116,6 +131,7 @@ def test_conda_env_pins_match_pyproject(variant):
 
 # ---- a real SLURM ----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
     """A one-node SLURM for this module; its daemons are stopped at the end, pass or fail."""
@@ -123,30 +139,32 @@ def slurm_cluster(tmp_path_factory):
         pytest.skip("SLURM test needs Linux and bash")
     env = dict(os.environ, SIEVE_SLURM_STATE=str(tmp_path_factory.mktemp("slurm-state")))
     try:
-        start = subprocess.run(["bash", str(SCRIPT), "start"], env=env, capture_output=True,
-                               text=True, timeout=900)
+        start = subprocess.run(
+            ["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900
+        )
         if start.returncode == 3:
             reason = start.stderr.strip().splitlines()[-1] if start.stderr.strip() else "unknown"
             pytest.skip(f"no local SLURM: {reason}")
         assert start.returncode == 0, f"slurm_local.sh start failed:\n{start.stderr[-4000:]}"
         yield env
     finally:
-        stop = subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True,
-                              timeout=300)
+        stop = subprocess.run(
+            ["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=300
+        )
         assert stop.returncode == 0, f"slurm_local.sh stop failed:\n{stop.stderr[-2000:]}"
 
 
 def _copy_repo(dest: Path) -> Path:
-    shutil.copytree(REPO, dest, symlinks=True,
-                    ignore=lambda _dir, names: [n for n in names if n in NOT_COPIED])
+    shutil.copytree(
+        REPO, dest, symlinks=True, ignore=lambda _dir, names: [n for n in names if n in NOT_COPIED]
+    )
     (dest / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
     return dest
 
 
 def _snakemake(workdir: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
     # Targets before --configfile: Snakemake reads every later argument as another config file.
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args, TARGET,
-           "--configfile", "overlay.yaml"]
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args, TARGET, "--configfile", "overlay.yaml"]
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stderr[-6000:]}"
     return proc
@@ -159,7 +177,8 @@ def _python_shim(bin_dir: Path, record: Path) -> None:
     shim.write_text(
         "#!/bin/sh\n"
         f"printf '%s\\t%s\\n' \"${{SLURM_JOB_ID:-none}}\" \"$*\" >> '{record}'\n"
-        f"exec '{sys.executable}' \"$@\"\n")
+        f"exec '{sys.executable}' \"$@\"\n"
+    )
     shim.chmod(0o755)
 
 
@@ -193,8 +212,13 @@ def _jobs_in_log(log: str) -> list[tuple[bool, str, str]]:
 
 def _squeue_jobs(env: dict) -> dict[str, tuple[str, str, str]]:
     """SLURM job id -> (state, job name, comment) for every job the controller still remembers."""
-    proc = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T|%j|%k"], env=env,
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%j|%k"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     jobs = {}
     for line in proc.stdout.splitlines():
         jobid, state, name, comment = line.strip().split("|", 3)
@@ -216,8 +240,17 @@ def test_synthkb_bm25_runs_through_the_slurm_profile(slurm_cluster, tmp_path):
     cluster = _copy_repo(tmp_path / "cluster")
     env = dict(slurm_cluster, PATH=f"{tmp_path / 'shim'}:{base_path}")
     # The profile as shipped; only the first status poll comes sooner (the default waits 40 s).
-    proc = _snakemake(cluster, ["--profile", "slurm", "--slurm-init-seconds-before-status-checks", "2",
-                                "--slurm-keep-successful-logs"], env)
+    proc = _snakemake(
+        cluster,
+        [
+            "--profile",
+            "slurm",
+            "--slurm-init-seconds-before-status-checks",
+            "2",
+            "--slurm-keep-successful-logs",
+        ],
+        env,
+    )
     log = proc.stdout + proc.stderr
 
     # Every job Snakemake ran went to sbatch: none ran on the submitting side.

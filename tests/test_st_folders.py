@@ -2,6 +2,7 @@
 ``SentenceTransformer(folder).encode_query(queries)`` / ``.encode_document([(title, text), ...])`` equal
 ``Retriever.encode_queries`` / ``encode_passages`` and the corpus encoder (``encode_buffer``), with the
 pipeline's pooling, normalisation, per-side max lengths and shared or separate towers."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,7 @@ TOL = 1e-5
 LONG = " ".join(["the river market of the old stone bridge in winter"] * 6)  # > every max length here
 QUERIES = ["who built the copper lantern?", "violin", LONG, "what is the capital of topic 3 " * 3]
 TITLES = ["Article 1", "", None, "A rather long title about the harbor forest and its engine"]
-TEXTS = ["The lantern was made of copper by a smith.", "A violin in the harbor.", LONG,
-         "Short text."]
+TEXTS = ["The lantern was made of copper by a smith.", "A violin in the harbor.", LONG, "Short text."]
 
 
 def _retriever(model_dir, settings: RetrieverSettings) -> Retriever:
@@ -39,22 +39,34 @@ def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
 
 
-@pytest.mark.parametrize("pooling, similarity, shared", [
-    ("mean", "cosine", True),     # the pipeline's default
-    ("cls", "dot", False),        # the other pooling, unnormalised, a Router over two towers
-    ("cls", "cosine", False),
-])
-def test_sentence_transformer_gives_the_pipeline_embeddings(tmp_path, tiny_model_dir, pooling,
-                                                            similarity, shared):
-    settings = RetrieverSettings(base="tiny", pooling=pooling, similarity=similarity,
-                                 shared_towers=shared, query_max_len=8, passage_max_len=24)
+@pytest.mark.parametrize(
+    "pooling, similarity, shared",
+    [
+        ("mean", "cosine", True),  # the pipeline's default
+        ("cls", "dot", False),  # the other pooling, unnormalised, a Router over two towers
+        ("cls", "cosine", False),
+    ],
+)
+def test_sentence_transformer_gives_the_pipeline_embeddings(
+    tmp_path, tiny_model_dir, pooling, similarity, shared
+):
+    settings = RetrieverSettings(
+        base="tiny",
+        pooling=pooling,
+        similarity=similarity,
+        shared_towers=shared,
+        query_max_len=8,
+        passage_max_len=24,
+    )
     folder = tmp_path / "retriever"
     _retriever(tiny_model_dir(tmp_path), settings).save(folder)
     # No weight written twice: one weights file per tower, where Retriever.save put it.
     weights = sorted(p.relative_to(folder).parent.as_posix() for p in folder.rglob("*.safetensors"))
     assert weights == (["query_encoder"] if shared else ["passage_encoder", "query_encoder"])
-    assert json.loads((folder / "config_sentence_transformers.json").read_text())[
-        "similarity_fn_name"] == similarity
+    assert (
+        json.loads((folder / "config_sentence_transformers.json").read_text())["similarity_fn_name"]
+        == similarity
+    )
 
     pipeline = Retriever.load(folder).eval()  # as pipeline.retrieval.encode.load_retriever does
     model = SentenceTransformer(str(folder), device="cpu")
@@ -62,16 +74,19 @@ def test_sentence_transformer_gives_the_pipeline_embeddings(tmp_path, tiny_model
 
     queries_ref = pipeline.encode_queries(QUERIES)
     passages_ref = pipeline.encode_passages(TITLES, TEXTS)
-    corpus_ref = encode_buffer(pipeline, TEXTS, TITLES, batch_size=3, device=torch.device("cpu"),
-                               amp=False, dtype=torch.float32)
+    corpus_ref = encode_buffer(
+        pipeline, TEXTS, TITLES, batch_size=3, device=torch.device("cpu"), amp=False, dtype=torch.float32
+    )
     queries_st = model.encode_query(QUERIES, batch_size=3)
     pairs = [(title or "", text) for title, text in zip(TITLES, TEXTS)]
     passages_st = model.encode_document(pairs, batch_size=3)
 
-    diffs = {"queries": _max_diff(queries_st, queries_ref),
-             "passages": _max_diff(passages_st, passages_ref),
-             "corpus encoder": _max_diff(passages_st, corpus_ref),
-             "encode() = encode_document()": _max_diff(model.encode(pairs, batch_size=3), passages_ref)}
+    diffs = {
+        "queries": _max_diff(queries_st, queries_ref),
+        "passages": _max_diff(passages_st, passages_ref),
+        "corpus encoder": _max_diff(passages_st, corpus_ref),
+        "encode() = encode_document()": _max_diff(model.encode(pairs, batch_size=3), passages_ref),
+    }
     print(f"max |ST - pipeline| ({pooling}, {similarity}, shared={shared}):", diffs)
     assert all(d < TOL for d in diffs.values()), diffs
 

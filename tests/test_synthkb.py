@@ -1,4 +1,5 @@
 """synthkb: determinism, sizes, splits, ids, schemas, and the exactness of the relevance ground truth."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,29 +16,31 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.synthkb import generate as synthkb
-from pipeline.data.answers import string_has_answer
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, load_config
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.schemas import SHIPPED_NEGATIVES_SCHEMA as NEGATIVES_SCHEMA
 from pipeline.core.storage import SPLITS
+from pipeline.data.answers import string_has_answer
 from pipeline.data.splits import SplitSpec
+from pipeline.synthkb import generate as synthkb
 from pipeline.synthkb.articles import ArticleWriter, pack
 from pipeline.synthkb.draft import Knobs
-from pipeline.synthkb.names import (CITY_FORMS, FIRST_NAMES, ROOT_USES, AffinePermutation,
-                                    NameSpace)
+from pipeline.synthkb.names import CITY_FORMS, FIRST_NAMES, ROOT_USES, AffinePermutation, NameSpace
 from pipeline.synthkb.questions import QuestionKnobs, make_questions
 from pipeline.synthkb.world import Layout, build_block, composition, name_space
 
 REPO = Path(__file__).resolve().parent.parent
 ENTITY_SPLIT = SplitSpec(by="entity", dev=0.1, test=0.2, seed=0)
-FILES = (["corpus", "negatives.train"] + [f"queries.{s}" for s in SPLITS]
-         + [f"qrels.{s}" for s in SPLITS] + [f"qrels_all.{s}" for s in SPLITS])
+FILES = (
+    ["corpus", "negatives.train"]
+    + [f"queries.{s}" for s in SPLITS]
+    + [f"qrels.{s}" for s in SPLITS]
+    + [f"qrels_all.{s}" for s in SPLITS]
+)
 
 
-def _generate(root: Path, entities: int = 65, seed: int = 3, spec=ENTITY_SPLIT,
-              block_size: int = 25) -> Path:
+def _generate(root: Path, entities: int = 65, seed: int = 3, spec=ENTITY_SPLIT, block_size: int = 25) -> Path:
     out = root / "synthkb"
     synthkb.generate(out, entities, seed, spec, block_size=block_size)
     return out
@@ -70,6 +73,7 @@ def _in_memory(entities: int = 65, seed: int = 3, block_size: int = 25):
 
 # ---- names and layout --------------------------------------------------------------------------------
 
+
 def test_affine_permutation_is_a_bijection():
     perm = AffinePermutation(1000, seed=7, tag="t")
     assert sorted(perm(i) for i in range(1000)) == list(range(1000))
@@ -99,8 +103,7 @@ def test_name_space_capacity_is_checked():
         NameSpace(seed=0, caps=dict.fromkeys(ROOT_USES, 10**6) | {"person_group": 10})
 
 
-@pytest.mark.parametrize("entities,block_size", [(10, 200), (11, 10), (65, 25), (401, 200),
-                                                 (1234, 100)])
+@pytest.mark.parametrize("entities,block_size", [(10, 200), (11, 10), (65, 25), (401, 200), (1234, 100)])
 def test_layout_offsets_are_cumulative_sums(entities, block_size):
     layout = Layout(entities, block_size)
     sizes = [layout.size(b) for b in range(layout.n_blocks)]
@@ -118,6 +121,7 @@ def test_layout_offsets_are_cumulative_sums(entities, block_size):
 
 # ---- the written dataset -----------------------------------------------------------------------------
 
+
 def test_same_seed_gives_byte_identical_files(small, tmp_path):
     again = _generate(tmp_path)
     for name in FILES:
@@ -128,13 +132,30 @@ def test_same_seed_gives_byte_identical_files(small, tmp_path):
 def test_deterministic_across_processes(tmp_path):
     """Nothing depends on Python's per-process string hashing or on dict/set order."""
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    subprocess.run([sys.executable, "-m", "pipeline.synthkb.generate", "--out-dir", str(tmp_path / "p" / "synthkb"),
-                    "--entities", "30", "--seed", "3", "--block-size", "15"],
-                   cwd=REPO, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.synthkb.generate",
+            "--out-dir",
+            str(tmp_path / "p" / "synthkb"),
+            "--entities",
+            "30",
+            "--seed",
+            "3",
+            "--block-size",
+            "15",
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     here = _generate(tmp_path / "h", entities=30, block_size=15)
     for name in FILES:
-        assert (here / f"{name}.parquet").read_bytes() == \
-            (tmp_path / "p" / "synthkb" / f"{name}.parquet").read_bytes(), name
+        assert (here / f"{name}.parquet").read_bytes() == (
+            tmp_path / "p" / "synthkb" / f"{name}.parquet"
+        ).read_bytes(), name
 
 
 def test_another_seed_gives_another_corpus(small, tmp_path):
@@ -145,8 +166,11 @@ def test_another_seed_gives_another_corpus(small, tmp_path):
 def test_schemas(small):
     expected = {"corpus": CORPUS_SCHEMA, "negatives.train": NEGATIVES_SCHEMA}
     for split in SPLITS:
-        expected |= {f"queries.{split}": QUERIES_SCHEMA, f"qrels.{split}": QRELS_SCHEMA,
-                     f"qrels_all.{split}": QRELS_SCHEMA}
+        expected |= {
+            f"queries.{split}": QUERIES_SCHEMA,
+            f"qrels.{split}": QRELS_SCHEMA,
+            f"qrels_all.{split}": QRELS_SCHEMA,
+        }
     for name, schema in expected.items():
         assert pq.read_schema(small / f"{name}.parquet").equals(schema, check_metadata=False), name
     assert pq.read_metadata(small / "negatives.train.parquet").num_rows == 0
@@ -183,8 +207,9 @@ def test_named_article_positive_is_the_first_stating_passage_of_the_named_entity
         relevant = _read(small, f"qrels_all.{split}").groupby("qid")["pid"].apply(list)
         for qid, pid in _read(small, f"qrels.{split}")[["qid", "pid"]].values:
             subject = qid[1:].split("-")[0]  # qids are q<named entity gid>-<k>
-            own = sorted((p for p in relevant[qid] if p.split("-")[0] == subject),
-                         key=lambda p: int(p.split("-")[1]))
+            own = sorted(
+                (p for p in relevant[qid] if p.split("-")[0] == subject), key=lambda p: int(p.split("-")[1])
+            )
             if own:
                 assert pid == own[0], qid
                 named += 1
@@ -198,18 +223,19 @@ def test_named_article_positive_is_the_first_stating_passage_of_the_named_entity
 
 def test_positive_rule_changes_only_the_annotated_passage(small, tmp_path):
     source = tmp_path / "source"
-    synthkb.generate(source, 65, 3, ENTITY_SPLIT, block_size=25,
-                     qknobs=QuestionKnobs(positive="source"))
+    synthkb.generate(source, 65, 3, ENTITY_SPLIT, block_size=25, qknobs=QuestionKnobs(positive="source"))
     for name in ["corpus"] + [f"queries.{s}" for s in SPLITS] + [f"qrels_all.{s}" for s in SPLITS]:
         assert _read(source, name).equals(_read(small, name)), name
-    changed = sum((_read(source, f"qrels.{s}")["pid"] != _read(small, f"qrels.{s}")["pid"]).sum()
-                  for s in SPLITS)
+    changed = sum(
+        (_read(source, f"qrels.{s}")["pid"] != _read(small, f"qrels.{s}")["pid"]).sum() for s in SPLITS
+    )
     total = sum(len(_read(small, f"qrels.{s}")) for s in SPLITS)
     assert 0.3 * total < changed < total  # the source passage is often elsewhere, often not
     counts = json.loads((source / "manifest.json").read_text())["counts"]
     assert counts["questions.positive_fallback"] == 0
     named_fallbacks = json.loads((small / "manifest.json").read_text())["counts"][
-        "questions.positive_fallback"]
+        "questions.positive_fallback"
+    ]
     # an unchanged positive is the named article's first stating passage (or a fallback)
     assert counts["questions.positive_in_named_article"] >= total - changed - named_fallbacks
     assert counts["questions.positive_in_named_article"] < 0.6 * total
@@ -228,8 +254,7 @@ def test_false_negatives_exist(small):
 
 
 def test_no_entity_in_two_splits(small):
-    subjects = {s: set(_read(small, f"queries.{s}")["qid"].str.extract(r"^q(\d+)-")[0])
-                for s in SPLITS}
+    subjects = {s: set(_read(small, f"queries.{s}")["qid"].str.extract(r"^q(\d+)-")[0]) for s in SPLITS}
     assert all(subjects.values())
     assert not subjects["train"] & subjects["dev"]
     assert not subjects["train"] & subjects["test"] and not subjects["dev"] & subjects["test"]
@@ -249,7 +274,7 @@ def test_every_relevant_passage_mentions_an_answer(small):
 
 
 def test_forward_answers_are_in_the_passage_text():
-    for block, passages, _, questions in _in_memory():
+    for _block, passages, _, questions in _in_memory():
         text = {p.pid: p.text for p in passages}
         for q in questions:
             for pid in q.relevant:
@@ -283,8 +308,12 @@ def test_size_scales_linearly(tmp_path):
 
 def test_default_config_size(tmp_path):
     spec = load_config()["datasets"]["synthkb"]
-    counts = synthkb.generate(tmp_path / "synthkb", spec["entities"], spec.get("seed", 0),
-                              synthkb.parse_split(json.dumps(spec["split"])))["counts"]
+    counts = synthkb.generate(
+        tmp_path / "synthkb",
+        spec["entities"],
+        spec.get("seed", 0),
+        synthkb.parse_split(json.dumps(spec["split"])),
+    )["counts"]
     questions = sum(counts[f"queries.{s}"] for s in SPLITS)
     assert 2000 <= counts["passages"] <= 2600 and 2000 <= questions <= 3600, counts
 
@@ -324,12 +353,15 @@ def test_split_none_and_by_query(tmp_path):
     assert all(sizes.values()) and sizes["train"] > sizes["test"] > sizes["dev"]
 
 
-@pytest.mark.parametrize("argv", [
-    ["--entities", "65", "--seed", "0", "--split-spec", '{"by": "article", "test": 0.2}'],
-    ["--entities", "65", "--seed", "0", "--split-spec", '{"by": "entity", "test": 1.5}'],
-    ["--entities", "5", "--seed", "0"],
-    ["--entities", "65", "--seed", "0", "--positive", "random"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--entities", "65", "--seed", "0", "--split-spec", '{"by": "article", "test": 0.2}'],
+        ["--entities", "65", "--seed", "0", "--split-spec", '{"by": "entity", "test": 1.5}'],
+        ["--entities", "5", "--seed", "0"],
+        ["--entities", "65", "--seed", "0", "--positive", "random"],
+    ],
+)
 def test_cli_rejects_bad_arguments_with_exit_2(tmp_path, argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_main(synthkb.main, ["--out-dir", str(tmp_path / "x"), *argv])
@@ -339,8 +371,10 @@ def test_cli_rejects_bad_arguments_with_exit_2(tmp_path, argv, capsys):
 
 def test_cli_writes_the_dataset(tmp_path):
     log = tmp_path / "gen.log"
-    assert synthkb.main(["--out-dir", str(tmp_path / "d"), "--entities", "12", "--seed", "1",
-                         "--log", str(log)]) == 0
+    assert (
+        synthkb.main(["--out-dir", str(tmp_path / "d"), "--entities", "12", "--seed", "1", "--log", str(log)])
+        == 0
+    )
     assert (tmp_path / "d" / "manifest.json").exists() and "12 entities" in log.read_text()
 
 

@@ -1,5 +1,6 @@
 """synthkb's false-negative dial (issue 11): the defaults change nothing, each requested share is met
 on the written dataset as the project measures it, and the ground truth stays exact."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,16 +18,20 @@ from pipeline.core.storage import SPLITS
 from pipeline.data.answers import string_has_answer
 from pipeline.data.splits import SplitSpec
 from pipeline.synthkb import generate as synthkb
-from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.dial import ACCEPT, knobs_at
+from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.measure import ProbeQuestion, fn_shares
 from pipeline.synthkb.questions import QuestionKnobs
 from pipeline.synthkb.world import Layout, name_space
 
 REPO = Path(__file__).resolve().parent.parent
 ENTITY_SPLIT = SplitSpec(by="entity", dev=0.1, test=0.2, seed=0)
-FILES = (["corpus", "negatives.train"] + [f"queries.{s}" for s in SPLITS]
-         + [f"qrels.{s}" for s in SPLITS] + [f"qrels_all.{s}" for s in SPLITS])
+FILES = (
+    ["corpus", "negatives.train"]
+    + [f"queries.{s}" for s in SPLITS]
+    + [f"qrels.{s}" for s in SPLITS]
+    + [f"qrels_all.{s}" for s in SPLITS]
+)
 
 # sha256 of the files of `python -m pipeline.synthkb.generate --out-dir <tmp>/synthkb --entities 40
 # --seed 0` (default split, block size, knobs) written by the generator as it was before the dial
@@ -46,8 +51,11 @@ PRE_DIAL_SHA256 = {
     "queries.train": "f871ebb71eba58063eeb21969088ee0192b10dae638f4e7134bec55f773451dd",
     "manifest": "d5e7b0a1418134dfb9ddd9a7288a3057de18df6bfe629265c7775290b75d4313",
 }
-NEW_MANIFEST_KEYS = {"": ["false_negatives"], "generator": ["fn_share", "fn_paraphrase"],
-                     "generator.knobs": ["echo", "paraphrase"]}
+NEW_MANIFEST_KEYS = {
+    "": ["false_negatives"],
+    "generator": ["fn_share", "fn_paraphrase"],
+    "generator.knobs": ["echo", "paraphrase"],
+}
 
 
 def _sha(path: Path) -> str:
@@ -97,6 +105,7 @@ def _measure(stats, data: Path) -> dict:
 
 # ---- the defaults change nothing ---------------------------------------------------------------------
 
+
 def test_defaults_are_byte_identical_to_the_generator_before_the_dial(tmp_path):
     cli = tmp_path / "cli" / "synthkb"
     assert synthkb.main(["--out-dir", str(cli), "--entities", "40", "--seed", "0"]) == 0
@@ -116,13 +125,15 @@ def test_the_manifest_records_the_measured_shares_at_the_defaults(tmp_path, stat
     assert record["level"] == 1.0 and record["paraphrase"] == 0.0 and record["search"] == []
     measured = _measure(stats, out)
     assert record["measured"]["share"] == pytest.approx(measured["share"], abs=1e-4)
-    assert record["measured"]["string_free_share"] == pytest.approx(measured["string_free_share"],
-                                                                    abs=1e-4)
-    assert record["probe_entities"] == 40 and record["measured"]["questions"] == manifest["counts"][
-        "queries.train"]
+    assert record["measured"]["string_free_share"] == pytest.approx(measured["string_free_share"], abs=1e-4)
+    assert (
+        record["probe_entities"] == 40
+        and record["measured"]["questions"] == manifest["counts"]["queries.train"]
+    )
 
 
 # ---- each requested share is met -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("share", [0.0, 0.05, 0.15, 0.3, 0.5])
 def test_the_measured_share_is_within_two_points_of_the_request(tmp_path, stats, share):
@@ -142,7 +153,8 @@ def test_the_string_free_share_is_within_two_points_of_the_request(tmp_path, sta
     measured = _measure(stats, out)
     assert abs(measured["share"] - 0.3) <= ACCEPT and abs(measured["string_free_share"] - 0.5) <= ACCEPT
     assert manifest["false_negatives"]["measured"]["string_free_share"] == pytest.approx(
-        measured["string_free_share"], abs=1e-4)
+        measured["string_free_share"], abs=1e-4
+    )
     assert manifest["false_negatives"]["requested"] == {"fn_share": 0.3, "fn_paraphrase": 0.5}
 
 
@@ -171,13 +183,18 @@ def test_beyond_the_first_blocks_the_share_is_measured_on_them(tmp_path, monkeyp
     queries = queries[queries["qid"].map(gid) < probe]
     positive = dict(pq.read_table(out / "qrels.train.parquet").to_pandas()[["qid", "pid"]].values)
     relevant = pq.read_table(out / "qrels_all.train.parquet").to_pandas().groupby("qid")["pid"].apply(set)
-    again = fn_shares(list(corpus[["pid", "title", "text"]].itertuples(index=False, name=None)),
-                      [ProbeQuestion(t, list(a), positive[q], frozenset(relevant[q]))
-                       for q, t, a in queries[["qid", "text", "answers"]].values])
+    again = fn_shares(
+        list(corpus[["pid", "title", "text"]].itertuples(index=False, name=None)),
+        [
+            ProbeQuestion(t, list(a), positive[q], frozenset(relevant[q]))
+            for q, t, a in queries[["qid", "text", "answers"]].values
+        ],
+    )
     assert record["measured"]["share"] == round(again["share"], 4) and again["questions"] > 0
 
 
 # ---- what the dial changes, and what it keeps ------------------------------------------------------
+
 
 def test_echo_passages_only_add_passages_and_relevant_pairs(tmp_path):
     plain = tmp_path / "plain" / "synthkb"
@@ -194,8 +211,12 @@ def test_echo_passages_only_add_passages_and_relevant_pairs(tmp_path):
     assert rows(read(plain, "corpus")) < rows(read(echo, "corpus"))
     assert len(read(echo, "corpus")) > 3.5 * 40 + len(read(plain, "corpus")) - 40
     for split in SPLITS:
-        assert (plain / f"queries.{split}.parquet").read_bytes() == (echo / f"queries.{split}.parquet").read_bytes()
-        assert (plain / f"qrels.{split}.parquet").read_bytes() == (echo / f"qrels.{split}.parquet").read_bytes()
+        assert (plain / f"queries.{split}.parquet").read_bytes() == (
+            echo / f"queries.{split}.parquet"
+        ).read_bytes()
+        assert (plain / f"qrels.{split}.parquet").read_bytes() == (
+            echo / f"qrels.{split}.parquet"
+        ).read_bytes()
         assert rows(read(plain, f"qrels_all.{split}")) <= rows(read(echo, f"qrels_all.{split}"))
 
 
@@ -232,18 +253,24 @@ def test_a_larger_paraphrase_rate_paraphrases_a_superset():
         out = set()
         for _, (_, articles, _, questions) in _blocks(knobs_at(Knobs(), 1.0, rate), entities=40):
             text = {p.pid: p.text for _, passages in articles for p in passages}
-            out |= {(q.qid, p) for q, _ in questions for p in q.relevant
-                    if not string_has_answer(q.answers, text[p])}
+            out |= {
+                (q.qid, p)
+                for q, _ in questions
+                for p in q.relevant
+                if not string_has_answer(q.answers, text[p])
+            }
         return out
+
     low, high = string_free(0.3), string_free(0.9)
     assert len(low) < len(high) and len(low - high) <= 0.05 * len(low)
 
 
 def test_the_dial_is_deterministic(tmp_path):
-    first = synthkb.generate(tmp_path / "a" / "synthkb", 40, 0, ENTITY_SPLIT, fn_share=0.2,
-                             fn_paraphrase=0.3)
-    again = synthkb.generate(tmp_path / "b" / "synthkb", 40, 0, ENTITY_SPLIT, fn_share=0.2,
-                             fn_paraphrase=0.3)
+    first = synthkb.generate(tmp_path / "a" / "synthkb", 40, 0, ENTITY_SPLIT, fn_share=0.2, fn_paraphrase=0.3)
+    again = synthkb.generate(tmp_path / "b" / "synthkb", 40, 0, ENTITY_SPLIT, fn_share=0.2, fn_paraphrase=0.3)
     assert first["files"] == again["files"] and first["false_negatives"] == again["false_negatives"]
-    assert pd.read_parquet(tmp_path / "a" / "synthkb" / "corpus.parquet")["text"].str.contains(
-        r"\b(?:eighteen|seventeen|nineteen) [a-z-]+\b").any()
+    assert (
+        pd.read_parquet(tmp_path / "a" / "synthkb" / "corpus.parquet")["text"]
+        .str.contains(r"\b(?:eighteen|seventeen|nineteen) [a-z-]+\b")
+        .any()
+    )

@@ -1,4 +1,5 @@
 """synthkb's false-negative dial: the answers' other forms, and its settings (schema, config, CLI)."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,17 @@ from pipeline.core.config import ConfigError, validate_config
 from pipeline.core.settings import DatasetSpec
 from pipeline.data.answers import string_has_answer
 from pipeline.synthkb import generate as synthkb
-from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.dial import Dial, knobs_at, make_dial
+from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.names import ORG_KINDS
-from pipeline.synthkb.paraphrase import (GENRES, INDUSTRIES, OCCUPATIONS, ORG_ABBREVIATIONS,
-                                         person_initial, year_words)
+from pipeline.synthkb.paraphrase import (
+    GENRES,
+    INDUSTRIES,
+    OCCUPATIONS,
+    ORG_ABBREVIATIONS,
+    person_initial,
+    year_words,
+)
 from pipeline.synthkb.world import GENRES as WORLD_GENRES
 from pipeline.synthkb.world import INDUSTRIES as WORLD_INDUSTRIES
 from pipeline.synthkb.world import OTHER_OCCUPATIONS, Layout, name_space
@@ -26,10 +33,20 @@ REPO = Path(__file__).resolve().parent.parent
 
 # ---- other forms of the answers --------------------------------------------------------------------
 
-@pytest.mark.parametrize("year, words", [
-    ("1883", "eighteen eighty-three"), ("1905", "nineteen oh-five"), ("1700", "seventeen hundred"),
-    ("880", "eight eighty"), ("1005", "ten oh-five"), ("1000", "one thousand"),
-    ("1810", "eighteen ten"), ("1999", "nineteen ninety-nine")])
+
+@pytest.mark.parametrize(
+    "year, words",
+    [
+        ("1883", "eighteen eighty-three"),
+        ("1905", "nineteen oh-five"),
+        ("1700", "seventeen hundred"),
+        ("880", "eight eighty"),
+        ("1005", "ten oh-five"),
+        ("1000", "one thousand"),
+        ("1810", "eighteen ten"),
+        ("1999", "nineteen ninety-nine"),
+    ],
+)
 def test_years_in_words(year, words):
     assert year_words(year) == words
 
@@ -51,9 +68,13 @@ def test_every_other_form_hides_the_answer_string():
 def test_second_names_are_new_and_leave_every_other_name_unchanged():
     layout = Layout(400, 200)
     plain, extended = name_space(layout, 3), name_space(layout, 3, bynames=True)
-    uses = {"city": layout.type_total("city"), "alias": layout.type_total("city"),
-            "country": layout.type_total("country"), "org": layout.type_total("org"),
-            "work": layout.type_total("work")}
+    uses = {
+        "city": layout.type_total("city"),
+        "alias": layout.type_total("city"),
+        "country": layout.type_total("country"),
+        "org": layout.type_total("org"),
+        "work": layout.type_total("work"),
+    }
     others = {plain.root(use, i) for use, n in uses.items() for i in range(n)}
     assert all(plain.root(use, i) == extended.root(use, i) for use, n in uses.items() for i in range(n))
     bynames = {extended.byname(gid) for gid in range(layout.entities)}
@@ -71,11 +92,20 @@ def test_restatement_levels():
 
 # ---- settings ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, key", [
-    ({"fn_share": -0.1}, "fn_share"), ({"fn_share": 1.5}, "fn_share"), ({"fn_share": "0.3"}, "fn_share"),
-    ({"fn_share": True}, "fn_share"), ({"fn_share": float("nan")}, "fn_share"),
-    ({"fn_paraphrase": None}, "fn_paraphrase"), ({"fn_paraphrase": 2}, "fn_paraphrase"),
-    ({"fn_paraphrase": [0.5]}, "fn_paraphrase")])
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"fn_share": -0.1}, "fn_share"),
+        ({"fn_share": 1.5}, "fn_share"),
+        ({"fn_share": "0.3"}, "fn_share"),
+        ({"fn_share": True}, "fn_share"),
+        ({"fn_share": float("nan")}, "fn_share"),
+        ({"fn_paraphrase": None}, "fn_paraphrase"),
+        ({"fn_paraphrase": 2}, "fn_paraphrase"),
+        ({"fn_paraphrase": [0.5]}, "fn_paraphrase"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_setting(tmp_path, kwargs, key):
     with pytest.raises(ConfigError, match=key):
         make_dial(**kwargs)
@@ -84,14 +114,20 @@ def test_bad_values_are_refused_naming_the_setting(tmp_path, kwargs, key):
     assert not (tmp_path / "synthkb" / "corpus.parquet").exists()
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--fn-share", "1.2"], "--fn-share"), (["--fn-share", "-0.5"], "--fn-share"),
-    (["--fn-share", "half"], "--fn-share"), (["--fn-share", "nan"], "--fn-share"),
-    (["--fn-paraphrase", "none"], "--fn-paraphrase"), (["--fn-paraphrase", "3"], "--fn-paraphrase")])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--fn-share", "1.2"], "--fn-share"),
+        (["--fn-share", "-0.5"], "--fn-share"),
+        (["--fn-share", "half"], "--fn-share"),
+        (["--fn-share", "nan"], "--fn-share"),
+        (["--fn-paraphrase", "none"], "--fn-paraphrase"),
+        (["--fn-paraphrase", "3"], "--fn-paraphrase"),
+    ],
+)
 def test_cli_refuses_bad_values_naming_the_flag(tmp_path, capsys, argv, flag):
     with pytest.raises(SystemExit) as exit_info:
-        run_main(synthkb.main, ["--out-dir", str(tmp_path / "x"), "--entities", "20", "--seed", "0",
-                                *argv])
+        run_main(synthkb.main, ["--out-dir", str(tmp_path / "x"), "--entities", "20", "--seed", "0", *argv])
     assert exit_info.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
 
 
@@ -104,8 +140,23 @@ def test_cli_help_shows_the_dial(capsys):
 
 def test_cli_passes_the_dial(tmp_path):
     out = tmp_path / "synthkb"
-    assert synthkb.main(["--out-dir", str(out), "--entities", "20", "--seed", "0", "--fn-share",
-                         "none", "--fn-paraphrase", "0.3"]) == 0
+    assert (
+        synthkb.main(
+            [
+                "--out-dir",
+                str(out),
+                "--entities",
+                "20",
+                "--seed",
+                "0",
+                "--fn-share",
+                "none",
+                "--fn-paraphrase",
+                "0.3",
+            ]
+        )
+        == 0
+    )
     record = json.loads((out / "manifest.json").read_text())["false_negatives"]
     assert record["requested"] == {"fn_share": None, "fn_paraphrase": 0.3} and record["paraphrase"] > 0
 
@@ -116,13 +167,17 @@ def test_schema_config_and_generator_agree():
     assert fields["fn_paraphrase"].default == Dial().fn_paraphrase == 0.0
     config = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]["synthkb"]
     assert config["fn_share"] is None and config["fn_paraphrase"] == 0.0
-    ok = {"methods": ["bm25"], "datasets": {"x": {"format": "synthkb", "entities": 10,
-                                                   "fn_share": 0.5, "fn_paraphrase": 1}}}
+    ok = {
+        "methods": ["bm25"],
+        "datasets": {"x": {"format": "synthkb", "entities": 10, "fn_share": 0.5, "fn_paraphrase": 1}},
+    }
     validate_config(ok)
-    for dataset, key in [({"format": "synthkb", "entities": 10, "fn_share": 1.5}, "fn_share"),
-                         ({"format": "synthkb", "entities": 10, "fn_paraphrase": -1}, "fn_paraphrase"),
-                         ({"format": "synthkb", "entities": 10, "fn_paraphrase": None}, "fn_paraphrase"),
-                         ({"format": "squad", "source": "x.json", "fn_share": 0.3}, "fn_share")]:
+    for dataset, key in [
+        ({"format": "synthkb", "entities": 10, "fn_share": 1.5}, "fn_share"),
+        ({"format": "synthkb", "entities": 10, "fn_paraphrase": -1}, "fn_paraphrase"),
+        ({"format": "synthkb", "entities": 10, "fn_paraphrase": None}, "fn_paraphrase"),
+        ({"format": "squad", "source": "x.json", "fn_share": 0.3}, "fn_share"),
+    ]:
         with pytest.raises(ConfigError, match=key):
             validate_config({"methods": ["bm25"], "datasets": {"x": dataset}})
 

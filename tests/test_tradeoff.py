@@ -1,4 +1,5 @@
 """Filter trade-off curves (pipeline.sieve.tradeoff) against hand-computed values, and their errors."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ def test_curve_moves_ties_together_and_matches_hand_values():
     assert curve["tn_retention"] == [1.0, 1.0, 0.5, 0.0]
     assert curve["sieve_out_rate"] == [0.0, 0.25, 0.75, 1.0]
     assert curve["threshold"][1:] == [3.0, 2.0, 1.0]
-    assert curve["auc"] == pytest.approx(0.875)   # 0.5·(0.5 + 1)/2 + 0.5·1
+    assert curve["auc"] == pytest.approx(0.875)  # 0.5·(0.5 + 1)/2 + 0.5·1
 
 
 def test_a_random_score_has_area_near_one_half_and_a_perfect_one_area_one():
@@ -31,10 +32,17 @@ def test_a_random_score_has_area_near_one_half_and_a_perfect_one_area_one():
 
 
 def test_operating_points():
-    assert tradeoff.at_rate(SCORE, IS_FN, 0.5) == {"fn_recall": 0.5, "tn_retention": 0.5,
-                                                   "sieve_out_rate": 0.5, "threshold": 2.0}
+    assert tradeoff.at_rate(SCORE, IS_FN, 0.5) == {
+        "fn_recall": 0.5,
+        "tn_retention": 0.5,
+        "sieve_out_rate": 0.5,
+        "threshold": 2.0,
+    }
     assert tradeoff.operating_point(np.array([True, False, False, False]), IS_FN) == {
-        "fn_recall": 0.5, "tn_retention": 1.0, "sieve_out_rate": 0.25}
+        "fn_recall": 0.5,
+        "tn_retention": 1.0,
+        "sieve_out_rate": 0.25,
+    }
 
 
 def test_the_sieve_suspicion_is_threshold_minus_loss():
@@ -45,20 +53,46 @@ def test_the_sieve_suspicion_is_threshold_minus_loss():
 
 
 def _decisions(path, kept, score=None, is_fn=IS_FN, pids=("a", "b", "c", "d")):
-    pd.DataFrame({"qid": ["q"] * 4, "pid": list(pids), "score": SCORE if score is None else score,
-                  "kept": kept, "is_false_negative": pd.array(is_fn, dtype="boolean")}).to_parquet(path)
+    pd.DataFrame(
+        {
+            "qid": ["q"] * 4,
+            "pid": list(pids),
+            "score": SCORE if score is None else score,
+            "kept": kept,
+            "is_false_negative": pd.array(is_fn, dtype="boolean"),
+        }
+    ).to_parquet(path)
     return str(path)
 
 
 def test_cli_compares_filters_at_the_reference_rate(tmp_path):
     sieve = tmp_path / "sieve.parquet"
-    pd.DataFrame({"qid": ["q"] * 4, "pid": list("abcd"), "nce_loss": [1.0, 2.0, 3.0, 4.0],
-                  "threshold": [2.5] * 4, "kept": [False, False, True, True],
-                  "is_false_negative": pd.array(IS_FN, dtype="boolean")}).to_parquet(sieve)
+    pd.DataFrame(
+        {
+            "qid": ["q"] * 4,
+            "pid": list("abcd"),
+            "nce_loss": [1.0, 2.0, 3.0, 4.0],
+            "threshold": [2.5] * 4,
+            "kept": [False, False, True, True],
+            "is_false_negative": pd.array(IS_FN, dtype="boolean"),
+        }
+    ).to_parquet(sieve)
     pa_ = _decisions(tmp_path / "pa.parquet", kept=[False, True, True, True])
     out = tmp_path / "t.json"
-    assert tradeoff.main(["--decisions", f"sieve={sieve}", f"positive_aware={pa_}", "--out-json", str(out),
-                          "--out-png", str(tmp_path / "t.png")]) == 0
+    assert (
+        tradeoff.main(
+            [
+                "--decisions",
+                f"sieve={sieve}",
+                f"positive_aware={pa_}",
+                "--out-json",
+                str(out),
+                "--out-png",
+                str(tmp_path / "t.png"),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["reference_sieve_out_rate"] == 0.5
     assert result["filters"]["positive_aware"]["default"]["fn_recall"] == 0.5

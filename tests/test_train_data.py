@@ -1,13 +1,19 @@
 """Training examples: positives, negative exclusion, deterministic sampling, sharding, bad input."""
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.core.seeding import item_rng
 from pipeline.core.schemas import QRELS_SCHEMA
+from pipeline.core.seeding import item_rng
 from pipeline.core.storage import DataError, write_table
-from pipeline.training.data import (TrainData, epoch_order, load_queries_with_positives,
-                                 micro_batch_indices, sample_negatives)
+from pipeline.training.data import (
+    TrainData,
+    epoch_order,
+    load_queries_with_positives,
+    micro_batch_indices,
+    sample_negatives,
+)
 
 
 @pytest.fixture()
@@ -16,14 +22,25 @@ def files(tmp_path, make_train_files):
 
 
 def _data(paths, **kw):
-    return TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"],
-                     depth=kw.pop("depth", 4), seed=kw.pop("seed", 0), **kw)
+    return TrainData(
+        paths["queries"],
+        paths["qrels"],
+        paths["negatives"],
+        paths["corpus"],
+        depth=kw.pop("depth", 4),
+        seed=kw.pop("seed", 0),
+        **kw,
+    )
 
 
 def test_positive_is_highest_relevance_then_first_row(tmp_path, files):
-    qrels = pd.DataFrame({"qid": ["q000", "q000", "q000", "q001", "q001"] + [f"q00{i}" for i in (2, 3, 4, 5)],
-                          "pid": ["p005", "p007", "p008", "p001", "p009", "p002", "p003", "p004", "p005"],
-                          "relevance": [1, 2, 2, 1, 1, 1, 1, 1, 1]})
+    qrels = pd.DataFrame(
+        {
+            "qid": ["q000", "q000", "q000", "q001", "q001"] + [f"q00{i}" for i in (2, 3, 4, 5)],
+            "pid": ["p005", "p007", "p008", "p001", "p009", "p002", "p003", "p004", "p005"],
+            "relevance": [1, 2, 2, 1, 1, 1, 1, 1, 1],
+        }
+    )
     write_table(files["qrels"], qrels, QRELS_SCHEMA)
     queries, positives, dropped = load_queries_with_positives(files["queries"], files["qrels"])
     best = dict(zip(queries["qid"], queries["positive"]))
@@ -32,8 +49,9 @@ def test_positive_is_highest_relevance_then_first_row(tmp_path, files):
 
 
 def test_query_without_positive_is_an_error_naming_file_and_qid(files):
-    qrels = pd.DataFrame({"qid": ["q000", "q001", "q002"], "pid": ["p000", "p001", "p002"],
-                          "relevance": [1, 0, 1]})
+    qrels = pd.DataFrame(
+        {"qid": ["q000", "q001", "q002"], "pid": ["p000", "p001", "p002"], "relevance": [1, 0, 1]}
+    )
     write_table(files["qrels"], qrels, QRELS_SCHEMA)
     with pytest.raises(DataError) as err:
         _data(files)
@@ -89,7 +107,7 @@ def test_batch_layout(files):
     assert batch.qids == [data.qids[2], data.qids[0]] and batch.group_size == 3
     assert len(batch.passage_texts) == 6
     corpus = pd.read_parquet(files["corpus"]).set_index("pid")
-    assert batch.passage_texts[0] == corpus.at[f"p{2:03d}", "text"]   # q002's positive first
+    assert batch.passage_texts[0] == corpus.at[f"p{2:03d}", "text"]  # q002's positive first
     assert batch.passage_texts[3] == corpus.at["p000", "text"]
 
 

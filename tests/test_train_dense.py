@@ -1,4 +1,5 @@
 """The train_dense CLI: --init-only folders, a short training run, CCR continuing from it, bad input."""
+
 import json
 
 import pytest
@@ -16,15 +17,37 @@ def inputs(tmp_path_factory, make_train_files, tiny_model_dir):
 
 
 def _data_args(paths):
-    return ["--queries", str(paths["queries"]), "--qrels", str(paths["qrels"]),
-            "--negatives", str(paths["negatives"]), "--corpus", str(paths["corpus"])]
+    return [
+        "--queries",
+        str(paths["queries"]),
+        "--qrels",
+        str(paths["qrels"]),
+        "--negatives",
+        str(paths["negatives"]),
+        "--corpus",
+        str(paths["corpus"]),
+    ]
 
 
 def test_init_only_writes_a_retriever_folder(inputs, tmp_path):
     _, _, tiny = inputs
     out = tmp_path / "zeroshot"
-    assert main(["--init-only", "--base", str(tiny), "--similarity", "dot", "--passage-max-len", "64",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--init-only",
+                "--base",
+                str(tiny),
+                "--similarity",
+                "dot",
+                "--passage-max-len",
+                "64",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     model = Retriever.load(out)
     assert model.settings.similarity == "dot" and model.settings.passage_max_len == 64
     assert not (out / "train_log.jsonl").exists()
@@ -33,18 +56,61 @@ def test_init_only_writes_a_retriever_folder(inputs, tmp_path):
 def test_dpr_then_ccr(inputs, tmp_path):
     _, paths, tiny = inputs
     dpr = tmp_path / "dpr"
-    assert main(["--init", str(tiny), *_data_args(paths), "--out", str(dpr), "--batch-size", "4",
-                 "--max-steps", "3", "--checkpoint-every", "2", "--temperature", "0.1",
-                 "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "--init",
+                str(tiny),
+                *_data_args(paths),
+                "--out",
+                str(dpr),
+                "--batch-size",
+                "4",
+                "--max-steps",
+                "3",
+                "--checkpoint-every",
+                "2",
+                "--temperature",
+                "0.1",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert (dpr / "retriever.json").exists() and not (tmp_path / "dpr.ckpt").exists()
     log = [json.loads(line) for line in (dpr / "train_log.jsonl").open()]
     assert [r["step"] for r in log] == [1, 2, 3]
     assert all(r["loss"] == pytest.approx(r["nce"]) for r in log)  # β = 0: the loss is NCE
 
     ccr = tmp_path / "dpr_ccr_b0.5"
-    assert main(["--init", str(dpr), *_data_args(paths), "--out", str(ccr), "--batch-size", "4",
-                 "--max-steps", "2", "--beta", "0.5", "--hard-negatives", "3", "--no-in-batch",
-                 "--similarity", "cosine", "--temperature", "1", "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "--init",
+                str(dpr),
+                *_data_args(paths),
+                "--out",
+                str(ccr),
+                "--batch-size",
+                "4",
+                "--max-steps",
+                "2",
+                "--beta",
+                "0.5",
+                "--hard-negatives",
+                "3",
+                "--no-in-batch",
+                "--similarity",
+                "cosine",
+                "--temperature",
+                "1",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     model = Retriever.load(ccr)
     assert model.settings.temperature == 1.0 and model.settings.passage_max_len == 128
     info = json.loads((ccr / "train_info.json").read_text())
@@ -66,6 +132,8 @@ def test_bad_input_exits_2_with_the_file_named(inputs, tmp_path, capsys):
 def test_too_few_queries_for_one_step_is_a_config_error(inputs, tmp_path):
     _, paths, tiny = inputs
     with pytest.raises(SystemExit) as exc:
-        run_main(main, ["--init", str(tiny), *_data_args(paths), "--out", str(tmp_path / "m"),
-                        "--batch-size", "64"])
+        run_main(
+            main,
+            ["--init", str(tiny), *_data_args(paths), "--out", str(tmp_path / "m"), "--batch-size", "64"],
+        )
     assert exc.value.code == 2

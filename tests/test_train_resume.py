@@ -1,5 +1,6 @@
 """A run killed after step 4 and resumed from its step-3 checkpoint ends with the exact weights of an
 uninterrupted run (tiny model, CPU)."""
+
 import json
 
 import pytest
@@ -14,14 +15,23 @@ def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     root = tmp_path_factory.mktemp("resume")
     paths = make_train_files(root / "data")
     model_dir = tiny_model_dir(root)
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"],
-                     depth=5, seed=3)
+    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
     return root, model_dir, data
 
 
 def _config(**kw):
-    base = dict(lr=1e-3, epochs=3, batch_size=4, hard_negatives=2, max_steps=6, checkpoint_every=3,
-                warmup_ratio=0.2, seed=3, beta=0.25, weight_decay=0.01)
+    base = dict(
+        lr=1e-3,
+        epochs=3,
+        batch_size=4,
+        hard_negatives=2,
+        max_steps=6,
+        checkpoint_every=3,
+        warmup_ratio=0.2,
+        seed=3,
+        beta=0.25,
+        weight_decay=0.01,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -30,10 +40,12 @@ def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("grad_accum,cpu_bf16", [(1, "0"), (2, "0"), (1, "1")],
-                         ids=["fp32", "fp32-accum2", "bf16"])
-def test_killed_run_resumes_to_identical_weights(setup, tmp_path, grad_accum, cpu_bf16, tiny_retriever,
-                                                 crash_after, monkeypatch):
+@pytest.mark.parametrize(
+    "grad_accum,cpu_bf16", [(1, "0"), (2, "0"), (1, "1")], ids=["fp32", "fp32-accum2", "bf16"]
+)
+def test_killed_run_resumes_to_identical_weights(
+    setup, tmp_path, grad_accum, cpu_bf16, tiny_retriever, crash_after, monkeypatch
+):
     monkeypatch.setenv("SIEVE_CPU_BF16", cpu_bf16)  # "1": bf16 autocast (emulated on a CPU without it)
     _, model_dir, data = setup
     cfg = _config(grad_accum=grad_accum, batch_size=4 if grad_accum == 1 else 2)
@@ -71,32 +83,54 @@ def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path, tiny_retr
     _, model_dir, data = setup
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c",
-              on_step_end=crash_after(4))
+        train(
+            tiny_retriever(model_dir),
+            data,
+            _config(),
+            checkpoint_dir=tmp_path / "c",
+            on_step_end=crash_after(4),
+        )
     summary = train(tiny_retriever(model_dir), data, _config(lr=5e-4), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0
 
 
-def test_checkpoint_of_another_compute_precision_is_not_resumed(setup, tmp_path, tiny_retriever,
-                                                                crash_after, monkeypatch):
+def test_checkpoint_of_another_compute_precision_is_not_resumed(
+    setup, tmp_path, tiny_retriever, crash_after, monkeypatch
+):
     """Same config, but the crashed run computed in bf16 and this host computes fp32: start afresh."""
     _, model_dir, data = setup
     monkeypatch.setenv("SIEVE_CPU_BF16", "1")
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c",
-              on_step_end=crash_after(4))
+        train(
+            tiny_retriever(model_dir),
+            data,
+            _config(),
+            checkpoint_dir=tmp_path / "c",
+            on_step_end=crash_after(4),
+        )
     monkeypatch.setenv("SIEVE_CPU_BF16", "0")
     summary = train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0 and summary["compute_precision"] == "fp32"
     monkeypatch.setenv("SIEVE_CPU_BF16", "1")
-    assert train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "d",
-                 )["compute_precision"] == "bf16"
+    assert (
+        train(
+            tiny_retriever(model_dir),
+            data,
+            _config(),
+            checkpoint_dir=tmp_path / "d",
+        )["compute_precision"]
+        == "bf16"
+    )
 
 
 def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path, tiny_retriever):
     _, model_dir, data = setup
-    train(tiny_retriever(model_dir), data, _config(max_steps=5, warmup_ratio=0.4, checkpoint_every=0),
-          checkpoint_dir=tmp_path / "s")
+    train(
+        tiny_retriever(model_dir),
+        data,
+        _config(max_steps=5, warmup_ratio=0.4, checkpoint_every=0),
+        checkpoint_dir=tmp_path / "s",
+    )
     lrs = [json.loads(line)["lr"] for line in (tmp_path / "s" / LOG_FILE).open()]
     # 2 warm-up steps of 5: lr = 1e-3 * (0, 1/2), then linear decay (1, 2/3, 1/3) * 1e-3.
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 2e-3 / 3, 1e-3 / 3])

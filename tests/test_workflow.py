@@ -1,5 +1,6 @@
 """The Snakemake DAG end to end: dry runs of the declared datasets and of the conda deployment, a tiny
 real run, no-op reruns."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 pytestmark = pytest.mark.slow
 
 
-def snakemake(workdir: Path, *args: str, overlay: dict | None = None, check: bool = True,
-              search_path: str | None = None) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, overlay: dict | None = None, check: bool = True, search_path: str | None = None
+) -> subprocess.CompletedProcess:
     # Targets go before --configfile: Snakemake 9 reads every later argument as another config file.
     cmd = [str(SNAKEMAKE), *args, "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2"]
     if overlay is not None:
@@ -31,7 +33,9 @@ def snakemake(workdir: Path, *args: str, overlay: dict | None = None, check: boo
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{search_path or os.environ.get('PATH', '')}")
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
     return proc
 
 
@@ -62,8 +66,9 @@ def test_nq_dry_run_lists_the_chain(tmp_path):
 
 
 def test_unknown_config_key_stops_the_workflow(tmp_path):
-    proc = snakemake(tmp_path, "-n", "results/synthkb/metrics.json",
-                     overlay={"bm25": {"k_one": 1.0}}, check=False)
+    proc = snakemake(
+        tmp_path, "-n", "results/synthkb/metrics.json", overlay={"bm25": {"k_one": 1.0}}, check=False
+    )
     assert proc.returncode != 0
     assert "bm25" in proc.stderr + proc.stdout and "k_one" in proc.stderr + proc.stdout
 
@@ -86,8 +91,9 @@ TINY = {"datasets": {"synthkb": {"entities": 40}}, "methods": ["bm25"]}
 
 
 def test_tiny_synthkb_bm25_end_to_end_and_noop_rerun(tmp_path):
-    snakemake(tmp_path, "results/synthkb/metrics.json", "results/synthkb/negatives/bm25.parquet",
-              overlay=TINY)
+    snakemake(
+        tmp_path, "results/synthkb/metrics.json", "results/synthkb/negatives/bm25.parquet", overlay=TINY
+    )
     gathered = json.loads((tmp_path / "results/synthkb/metrics.json").read_text())
     bm25 = gathered["methods"]["bm25"] if "methods" in gathered else gathered["bm25"]
     metrics = bm25["metrics"] if "metrics" in bm25 else bm25
@@ -100,8 +106,9 @@ def test_tiny_synthkb_bm25_end_to_end_and_noop_rerun(tmp_path):
     assert len(negatives) > 0
     assert negatives.merge(qrels, on=["qid", "pid"]).empty  # annotated positives never mined
     # Unchanged inputs and params: nothing to do.
-    proc = snakemake(tmp_path, "-n", "results/synthkb/metrics.json", "results/synthkb/negatives/bm25.parquet",
-                     overlay=TINY)
+    proc = snakemake(
+        tmp_path, "-n", "results/synthkb/metrics.json", "results/synthkb/negatives/bm25.parquet", overlay=TINY
+    )
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
@@ -142,13 +149,22 @@ def test_conda_deployment_plans_the_demo_with_the_workflow_envs(tmp_path):
     work.mkdir()
     path = conda_path(tmp_path)
     # The option takes several values: it goes after the targets.
-    proc = snakemake(work, "-n", "results/synthkb/metrics.json", "--software-deployment-method", "conda",
-                     search_path=path)
+    proc = snakemake(
+        work, "-n", "results/synthkb/metrics.json", "--software-deployment-method", "conda", search_path=path
+    )
     out = proc.stdout + proc.stderr
     assert jobs_in_dry_run(out).get("gather_metrics") == 1, out[-3000:]
     assert planned_envs(out) == {envs / "sieve-cpu.yaml"}, out[-3000:]
     # A job that holds GPUs (here given by --set-resources, as the slurm profile does) gets the CUDA build.
-    proc = snakemake(work, "-n", "results/synthkb/metrics.json", "--set-resources", "train_dpr:gpus=1",
-                     "--software-deployment-method", "conda", search_path=path)
+    proc = snakemake(
+        work,
+        "-n",
+        "results/synthkb/metrics.json",
+        "--set-resources",
+        "train_dpr:gpus=1",
+        "--software-deployment-method",
+        "conda",
+        search_path=path,
+    )
     out = proc.stdout + proc.stderr
     assert planned_envs(out) == {envs / "sieve-cpu.yaml", envs / "sieve-cuda.yaml"}, out[-3000:]

@@ -11,6 +11,7 @@ query's training positive (SimANS needs s+). The query's annotated positives (ev
 relevance >= 1) are removed; with ``exclude_answer_match`` the candidates that contain an answer
 string are kept as rows but marked ``excluded`` (DPR/AR2 recipe for NQ/TQ), so the choice is auditable.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,10 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
-from pipeline.retrieval.mining import load_matcher
 from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, write_table
+from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
+from pipeline.retrieval.mining import load_matcher
 
 log = logging.getLogger("sieve.ar2_data")
 
@@ -36,8 +37,17 @@ _SEARCH_CHUNK = 65_536
 
 # ---- encoding and search (pipeline.retrieval.encode / pipeline.retrieval.search) ---------------------------------------
 
-def encode_corpus(retriever, corpus_path: str | os.PathLike, out_dir: str | os.PathLike, *,
-                  batch_size: int = 64, model_name: str = "", shards: int = 1, amp: bool = True) -> dict:
+
+def encode_corpus(
+    retriever,
+    corpus_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    batch_size: int = 64,
+    model_name: str = "",
+    shards: int = 1,
+    amp: bool = True,
+) -> dict:
     """Encode the corpus with ``pipeline.retrieval.encode.encode_table`` (length-sorted buffers, fp16 shards)
     and gather the shards; returns the manifest. Shards run one after the other in this process:
     what a round needs on one machine (docs/ar2.md, scaling)."""
@@ -49,14 +59,24 @@ def encode_corpus(retriever, corpus_path: str | os.PathLike, out_dir: str | os.P
     out_dir.mkdir(parents=True, exist_ok=True)
     for shard in range(shards):
         if not shard_paths(out_dir, shard, shards)[0].exists():
-            encode_table(retriever, corpus_path, out_dir, shard, shards, kind="passage",
-                         batch_size=batch_size, device=retriever.device, amp=amp)
+            encode_table(
+                retriever,
+                corpus_path,
+                out_dir,
+                shard,
+                shards,
+                kind="passage",
+                batch_size=batch_size,
+                device=retriever.device,
+                amp=amp,
+            )
     rows = pq.ParquetFile(corpus_path).metadata.num_rows
     return gather(out_dir, shards, model=model_name, source=str(corpus_path), source_rows=rows)
 
 
-def search(query_emb: np.ndarray, emb_dir: str | os.PathLike, k: int,
-           chunk_rows: int = _SEARCH_CHUNK, device=None) -> tuple[np.ndarray, np.ndarray]:
+def search(
+    query_emb: np.ndarray, emb_dir: str | os.PathLike, k: int, chunk_rows: int = _SEARCH_CHUNK, device=None
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product top-k (``pipeline.retrieval.search.search_torch``): (pids [nq, k], scores), best
     first, ties broken by pid."""
     import torch
@@ -66,8 +86,14 @@ def search(query_emb: np.ndarray, emb_dir: str | os.PathLike, k: int,
     emb = EmbeddingSet(emb_dir)
     k = min(k, emb.count)
     device = torch.device(device) if device is not None else torch.device("cpu")
-    rows, scores, pids = search_torch(emb_dir, np.asarray(query_emb, dtype=np.float32), k,
-                                      chunk_rows=chunk_rows, device=device, progress=False)
+    rows, scores, pids = search_torch(
+        emb_dir,
+        np.asarray(query_emb, dtype=np.float32),
+        k,
+        chunk_rows=chunk_rows,
+        device=device,
+        progress=False,
+    )
     ids = pids.to_numpy(zero_copy_only=False)
     return ids[rows], scores.astype(np.float32)
 
@@ -75,12 +101,15 @@ def search(query_emb: np.ndarray, emb_dir: str | os.PathLike, k: int,
 def run_table(qids: Sequence[str], pids: np.ndarray, scores: np.ndarray) -> pa.Table:
     """A run (RUN_SCHEMA) from search results, ranks 1..k per query."""
     nq, k = pids.shape
-    return pa.table({
-        "qid": np.repeat(np.asarray(qids, dtype=object), k),
-        "pid": pids.reshape(-1),
-        "rank": np.tile(np.arange(1, k + 1, dtype=np.int32), nq),
-        "score": scores.reshape(-1).astype(np.float32),
-    }, schema=RUN_SCHEMA)
+    return pa.table(
+        {
+            "qid": np.repeat(np.asarray(qids, dtype=object), k),
+            "pid": pids.reshape(-1),
+            "rank": np.tile(np.arange(1, k + 1, dtype=np.int32), nq),
+            "score": scores.reshape(-1).astype(np.float32),
+        },
+        schema=RUN_SCHEMA,
+    )
 
 
 def lookup_embeddings(emb_dir: str | os.PathLike, pids: Sequence[str]) -> np.ndarray:
@@ -99,18 +128,31 @@ def lookup_embeddings(emb_dir: str | os.PathLike, pids: Sequence[str]) -> np.nda
             found |= hit
     if not found.all():
         first = wanted[int(np.argmin(found))].as_py()
-        raise DataError(f"{int((~found).sum())} pids are not in the embeddings (first: {first!r})",
-                        file=Path(emb_dir) / "manifest.json", field="pid")
+        raise DataError(
+            f"{int((~found).sum())} pids are not in the embeddings (first: {first!r})",
+            file=Path(emb_dir) / "manifest.json",
+            field="pid",
+        )
     return out
 
 
 # ---- mining -----------------------------------------------------------------------------------------
 
-def mine_negatives(query_emb: np.ndarray, queries: pd.DataFrame, positives: dict[str, list[str]],
-                   emb_dir: str | os.PathLike, corpus_path: str | os.PathLike, *, top_k: int,
-                   exclude_answer_match: bool, match: str, source: str,
-                   queries_file: str | os.PathLike = "train queries",
-                   device=None) -> tuple[pa.Table, dict]:
+
+def mine_negatives(
+    query_emb: np.ndarray,
+    queries: pd.DataFrame,
+    positives: dict[str, list[str]],
+    emb_dir: str | os.PathLike,
+    corpus_path: str | os.PathLike,
+    *,
+    top_k: int,
+    exclude_answer_match: bool,
+    match: str,
+    source: str,
+    queries_file: str | os.PathLike = "train queries",
+    device=None,
+) -> tuple[pa.Table, dict]:
     """Top-k of every train query minus its positives (+ answer-match flags); returns (table, stats).
 
     ``queries``: qid, text, answers in the order of ``query_emb`` rows; ``positives``: qid ->
@@ -142,13 +184,20 @@ def mine_negatives(query_emb: np.ndarray, queries: pd.DataFrame, positives: dict
             excluded = exclude_answer_match and matched
             n_matched += matched
             n_excluded += excluded
-            for name, value in zip(AR2_NEGATIVES_SCHEMA.names,
-                                   (qid, pid, rank, float(score), source, matched, excluded,
-                                    float(pos_scores[i]))):
+            for name, value in zip(
+                AR2_NEGATIVES_SCHEMA.names,
+                (qid, pid, rank, float(score), source, matched, excluded, float(pos_scores[i])),
+            ):
                 cols[name].append(value)
     table = pa.table(cols, schema=AR2_NEGATIVES_SCHEMA)
-    stats = {"queries": len(qids), "rows": table.num_rows, "answer_matches": n_matched,
-             "excluded": n_excluded, "top_k": top_k, "exclude_answer_match": exclude_answer_match}
+    stats = {
+        "queries": len(qids),
+        "rows": table.num_rows,
+        "answer_matches": n_matched,
+        "excluded": n_excluded,
+        "top_k": top_k,
+        "exclude_answer_match": exclude_answer_match,
+    }
     return table, stats
 
 

@@ -8,6 +8,7 @@ Round 0 is the starting retriever (DPR) and is drawn as the curves' first point.
 one more panel: the sieve-out rate of each round (with false-negative recall and true-negative
 retention where the truth is known), next to the paper's "a little under 0.5" per epoch.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,20 @@ from pipeline.core.storage import read_json, write_png
 log = logging.getLogger("sieve.learning_curve")
 
 DEFAULT_METRICS = ("R@1", "R@5", "R@20", "MRR@10")
-PAPER_SIEVE_OUT = 0.5   # reference.md §1: "usually a little under 0.5 per epoch"
-SIEVE_SERIES = (("sieve_out_rate", "sieve-out", "-"), ("false_negative_recall", "FN recall", "--"),
-                ("true_negative_retention", "TN kept", ":"))
+PAPER_SIEVE_OUT = 0.5  # reference.md §1: "usually a little under 0.5 per epoch"
+SIEVE_SERIES = (
+    ("sieve_out_rate", "sieve-out", "-"),
+    ("false_negative_recall", "FN recall", "--"),
+    ("true_negative_retention", "TN kept", ":"),
+)
 
 
 def sieve_rows(curves: dict[str, list[dict]]) -> dict[str, list[tuple[int, dict]]]:
     """variant -> [(round, that round's sieve stats)] for the variants whose rounds sieve."""
-    out = {v: [(r["round"], r["sieve"]) for r in rounds if isinstance(r.get("sieve"), dict)]
-           for v, rounds in curves.items()}
+    out = {
+        v: [(r["round"], r["sieve"]) for r in rounds if isinstance(r.get("sieve"), dict)]
+        for v, rounds in curves.items()
+    }
     return {v: rows for v, rows in out.items() if rows}
 
 
@@ -41,8 +47,13 @@ def read_rounds(variant_dir: str | Path, rounds: int) -> list[dict]:
     return out
 
 
-def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS,
-         selected: dict[str, int] | None = None, title: str = "") -> list[str]:
+def plot(
+    curves: dict[str, list[dict]],
+    out: str | Path,
+    metrics=DEFAULT_METRICS,
+    selected: dict[str, int] | None = None,
+    title: str = "",
+) -> list[str]:
     """Write the PNG; return the metrics actually drawn (those present in some round)."""
     import matplotlib
 
@@ -58,7 +69,7 @@ def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS
     if sieves:
         ax = axes[0][-1]
         for variant, rows in sieves.items():
-            i = list(curves).index(variant)   # the variant's colour in the other panels
+            i = list(curves).index(variant)  # the variant's colour in the other panels
             for key, label, style in SIEVE_SERIES:
                 pts = [(r, s[key]) for r, s in rows if s.get(key) is not None]
                 if pts:
@@ -75,11 +86,17 @@ def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS
         for variant, rounds in curves.items():
             xs = [r["round"] for r in rounds if metric in r.get("dev", {})]
             ys = [r["dev"][metric] for r in rounds if metric in r.get("dev", {})]
-            line, = ax.plot(xs, ys, marker="o", label=variant)
+            (line,) = ax.plot(xs, ys, marker="o", label=variant)
             chosen = (selected or {}).get(variant)
             if chosen is not None and chosen in xs:
-                ax.plot([chosen], [ys[xs.index(chosen)]], marker="*", markersize=14,
-                        color=line.get_color(), linestyle="none")
+                ax.plot(
+                    [chosen],
+                    [ys[xs.index(chosen)]],
+                    marker="*",
+                    markersize=14,
+                    color=line.get_color(),
+                    linestyle="none",
+                )
         ax.set_title(f"dev {metric}")
         ax.set_xlabel("round (0 = DPR start)")
         ax.grid(alpha=0.3)
@@ -96,8 +113,13 @@ def plot(curves: dict[str, list[dict]], out: str | Path, metrics=DEFAULT_METRICS
 
 def main(argv: list[str] | None = None) -> int:
     ap = stage_parser("pipeline.ar2.learning_curve", __doc__)
-    ap.add_argument("--variant", action="append", required=True, metavar="NAME=DIR",
-                    help="a variant's folder results/{dataset}/ar2/{variant} (repeatable)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        required=True,
+        metavar="NAME=DIR",
+        help="a variant's folder results/{dataset}/ar2/{variant} (repeatable)",
+    )
     ap.add_argument("--rounds", type=int, required=True, help="last round (config ar2.rounds)")
     ap.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS))
     ap.add_argument("--title", default="")
@@ -117,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     drawn = plot(curves, args.out, args.metrics, selected, args.title)
     log.info("learning curve (%s) -> %s", ", ".join(drawn), args.out)
     for variant, rows in sieve_rows(curves).items():
-        log.info("%s sieve-out rate per round: %s", variant,
-                 ", ".join(f"{r}: {s['sieve_out_rate']:.3f}" for r, s in rows))
+        log.info(
+            "%s sieve-out rate per round: %s",
+            variant,
+            ", ".join(f"{r}: {s['sieve_out_rate']:.3f}" for r, s in rows),
+        )
     return 0
 
 

@@ -20,6 +20,7 @@ default), so all tensors are [queries, n].
 - Retriever loss: λ·adv + (1−λ)·distill. Every term is averaged over queries (the released code sums
   adv over the batch instead, which scales it by the batch size relative to distill; see docs/ar2.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,16 +29,23 @@ import torch
 import torch.nn.functional as F
 
 
-def candidate_logits(queries: torch.Tensor, passages: torch.Tensor, similarity: str,
-                     temperature: float = 1.0) -> torch.Tensor:
+def candidate_logits(
+    queries: torch.Tensor, passages: torch.Tensor, similarity: str, temperature: float = 1.0
+) -> torch.Tensor:
     """G's logits [Q, n] of queries [Q, dim] against their own candidates [Q, n, dim].
 
     No in-batch negatives: each query's softmax runs over its own n candidates (AR2).
     """
-    if queries.dim() != 2 or passages.dim() != 3 or passages.shape[0] != queries.shape[0] \
-            or passages.shape[2] != queries.shape[1]:
-        raise ValueError(f"expected queries [Q, dim] and passages [Q, n, dim], got "
-                         f"{tuple(queries.shape)} and {tuple(passages.shape)}")
+    if (
+        queries.dim() != 2
+        or passages.dim() != 3
+        or passages.shape[0] != queries.shape[0]
+        or passages.shape[2] != queries.shape[1]
+    ):
+        raise ValueError(
+            f"expected queries [Q, dim] and passages [Q, n, dim], got "
+            f"{tuple(queries.shape)} and {tuple(passages.shape)}"
+        )
     scores = torch.einsum("qh,qnh->qn", queries.float(), passages.float())
     if similarity == "cosine":
         if temperature <= 0:
@@ -50,12 +58,13 @@ def candidate_logits(queries: torch.Tensor, passages: torch.Tensor, similarity: 
 
 def _check_pair(g_logits: torch.Tensor, r_logits: torch.Tensor) -> None:
     if g_logits.dim() != 2 or g_logits.shape != r_logits.shape:
-        raise ValueError(f"retriever and ranker logits must both be [queries, candidates], got "
-                         f"{tuple(g_logits.shape)} and {tuple(r_logits.shape)}")
+        raise ValueError(
+            f"retriever and ranker logits must both be [queries, candidates], got "
+            f"{tuple(g_logits.shape)} and {tuple(r_logits.shape)}"
+        )
 
 
-def distill_loss(g_logits: torch.Tensor, r_logits: torch.Tensor,
-                 temperature: float = 1.0) -> torch.Tensor:
+def distill_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Mean over queries of -Σ_d softmax(D/T)(d) · log softmax(g)(d); no gradient into D."""
     _check_pair(g_logits, r_logits)
     if temperature <= 0:
@@ -67,7 +76,7 @@ def distill_loss(g_logits: torch.Tensor, r_logits: torch.Tensor,
 def adversarial_rewards(r_logits: torch.Tensor, positive: int = 0) -> torch.Tensor:
     """r(d) = log σ(D(q, d+) − D(q, d)) for every candidate (≤ 0; log ½ at the positive), detached."""
     r_logits = r_logits.detach().float()
-    return F.logsigmoid(r_logits[:, positive:positive + 1] - r_logits)
+    return F.logsigmoid(r_logits[:, positive : positive + 1] - r_logits)
 
 
 def adversarial_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, positive: int = 0) -> torch.Tensor:
@@ -87,9 +96,13 @@ def positive_top1(logits: torch.Tensor, positive: int = 0) -> float:
     return float((at_top[:, positive] / at_top.sum(dim=1)).mean())
 
 
-def retriever_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, adv_lambda: float,
-                   distill_temperature: float = 1.0, positive: int = 0
-                   ) -> tuple[torch.Tensor, dict[str, float]]:
+def retriever_loss(
+    g_logits: torch.Tensor,
+    r_logits: torch.Tensor,
+    adv_lambda: float,
+    distill_temperature: float = 1.0,
+    positive: int = 0,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """λ·adv + (1−λ)·distill, and the detached parts {'adv', 'distill'} for the training log.
 
     With λ = 0 (the sieve paper's runs) the adversarial term is not computed at all.
@@ -109,6 +122,7 @@ def retriever_loss(g_logits: torch.Tensor, r_logits: torch.Tensor, adv_lambda: f
 class RetrieverLoss:
     """What AR2's retriever steps minimise, as an object ``train_round`` is given: λ·adv + (1−λ)·distill
     (``retriever_loss``). Built from config ar2 by default; a caller may pass another of the same call."""
+
     adv_lambda: float = 0.0
     distill_temperature: float = 1.0
 
@@ -116,5 +130,7 @@ class RetrieverLoss:
         if not 0.0 <= self.adv_lambda <= 1.0:
             raise ValueError(f"adv_lambda must be in [0, 1], got {self.adv_lambda}")
 
-    def __call__(self, g_logits: torch.Tensor, r_logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(
+        self, g_logits: torch.Tensor, r_logits: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         return retriever_loss(g_logits, r_logits, self.adv_lambda, self.distill_temperature)

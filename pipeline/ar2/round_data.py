@@ -1,4 +1,5 @@
 """Round bookkeeping for AR2: variants, the previous round's state, and a round's training data."""
+
 from __future__ import annotations
 
 import json
@@ -54,21 +55,42 @@ def previous_state(prev_dir: Path) -> dict:
     start = prev_dir / "start.json"
     if start.exists():
         data = json.loads(start.read_text())
-        return {"retriever": Path(data["retriever"]), "embeddings": Path(data["embeddings"]),
-                "ranker": None, "checkpoint": None}
-    state = {"retriever": prev_dir / "retriever", "embeddings": prev_dir / "embeddings",
-             "ranker": prev_dir / "ranker", "checkpoint": prev_dir / "train.ckpt"}
-    for name, marker in (("retriever", "retriever.json"), ("embeddings", "manifest.json"),
-                         ("ranker", "ranker.json"), ("checkpoint", "state.pt")):
+        return {
+            "retriever": Path(data["retriever"]),
+            "embeddings": Path(data["embeddings"]),
+            "ranker": None,
+            "checkpoint": None,
+        }
+    state = {
+        "retriever": prev_dir / "retriever",
+        "embeddings": prev_dir / "embeddings",
+        "ranker": prev_dir / "ranker",
+        "checkpoint": prev_dir / "train.ckpt",
+    }
+    for name, marker in (
+        ("retriever", "retriever.json"),
+        ("embeddings", "manifest.json"),
+        ("ranker", "ranker.json"),
+        ("checkpoint", "state.pt"),
+    ):
         if not (state[name] / marker).exists():
-            hint = (" (ar2.keep_checkpoints is false and the round after it finished: rebuild from "
-                    "an earlier round, or keep checkpoints)" if name == "checkpoint" else "")
+            hint = (
+                " (ar2.keep_checkpoints is false and the round after it finished: rebuild from "
+                "an earlier round, or keep checkpoints)"
+                if name == "checkpoint"
+                else ""
+            )
             raise DataError(f"previous round has no {name} ({marker} missing){hint}", file=state[name])
     return state
 
 
-def load_round_data(negatives: str | os.PathLike, sieve: str | os.PathLike | None,
-                    queries: pd.DataFrame, corpus: str | os.PathLike, retriever_settings) -> RoundData:
+def load_round_data(
+    negatives: str | os.PathLike,
+    sieve: str | os.PathLike | None,
+    queries: pd.DataFrame,
+    corpus: str | os.PathLike,
+    retriever_settings,
+) -> RoundData:
     """The round's training set: each query's positive and negative pool with G's logits.
 
     ``queries``: qid, text, positive (pipeline.training.data.load_queries_with_positives). The pool is
@@ -76,8 +98,11 @@ def load_round_data(negatives: str | os.PathLike, sieve: str | os.PathLike | Non
     Logits are in the units of G's softmax: cos/τ for cosine, the raw dot product for dot (SimANS
     weights are computed on them). Queries left with an empty pool are dropped and counted.
     """
-    neg = read_table(negatives, columns=["qid", "pid", "rank", "score", "excluded", "positive_score"],
-                     schema=AR2_NEGATIVES_SCHEMA)
+    neg = read_table(
+        negatives,
+        columns=["qid", "pid", "rank", "score", "excluded", "positive_score"],
+        schema=AR2_NEGATIVES_SCHEMA,
+    )
     neg = neg[~neg["excluded"].astype(bool)]
     if sieve is not None:
         kept = read_table(sieve, columns=["qid", "pid", "kept"], schema=SIEVE_SCHEMA)
@@ -88,26 +113,38 @@ def load_round_data(negatives: str | os.PathLike, sieve: str | os.PathLike | Non
     known = set(queries["qid"])
     stray = ~neg["qid"].isin(known)
     if stray.any():
-        raise DataError(f"qid {neg['qid'][stray].iloc[0]!r} is not a train query with a positive",
-                        file=negatives, field="qid")
+        raise DataError(
+            f"qid {neg['qid'][stray].iloc[0]!r} is not a train query with a positive",
+            file=negatives,
+            field="qid",
+        )
     pools: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     pos_logit: dict[str, float] = {}
     for qid, group in neg.groupby("qid", sort=True):
-        pools[qid] = (group["pid"].to_numpy(dtype=object),
-                      group["score"].to_numpy(dtype=np.float64) * scale)
+        pools[qid] = (group["pid"].to_numpy(dtype=object), group["score"].to_numpy(dtype=np.float64) * scale)
         pos_logit[qid] = float(group["positive_score"].iloc[0]) * scale
     queries = queries[queries["qid"].isin(pools)]
     n_empty = len(known) - len(queries)
     if n_empty:
-        log.warning("%d train queries have no negative left in %s%s and are not trained on this "
-                    "round", n_empty, negatives, " after the sieve" if sieve is not None else "")
+        log.warning(
+            "%d train queries have no negative left in %s%s and are not trained on this round",
+            n_empty,
+            negatives,
+            " after the sieve" if sieve is not None else "",
+        )
     if queries.empty:
         raise DataError("no train query has a negative to train on", file=negatives)
     positive = dict(zip(queries["qid"], queries["positive"]))
     pids = set(positive.values()) | {p for pool, _ in pools.values() for p in pool}
     table = load_passages(corpus, pids)
-    passages = {pid: (title or "", text) for pid, title, text in
-                zip(table.index, table["title"], table["text"])}
-    return RoundData(qids=sorted(positive), query_text=dict(zip(queries["qid"], queries["text"])),
-                     positive=positive, positive_logit=pos_logit,
-                     pools={q: pools[q] for q in positive}, passages=passages)
+    passages = {
+        pid: (title or "", text) for pid, title, text in zip(table.index, table["title"], table["text"])
+    }
+    return RoundData(
+        qids=sorted(positive),
+        query_text=dict(zip(queries["qid"], queries["text"])),
+        positive=positive,
+        positive_logit=pos_logit,
+        pools={q: pools[q] for q in positive},
+        passages=passages,
+    )

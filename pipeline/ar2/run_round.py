@@ -20,6 +20,7 @@ Every sub-step is skipped when its output exists, so rerunning after a crash con
 (training from its last checkpoint). ``fingerprint.json`` records what the round was built from; when
 it differs the old folder is renamed ``round{r}.old-<hash>`` (never overwritten) and the round restarts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,15 @@ from pathlib import Path
 import torch
 
 from pipeline.ar2.data import encode_corpus, mine_negatives, run_table, search, write_negatives
-from pipeline.ar2.round_data import (ROUND_FILE, load_round_data, method_of, previous_state,
-                             variant_sampling, variant_sieves)
+from pipeline.ar2.round_data import (
+    ROUND_FILE,
+    load_round_data,
+    method_of,
+    previous_state,
+    variant_sampling,
+    variant_sieves,
+)
 from pipeline.ar2.train import CKPT_DIR, compact_checkpoint, train_round
-from pipeline.training.checkpoint import STATE_FILE
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo
@@ -43,11 +49,12 @@ from pipeline.core.fingerprint import file_id
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import RESOURCE_KEYS, Ar2Settings, Objective, TrainSettings, from_dict, pick
-from pipeline.evaluation.evaluate import evaluate
 from pipeline.core.storage import DataError, read_table, write_json, write_table
+from pipeline.evaluation.evaluate import evaluate
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import Retriever
 from pipeline.retrieval.ranker import Ranker, RankerSettings
+from pipeline.training.checkpoint import STATE_FILE
 from pipeline.training.data import load_queries_with_positives
 
 log = logging.getLogger("sieve.ar2")
@@ -69,12 +76,14 @@ def _prepare_round_dir(round_dir: Path, fingerprint: dict) -> None:
         while target.exists():
             target = round_dir.with_name(f"{round_dir.name}.old-{digest}-{n}")
             n += 1
-        log.warning("%s was built from other settings or inputs: moved to %s, starting afresh",
-                    round_dir, target)
+        log.warning(
+            "%s was built from other settings or inputs: moved to %s, starting afresh", round_dir, target
+        )
         round_dir.rename(target)
     elif round_dir.exists() and any(p.name != ROUND_FILE for p in round_dir.iterdir()):
-        raise DataError("round folder has files but no fingerprint.json; move it away to rebuild",
-                        file=round_dir)
+        raise DataError(
+            "round folder has files but no fingerprint.json; move it away to rebuild", file=round_dir
+        )
     round_dir.mkdir(parents=True, exist_ok=True)
     write_json(path, fingerprint)
 
@@ -109,13 +118,15 @@ def _load_retriever(folder: str | Path, settings: dict, device: torch.device) ->
     return retriever
 
 
-def _dev_eval(retriever: Retriever, emb_dir: str | Path, args: argparse.Namespace, round_dir: Path,
-              settings: dict) -> dict:
+def _dev_eval(
+    retriever: Retriever, emb_dir: str | Path, args: argparse.Namespace, round_dir: Path, settings: dict
+) -> dict:
     """run.dev.parquet + metrics.json of a retriever over its corpus embeddings."""
     queries = read_table(args.dev_queries, columns=["qid", "text"], schema=QUERIES_SCHEMA)
     if queries.empty:
-        log.warning("no dev queries: round %d has no dev metrics (selection takes the last round)",
-                    args.round)
+        log.warning(
+            "no dev queries: round %d has no dev metrics (selection takes the last round)", args.round
+        )
         out = {"split": "dev", "n_queries": 0, "metrics": {}}
         write_json(round_dir / "metrics.json", out)
         return out
@@ -123,21 +134,27 @@ def _dev_eval(retriever: Retriever, emb_dir: str | Path, args: argparse.Namespac
     pids, scores = search(q_emb, emb_dir, args.depth, device=retriever.device)
     run_path = round_dir / "run.dev.parquet"
     write_table(run_path, run_table(queries["qid"].tolist(), pids, scores))
-    result = evaluate(run_path, args.dev_queries, args.dev_qrels, args.corpus, args.ks, args.match,
-                      args.dev_qrels_all)
+    result = evaluate(
+        run_path, args.dev_queries, args.dev_qrels, args.corpus, args.ks, args.match, args.dev_qrels_all
+    )
     if isinstance(result, tuple):  # (info, run)
         result = result[0]
     result = {k: v for k, v in result.items() if k != "run"}
-    out = {"dataset": args.dataset, "method": method_of(args.variant), "split": "dev",
-           "round": args.round, **result}
+    out = {
+        "dataset": args.dataset,
+        "method": method_of(args.variant),
+        "split": "dev",
+        "round": args.round,
+        **result,
+    }
     write_json(round_dir / "metrics.json", out)
-    log.info("round %d dev: %s", args.round,
-             ", ".join(f"{k} {v:.4f}" for k, v in out["metrics"].items()))
+    log.info("round %d dev: %s", args.round, ", ".join(f"{k} {v:.4f}" for k, v in out["metrics"].items()))
     return out
 
 
-def _round_zero(args: argparse.Namespace, round_dir: Path, timer: _Timer, settings: dict,
-                device: torch.device) -> dict:
+def _round_zero(
+    args: argparse.Namespace, round_dir: Path, timer: _Timer, settings: dict, device: torch.device
+) -> dict:
     if not args.start_retriever or not args.start_embeddings:
         raise ConfigError("round 0 needs --start-retriever and --start-embeddings")
     start = {"retriever": args.start_retriever, "embeddings": args.start_embeddings}
@@ -150,33 +167,44 @@ def _round_zero(args: argparse.Namespace, round_dir: Path, timer: _Timer, settin
     return {"start": start}
 
 
-def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, settings: dict,
-                 seed: int, device: torch.device) -> dict:
+def _train_round(
+    args: argparse.Namespace, round_dir: Path, timer: _Timer, settings: dict, seed: int, device: torch.device
+) -> dict:
     train_cfg = from_dict(Ar2Settings, settings)  # unknown keys are an error, not dropped
     prev = previous_state(Path(args.prev_dir))
     info: dict = {"previous": {k: str(v) if v else None for k, v in prev.items()}}
     retriever = _load_retriever(prev["retriever"], settings, device)
-    queries, positives, dropped = load_queries_with_positives(args.train_queries, args.train_qrels,
-                                                              drop_without_positive=True)
+    queries, positives, dropped = load_queries_with_positives(
+        args.train_queries, args.train_qrels, drop_without_positive=True
+    )
     info["train_queries"] = len(queries)
     info["train_queries_without_positive"] = len(dropped)
 
     negatives = round_dir / "negatives.parquet"
     if not negatives.exists():
         tick = time.perf_counter()
-        answers = read_table(args.train_queries, columns=["qid", "answers"],
-                             schema=QUERIES_SCHEMA).set_index("qid")["answers"]
+        answers = read_table(args.train_queries, columns=["qid", "answers"], schema=QUERIES_SCHEMA).set_index(
+            "qid"
+        )["answers"]
         queries = queries.assign(answers=queries["qid"].map(answers))
         pos_map = {q: [p] for q, p in zip(queries["qid"], queries["positive"])}
         for qid, pid in zip(positives["qid"], positives["pid"]):
             if qid in pos_map and pid not in pos_map[qid]:
                 pos_map[qid].append(pid)
         q_emb = retriever.encode_queries(queries["text"].tolist())
-        table, stats = mine_negatives(q_emb, queries, pos_map, prev["embeddings"], args.corpus,
-                                      top_k=int(settings["top_k"]),
-                                      exclude_answer_match=bool(settings["exclude_answer_match"]),
-                                      match=args.match, source=f"ar2/{args.variant}/round{args.round}",
-                                      queries_file=args.train_queries, device=device)
+        table, stats = mine_negatives(
+            q_emb,
+            queries,
+            pos_map,
+            prev["embeddings"],
+            args.corpus,
+            top_k=int(settings["top_k"]),
+            exclude_answer_match=bool(settings["exclude_answer_match"]),
+            match=args.match,
+            source=f"ar2/{args.variant}/round{args.round}",
+            queries_file=args.train_queries,
+            device=device,
+        )
         write_negatives(negatives, table)
         write_json(round_dir / "negatives.stats.json", stats)
         timer.add("mine", time.perf_counter() - tick)
@@ -185,37 +213,57 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
     if sieve_path is not None and not sieve_path.exists():
         tick = time.perf_counter()
         from pipeline.ar2.sieving import sieve_round
+
         model_dir, model_emb = _sieve_model(args, round_dir, settings, prev, device)
-        stats = sieve_round(negatives, sieve_path, queries=args.train_queries, qrels=args.train_qrels,
-                            corpus=args.corpus, sieve_cfg=json.loads(args.sieve_config), seed=seed,
-                            model_dir=model_dir, model_embeddings=model_emb,
-                            qrels_all=args.train_qrels_all,
-                            suspect_same_article=args.suspect_same_article, match=args.match)
+        stats = sieve_round(
+            negatives,
+            sieve_path,
+            queries=args.train_queries,
+            qrels=args.train_qrels,
+            corpus=args.corpus,
+            sieve_cfg=json.loads(args.sieve_config),
+            seed=seed,
+            model_dir=model_dir,
+            model_embeddings=model_emb,
+            qrels_all=args.train_qrels_all,
+            suspect_same_article=args.suspect_same_article,
+            match=args.match,
+        )
         write_json(round_dir / "sieve.stats.json", stats)
         timer.add("sieve", time.perf_counter() - tick)
 
-    done_folders = (round_dir / "retriever" / "retriever.json").exists() and \
-        (round_dir / "ranker" / "ranker.json").exists()
+    done_folders = (round_dir / "retriever" / "retriever.json").exists() and (
+        round_dir / "ranker" / "ranker.json"
+    ).exists()
     if prev["ranker"] is None and args.ranker_init:
-        info["ranker_init"] = args.ranker_init   # recorded on a resumed round too
+        info["ranker_init"] = args.ranker_init  # recorded on a resumed round too
     if not done_folders:
         tick = time.perf_counter()
         if prev["ranker"] is not None:
             ranker = Ranker.load(prev["ranker"])
         elif args.ranker_init:
-            ranker = Ranker.load(args.ranker_init)   # AR2 starts from a trained ranker (reference §2)
+            ranker = Ranker.load(args.ranker_init)  # AR2 starts from a trained ranker (reference §2)
             log.info("round %d: ranker from %s (%s)", args.round, args.ranker_init, ranker.settings)
         else:
             ranker_cfg = settings["ranker"]
-            ranker = Ranker.from_pretrained(ranker_cfg["base"],
-                                            RankerSettings(base=ranker_cfg["base"],
-                                                           max_len=int(ranker_cfg["max_len"])),
-                                            seed=seed)
+            ranker = Ranker.from_pretrained(
+                ranker_cfg["base"],
+                RankerSettings(base=ranker_cfg["base"], max_len=int(ranker_cfg["max_len"])),
+                seed=seed,
+            )
         ranker.to(device)
         data = load_round_data(negatives, sieve_path, queries, args.corpus, retriever.settings)
-        summary = train_round(retriever, ranker, data, train_cfg, round_index=args.round, seed=seed,
-                              round_dir=round_dir, previous_ckpt=prev["checkpoint"],
-                              sampling=variant_sampling(args.variant))
+        summary = train_round(
+            retriever,
+            ranker,
+            data,
+            train_cfg,
+            round_index=args.round,
+            seed=seed,
+            round_dir=round_dir,
+            previous_ckpt=prev["checkpoint"],
+            sampling=variant_sampling(args.variant),
+        )
         info["train"] = {**summary, "queries": len(data.qids)}
         write_json(round_dir / "train.summary.json", info["train"])
         ranker.save(round_dir / "ranker")
@@ -228,8 +276,14 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
     if not (emb_dir / "manifest.json").exists():
         tick = time.perf_counter()
         # ar2.precision governs the round's encoding too (fp32 there means fp32 everywhere).
-        encode_corpus(retriever, args.corpus, emb_dir, batch_size=int(settings["encode_batch_size"]),
-                      model_name=str(round_dir / "retriever"), amp=settings["precision"] != "fp32")
+        encode_corpus(
+            retriever,
+            args.corpus,
+            emb_dir,
+            batch_size=int(settings["encode_batch_size"]),
+            model_name=str(round_dir / "retriever"),
+            amp=settings["precision"] != "fp32",
+        )
         timer.add("encode", time.perf_counter() - tick)
     if not (round_dir / "metrics.json").exists():
         tick = time.perf_counter()
@@ -238,8 +292,9 @@ def _train_round(args: argparse.Namespace, round_dir: Path, timer: _Timer, setti
     return info
 
 
-def _sieve_model(args, round_dir: Path, settings: dict, prev: dict,
-                 device: torch.device) -> tuple[str, str | None]:
+def _sieve_model(
+    args, round_dir: Path, settings: dict, prev: dict, device: torch.device
+) -> tuple[str, str | None]:
     """(sieve model folder, its corpus embeddings or None) for ``ar2.sieve_init``."""
     if settings["sieve_init"] == "initial":
         if not args.sieve_model or not args.sieve_embeddings:
@@ -247,21 +302,34 @@ def _sieve_model(args, round_dir: Path, settings: dict, prev: dict,
         return args.sieve_model, args.sieve_embeddings
     from pipeline.training.loop import TrainConfig
     from pipeline.training.train_dense import TrainInputs, train_retriever
+
     out = round_dir / "sieve_model"
     if not (out / "retriever.json").exists():
         ccr = json.loads(args.ccr_settings)
         if not ccr:
             raise ConfigError("ar2.sieve_init 'current' needs --ccr-settings (config section ccr)")
         # Queries whose positives all fell out of this round's negatives are dropped, not an error.
-        cfg = TrainConfig(**{**pick(TrainSettings, ccr), "drop_queries_without_positive": True},
-                          **pick(Objective, ccr), seed=args.seed)
-        log.info("sieve_init current: CCR fine-tuning round %d's start retriever (beta %g, %d steps)",
-                 args.round, cfg.beta, cfg.max_steps)
-        train_retriever(str(prev["retriever"]),
-                        TrainInputs(args.train_queries, args.train_qrels,
-                                    str(round_dir / "negatives.parquet"), args.corpus),
-                        out, cfg, overrides={"similarity": "cosine", "temperature": ccr["temperature"]},
-                        dist_info=DistInfo(device=device))
+        cfg = TrainConfig(
+            **{**pick(TrainSettings, ccr), "drop_queries_without_positive": True},
+            **pick(Objective, ccr),
+            seed=args.seed,
+        )
+        log.info(
+            "sieve_init current: CCR fine-tuning round %d's start retriever (beta %g, %d steps)",
+            args.round,
+            cfg.beta,
+            cfg.max_steps,
+        )
+        train_retriever(
+            str(prev["retriever"]),
+            TrainInputs(
+                args.train_queries, args.train_qrels, str(round_dir / "negatives.parquet"), args.corpus
+            ),
+            out,
+            cfg,
+            overrides={"similarity": "cosine", "temperature": ccr["temperature"]},
+            dist_info=DistInfo(device=device),
+        )
     return str(out), None
 
 
@@ -284,13 +352,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dev-qrels-all")
     ap.add_argument("--start-retriever", help="round 0: the retriever AR2 starts from (DPR)")
     ap.add_argument("--start-embeddings", help="round 0: its gathered corpus embeddings")
-    ap.add_argument("--ranker-init", help="round 1: a trained ranker folder to start from (default: "
-                    "ar2.ranker's base encoder with a new head)")
+    ap.add_argument(
+        "--ranker-init",
+        help="round 1: a trained ranker folder to start from (default: "
+        "ar2.ranker's base encoder with a new head)",
+    )
     ap.add_argument("--sieve-config", default="{}", help="config section sieve, as JSON")
     ap.add_argument("--sieve-model", help="sieve_init initial: the CCR model folder")
     ap.add_argument("--sieve-embeddings", help="sieve_init initial: its corpus embeddings")
-    ap.add_argument("--ccr-settings", default="{}",
-                    help="sieve_init current: config section ccr, as JSON (CCR of the round's start)")
+    ap.add_argument(
+        "--ccr-settings",
+        default="{}",
+        help="sieve_init current: config section ccr, as JSON (CCR of the round's start)",
+    )
     ap.add_argument("--suspect-same-article", action="store_true")
     ap.add_argument("--match", default="string", choices=["string", "regex"])
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20, 100])
@@ -312,22 +386,48 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"round {args.round} needs --prev-dir")
     prev_round = Path(args.prev_dir) / ROUND_FILE if args.prev_dir else None
     fingerprint = {
-        "round": args.round, "variant": args.variant, "seed": seed,
-        "settings": {k: v for k, v in settings.items()
-                     if k not in ("checkpoint_every", "select_metric", "keep_checkpoints", *RESOURCE_KEYS)},
+        "round": args.round,
+        "variant": args.variant,
+        "seed": seed,
+        "settings": {
+            k: v
+            for k, v in settings.items()
+            if k not in ("checkpoint_every", "select_metric", "keep_checkpoints", *RESOURCE_KEYS)
+        },
         # bf16 results depend on the batch shapes too, so encode_batch_size stays in
         "compute_precision": precision_name(autocast_dtype(device, settings["precision"])),
         "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,
         # the dev evaluation and the round's CCR model (sieve_init current) are part of its result
-        "eval": {"match": args.match, "ks": args.ks, "depth": args.depth,
-                 "suspect_same_article": args.suspect_same_article},
-        "ccr": (json.loads(args.ccr_settings)
-                if variant_sieves(args.variant) and settings.get("sieve_init") == "current" else None),
-        "inputs": [file_id(p) for p in (args.corpus, args.train_queries, args.train_qrels,
-                                         args.dev_queries, args.dev_qrels, args.start_retriever,
-                                         args.start_embeddings, args.sieve_model, args.sieve_embeddings)],
-        "previous": (hashlib.sha256(prev_round.read_bytes()).hexdigest()
-                     if prev_round is not None and prev_round.exists() else None),
+        "eval": {
+            "match": args.match,
+            "ks": args.ks,
+            "depth": args.depth,
+            "suspect_same_article": args.suspect_same_article,
+        },
+        "ccr": (
+            json.loads(args.ccr_settings)
+            if variant_sieves(args.variant) and settings.get("sieve_init") == "current"
+            else None
+        ),
+        "inputs": [
+            file_id(p)
+            for p in (
+                args.corpus,
+                args.train_queries,
+                args.train_qrels,
+                args.dev_queries,
+                args.dev_qrels,
+                args.start_retriever,
+                args.start_embeddings,
+                args.sieve_model,
+                args.sieve_embeddings,
+            )
+        ],
+        "previous": (
+            hashlib.sha256(prev_round.read_bytes()).hexdigest()
+            if prev_round is not None and prev_round.exists()
+            else None
+        ),
     }
     if prev_round is not None and not prev_round.exists():
         raise DataError("the previous round is not complete (no round.json)", file=prev_round)
@@ -338,9 +438,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         info = _train_round(args, round_dir, timer, settings, seed, device)
     metrics = json.loads((round_dir / "metrics.json").read_text())
-    summary = {"round": args.round, "variant": args.variant, "method": method_of(args.variant),
-               "dataset": args.dataset, "recipe": args.recipe, "seed": seed, "dev": metrics.get("metrics", {}),
-               "wall_time_s": timer.total, "timings_s": timer.data, **info}
+    summary = {
+        "round": args.round,
+        "variant": args.variant,
+        "method": method_of(args.variant),
+        "dataset": args.dataset,
+        "recipe": args.recipe,
+        "seed": seed,
+        "dev": metrics.get("metrics", {}),
+        "wall_time_s": timer.total,
+        "timings_s": timer.data,
+        **info,
+    }
     for name in ("negatives.stats.json", "sieve.stats.json", "train.summary.json"):
         if (round_dir / name).exists():
             summary[name.split(".")[0]] = json.loads((round_dir / name).read_text())

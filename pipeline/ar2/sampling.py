@@ -12,6 +12,7 @@ the batches and negatives an uninterrupted run draws at step s, whatever happene
   sieve dropped), drawn from ``item_rng(seed, "<qid>#round<r>", step)``; ``uniform`` or ``simans``
   weights w_i ∝ exp(−a·(s_i − s_+ − b)²), s = the mining retriever's logits (docs/ar2.md).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -28,8 +29,11 @@ SIMANS_FORMS = ("square", "abs")
 
 def round_phases(ranker_steps: int, retriever_steps: int, warmup_steps: int = 0) -> list[str]:
     """The phase of every step of one round: all ranker steps, then all retriever steps."""
-    for name, value in (("ranker_steps", ranker_steps), ("retriever_steps", retriever_steps),
-                        ("warmup_steps", warmup_steps)):
+    for name, value in (
+        ("ranker_steps", ranker_steps),
+        ("retriever_steps", retriever_steps),
+        ("warmup_steps", warmup_steps),
+    ):
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
     return [RANKER] * (warmup_steps + ranker_steps) + [RETRIEVER] * retriever_steps
@@ -43,8 +47,7 @@ def phase_at(step: int, ranker_steps: int, retriever_steps: int, warmup_steps: i
     return RANKER if step < n_ranker else RETRIEVER
 
 
-def query_batch(qids: Sequence[str], batch_size: int, seed: int, round_index: int,
-                step: int) -> list[str]:
+def query_batch(qids: Sequence[str], batch_size: int, seed: int, round_index: int, step: int) -> list[str]:
     """The ``batch_size`` qids of step ``step``: a slice of an endless stream of permutations.
 
     ``qids`` must be sorted (the caller's order must not matter). Within a pass every query is used
@@ -65,13 +68,19 @@ def query_batch(qids: Sequence[str], batch_size: int, seed: int, round_index: in
         if epoch not in cache:
             cache[epoch] = item_rng(seed, f"round{round_index}", epoch).permutation(n)
         take = min(end - pos, n - offset)
-        out.extend(qids[i] for i in cache[epoch][offset:offset + take])
+        out.extend(qids[i] for i in cache[epoch][offset : offset + take])
         pos += take
     return out
 
 
-def sampling_weights(scores: np.ndarray, positive_score: float, method: str, a: float = 0.5,
-                     b: float = 0.0, form: str = "square") -> np.ndarray:
+def sampling_weights(
+    scores: np.ndarray,
+    positive_score: float,
+    method: str,
+    a: float = 0.5,
+    b: float = 0.0,
+    form: str = "square",
+) -> np.ndarray:
     """Normalised sampling probabilities of a query's pool.
 
     ``simans``: w_i ∝ exp(−a·(s_i − s_+ − b)²) (form ``square``, SimANS on NQ/TQ) or
@@ -90,13 +99,12 @@ def sampling_weights(scores: np.ndarray, positive_score: float, method: str, a: 
     if form not in SIMANS_FORMS:
         raise ValueError(f"simans form must be one of {SIMANS_FORMS}, got {form!r}")
     gap = scores - positive_score - b
-    log_w = -a * (gap ** 2 if form == "square" else np.abs(gap))
+    log_w = -a * (gap**2 if form == "square" else np.abs(gap))
     w = np.exp(log_w - log_w.max())
     return w / w.sum()
 
 
-def sample_negatives(pool: np.ndarray, probs: np.ndarray, k: int,
-                     rng: np.random.Generator) -> np.ndarray:
+def sample_negatives(pool: np.ndarray, probs: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """k distinct pool entries drawn with ``probs`` (sequentially, without replacement).
 
     A pool smaller than k is used whole and topped up by drawing with replacement, so every query
@@ -116,9 +124,20 @@ def sample_negatives(pool: np.ndarray, probs: np.ndarray, k: int,
     return pool[np.concatenate([first, extra])]
 
 
-def step_negatives(qid: str, pool: np.ndarray, scores: np.ndarray, positive_score: float, k: int,
-                   method: str, a: float, b: float, seed: int, round_index: int,
-                   step: int, form: str = "square") -> np.ndarray:
+def step_negatives(
+    qid: str,
+    pool: np.ndarray,
+    scores: np.ndarray,
+    positive_score: float,
+    k: int,
+    method: str,
+    a: float,
+    b: float,
+    seed: int,
+    round_index: int,
+    step: int,
+    form: str = "square",
+) -> np.ndarray:
     """The k negatives of ``qid`` at ``step`` of round ``round_index`` (deterministic)."""
     probs = sampling_weights(scores, positive_score, method, a, b, form)
     rng = item_rng(seed, f"{qid}#round{round_index}", step)

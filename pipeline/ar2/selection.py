@@ -14,6 +14,7 @@ run (``search``) is retrieved with the selected round's retriever over that roun
 embeddings; the evaluate rule turns it into ``{method}/metrics.json``. info.json carries no key the
 evaluator owns, so it can be passed to ``pipeline.evaluation.evaluate --info``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,12 +25,12 @@ from pathlib import Path
 import torch
 
 from pipeline.ar2.data import run_table, search
+from pipeline.ar2.learning_curve import plot, read_rounds
 from pipeline.ar2.round_data import method_of
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.storage import DataError, read_table, write_json, write_table
-from pipeline.ar2.learning_curve import plot, read_rounds
 from pipeline.retrieval.model import Retriever
 
 log = logging.getLogger("sieve.ar2_select")
@@ -47,8 +48,10 @@ def select_round(rounds: list[dict], metric: str) -> tuple[int, str]:
     missing = [r["round"] for r in trained if metric not in r.get("dev", {})]
     if missing:
         available = sorted(trained[0].get("dev", {}))
-        raise ConfigError(f"ar2.select_metric {metric!r} is not among the dev metrics of round "
-                          f"{missing[0]} (available: {', '.join(available)})")
+        raise ConfigError(
+            f"ar2.select_metric {metric!r} is not among the dev metrics of round "
+            f"{missing[0]} (available: {', '.join(available)})"
+        )
     best = max(trained, key=lambda r: (r["dev"][metric], -r["round"]))
     return best["round"], f"best dev {metric}"
 
@@ -71,10 +74,15 @@ def summarize(rounds: list[dict], selected: int, metric: str, reason: str) -> di
                     entry[key] = r["sieve"][key]
         per_round.append(entry)
     return {
-        "variant": chosen["variant"], "seed": chosen["seed"],
-        "selected_round": selected, "select_metric": metric, "select_split": "dev",
-        "select_reason": reason, "dev_metrics": chosen.get("dev", {}),
-        "rounds": len(rounds) - 1, "steps": {**steps, "total": steps["ranker"] + steps["retriever"]},
+        "variant": chosen["variant"],
+        "seed": chosen["seed"],
+        "selected_round": selected,
+        "select_metric": metric,
+        "select_split": "dev",
+        "select_reason": reason,
+        "dev_metrics": chosen.get("dev", {}),
+        "rounds": len(rounds) - 1,
+        "steps": {**steps, "total": steps["ranker"] + steps["retriever"]},
         "wall_time_s": round(sum(r.get("wall_time_s") or 0.0 for r in rounds), 3),
         "per_round": per_round,
     }
@@ -88,11 +96,16 @@ def cmd_select(args: argparse.Namespace) -> int:
     info["retriever"] = str(variant_dir / f"round{selected}" / "retriever")
     info["embeddings"] = str(variant_dir / f"round{selected}" / "embeddings")
     log.info("%s: round %d selected (%s)", method_of(args.variant), selected, reason)
-    write_json(variant_dir / SELECTION_FILE, {"selected_round": selected, "reason": reason,
-                                              "metric": args.metric})
+    write_json(
+        variant_dir / SELECTION_FILE, {"selected_round": selected, "reason": reason, "metric": args.metric}
+    )
     if args.figure:
-        plot({args.variant: rounds}, args.figure, selected={args.variant: selected},
-             title=f"{method_of(args.variant)}: dev metrics per round")
+        plot(
+            {args.variant: rounds},
+            args.figure,
+            selected={args.variant: selected},
+            title=f"{method_of(args.variant)}: dev metrics per round",
+        )
     write_json(args.info_out, info)
     return 0
 
@@ -115,8 +128,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     q_emb = retriever.encode_queries(queries["text"].tolist())
     pids, scores = search(q_emb, emb_dir, args.depth, device=retriever.device)
     write_table(args.run_out, run_table(queries["qid"].tolist(), pids, scores))
-    log.info("round %s run for %d queries (depth %d) -> %s", info.get("selected_round"), len(queries),
-             args.depth, args.run_out)
+    log.info(
+        "round %s run for %d queries (depth %d) -> %s",
+        info.get("selected_round"),
+        len(queries),
+        args.depth,
+        args.run_out,
+    )
     return 0
 
 

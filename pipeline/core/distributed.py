@@ -3,6 +3,7 @@
 Under ``torchrun --nproc_per_node=N`` each process sees RANK, WORLD_SIZE and LOCAL_RANK. Without them
 everything here degrades to a single process (world size 1) so the same training code runs anywhere.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,8 +46,9 @@ def init_from_env(prefer_cuda: bool = True) -> DistInfo:
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if use_cuda else "gloo"
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
-        log.info("DDP: rank %d/%d (local %d) on %s, backend %s", rank, world_size, local_rank,
-                 device, backend)
+        log.info(
+            "DDP: rank %d/%d (local %d) on %s, backend %s", rank, world_size, local_rank, device, backend
+        )
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
@@ -78,7 +80,7 @@ class _GatherWithGrad(torch.autograd.Function):
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         start = ctx.rank * ctx.rows
-        return grad[start:start + ctx.rows]
+        return grad[start : start + ctx.rows]
 
 
 def all_gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,7 @@
 Resumable stages (training checkpoints, AR2 rounds) store a fingerprint of their inputs and settings
 and resume only a run whose fingerprint matches; anything else starts afresh.
 """
+
 from __future__ import annotations
 
 import os

@@ -17,6 +17,7 @@ so checkpoint fingerprints and ``train_info.json`` record the one used (``comput
 ``precision: fp32`` (``encode.amp: false``) forces fp32; so does ``SIEVE_CPU_BF16=0`` in the
 environment without changing the config, e.g. to compare with numbers made on a CPU without bf16.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,10 @@ def cpu_has_native_bf16() -> bool:
     if forced is not None:
         value = forced.strip().lower()
         if value not in _TRUE + _FALSE:
-            raise ValueError(f"environment variable {NATIVE_BF16_ENV}={forced!r}: expected one of "
-                             f"{', '.join(_TRUE + _FALSE)}")
+            raise ValueError(
+                f"environment variable {NATIVE_BF16_ENV}={forced!r}: expected one of "
+                f"{', '.join(_TRUE + _FALSE)}"
+            )
         return value in _TRUE
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)

@@ -10,6 +10,7 @@ declared (``recipes: {paper: {dpr: {max_steps: 100}}}``) or switches a dataset's
 sweep, seeds) are the same for every dataset: comparable metrics, and infrastructure a site sizes in
 its profile. docs/recipes.md.
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,12 +46,14 @@ def recipe_chain(recipes: dict, name: str, where: str) -> list[str]:
     while current is not None:
         if current not in recipes:
             known = ", ".join(sorted(recipes)) or "none"
-            raise ConfigError(f"config key '{referrer}': unknown recipe {current!r} (declared under "
-                              f"'recipes': {known})")
+            raise ConfigError(
+                f"config key '{referrer}': unknown recipe {current!r} (declared under 'recipes': {known})"
+            )
         if current in chain:
             loop = " -> ".join([*reversed(chain), current])
-            raise ConfigError(f"config key 'recipes.{current}.extends': recipes extend each other in a "
-                              f"cycle ({loop})")
+            raise ConfigError(
+                f"config key 'recipes.{current}.extends': recipes extend each other in a cycle ({loop})"
+            )
         chain.append(current)
         referrer = f"recipes.{current}.extends"
         current = recipes[current].get("extends")
@@ -62,12 +65,15 @@ def recipe_overrides(config: dict, name: str, where: str) -> dict:
     recipes = declared_recipes(config)
     merged: dict = {}
     for link in recipe_chain(recipes, name, where):
-        merged = deep_merge(merged, {k: v for k, v in recipes[link].items() if k in ("methods", *RECIPE_SECTIONS)})
+        merged = deep_merge(
+            merged, {k: v for k, v in recipes[link].items() if k in ("methods", *RECIPE_SECTIONS)}
+        )
     return merged
 
 
-def dataset_config(config: dict, dataset: str, *,
-                   methods: Callable[[dict], Collection[str]] | None = None) -> dict:
+def dataset_config(
+    config: dict, dataset: str, *, methods: Callable[[dict], Collection[str]] | None = None
+) -> dict:
     """The whole config as ``dataset`` sees it: top-level sections with its recipe merged in,
     defaults filled and validated (errors name the recipe and the dataset). ``methods(config)``: the
     method names the workflow can build under that config (they depend on ccr.beta, say)."""
@@ -77,12 +83,16 @@ def dataset_config(config: dict, dataset: str, *,
     try:
         validate_config(out, methods=(lambda: methods(out)) if methods else None)
     except ConfigError as err:
-        raise ConfigError(f"recipe {name!r} of dataset {dataset!r} ({where}; keys below are under "
-                          f"recipes.{name} or the top-level sections): {err}") from None
+        raise ConfigError(
+            f"recipe {name!r} of dataset {dataset!r} ({where}; keys below are under "
+            f"recipes.{name} or the top-level sections): {err}"
+        ) from None
     return out
 
 
-def dataset_configs(config: dict, *, methods: Callable[[dict], Collection[str]] | None = None) -> dict[str, dict]:
+def dataset_configs(
+    config: dict, *, methods: Callable[[dict], Collection[str]] | None = None
+) -> dict[str, dict]:
     """dataset -> its config (``dataset_config``); a dataset with the empty demo recipe shares ``config``."""
     out = {}
     for dataset in config["datasets"]:

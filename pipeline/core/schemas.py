@@ -7,6 +7,7 @@ tables of docs/architecture.md (between ``<!-- schemas:<section> -->`` markers),
 tests/test_schemas.py fails when the document and this module disagree. After changing a schema,
 refresh the document with ``python -m pipeline.core.schemas docs/architecture.md``.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,61 +24,116 @@ from pipeline.core.storage import atomic_open, type_name
 CORPUS_SCHEMA = pa.schema([("pid", pa.string()), ("title", pa.string()), ("text", pa.string())])
 """resources/{dataset}/corpus.parquet: every passage of a dataset."""
 
-QUERIES_SCHEMA = pa.schema([("qid", pa.string()), ("text", pa.string()),
-                            ("answers", pa.list_(pa.string()))])
+QUERIES_SCHEMA = pa.schema([("qid", pa.string()), ("text", pa.string()), ("answers", pa.list_(pa.string()))])
 """resources/{dataset}/queries.{split}.parquet: the queries of one split and their answer strings."""
 
 QRELS_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("relevance", pa.int32())])
 """resources/{dataset}/qrels.{split}.parquet and qrels_all.{split}.parquet: relevance judgements."""
 
-SHIPPED_NEGATIVES_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
-                                      ("score", pa.float32()), ("source", pa.string())])
+SHIPPED_NEGATIVES_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("pid", pa.string()),
+        ("rank", pa.int32()),
+        ("score", pa.float32()),
+        ("source", pa.string()),
+    ]
+)
 """resources/{dataset}/negatives.train.parquet: hard negatives that come with the source data."""
 
 # ---- results/{dataset}/ -----------------------------------------------------------------------
 
-RUN_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()),
-                        ("score", pa.float32())])
+RUN_SCHEMA = pa.schema(
+    [("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32())]
+)
 """{method}/run.{split}.parquet: a retrieval run, the contract between retrievers and the evaluator."""
 
-MINED_NEGATIVES_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32()),
-    ("source", pa.string()), ("has_answer", pa.bool_()), ("excluded", pa.bool_()),
-])
+MINED_NEGATIVES_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("pid", pa.string()),
+        ("rank", pa.int32()),
+        ("score", pa.float32()),
+        ("source", pa.string()),
+        ("has_answer", pa.bool_()),
+        ("excluded", pa.bool_()),
+    ]
+)
 """negatives/bm25.parquet and negatives/sieve_b{beta}.train.parquet: the negatives trainers read."""
 
-CANDIDATES_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
-    ("source", pa.string()), ("has_answer", pa.bool_()), ("is_false_negative", pa.bool_()),
-    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
-])
+CANDIDATES_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("pid", pa.string()),
+        ("rank", pa.int32()),
+        ("source_score", pa.float64()),
+        ("source", pa.string()),
+        ("has_answer", pa.bool_()),
+        ("is_false_negative", pa.bool_()),
+        ("fn_label_source", pa.string()),
+        ("positive_pid", pa.string()),
+    ]
+)
 """sieve/candidates.parquet: the candidates every false-negative filter judges, with labels."""
 
-SIEVE_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
-    ("similarity", pa.float64()), ("nce_loss", pa.float64()), ("threshold", pa.float64()),
-    ("kept", pa.bool_()), ("fallback", pa.bool_()), ("is_false_negative", pa.bool_()),
-    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
-    ("positive_similarity", pa.float64()), ("positive_loss", pa.float64()),
-])
+SIEVE_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("pid", pa.string()),
+        ("rank", pa.int32()),
+        ("source_score", pa.float64()),
+        ("similarity", pa.float64()),
+        ("nce_loss", pa.float64()),
+        ("threshold", pa.float64()),
+        ("kept", pa.bool_()),
+        ("fallback", pa.bool_()),
+        ("is_false_negative", pa.bool_()),
+        ("fn_label_source", pa.string()),
+        ("positive_pid", pa.string()),
+        ("positive_similarity", pa.float64()),
+        ("positive_loss", pa.float64()),
+    ]
+)
 """negatives/sieve_b{beta}.parquet and AR2 round{r}/sieve.parquet: the sieve's decision per candidate."""
 
-SIEVE_LOSSES_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("group", pa.string()),
-                                 ("similarity", pa.float64()), ("nce_loss", pa.float64())])
+SIEVE_LOSSES_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("pid", pa.string()),
+        ("group", pa.string()),
+        ("similarity", pa.float64()),
+        ("nce_loss", pa.float64()),
+    ]
+)
 """sieve/sieve_b{beta}/losses.parquet: Figure 1's NCE losses per passage group."""
 
-FILTER_DECISIONS_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("source_score", pa.float64()),
-    ("score", pa.float64()), ("kept", pa.bool_()), ("is_false_negative", pa.bool_()),
-    ("fn_label_source", pa.string()), ("positive_pid", pa.string()),
-])
+FILTER_DECISIONS_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("pid", pa.string()),
+        ("rank", pa.int32()),
+        ("source_score", pa.float64()),
+        ("score", pa.float64()),
+        ("kept", pa.bool_()),
+        ("is_false_negative", pa.bool_()),
+        ("fn_label_source", pa.string()),
+        ("positive_pid", pa.string()),
+    ]
+)
 """sieve/{filter}/decisions.parquet: what a competing filter decided per candidate."""
 
-AR2_NEGATIVES_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32()),
-    ("source", pa.string()), ("has_answer", pa.bool_()), ("excluded", pa.bool_()),
-    ("positive_score", pa.float32()),
-])
+AR2_NEGATIVES_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("pid", pa.string()),
+        ("rank", pa.int32()),
+        ("score", pa.float32()),
+        ("source", pa.string()),
+        ("has_answer", pa.bool_()),
+        ("excluded", pa.bool_()),
+        ("positive_score", pa.float32()),
+    ]
+)
 """ar2/{variant}/seed{seed}/round{r}/negatives.parquet: mined negatives plus the positive's score."""
 
 PASSAGE_IDS_SCHEMA = pa.schema([("pid", pa.string())])
@@ -97,11 +153,12 @@ def ids_schema(id_field: str) -> pa.Schema:
 
 # ---- the data contract (docs/architecture.md) -------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Table:
-    section: str        # which document table lists it: "canonical" or "results"
-    path: str           # relative to resources/{dataset}/ or results/{dataset}/
-    schema: str         # name of the schema constant in this module
+    section: str  # which document table lists it: "canonical" or "results"
+    path: str  # relative to resources/{dataset}/ or results/{dataset}/
+    schema: str  # name of the schema constant in this module
     notes: str
 
 
@@ -109,52 +166,116 @@ _AR2_ROUND = "ar2/{variant}/seed{seed}/round{r}"
 
 TABLES: tuple[Table, ...] = (
     Table("canonical", "corpus.parquet", "CORPUS_SCHEMA", 'pids unique; title may be ""'),
-    Table("canonical", "queries.{split}.parquet", "QUERIES_SCHEMA",
-          "split ∈ train, dev, test; answers may be empty; qids unique"),
+    Table(
+        "canonical",
+        "queries.{split}.parquet",
+        "QUERIES_SCHEMA",
+        "split ∈ train, dev, test; answers may be empty; qids unique",
+    ),
     Table("canonical", "qrels.{split}.parquet", "QRELS_SCHEMA", "the annotated positives (relevance ≥ 1)"),
-    Table("canonical", "qrels_all.{split}.parquet", "QRELS_SCHEMA",
-          "synthkb only: every passage that states the fact (exact truth)"),
-    Table("canonical", "negatives.train.parquet", "SHIPPED_NEGATIVES_SCHEMA",
-          "optional: hard negatives shipped with the data (DPR `hard_negative_ctxs`)"),
-    Table("results", "negatives/bm25.parquet", "MINED_NEGATIVES_SCHEMA",
-          "mined BM25 candidates for train queries; answer matches kept, flagged `excluded` "
-          "under the DPR recipe"),
-    Table("results", "sieve/candidates.parquet", "CANDIDATES_SCHEMA",
-          "sampled candidates with false-negative labels where the truth is known"),
-    Table("results", "negatives/sieve_b{beta}.parquet", "SIEVE_SCHEMA",
-          "the sieve's decision for every candidate"),
-    Table("results", "negatives/sieve_b{beta}.train.parquet", "MINED_NEGATIVES_SCHEMA",
-          "the kept candidates in the bm25.parquet layout (score = the sieve model's similarity)"),
-    Table("results", "sieve/sieve_b{beta}/losses.parquet", "SIEVE_LOSSES_SCHEMA",
-          "Figure 1: NCE loss of the positive, candidates and in-batch negatives"),
-    Table("results", "sieve/{filter}/decisions.parquet", "FILTER_DECISIONS_SCHEMA",
-          "a competing filter's decision (and its score) for every candidate"),
-    Table("results", "{method}/run.{split}.parquet", "RUN_SCHEMA",
-          "a retrieval run; rank is 1-based"),
-    Table("results", "{method}/seed{seed}/run.{split}.parquet", "RUN_SCHEMA",
-          "the run of one seed of an AR2 method (its selected round)"),
-    Table("results", "embeddings/{model}/shard{i}of{n}.pids.parquet", "PASSAGE_IDS_SCHEMA",
-          "the pid of each row of `shard{i}of{n}.npy`"),
-    Table("results", "index/{model}/shard{j}of{m}.pids.parquet", "PASSAGE_IDS_SCHEMA",
-          "the pid of each vector of `shard{j}of{m}.faiss`"),
+    Table(
+        "canonical",
+        "qrels_all.{split}.parquet",
+        "QRELS_SCHEMA",
+        "synthkb only: every passage that states the fact (exact truth)",
+    ),
+    Table(
+        "canonical",
+        "negatives.train.parquet",
+        "SHIPPED_NEGATIVES_SCHEMA",
+        "optional: hard negatives shipped with the data (DPR `hard_negative_ctxs`)",
+    ),
+    Table(
+        "results",
+        "negatives/bm25.parquet",
+        "MINED_NEGATIVES_SCHEMA",
+        "mined BM25 candidates for train queries; answer matches kept, flagged `excluded` "
+        "under the DPR recipe",
+    ),
+    Table(
+        "results",
+        "sieve/candidates.parquet",
+        "CANDIDATES_SCHEMA",
+        "sampled candidates with false-negative labels where the truth is known",
+    ),
+    Table(
+        "results",
+        "negatives/sieve_b{beta}.parquet",
+        "SIEVE_SCHEMA",
+        "the sieve's decision for every candidate",
+    ),
+    Table(
+        "results",
+        "negatives/sieve_b{beta}.train.parquet",
+        "MINED_NEGATIVES_SCHEMA",
+        "the kept candidates in the bm25.parquet layout (score = the sieve model's similarity)",
+    ),
+    Table(
+        "results",
+        "sieve/sieve_b{beta}/losses.parquet",
+        "SIEVE_LOSSES_SCHEMA",
+        "Figure 1: NCE loss of the positive, candidates and in-batch negatives",
+    ),
+    Table(
+        "results",
+        "sieve/{filter}/decisions.parquet",
+        "FILTER_DECISIONS_SCHEMA",
+        "a competing filter's decision (and its score) for every candidate",
+    ),
+    Table("results", "{method}/run.{split}.parquet", "RUN_SCHEMA", "a retrieval run; rank is 1-based"),
+    Table(
+        "results",
+        "{method}/seed{seed}/run.{split}.parquet",
+        "RUN_SCHEMA",
+        "the run of one seed of an AR2 method (its selected round)",
+    ),
+    Table(
+        "results",
+        "embeddings/{model}/shard{i}of{n}.pids.parquet",
+        "PASSAGE_IDS_SCHEMA",
+        "the pid of each row of `shard{i}of{n}.npy`",
+    ),
+    Table(
+        "results",
+        "index/{model}/shard{j}of{m}.pids.parquet",
+        "PASSAGE_IDS_SCHEMA",
+        "the pid of each vector of `shard{j}of{m}.faiss`",
+    ),
     Table("results", "bm25/index/pids.parquet", "PASSAGE_IDS_SCHEMA", "the pid of each BM25 document"),
-    Table("results", f"{_AR2_ROUND}/negatives.parquet", "AR2_NEGATIVES_SCHEMA",
-          "the round's mined negatives; `positive_score` is the mining retriever's s+"),
-    Table("results", f"{_AR2_ROUND}/sieve.parquet", "SIEVE_SCHEMA",
-          "sieve variants: the sieve's decision for every candidate of the round"),
+    Table(
+        "results",
+        f"{_AR2_ROUND}/negatives.parquet",
+        "AR2_NEGATIVES_SCHEMA",
+        "the round's mined negatives; `positive_score` is the mining retriever's s+",
+    ),
+    Table(
+        "results",
+        f"{_AR2_ROUND}/sieve.parquet",
+        "SIEVE_SCHEMA",
+        "sieve variants: the sieve's decision for every candidate of the round",
+    ),
     Table("results", f"{_AR2_ROUND}/run.dev.parquet", "RUN_SCHEMA", "the round's dev run"),
-    Table("results", f"{_AR2_ROUND}/embeddings/shard{{i}}of{{n}}.pids.parquet", "PASSAGE_IDS_SCHEMA",
-          "the round retriever's corpus embeddings, as under `embeddings/`"),
-    Table("results", "{folder}/shard0of1.qids.parquet", "QUERY_IDS_SCHEMA",
-          "`encode queries`: the qid of each row of a query-embedding shard (no rule writes it)"),
+    Table(
+        "results",
+        f"{_AR2_ROUND}/embeddings/shard{{i}}of{{n}}.pids.parquet",
+        "PASSAGE_IDS_SCHEMA",
+        "the round retriever's corpus embeddings, as under `embeddings/`",
+    ),
+    Table(
+        "results",
+        "{folder}/shard0of1.qids.parquet",
+        "QUERY_IDS_SCHEMA",
+        "`encode queries`: the qid of each row of a query-embedding shard (no rule writes it)",
+    ),
 )
 SECTIONS = ("canonical", "results")
 
 
 def schema_names() -> list[str]:
     """Names of every schema constant of this module, in definition order."""
-    return [name for name, value in globals().items()
-            if name.endswith("_SCHEMA") and isinstance(value, pa.Schema)]
+    return [
+        name for name, value in globals().items() if name.endswith("_SCHEMA") and isinstance(value, pa.Schema)
+    ]
 
 
 def render_tables(section: str) -> str:
@@ -182,9 +303,11 @@ def marked_sections(text: str) -> dict[str, str]:
 
 def update_document(text: str) -> str:
     """``text`` with every marked section replaced by its rendering."""
+
     def fill(match: re.Match) -> str:
         section = match.group(1)
         return f"<!-- schemas:{section} -->\n\n{render_tables(section)}\n<!-- /schemas:{section} -->"
+
     return _MARKED.sub(fill, text)
 
 

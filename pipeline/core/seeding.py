@@ -4,6 +4,7 @@ Randomness that decides *what* is trained on (negative sampling, candidate sampl
 ``(seed, id, epoch)`` with ``item_rng``, so it depends neither on order nor on the number of workers.
 Only framework RNG (dropout) is global; ``rng_state``/``set_rng_state`` carry it through checkpoints.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -13,6 +13,7 @@ numbers). Everything else is derived from these models:
 Defaults are the demo recipe of config.yaml (small step counts that run on 2 CPU cores); recipes and
 overlays change them for paper-scale runs. config.yaml documents every setting (a test checks it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,16 @@ import sys
 import types
 from typing import Annotated, Any, Literal, Optional, Sequence, Union, get_args, get_origin
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 Precision = Literal["bf16", "fp16", "fp32"]
@@ -48,8 +57,11 @@ def _unique(values: list) -> list:
 
 def Unique(item: Any, min_length: int = 0) -> Any:  # noqa: N802  (a type, spelled like one)
     """A list of ``item`` without repeats (and at least ``min_length`` entries)."""
-    return Annotated[list[item], Field(min_length=min_length, json_schema_extra={"uniqueItems": True}),
-                     AfterValidator(_unique)]
+    return Annotated[
+        list[item],
+        Field(min_length=min_length, json_schema_extra={"uniqueItems": True}),
+        AfterValidator(_unique),
+    ]
 
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
@@ -61,6 +73,7 @@ Pair = Annotated[list[Name], Field(min_length=2, max_length=2)]
 class Contract(BaseModel):
     """A config section: unknown keys, wrong types and non-finite numbers are errors (``from_dict``
     turns them into a ConfigError naming each key)."""
+
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
@@ -69,34 +82,54 @@ class Contract(BaseModel):
 
 class TrainSettings(Contract):
     """Optimisation and data settings shared by DPR and CCR training (defaults: DPR's)."""
+
     lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
     epochs: int = Field(1, ge=1, description="passes over the training queries")
-    batch_size: int = Field(16, ge=1, description="GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool")
+    batch_size: int = Field(
+        16, ge=1, description="GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool"
+    )
     grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
-    hard_negatives: int = Field(1, ge=0, description="k: hard negatives per query, sampled per (qid, epoch, seed)")
+    hard_negatives: int = Field(
+        1, ge=0, description="k: hard negatives per query, sampled per (qid, epoch, seed)"
+    )
     negatives_depth: int = Field(30, ge=1, description="sample the k negatives from this many top candidates")
-    in_batch: bool = Field(True, description="other queries' passages are negatives too (gathered across GPUs)")
-    warmup_ratio: float = Field(0.1, ge=0, le=1, description="linear warm-up over this share of the steps, then linear decay")
+    in_batch: bool = Field(
+        True, description="other queries' passages are negatives too (gathered across GPUs)"
+    )
+    warmup_ratio: float = Field(
+        0.1, ge=0, le=1, description="linear warm-up over this share of the steps, then linear decay"
+    )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (not on biases and LayerNorm)")
     max_grad_norm: float = Field(2.0, ge=0, description="gradient clipping norm; 0 = no clipping")
     max_steps: int = Field(60, ge=0, description="cap on optimizer steps; 0 = no cap (epochs decide)")
     checkpoint_every: int = Field(50, ge=0, description="optimizer steps between checkpoints; 0 = never")
-    precision: Precision = Field("bf16", description="autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32")
-    drop_queries_without_positive: bool = Field(False, description="leave such train queries out (default: error)")
+    precision: Precision = Field(
+        "bf16", description="autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32"
+    )
+    drop_queries_without_positive: bool = Field(
+        False, description="leave such train queries out (default: error)"
+    )
     train_layers: Optional[int] = Field(
-        None, ge=1, description="train only the top N transformer layers; the embeddings and lower layers stay "
-                                "frozen and their outputs are computed once per text and cached (CPU budget); null = all")
+        None,
+        ge=1,
+        description="train only the top N transformer layers; the embeddings and lower layers stay "
+        "frozen and their outputs are computed once per text and cached (CPU budget); null = all",
+    )
 
 
 class Objective(Contract):
     """The loss: NCE (beta 0) or CCR, l(p+) - beta * mean_{p in P} l(p). docs/training.md."""
+
     beta: float = Field(0.0, ge=0, description="CCR beta; 0 = NCE")
-    scale: Literal["paper", "released_code"] = Field("paper", description="CCR loss scale: paper, or released_code (loss / (k+1))")
+    scale: Literal["paper", "released_code"] = Field(
+        "paper", description="CCR loss scale: paper, or released_code (loss / (k+1))"
+    )
     f_beta: float = Field(1.0, ge=0, description="released_code only: effective beta = (k+1) * f_beta * beta")
 
 
 class JobResources(Contract):
     """What a job reserves (Snakemake resources/threads), not what it computes."""
+
     threads: int = Field(2, ge=1, description="CPU threads of the job")
     mem_mb: int = Field(6000, ge=1, description="memory the job reserves (MB)")
     gpus: int = Field(0, ge=0, description="GPUs the job reserves (more than 1: torchrun DDP)")
@@ -107,34 +140,53 @@ RESOURCE_KEYS = tuple(JobResources.model_fields)
 
 class DprSettings(JobResources, TrainSettings):
     """DPR warm-up with NCE (docs/training.md)."""
+
     skip: bool = Field(False, description="true: dpr = the pretrained model, no training")
 
 
 class CcrSettings(JobResources, Objective, TrainSettings):
     """CCR fine-tuning from DPR, cosine similarity (docs/training.md). CCR's own defaults."""
+
     lr: float = Field(1e-5, gt=0, description="peak learning rate (AdamW)")
     hard_negatives: int = Field(5, ge=1, description="k: BM25 hard negatives per query in the CCR softmax")
     in_batch: bool = Field(False, description="other queries' passages in the softmax too")
     max_steps: int = Field(20, ge=0, description="cap on optimizer steps; 0 = no cap (epochs decide)")
     beta: float = Field(0.5, ge=0, description="CCR beta (relative to NCE under scale paper)")
-    temperature: float = Field(1.0, gt=0, description="tau of the CCR loss on cosine scores; saved with the model")
+    temperature: float = Field(
+        1.0, gt=0, description="tau of the CCR loss on cosine scores; saved with the model"
+    )
 
 
 # ---- the other sections -------------------------------------------------------------------------
 
 
 class EvalSettings(Contract):
-    split: Literal["train", "dev", "test"] = Field("test", description="evaluated split (datasets.<name>.eval_split overrides)")
-    match: Literal["string", "regex"] = Field("string", description="DPR has_answer: string tokens, or regex (CuratedTREC)")
-    ks: Unique(Annotated[int, Field(ge=1)], 1) = Field([1, 5, 20, 100], description="cut-offs for R@k, hit@k and recall@k")
+    split: Literal["train", "dev", "test"] = Field(
+        "test", description="evaluated split (datasets.<name>.eval_split overrides)"
+    )
+    match: Literal["string", "regex"] = Field(
+        "string", description="DPR has_answer: string tokens, or regex (CuratedTREC)"
+    )
+    ks: Unique(Annotated[int, Field(ge=1)], 1) = Field(
+        [1, 5, 20, 100], description="cut-offs for R@k, hit@k and recall@k"
+    )
     depth: int = Field(100, ge=1, description="passages retrieved per query for evaluation runs")
     trec_export: bool = Field(True, description="also write run.{split}.trec for every evaluated run")
     compare: list[Pair] = Field(
-        [["dpr", "zeroshot"], ["dpr_oracle", "zeroshot"], ["dpr_oracle", "dpr"], ["dpr_oracle", "dpr_none"],
-         ["dpr_sieve", "dpr_none"], ["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"],
-         ["ar2_simans_sieve", "ar2_simans"]],
+        [
+            ["dpr", "zeroshot"],
+            ["dpr_oracle", "zeroshot"],
+            ["dpr_oracle", "dpr"],
+            ["dpr_oracle", "dpr_none"],
+            ["dpr_sieve", "dpr_none"],
+            ["dpr_ccr", "dpr"],
+            ["dpr_sieve", "dpr"],
+            ["ar2_sieve", "ar2"],
+            ["ar2_simans_sieve", "ar2_simans"],
+        ],
         description="[method, baseline] pairs: paired difference, 95% interval over common seeds; a pair "
-                    "with a method not in `methods` is left out")
+        "with a method not in `methods` is left out",
+    )
 
 
 class Bm25Settings(Contract):
@@ -143,12 +195,17 @@ class Bm25Settings(Contract):
     stemmer: Optional[str] = Field("english", description="PyStemmer language; null = no stemming")
     stopwords: Optional[str] = Field("en", description="bm25s stop-word list; null = none")
     negatives: int = Field(100, ge=1, description="BM25 negatives mined per train query")
-    exclude_answer_match: bool = Field(False, description="mark passages holding an answer string excluded (DPR)")
+    exclude_answer_match: bool = Field(
+        False, description="mark passages holding an answer string excluded (DPR)"
+    )
 
 
 class ModelSettings(Contract):
     """The base bi-encoder and its retriever settings (docs/training.md)."""
-    base: str = Field("minilm", min_length=1, description="HF encoder or folder; minilm = the offline all-MiniLM-L6-v2")
+
+    base: str = Field(
+        "minilm", min_length=1, description="HF encoder or folder; minilm = the offline all-MiniLM-L6-v2"
+    )
     pooling: Literal["mean", "cls"] = "mean"
     similarity: Literal["cosine", "dot"] = "cosine"
     temperature: float = Field(0.05, gt=0, description="tau: cosine scores are divided by it")
@@ -193,23 +250,28 @@ class SearchSettings(Contract):
 
 class HybridSettings(Contract):
     """Hybrid methods: BM25 fused with a dense run (workflow/rules/hybrid.smk)."""
+
     rrf_k: int = Field(60, ge=0, description="RRF constant k in 1/(k + rank)")
     weights: Unique(Annotated[float, Field(ge=0, le=1)], 1) = Field(
-        [i / 10 for i in range(11)], description="grid of dense weights w for hybrid_wsum_*")
+        [i / 10 for i in range(11)], description="grid of dense weights w for hybrid_wsum_*"
+    )
     select_split: Name = Field("dev", description="split on which w is chosen")
     select_metric: Metric = Field("R@5", description="metric that chooses w")
 
 
 class SweepSettings(Contract):
     """The noise sweep results/sweeps/noise.{json,png} over synthkb datasets at dial levels (sweep.smk)."""
+
     datasets: Unique(str) = Field([], description="the synthkb datasets (dial levels) swept")
     methods: Unique(str, 1) = Field(["dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle"])
     baseline: str = "dpr"
     oracle: str = "dpr_oracle"
     metric: Metric = "R@5"
     pairs: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = Field(
-        [], description="[method, control] pairs of sweep.methods compared besides the baseline "
-                        "(e.g. [dpr_sieve, dpr_none]: the same candidate pool)")
+        [],
+        description="[method, control] pairs of sweep.methods compared besides the baseline "
+        "(e.g. [dpr_sieve, dpr_none]: the same candidate pool)",
+    )
 
 
 class InjectionSettings(Contract):
@@ -226,38 +288,57 @@ class PositiveAwareSettings(Contract):
 
 
 class CrossEncoderFilterSettings(Contract):
-    threshold: float = Field(0.1, gt=0, le=1, description="drop a candidate the cross-encoder scores below it")
+    threshold: float = Field(
+        0.1, gt=0, le=1, description="drop a candidate the cross-encoder scores below it"
+    )
     base: str = Field("minilm", min_length=1)
     max_len: int = Field(128, ge=8)
     steps: int = Field(150, ge=1)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(2e-5, gt=0)
     precision: Literal["bf16", "fp32"] = Field(
-        "bf16", description="training autocast: bf16 on CUDA and on CPUs with native bf16, else fp32")
+        "bf16", description="training autocast: bf16 on CUDA and on CPUs with native bf16, else fp32"
+    )
 
 
-FILTER_NAMES = ("none", "answer_match", "oracle", "rank_window", "positive_aware", "cross_encoder", "sieve",
-                "sieve_no_ccr")
+FILTER_NAMES = (
+    "none",
+    "answer_match",
+    "oracle",
+    "rank_window",
+    "positive_aware",
+    "cross_encoder",
+    "sieve",
+    "sieve_no_ccr",
+)
 
 
 class SieveSettings(Contract):
     """Passage sieve and competing false-negative filters (docs/sieve.md)."""
-    source: str = Field("bm25", pattern=r"^[A-Za-z0-9_.-]+$",
-                        description="negatives file results/{dataset}/negatives/<source>.parquet")
+
+    source: str = Field(
+        "bm25",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="negatives file results/{dataset}/negatives/<source>.parquet",
+    )
     candidates: int = Field(30, ge=1, description="hard negatives per query judged by the sieve")
     pool: int = Field(100, ge=1, description="candidates are sampled from the top <pool> ranks")
     max_queries: Optional[int] = Field(None, ge=1, description="seeded sample of train queries; null = all")
     strict: bool = Field(False, description="keep iff loss > threshold (released code) instead of >=")
     fallback: Literal["random_one", "none"] = "random_one"
-    temperature: Optional[float] = Field(None, gt=0, description="tau of the sieve's loss; null = the model's")
-    betas: Unique(Annotated[float, Field(ge=0)]) = Field([0, 0.05, 0.1, 0.5],
-                                                          description="β sweep: sieve_b<β> filters and Figure 1")
+    temperature: Optional[float] = Field(
+        None, gt=0, description="tau of the sieve's loss; null = the model's"
+    )
+    betas: Unique(Annotated[float, Field(ge=0)]) = Field(
+        [0, 0.05, 0.1, 0.5], description="β sweep: sieve_b<β> filters and Figure 1"
+    )
     in_batch: int = Field(30, ge=0)
     figure_queries: Optional[int] = Field(2000, ge=1)
     batch_size: int = Field(64, ge=1)
     injection: InjectionSettings = InjectionSettings()
     filters: Unique(Literal[FILTER_NAMES]) = Field(
-        ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"])
+        ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"]
+    )
     rank_window: RankWindowSettings = RankWindowSettings()
     positive_aware: PositiveAwareSettings = PositiveAwareSettings()
     cross_encoder: CrossEncoderFilterSettings = CrossEncoderFilterSettings()
@@ -276,8 +357,11 @@ class Ar2RankerSettings(Contract):
 
 class Ar2Settings(Contract):
     """AR2 rounds and the ar2* methods (docs/ar2.md)."""
+
     rounds: int = Field(2, ge=1)
-    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(None, description="null = the training seeds")
+    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
+        None, description="null = the training seeds"
+    )
     top_k: int = Field(30, ge=1)
     exclude_answer_match: bool = False
     negatives: int = Field(3, ge=1)
@@ -296,7 +380,8 @@ class Ar2Settings(Contract):
     simans: SimansSettings = SimansSettings()
     ranker: Ar2RankerSettings = Ar2RankerSettings()
     ranker_init: Literal["base", "cross_encoder"] = Field(
-        "base", description="round 1's ranker: the base encoder with a new head, or models/cross_encoder")
+        "base", description="round 1's ranker: the base encoder with a new head, or models/cross_encoder"
+    )
     similarity: Optional[Literal["cosine", "dot"]] = None
     temperature: Optional[float] = Field(None, gt=0)
     passage_max_len: Optional[int] = Field(None, ge=8)
@@ -337,25 +422,43 @@ def _file_form(value: Any) -> str:
 
 class UrlFile(Contract):
     url: str = Field(pattern=r"^(https?|ftp)://")
-    sha256: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$",
-                                  description="sha256 of the downloaded file (of the archive when member is set)")
-    member: Optional[str] = Field(None, min_length=1, description="file to extract from the .tar/.tar.gz/.zip archive at url")
+    sha256: Optional[str] = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the downloaded file (of the archive when member is set)",
+    )
+    member: Optional[str] = Field(
+        None, min_length=1, description="file to extract from the .tar/.tar.gz/.zip archive at url"
+    )
 
 
 class PathFile(Contract):
     path: str = Field(min_length=1)
-    member: Optional[str] = Field(None, min_length=1, description="file to extract from the local .tar/.tar.gz/.zip archive at path")
+    member: Optional[str] = Field(
+        None, min_length=1, description="file to extract from the local .tar/.tar.gz/.zip archive at path"
+    )
 
 
 # A local path (relative to the repository root; plain or gzipped), a URL (downloaded to
 # downloads/{dataset}/{role}, resumable), or one member of a .tar/.tar.gz/.zip archive. docs/data.md.
-FileSpec = Annotated[Union[Annotated[Annotated[str, Field(min_length=1)], Tag("file-name")],
-                           Annotated[UrlFile, Tag("file-url")], Annotated[PathFile, Tag("file-path")]],
-                     Discriminator(_file_form)]
+FileSpec = Annotated[
+    Union[
+        Annotated[Annotated[str, Field(min_length=1)], Tag("file-name")],
+        Annotated[UrlFile, Tag("file-url")],
+        Annotated[PathFile, Tag("file-path")],
+    ],
+    Discriminator(_file_form),
+]
 # role -> file (multi-file formats); in the schema not itself a single file spec (no url/path key).
-Roles = Annotated[dict[Annotated[str, Field(pattern=r"^[a-z_]+$")], FileSpec],
-                  Field(json_schema_extra={"additionalProperties": False,
-                                           "not": {"anyOf": [{"required": ["url"]}, {"required": ["path"]}]}})]
+Roles = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[a-z_]+$")], FileSpec],
+    Field(
+        json_schema_extra={
+            "additionalProperties": False,
+            "not": {"anyOf": [{"required": ["url"]}, {"required": ["path"]}]},
+        }
+    ),
+]
 
 
 def _source_form(value: Any) -> str:
@@ -364,41 +467,65 @@ def _source_form(value: Any) -> str:
     return "file-single"
 
 
-Source = Annotated[Union[Annotated[FileSpec, Tag("file-single")], Annotated[Roles, Tag("file-roles")]],
-                   Discriminator(_source_form)]
+Source = Annotated[
+    Union[Annotated[FileSpec, Tag("file-single")], Annotated[Roles, Tag("file-roles")]],
+    Discriminator(_source_form),
+]
 
 
 class SplitUnits(Contract):
     """Queries are split by a seeded hash of their unit: the first round(test*n) units are test, the
     next round(dev*n) dev, the rest train (a split with a fraction > 0 gets at least one unit)."""
-    by: Literal["article", "entity", "query"] = Field(description="unit kept whole within one split (article: squad; entity: synthkb)")
+
+    by: Literal["article", "entity", "query"] = Field(
+        description="unit kept whole within one split (article: squad; entity: synthkb)"
+    )
     dev: float = Field(0.0, ge=0, le=1)
     test: float = Field(0.0, ge=0, le=1)
     seed: int = 0
 
 
-Split = Annotated[Union[Annotated[Literal["none"], Tag("split-none")], Annotated[SplitUnits, Tag("split-units")]],
-                  Discriminator(lambda v: "split-units" if isinstance(v, dict) else "split-none")]
+Split = Annotated[
+    Union[Annotated[Literal["none"], Tag("split-none")], Annotated[SplitUnits, Tag("split-units")]],
+    Discriminator(lambda v: "split-units" if isinstance(v, dict) else "split-none"),
+]
 SYNTHKB_ONLY = ("entities", "seed", "positive", "fn_share", "fn_paraphrase")
 
 
 class DatasetSpec(Contract):
     """One dataset: its reader (format) and source, or the synthkb generator's settings."""
+
     format: Literal["dpr", "msmarco", "squad", "beir", "synthkb"]
     source: Optional[Source] = None
-    split: Split = Field("none", description="none: every query is a test query; synthkb's default: "
-                                             "{by: entity, dev: 0.1, test: 0.2, seed: 0}")
-    entities: Optional[int] = Field(None, ge=10, description="synthkb only: number of entities (~7.2 passages each)")
+    split: Split = Field(
+        "none",
+        description="none: every query is a test query; synthkb's default: "
+        "{by: entity, dev: 0.1, test: 0.2, seed: 0}",
+    )
+    entities: Optional[int] = Field(
+        None, ge=10, description="synthkb only: number of entities (~7.2 passages each)"
+    )
     seed: int = Field(0, description="synthkb only: generator seed")
     positive: Literal["named_article", "source"] = Field(
-        "named_article", description="synthkb only: the stating passage qrels annotates (docs/synthkb.md)")
-    fn_share: Optional[float] = Field(None, ge=0, le=1, description="synthkb only: the false-negative dial; null = "
-                                                                    "the generator's own restatement rates")
-    fn_paraphrase: float = Field(0.0, ge=0, le=1, description="synthkb only: share of false negatives without the answer string")
+        "named_article", description="synthkb only: the stating passage qrels annotates (docs/synthkb.md)"
+    )
+    fn_share: Optional[float] = Field(
+        None,
+        ge=0,
+        le=1,
+        description="synthkb only: the false-negative dial; null = the generator's own restatement rates",
+    )
+    fn_paraphrase: float = Field(
+        0.0, ge=0, le=1, description="synthkb only: share of false negatives without the answer string"
+    )
     eval_split: Optional[Literal["train", "dev", "test"]] = Field(None, description="null = eval.split")
-    recipe: str = Field("demo", description="the recipe (config recipes.<name>) that sets its training settings")
+    recipe: str = Field(
+        "demo", description="the recipe (config recipes.<name>) that sets its training settings"
+    )
     empty_positives: Literal["error", "drop"] = Field(
-        "error", description="a DPR/Tevatron record without positives: error stops the preparation; drop leaves it out")
+        "error",
+        description="a DPR/Tevatron record without positives: error stops the preparation; drop leaves it out",
+    )
 
     @model_validator(mode="after")
     def _format_keys(self) -> "DatasetSpec":
@@ -413,7 +540,9 @@ class DatasetSpec(Contract):
                 raise ValueError(f"format {self.format} needs a 'source'")
             wrong = [key for key in SYNTHKB_ONLY if key in given]
             if wrong:
-                raise ValueError(f"{', '.join(map(repr, wrong))}: synthkb-only key(s) on a {self.format} dataset")
+                raise ValueError(
+                    f"{', '.join(map(repr, wrong))}: synthkb-only key(s) on a {self.format} dataset"
+                )
         return self
 
 
@@ -423,7 +552,10 @@ RECIPE_SECTIONS = ("model", "bm25", "dpr", "ccr", "sieve", "ar2", "hybrid")
 class RecipeSpec(Contract):
     """A named recipe: partial sections deep-merged over the top-level ones for the datasets that
     declare it (pipeline/core/recipes.py); they are validated, merged, as the top-level sections."""
-    extends: Optional[str] = Field(None, description="parent recipe: its settings first, this one's over them")
+
+    extends: Optional[str] = Field(
+        None, description="parent recipe: its settings first, this one's over them"
+    )
     description: Optional[str] = None
     methods: Optional[Unique(Name)] = None
     model: Optional[dict] = None
@@ -437,11 +569,18 @@ class RecipeSpec(Contract):
 
 class Config(Contract):
     """The whole configuration (config.yaml deep-merged with overlays)."""
+
     seed: int = Field(0, ge=0, description="names result folders (-s<seed>, seed<seed>)")
     seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
-        None, description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2")
-    methods: Unique(Name) = Field(description="methods that results/{dataset}/metrics.json builds and gathers")
-    recipes: dict[Name, RecipeSpec] = Field({"demo": {}}, description="named training recipes (docs/recipes.md)")
+        None,
+        description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2",
+    )
+    methods: Unique(Name) = Field(
+        description="methods that results/{dataset}/metrics.json builds and gathers"
+    )
+    recipes: dict[Name, RecipeSpec] = Field(
+        {"demo": {}}, description="named training recipes (docs/recipes.md)"
+    )
     datasets: Annotated[dict[Name, DatasetSpec], Field(min_length=1)]
     eval: EvalSettings = EvalSettings()
     bm25: Bm25Settings = Bm25Settings()
@@ -459,9 +598,25 @@ class Config(Contract):
 
 # Config section -> its contract (the sections whose defaults fill every config).
 SECTIONS: dict[str, type[Contract]] = {
-    name: Config.model_fields[name].annotation for name in
-    ("eval", "bm25", "model", "dpr", "ccr", "encode", "index", "search", "hybrid", "sweep", "sieve", "ar2")}
-TOP_LEVEL_DEFAULTS: dict[str, Any] = {key: Config.model_fields[key].default for key in ("seed", "seeds", "recipes")}
+    name: Config.model_fields[name].annotation
+    for name in (
+        "eval",
+        "bm25",
+        "model",
+        "dpr",
+        "ccr",
+        "encode",
+        "index",
+        "search",
+        "hybrid",
+        "sweep",
+        "sieve",
+        "ar2",
+    )
+}
+TOP_LEVEL_DEFAULTS: dict[str, Any] = {
+    key: Config.model_fields[key].default for key in ("seed", "seeds", "recipes")
+}
 
 
 def config_schema() -> dict:
@@ -515,13 +670,24 @@ def from_dict(cls: type[Contract], data: dict, where: str = "") -> Contract:
     try:
         return cls.model_validate(data)
     except ValidationError as err:
-        raise ConfigError("; ".join(describe_errors(err, tuple(where.split(".")) if where else (), cls))) from None
+        raise ConfigError(
+            "; ".join(describe_errors(err, tuple(where.split(".")) if where else (), cls))
+        ) from None
 
 
 # ---- errors -------------------------------------------------------------------------------------
 
 # Loc parts that name a branch of a tagged union, not a config key.
-_UNION_TAGS = {"[key]", "file-name", "file-url", "file-path", "file-single", "file-roles", "split-none", "split-units"}
+_UNION_TAGS = {
+    "[key]",
+    "file-name",
+    "file-url",
+    "file-path",
+    "file-single",
+    "file-roles",
+    "split-none",
+    "split-units",
+}
 
 
 def _key(loc: Sequence[Any]) -> str:
@@ -559,8 +725,9 @@ def _model_at(loc: Sequence[Any], root: type[BaseModel]) -> type[BaseModel] | No
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
-def describe_errors(err: ValidationError, prefix: Sequence[Any] = (),
-                    root: type[BaseModel] | None = None) -> list[str]:
+def describe_errors(
+    err: ValidationError, prefix: Sequence[Any] = (), root: type[BaseModel] | None = None
+) -> list[str]:
     """One line per problem: "config key 'dpr.lr': <what is wrong>"; unknown keys are listed with the
     keys allowed there. ``root``: the contract validated (default Config); ``prefix``: its key path."""
     lines: list[str] = []
@@ -617,8 +784,13 @@ def _flag_type(cls: type[Contract], name: str) -> tuple[type, tuple | None]:
     return {float: float, int: int, str: str, bool: bool}.get(hint, str), None
 
 
-def add_flags(group: argparse._ActionsContainer, cls: type[Contract], *, names: Sequence[str] | None = None,
-              override: bool = False) -> None:
+def add_flags(
+    group: argparse._ActionsContainer,
+    cls: type[Contract],
+    *,
+    names: Sequence[str] | None = None,
+    override: bool = False,
+) -> None:
     """One flag per field of ``cls`` (or of ``names``), booleans as --x/--no-x, with the contract's
     help and defaults; ``override``: no default (None: the flag was not given, keep what is there)."""
     for name in names or cls.model_fields:
@@ -626,12 +798,21 @@ def add_flags(group: argparse._ActionsContainer, cls: type[Contract], *, names: 
         kind, choices = _flag_type(cls, name)
         default = None if override else field.default
         if kind is bool:
-            group.add_argument(flag_name(name), action=argparse.BooleanOptionalAction, default=default,
-                               help=field.description)
+            group.add_argument(
+                flag_name(name),
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=field.description,
+            )
         else:
             shown = "" if override else f" (default: {default})"
-            group.add_argument(flag_name(name), type=kind, default=default, choices=choices,
-                               help=f"{field.description or ''}{shown}".lstrip() or None)
+            group.add_argument(
+                flag_name(name),
+                type=kind,
+                default=default,
+                choices=choices,
+                help=f"{field.description or ''}{shown}".lstrip() or None,
+            )
 
 
 def pick(cls: type[Contract], values: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 Every stage reads and writes through these helpers so that a crash never leaves a half-written
 output and a bad input always produces a message a user can act on.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,14 @@ class DataError(ValueError):
     are left out. CLIs catch it, print it and exit with status 2.
     """
 
-    def __init__(self, message: str, *, file: str | os.PathLike | None = None,
-                 record: Any = None, field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | os.PathLike | None = None,
+        record: Any = None,
+        field: str | None = None,
+    ):
         self.file = str(file) if file is not None else None
         self.record = record
         self.field = field
@@ -54,6 +61,7 @@ os.umask(_UMASK)
 
 
 # ---- atomic writes --------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -94,8 +102,9 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         handle.write("\n")
 
 
-def write_table(path: str | os.PathLike, table: pa.Table | pd.DataFrame,
-                schema: pa.Schema | None = None) -> None:
+def write_table(
+    path: str | os.PathLike, table: pa.Table | pd.DataFrame, schema: pa.Schema | None = None
+) -> None:
     """Write a Parquet file atomically, casting to ``schema`` when given."""
     if isinstance(table, pd.DataFrame):
         table = pa.Table.from_pandas(table, schema=schema, preserve_index=False)
@@ -204,8 +213,9 @@ def column_type_fits(found: pa.DataType, expected: pa.DataType) -> bool:
     if pa.types.is_null(found):
         return True
     if _is_list(expected) or _is_list(found):
-        return _is_list(expected) and _is_list(found) and \
-            column_type_fits(found.value_type, expected.value_type)
+        return (
+            _is_list(expected) and _is_list(found) and column_type_fits(found.value_type, expected.value_type)
+        )
     want, got = _kind(expected), _kind(found)
     return got == want or (want == "number" and got == "integer")
 
@@ -219,8 +229,9 @@ def _describe_expected(expected: pa.DataType) -> str:
     return type_name(expected)
 
 
-def check_column_types(found: pa.Schema, expected: pa.Schema, columns: Sequence[str],
-                       file: str | os.PathLike) -> None:
+def check_column_types(
+    found: pa.Schema, expected: pa.Schema, columns: Sequence[str], file: str | os.PathLike
+) -> None:
     """DataError naming the file, the column, the expected and the found type for the first of
     ``columns`` whose type in ``found`` does not fit ``expected`` (``column_type_fits``)."""
     for name in columns:
@@ -228,11 +239,15 @@ def check_column_types(found: pa.Schema, expected: pa.Schema, columns: Sequence[
             raise ValueError(f"column {name!r} is not part of the schema ({', '.join(expected.names)})")
         want, got = expected.field(name).type, found.field(name).type
         if not column_type_fits(got, want):
-            raise DataError(f"column type: expected {_describe_expected(want)}, found {type_name(got)}",
-                            file=file, field=name)
+            raise DataError(
+                f"column type: expected {_describe_expected(want)}, found {type_name(got)}",
+                file=file,
+                field=name,
+            )
 
 
 # ---- reading ----------------------------------------------------------------------------------------
+
 
 def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
     """Open a text file, transparently gunzipping by magic bytes (downloads have no extension)."""
@@ -246,9 +261,14 @@ def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
     return open(path, "r", encoding=encoding, newline="")
 
 
-def open_parquet(path: str | os.PathLike, columns: Sequence[str] = (), *,
-                 schema: pa.Schema | None = None, optional: Collection[str] = (),
-                 missing: str = "file not found (did the stage that writes it run?)") -> pq.ParquetFile:
+def open_parquet(
+    path: str | os.PathLike,
+    columns: Sequence[str] = (),
+    *,
+    schema: pa.Schema | None = None,
+    optional: Collection[str] = (),
+    missing: str = "file not found (did the stage that writes it run?)",
+) -> pq.ParquetFile:
     """Open a Parquet file for streaming, naming the file and the missing column when the layout is
     wrong; ``missing`` is the message for a file that does not exist.
 
@@ -277,8 +297,13 @@ def open_parquet(path: str | os.PathLike, columns: Sequence[str] = (), *,
     return parquet
 
 
-def read_table(path: str | os.PathLike, columns: list[str] | None = None, *,
-               schema: pa.Schema | None = None, optional: Collection[str] = ()) -> pd.DataFrame:
+def read_table(
+    path: str | os.PathLike,
+    columns: list[str] | None = None,
+    *,
+    schema: pa.Schema | None = None,
+    optional: Collection[str] = (),
+) -> pd.DataFrame:
     """Read a Parquet file, naming the file and the missing column when the layout is wrong.
 
     ``schema`` and ``optional`` as for ``open_parquet``: the columns read are checked against the
@@ -303,8 +328,9 @@ def read_json(path: str | os.PathLike, *, missing: str = "file not found") -> An
         raise DataError(f"not valid JSON ({exc})", file=path) from None
 
 
-def read_json_object(path: str | os.PathLike, *, missing: str = "file not found",
-                     keys: Sequence[str] = ()) -> dict:
+def read_json_object(
+    path: str | os.PathLike, *, missing: str = "file not found", keys: Sequence[str] = ()
+) -> dict:
     """``read_json`` for a file that must hold an object with (at least) ``keys``."""
     data = read_json(path, missing=missing)
     if not isinstance(data, dict):
@@ -320,5 +346,9 @@ def check_unique(df: pd.DataFrame, column: str, file: str | os.PathLike) -> None
     if dup.any():
         first = df.loc[dup, column].iloc[0]
         rows = df.index[df[column] == first].tolist()[:3]
-        raise DataError(f"duplicate id {first!r} (rows {rows}); ids must be unique",
-                        file=file, record=rows[-1], field=column)
+        raise DataError(
+            f"duplicate id {first!r} (rows {rows}); ids must be unique",
+            file=file,
+            record=rows[-1],
+            field=column,
+        )

@@ -7,6 +7,7 @@ temporary stays. The next write of the same ``PATH`` removes them: only names of
 (the prefix, mkstemp's 8 random characters, the suffix), so temporaries of other outputs beside it,
 which may belong to writes under way, are never touched.
 """
+
 from __future__ import annotations
 
 import logging

@@ -8,6 +8,7 @@ The passage title is never part of the match (as in DPR's evaluation).
 Everything here is a pure function except ``AnswerMatcher``, which only adds a per-pid cache: an
 evaluation run is queries x depth pairs and the same passage comes back for many queries.
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -18,8 +19,9 @@ import regex
 MATCH_MODES = ("string", "regex")
 
 # DPR's SimpleTokenizer: runs of letters/digits/marks, or any single non-space, non-control char.
-_TOKEN_RE = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])",
-                          flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
+_TOKEN_RE = regex.compile(
+    r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
+)
 _PATTERN_FLAGS = regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
 
 # Tokens never contain a control character (\p{C} is excluded by the tokeniser and lowercasing
@@ -127,8 +129,7 @@ class AnswerMatcher:
             try:
                 patterns.append(compile_answer_pattern(answer))
             except regex.error as exc:
-                raise ValueError(f"answer {answer!r} is not a valid regular expression: {exc}") \
-                    from None
+                raise ValueError(f"answer {answer!r} is not a valid regular expression: {exc}") from None
         return patterns
 
     def matches(self, prepared: list, pid: str) -> bool:

@@ -14,6 +14,7 @@ renamed onto PATH, so PATH exists only when complete. Without ``--sha256`` the c
 logged as a warning and written to ``PATH.sha256`` so it can be pinned in config.yaml. ``--member``
 streams one file out of a .tar/.tar.gz/.tgz/.zip archive (never the whole archive).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,14 @@ from pathlib import Path
 
 import requests
 import urllib3
-from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, write_json
@@ -48,8 +55,13 @@ class _Retryable(Exception):
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), TimeRemainingColumn())
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
 
 
 def _total_from_content_range(value: str | None) -> int | None:
@@ -59,6 +71,7 @@ def _total_from_content_range(value: str | None) -> int | None:
 
 
 # ---- what the .part is a part of: PATH.part.json ----------------------------------------------------
+
 
 def _meta_path(part: Path) -> Path:
     return part.with_name(part.name + ".json")
@@ -128,9 +141,13 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
                 mode = "ab"
             else:
                 if offset:
-                    log.warning("%s: %s; starting over", url,
-                                "the remote file changed since the partial download"
-                                if "If-Range" in headers else "the server does not support resuming")
+                    log.warning(
+                        "%s: %s; starting over",
+                        url,
+                        "the remote file changed since the partial download"
+                        if "If-Range" in headers
+                        else "the server does not support resuming",
+                    )
                 mode, offset = "wb", 0
                 length = resp.headers.get("Content-Length")
                 total = int(length) if length and length.isdigit() else None
@@ -149,8 +166,15 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
         raise _Retryable(f"connection closed at {size} of {total} bytes")
 
 
-def fetch(url: str, part: Path, *, retries: int = 5, backoff: float = 2.0, timeout: float = 60.0,
-          progress: Progress | None = None) -> None:
+def fetch(
+    url: str,
+    part: Path,
+    *,
+    retries: int = 5,
+    backoff: float = 2.0,
+    timeout: float = 60.0,
+    progress: Progress | None = None,
+) -> None:
     """Complete ``part`` from ``url``, resuming what it already holds (checked with If-Range when
     ``part.json`` holds a validator; callers decide beforehand whether a .part is worth resuming)."""
     progress = progress or _progress()
@@ -163,12 +187,21 @@ def fetch(url: str, part: Path, *, retries: int = 5, backoff: float = 2.0, timeo
             except _Retryable as exc:
                 attempt += 1
                 if attempt > retries:
-                    raise DataError(f"download failed after {retries} retries: {exc} "
-                                    f"(run again to resume from {part})", file=url) from None
+                    raise DataError(
+                        f"download failed after {retries} retries: {exc} (run again to resume from {part})",
+                        file=url,
+                    ) from None
                 delay = backoff * 2 ** (attempt - 1)
                 have = part.stat().st_size if part.exists() else 0
-                log.warning("%s: %s; retry %d/%d in %.1fs (resuming at %d bytes)", url, exc,
-                            attempt, retries, delay, have)
+                log.warning(
+                    "%s: %s; retry %d/%d in %.1fs (resuming at %d bytes)",
+                    url,
+                    exc,
+                    attempt,
+                    retries,
+                    delay,
+                    have,
+                )
                 time.sleep(delay)
 
 
@@ -199,19 +232,30 @@ def _vet_part(url: str, part: Path, sha256: str | None) -> bool:
         log.warning("%s: %d bytes of %s, not of %s; starting over", part, size, meta.get("url"), url)
         _discard(part)
         return False
-    why = ("no record of which remote file it is part of" if meta is None
-           else "the server gave no ETag or Last-Modified to check it against")
+    why = (
+        "no record of which remote file it is part of"
+        if meta is None
+        else "the server gave no ETag or Last-Modified to check it against"
+    )
     if sha256 is not None:
         log.info("resuming %s from %d bytes (%s; the sha256 check will verify it)", part, size, why)
         return True
-    log.warning("%s: %d bytes of unknown origin (%s) and no sha256 to verify them; starting over",
-                part, size, why)
+    log.warning(
+        "%s: %d bytes of unknown origin (%s) and no sha256 to verify them; starting over", part, size, why
+    )
     _discard(part)
     return False
 
 
-def download(url: str, out: str | os.PathLike, *, sha256: str | None = None, retries: int = 5,
-             backoff: float = 2.0, timeout: float = 60.0) -> str:
+def download(
+    url: str,
+    out: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    retries: int = 5,
+    backoff: float = 2.0,
+    timeout: float = 60.0,
+) -> str:
     """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -220,19 +264,29 @@ def download(url: str, out: str | os.PathLike, *, sha256: str | None = None, ret
     fetch(url, part, retries=retries, backoff=backoff, timeout=timeout)
     digest = sha256_of(part)
     if sha256 is not None and digest != sha256 and unvalidated:
-        log.warning("%s: sha256 %s after resuming a partial file of unknown origin; downloading "
-                    "it again from zero", url, digest)
+        log.warning(
+            "%s: sha256 %s after resuming a partial file of unknown origin; downloading it again from zero",
+            url,
+            digest,
+        )
         _discard(part)
         fetch(url, part, retries=retries, backoff=backoff, timeout=timeout)
         digest = sha256_of(part)
     if sha256 is not None and digest != sha256:
         _discard(part)
-        raise DataError(f"sha256 mismatch: expected {sha256}, got {digest}; the download was "
-                        "deleted. If the file changed upstream, update sha256 in config.yaml",
-                        file=url, field="sha256")
+        raise DataError(
+            f"sha256 mismatch: expected {sha256}, got {digest}; the download was "
+            "deleted. If the file changed upstream, update sha256 in config.yaml",
+            file=url,
+            field="sha256",
+        )
     if sha256 is None:
-        log.warning("%s: no sha256 configured; downloaded file has sha256 %s (pin it in config.yaml "
-                    "as 'sha256: %s')", url, digest, digest)
+        log.warning(
+            "%s: no sha256 configured; downloaded file has sha256 %s (pin it in config.yaml as 'sha256: %s')",
+            url,
+            digest,
+            digest,
+        )
     with atomic_open(out.with_name(out.name + ".sha256"), "w", encoding="utf-8") as handle:
         handle.write(f"{digest}  {out.name}\n")
     os.replace(part, out)
@@ -258,8 +312,12 @@ def extract_member(archive: str | os.PathLike, member: str, out: str | os.PathLi
         with zipfile.ZipFile(archive) as zf:
             names = zf.namelist()
             if wanted not in names:
-                raise DataError(f"no member {member!r} (members: {', '.join(names[:10])}"
-                                f"{' ...' if len(names) > 10 else ''})", file=archive, field="member")
+                raise DataError(
+                    f"no member {member!r} (members: {', '.join(names[:10])}"
+                    f"{' ...' if len(names) > 10 else ''})",
+                    file=archive,
+                    field="member",
+                )
             info = zf.getinfo(wanted)
             with zf.open(info) as src:
                 _copy(src, out, info.file_size, f"extract {wanted}")
@@ -274,14 +332,16 @@ def extract_member(archive: str | os.PathLike, member: str, out: str | os.PathLi
                     seen.append(name)
                     continue
                 if not info.isfile():
-                    raise DataError(f"member {member!r} is not a regular file", file=archive,
-                                    field="member")
+                    raise DataError(f"member {member!r} is not a regular file", file=archive, field="member")
                 _copy(tar.extractfile(info), out, info.size, f"extract {wanted}")
                 return
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise DataError(f"not a readable tar or zip archive ({exc})", file=archive) from exc
-    raise DataError(f"no member {member!r} (members: {', '.join(seen[:10])}"
-                    f"{' ...' if len(seen) > 10 else ''})", file=archive, field="member")
+    raise DataError(
+        f"no member {member!r} (members: {', '.join(seen[:10])}{' ...' if len(seen) > 10 else ''})",
+        file=archive,
+        field="member",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,12 +350,16 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--url", help="http(s)/ftp URL to download")
     source.add_argument("--archive", help="a local .tar/.tar.gz/.zip to extract --member from")
     parser.add_argument("--out", required=True, help="destination file")
-    parser.add_argument("--sha256", default=None, help="expected sha256 of the downloaded file "
-                        "(of the archive when --member is given)")
+    parser.add_argument(
+        "--sha256",
+        default=None,
+        help="expected sha256 of the downloaded file (of the archive when --member is given)",
+    )
     parser.add_argument("--member", default=None, help="extract only this file of the archive")
     parser.add_argument("--retries", type=int, default=5)
-    parser.add_argument("--backoff", type=float, default=2.0, help="first retry delay, seconds "
-                        "(doubles each retry)")
+    parser.add_argument(
+        "--backoff", type=float, default=2.0, help="first retry delay, seconds (doubles each retry)"
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="connect/read timeout, seconds")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
@@ -314,12 +378,12 @@ def main(argv: list[str] | None = None) -> int:
         extract_member(args.archive, args.member, args.out)
         return 0
     if not args.member:
-        download(args.url, args.out, sha256=sha, retries=args.retries, backoff=args.backoff,
-                 timeout=args.timeout)
+        download(
+            args.url, args.out, sha256=sha, retries=args.retries, backoff=args.backoff, timeout=args.timeout
+        )
         return 0
     archive = Path(args.out + ".archive")
-    download(args.url, archive, sha256=sha, retries=args.retries, backoff=args.backoff,
-             timeout=args.timeout)
+    download(args.url, archive, sha256=sha, retries=args.retries, backoff=args.backoff, timeout=args.timeout)
     extract_member(archive, args.member, args.out)
     archive.unlink()
     Path(str(archive) + ".sha256").unlink(missing_ok=True)

@@ -8,6 +8,7 @@ Writes corpus.parquet, queries.{train,dev,test}.parquet, qrels.{train,dev,test}.
 negatives.train.parquet (empty when the source ships none) and, last, manifest.json (format, split
 rule, options, source files with sha256, counts). Formats, roles and checks: docs/data.md.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,11 @@ log = logging.getLogger("sieve.prepare_data")
 
 def sha256_file(path: str | os.PathLike, progress: Progress | None = None) -> str:
     digest = hashlib.sha256()
-    task = progress.add_task(f"sha256 {Path(path).name}", total=os.path.getsize(path)) \
-        if progress is not None else None
+    task = (
+        progress.add_task(f"sha256 {Path(path).name}", total=os.path.getsize(path))
+        if progress is not None
+        else None
+    )
     with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
@@ -54,17 +58,24 @@ def parse_files(items: list[str]) -> dict[str, str]:
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                    TimeRemainingColumn())
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
 
 
-def prepare(dataset: str, fmt: str, files: dict[str, str], out_dir: str | os.PathLike,
-            options: BuildOptions, split_spec_raw: object = "none") -> dict:
+def prepare(
+    dataset: str,
+    fmt: str,
+    files: dict[str, str],
+    out_dir: str | os.PathLike,
+    options: BuildOptions,
+    split_spec_raw: object = "none",
+) -> dict:
     """Build the canonical tables of one dataset; return the manifest (also written, last)."""
     check_roles(fmt, files, dataset)
     if options.split is not None and fmt != "squad":
-        raise ConfigError(f"datasets.{dataset}.split: only squad (and synthkb) datasets are split "
-                          f"by rule; {fmt} takes its splits from its files")
+        raise ConfigError(
+            f"datasets.{dataset}.split: only squad (and synthkb) datasets are split "
+            f"by rule; {fmt} takes its splits from its files"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # manifest.json marks a complete set of tables: an old one must not vouch for a failed re-run.
@@ -73,11 +84,18 @@ def prepare(dataset: str, fmt: str, files: dict[str, str], out_dir: str | os.Pat
         with DatasetWriter(out_dir) as writer:
             FORMATS[fmt].build(files, writer, options, progress)
             counts = writer.finish()
-        sources = {role: {"path": str(path), "bytes": os.path.getsize(path),
-                          "sha256": sha256_file(path, progress)} for role, path in sorted(files.items())}
-    manifest = {"dataset": dataset, "format": fmt, "split": split_spec_raw,
-                "options": {"empty_positives": options.empty_positives},
-                "files": sources, "counts": counts}
+        sources = {
+            role: {"path": str(path), "bytes": os.path.getsize(path), "sha256": sha256_file(path, progress)}
+            for role, path in sorted(files.items())
+        }
+    manifest = {
+        "dataset": dataset,
+        "format": fmt,
+        "split": split_spec_raw,
+        "options": {"empty_positives": options.empty_positives},
+        "files": sources,
+        "counts": counts,
+    }
     write_json(out_dir / "manifest.json", manifest)
     return manifest
 
@@ -97,14 +115,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.data.prepare", __doc__)
     parser.add_argument("--dataset", required=True, help="dataset name (for messages and manifest)")
     parser.add_argument("--format", required=True, choices=sorted(FORMATS))
-    parser.add_argument("--file", action="append", default=[], metavar="ROLE=PATH",
-                        help="a source file and its role (repeat); roles per format: docs/data.md")
-    parser.add_argument("--split-spec", default='"none"',
-                        help='JSON: "none" (all queries test) or {"by": "article", "dev": 0.15, '
-                             '"test": 0.15, "seed": 0} (squad)')
-    parser.add_argument("--empty-positives", choices=["error", "drop"], default="error",
-                        help="a train/dev record without positives: stop (default) or drop it, "
-                             "counted in the manifest (DPR's own loader drops them)")
+    parser.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="ROLE=PATH",
+        help="a source file and its role (repeat); roles per format: docs/data.md",
+    )
+    parser.add_argument(
+        "--split-spec",
+        default='"none"',
+        help='JSON: "none" (all queries test) or {"by": "article", "dev": 0.15, '
+        '"test": 0.15, "seed": 0} (squad)',
+    )
+    parser.add_argument(
+        "--empty-positives",
+        choices=["error", "drop"],
+        default="error",
+        help="a train/dev record without positives: stop (default) or drop it, "
+        "counted in the manifest (DPR's own loader drops them)",
+    )
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)

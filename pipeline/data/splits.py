@@ -6,6 +6,7 @@ units, never on file order, and the split sizes are exact (not binomial: with 36
 threshold could give anywhere between 2 and 9 test articles). A split asked for with a fraction > 0
 gets at least one unit. Grouping (by article / entity) keeps every query of one unit in one split.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,12 @@ def parse_split_spec(spec: object) -> SplitSpec | None:
         raise ConfigError(f"split: unknown key(s) {sorted(unknown)} (allowed: by, dev, test, seed)")
     if "by" not in spec:
         raise ConfigError("split: 'by' is required (article, entity or query)")
-    out = SplitSpec(by=str(spec["by"]), dev=float(spec.get("dev", 0.0)),
-                    test=float(spec.get("test", 0.0)), seed=int(spec.get("seed", 0)))
+    out = SplitSpec(
+        by=str(spec["by"]),
+        dev=float(spec.get("dev", 0.0)),
+        test=float(spec.get("test", 0.0)),
+        seed=int(spec.get("seed", 0)),
+    )
     for name in ("dev", "test"):
         value = getattr(out, name)
         if not 0.0 <= value <= 1.0:
@@ -69,8 +74,10 @@ def assign_splits(units: Iterable[str], dev: float, test: float, seed: int) -> d
     n = len(ordered)
     n_test, n_dev = _size(test, n), _size(dev, n)
     if n_test + n_dev > n:
-        raise ConfigError(f"split: {n} unit(s) cannot give {n_dev} dev and {n_test} test unit(s) "
-                          f"(dev={dev:g}, test={test:g})")
+        raise ConfigError(
+            f"split: {n} unit(s) cannot give {n_dev} dev and {n_test} test unit(s) "
+            f"(dev={dev:g}, test={test:g})"
+        )
     out = {}
     for i, unit in enumerate(ordered):
         out[unit] = "test" if i < n_test else "dev" if i < n_test + n_dev else "train"

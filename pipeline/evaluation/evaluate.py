@@ -9,6 +9,7 @@ Writes ``{"dataset","method","split","n_queries","match","depth",...,"metrics":{
 present only when the queries carry answers (not MS MARCO); qrels metrics only when the qrels file has
 rows (not DPR test qa.csv). Definitions: pipeline.evaluation.metrics and docs/evaluation.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,10 +23,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.progress import Progress
 
-from pipeline.data.answers import MATCH_MODES, AnswerMatcher
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.storage import DataError, check_unique, open_parquet, read_json_object, read_table, write_json
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.storage import (
+    DataError,
+    check_unique,
+    open_parquet,
+    read_json_object,
+    read_table,
+    write_json,
+)
+from pipeline.data.answers import MATCH_MODES, AnswerMatcher
 from pipeline.evaluation.metrics import order_metrics, qrels_metrics, top_k_accuracy
 from pipeline.retrieval.runs import ranked_lists, read_run, write_trec
 
@@ -51,8 +59,7 @@ def load_queries(path: str | os.PathLike) -> dict[str, list[str]]:
             raise DataError("null qid", file=path, record=row, field="qid")
         answers = [] if answers is None else list(answers)
         if any(a is None for a in answers):
-            raise DataError(f"query {qid!r}: null answer string", file=path, record=row,
-                            field="answers")
+            raise DataError(f"query {qid!r}: null answer string", file=path, record=row, field="answers")
         out[str(qid)] = answers
     return out
 
@@ -66,13 +73,15 @@ def load_qrels(path: str | os.PathLike, known_qids: set[str]) -> dict[str, set[s
         if nulls.any():
             raise DataError("null value", file=path, record=int(nulls.idxmax()), field=col)
     if not pd.api.types.is_numeric_dtype(df["relevance"]):
-        raise DataError(f"relevance must be an integer, got {df['relevance'].dtype}", file=path,
-                        field="relevance")
+        raise DataError(
+            f"relevance must be an integer, got {df['relevance'].dtype}", file=path, field="relevance"
+        )
     unknown = ~df["qid"].isin(known_qids)
     if unknown.any():
         row = int(unknown.idxmax())
-        raise DataError(f"qid {df.at[row, 'qid']!r} is not in the evaluated queries", file=path,
-                        record=row, field="qid")
+        raise DataError(
+            f"qid {df.at[row, 'qid']!r} is not in the evaluated queries", file=path, record=row, field="qid"
+        )
     positive = df[df["relevance"] >= 1]
     return {qid: set(group) for qid, group in positive.groupby("qid", sort=False)["pid"]}
 
@@ -97,16 +106,19 @@ def load_corpus(path: str | os.PathLike, needed: set[str], matcher: AnswerMatche
             rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
             if rows.size:
                 pids = pid_col.take(pa.array(rows)).to_pylist()
-                texts = (batch.column(1).take(pa.array(rows)).to_pylist()
-                         if matcher is not None else [None] * len(pids))
+                texts = (
+                    batch.column(1).take(pa.array(rows)).to_pylist()
+                    if matcher is not None
+                    else [None] * len(pids)
+                )
                 for row, pid, text in zip(rows, pids, texts):
                     if pid in found:
-                        raise DataError(f"duplicate pid {pid!r}", file=path,
-                                        record=offset + int(row), field="pid")
+                        raise DataError(
+                            f"duplicate pid {pid!r}", file=path, record=offset + int(row), field="pid"
+                        )
                     if matcher is not None:
                         if text is None:
-                            raise DataError("null text", file=path, record=offset + int(row),
-                                            field="text")
+                            raise DataError("null text", file=path, record=offset + int(row), field="text")
                         matcher.add_passage(pid, text)
                     found.add(pid)
             offset += batch.num_rows
@@ -114,21 +126,20 @@ def load_corpus(path: str | os.PathLike, needed: set[str], matcher: AnswerMatche
     return found
 
 
-def prepare_answers(answers: dict[str, list[str]], matcher: AnswerMatcher,
-                    queries_file: str | os.PathLike) -> dict[str, list]:
+def prepare_answers(
+    answers: dict[str, list[str]], matcher: AnswerMatcher, queries_file: str | os.PathLike
+) -> dict[str, list]:
     """qid -> prepared answers for every query, so a bad answer fails even if the run skips it."""
     prepared: dict[str, list] = {}
     for row, (qid, query_answers) in enumerate(answers.items()):  # answers keeps file order
         try:
             prepared[qid] = matcher.prepare_answers(query_answers)
         except ValueError as exc:
-            raise DataError(f"query {qid!r}: {exc}", file=queries_file, record=row,
-                            field="answers") from None
+            raise DataError(f"query {qid!r}: {exc}", file=queries_file, record=row, field="answers") from None
     return prepared
 
 
-def first_answer_hits(run: pd.DataFrame, prepared: dict[str, list],
-                      matcher: AnswerMatcher) -> dict[str, int]:
+def first_answer_hits(run: pd.DataFrame, prepared: dict[str, list], matcher: AnswerMatcher) -> dict[str, int]:
     """qid -> rank of the first passage containing an answer, for queries with a hit.
 
     ``run`` is sorted by (qid, rank); every pid in it has been added to ``matcher``.
@@ -154,27 +165,35 @@ def first_answer_hits(run: pd.DataFrame, prepared: dict[str, list],
 
 def read_finite_run(run_path: str | os.PathLike, known: set[str]) -> pd.DataFrame:
     """``read_run`` that also refuses NaN/inf scores, naming their usual cause."""
-    advice = ("non-finite scores come from non-finite embeddings: the model diverged in training; "
-              "retrain it, then encode and search again")
+    advice = (
+        "non-finite scores come from non-finite embeddings: the model diverged in training; "
+        "retrain it, then encode and search again"
+    )
     try:
         run = read_run(run_path, known)
     except DataError as exc:
         if exc.field != "score":
             raise
         # pandas reads NaN as null: say what a NaN score means, not just "null value".
-        raise DataError(f"null or NaN score: {advice}", file=exc.file,
-                        record=exc.record, field="score") from None
+        raise DataError(
+            f"null or NaN score: {advice}", file=exc.file, record=exc.record, field="score"
+        ) from None
     infinite = ~np.isfinite(run["score"].to_numpy(dtype=np.float64))
     if infinite.any():
         row = int(run.index[np.argmax(infinite)])
-        raise DataError(f"non-finite score {run.at[row, 'score']}: {advice}", file=run_path,
-                        record=row, field="score")
+        raise DataError(
+            f"non-finite score {run.at[row, 'score']}: {advice}", file=run_path, record=row, field="score"
+        )
     return run
 
 
-def check_ranked_queries(run: pd.DataFrame, answers: dict[str, list[str]],
-                         run_path: str | os.PathLike, queries_path: str | os.PathLike,
-                         allow_missing: bool) -> int:
+def check_ranked_queries(
+    run: pd.DataFrame,
+    answers: dict[str, list[str]],
+    run_path: str | os.PathLike,
+    queries_path: str | os.PathLike,
+    allow_missing: bool,
+) -> int:
     """How many evaluated queries have no row in the run; an error unless ``allow_missing``.
 
     A query left out of a run scores 0 everywhere, so a search that silently returned nothing
@@ -184,22 +203,32 @@ def check_ranked_queries(run: pd.DataFrame, answers: dict[str, list[str]],
     missing = [qid for qid in answers if qid not in ranked]
     if not missing:
         return 0
-    what = (f"{len(missing)} of {len(answers)} queries of {queries_path} have no row in the run "
-            f"(e.g. qid {missing[0]!r})")
+    what = (
+        f"{len(missing)} of {len(answers)} queries of {queries_path} have no row in the run "
+        f"(e.g. qid {missing[0]!r})"
+    )
     if not allow_missing:
-        raise DataError(f"{what}: rerun the retrieval for them (a dense search with non-finite "
-                        "embeddings returns nothing), or pass --allow-missing-queries to count "
-                        "them as misses (e.g. BM25 queries sharing no term with the corpus)",
-                        file=run_path, field="qid")
+        raise DataError(
+            f"{what}: rerun the retrieval for them (a dense search with non-finite "
+            "embeddings returns nothing), or pass --allow-missing-queries to count "
+            "them as misses (e.g. BM25 queries sharing no term with the corpus)",
+            file=run_path,
+            field="qid",
+        )
     log.warning("%s; they count as misses", what)
     return len(missing)
 
 
-def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
-             qrels_path: str | os.PathLike, corpus_path: str | os.PathLike,
-             ks: Sequence[int], match: str = "string",
-             qrels_all_path: str | os.PathLike | None = None,
-             allow_missing_queries: bool = False) -> tuple[dict, pd.DataFrame]:
+def evaluate(
+    run_path: str | os.PathLike,
+    queries_path: str | os.PathLike,
+    qrels_path: str | os.PathLike,
+    corpus_path: str | os.PathLike,
+    ks: Sequence[int],
+    match: str = "string",
+    qrels_all_path: str | os.PathLike | None = None,
+    allow_missing_queries: bool = False,
+) -> tuple[dict, pd.DataFrame]:
     """(everything metrics.json holds except dataset/method/split, the validated run).
 
     A query of ``queries_path`` with no row in the run is an error unless ``allow_missing_queries``
@@ -210,8 +239,13 @@ def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
     run = read_finite_run(run_path, known)
     depth = int(run["rank"].max()) if len(run) else 0
     if depth and max(ks) > depth:
-        log.warning("cut-off %d is deeper than the run (%d passages per query at most): "
-                    "metrics at that cut-off equal those at %d", max(ks), depth, depth)
+        log.warning(
+            "cut-off %d is deeper than the run (%d passages per query at most): "
+            "metrics at that cut-off equal those at %d",
+            max(ks),
+            depth,
+            depth,
+        )
     with_answers = sum(1 for a in answers.values() if a)
     matcher = AnswerMatcher(match) if with_answers else None
     prepared = prepare_answers(answers, matcher, queries_path) if matcher is not None else {}
@@ -220,22 +254,33 @@ def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
     if len(found) < len(needed):
         missing = ~run["pid"].isin(found)
         row = int(missing.idxmax())
-        raise DataError(f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
-                        f"({len(needed) - len(found)} unknown pids)", file=run_path, record=row,
-                        field="pid")
+        raise DataError(
+            f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
+            f"({len(needed) - len(found)} unknown pids)",
+            file=run_path,
+            record=row,
+            field="pid",
+        )
     # After the inputs' own checks, so a bad answer or pid is reported as such first.
     unranked = check_ranked_queries(run, answers, run_path, queries_path, allow_missing_queries)
 
-    info: dict = {"n_queries": len(answers), "match": match, "depth": depth,
-                  "n_ranked_queries": int(run["qid"].nunique())}
+    info: dict = {
+        "n_queries": len(answers),
+        "match": match,
+        "depth": depth,
+        "n_ranked_queries": int(run["qid"].nunique()),
+    }
     if unranked:
         info["n_unranked_queries"] = unranked
     metrics: dict[str, float] = {}
     if matcher is not None:
         if with_answers < len(answers):
             # Kept in the denominator (DPR: accuracy over ALL questions) but worth knowing about.
-            log.warning("%d of %d queries have no answers; they count as misses in R@k",
-                        len(answers) - with_answers, len(answers))
+            log.warning(
+                "%d of %d queries have no answers; they count as misses in R@k",
+                len(answers) - with_answers,
+                len(answers),
+            )
             info["n_queries_without_answers"] = len(answers) - with_answers
         hits = first_answer_hits(run, prepared, matcher)
         metrics.update(top_k_accuracy([hits.get(qid) for qid in answers], ks))
@@ -251,8 +296,9 @@ def evaluate(run_path: str | os.PathLike, queries_path: str | os.PathLike,
         info[f"n_qrels{suffix}_queries"] = len(qrels)
         metrics.update(qrels_metrics(ranked, qrels, ks, suffix=suffix, with_recall=with_recall))
     if not metrics:
-        raise DataError("nothing to evaluate: no query has answers and the qrels are empty",
-                        file=queries_path)
+        raise DataError(
+            "nothing to evaluate: no query has answers and the qrels are empty", file=queries_path
+        )
     info["metrics"] = order_metrics(metrics)
     return info, run
 
@@ -261,8 +307,9 @@ def _read_info(path: str) -> dict:
     info = read_json_object(path)
     clash = sorted(set(info) & set(RESERVED_KEYS))
     if clash:
-        raise DataError(f"keys {clash} are written by the evaluator and cannot be overridden",
-                        file=path, field=clash[0])
+        raise DataError(
+            f"keys {clash} are written by the evaluator and cannot be overridden", file=path, field=clash[0]
+        )
     return info
 
 
@@ -276,17 +323,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--method", required=True)
     parser.add_argument("--split", required=True)
-    parser.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20, 100],
-                        help="cut-offs for R@k, hit@k, recall@k (default: 1 5 20 100)")
-    parser.add_argument("--match", choices=MATCH_MODES, default="string",
-                        help="answer match: DPR string tokens, or regex (CuratedTREC)")
+    parser.add_argument(
+        "--ks",
+        type=int,
+        nargs="+",
+        default=[1, 5, 20, 100],
+        help="cut-offs for R@k, hit@k, recall@k (default: 1 5 20 100)",
+    )
+    parser.add_argument(
+        "--match",
+        choices=MATCH_MODES,
+        default="string",
+        help="answer match: DPR string tokens, or regex (CuratedTREC)",
+    )
     parser.add_argument("--out", required=True, help="metrics JSON to write")
     parser.add_argument("--trec", help="also export the run as TREC (qid Q0 pid rank score method)")
     parser.add_argument("--info", help="JSON object of extra fields to carry (notes, seeds, ...)")
-    parser.add_argument("--fusion", help="a weighted-sum hybrid's fusion.{split}.json: its chosen weight "
-                        "is recorded under `fusion`")
-    parser.add_argument("--allow-missing-queries", action="store_true",
-                        help="count queries absent from the run as misses instead of refusing it")
+    parser.add_argument(
+        "--fusion",
+        help="a weighted-sum hybrid's fusion.{split}.json: its chosen weight is recorded under `fusion`",
+    )
+    parser.add_argument(
+        "--allow-missing-queries",
+        action="store_true",
+        help="count queries absent from the run as misses instead of refusing it",
+    )
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
@@ -298,17 +359,37 @@ def main(argv: list[str] | None = None) -> int:
         choice = read_json_object(args.fusion, keys=FUSION_KEYS)
         extra["fusion"] = {key: choice[key] for key in FUSION_KEYS}
 
-    result, run = evaluate(args.run, args.queries, args.qrels, args.corpus, ks, args.match,
-                           args.qrels_all, allow_missing_queries=args.allow_missing_queries)
+    result, run = evaluate(
+        args.run,
+        args.queries,
+        args.qrels,
+        args.corpus,
+        ks,
+        args.match,
+        args.qrels_all,
+        allow_missing_queries=args.allow_missing_queries,
+    )
     if args.trec:
         write_trec(run, args.trec, args.method, file=args.run)
         log.info("wrote %s", args.trec)
     metrics = result.pop("metrics")
-    out = {"dataset": args.dataset, "method": args.method, "split": args.split, **result,
-           **extra, "metrics": metrics}
+    out = {
+        "dataset": args.dataset,
+        "method": args.method,
+        "split": args.split,
+        **result,
+        **extra,
+        "metrics": metrics,
+    }
     write_json(args.out, out)
-    log.info("%s/%s (%s, %d queries): %s", args.dataset, args.method, args.split,
-             out["n_queries"], ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    log.info(
+        "%s/%s (%s, %d queries): %s",
+        args.dataset,
+        args.method,
+        args.split,
+        out["n_queries"],
+        ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
+    )
     return 0
 
 

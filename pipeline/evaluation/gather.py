@@ -11,6 +11,7 @@ columns in a fixed order: R@k by k, MRR@10, hit@k, recall@k, then the ``_all`` f
 method − baseline of every metric over the seeds both were run with, and its 95% t interval
 (pipeline.evaluation.seed_stats; docs/evaluation.md), shown in a second table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,9 @@ def _check_metric_values(metrics, path: str | os.PathLike, field: str) -> None:
         raise DataError("must be an object of metric name -> number", file=path, field=field)
     for name, value in metrics.items():
         if isinstance(value, bool) or not isinstance(value, Real):
-            raise DataError(f"metric value must be a number, got {value!r}", file=path,
-                            field=f"{field}.{name}")
+            raise DataError(
+                f"metric value must be a number, got {value!r}", file=path, field=f"{field}.{name}"
+            )
 
 
 def seed_runs(data: dict, path: str | os.PathLike) -> dict[int | None, dict]:
@@ -82,8 +84,12 @@ def seed_runs(data: dict, path: str | os.PathLike) -> dict[int | None, dict]:
     return runs
 
 
-def gather(dataset: str, paths: Sequence[str | os.PathLike],
-           compare: Sequence[tuple[str, str]] = (), fixed: Collection[str] = ()) -> dict:
+def gather(
+    dataset: str,
+    paths: Sequence[str | os.PathLike],
+    compare: Sequence[tuple[str, str]] = (),
+    fixed: Collection[str] = (),
+) -> dict:
     """``{"dataset": D, "methods": {method: {split, n_queries, ..., metrics}}, "comparisons": [...]}``,
     methods in input order, one comparison per ``compare`` pair (method, baseline) whose two
     methods were both read. ``fixed``: methods with no training seed (their one run pairs with
@@ -96,12 +102,14 @@ def gather(dataset: str, paths: Sequence[str | os.PathLike],
     for path in paths:
         data = read_metrics(path)
         if data["dataset"] != dataset:
-            raise DataError(f"dataset is {data['dataset']!r}, expected {dataset!r}", file=path,
-                            field="dataset")
+            raise DataError(
+                f"dataset is {data['dataset']!r}, expected {dataset!r}", file=path, field="dataset"
+            )
         method = data["method"]
         if method in methods:
-            raise DataError(f"method {method!r} already read from {sources[method]}", file=path,
-                            field="method")
+            raise DataError(
+                f"method {method!r} already read from {sources[method]}", file=path, field="method"
+            )
         entry = {k: v for k, v in data.items() if k not in ("dataset", "method", "metrics")}
         entry["metrics"] = data["metrics"]
         methods[method] = entry
@@ -111,8 +119,7 @@ def gather(dataset: str, paths: Sequence[str | os.PathLike],
     for method, baseline in compare:
         missing = [m for m in (method, baseline) if m not in methods]
         if missing:
-            log.info("comparison %s − %s left out: %s not gathered", method, baseline,
-                     " and ".join(missing))
+            log.info("comparison %s − %s left out: %s not gathered", method, baseline, " and ".join(missing))
             continue
         comparisons.append(compare_methods(method, baseline, methods, runs, fixed))
     return {"dataset": dataset, "methods": methods, "comparisons": comparisons}
@@ -131,31 +138,56 @@ def _pairable(a: dict, b: dict, fixed_baseline: bool = False) -> tuple[dict, dic
     return a, b
 
 
-def compare_methods(method: str, baseline: str, methods: dict, runs: dict,
-                    fixed: Collection[str] = ()) -> dict:
+def compare_methods(
+    method: str, baseline: str, methods: dict, runs: dict, fixed: Collection[str] = ()
+) -> dict:
     """One ``comparisons`` entry: method − baseline of every metric both have in every common seed
     (every seed of the method when the baseline is one of the seed-free methods ``fixed``)."""
     a, b = _pairable(runs[method], runs[baseline], baseline in fixed)
     seeds, only_a, only_b = common_seeds(a, b)
-    names = [name for name in methods[method]["metrics"] if name in methods[baseline]["metrics"]
-             and all(name in a[s] and name in b[s] for s in seeds)]
+    names = [
+        name
+        for name in methods[method]["metrics"]
+        if name in methods[baseline]["metrics"] and all(name in a[s] and name in b[s] for s in seeds)
+    ]
     diffs = {}
     for name in sorted(names, key=metric_sort_key) if seeds else []:
         d = paired_difference({s: a[s][name] for s in seeds}, {s: b[s][name] for s in seeds}, LEVEL)
         diffs[name] = {"diff": d.mean, "std": d.std, "ci_low": d.ci_low, "ci_high": d.ci_high}
-    entry = {"method": method, "baseline": baseline, "level": LEVEL, "n": len(seeds), "seeds": seeds,
-             "only_method": only_a, "only_baseline": only_b}
+    entry = {
+        "method": method,
+        "baseline": baseline,
+        "level": LEVEL,
+        "n": len(seeds),
+        "seeds": seeds,
+        "only_method": only_a,
+        "only_baseline": only_b,
+    }
     if baseline in fixed:
         entry["baseline_fixed"] = True  # one seed-free run, the same in every pair
     if not seeds:
         entry["note"] = "no seed in common: nothing paired"
-        log.info("comparison %s − %s: no common seed (%s: %s, %s: %s)", method, baseline,
-                 method, list(a), baseline, list(b))
+        log.info(
+            "comparison %s − %s: no common seed (%s: %s, %s: %s)",
+            method,
+            baseline,
+            method,
+            list(a),
+            baseline,
+            list(b),
+        )
     elif len(seeds) == 1:
         entry["note"] = "1 seed: a difference of single runs, no interval"
     if seeds and (only_a or only_b):
-        log.info("comparison %s − %s: seeds left out (only %s: %s, only %s: %s)", method, baseline,
-                 method, only_a, baseline, only_b)
+        log.info(
+            "comparison %s − %s: seeds left out (only %s: %s, only %s: %s)",
+            method,
+            baseline,
+            method,
+            only_a,
+            baseline,
+            only_b,
+        )
     entry["metrics"] = diffs
     return entry
 
@@ -172,20 +204,23 @@ def _cell(value, std=None) -> str:
     return _num(value) if std is None or value is None else f"{_num(value)} ± {_num(std)}"
 
 
-FOOTNOTE = ("R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: qrels (see "
-            "docs/evaluation.md). – = not defined for this method/split. a ± b: mean ± sample std over seeds.")
+FOOTNOTE = (
+    "R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: qrels (see "
+    "docs/evaluation.md). – = not defined for this method/split. a ± b: mean ± sample std over seeds."
+)
 
 
 def table_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
     """(header, one row of cells per method in input order, notes): metric columns in a fixed order."""
     methods = gathered["methods"]
-    columns = sorted({name for entry in methods.values() for name in entry["metrics"]},
-                     key=metric_sort_key)
+    columns = sorted({name for entry in methods.values() for name in entry["metrics"]}, key=metric_sort_key)
     rows = []
     for method, entry in methods.items():
         std = entry.get("metrics_std") or {}
-        rows.append([method, str(entry["split"]), str(entry["n_queries"])]
-                    + [_cell(entry["metrics"].get(name), std.get(name)) for name in columns])
+        rows.append(
+            [method, str(entry["split"]), str(entry["n_queries"])]
+            + [_cell(entry["metrics"].get(name), std.get(name)) for name in columns]
+        )
     notes = [f"{method}: {entry['notes']}" for method, entry in methods.items() if entry.get("notes")]
     return ["method", "split", "queries", *columns], rows, notes
 
@@ -195,7 +230,8 @@ COMPARISON_FOOTNOTE = (
     "d [lo, hi]: mean over the seeds both methods ran with of (method − baseline), and its two-sided "
     f"{LEVEL:.0%} Student-t interval (n − 1 degrees of freedom). An interval that contains 0 does not "
     "show a difference at this number of seeds; n/a (1 seed): one run each, no interval. "
-    "docs/evaluation.md.")
+    "docs/evaluation.md."
+)
 
 
 def _seed_list(seeds: list) -> str:
@@ -223,8 +259,10 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
             seeds += f"; {c['baseline']} seed-free"
         rows.append([label, seeds] + [_diff_cell(c["metrics"].get(name)) for name in columns])
         if not c["n"]:
-            notes.append(f"{label}: no common seed ({c['method']}: {_seed_list(c['only_method'])}; "
-                         f"{c['baseline']}: {_seed_list(c['only_baseline'])})")
+            notes.append(
+                f"{label}: no common seed ({c['method']}: {_seed_list(c['only_method'])}; "
+                f"{c['baseline']}: {_seed_list(c['only_baseline'])})"
+            )
             continue
         for side, key in ((c["method"], "only_method"), (c["baseline"], "only_baseline")):
             if c[key]:
@@ -233,9 +271,10 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
 
 
 def _markdown_grid(header: list[str], rows: list[list[str]], left: int) -> list[str]:
-    return (["| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|"]
-            + ["| " + " | ".join(cells) + " |" for cells in rows])
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|",
+    ] + ["| " + " | ".join(cells) + " |" for cells in rows]
 
 
 def markdown_table(gathered: dict) -> str:
@@ -261,16 +300,17 @@ def html_table(gathered: dict) -> str:
 
     def section(header: list[str], rows: list[list[str]], notes: list[str], footnote: str) -> str:
         head = "".join(f"<th>{escape(c)}</th>" for c in header)
-        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
-                       for cells in rows)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows)
         paragraphs = [f"Notes: {'; '.join(notes)}"] if notes else []
         paragraphs.append(footnote)
         return f"<table><tr>{head}</tr>{body}</table>" + "".join(f"<p>{escape(p)}</p>" for p in paragraphs)
 
-    page = ("<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
-            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
-            f"</style><h3>{escape(gathered['dataset'])}: retrieval metrics</h3>"
-            + section(*table_rows(gathered), FOOTNOTE))
+    page = (
+        "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
+        f"</style><h3>{escape(gathered['dataset'])}: retrieval metrics</h3>"
+        + section(*table_rows(gathered), FOOTNOTE)
+    )
     header, rows, notes = comparison_rows(gathered)
     if rows:
         page += f"<h4>{escape(COMPARISON_TITLE)}</h4>" + section(header, rows, notes, COMPARISON_FOOTNOTE)
@@ -301,13 +341,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-html", help="the table as HTML (the Snakemake report shows it)")
-    parser.add_argument("--compare", nargs="*", default=[], type=_pair, metavar="METHOD:BASELINE",
-                        help="paired differences method − baseline over common seeds (95%% t interval)")
-    parser.add_argument("--fixed", nargs="*", default=[], metavar="METHOD",
-                        help="methods without a training seed (bm25, zeroshot): as a baseline, "
-                             "their one run is paired with every seed of the method")
-    parser.add_argument("--recipe", type=_json_object, metavar="JSON",
-                        help="the recipe in force (pipeline.core.recipes.recipe_record), kept in the JSON")
+    parser.add_argument(
+        "--compare",
+        nargs="*",
+        default=[],
+        type=_pair,
+        metavar="METHOD:BASELINE",
+        help="paired differences method − baseline over common seeds (95%% t interval)",
+    )
+    parser.add_argument(
+        "--fixed",
+        nargs="*",
+        default=[],
+        metavar="METHOD",
+        help="methods without a training seed (bm25, zeroshot): as a baseline, "
+        "their one run is paired with every seed of the method",
+    )
+    parser.add_argument(
+        "--recipe",
+        type=_json_object,
+        metavar="JSON",
+        help="the recipe in force (pipeline.core.recipes.recipe_record), kept in the JSON",
+    )
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)

@@ -12,6 +12,7 @@
 The weighted sum's w is chosen on the dev split, never on the evaluated one; fusion.json records the
 chosen w and the dev metric of every grid weight (fusion.{split}.json in the DAG). Formulas: pipeline.retrieval.fusion.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,14 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import RUN_SCHEMA
 from pipeline.core.storage import DataError, write_json, write_table
 from pipeline.data.answers import MATCH_MODES, AnswerMatcher
-from pipeline.evaluation.evaluate import (first_answer_hits, load_corpus, load_qrels, load_queries,
-                                          prepare_answers, read_finite_run)
+from pipeline.evaluation.evaluate import (
+    first_answer_hits,
+    load_corpus,
+    load_qrels,
+    load_queries,
+    prepare_answers,
+    read_finite_run,
+)
 from pipeline.evaluation.metrics import qrels_metrics, top_k_accuracy
 from pipeline.retrieval.fusion import RRF_K, choose_weight, normalised_union, rrf_fuse, weighted_fuse
 from pipeline.retrieval.runs import ranked_lists
@@ -37,17 +44,26 @@ log = logging.getLogger("sieve.hybrid")
 _METRIC = re.compile(r"^(?:(R|hit|hit_all|recall)@([1-9]\d*)|(MRR|MRR_all)@(10))$")
 
 
-def dev_metric(queries: str | os.PathLike, qrels: str | os.PathLike, corpus: str | os.PathLike,
-               pids: set[str], metric: str, match: str = "string",
-               qrels_all: str | os.PathLike | None = None) -> Callable[[pd.DataFrame], float]:
+def dev_metric(
+    queries: str | os.PathLike,
+    qrels: str | os.PathLike,
+    corpus: str | os.PathLike,
+    pids: set[str],
+    metric: str,
+    match: str = "string",
+    qrels_all: str | os.PathLike | None = None,
+) -> Callable[[pd.DataFrame], float]:
     """A function run -> ``metric`` on the dev split, with the answers and qrels loaded once.
 
     ``metric``: R@k (answer match), hit@k, recall@k, MRR@10 (qrels) or hit_all@k / MRR_all@10
     (``qrels_all``, synthetic data)."""
     found = _METRIC.match(metric)
     if found is None:
-        raise DataError(f"unknown selection metric {metric!r}: use R@k, hit@k, recall@k (k >= 1), MRR@10, "
-                        "hit_all@k or MRR_all@10", field="metric")
+        raise DataError(
+            f"unknown selection metric {metric!r}: use R@k, hit@k, recall@k (k >= 1), MRR@10, "
+            "hit_all@k or MRR_all@10",
+            field="metric",
+        )
     family = found.group(1) or found.group(3)
     k = int(found.group(2) or found.group(4))
     answers = load_queries(queries)
@@ -57,14 +73,20 @@ def dev_metric(queries: str | os.PathLike, qrels: str | os.PathLike, corpus: str
         found = load_corpus(corpus, pids, matcher)
         if len(found) < len(pids):
             unknown = sorted(pids - found)
-            raise DataError(f"{len(unknown)} pids of the dev runs are not in the corpus (e.g. {unknown[0]!r})",
-                            file=corpus, field="pid")
+            raise DataError(
+                f"{len(unknown)} pids of the dev runs are not in the corpus (e.g. {unknown[0]!r})",
+                file=corpus,
+                field="pid",
+            )
         if not any(answers.values()):
-            raise DataError(f"{metric} needs answers, and no dev query has any", file=queries, field="answers")
+            raise DataError(
+                f"{metric} needs answers, and no dev query has any", file=queries, field="answers"
+            )
 
         def answer_metric(run: pd.DataFrame) -> float:
             hits = first_answer_hits(run, prepared, matcher)
             return top_k_accuracy([hits.get(q) for q in answers], [k])[metric]
+
         return answer_metric
     suffix = "_all" if family.endswith("_all") else ""
     path = qrels_all if suffix else qrels
@@ -76,6 +98,7 @@ def dev_metric(queries: str | os.PathLike, qrels: str | os.PathLike, corpus: str
 
     def qrels_metric(run: pd.DataFrame) -> float:
         return qrels_metrics(ranked_lists(run), judged, [k], suffix=suffix)[metric]
+
     return qrels_metric
 
 
@@ -86,27 +109,53 @@ def read_pair(sparse: str, dense: str, known: set[str] | None = None) -> tuple[p
     sparse_run, dense_run = read_finite_run(sparse, known), read_finite_run(dense, known)
     missing = (set(sparse_run["qid"]) | (known or set())) - set(dense_run["qid"])
     if missing:
-        raise DataError(f"{len(missing)} queries of the sparse run {sparse} are not in the dense run "
-                        f"(e.g. {sorted(missing)[0]!r}): were both runs made for the same split?",
-                        file=dense, field="qid")
+        raise DataError(
+            f"{len(missing)} queries of the sparse run {sparse} are not in the dense run "
+            f"(e.g. {sorted(missing)[0]!r}): were both runs made for the same split?",
+            file=dense,
+            field="qid",
+        )
     return sparse_run, dense_run
 
 
-def fuse_weighted(sparse: str, dense: str, dev_sparse: str, dev_dense: str, *, dev_queries: str,
-                  dev_qrels: str, corpus: str, metric: str, grid: Sequence[float], depth: int,
-                  match: str = "string", dev_qrels_all: str | None = None, select_split: str = "dev"
-                  ) -> tuple[pd.DataFrame, dict]:
+def fuse_weighted(
+    sparse: str,
+    dense: str,
+    dev_sparse: str,
+    dev_dense: str,
+    *,
+    dev_queries: str,
+    dev_qrels: str,
+    corpus: str,
+    metric: str,
+    grid: Sequence[float],
+    depth: int,
+    match: str = "string",
+    dev_qrels_all: str | None = None,
+    select_split: str = "dev",
+) -> tuple[pd.DataFrame, dict]:
     """(the evaluated split's fused run, the choice record): w chosen on dev, applied to the split."""
     dev_qids = set(load_queries(dev_queries))
     dev_union = normalised_union(*read_pair(dev_sparse, dev_dense, dev_qids))
     score = dev_metric(dev_queries, dev_qrels, corpus, set(dev_union["pid"]), metric, match, dev_qrels_all)
     weight, by_weight = choose_weight(dev_union, grid, score, depth=depth)
-    log.info("dev %s by weight: %s -> w = %g", metric,
-             ", ".join(f"{w:g}: {v:.4f}" for w, v in by_weight.items()), weight)
+    log.info(
+        "dev %s by weight: %s -> w = %g",
+        metric,
+        ", ".join(f"{w:g}: {v:.4f}" for w, v in by_weight.items()),
+        weight,
+    )
     fused = weighted_fuse(normalised_union(*read_pair(sparse, dense)), weight, depth=depth)
-    choice = {"fusion": "weighted_sum", "normalisation": "min-max per query", "weight_dense": weight,
-              "selected_on": select_split, "metric": metric, "dev_metric_by_weight": {f"{w:g}": v for w, v in by_weight.items()},
-              "sparse": sparse, "dense": dense}
+    choice = {
+        "fusion": "weighted_sum",
+        "normalisation": "min-max per query",
+        "weight_dense": weight,
+        "selected_on": select_split,
+        "metric": metric,
+        "dev_metric_by_weight": {f"{w:g}": v for w, v in by_weight.items()},
+        "sparse": sparse,
+        "dense": dense,
+    }
     return fused, choice
 
 
@@ -114,8 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.evaluation.hybrid", __doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("rrf", "weighted"):
-        cmd = sub.add_parser(name, help={"rrf": "reciprocal-rank fusion (no tuning)",
-                                         "weighted": "weighted sum of min-max scores, w chosen on dev"}[name])
+        cmd = sub.add_parser(
+            name,
+            help={
+                "rrf": "reciprocal-rank fusion (no tuning)",
+                "weighted": "weighted sum of min-max scores, w chosen on dev",
+            }[name],
+        )
         cmd.add_argument("--sparse", required=True, help="BM25 run of the evaluated split")
         cmd.add_argument("--dense", required=True, help="dense run of the evaluated split")
         cmd.add_argument("--depth", type=int, default=100, help="passages per query in the fused run")
@@ -128,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         weighted.add_argument(flag, required=True)
     weighted.add_argument("--dev-qrels-all", help="synthetic data: qrels_all of dev (metrics hit_all@k)")
     weighted.add_argument("--metric", default="R@5", help="dev metric that picks w (R@k, hit@k, MRR@10, ...)")
-    weighted.add_argument("--grid", type=float, nargs="+", default=[i / 10 for i in range(11)],
-                          help="candidate dense weights in [0, 1] (default 0, 0.1, ..., 1)")
+    weighted.add_argument(
+        "--grid",
+        type=float,
+        nargs="+",
+        default=[i / 10 for i in range(11)],
+        help="candidate dense weights in [0, 1] (default 0, 0.1, ..., 1)",
+    )
     weighted.add_argument("--match", choices=MATCH_MODES, default="string")
     weighted.add_argument("--select-split", default="dev", help="name of the split w is chosen on (recorded)")
     args = parser.parse_args(argv)
@@ -137,11 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "rrf":
         fused = rrf_fuse(list(read_pair(args.sparse, args.dense)), k=args.k, depth=args.depth)
     else:
-        fused, choice = fuse_weighted(args.sparse, args.dense, args.dev_sparse, args.dev_dense,
-                                      dev_queries=args.dev_queries, dev_qrels=args.dev_qrels,
-                                      corpus=args.corpus, metric=args.metric, grid=args.grid,
-                                      depth=args.depth, match=args.match, dev_qrels_all=args.dev_qrels_all,
-                                      select_split=args.select_split)
+        fused, choice = fuse_weighted(
+            args.sparse,
+            args.dense,
+            args.dev_sparse,
+            args.dev_dense,
+            dev_queries=args.dev_queries,
+            dev_qrels=args.dev_qrels,
+            corpus=args.corpus,
+            metric=args.metric,
+            grid=args.grid,
+            depth=args.depth,
+            match=args.match,
+            dev_qrels_all=args.dev_qrels_all,
+            select_split=args.select_split,
+        )
         write_json(args.choice_out, choice)
     write_table(args.out, fused, schema=RUN_SCHEMA)
     log.info("wrote %s: %d queries, %d rows", args.out, fused["qid"].nunique(), len(fused))

@@ -12,6 +12,7 @@ Two families, named apart because the literature uses "recall" for both:
 Ranked lists are sequences of pids in rank order (rank 1 first); ties were already broken by the run's
 ``rank`` column, so the order given here is the order scored.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,9 @@ def hit_at_k(ranked: Ranked, qrels: Qrels, k: int) -> float:
     """Share of qrels queries with at least one relevant passage in the top k."""
     _check_ks([k])
     _check_qrels(qrels)
-    hits = sum(1 for qid, relevant in qrels.items()
-               if any(pid in relevant for pid in ranked.get(qid, ())[:k]))
+    hits = sum(
+        1 for qid, relevant in qrels.items() if any(pid in relevant for pid in ranked.get(qid, ())[:k])
+    )
     return hits / len(qrels)
 
 
@@ -95,8 +97,9 @@ def recall_at_k(ranked: Ranked, qrels: Qrels, k: int) -> float:
     return total / len(qrels)
 
 
-def qrels_metrics(ranked: Ranked, qrels: Qrels, ks: Iterable[int], suffix: str = "",
-                  with_recall: bool = True) -> dict[str, float]:
+def qrels_metrics(
+    ranked: Ranked, qrels: Qrels, ks: Iterable[int], suffix: str = "", with_recall: bool = True
+) -> dict[str, float]:
     """``MRR@10``, ``hit@k`` and (optionally) ``recall@k``; empty when there are no qrels.
 
     ``suffix`` names a second judgement set: suffix "_all" gives ``MRR_all@10`` / ``hit_all@k``.

@@ -12,6 +12,7 @@ from AR2 selections' info.json (``--infos``); with ``--seeds`` (methods without 
 entry is the seed and its metrics only. Every seed must have been evaluated on the same split and
 queries.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,20 +34,26 @@ def _read_info(path: str | os.PathLike) -> dict:
     return data
 
 
-def aggregate_seeds(metrics: Sequence[dict], infos: Sequence[dict] | None, sources: Sequence[str],
-                    seeds: Sequence[int] | None = None) -> dict:
+def aggregate_seeds(
+    metrics: Sequence[dict],
+    infos: Sequence[dict] | None,
+    sources: Sequence[str],
+    seeds: Sequence[int] | None = None,
+) -> dict:
     """One metrics.json for a method evaluated once per seed. Each file's seed comes from its AR2
     selection (``infos``, aligned: metrics[i] ~ infos[i]) or, without one, from ``seeds`` (same order)."""
     if infos is not None:
         if not metrics or len(metrics) != len(infos):
-            raise DataError(f"need one info.json per metrics.json (got {len(metrics)} and {len(infos)})",
-                            field="--infos")
+            raise DataError(
+                f"need one info.json per metrics.json (got {len(metrics)} and {len(infos)})", field="--infos"
+            )
         seeds = [int(info["seed"]) for info in infos]
     elif seeds is None:
         raise DataError("the seeds are unknown: give --infos or --seeds", field="--seeds")
     elif not metrics or len(seeds) != len(metrics):
-        raise DataError(f"need one seed per metrics.json (got {len(metrics)} and {len(seeds)})",
-                        field="--seeds")
+        raise DataError(
+            f"need one seed per metrics.json (got {len(metrics)} and {len(seeds)})", field="--seeds"
+        )
     else:
         seeds = [int(seed) for seed in seeds]
     first = metrics[0]
@@ -55,8 +62,9 @@ def aggregate_seeds(metrics: Sequence[dict], infos: Sequence[dict] | None, sourc
     for data, src in zip(metrics, sources):
         for key in ("dataset", "method", "split", "n_queries"):
             if data[key] != first[key]:
-                raise DataError(f"{key} is {data[key]!r} here but {first[key]!r} in {sources[0]}",
-                                file=src, field=key)
+                raise DataError(
+                    f"{key} is {data[key]!r} here but {first[key]!r} in {sources[0]}", file=src, field=key
+                )
     names = [n for n in first["metrics"] if all(n in d["metrics"] for d in metrics)]
     mean, std = {}, {}
     for name in names:
@@ -68,17 +76,25 @@ def aggregate_seeds(metrics: Sequence[dict], infos: Sequence[dict] | None, sourc
         return _aggregate_without_infos(metrics, seeds, mean, std)
     per_seed = []
     for seed, data, info in zip(seeds, metrics, infos):
-        per_seed.append({"seed": seed, "metrics": data["metrics"],
-                         "selected_round": info.get("selected_round"), "steps": info.get("steps"),
-                         "wall_time_s": info.get("wall_time_s")})
+        per_seed.append(
+            {
+                "seed": seed,
+                "metrics": data["metrics"],
+                "selected_round": info.get("selected_round"),
+                "steps": info.get("steps"),
+                "wall_time_s": info.get("wall_time_s"),
+            }
+        )
     out = {k: v for k, v in first.items() if k not in ("metrics", "notes")}
-    out.update({
-        "seeds": seeds,
-        "metrics": mean,
-        "steps": infos[0].get("steps"),
-        "wall_time_s": round(sum(float(i.get("wall_time_s") or 0.0) for i in infos), 3),
-        "per_seed": per_seed,
-    })
+    out.update(
+        {
+            "seeds": seeds,
+            "metrics": mean,
+            "steps": infos[0].get("steps"),
+            "wall_time_s": round(sum(float(i.get("wall_time_s") or 0.0) for i in infos), 3),
+            "per_seed": per_seed,
+        }
+    )
     if std:
         out["metrics_std"] = std
     note = f"mean over {len(seeds)} seed(s) {seeds}"
@@ -92,13 +108,26 @@ def _aggregate_without_infos(metrics: Sequence[dict], seeds: list[int], mean: di
     """The AR2 layout without what only an AR2 selection knows (round, steps, wall time)."""
     # Fields that differ between seeds (a run's own wall time, its seed) describe no aggregate.
     first = metrics[0]
-    out = {k: v for k, v in first.items()
-           if k not in ("metrics", "notes", "seed", "seeds", "fusion") and all(d.get(k) == v for d in metrics)}
+    out = {
+        k: v
+        for k, v in first.items()
+        if k not in ("metrics", "notes", "seed", "seeds", "fusion") and all(d.get(k) == v for d in metrics)
+    }
     # A weighted-sum hybrid chooses its w per seed: each seed's choice stays with its metrics.
-    out.update({"seeds": seeds, "metrics": mean,
-                "per_seed": [{"seed": seed, "metrics": data["metrics"],
-                              **({"fusion": data["fusion"]} if "fusion" in data else {})}
-                             for seed, data in zip(seeds, metrics)]})
+    out.update(
+        {
+            "seeds": seeds,
+            "metrics": mean,
+            "per_seed": [
+                {
+                    "seed": seed,
+                    "metrics": data["metrics"],
+                    **({"fusion": data["fusion"]} if "fusion" in data else {}),
+                }
+                for seed, data in zip(seeds, metrics)
+            ],
+        }
+    )
     if std:
         out["metrics_std"] = std
     out["notes"] = f"mean over {len(seeds)} seed(s) {seeds}"
@@ -110,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics", nargs="+", required=True, help="per-seed metrics.json")
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--infos", nargs="+", help="per-seed AR2 info.json (same order as --metrics)")
-    source.add_argument("--seeds", nargs="+", type=int,
-                        help="the seed of each --metrics file, same order (methods without info.json)")
+    source.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        help="the seed of each --metrics file, same order (methods without info.json)",
+    )
     ap.add_argument("--out", required=True)
     ap.add_argument("--log")
     args = ap.parse_args(argv)

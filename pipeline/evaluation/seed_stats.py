@@ -1,5 +1,6 @@
 """Statistics over seeds: mean ± sample std and paired differences with a Student-t confidence
 interval (the t quantile from scipy.stats)."""
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,7 @@ def t_quantile(level: float, df: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2.0, df))
 
 
-def common_seeds(a: Mapping[Hashable, object], b: Mapping[Hashable, object]
-                 ) -> tuple[list, list, list]:
+def common_seeds(a: Mapping[Hashable, object], b: Mapping[Hashable, object]) -> tuple[list, list, list]:
     """(seeds in both, seeds only in ``a``, seeds only in ``b``), each in its mapping's order."""
     return ([s for s in a if s in b], [s for s in a if s not in b], [s for s in b if s not in a])
 
@@ -53,8 +53,9 @@ class PairedDifference:
     only_b: list = field(default_factory=list)
 
 
-def paired_difference(a: Mapping[Hashable, float], b: Mapping[Hashable, float],
-                      level: float = 0.95) -> PairedDifference:
+def paired_difference(
+    a: Mapping[Hashable, float], b: Mapping[Hashable, float], level: float = 0.95
+) -> PairedDifference:
     """Mean and sample std of a[s] − b[s] over the seeds s in both, with the two-sided t interval
     mean ± t(level, n − 1) · std / √n. Pairing by seed removes what the two runs of a seed share
     (data order, initialisation) from the spread; seeds in only one mapping are left out and listed."""

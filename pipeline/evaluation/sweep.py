@@ -18,6 +18,7 @@ false-negative share, the sieve-out rate, FN recall, true-negative retention and
 The figure: per paraphrase level (columns), the metric against the measured share (top) and each
 method's paired difference with the baseline (bottom), 95% intervals as error bars.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,8 +38,11 @@ def per_seed(metrics: dict, method: str, metric: str, file: str) -> dict:
     """seed -> value of ``metric`` for ``method`` in a gathered metrics.json (one run: seed None)."""
     entry = metrics.get("methods", {}).get(method)
     if entry is None:
-        raise DataError(f"method {method!r} is not in the gathered metrics (add it to `methods`)",
-                        file=file, field="methods")
+        raise DataError(
+            f"method {method!r} is not in the gathered metrics (add it to `methods`)",
+            file=file,
+            field="methods",
+        )
     rows = entry.get("per_seed") or [{"seed": None, "metrics": entry.get("metrics", {})}]
     out = {}
     for row in rows:
@@ -52,18 +56,34 @@ def _interval(diff) -> dict:
     return {"mean": diff.mean, "ci_low": diff.ci_low, "ci_high": diff.ci_high, "n": diff.n}
 
 
-def dataset_point(name: str, metrics_path: str, manifest_path: str, methods: Sequence[str], baseline: str,
-                  oracle: str, metric: str, pairs: Sequence[tuple[str, str]] = ()) -> dict:
+def dataset_point(
+    name: str,
+    metrics_path: str,
+    manifest_path: str,
+    methods: Sequence[str],
+    baseline: str,
+    oracle: str,
+    metric: str,
+    pairs: Sequence[tuple[str, str]] = (),
+) -> dict:
     metrics = read_json_object(metrics_path)
     manifest = read_json_object(manifest_path)
     measured = (manifest.get("false_negatives") or {}).get("measured")
     if not measured or "share" not in measured:
-        raise DataError("no measured false-negative share (a synthkb manifest written by this version)",
-                        file=manifest_path, field="false_negatives")
+        raise DataError(
+            "no measured false-negative share (a synthkb manifest written by this version)",
+            file=manifest_path,
+            field="false_negatives",
+        )
     values = {m: per_seed(metrics, m, metric, metrics_path) for m in methods}
-    point: dict = {"dataset": name, "fn_share": measured["share"],
-                   "fn_string_free_share": measured.get("string_free_share"),
-                   "requested": manifest["false_negatives"].get("requested"), "methods": {}, "vs_baseline": {}}
+    point: dict = {
+        "dataset": name,
+        "fn_share": measured["share"],
+        "fn_string_free_share": measured.get("string_free_share"),
+        "requested": manifest["false_negatives"].get("requested"),
+        "methods": {},
+        "vs_baseline": {},
+    }
     for m, by_seed in values.items():
         point["methods"][m] = _interval(paired_difference(by_seed, {s: 0.0 for s in by_seed}))
     base = values[baseline]
@@ -87,61 +107,99 @@ def _gap_closed(differences: dict, oracle: str) -> dict:
     gain = differences.get(oracle, {})
     low = gain.get("ci_low")
     shown = gain.get("mean") is not None and gain["mean"] > 0 and (low is None or low > 0)
-    return {m: (d["mean"] / gain["mean"] if shown and d["mean"] is not None else None)
-            for m, d in differences.items() if m != oracle}
+    return {
+        m: (d["mean"] / gain["mean"] if shown and d["mean"] is not None else None)
+        for m, d in differences.items()
+        if m != oracle
+    }
 
 
 def sieve_point(path: str | Path) -> dict:
     """What the sieve did on a dataset's data-prep candidates: its filter report (sieve/<name>/report.json,
     pipeline.sieve.report), which needs exact labels on every candidate (synthkb)."""
-    report = read_json_object(path, keys=("n_candidates", "n_labelled", "n_false_negatives", "sieve_out_rate",
-                                          "recall", "true_negative_retention"),
-                              missing="file not found (did the sieve_report rule run?)")
+    report = read_json_object(
+        path,
+        keys=(
+            "n_candidates",
+            "n_labelled",
+            "n_false_negatives",
+            "sieve_out_rate",
+            "recall",
+            "true_negative_retention",
+        ),
+        missing="file not found (did the sieve_report rule run?)",
+    )
     n = report["n_candidates"]
     if report["n_labelled"] != n:
-        raise DataError(f"{n - report['n_labelled']} candidates without a false-negative label: the sweep "
-                        "needs exact labels (synthkb)", file=path, field="n_labelled")
-    return {"candidates": n, "fn_share": report["n_false_negatives"] / n if n else None,
-            "sieve_out_rate": report["sieve_out_rate"], "fn_recall": report["recall"],
-            "tn_kept": report["true_negative_retention"], "loss_auc": report.get("separation_auc")}
+        raise DataError(
+            f"{n - report['n_labelled']} candidates without a false-negative label: the sweep "
+            "needs exact labels (synthkb)",
+            file=path,
+            field="n_labelled",
+        )
+    return {
+        "candidates": n,
+        "fn_share": report["n_false_negatives"] / n if n else None,
+        "sieve_out_rate": report["sieve_out_rate"],
+        "fn_recall": report["recall"],
+        "tn_kept": report["true_negative_retention"],
+        "loss_auc": report.get("separation_auc"),
+    }
 
 
-def build_sweep(datasets: dict[str, tuple[str, str]], methods: Sequence[str], baseline: str, oracle: str,
-                metric: str, sieves: dict[str, str] | None = None,
-                pairs: Sequence[tuple[str, str]] = ()) -> dict:
+def build_sweep(
+    datasets: dict[str, tuple[str, str]],
+    methods: Sequence[str],
+    baseline: str,
+    oracle: str,
+    metric: str,
+    sieves: dict[str, str] | None = None,
+    pairs: Sequence[tuple[str, str]] = (),
+) -> dict:
     for needed in (baseline, oracle, *(m for pair in pairs for m in pair)):
         if needed not in methods:
             raise DataError(f"{needed!r} must be one of the sweep's methods {list(methods)}", field="methods")
-    points = [dataset_point(n, mp, fp, methods, baseline, oracle, metric, pairs)
-              for n, (mp, fp) in datasets.items()]
+    points = [
+        dataset_point(n, mp, fp, methods, baseline, oracle, metric, pairs) for n, (mp, fp) in datasets.items()
+    ]
     unknown = sorted(set(sieves or {}) - set(datasets))
     if unknown:
         raise DataError(f"--sieve names datasets not in --dataset: {unknown}", field="--sieve")
     for point in points:
         if sieves and point["dataset"] in sieves:
             point["sieve"] = sieve_point(sieves[point["dataset"]])
-    points.sort(key=lambda p: (round(p["fn_string_free_share"] or 0.0, 1), p["fn_share"]))   # as the figure
-    return {"metric": metric, "baseline": baseline, "oracle": oracle, "pairs": [list(p) for p in pairs],
-            "level": 0.95, "points": points}
+    points.sort(key=lambda p: (round(p["fn_string_free_share"] or 0.0, 1), p["fn_share"]))  # as the figure
+    return {
+        "metric": metric,
+        "baseline": baseline,
+        "oracle": oracle,
+        "pairs": [list(p) for p in pairs],
+        "level": 0.95,
+        "points": points,
+    }
 
 
 def plot_sweep(result: dict, out: str | Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = defaultdict(list)
     for p in result["points"]:
         panels[round(p["fn_string_free_share"] or 0.0, 1)].append(p)
-    fig, axes = plt.subplots(2, len(panels), figsize=(5.2 * len(panels), 7.6), squeeze=False,
-                             sharex="col")
+    fig, axes = plt.subplots(2, len(panels), figsize=(5.2 * len(panels), 7.6), squeeze=False, sharex="col")
     metric, baseline = result["metric"], result["baseline"]
     for col, (para, points) in enumerate(sorted(panels.items())):
         points = sorted(points, key=lambda p: p["fn_share"])
         xs = [p["fn_share"] for p in points]
         methods = list(points[0]["methods"])
-        for row, (key, label) in enumerate((("methods", f"test {metric} (mean, 95% interval over seeds)"),
-                                            ("vs_baseline", f"{metric}: method − {baseline} (paired, 95%)"))):
+        for row, (key, label) in enumerate(
+            (
+                ("methods", f"test {metric} (mean, 95% interval over seeds)"),
+                ("vs_baseline", f"{metric}: method − {baseline} (paired, 95%)"),
+            )
+        ):
             ax = axes[row][col]
             for i, method in enumerate(methods):
                 if method not in points[0][key]:
@@ -161,8 +219,10 @@ def plot_sweep(result: dict, out: str | Path) -> None:
 
 def _errorbars(ax, xs: list[float], stats: list[dict], color: str, label: str) -> None:
     ys = [s["mean"] for s in stats]
-    err = [[0 if s["ci_low"] is None else s["mean"] - s["ci_low"] for s in stats],
-           [0 if s["ci_high"] is None else s["ci_high"] - s["mean"] for s in stats]]
+    err = [
+        [0 if s["ci_low"] is None else s["mean"] - s["ci_low"] for s in stats],
+        [0 if s["ci_high"] is None else s["ci_high"] - s["mean"] for s in stats],
+    ]
     ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=color, label=label)
 
 
@@ -180,43 +240,67 @@ def sweep_markdown(result: dict) -> str:
     metric, baseline, oracle = result["metric"], result["baseline"], result["oracle"]
     points = result["points"]
     others = [m for m in (points[0]["vs_baseline"] if points else {})]
-    head = ["dataset", "FN share", "string-free", f"{baseline} {metric}"] + [f"{m} − {baseline}" for m in others]
+    head = ["dataset", "FN share", "string-free", f"{baseline} {metric}"] + [
+        f"{m} − {baseline}" for m in others
+    ]
     closers = [m for m in others if m != oracle]
     head += [f"{m}: oracle gap closed" for m in closers]
-    lines = [f"{metric}, mean over seeds; paired differences with {baseline}, 95% t-intervals.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"{metric}, mean over seeds; paired differences with {baseline}, 95% t-intervals.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for p in points:
         free = p["fn_string_free_share"]
-        row = [p["dataset"], f"{p['fn_share']:.1%}", "–" if free is None else f"{free:.0%}",
-               f"{p['methods'][baseline]['mean']:.3f}"]
+        row = [
+            p["dataset"],
+            f"{p['fn_share']:.1%}",
+            "–" if free is None else f"{free:.0%}",
+            f"{p['methods'][baseline]['mean']:.3f}",
+        ]
         row += [_interval_text(p["vs_baseline"][m]) for m in others]
-        row += ["–" if p["oracle_gap_closed"].get(m) is None else f"{p['oracle_gap_closed'][m]:+.2f}"
-                for m in closers]
+        row += [
+            "–" if p["oracle_gap_closed"].get(m) is None else f"{p['oracle_gap_closed'][m]:+.2f}"
+            for m in closers
+        ]
         lines.append("| " + " | ".join(row) + " |")
     for control in dict.fromkeys(control for _, control in result.get("pairs", [])):
         paired = [m for m, c in result["pairs"] if c == control]
         closers = [m for m in paired if m != oracle and oracle in paired]
-        head = ["dataset", "FN share", "string-free", f"{control} {metric}"] + [f"{m} − {control}" for m in paired]
+        head = ["dataset", "FN share", "string-free", f"{control} {metric}"] + [
+            f"{m} − {control}" for m in paired
+        ]
         head += [f"{m}: oracle gap closed" for m in closers]
         lines += ["", f"Paired with {control}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for p in points:
             free = p["fn_string_free_share"]
-            row = [p["dataset"], f"{p['fn_share']:.1%}", "–" if free is None else f"{free:.0%}",
-                   f"{p['methods'][control]['mean']:.3f}"]
+            row = [
+                p["dataset"],
+                f"{p['fn_share']:.1%}",
+                "–" if free is None else f"{free:.0%}",
+                f"{p['methods'][control]['mean']:.3f}",
+            ]
             row += [_interval_text(p["pairs"][control][m]) for m in paired]
             closed = p["pairs_oracle_gap_closed"][control]
             row += ["–" if closed.get(m) is None else f"{closed[m]:+.2f}" for m in closers]
             lines.append("| " + " | ".join(row) + " |")
     sieved = [p for p in points if "sieve" in p]
     if sieved:
-        lines += ["", "The sieve on the data-prep candidates (the negatives dpr_sieve trains on):", "",
-                  "| dataset | candidates | FN share | sieve-out | FN recall | TN kept | loss AUC |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "The sieve on the data-prep candidates (the negatives dpr_sieve trains on):",
+            "",
+            "| dataset | candidates | FN share | sieve-out | FN recall | TN kept | loss AUC |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for p in sieved:
             s = p["sieve"]
-            lines.append(f"| {p['dataset']} | {s['candidates']:,} | {s['fn_share']:.3f} | {s['sieve_out_rate']:.3f} "
-                         f"| {s['fn_recall']:.3f} | {s['tn_kept']:.3f} | "
-                         f"{'–' if s['loss_auc'] is None else format(s['loss_auc'], '.3f')} |")
+            lines.append(
+                f"| {p['dataset']} | {s['candidates']:,} | {s['fn_share']:.3f} | {s['sieve_out_rate']:.3f} "
+                f"| {s['fn_recall']:.3f} | {s['tn_kept']:.3f} | "
+                f"{'–' if s['loss_auc'] is None else format(s['loss_auc'], '.3f')} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -227,11 +311,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", default="dpr")
     parser.add_argument("--oracle", default="dpr_oracle")
     parser.add_argument("--metric", default="R@5")
-    parser.add_argument("--pairs", nargs="+", default=[], metavar="METHOD:CONTROL",
-                        help="paired differences with other controls, e.g. dpr_sieve:dpr_none")
-    parser.add_argument("--sieve", nargs="+", default=[], metavar="NAME=REPORT",
-                        help="a dataset's sieve report (sieve/sieve_b<β>/report.json): its sieve-out "
-                        "rate, FN recall and TN retention on the data-prep candidates")
+    parser.add_argument(
+        "--pairs",
+        nargs="+",
+        default=[],
+        metavar="METHOD:CONTROL",
+        help="paired differences with other controls, e.g. dpr_sieve:dpr_none",
+    )
+    parser.add_argument(
+        "--sieve",
+        nargs="+",
+        default=[],
+        metavar="NAME=REPORT",
+        help="a dataset's sieve report (sieve/sieve_b<β>/report.json): its sieve-out "
+        "rate, FN recall and TN retention on the data-prep candidates",
+    )
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-png", required=True)
     parser.add_argument("--out-md", help="also the tables as Markdown")
@@ -264,12 +358,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         with atomic_open(args.out_md) as handle:
             handle.write(sweep_markdown(result))
     for p in result["points"]:
-        log.info("%s (FN share %.3f): %s", p["dataset"], p["fn_share"], ", ".join(
-            f"{m} {d['mean']:+.4f}" for m, d in p["vs_baseline"].items() if d["mean"] is not None
-            and not math.isnan(d["mean"])))
+        log.info(
+            "%s (FN share %.3f): %s",
+            p["dataset"],
+            p["fn_share"],
+            ", ".join(
+                f"{m} {d['mean']:+.4f}"
+                for m, d in p["vs_baseline"].items()
+                if d["mean"] is not None and not math.isnan(d["mean"])
+            ),
+        )
         if "sieve" in p:
-            log.info("%s sieve: %s", p["dataset"], ", ".join(
-                f"{k} {v:.3f}" for k, v in p["sieve"].items() if isinstance(v, float)))
+            log.info(
+                "%s sieve: %s",
+                p["dataset"],
+                ", ".join(f"{k} {v:.3f}" for k, v in p["sieve"].items() if isinstance(v, float)),
+            )
     return 0
 
 

@@ -8,6 +8,7 @@ The corpus is tokenised in streamed batches into compact int32 arrays (title + "
 Python-object overhead does not scale with the corpus; the bm25s sparse index itself is what remains
 in memory (see README "Scale"). Passages are scored as title + text, as in the reference numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,6 @@ from rich.progress import Progress
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, open_parquet, read_table, write_json, write_table
-
 from pipeline.retrieval.mining import load_matcher, mining_depth, negatives_table, read_positives
 
 log = logging.getLogger("sieve.bm25")
@@ -39,12 +39,14 @@ def make_tokenizer(stemmer: str | None, stopwords: str | None) -> Tokenizer:
     stem = None
     if stemmer:
         import Stemmer  # PyStemmer
+
         try:
             stem = Stemmer.Stemmer(stemmer)
         except KeyError as exc:
-            raise DataError(f"unknown stemmer language {stemmer!r} "
-                            f"(PyStemmer knows: {', '.join(Stemmer.algorithms())})",
-                            field="bm25.stemmer") from exc
+            raise DataError(
+                f"unknown stemmer language {stemmer!r} (PyStemmer knows: {', '.join(Stemmer.algorithms())})",
+                field="bm25.stemmer",
+            ) from exc
     return Tokenizer(stemmer=stem, stopwords=stopwords or None)
 
 
@@ -54,8 +56,16 @@ def passage_text(title: str | None, text: str) -> str:
 
 # ---- index -------------------------------------------------------------------------------------------
 
-def build_index(corpus_path: str | Path, out_dir: str | Path, *, k1: float, b: float,
-                stemmer: str | None, stopwords: str | None) -> int:
+
+def build_index(
+    corpus_path: str | Path,
+    out_dir: str | Path,
+    *,
+    k1: float,
+    b: float,
+    stemmer: str | None,
+    stopwords: str | None,
+) -> int:
     """Tokenise the corpus in batches and write a bm25s index + pids + settings to ``out_dir``."""
     out_dir = Path(out_dir)
     parquet = open_parquet(corpus_path, ["pid", "title", "text"], schema=CORPUS_SCHEMA)
@@ -83,8 +93,17 @@ def build_index(corpus_path: str | Path, out_dir: str | Path, *, k1: float, b: f
     tokenizer.save_vocab(tmp_dir)
     tokenizer.save_stopwords(tmp_dir)
     write_table(tmp_dir / "pids.parquet", pa.table([pa.array(pids, pa.string())], schema=PASSAGE_IDS_SCHEMA))
-    write_json(tmp_dir / "settings.json", {"k1": k1, "b": b, "stemmer": stemmer, "stopwords": stopwords,
-                                           "n_passages": len(pids), "corpus": str(corpus_path)})
+    write_json(
+        tmp_dir / "settings.json",
+        {
+            "k1": k1,
+            "b": b,
+            "stemmer": stemmer,
+            "stopwords": stopwords,
+            "n_passages": len(pids),
+            "corpus": str(corpus_path),
+        },
+    )
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp_dir.rename(out_dir)
     log.info("BM25 index of %d passages -> %s", len(pids), out_dir)
@@ -125,12 +144,13 @@ def _batched_search(index: BM25Index, queries: pd.DataFrame, depth: int, label: 
     with Progress(transient=True) as progress:
         task = progress.add_task(label, total=len(queries))
         for start in range(0, len(queries), QUERY_BATCH):
-            chunk = queries.iloc[start:start + QUERY_BATCH]
+            chunk = queries.iloc[start : start + QUERY_BATCH]
             yield chunk, index.search(chunk["text"].tolist(), depth)
             progress.advance(task, len(chunk))
 
 
 # ---- retrieve (evaluation runs) ------------------------------------------------------------------
+
 
 def retrieve_run(index_dir: str | Path, queries_path: str | Path, depth: int, out: str | Path) -> int:
     index = BM25Index(index_dir)
@@ -150,9 +170,18 @@ def retrieve_run(index_dir: str | Path, queries_path: str | Path, depth: int, ou
 
 # ---- mine (training negatives) -------------------------------------------------------------------
 
-def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: str | Path,
-                   corpus_path: str | Path, n_negatives: int, out: str | Path, *,
-                   exclude_answer_match: bool = False, match: str = "string") -> dict:
+
+def mine_negatives(
+    index_dir: str | Path,
+    queries_path: str | Path,
+    qrels_path: str | Path,
+    corpus_path: str | Path,
+    n_negatives: int,
+    out: str | Path,
+    *,
+    exclude_answer_match: bool = False,
+    match: str = "string",
+) -> dict:
     """Top ``n_negatives`` BM25 candidates per train query that are not its annotated positives.
 
     The rule shared with dense mining (pipeline.retrieval.mining): with ``exclude_answer_match`` (DPR
@@ -164,27 +193,48 @@ def mine_negatives(index_dir: str | Path, queries_path: str | Path, qrels_path: 
     positives = read_positives(qrels_path)
     missing = [q for q in queries["qid"] if q not in positives]
     if missing:
-        log.warning("%d train queries have no positive in %s (first: %s); their negatives are still mined",
-                    len(missing), qrels_path, missing[0])
+        log.warning(
+            "%d train queries have no positive in %s (first: %s); their negatives are still mined",
+            len(missing),
+            qrels_path,
+            missing[0],
+        )
     depth = mining_depth(n_negatives, positives, exclude_answer_match)
     candidates = []
     for chunk, results in _batched_search(index, queries, depth, "BM25: mining negatives"):
         for (qid, answers), hits in zip(chunk[["qid", "answers"]].itertuples(index=False), results):
             pos = positives.get(qid, set())
-            candidates.append((qid, list(answers) if answers is not None else [],
-                               [(pid, s) for pid, s in hits if pid not in pos]))
+            candidates.append(
+                (
+                    qid,
+                    list(answers) if answers is not None else [],
+                    [(pid, s) for pid, s in hits if pid not in pos],
+                )
+            )
     needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
     matcher = load_matcher(corpus_path, needed, match)
-    table, counts = negatives_table(candidates, matcher, n_negatives, exclude_answer_match=exclude_answer_match,
-                                    source="bm25", queries_path=queries_path)
+    table, counts = negatives_table(
+        candidates,
+        matcher,
+        n_negatives,
+        exclude_answer_match=exclude_answer_match,
+        source="bm25",
+        queries_path=queries_path,
+    )
     write_table(out, table)
-    stats = {"queries": len(queries), "rows": table.num_rows, "answer_matches": counts["answer_matches"],
-             "queries_without_positive": len(missing), "exclude_answer_match": exclude_answer_match}
+    stats = {
+        "queries": len(queries),
+        "rows": table.num_rows,
+        "answer_matches": counts["answer_matches"],
+        "queries_without_positive": len(missing),
+        "exclude_answer_match": exclude_answer_match,
+    }
     log.info("mined BM25 negatives: %s -> %s", stats, out)
     return stats
 
 
 # ---- CLI -------------------------------------------------------------------------------------------
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.retrieval.bm25", __doc__)
@@ -216,13 +266,27 @@ def main(argv: list[str] | None = None) -> int:
     start_stage(args.log)
     none = lambda v: None if v in (None, "", "none", "null") else v  # noqa: E731
     if args.command == "index":
-        build_index(args.corpus, args.out_dir, k1=args.k1, b=args.b, stemmer=none(args.stemmer),
-                    stopwords=none(args.stopwords))
+        build_index(
+            args.corpus,
+            args.out_dir,
+            k1=args.k1,
+            b=args.b,
+            stemmer=none(args.stemmer),
+            stopwords=none(args.stopwords),
+        )
     elif args.command == "retrieve":
         retrieve_run(args.index_dir, args.queries, args.depth, args.out)
     else:
-        mine_negatives(args.index_dir, args.queries, args.qrels, args.corpus, args.negatives, args.out,
-                       exclude_answer_match=args.exclude_answer_match, match=args.match)
+        mine_negatives(
+            args.index_dir,
+            args.queries,
+            args.qrels,
+            args.corpus,
+            args.negatives,
+            args.out,
+            exclude_answer_match=args.exclude_answer_match,
+            match=args.match,
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ index order gives the corpus order. The .npy header is written first with the fi
 appended with plain file writes (no memmap: dirty mapped pages would count towards the resident set
 and grow with the shard), then the file is renamed into place, so memory stays bounded by one chunk.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,8 +48,9 @@ def shard_name(index: int, count: int) -> str:
     return f"shard{index}of{count}"
 
 
-def shard_paths(folder: str | os.PathLike, index: int, count: int,
-                id_field: str = "pid") -> tuple[Path, Path]:
+def shard_paths(
+    folder: str | os.PathLike, index: int, count: int, id_field: str = "pid"
+) -> tuple[Path, Path]:
     """(embeddings .npy, ids .parquet) of one shard."""
     name = shard_name(index, count)
     return Path(folder) / f"{name}.npy", Path(folder) / f"{name}.{id_field}s.parquet"
@@ -62,6 +64,7 @@ def shard_bounds(n_rows: int, index: int, count: int) -> tuple[int, int]:
 
 # ---- writing --------------------------------------------------------------------------------------
 
+
 class EmbeddingWriter(StreamedOutput):
     """Append (ids, vectors) chunks to a .npy + ids Parquet pair that appear only on ``close()``.
 
@@ -70,16 +73,29 @@ class EmbeddingWriter(StreamedOutput):
     (the forward passes' compute precision) goes into the ids file's metadata, for ``gather``.
     """
 
-    def __init__(self, npy_path: str | os.PathLike, ids_path: str | os.PathLike, rows: int, dim: int,
-                 id_field: str = "pid", dtype: np.dtype = DTYPE, precision: str | None = None):
+    def __init__(
+        self,
+        npy_path: str | os.PathLike,
+        ids_path: str | os.PathLike,
+        rows: int,
+        dim: int,
+        id_field: str = "pid",
+        dtype: np.dtype = DTYPE,
+        precision: str | None = None,
+    ):
         self.npy_path, self.rows, self.dim = Path(npy_path), int(rows), int(dim)
         self.dtype = np.dtype(dtype)
         self.written = 0
         super().__init__(self.npy_path)
         self._handle = open(self._tmp, "wb")
-        npy_format.write_array_header_1_0(self._handle, {
-            "descr": npy_format.dtype_to_descr(self.dtype), "fortran_order": False,
-            "shape": (self.rows, self.dim)})
+        npy_format.write_array_header_1_0(
+            self._handle,
+            {
+                "descr": npy_format.dtype_to_descr(self.dtype),
+                "fortran_order": False,
+                "shape": (self.rows, self.dim),
+            },
+        )
         schema = ids_schema(id_field)
         if precision is not None:
             schema = schema.with_metadata({PRECISION_KEY: precision.encode()})
@@ -112,6 +128,7 @@ class EmbeddingWriter(StreamedOutput):
 
 # ---- reading --------------------------------------------------------------------------------------
 
+
 def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int]:
     """(shape, dtype, byte offset of the data) of a C-ordered .npy file."""
     path = Path(path)
@@ -120,8 +137,9 @@ def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int
     try:
         with open(path, "rb") as handle:
             version = npy_format.read_magic(handle)
-            reader = {(1, 0): npy_format.read_array_header_1_0,
-                      (2, 0): npy_format.read_array_header_2_0}.get(version)
+            reader = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}.get(
+                version
+            )
             if reader is None:
                 raise ValueError(f"unsupported .npy version {version}")
             shape, fortran, dtype = reader(handle)
@@ -132,8 +150,10 @@ def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int
         raise DataError(f"expected a C-ordered 2-d array, got shape {shape}", file=path)
     expected = offset + shape[0] * shape[1] * dtype.itemsize
     if path.stat().st_size != expected:
-        raise DataError(f"file is {path.stat().st_size} bytes, header says {expected} "
-                        "(truncated or still being written)", file=path)
+        raise DataError(
+            f"file is {path.stat().st_size} bytes, header says {expected} (truncated or still being written)",
+            file=path,
+        )
     return shape, dtype, offset
 
 
@@ -152,8 +172,11 @@ def check_finite_rows(vectors: np.ndarray, path: str | os.PathLike, first_row: i
 
 
 def _refuse_non_finite(path: str | os.PathLike, row: int) -> None:
-    raise DataError(f"row {row}: non-finite embedding (NaN or inf); the model that wrote these "
-                    "embeddings diverged: retrain it and encode again", file=path)
+    raise DataError(
+        f"row {row}: non-finite embedding (NaN or inf); the model that wrote these "
+        "embeddings diverged: retrain it and encode again",
+        file=path,
+    )
 
 
 def iter_rows(path: str | os.PathLike, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -196,12 +219,12 @@ def read_ids(path: str | os.PathLike, id_field: str = "pid") -> pa.ChunkedArray:
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise DataError(f"not a readable Parquet file ({exc})", file=path) from exc
     if id_field not in table.column_names:
-        raise DataError(f"missing column (has: {', '.join(table.column_names)})", file=path,
-                        field=id_field)
+        raise DataError(f"missing column (has: {', '.join(table.column_names)})", file=path, field=id_field)
     column = table.column(id_field)
     if column.null_count:
-        raise DataError("null id", file=path, field=id_field,
-                        record=int(pc.index(pc.is_null(column), True).as_py()))
+        raise DataError(
+            "null id", file=path, field=id_field, record=int(pc.index(pc.is_null(column), True).as_py())
+        )
     return column
 
 
@@ -221,14 +244,22 @@ def _check_one_precision(precisions: dict[str, str | None], folder: Path) -> str
     unrecorded = [name for name, p in precisions.items() if p is None]
     kinds = {p for p in precisions.values() if p is not None}
     if unrecorded:
-        log.warning("%d of %d shards in %s do not record their compute precision (written by an older "
-                    "version): the manifest's precision is unknown", len(unrecorded), len(precisions), folder)
+        log.warning(
+            "%d of %d shards in %s do not record their compute precision (written by an older "
+            "version): the manifest's precision is unknown",
+            len(unrecorded),
+            len(precisions),
+            folder,
+        )
     if len(kinds) > 1:
         listed = ", ".join(f"{name}: {p or 'not recorded'}" for name, p in precisions.items())
-        raise DataError(f"shards were encoded at different compute precisions ({listed}); one index "
-                        "must come from one precision: re-encode the odd shards on hosts of the same "
-                        "kind, or set encode.amp: false (fp32 everywhere)", file=folder,
-                        field="precision")
+        raise DataError(
+            f"shards were encoded at different compute precisions ({listed}); one index "
+            "must come from one precision: re-encode the odd shards on hosts of the same "
+            "kind, or set encode.amp: false (fp32 everywhere)",
+            file=folder,
+            field="precision",
+        )
     return kinds.pop() if kinds and not unrecorded else None
 
 
@@ -242,13 +273,14 @@ def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
 
 # ---- gathered shards ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Shard:
     index: int
     embeddings: Path
     ids: Path
     count: int
-    offset: int          # global row of the shard's first row
+    offset: int  # global row of the shard's first row
 
 
 class EmbeddingSet:
@@ -257,38 +289,53 @@ class EmbeddingSet:
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
         path = self.folder / MANIFEST
-        self.manifest = read_json_object(path, keys=("dim", "count", "shards", "id_field"),
-                                         missing="embedding manifest not found (run the gather step)")
+        self.manifest = read_json_object(
+            path,
+            keys=("dim", "count", "shards", "id_field"),
+            missing="embedding manifest not found (run the gather step)",
+        )
         self.dim = int(self.manifest["dim"])
         self.count = int(self.manifest["count"])
         self.id_field = self.manifest["id_field"]
         shards, offset = [], 0
         for i, entry in enumerate(self.manifest["shards"]):
-            shards.append(Shard(i, self.folder / entry["embeddings"], self.folder / entry["ids"],
-                                int(entry["count"]), offset))
+            shards.append(
+                Shard(
+                    i,
+                    self.folder / entry["embeddings"],
+                    self.folder / entry["ids"],
+                    int(entry["count"]),
+                    offset,
+                )
+            )
             offset += int(entry["count"])
         if offset != self.count:
-            raise DataError(f"shard counts add up to {offset}, manifest says {self.count}",
-                            file=path, field="count")
+            raise DataError(
+                f"shard counts add up to {offset}, manifest says {self.count}", file=path, field="count"
+            )
         self.shards: list[Shard] = shards
 
-    def iter_rows(self, chunk_rows: int, shards: Sequence[int] | None = None
-                  ) -> Iterator[tuple[int, np.ndarray]]:
+    def iter_rows(
+        self, chunk_rows: int, shards: Sequence[int] | None = None
+    ) -> Iterator[tuple[int, np.ndarray]]:
         """(global first row, fp16 chunk) over the chosen shards (all by default), in order."""
-        for shard in (self.shards if shards is None else [self.shards[i] for i in shards]):
+        for shard in self.shards if shards is None else [self.shards[i] for i in shards]:
             for start, chunk in iter_rows(shard.embeddings, chunk_rows):
                 yield shard.offset + start, chunk
 
     def ids(self, shards: Sequence[int] | None = None) -> pa.Array:
         """The ids of the chosen shards, concatenated in row order (an Arrow string array)."""
-        parts = [read_ids(s.ids, self.id_field)
-                 for s in (self.shards if shards is None else [self.shards[i] for i in shards])]
+        parts = [
+            read_ids(s.ids, self.id_field)
+            for s in (self.shards if shards is None else [self.shards[i] for i in shards])
+        ]
         return _concat(parts).combine_chunks()
 
 
 def _concat(parts: list[pa.ChunkedArray]) -> pa.ChunkedArray:
-    return pa.chunked_array([chunk.cast(pa.string()) for part in parts for chunk in part.chunks],
-                            type=pa.string())
+    return pa.chunked_array(
+        [chunk.cast(pa.string()) for part in parts for chunk in part.chunks], type=pa.string()
+    )
 
 
 def _check_unique_ids(parts: list, id_field: str, folder: Path) -> None:
@@ -297,12 +344,19 @@ def _check_unique_ids(parts: list, id_field: str, folder: Path) -> None:
     if len(ids) and pc.count_distinct(ids).as_py() != len(ids):
         counts = pc.value_counts(ids)
         dup = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
-        raise DataError(f"id {dup!r} occurs more than once across the shards", file=folder,
-                        field=id_field)
+        raise DataError(f"id {dup!r} occurs more than once across the shards", file=folder, field=id_field)
 
 
-def gather(folder: str | os.PathLike, count: int, *, model: str, source: str,
-           source_rows: int | None = None, id_field: str = "pid", checksums: bool = True) -> dict:
+def gather(
+    folder: str | os.PathLike,
+    count: int,
+    *,
+    model: str,
+    source: str,
+    source_rows: int | None = None,
+    id_field: str = "pid",
+    checksums: bool = True,
+) -> dict:
     """Check the ``count`` shards of ``folder`` and write ``manifest.json`` (last). Returns it."""
     folder = Path(folder)
     entries, dims, total, all_ids, precisions = [], set(), 0, [], {}
@@ -332,10 +386,17 @@ def gather(folder: str | os.PathLike, count: int, *, model: str, source: str,
     _check_unique_ids(all_ids, id_field, folder)
     if source_rows is not None and total != source_rows:
         raise DataError(f"shards hold {total} rows, the source has {source_rows}", file=folder)
-    manifest = {"format": FORMAT, "model": str(model), "source": str(source), "id_field": id_field,
-                "count": total, "dim": dims.pop() if dims else 0, "dtype": "float16",
-                "precision": precision, "shards": entries}
+    manifest = {
+        "format": FORMAT,
+        "model": str(model),
+        "source": str(source),
+        "id_field": id_field,
+        "count": total,
+        "dim": dims.pop() if dims else 0,
+        "dtype": "float16",
+        "precision": precision,
+        "shards": entries,
+    }
     write_json(folder / MANIFEST, manifest)
-    log.info("gathered %d shards, %d rows, dim %d -> %s", count, total, manifest["dim"],
-             folder / MANIFEST)
+    log.info("gathered %d shards, %d rows, dim %d -> %s", count, total, manifest["dim"], folder / MANIFEST)
     return manifest

@@ -17,6 +17,7 @@ CLI::
     python -m pipeline.retrieval.encode queries --model results/squad/models/zeroshot \
         --queries resources/squad/queries.test.parquet --out-dir results/squad/query_embeddings/test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,23 +32,31 @@ import numpy as np
 import pyarrow as pa
 import tokenizers
 import torch
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
-from pipeline.retrieval import embeddings as emb_io
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, encoding_dtype, precision_name
 from pipeline.core.storage import DataError, open_parquet
+from pipeline.retrieval import embeddings as emb_io
 
 log = logging.getLogger("sieve.encode")
 
-READ_ROWS = 4096          # rows per Arrow batch read from the Parquet file
-TOKENIZE_CHUNK = 4096     # rows per call into the Rust tokenizer
-LOG_EVERY_S = 60.0        # progress lines in the log at most this often
+READ_ROWS = 4096  # rows per Arrow batch read from the Parquet file
+TOKENIZE_CHUNK = 4096  # rows per call into the Rust tokenizer
+LOG_EVERY_S = 60.0  # progress lines in the log at most this often
 
 
 # ---- devices and progress -------------------------------------------------------------------------
+
 
 def resolve_device(name: str = "auto") -> torch.device:
     if name == "auto":
@@ -71,12 +80,19 @@ class RateColumn(ProgressColumn):
 
 
 def make_progress(unit: str, enabled: bool = True) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    RateColumn(unit), TimeElapsedColumn(), TimeRemainingColumn(),
-                    disable=not enabled)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(unit),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=not enabled,
+    )
 
 
 # ---- the inner loop -------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=8)
 def _rust_tokenizer(tokenizer, max_length: int):
@@ -85,14 +101,12 @@ def _rust_tokenizer(tokenizer, max_length: int):
     A copy, so the shared tokenizer's own settings are never changed under other callers.
     """
     backend = tokenizers.Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    backend.enable_truncation(max_length, strategy="longest_first",
-                              direction=tokenizer.truncation_side)
+    backend.enable_truncation(max_length, strategy="longest_first", direction=tokenizer.truncation_side)
     backend.no_padding()
     return backend
 
 
-def tokenize_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None
-                    ) -> dict[str, np.ndarray]:
+def tokenize_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None) -> dict[str, np.ndarray]:
     """Tokenise a whole buffer at once into int32 arrays padded to the buffer's longest row.
 
     Same ids as ``Retriever.tokenize_passages`` (title/text pairs, longest-first truncation) or
@@ -104,8 +118,7 @@ def tokenize_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | Non
     max_length = settings.query_max_len if titles is None else settings.passage_max_len
     inputs = list(texts) if titles is None else [(t or "", x) for t, x in zip(titles, texts)]
     if not getattr(tokenizer, "is_fast", False):
-        kwargs = dict(padding=True, truncation="longest_first", max_length=max_length,
-                      return_tensors="np")
+        kwargs = dict(padding=True, truncation="longest_first", max_length=max_length, return_tensors="np")
         if titles is None:
             return dict(tokenizer(inputs, **kwargs))
         return dict(tokenizer([p[0] for p in inputs], [p[1] for p in inputs], **kwargs))
@@ -118,8 +131,9 @@ def tokenize_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | Non
     types = np.zeros((n, max_length), dtype=np.int32)
     lengths = np.zeros(n, dtype=np.int64)
     for first in range(0, n, TOKENIZE_CHUNK):
-        for row, enc in enumerate(encode(inputs[first:first + TOKENIZE_CHUNK],
-                                         add_special_tokens=True), start=first):
+        for row, enc in enumerate(
+            encode(inputs[first : first + TOKENIZE_CHUNK], add_special_tokens=True), start=first
+        ):
             k = lengths[row] = len(enc)
             cut = slice(max_length - k, max_length) if left else slice(0, k)
             ids[row, cut] = enc.ids
@@ -134,11 +148,18 @@ def tokenize_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | Non
     return out
 
 
-def encode_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None = None, *,
-                  batch_size: int, device: torch.device, amp: bool = True,
-                  dtype: torch.dtype = torch.float16,
-                  on_batch: Callable[[int], None] | None = None,
-                  model: str | os.PathLike | None = None) -> np.ndarray:
+def encode_buffer(
+    retriever,
+    texts: Sequence[str],
+    titles: Sequence[str] | None = None,
+    *,
+    batch_size: int,
+    device: torch.device,
+    amp: bool = True,
+    dtype: torch.dtype = torch.float16,
+    on_batch: Callable[[int], None] | None = None,
+    model: str | os.PathLike | None = None,
+) -> np.ndarray:
     """Embeddings [n, d] of passages (``titles`` given) or queries (``titles=None``), input order.
 
     Rows are sorted by token length (longest first, stable) and cut into batches that are padded
@@ -159,11 +180,13 @@ def encode_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None 
     amp_dtype = encoding_dtype(device, amp)
     with torch.inference_mode():
         for start in range(0, n, batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             width = int(lengths[rows[0]])
             cut = slice(-width, None) if left else slice(0, width)
-            batch = {key: torch.from_numpy(value[rows, cut]).to(device, non_blocking=True).long()
-                     for key, value in encoded.items()}
+            batch = {
+                key: torch.from_numpy(value[rows, cut]).to(device, non_blocking=True).long()
+                for key, value in encoded.items()
+            }
             # Only the forward pass: CPU autocast refuses to concatenate the fp16 outputs below.
             with autocast(device, amp_dtype):
                 embedded = embed(batch)
@@ -175,21 +198,23 @@ def encode_buffer(retriever, texts: Sequence[str], titles: Sequence[str] | None 
         # Checked after the cast: fp16 overflow (|x| > 65504) is as unusable as NaN downstream.
         finite = torch.isfinite(result).all(dim=1)
         if not bool(finite.all()):
-            _refuse_non_finite(model, "queries" if titles is None else "passages",
-                               int((~finite).sum()), n)
+            _refuse_non_finite(model, "queries" if titles is None else "passages", int((~finite).sum()), n)
     return result.cpu().numpy()
 
 
 def _refuse_non_finite(model: str | os.PathLike | None, kind: str, bad: int, n: int) -> None:
-    raise DataError(f"the model produced non-finite embeddings (NaN or inf) for {bad} of {n} "
-                    f"{kind} encoded together: its training diverged; retrain it (lower its "
-                    "learning rate) before encoding, indexing or searching", file=model)
+    raise DataError(
+        f"the model produced non-finite embeddings (NaN or inf) for {bad} of {n} "
+        f"{kind} encoded together: its training diverged; retrain it (lower its "
+        "learning rate) before encoding, indexing or searching",
+        file=model,
+    )
 
 
 # ---- streaming the corpus -------------------------------------------------------------------------
 
-def _string_column(batch: pa.RecordBatch, name: str, path: Path, first_row: int,
-                   nullable: bool) -> list:
+
+def _string_column(batch: pa.RecordBatch, name: str, path: Path, first_row: int, nullable: bool) -> list:
     column = batch.column(name)
     if column.null_count and not nullable:
         bad = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
@@ -198,9 +223,14 @@ def _string_column(batch: pa.RecordBatch, name: str, path: Path, first_row: int,
     return [v or "" for v in values] if nullable and column.null_count else values
 
 
-def iter_slice(path: str | os.PathLike, start: int, end: int, columns: Sequence[str],
-               nullable: Sequence[str] = (), read_rows: int = READ_ROWS
-               ) -> Iterator[tuple[int, dict[str, list]]]:
+def iter_slice(
+    path: str | os.PathLike,
+    start: int,
+    end: int,
+    columns: Sequence[str],
+    nullable: Sequence[str] = (),
+    read_rows: int = READ_ROWS,
+) -> Iterator[tuple[int, dict[str, list]]]:
     """(global first row, {column: values}) for rows [start, end) of a Parquet file, streamed.
 
     Only row groups that overlap the slice are read. String columns are checked for nulls (a null
@@ -222,15 +252,16 @@ def iter_slice(path: str | os.PathLike, start: int, end: int, columns: Sequence[
         lo, hi = max(start - row, 0), min(end - row, batch.num_rows)
         if hi > lo:
             part = batch.slice(lo, hi - lo)
-            yield row + lo, {name: _string_column(part, name, path, row + lo, name in nullable)
-                             for name in columns}
+            yield (
+                row + lo,
+                {name: _string_column(part, name, path, row + lo, name in nullable) for name in columns},
+            )
         row += batch.num_rows
         if row >= end:
             break
 
 
-def iter_buffers(chunks: Iterator[tuple[int, dict[str, list]]], size: int
-                 ) -> Iterator[dict[str, list]]:
+def iter_buffers(chunks: Iterator[tuple[int, dict[str, list]]], size: int) -> Iterator[dict[str, list]]:
     """Regroup streamed chunks into buffers of exactly ``size`` rows (the last may be shorter)."""
     pending: dict[str, list] | None = None
     for _, chunk in chunks:
@@ -252,10 +283,22 @@ def parquet_rows(path: str | os.PathLike) -> int:
 
 # ---- stages ---------------------------------------------------------------------------------------
 
-def encode_table(retriever, path: str | os.PathLike, out_dir: str | os.PathLike, shard: int,
-                 shards: int, *, kind: str = "passage", batch_size: int = 64,
-                 sort_buffer: int = 20_000, device: torch.device | None = None, amp: bool = True,
-                 progress: bool = True, model: str | os.PathLike | None = None) -> dict:
+
+def encode_table(
+    retriever,
+    path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    shard: int,
+    shards: int,
+    *,
+    kind: str = "passage",
+    batch_size: int = 64,
+    sort_buffer: int = 20_000,
+    device: torch.device | None = None,
+    amp: bool = True,
+    progress: bool = True,
+    model: str | os.PathLike | None = None,
+) -> dict:
     """Encode shard ``shard`` of ``shards`` of a corpus (kind 'passage') or queries table ('query').
 
     Writes ``shard{i}of{n}.npy`` (fp16) + ``shard{i}of{n}.{pid|qid}s.parquet`` atomically and
@@ -273,26 +316,55 @@ def encode_table(retriever, path: str | os.PathLike, out_dir: str | os.PathLike,
     retriever.eval()
     began = last_log = time.perf_counter()
     unit = "passages" if kind == "passage" else "queries"
-    with make_progress(unit, progress) as bar, \
-            emb_io.EmbeddingWriter(npy, ids, end - start, dim, id_field=id_field,
-                                   precision=precision_name(encoding_dtype(device, amp))) as writer:
+    with (
+        make_progress(unit, progress) as bar,
+        emb_io.EmbeddingWriter(
+            npy,
+            ids,
+            end - start,
+            dim,
+            id_field=id_field,
+            precision=precision_name(encoding_dtype(device, amp)),
+        ) as writer,
+    ):
         task = bar.add_task(f"encode {Path(path).name} [{shard + 1}/{shards}]", total=end - start)
         chunks = iter_slice(path, start, end, columns, nullable=("title",))
         for buffer in iter_buffers(chunks, sort_buffer):
-            vectors = encode_buffer(retriever, buffer["text"], buffer.get("title"),
-                                    batch_size=batch_size, device=device, amp=amp,
-                                    on_batch=lambda k: bar.advance(task, k), model=model)
+            vectors = encode_buffer(
+                retriever,
+                buffer["text"],
+                buffer.get("title"),
+                batch_size=batch_size,
+                device=device,
+                amp=amp,
+                on_batch=lambda k: bar.advance(task, k),
+                model=model,
+            )
             writer.write(buffer[id_field], vectors)
             now = time.perf_counter()
             if now - last_log >= LOG_EVERY_S:
                 # Rules run without the bar (parallel jobs share a terminal): the log shows progress.
                 last_log = now
-                log.info("%d / %d %s (%.1f %s/s)", writer.written, end - start, unit,
-                         writer.written / (now - began), unit)
+                log.info(
+                    "%d / %d %s (%.1f %s/s)",
+                    writer.written,
+                    end - start,
+                    unit,
+                    writer.written / (now - began),
+                    unit,
+                )
     seconds = time.perf_counter() - began
     rate = (end - start) / seconds if seconds > 0 else 0.0
-    log.info("encoded %d %s in %.1f s (%.1f %s/s, %s) -> %s", end - start, unit, seconds, rate, unit,
-             precision_name(encoding_dtype(device, amp)), npy)
+    log.info(
+        "encoded %d %s in %.1f s (%.1f %s/s, %s) -> %s",
+        end - start,
+        unit,
+        seconds,
+        rate,
+        unit,
+        precision_name(encoding_dtype(device, amp)),
+        npy,
+    )
     return {"rows": end - start, "seconds": seconds, "per_second": rate}
 
 
@@ -313,11 +385,18 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--model", required=True, help="retriever folder (Retriever.load)")
         p.add_argument("--out-dir", required=True, help="embedding folder")
         p.add_argument("--batch-size", type=int, default=64)
-        p.add_argument("--sort-buffer", type=int, default=20_000,
-                       help="rows read ahead and length-sorted (bounds memory)")
+        p.add_argument(
+            "--sort-buffer",
+            type=int,
+            default=20_000,
+            help="rows read ahead and length-sorted (bounds memory)",
+        )
         p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-        p.add_argument("--no-amp", action="store_true",
-                       help="compute in fp32 (default: fp16 autocast on CUDA, bf16 on a CPU with native bf16)")
+        p.add_argument(
+            "--no-amp",
+            action="store_true",
+            help="compute in fp32 (default: fp16 autocast on CUDA, bf16 on a CPU with native bf16)",
+        )
         p.add_argument("--threads", type=int, help="torch CPU threads")
         p.add_argument("--no-progress", action="store_true")
         p.add_argument("--log", help="append the log to this file")
@@ -343,20 +422,38 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start_stage(args.log, getattr(args, "threads", None))  # gather has no --threads
     if args.command == "gather":
-        emb_io.gather(args.out_dir, args.shards, model=args.model, source=args.corpus,
-                      source_rows=parquet_rows(args.corpus), checksums=not args.no_checksums)
+        emb_io.gather(
+            args.out_dir,
+            args.shards,
+            model=args.model,
+            source=args.corpus,
+            source_rows=parquet_rows(args.corpus),
+            checksums=not args.no_checksums,
+        )
         return 0
     check_writable(args.out_dir)  # before the encoding, not by the shard write at its end
     device = resolve_device(args.device)
     retriever = load_retriever(args.model, device)
-    options = dict(batch_size=args.batch_size, sort_buffer=args.sort_buffer, device=device,
-                   amp=not args.no_amp, progress=not args.no_progress, model=args.model)
+    options = dict(
+        batch_size=args.batch_size,
+        sort_buffer=args.sort_buffer,
+        device=device,
+        amp=not args.no_amp,
+        progress=not args.no_progress,
+        model=args.model,
+    )
     if args.command == "corpus":
         encode_table(retriever, args.corpus, args.out_dir, args.shard, args.shards, **options)
     else:
         encode_table(retriever, args.queries, args.out_dir, 0, 1, kind="query", **options)
-        emb_io.gather(args.out_dir, 1, model=args.model, source=args.queries,
-                      source_rows=parquet_rows(args.queries), id_field="qid")
+        emb_io.gather(
+            args.out_dir,
+            1,
+            model=args.model,
+            source=args.queries,
+            source_rows=parquet_rows(args.queries),
+            id_field="qid",
+        )
     return 0
 
 

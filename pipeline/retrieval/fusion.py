@@ -16,6 +16,7 @@ passage and the passages it did not return all score 0) are broken by presence, 
 gives BM25's order followed by the dense-only passages in dense order (a query BM25 left out gets
 the dense ranking), and w = 1 the dense order followed by the BM25-only passages in BM25 order.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -23,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-RRF_K = 60   # the constant of the RRF paper, used by Elasticsearch, Vespa, OpenSearch
+RRF_K = 60  # the constant of the RRF paper, used by Elasticsearch, Vespa, OpenSearch
 
 
 def rank_fused(scores: pd.DataFrame, depth: int, tie_breaks: Sequence[str] = ()) -> pd.DataFrame:
@@ -32,12 +33,19 @@ def rank_fused(scores: pd.DataFrame, depth: int, tie_breaks: Sequence[str] = ())
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
     keys = ["qid", "score", *tie_breaks, "pid"]
-    ordered = scores.sort_values(keys, ascending=[True, False, *[False] * len(tie_breaks), True], kind="stable")
+    ordered = scores.sort_values(
+        keys, ascending=[True, False, *[False] * len(tie_breaks), True], kind="stable"
+    )
     ordered = ordered.assign(rank=ordered.groupby("qid", sort=False).cumcount() + 1)
     ordered = ordered[ordered["rank"] <= depth]
-    return pd.DataFrame({"qid": ordered["qid"].to_numpy(), "pid": ordered["pid"].to_numpy(),
-                         "rank": ordered["rank"].to_numpy(np.int32),
-                         "score": ordered["score"].to_numpy(np.float32)})
+    return pd.DataFrame(
+        {
+            "qid": ordered["qid"].to_numpy(),
+            "pid": ordered["pid"].to_numpy(),
+            "rank": ordered["rank"].to_numpy(np.int32),
+            "score": ordered["score"].to_numpy(np.float32),
+        }
+    )
 
 
 def rrf_fuse(runs: Sequence[pd.DataFrame], *, k: int = RRF_K, depth: int = 100) -> pd.DataFrame:
@@ -46,9 +54,19 @@ def rrf_fuse(runs: Sequence[pd.DataFrame], *, k: int = RRF_K, depth: int = 100) 
         raise ValueError("rrf_fuse needs at least one run")
     if k < 0:
         raise ValueError(f"RRF k must be >= 0, got {k}")
-    parts = [pd.DataFrame({"qid": r["qid"].to_numpy(), "pid": r["pid"].to_numpy(),
-                           "score": 1.0 / (k + r["rank"].to_numpy(np.float64))}) for r in runs]
-    summed = pd.concat(parts, ignore_index=True).groupby(["qid", "pid"], as_index=False, sort=False)["score"].sum()
+    parts = [
+        pd.DataFrame(
+            {
+                "qid": r["qid"].to_numpy(),
+                "pid": r["pid"].to_numpy(),
+                "score": 1.0 / (k + r["rank"].to_numpy(np.float64)),
+            }
+        )
+        for r in runs
+    ]
+    summed = (
+        pd.concat(parts, ignore_index=True).groupby(["qid", "pid"], as_index=False, sort=False)["score"].sum()
+    )
     return rank_fused(summed, depth)
 
 
@@ -64,12 +82,25 @@ def minmax_per_query(run: pd.DataFrame) -> pd.Series:
 
 def normalised_union(sparse: pd.DataFrame, dense: pd.DataFrame) -> pd.DataFrame:
     """(qid, pid, sparse, dense): both runs' normalised scores over the union of their passages."""
-    left = pd.DataFrame({"qid": sparse["qid"].to_numpy(), "pid": sparse["pid"].to_numpy(),
-                         "sparse": minmax_per_query(sparse).to_numpy(), "in_sparse": 1.0})
-    right = pd.DataFrame({"qid": dense["qid"].to_numpy(), "pid": dense["pid"].to_numpy(),
-                          "dense": minmax_per_query(dense).to_numpy(), "in_dense": 1.0})
+    left = pd.DataFrame(
+        {
+            "qid": sparse["qid"].to_numpy(),
+            "pid": sparse["pid"].to_numpy(),
+            "sparse": minmax_per_query(sparse).to_numpy(),
+            "in_sparse": 1.0,
+        }
+    )
+    right = pd.DataFrame(
+        {
+            "qid": dense["qid"].to_numpy(),
+            "pid": dense["pid"].to_numpy(),
+            "dense": minmax_per_query(dense).to_numpy(),
+            "in_dense": 1.0,
+        }
+    )
     return left.merge(right, on=["qid", "pid"], how="outer").fillna(
-        {"sparse": 0.0, "dense": 0.0, "in_sparse": 0.0, "in_dense": 0.0})
+        {"sparse": 0.0, "dense": 0.0, "in_sparse": 0.0, "in_dense": 0.0}
+    )
 
 
 def weighted_fuse(union: pd.DataFrame, weight: float, *, depth: int = 100) -> pd.DataFrame:
@@ -77,16 +108,22 @@ def weighted_fuse(union: pd.DataFrame, weight: float, *, depth: int = 100) -> pd
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"fusion weight must be in [0, 1], got {weight}")
     dense, sparse = union["dense"].to_numpy(), union["sparse"].to_numpy()
-    table = pd.DataFrame({
-        "qid": union["qid"].to_numpy(), "pid": union["pid"].to_numpy(),
-        "score": weight * dense + (1.0 - weight) * sparse,
-        "presence": weight * union["in_dense"].to_numpy() + (1.0 - weight) * union["in_sparse"].to_numpy(),
-        "other": (1.0 - weight) * dense + weight * sparse})
+    table = pd.DataFrame(
+        {
+            "qid": union["qid"].to_numpy(),
+            "pid": union["pid"].to_numpy(),
+            "score": weight * dense + (1.0 - weight) * sparse,
+            "presence": weight * union["in_dense"].to_numpy()
+            + (1.0 - weight) * union["in_sparse"].to_numpy(),
+            "other": (1.0 - weight) * dense + weight * sparse,
+        }
+    )
     return rank_fused(table, depth, tie_breaks=("presence", "other"))
 
 
-def choose_weight(union: pd.DataFrame, grid: Sequence[float], metric: Callable[[pd.DataFrame], float],
-                  *, depth: int = 100) -> tuple[float, dict[float, float]]:
+def choose_weight(
+    union: pd.DataFrame, grid: Sequence[float], metric: Callable[[pd.DataFrame], float], *, depth: int = 100
+) -> tuple[float, dict[float, float]]:
     """The grid weight whose fused run scores highest under ``metric`` (ties: the first in grid order),
     and every weight's score."""
     if not grid:

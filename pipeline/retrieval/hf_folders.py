@@ -1,5 +1,6 @@
 """What the retriever and ranker folders share: a settings dataclass stored as JSON (written last, so
 a folder that has it is complete) next to Hugging Face encoders (model + tokenizer) in sub-folders."""
+
 from __future__ import annotations
 
 import json

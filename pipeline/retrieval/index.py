@@ -20,6 +20,7 @@ CLI::
     python -m pipeline.retrieval.index --embeddings results/squad/embeddings/zeroshot \
         --out-dir results/squad/index/zeroshot --factory Flat [--shards 1 --train-size 100000 --gpu]
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,10 +34,10 @@ import pyarrow as pa
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
-from pipeline.retrieval.embeddings import EmbeddingSet, read_rows, shard_name
-from pipeline.retrieval.encode import make_progress
 from pipeline.core.schemas import PASSAGE_IDS_SCHEMA
 from pipeline.core.storage import DataError, atomic_path, read_json_object, write_json, write_table
+from pipeline.retrieval.embeddings import EmbeddingSet, read_rows, shard_name
+from pipeline.retrieval.encode import make_progress
 
 log = logging.getLogger("sieve.index")
 
@@ -47,8 +48,10 @@ FORMAT = "sieve-index/1"
 def shard_groups(n_embedding_shards: int, n_index_shards: int) -> list[list[int]]:
     """Contiguous groups of embedding shards, one per index shard (sizes differ by at most one)."""
     if not 1 <= n_index_shards <= n_embedding_shards:
-        raise ConfigError(f"index.shards must be between 1 and the number of embedding shards "
-                          f"({n_embedding_shards}), got {n_index_shards}")
+        raise ConfigError(
+            f"index.shards must be between 1 and the number of embedding shards "
+            f"({n_embedding_shards}), got {n_index_shards}"
+        )
     bounds = [j * n_embedding_shards // n_index_shards for j in range(n_index_shards + 1)]
     return [list(range(bounds[j], bounds[j + 1])) for j in range(n_index_shards)]
 
@@ -58,8 +61,10 @@ def new_index(dim: int, factory: str) -> faiss.Index:
         return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         reason = str(exc).strip().splitlines()[-1]
-        raise ConfigError(f"index.factory {factory!r} is not a valid FAISS index_factory string "
-                          f"for dimension {dim}: {reason}") from None
+        raise ConfigError(
+            f"index.factory {factory!r} is not a valid FAISS index_factory string "
+            f"for dimension {dim}: {reason}"
+        ) from None
 
 
 def gpu_count(allowed: bool) -> int:
@@ -74,8 +79,9 @@ def to_gpu(index: faiss.Index, allowed: bool) -> tuple[faiss.Index, bool]:
     try:
         return faiss.index_cpu_to_all_gpus(index), True
     except (RuntimeError, AttributeError) as exc:
-        log.warning("FAISS cannot put this index type on GPU (%s); using the CPU",
-                    str(exc).strip().splitlines()[-1])
+        log.warning(
+            "FAISS cannot put this index type on GPU (%s); using the CPU", str(exc).strip().splitlines()[-1]
+        )
         return index, False
 
 
@@ -97,9 +103,18 @@ def training_sample(embeddings: EmbeddingSet, size: int, seed: int) -> np.ndarra
     return np.concatenate(parts) if parts else np.zeros((0, embeddings.dim), np.float32)
 
 
-def build_index(embeddings_dir: str | os.PathLike, out_dir: str | os.PathLike, *, factory: str,
-                shards: int = 1, train_size: int = 100_000, seed: int = 0, gpu: bool = True,
-                add_chunk: int = 65_536, progress: bool = True) -> dict:
+def build_index(
+    embeddings_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    factory: str,
+    shards: int = 1,
+    train_size: int = 100_000,
+    seed: int = 0,
+    gpu: bool = True,
+    add_chunk: int = 65_536,
+    progress: bool = True,
+) -> dict:
     """Build ``shards`` indexes from the embedding folder; write them and ``index.json`` (last)."""
     embeddings = EmbeddingSet(embeddings_dir)
     out_dir = Path(out_dir)
@@ -118,8 +133,10 @@ def build_index(embeddings_dir: str | os.PathLike, out_dir: str | os.PathLike, *
             work.train(sample)
         except RuntimeError as exc:
             reason = str(exc).strip().splitlines()[-1]
-            raise ConfigError(f"index.factory {factory!r} cannot be trained on {trained_on} "
-                              f"vectors (index.train_size / corpus too small?): {reason}") from None
+            raise ConfigError(
+                f"index.factory {factory!r} cannot be trained on {trained_on} "
+                f"vectors (index.train_size / corpus too small?): {reason}"
+            ) from None
         template = to_cpu(work, on_gpu)
         del sample
     entries = []
@@ -135,26 +152,50 @@ def build_index(embeddings_dir: str | os.PathLike, out_dir: str | os.PathLike, *
             name = shard_name(j, len(groups))
             with atomic_path(out_dir / f"{name}.faiss") as tmp:
                 faiss.write_index(index, str(tmp))
-            write_table(out_dir / f"{name}.pids.parquet",
-                        pa.table([embeddings.ids(group)], schema=PASSAGE_IDS_SCHEMA))
-            entries.append({"index": f"{name}.faiss", "pids": f"{name}.pids.parquet",
-                            "count": int(index.ntotal), "embedding_shards": group,
-                            "bytes": (out_dir / f"{name}.faiss").stat().st_size})
+            write_table(
+                out_dir / f"{name}.pids.parquet", pa.table([embeddings.ids(group)], schema=PASSAGE_IDS_SCHEMA)
+            )
+            entries.append(
+                {
+                    "index": f"{name}.faiss",
+                    "pids": f"{name}.pids.parquet",
+                    "count": int(index.ntotal),
+                    "embedding_shards": group,
+                    "bytes": (out_dir / f"{name}.faiss").stat().st_size,
+                }
+            )
             del index
-    manifest = {"format": FORMAT, "factory": factory, "metric": "inner_product",
-                "dim": embeddings.dim, "count": embeddings.count, "trained_on": trained_on,
-                "seed": seed, "gpu": gpu_count(gpu) > 0, "faiss_version": faiss.__version__,
-                "embeddings": str(embeddings_dir), "shards": entries}
+    manifest = {
+        "format": FORMAT,
+        "factory": factory,
+        "metric": "inner_product",
+        "dim": embeddings.dim,
+        "count": embeddings.count,
+        "trained_on": trained_on,
+        "seed": seed,
+        "gpu": gpu_count(gpu) > 0,
+        "faiss_version": faiss.__version__,
+        "embeddings": str(embeddings_dir),
+        "shards": entries,
+    }
     write_json(out_dir / INDEX_MANIFEST, manifest)
-    log.info("indexed %d vectors with %s in %d part(s), %.1f s, %.1f MiB on disk", embeddings.count,
-             factory, len(groups), time.perf_counter() - began,
-             sum(e["bytes"] for e in entries) / 2**20)
+    log.info(
+        "indexed %d vectors with %s in %d part(s), %.1f s, %.1f MiB on disk",
+        embeddings.count,
+        factory,
+        len(groups),
+        time.perf_counter() - began,
+        sum(e["bytes"] for e in entries) / 2**20,
+    )
     return manifest
 
 
 def load_index_manifest(index_dir: str | os.PathLike) -> dict:
-    return read_json_object(Path(index_dir) / INDEX_MANIFEST, keys=("shards", "dim", "count", "factory"),
-                            missing="index manifest not found (did build_index run?)")
+    return read_json_object(
+        Path(index_dir) / INDEX_MANIFEST,
+        keys=("shards", "dim", "count", "factory"),
+        missing="index manifest not found (did build_index run?)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,9 +213,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads, libraries=("faiss",))
-    build_index(args.embeddings, args.out_dir, factory=args.factory, shards=args.shards,
-                train_size=args.train_size, seed=args.seed, gpu=not args.no_gpu,
-                add_chunk=args.add_chunk, progress=not args.no_progress)
+    build_index(
+        args.embeddings,
+        args.out_dir,
+        factory=args.factory,
+        shards=args.shards,
+        train_size=args.train_size,
+        seed=args.seed,
+        gpu=not args.no_gpu,
+        add_chunk=args.add_chunk,
+        progress=not args.no_progress,
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ but marked ``excluded`` and does not count, so the list goes deeper; ``has_answe
 row. A ranking too shallow to give ``negatives`` usable candidates is logged and counted
 (``short_queries`` in the stats), never padded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,9 +62,15 @@ def mining_depth(n_negatives: int, positives: dict[str, set[str]], exclude_answe
     return depth * 3 if exclude_answer_match else depth
 
 
-def negatives_table(candidates: Iterable[Candidates], matcher: AnswerMatcher, n_negatives: int, *,
-                    exclude_answer_match: bool, source: str, queries_path: str | Path
-                    ) -> tuple[pa.Table, dict]:
+def negatives_table(
+    candidates: Iterable[Candidates],
+    matcher: AnswerMatcher,
+    n_negatives: int,
+    *,
+    exclude_answer_match: bool,
+    source: str,
+    queries_path: str | Path,
+) -> tuple[pa.Table, dict]:
     """(the negatives table, counts) from each query's positive-free ranking: see the module doc."""
     rows: dict[str, list] = {k: [] for k in MINED_NEGATIVES_SCHEMA.names}
     n_answer = short = 0
@@ -80,16 +87,26 @@ def negatives_table(candidates: Iterable[Candidates], matcher: AnswerMatcher, n_
             excluded = exclude_answer_match and matched
             n_answer += matched
             usable += not excluded
-            for key, value in zip(MINED_NEGATIVES_SCHEMA.names,
-                                  (qid, pid, rank, score, source, matched, excluded)):
+            for key, value in zip(
+                MINED_NEGATIVES_SCHEMA.names, (qid, pid, rank, score, source, matched, excluded)
+            ):
                 rows[key].append(value)
         short += usable < n_negatives
     return pa.table(rows, schema=MINED_NEGATIVES_SCHEMA), {"answer_matches": n_answer, "short_queries": short}
 
 
-def mine_from_run(run_path: str | Path, queries_path: str | Path, qrels_path: str | Path,
-                  corpus_path: str | Path, n_negatives: int, out: str | Path, *, source: str,
-                  exclude_answer_match: bool = False, match: str = "string") -> dict:
+def mine_from_run(
+    run_path: str | Path,
+    queries_path: str | Path,
+    qrels_path: str | Path,
+    corpus_path: str | Path,
+    n_negatives: int,
+    out: str | Path,
+    *,
+    source: str,
+    exclude_answer_match: bool = False,
+    match: str = "string",
+) -> dict:
     """Negatives of every train query from a run of the train queries (RUN_SCHEMA, best rank first)."""
     from pipeline.retrieval.runs import read_run
 
@@ -99,12 +116,20 @@ def mine_from_run(run_path: str | Path, queries_path: str | Path, qrels_path: st
     positives = read_positives(qrels_path)
     missing = [q for q in queries["qid"] if q not in positives]
     if missing:
-        log.warning("%d train queries have no positive in %s (first: %s); their negatives are still mined",
-                    len(missing), qrels_path, missing[0])
+        log.warning(
+            "%d train queries have no positive in %s (first: %s); their negatives are still mined",
+            len(missing),
+            qrels_path,
+            missing[0],
+        )
     unranked = known - set(run["qid"])
     if unranked:
-        raise DataError(f"{len(unranked)} train queries have no row in the run (e.g. {sorted(unranked)[0]!r}): "
-                        "mine from a run of every train query", file=run_path, field="qid")
+        raise DataError(
+            f"{len(unranked)} train queries have no row in the run (e.g. {sorted(unranked)[0]!r}): "
+            "mine from a run of every train query",
+            file=run_path,
+            field="qid",
+        )
     # Per-query slices of the run's arrays, walked lazily: no second copy of a run that at NQ scale
     # holds tens of millions of rows.
     run_qids, run_pids = run["qid"].to_numpy(), run["pid"].to_numpy()
@@ -119,17 +144,39 @@ def mine_from_run(run_path: str | Path, queries_path: str | Path, qrels_path: st
         for qid in queries["qid"]:
             lo, hi = bounds[qid]
             pos = positives.get(qid, set())
-            yield qid, answers_of[qid], [(p, float(s)) for p, s in zip(run_pids[lo:hi], run_scores[lo:hi])
-                                         if p not in pos]
-    table, counts = negatives_table(candidates(), matcher, n_negatives, exclude_answer_match=exclude_answer_match,
-                                    source=source, queries_path=queries_path)
+            yield (
+                qid,
+                answers_of[qid],
+                [(p, float(s)) for p, s in zip(run_pids[lo:hi], run_scores[lo:hi]) if p not in pos],
+            )
+
+    table, counts = negatives_table(
+        candidates(),
+        matcher,
+        n_negatives,
+        exclude_answer_match=exclude_answer_match,
+        source=source,
+        queries_path=queries_path,
+    )
     write_table(out, table)
-    stats = {"source": source, "queries": len(queries), "rows": table.num_rows, **counts,
-             "run_depth": int(run["rank"].max()) if len(run) else 0, "negatives": n_negatives,
-             "queries_without_positive": len(missing), "exclude_answer_match": exclude_answer_match}
+    stats = {
+        "source": source,
+        "queries": len(queries),
+        "rows": table.num_rows,
+        **counts,
+        "run_depth": int(run["rank"].max()) if len(run) else 0,
+        "negatives": n_negatives,
+        "queries_without_positive": len(missing),
+        "exclude_answer_match": exclude_answer_match,
+    }
     if counts["short_queries"]:
-        log.warning("%d of %d queries got fewer than %d usable negatives: the run (depth %d) is too shallow",
-                    counts["short_queries"], len(queries), n_negatives, stats["run_depth"])
+        log.warning(
+            "%d of %d queries got fewer than %d usable negatives: the run (depth %d) is too shallow",
+            counts["short_queries"],
+            len(queries),
+            n_negatives,
+            stats["run_depth"],
+        )
     log.info("mined %s negatives: %s -> %s", source, stats, out)
     return stats
 
@@ -148,8 +195,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_stage(args.log)
     if args.negatives < 1:
         parser.error("--negatives must be >= 1")
-    stats = mine_from_run(args.run, args.queries, args.qrels, args.corpus, args.negatives, args.out,
-                          source=args.source, exclude_answer_match=args.exclude_answer_match, match=args.match)
+    stats = mine_from_run(
+        args.run,
+        args.queries,
+        args.qrels,
+        args.corpus,
+        args.negatives,
+        args.out,
+        source=args.source,
+        exclude_answer_match=args.exclude_answer_match,
+        match=args.match,
+    )
     if args.stats_out:
         write_json(args.stats_out, stats)
     return 0

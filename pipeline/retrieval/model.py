@@ -10,6 +10,7 @@ Passages are encoded as the pair (title, text); queries as single texts. With ``
 embeddings are L2-normalised, so a dot product of two embeddings is their cosine; the temperature τ is
 applied by the losses, never baked into the embeddings.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,13 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from pipeline.core.config import resolve_model_path
-from pipeline.retrieval.hf_folders import (load_encoder, read_settings, save_encoder, settings_from_dict,
-                                           write_settings)
+from pipeline.retrieval.hf_folders import (
+    load_encoder,
+    read_settings,
+    save_encoder,
+    settings_from_dict,
+    write_settings,
+)
 from pipeline.retrieval.st_folders import write_st_files
 
 log = logging.getLogger("sieve.model")
@@ -34,10 +40,10 @@ SETTINGS_FILE = "retriever.json"
 
 @dataclass
 class RetrieverSettings:
-    base: str = "minilm"               # where the weights came from (for the record)
-    pooling: str = "mean"              # mean | cls
-    similarity: str = "cosine"         # cosine | dot
-    temperature: float = 0.05          # τ used by the losses with cosine similarity
+    base: str = "minilm"  # where the weights came from (for the record)
+    pooling: str = "mean"  # mean | cls
+    similarity: str = "cosine"  # cosine | dot
+    temperature: float = 0.05  # τ used by the losses with cosine similarity
     shared_towers: bool = True
     query_max_len: int = 32
     passage_max_len: int = 128
@@ -68,8 +74,13 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 class Retriever(torch.nn.Module):
     """Query and passage towers with one pooling/similarity setting."""
 
-    def __init__(self, query_model: torch.nn.Module, passage_model: torch.nn.Module | None,
-                 tokenizer, settings: RetrieverSettings):
+    def __init__(
+        self,
+        query_model: torch.nn.Module,
+        passage_model: torch.nn.Module | None,
+        tokenizer,
+        settings: RetrieverSettings,
+    ):
         super().__init__()
         self.settings = settings
         self.query_model = query_model
@@ -115,13 +126,24 @@ class Retriever(torch.nn.Module):
     # ---- tokenisation ------------------------------------------------------------------------------
 
     def tokenize_queries(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        return self.tokenizer(list(texts), padding=True, truncation=True,
-                              max_length=self.settings.query_max_len, return_tensors="pt")
+        return self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=self.settings.query_max_len,
+            return_tensors="pt",
+        )
 
     def tokenize_passages(self, titles: Sequence[str], texts: Sequence[str]) -> dict[str, torch.Tensor]:
         titles = [t or "" for t in titles]
-        return self.tokenizer(titles, list(texts), padding=True, truncation="longest_first",
-                              max_length=self.settings.passage_max_len, return_tensors="pt")
+        return self.tokenizer(
+            titles,
+            list(texts),
+            padding=True,
+            truncation="longest_first",
+            max_length=self.settings.passage_max_len,
+            return_tensors="pt",
+        )
 
     # ---- forward -------------------------------------------------------------------------------------
 
@@ -158,8 +180,9 @@ class Retriever(torch.nn.Module):
         return self._encode_sorted(list(texts), None, batch_size)
 
     @torch.no_grad()
-    def encode_passages(self, titles: Sequence[str], texts: Sequence[str],
-                        batch_size: int = 64) -> np.ndarray:
+    def encode_passages(
+        self, titles: Sequence[str], texts: Sequence[str], batch_size: int = 64
+    ) -> np.ndarray:
         return self._encode_sorted(list(texts), list(titles), batch_size)
 
     def _encode_sorted(self, texts: list[str], titles: list[str] | None, batch_size: int) -> np.ndarray:
@@ -170,7 +193,7 @@ class Retriever(torch.nn.Module):
         dim = self.query_model.config.hidden_size
         out = np.zeros((len(texts), dim), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             if titles is None:
                 batch = self.tokenize_queries([texts[i] for i in idx])
                 emb = self.embed_queries(_to(batch, self.device))
@@ -191,9 +214,14 @@ def make_tiny_encoder(out_dir: str | Path, seed: int = 0, hidden: int = 32, laye
     out_dir = Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("minilm"))
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=2, intermediate_size=hidden * 2,
-                        max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=hidden * 2,
+        max_position_embeddings=512,
+    )
     BertModel(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir

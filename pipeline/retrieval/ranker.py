@@ -17,6 +17,7 @@ Public API used by other stages (the sieve's optional cross-encoder filter, AR2)
     batch = ranker.tokenize(queries, titles, texts); logits = ranker(batch)      # torch [n]
     scores = ranker.score(queries, titles, texts, batch_size=64)                # numpy float32 [n]
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,13 @@ import torch.nn.functional as F
 
 from pipeline.core.config import resolve_model_path
 from pipeline.core.storage import atomic_path
-from pipeline.retrieval.hf_folders import load_encoder, read_settings, save_encoder, settings_from_dict, write_settings
+from pipeline.retrieval.hf_folders import (
+    load_encoder,
+    read_settings,
+    save_encoder,
+    settings_from_dict,
+    write_settings,
+)
 
 log = logging.getLogger("sieve.ranker")
 
@@ -41,8 +48,8 @@ _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 @dataclass
 class RankerSettings:
-    base: str = "minilm"      # where the encoder weights came from (for the record)
-    max_len: int = 160        # tokens of query + title + text together (longest_first truncation)
+    base: str = "minilm"  # where the encoder weights came from (for the record)
+    max_len: int = 160  # tokens of query + title + text together (longest_first truncation)
 
     def __post_init__(self) -> None:
         if self.max_len < 8:
@@ -64,8 +71,7 @@ def listwise_loss(logits: torch.Tensor, positive: int = 0) -> torch.Tensor:
 class Ranker(torch.nn.Module):
     """Cross-encoder: ``encoder`` ([CLS] hidden state) followed by ``head`` (Linear to one logit)."""
 
-    def __init__(self, encoder: torch.nn.Module, head: torch.nn.Linear, tokenizer,
-                 settings: RankerSettings):
+    def __init__(self, encoder: torch.nn.Module, head: torch.nn.Linear, tokenizer, settings: RankerSettings):
         super().__init__()
         self.encoder = encoder
         self.head = head
@@ -75,8 +81,9 @@ class Ranker(torch.nn.Module):
     # ---- construction and persistence ---------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, settings: RankerSettings | None = None,
-                        seed: int = 0) -> "Ranker":
+    def from_pretrained(
+        cls, name_or_path: str, settings: RankerSettings | None = None, seed: int = 0
+    ) -> "Ranker":
         """A ranker with a new head on a base encoder ('minilm' = offline all-MiniLM-L6-v2).
 
         The head is initialised from its own generator seeded by ``seed`` (BERT's N(0, 0.02) init,
@@ -96,8 +103,10 @@ class Ranker(torch.nn.Module):
         folder = Path(folder)
         settings = read_settings(folder / SETTINGS_FILE, RankerSettings)
         if settings is None:
-            raise FileNotFoundError(f"{folder}: not a ranker folder (no {SETTINGS_FILE}; "
-                                    "use Ranker.from_pretrained for a base model)")
+            raise FileNotFoundError(
+                f"{folder}: not a ranker folder (no {SETTINGS_FILE}; "
+                "use Ranker.from_pretrained for a base model)"
+            )
         tokenizer, encoder = load_encoder(folder / "encoder")
         head = torch.nn.Linear(encoder.config.hidden_size, 1)
         head.load_state_dict(torch.load(folder / HEAD_FILE, map_location="cpu", weights_only=True))
@@ -119,14 +128,23 @@ class Ranker(torch.nn.Module):
         title = title or ""
         return f"{title} {self.tokenizer.sep_token} {text}" if title else text
 
-    def tokenize(self, queries: Sequence[str], titles: Sequence[str | None],
-                 texts: Sequence[str]) -> dict[str, torch.Tensor]:
+    def tokenize(
+        self, queries: Sequence[str], titles: Sequence[str | None], texts: Sequence[str]
+    ) -> dict[str, torch.Tensor]:
         """Tokenise (query, passage) pairs; all three sequences are aligned, one pair per position."""
         if not (len(queries) == len(titles) == len(texts)):
-            raise ValueError(f"queries/titles/texts lengths differ: {len(queries)}/{len(titles)}/{len(texts)}")
+            raise ValueError(
+                f"queries/titles/texts lengths differ: {len(queries)}/{len(titles)}/{len(texts)}"
+            )
         passages = [self.passage_string(t, x) for t, x in zip(titles, texts)]
-        return self.tokenizer(list(queries), passages, padding=True, truncation="longest_first",
-                              max_length=self.settings.max_len, return_tensors="pt")
+        return self.tokenizer(
+            list(queries),
+            passages,
+            padding=True,
+            truncation="longest_first",
+            max_length=self.settings.max_len,
+            return_tensors="pt",
+        )
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Relevance logits, shape [pairs]."""
@@ -141,8 +159,9 @@ class Ranker(torch.nn.Module):
         return next(self.encoder.parameters()).device
 
     @torch.no_grad()
-    def score(self, queries: Sequence[str], titles: Sequence[str | None], texts: Sequence[str],
-              batch_size: int = 64) -> np.ndarray:
+    def score(
+        self, queries: Sequence[str], titles: Sequence[str | None], texts: Sequence[str], batch_size: int = 64
+    ) -> np.ndarray:
         """Logits of every pair (eval mode, length-sorted batches), float32 in the input order."""
         n = len(queries)
         if not (n == len(titles) == len(texts)):
@@ -154,9 +173,10 @@ class Ranker(torch.nn.Module):
         out = np.zeros(n, dtype=np.float32)
         try:
             for start in range(0, n, batch_size):
-                idx = order[start:start + batch_size]
-                batch = self.tokenize([queries[i] for i in idx], [titles[i] for i in idx],
-                                      [texts[i] for i in idx])
+                idx = order[start : start + batch_size]
+                batch = self.tokenize(
+                    [queries[i] for i in idx], [titles[i] for i in idx], [texts[i] for i in idx]
+                )
                 batch = {k: v.to(self.device) for k, v in batch.items()}
                 out[idx] = self.forward(batch).float().cpu().numpy()
         finally:

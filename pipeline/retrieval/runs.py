@@ -9,6 +9,7 @@ CLI (validate + TREC export only; ``pipeline.evaluation.evaluate`` scores a run)
     python -m pipeline.retrieval.runs --run results/squad/bm25/run.test.parquet --tag bm25 \
         --trec results/squad/bm25/run.test.trec [--queries resources/squad/queries.test.parquet]
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,9 @@ log = logging.getLogger("sieve.runs")
 _TREC_CHUNK = 200_000
 
 
-def validate_run(df: pd.DataFrame, file: str | os.PathLike,
-                 known_qids: Collection[str] | None = None) -> pd.DataFrame:
+def validate_run(
+    df: pd.DataFrame, file: str | os.PathLike, known_qids: Collection[str] | None = None
+) -> pd.DataFrame:
     """Check a run table; return it sorted by (qid, rank) with RUN_SCHEMA dtypes, indexed by file row.
 
     Errors name the file, the 0-based row of the offending record and the field: nulls, a duplicate
@@ -45,23 +47,37 @@ def validate_run(df: pd.DataFrame, file: str | os.PathLike,
         row = int(dup.idxmax())
         qid, pid = df.at[row, "qid"], df.at[row, "pid"]
         first = int(df.index[(df["qid"] == qid) & (df["pid"] == pid)][0])
-        raise DataError(f"duplicate (qid, pid) = ({qid!r}, {pid!r}); first seen at row {first}",
-                        file=file, record=row, field="pid")
+        raise DataError(
+            f"duplicate (qid, pid) = ({qid!r}, {pid!r}); first seen at row {first}",
+            file=file,
+            record=row,
+            field="pid",
+        )
     if known_qids is not None:
         unknown = ~df["qid"].isin(known_qids)
         if unknown.any():
             row = int(unknown.idxmax())
-            raise DataError(f"qid {df.at[row, 'qid']!r} is not in the evaluated queries "
-                            f"({int(unknown.sum())} rows in total)", file=file, record=row, field="qid")
+            raise DataError(
+                f"qid {df.at[row, 'qid']!r} is not in the evaluated queries "
+                f"({int(unknown.sum())} rows in total)",
+                file=file,
+                record=row,
+                field="qid",
+            )
     ordered = df.sort_values(["qid", "rank"], kind="stable")
     expected = ordered.groupby("qid", sort=False).cumcount().to_numpy() + 1
     ranks = ordered["rank"].to_numpy()
     bad = np.flatnonzero(ranks != expected)
     if bad.size:
         row = int(ordered.index[bad[0]])
-        raise DataError(f"query {df.at[row, 'qid']!r}: ranks must be exactly 1..n with no gaps or "
-                        f"repeats; found rank {int(ranks[bad[0]])} where {int(expected[bad[0]])} "
-                        "was expected", file=file, record=row, field="rank")
+        raise DataError(
+            f"query {df.at[row, 'qid']!r}: ranks must be exactly 1..n with no gaps or "
+            f"repeats; found rank {int(ranks[bad[0]])} where {int(expected[bad[0]])} "
+            "was expected",
+            file=file,
+            record=row,
+            field="rank",
+        )
     # The index keeps each record's row in the file, so later errors can still name it.
     return ordered.astype({"qid": str, "pid": str, "rank": "int32", "score": "float32"})
 
@@ -78,8 +94,9 @@ def ranked_lists(run: pd.DataFrame) -> dict[str, list[str]]:
     return {qid: group.tolist() for qid, group in run.groupby("qid", sort=False)["pid"]}
 
 
-def write_trec(run: pd.DataFrame, path: str | os.PathLike, tag: str,
-               file: str | os.PathLike | None = None) -> None:
+def write_trec(
+    run: pd.DataFrame, path: str | os.PathLike, tag: str, file: str | os.PathLike | None = None
+) -> None:
     """Write ``qid Q0 pid rank score tag`` lines (atomically), in (qid, rank) order.
 
     TREC files are whitespace-separated, so an id containing whitespace cannot be exported.
@@ -90,15 +107,29 @@ def write_trec(run: pd.DataFrame, path: str | os.PathLike, tag: str,
         spaced = run[col].str.contains(r"\s", regex=True)
         if spaced.any():
             row = int(spaced.idxmax())
-            raise DataError("id contains whitespace and cannot be written in TREC format",
-                            file=file, record=row, field=col)
+            raise DataError(
+                "id contains whitespace and cannot be written in TREC format",
+                file=file,
+                record=row,
+                field=col,
+            )
     with atomic_open(path, "w", encoding="utf-8") as handle:
         for start in range(0, len(run), _TREC_CHUNK):
-            part = run.iloc[start:start + _TREC_CHUNK]
+            part = run.iloc[start : start + _TREC_CHUNK]
             # %.9g round-trips float32, so the exported scores order exactly like the Parquet ones.
             scores = np.char.mod("%.9g", part["score"].to_numpy(dtype=np.float64))
-            lines = (part["qid"] + " Q0 " + part["pid"] + " " + part["rank"].astype(str) + " "
-                     + pd.Series(scores, index=part.index) + " " + tag + "\n")
+            lines = (
+                part["qid"]
+                + " Q0 "
+                + part["pid"]
+                + " "
+                + part["rank"].astype(str)
+                + " "
+                + pd.Series(scores, index=part.index)
+                + " "
+                + tag
+                + "\n"
+            )
             handle.writelines(lines.tolist())
 
 

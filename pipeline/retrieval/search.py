@@ -19,6 +19,7 @@ CLI::
         --depth 100 --backend faiss --index results/squad/index/zeroshot
     ... --backend torch --embeddings results/squad/embeddings/zeroshot [--chunk-rows 65536]
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,16 +34,24 @@ import pyarrow.compute as pc
 import torch
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.retrieval.embeddings import EmbeddingSet, read_ids
-from pipeline.retrieval.encode import (encode_buffer, iter_buffers, iter_slice, load_retriever, make_progress,
-                     parquet_rows, resolve_device)
 from pipeline.core.schemas import RUN_SCHEMA
 from pipeline.core.storage import DataError, write_table
+from pipeline.retrieval.embeddings import EmbeddingSet, read_ids
+from pipeline.retrieval.encode import (
+    encode_buffer,
+    iter_buffers,
+    iter_slice,
+    load_retriever,
+    make_progress,
+    parquet_rows,
+    resolve_device,
+)
 
 log = logging.getLogger("sieve.search")
 
 
 # ---- running top-k with a total order -------------------------------------------------------------
+
 
 class TopK:
     """Best ``k`` (score desc, pid asc) rows per query, merged from any number of candidate sets.
@@ -64,7 +73,7 @@ class TopK:
         all_scores = np.concatenate([self.scores[start:end], scores], axis=1)
         all_rows = np.concatenate([self.rows[start:end], rows.astype(np.int64)], axis=1)
         tie = np.where(all_rows >= 0, self.pid_rank[np.maximum(all_rows, 0)], np.iinfo(np.int64).max)
-        order = np.lexsort((tie, -all_scores), axis=1)[:, :self.k]
+        order = np.lexsort((tie, -all_scores), axis=1)[:, : self.k]
         self.scores[start:end] = np.take_along_axis(all_scores, order, axis=1)
         self.rows[start:end] = np.take_along_axis(all_rows, order, axis=1)
 
@@ -88,9 +97,17 @@ def chunk_candidates(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
 
 # ---- backends -------------------------------------------------------------------------------------
 
-def search_torch(embeddings_dir: str | os.PathLike, queries: np.ndarray, k: int, *,
-                 chunk_rows: int = 65_536, query_batch: int = 1024,
-                 device: torch.device | None = None, progress: bool = True) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+
+def search_torch(
+    embeddings_dir: str | os.PathLike,
+    queries: np.ndarray,
+    k: int,
+    *,
+    chunk_rows: int = 65_536,
+    query_batch: int = 1024,
+    device: torch.device | None = None,
+    progress: bool = True,
+) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Exact search over the embedding shards: (rows [nq, k], scores [nq, k], pids of all rows)."""
     embeddings = EmbeddingSet(embeddings_dir)
     _check_dim(queries, embeddings.dim, Path(embeddings_dir) / "manifest.json")
@@ -107,15 +124,16 @@ def search_torch(embeddings_dir: str | os.PathLike, queries: np.ndarray, k: int,
         for first, chunk in embeddings.iter_rows(chunk_rows):
             block = torch.from_numpy(chunk).to(device, dtype)
             for start in range(0, len(queries), query_batch):
-                scores = (q_all[start:start + query_batch] @ block.T).float()
+                scores = (q_all[start : start + query_batch] @ block.T).float()
                 values, cols = chunk_candidates(scores, k)
                 top.add(start, values.cpu().numpy(), cols.cpu().numpy() + first)
             bar.advance(task, len(chunk))
     return top.rows, top.scores, pids
 
 
-def faiss_search_tied(index, queries: np.ndarray, k: int, width: int | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def faiss_search_tied(
+    index, queries: np.ndarray, k: int, width: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """FAISS top-k, widened per query until the last result scores below the k-th (ties kept)."""
     n = index.ntotal
     width = min(width or k + 1, n)
@@ -133,9 +151,17 @@ def faiss_search_tied(index, queries: np.ndarray, k: int, width: int | None = No
     return scores, rows
 
 
-def search_faiss(index_dir: str | os.PathLike, queries: np.ndarray, k: int, *, nprobe: int = 32,
-                 ef_search: int = 128, gpu: bool = True, query_batch: int = 4096,
-                 progress: bool = True) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+def search_faiss(
+    index_dir: str | os.PathLike,
+    queries: np.ndarray,
+    k: int,
+    *,
+    nprobe: int = 32,
+    ef_search: int = 128,
+    gpu: bool = True,
+    query_batch: int = 4096,
+    progress: bool = True,
+) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Search every index part in turn and merge: (rows [nq, k], scores [nq, k], pids of all rows)."""
     import faiss
 
@@ -156,14 +182,15 @@ def search_faiss(index_dir: str | os.PathLike, queries: np.ndarray, k: int, *, n
                 raise DataError("index part not found", file=path)
             index = faiss.read_index(str(path))
             if index.ntotal != len(part_pids[j]):
-                raise DataError(f"{index.ntotal} vectors but {len(part_pids[j])} pids",
-                                file=index_dir / entry["pids"])
+                raise DataError(
+                    f"{index.ntotal} vectors but {len(part_pids[j])} pids", file=index_dir / entry["pids"]
+                )
             _set_search_parameters(index, nprobe, ef_search)
             index, _ = to_gpu(index, gpu)
             task = bar.add_task(f"search part {j + 1}/{len(manifest['shards'])}", total=len(queries))
             for start in range(0, len(queries), query_batch):
                 if index.ntotal:
-                    scores, rows = faiss_search_tied(index, queries[start:start + query_batch], k)
+                    scores, rows = faiss_search_tied(index, queries[start : start + query_batch], k)
                     top.add(start, scores, np.where(rows >= 0, rows + offset, -1))
                 bar.advance(task, min(query_batch, len(queries) - start))
             offset += int(index.ntotal)
@@ -184,16 +211,27 @@ def _set_search_parameters(index, nprobe: int, ef_search: int) -> None:
 
 def _check_dim(queries: np.ndarray, dim: int, file: Path) -> None:
     if queries.ndim != 2 or queries.shape[1] != dim:
-        raise DataError(f"query embeddings have shape {list(queries.shape)}, the passages have "
-                        f"dimension {dim} (different models?)", file=file)
+        raise DataError(
+            f"query embeddings have shape {list(queries.shape)}, the passages have "
+            f"dimension {dim} (different models?)",
+            file=file,
+        )
 
 
 # ---- queries and runs -----------------------------------------------------------------------------
 
-def encode_queries(retriever, path: str | os.PathLike, *, batch_size: int = 128,
-                   buffer: int = 50_000, device: torch.device, amp: bool = True,
-                   progress: bool = True, model: str | os.PathLike | None = None
-                   ) -> tuple[list[str], np.ndarray]:
+
+def encode_queries(
+    retriever,
+    path: str | os.PathLike,
+    *,
+    batch_size: int = 128,
+    buffer: int = 50_000,
+    device: torch.device,
+    amp: bool = True,
+    progress: bool = True,
+    model: str | os.PathLike | None = None,
+) -> tuple[list[str], np.ndarray]:
     """(qids, float32 [nq, d]) of a queries Parquet file, in file order; non-finite embeddings are a
     DataError naming ``model``."""
     qids, parts = [], []
@@ -202,20 +240,32 @@ def encode_queries(retriever, path: str | os.PathLike, *, batch_size: int = 128,
         task = bar.add_task(f"encode {Path(path).name}", total=total)
         for chunk in iter_buffers(iter_slice(path, 0, total, ["qid", "text"]), buffer):
             qids.extend(chunk["qid"])
-            parts.append(encode_buffer(retriever, chunk["text"], None, batch_size=batch_size,
-                                       device=device, amp=amp, dtype=torch.float32,
-                                       on_batch=lambda n: bar.advance(task, n), model=model))
+            parts.append(
+                encode_buffer(
+                    retriever,
+                    chunk["text"],
+                    None,
+                    batch_size=batch_size,
+                    device=device,
+                    amp=amp,
+                    dtype=torch.float32,
+                    on_batch=lambda n: bar.advance(task, n),
+                    model=model,
+                )
+            )
     if len(set(qids)) != len(qids):
         seen: set[str] = set()
         row = next(i for i, q in enumerate(qids) if q in seen or seen.add(q))
-        raise DataError(f"duplicate qid {qids[row]!r}; qids must be unique", file=path, record=row,
-                        field="qid")
+        raise DataError(
+            f"duplicate qid {qids[row]!r}; qids must be unique", file=path, record=row, field="qid"
+        )
     dim = retriever.query_model.config.hidden_size
     return qids, (np.concatenate(parts) if parts else np.zeros((0, dim), np.float32))
 
 
-def check_every_query_ranked(qids: Sequence[str], rows: np.ndarray, n_passages: int,
-                             file: str | os.PathLike) -> None:
+def check_every_query_ranked(
+    qids: Sequence[str], rows: np.ndarray, n_passages: int, file: str | os.PathLike
+) -> None:
     """Refuse a run in which some query got no passage although the index holds some.
 
     Exact search always ranks every passage, so an empty query means non-finite scores (an index
@@ -225,24 +275,33 @@ def check_every_query_ranked(qids: Sequence[str], rows: np.ndarray, n_passages: 
     empty = (rows < 0).all(axis=1) if rows.size else np.zeros(len(qids), dtype=bool)
     if n_passages == 0 or not empty.any():
         return
-    raise DataError(f"{int(empty.sum())} of {len(qids)} queries got no passage at all (e.g. qid "
-                    f"{qids[int(np.argmax(empty))]!r}): the index holds non-finite vectors (rebuild "
-                    "it from embeddings of a retrained model) or probes too few cells (raise "
-                    "--nprobe / --ef-search); the run was not written", file=file)
+    raise DataError(
+        f"{int(empty.sum())} of {len(qids)} queries got no passage at all (e.g. qid "
+        f"{qids[int(np.argmax(empty))]!r}): the index holds non-finite vectors (rebuild "
+        "it from embeddings of a retrained model) or probes too few cells (raise "
+        "--nprobe / --ef-search); the run was not written",
+        file=file,
+    )
 
 
 def run_table(qids: Sequence[str], rows: np.ndarray, scores: np.ndarray, pids: pa.Array) -> pa.Table:
     """The run (RUN_SCHEMA) in query order then rank order; missing candidates (-1) are dropped."""
     valid = rows >= 0
     counts = valid.sum(axis=1)
-    ranks = np.concatenate([np.arange(1, c + 1, dtype=np.int32) for c in counts]) if len(counts) \
+    ranks = (
+        np.concatenate([np.arange(1, c + 1, dtype=np.int32) for c in counts])
+        if len(counts)
         else np.zeros(0, np.int32)
-    return pa.table({
-        "qid": pa.array(np.repeat(np.asarray(qids, dtype=object), counts), pa.string()),
-        "pid": pids.take(pa.array(rows[valid])),
-        "rank": pa.array(ranks, pa.int32()),
-        "score": pa.array(scores[valid].astype(np.float32), pa.float32()),
-    }, schema=RUN_SCHEMA)
+    )
+    return pa.table(
+        {
+            "qid": pa.array(np.repeat(np.asarray(qids, dtype=object), counts), pa.string()),
+            "pid": pids.take(pa.array(rows[valid])),
+            "rank": pa.array(ranks, pa.int32()),
+            "score": pa.array(scores[valid].astype(np.float32), pa.float32()),
+        },
+        schema=RUN_SCHEMA,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,10 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", required=True, help="queries.{split}.parquet")
     parser.add_argument("--out", required=True, help="run Parquet to write")
     parser.add_argument("--depth", type=int, default=100, help="passages per query")
-    parser.add_argument("--mining-negatives", type=int,
-                        help="mining: rank deep enough that this many negatives per query remain after "
-                        "its positives (--mining-qrels) and, with --mining-exclude-answer-match, its "
-                        "answer matches go (BM25 mining's depth rule); --depth is then a floor")
+    parser.add_argument(
+        "--mining-negatives",
+        type=int,
+        help="mining: rank deep enough that this many negatives per query remain after "
+        "its positives (--mining-qrels) and, with --mining-exclude-answer-match, its "
+        "answer matches go (BM25 mining's depth rule); --depth is then a floor",
+    )
     parser.add_argument("--mining-qrels", help="mining: the train qrels whose positives are skipped")
     parser.add_argument("--mining-exclude-answer-match", action="store_true")
     parser.add_argument("--backend", choices=("faiss", "torch"), default="faiss")
@@ -266,14 +328,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-rows", type=int, default=65_536, help="passages per chunk (torch)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--no-gpu", action="store_true", help="never use FAISS GPUs")
-    parser.add_argument("--no-amp", action="store_true",
-                        help="encode queries in fp32 (default: as the corpus, encode.amp)")
+    parser.add_argument(
+        "--no-amp", action="store_true", help="encode queries in fp32 (default: as the corpus, encode.amp)"
+    )
     parser.add_argument("--threads", type=int, help="torch / FAISS CPU threads")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
-    start_stage(args.log, args.threads,
-                libraries=("torch", "faiss") if args.backend == "faiss" else ("torch",))
+    start_stage(
+        args.log, args.threads, libraries=("torch", "faiss") if args.backend == "faiss" else ("torch",)
+    )
     if args.depth < 1:
         parser.error("--depth must be >= 1")
     if (args.mining_negatives is None) != (args.mining_qrels is None):
@@ -281,10 +345,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.mining_negatives is not None:
         from pipeline.retrieval.mining import mining_depth, read_positives
 
-        needed = mining_depth(args.mining_negatives, read_positives(args.mining_qrels),
-                              args.mining_exclude_answer_match)
-        log.info("mining depth %d (%d negatives, positives of %s%s)", needed, args.mining_negatives,
-                 args.mining_qrels, ", answer matches excluded" if args.mining_exclude_answer_match else "")
+        needed = mining_depth(
+            args.mining_negatives, read_positives(args.mining_qrels), args.mining_exclude_answer_match
+        )
+        log.info(
+            "mining depth %d (%d negatives, positives of %s%s)",
+            needed,
+            args.mining_negatives,
+            args.mining_qrels,
+            ", answer matches excluded" if args.mining_exclude_answer_match else "",
+        )
         args.depth = max(args.depth, needed)
     if args.backend == "faiss" and not args.index:
         parser.error("--backend faiss needs --index")
@@ -293,22 +363,45 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     device = resolve_device(args.device)
     retriever = load_retriever(args.model, device)
-    qids, queries = encode_queries(retriever, args.queries, batch_size=args.batch_size,
-                                   device=device, amp=not args.no_amp, progress=not args.no_progress,
-                                   model=args.model)
+    qids, queries = encode_queries(
+        retriever,
+        args.queries,
+        batch_size=args.batch_size,
+        device=device,
+        amp=not args.no_amp,
+        progress=not args.no_progress,
+        model=args.model,
+    )
     del retriever
     if args.backend == "faiss":
-        rows, scores, pids = search_faiss(args.index, queries, args.depth, nprobe=args.nprobe,
-                                          ef_search=args.ef_search, gpu=not args.no_gpu,
-                                          progress=not args.no_progress)
+        rows, scores, pids = search_faiss(
+            args.index,
+            queries,
+            args.depth,
+            nprobe=args.nprobe,
+            ef_search=args.ef_search,
+            gpu=not args.no_gpu,
+            progress=not args.no_progress,
+        )
     else:
-        rows, scores, pids = search_torch(args.embeddings, queries, args.depth,
-                                          chunk_rows=args.chunk_rows, device=device,
-                                          progress=not args.no_progress)
+        rows, scores, pids = search_torch(
+            args.embeddings,
+            queries,
+            args.depth,
+            chunk_rows=args.chunk_rows,
+            device=device,
+            progress=not args.no_progress,
+        )
     check_every_query_ranked(qids, rows, len(pids), file=args.out)
     write_table(args.out, run_table(qids, rows, scores, pids))
-    log.info("searched %d queries (%s, top %d) in %.1f s -> %s", len(qids), args.backend,
-             args.depth, time.perf_counter() - began, args.out)
+    log.info(
+        "searched %d queries (%s, top %d) in %.1f s -> %s",
+        len(qids),
+        args.backend,
+        args.depth,
+        time.perf_counter() - began,
+        args.out,
+    )
     return 0
 
 

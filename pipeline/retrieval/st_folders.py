@@ -37,6 +37,7 @@ dependency): ``tests/test_st_folders.py`` loads the folders with it and compares
 Every file is written atomically; ``modules.json`` (what makes ST treat the folder as its own) goes
 last, and ``Retriever.save`` writes ``retriever.json`` after all of them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,18 +49,19 @@ import transformers
 from pipeline.core.storage import write_json
 
 
-
 class RetrieverSettings(Protocol):
     """What these files need of a retriever's settings (pipeline.retrieval.model.RetrieverSettings,
     which imports this module: a structural type keeps the import one-way)."""
+
     pooling: str
     similarity: str
     shared_towers: bool
     query_max_len: int
     passage_max_len: int
 
-ST_VERSION = "6.2.0"                  # the sentence-transformers format these files follow
-QUERY_TOWER = "query_encoder"         # the sub-folders Retriever.save writes
+
+ST_VERSION = "6.2.0"  # the sentence-transformers format these files follow
+QUERY_TOWER = "query_encoder"  # the sub-folders Retriever.save writes
 PASSAGE_TOWER = "passage_encoder"
 POOLING_DIR = "1_Pooling"
 NORMALIZE_DIR = "2_Normalize"
@@ -95,8 +97,11 @@ def model_config(settings: RetrieverSettings) -> dict[str, Any]:
     """``config_sentence_transformers.json``: the similarity, and empty prompts for both tasks (none is
     prepended; an empty "query"/"document" prompt also keeps ST from any default prompt)."""
     return {
-        "__version__": {"sentence_transformers": ST_VERSION, "transformers": transformers.__version__,
-                        "pytorch": torch.__version__},
+        "__version__": {
+            "sentence_transformers": ST_VERSION,
+            "transformers": transformers.__version__,
+            "pytorch": torch.__version__,
+        },
         "model_type": "SentenceTransformer",
         "prompts": {"query": "", "document": ""},
         "default_prompt_name": None,
@@ -115,8 +120,9 @@ def router_config() -> dict[str, Any]:
 
 def modules(settings: RetrieverSettings) -> list[dict[str, Any]]:
     """``modules.json``: the encoder (one tower, or a Router over two), pooling, normalisation."""
-    first = ((QUERY_TOWER, _TYPES["transformer"]) if settings.shared_towers
-             else ("", _TYPES["router"]))  # the Router's sub-modules are its folder's sub-folders
+    first = (
+        (QUERY_TOWER, _TYPES["transformer"]) if settings.shared_towers else ("", _TYPES["router"])
+    )  # the Router's sub-modules are its folder's sub-folders
     chain = [first, (POOLING_DIR, _TYPES["pooling"])]
     if settings.similarity == "cosine":
         chain.append((NORMALIZE_DIR, _TYPES["normalize"]))
@@ -134,13 +140,15 @@ def write_st_files(folder: str | Path, settings: RetrieverSettings, hidden_size:
     towers = [QUERY_TOWER] if settings.shared_towers else [QUERY_TOWER, PASSAGE_TOWER]
     for tower in towers:
         write_json(folder / tower / TRANSFORMER_CONFIG, transformer_config(settings))
-    write_json(folder / POOLING_DIR / "config.json",
-               {"embedding_dimension": hidden_size, "pooling_mode": settings.pooling,
-                "include_prompt": True})
+    write_json(
+        folder / POOLING_DIR / "config.json",
+        {"embedding_dimension": hidden_size, "pooling_mode": settings.pooling, "include_prompt": True},
+    )
     normalize = folder / NORMALIZE_DIR / "config.json"
     if settings.similarity == "cosine":
-        write_json(normalize, {"module_input_name": "sentence_embedding",
-                               "module_output_name": "sentence_embedding"})
+        write_json(
+            normalize, {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"}
+        )
     else:
         normalize.unlink(missing_ok=True)
     if settings.shared_towers:

@@ -17,6 +17,7 @@ Labels (``is_false_negative``, ``fn_label_source``), first rule that applies win
    null: a suspicion is reported separately and never counted as truth.
 5. otherwise null / null (truth unknown).
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,13 +27,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.data.answers import AnswerMatcher
-from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA
+from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.storage import DataError, write_table
-from pipeline.sieve.passage_sieve import select_candidates
+from pipeline.data.answers import AnswerMatcher
 from pipeline.sieve.data import iter_corpus, load_passages, read_negatives, read_positives, read_queries
+from pipeline.sieve.passage_sieve import select_candidates
 
 log = logging.getLogger("sieve.fn_labels")
 
@@ -48,8 +49,9 @@ def injection_queries(eligible: list[str], fraction: float, seed: int) -> set[st
     return set(ranked[:n])
 
 
-def inject_positives(cands: pd.DataFrame, positives: dict[str, list[str]], fraction: float,
-                     seed: int) -> pd.DataFrame:
+def inject_positives(
+    cands: pd.DataFrame, positives: dict[str, list[str]], fraction: float, seed: int
+) -> pd.DataFrame:
     """Move extra known positives into the candidate lists of a fraction of the eligible queries.
 
     Eligible: > 1 known positive. The first positive stays the training positive; every other one
@@ -64,20 +66,25 @@ def inject_positives(cands: pd.DataFrame, positives: dict[str, list[str]], fract
         return cands
     for qid in sorted(chosen):
         rows = np.flatnonzero((cands["qid"] == qid).to_numpy())
-        extra = positives[qid][1:][:len(rows)]
+        extra = positives[qid][1:][: len(rows)]
         slots = item_rng(seed, f"inject/{qid}").choice(len(rows), size=len(extra), replace=False)
         for pid, slot in zip(extra, slots):
             row = cands.index[rows[slot]]
             cands.loc[row, ["pid", "source", "injected"]] = [pid, "injected", True]
             cands.loc[row, "source_score"] = np.nan
             cands.loc[row, "has_answer"] = pd.NA
-    log.info("injection: %d of %d eligible queries, %d positives moved into candidate lists",
-             len(chosen), len(eligible), int(cands["injected"].sum()))
+    log.info(
+        "injection: %d of %d eligible queries, %d positives moved into candidate lists",
+        len(chosen),
+        len(eligible),
+        int(cands["injected"].sum()),
+    )
     return cands
 
 
-def assign_labels(cands: pd.DataFrame, positives_all: dict[str, set[str]] | None,
-                  suspected: np.ndarray | None = None) -> pd.DataFrame:
+def assign_labels(
+    cands: pd.DataFrame, positives_all: dict[str, set[str]] | None, suspected: np.ndarray | None = None
+) -> pd.DataFrame:
     """Add ``is_false_negative`` (nullable bool) and ``fn_label_source`` by the module's rules."""
     n = len(cands)
     is_fn = pd.array([pd.NA] * n, dtype="boolean")
@@ -109,8 +116,13 @@ def suspected_mask(cands: pd.DataFrame, titles: pd.Series) -> np.ndarray:
     return same & has_answer
 
 
-def fill_has_answer(cands: pd.DataFrame, queries: pd.DataFrame, corpus: str | os.PathLike,
-                    queries_path: str | os.PathLike, match: str) -> pd.DataFrame:
+def fill_has_answer(
+    cands: pd.DataFrame,
+    queries: pd.DataFrame,
+    corpus: str | os.PathLike,
+    queries_path: str | os.PathLike,
+    match: str,
+) -> pd.DataFrame:
     """Compute has_answer (DPR matching) where the negatives file did not provide it."""
     answers = {q: list(a) if a is not None else [] for q, a in zip(queries["qid"], queries["answers"])}
     todo = cands["has_answer"].isna().to_numpy() & np.array([bool(answers[q]) for q in cands["qid"]])
@@ -137,24 +149,41 @@ def fill_has_answer(cands: pd.DataFrame, queries: pd.DataFrame, corpus: str | os
     return out
 
 
-def build_candidates(negatives: str | os.PathLike, qrels: str | os.PathLike, queries: str | os.PathLike,
-                     corpus: str | os.PathLike, *, n_candidates: int, pool: int, seed: int,
-                     qrels_all: str | os.PathLike | None = None, injection_fraction: float = 0.0,
-                     suspect_same_article: bool = False, match: str = "string",
-                     max_queries: int | None = None) -> pd.DataFrame:
+def build_candidates(
+    negatives: str | os.PathLike,
+    qrels: str | os.PathLike,
+    queries: str | os.PathLike,
+    corpus: str | os.PathLike,
+    *,
+    n_candidates: int,
+    pool: int,
+    seed: int,
+    qrels_all: str | os.PathLike | None = None,
+    injection_fraction: float = 0.0,
+    suspect_same_article: bool = False,
+    match: str = "string",
+    max_queries: int | None = None,
+) -> pd.DataFrame:
     """The labelled candidate table (CANDIDATES_SCHEMA columns), sorted by qid then rank."""
     negs = read_negatives(negatives)
     positives = read_positives(qrels)
     pos_sets = {q: set(p) for q, p in positives.items()}
     annotated = np.array([p in pos_sets.get(q, ()) for q, p in zip(negs["qid"], negs["pid"])], dtype=bool)
     if annotated.any():
-        log.warning("%d rows of %s are annotated positives of their query; they are not candidates",
-                    int(annotated.sum()), negatives)
+        log.warning(
+            "%d rows of %s are annotated positives of their query; they are not candidates",
+            int(annotated.sum()),
+            negatives,
+        )
         negs = negs[~annotated]
     no_positive = sorted(set(negs["qid"]) - set(positives))
     if no_positive:
-        log.warning("%d queries with negatives have no positive in %s and cannot be sieved (first: %s)",
-                    len(no_positive), qrels, no_positive[0])
+        log.warning(
+            "%d queries with negatives have no positive in %s and cannot be sieved (first: %s)",
+            len(no_positive),
+            qrels,
+            no_positive[0],
+        )
         negs = negs[negs["qid"].isin(positives)]
     if max_queries is not None and negs["qid"].nunique() > max_queries:
         keep = sorted(negs["qid"].unique(), key=lambda q: (stable_hash(f"{seed}/sieve-queries/{q}"), q))
@@ -176,15 +205,20 @@ def build_candidates(negatives: str | os.PathLike, qrels: str | os.PathLike, que
         positives_all = {q: set(p) for q, p in read_positives(qrels_all).items()}
         missing = sorted(set(cands["qid"]) - set(positives_all))
         if missing:
-            log.warning("%d candidate queries are not in %s; their truth is unknown (first: %s)",
-                        len(missing), qrels_all, missing[0])
+            log.warning(
+                "%d candidate queries are not in %s; their truth is unknown (first: %s)",
+                len(missing),
+                qrels_all,
+                missing[0],
+            )
     cands = assign_labels(cands, positives_all, suspected)
     return cands.sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
 
 
 def candidates_table(cands: pd.DataFrame) -> pa.Table:
-    return pa.Table.from_pandas(cands[CANDIDATES_SCHEMA.names], schema=CANDIDATES_SCHEMA,
-                                preserve_index=False)
+    return pa.Table.from_pandas(
+        cands[CANDIDATES_SCHEMA.names], schema=CANDIDATES_SCHEMA, preserve_index=False
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,27 +232,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=100, help="sample candidates from the top POOL ranks")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--injection-fraction", type=float, default=0.0)
-    parser.add_argument("--suspect-same-article", action="store_true",
-                        help="label same-article answer-bearing candidates 'suspected' (SQuAD)")
+    parser.add_argument(
+        "--suspect-same-article",
+        action="store_true",
+        help="label same-article answer-bearing candidates 'suspected' (SQuAD)",
+    )
     parser.add_argument("--match", choices=["string", "regex"], default="string")
-    parser.add_argument("--max-queries", type=int, default=None,
-                        help="sieve only a seeded sample of this many queries (default: all)")
+    parser.add_argument(
+        "--max-queries",
+        type=int,
+        default=None,
+        help="sieve only a seeded sample of this many queries (default: all)",
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log)
     if args.candidates < 1 or args.pool < 1:
         raise DataError("--candidates and --pool must be >= 1", field="sieve.candidates")
-    cands = build_candidates(args.negatives, args.qrels, args.queries, args.corpus,
-                             n_candidates=args.candidates, pool=args.pool, seed=args.seed,
-                             qrels_all=args.qrels_all, injection_fraction=args.injection_fraction,
-                             suspect_same_article=args.suspect_same_article, match=args.match,
-                             max_queries=args.max_queries)
+    cands = build_candidates(
+        args.negatives,
+        args.qrels,
+        args.queries,
+        args.corpus,
+        n_candidates=args.candidates,
+        pool=args.pool,
+        seed=args.seed,
+        qrels_all=args.qrels_all,
+        injection_fraction=args.injection_fraction,
+        suspect_same_article=args.suspect_same_article,
+        match=args.match,
+        max_queries=args.max_queries,
+    )
     write_table(args.out, candidates_table(cands))
     counts = cands["fn_label_source"].value_counts(dropna=False).to_dict()
-    log.info("%d candidates for %d queries -> %s; false negatives: %d; label sources: %s",
-             len(cands), cands["qid"].nunique(), args.out,
-             int(cands["is_false_negative"].fillna(False).sum()), counts)
+    log.info(
+        "%d candidates for %d queries -> %s; false negatives: %d; label sources: %s",
+        len(cands),
+        cands["qid"].nunique(),
+        args.out,
+        int(cands["is_false_negative"].fillna(False).sum()),
+        counts,
+    )
     return 0
 
 

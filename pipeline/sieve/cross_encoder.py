@@ -14,6 +14,7 @@ contain the false negatives the filter is meant to find), exactly as in RocketQA
 Sampling: epoch e visits the queries in a permutation drawn from (seed, e); the negative of query q in
 epoch e is drawn from item_rng(seed, q, e) among its mined negatives.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,17 +27,23 @@ import pandas as pd
 import torch
 from rich.progress import Progress
 
+from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.seeding import item_rng, seed_everything
-from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
 
 log = logging.getLogger("sieve.cross_encoder_filter")
 
 
-def sample_pairs(negatives: dict[str, list[str]], positives: dict[str, list[str]], *, steps: int,
-                 batch_size: int, seed: int) -> list[list[tuple[str, str, float]]]:
+def sample_pairs(
+    negatives: dict[str, list[str]],
+    positives: dict[str, list[str]],
+    *,
+    steps: int,
+    batch_size: int,
+    seed: int,
+) -> list[list[tuple[str, str, float]]]:
     """The whole training plan: per step, (qid, pid, label) for batch_size queries x {pos, neg}."""
     qids = sorted(q for q in negatives if q in positives and negatives[q])
     if not qids:
@@ -57,11 +64,23 @@ def sample_pairs(negatives: dict[str, list[str]], positives: dict[str, list[str]
     return plan
 
 
-def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, queries: str | os.PathLike,
-                        corpus: str | os.PathLike, out: str | os.PathLike, *, base: str = "minilm",
-                        max_len: int = 128, steps: int = 150, batch_size: int = 16, lr: float = 2e-5,
-                        seed: int = 0, warmup_ratio: float = 0.1, precision: str = "bf16",
-                        recipe: str | None = None) -> dict:
+def train_cross_encoder(
+    negatives: str | os.PathLike,
+    qrels: str | os.PathLike,
+    queries: str | os.PathLike,
+    corpus: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    base: str = "minilm",
+    max_len: int = 128,
+    steps: int = 150,
+    batch_size: int = 16,
+    lr: float = 2e-5,
+    seed: int = 0,
+    warmup_ratio: float = 0.1,
+    precision: str = "bf16",
+    recipe: str | None = None,
+) -> dict:
     from transformers import get_linear_schedule_with_warmup
 
     from pipeline.retrieval.ranker import Ranker, RankerSettings
@@ -85,11 +104,14 @@ def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, 
     history = []
     with Progress(transient=True) as progress:
         task = progress.add_task("cross-encoder: training", total=steps)
-        for step, batch in enumerate(plan, start=1):
+        for batch in plan:
             qids, pids, labels = zip(*batch)
-            enc = ranker.tokenize([texts[q] for q in qids], passages.loc[list(pids), "title"].tolist(),
-                                  passages.loc[list(pids), "text"].tolist())
-            with autocast(ranker.device, amp_dtype):   # the encoder only: Ranker's head runs in fp32
+            enc = ranker.tokenize(
+                [texts[q] for q in qids],
+                passages.loc[list(pids), "title"].tolist(),
+                passages.loc[list(pids), "text"].tolist(),
+            )
+            with autocast(ranker.device, amp_dtype):  # the encoder only: Ranker's head runs in fp32
                 logits = ranker({k: v.to(ranker.device) for k, v in enc.items()})
             loss = loss_fn(logits.float(), torch.tensor(labels, device=logits.device))
             optim.zero_grad(set_to_none=True)
@@ -101,19 +123,34 @@ def train_cross_encoder(negatives: str | os.PathLike, qrels: str | os.PathLike, 
             progress.advance(task)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    info = {"base": base, "steps": steps, "batch_queries": batch_size, "lr": lr, "max_len": max_len,
-            "seed": seed, "compute_precision": precision_name(amp_dtype), "objective": "pointwise BCE: (q, positive)=1, (q, BM25 negative)=0",
-            "loss_first_10": float(np.mean(history[:10])), "loss_last_10": float(np.mean(history[-10:])),
-            "recipe": recipe}
+    info = {
+        "base": base,
+        "steps": steps,
+        "batch_queries": batch_size,
+        "lr": lr,
+        "max_len": max_len,
+        "seed": seed,
+        "compute_precision": precision_name(amp_dtype),
+        "objective": "pointwise BCE: (q, positive)=1, (q, BM25 negative)=0",
+        "loss_first_10": float(np.mean(history[:10])),
+        "loss_last_10": float(np.mean(history[-10:])),
+        "recipe": recipe,
+    }
     with atomic_open(out / "train_info.json", "w") as handle:
         json.dump(info, handle, indent=2)
-    ranker.save(out)   # ranker.json last: a folder with it is complete
+    ranker.save(out)  # ranker.json last: a folder with it is complete
     log.info("cross-encoder trained: %s -> %s", info, out)
     return info
 
 
-def score_candidates(cands: pd.DataFrame, model: str | os.PathLike, corpus: str | os.PathLike,
-                     queries: str | os.PathLike, batch_size: int = 64, chunk: int = 4096) -> np.ndarray:
+def score_candidates(
+    cands: pd.DataFrame,
+    model: str | os.PathLike,
+    corpus: str | os.PathLike,
+    queries: str | os.PathLike,
+    batch_size: int = 64,
+    chunk: int = 4096,
+) -> np.ndarray:
     """sigmoid(cross-encoder logit) of every candidate row, float64 in row order."""
     from pipeline.retrieval.ranker import Ranker
 
@@ -124,11 +161,15 @@ def score_candidates(cands: pd.DataFrame, model: str | os.PathLike, corpus: str 
     with Progress(transient=True) as progress:
         task = progress.add_task("cross-encoder: scoring candidates", total=len(cands))
         for start in range(0, len(cands), chunk):
-            part = cands.iloc[start:start + chunk]
+            part = cands.iloc[start : start + chunk]
             rows = passages.loc[part["pid"]]
-            logits = ranker.score(texts.loc[part["qid"]].tolist(), rows["title"].tolist(),
-                                  rows["text"].tolist(), batch_size=batch_size)
-            out[start:start + len(part)] = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+            logits = ranker.score(
+                texts.loc[part["qid"]].tolist(),
+                rows["title"].tolist(),
+                rows["text"].tolist(),
+                batch_size=batch_size,
+            )
+            out[start : start + len(part)] = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
             progress.advance(task, len(part))
     return out
 
@@ -139,23 +180,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qrels", required=True)
     parser.add_argument("--queries", required=True)
     parser.add_argument("--corpus", required=True)
-    parser.add_argument("--out", required=True, help="cross-encoder folder (pipeline.retrieval.ranker layout)")
+    parser.add_argument(
+        "--out", required=True, help="cross-encoder folder (pipeline.retrieval.ranker layout)"
+    )
     parser.add_argument("--base", default="minilm")
     parser.add_argument("--max-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--batch-size", type=int, default=16, help="queries per step (2 pairs each)")
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
-                        help="training autocast: bf16 where the device computes it natively, else fp32")
+    parser.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="training autocast: bf16 where the device computes it natively, else fp32",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--recipe", help="the config recipe in force (recorded in train_info.json)")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
-    train_cross_encoder(args.negatives, args.qrels, args.queries, args.corpus, args.out, base=args.base,
-                        max_len=args.max_len, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                        seed=args.seed, precision=args.precision, recipe=args.recipe)
+    train_cross_encoder(
+        args.negatives,
+        args.qrels,
+        args.queries,
+        args.corpus,
+        args.out,
+        base=args.base,
+        max_len=args.max_len,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        precision=args.precision,
+        recipe=args.recipe,
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ candidate of many queries. ``encode_unique_passages`` therefore encodes each nee
 streaming the corpus and writing embeddings into a memory-mapped array, so memory stays bounded by
 the number of *distinct* candidate passages times the embedding width (on disk, not in RAM).
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,6 +30,7 @@ SCORE_CHUNK = 262_144
 
 # ---- negatives and qrels -------------------------------------------------------------------------
 
+
 def _first_null(df: pd.DataFrame, columns: Iterable[str], path: Path) -> None:
     for col in columns:
         nulls = df[col].isna().to_numpy()
@@ -44,26 +46,38 @@ def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
     naming the file, the 0-based row and the column.
     """
     path = Path(path)
-    df = read_table(path, ["qid", "pid", "rank", "score", "source", "has_answer", "excluded"],
-                    schema=MINED_NEGATIVES_SCHEMA, optional=("source", "has_answer", "excluded"))
+    df = read_table(
+        path,
+        ["qid", "pid", "rank", "score", "source", "has_answer", "excluded"],
+        schema=MINED_NEGATIVES_SCHEMA,
+        optional=("source", "has_answer", "excluded"),
+    )
     _first_null(df, [c for c in ("qid", "pid", "rank", "score", "excluded") if c in df], path)
     bad_rank = (df["rank"] < 1).to_numpy()
     if bad_rank.any():
         row = int(np.argmax(bad_rank))
-        raise DataError(f"rank {df['rank'].iat[row]} < 1 (ranks are 1-based)", file=path, record=row,
-                        field="rank")
+        raise DataError(
+            f"rank {df['rank'].iat[row]} < 1 (ranks are 1-based)", file=path, record=row, field="rank"
+        )
     dup = df.duplicated(["qid", "pid"]).to_numpy()
     if dup.any():
         row = int(np.argmax(dup))
-        raise DataError(f"duplicate (qid, pid) = ({df['qid'].iat[row]!r}, {df['pid'].iat[row]!r})",
-                        file=path, record=row, field="pid")
+        raise DataError(
+            f"duplicate (qid, pid) = ({df['qid'].iat[row]!r}, {df['pid'].iat[row]!r})",
+            file=path,
+            record=row,
+            field="pid",
+        )
     if "excluded" in df:
         df = df[~df["excluded"].astype(bool)]
     out = df[["qid", "pid", "rank", "score"]].copy()
     out["rank"] = out["rank"].astype(np.int64)
     out["score"] = out["score"].astype(np.float64)
-    out["has_answer"] = (df["has_answer"].astype("boolean") if "has_answer" in df
-                         else pd.array([pd.NA] * len(df), dtype="boolean"))
+    out["has_answer"] = (
+        df["has_answer"].astype("boolean")
+        if "has_answer" in df
+        else pd.array([pd.NA] * len(df), dtype="boolean")
+    )
     out["source"] = df["source"].fillna(path.stem).astype(str) if "source" in df else path.stem
     return out.reset_index(drop=True)
 
@@ -78,8 +92,9 @@ def read_positives(path: str | os.PathLike) -> dict[str, list[str]]:
     _first_null(qrels, ["qid", "pid", "relevance"], path)
     qrels = qrels.reset_index(drop=True)
     qrels["_row"] = np.arange(len(qrels))
-    qrels = qrels[qrels["relevance"] >= 1].sort_values(["qid", "relevance", "_row"],
-                                                       ascending=[True, False, True], kind="stable")
+    qrels = qrels[qrels["relevance"] >= 1].sort_values(
+        ["qid", "relevance", "_row"], ascending=[True, False, True], kind="stable"
+    )
     return {qid: list(dict.fromkeys(group["pid"])) for qid, group in qrels.groupby("qid", sort=False)}
 
 
@@ -94,13 +109,18 @@ def read_queries(path: str | os.PathLike, qids: Iterable[str] | None = None) -> 
         wanted = list(dict.fromkeys(qids))
         missing = [q for q in wanted if q not in queries.index]
         if missing:
-            raise DataError(f"{len(missing)} query ids used by the candidates are not in the queries "
-                            f"file (first: {missing[0]!r})", file=path, field="qid")
+            raise DataError(
+                f"{len(missing)} query ids used by the candidates are not in the queries "
+                f"file (first: {missing[0]!r})",
+                file=path,
+                field="qid",
+            )
         queries = queries.loc[wanted]
     return queries.reset_index(drop=True)
 
 
 # ---- passages ------------------------------------------------------------------------------------
+
 
 def iter_corpus(corpus_path: str | os.PathLike, pids: Iterable[str], columns=("pid", "title", "text")):
     """Stream the corpus, yielding DataFrames holding only the rows whose pid is in ``pids``."""
@@ -121,15 +141,22 @@ def load_passages(corpus_path: str | os.PathLike, pids: Iterable[str]) -> pd.Dat
     found = found.drop_duplicates("pid").set_index("pid")
     missing = pids - set(found.index)
     if missing:
-        raise DataError(f"{len(missing)} passage ids are not in the corpus (first: {sorted(missing)[0]!r})",
-                        file=corpus_path, field="pid")
+        raise DataError(
+            f"{len(missing)} passage ids are not in the corpus (first: {sorted(missing)[0]!r})",
+            file=corpus_path,
+            field="pid",
+        )
     found["title"] = found["title"].fillna("")
     return found
 
 
-def encode_unique_passages(retriever, corpus_path: str | os.PathLike, pids: Iterable[str],
-                           work_dir: str | os.PathLike, batch_size: int = 64
-                           ) -> tuple[dict[str, int], np.ndarray]:
+def encode_unique_passages(
+    retriever,
+    corpus_path: str | os.PathLike,
+    pids: Iterable[str],
+    work_dir: str | os.PathLike,
+    batch_size: int = 64,
+) -> tuple[dict[str, int], np.ndarray]:
     """Encode each distinct pid once; return pid -> row and a float32 memmap [n_pids, dim] (L2-normalised).
 
     Rows are assigned in sorted-pid order, so the result does not depend on the corpus order.
@@ -145,15 +172,19 @@ def encode_unique_passages(retriever, corpus_path: str | os.PathLike, pids: Iter
         for part in iter_corpus(corpus_path, index):
             part = part.drop_duplicates("pid")
             rows = np.fromiter((index[p] for p in part["pid"]), dtype=np.int64, count=len(part))
-            vecs = retriever.encode_passages(part["title"].fillna("").tolist(), part["text"].tolist(),
-                                             batch_size=batch_size)
+            vecs = retriever.encode_passages(
+                part["title"].fillna("").tolist(), part["text"].tolist(), batch_size=batch_size
+            )
             emb[rows] = normalize_rows(vecs)
             done[rows] = True
             progress.advance(task, len(part))
     if not done.all():
         first = order[int(np.argmin(done))]
-        raise DataError(f"{int((~done).sum())} candidate/positive passage ids are not in the corpus "
-                        f"(first: {first!r})", file=corpus_path, field="pid")
+        raise DataError(
+            f"{int((~done).sum())} candidate/positive passage ids are not in the corpus (first: {first!r})",
+            file=corpus_path,
+            field="pid",
+        )
     emb.flush()
     return index, emb
 
@@ -165,8 +196,9 @@ def normalize_rows(vecs: np.ndarray) -> np.ndarray:
     return vecs / np.maximum(norms, 1e-12)
 
 
-def rowwise_dot(left: np.ndarray, left_idx: np.ndarray, right: np.ndarray,
-                right_idx: np.ndarray) -> np.ndarray:
+def rowwise_dot(
+    left: np.ndarray, left_idx: np.ndarray, right: np.ndarray, right_idx: np.ndarray
+) -> np.ndarray:
     """float64 dot products left[left_idx[i]] . right[right_idx[i]], computed in bounded chunks."""
     out = np.empty(len(left_idx), dtype=np.float64)
     for start in range(0, len(left_idx), SCORE_CHUNK):

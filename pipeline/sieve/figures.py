@@ -13,6 +13,7 @@
   truth is known) per β.
 - ``filters_precision_recall.png``: precision and recall of every filter of the comparison table.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,10 @@ def parse_keyed(items: list[str], flag: str) -> list[tuple[float, str]]:
 
 def figure1_groups(losses: pd.DataFrame) -> dict[str, np.ndarray]:
     """The three groups of Figure 1 (suspected/unlabeled stand in when no truth is known)."""
-    by = {g: losses.loc[losses["group"] == g, "nce_loss"].to_numpy(np.float64)
-          for g in ("false_negative", "hard_negative", "suspected", "unlabeled", "in_batch")}
+    by = {
+        g: losses.loc[losses["group"] == g, "nce_loss"].to_numpy(np.float64)
+        for g in ("false_negative", "hard_negative", "suspected", "unlabeled", "in_batch")
+    }
     fn = by["false_negative"] if by["false_negative"].size else by["suspected"]
     hard = by["hard_negative"] if by["hard_negative"].size else by["unlabeled"]
     return {"false negatives": fn, "hard negatives": hard, "in-batch negatives": by["in_batch"]}
@@ -66,11 +69,13 @@ def figure1_groups(losses: pd.DataFrame) -> dict[str, np.ndarray]:
 
 def separation(groups: dict[str, np.ndarray]) -> dict:
     fn, hard, inb = groups["false negatives"], groups["hard negatives"], groups["in-batch negatives"]
-    return {"n": {k: int(v.size) for k, v in groups.items()},
-            "mean_loss": {k: (float(v.mean()) if v.size else None) for k, v in groups.items()},
-            "auc_hard_vs_false_negative": auc_greater(hard, fn),
-            "auc_in_batch_vs_false_negative": auc_greater(inb, fn),
-            "auc_in_batch_vs_hard": auc_greater(inb, hard)}
+    return {
+        "n": {k: int(v.size) for k, v in groups.items()},
+        "mean_loss": {k: (float(v.mean()) if v.size else None) for k, v in groups.items()},
+        "auc_hard_vs_false_negative": auc_greater(hard, fn),
+        "auc_in_batch_vs_false_negative": auc_greater(inb, fn),
+        "auc_in_batch_vs_hard": auc_greater(inb, hard),
+    }
 
 
 def _save(fig, path: Path) -> None:
@@ -86,8 +91,9 @@ def plot_figure1(losses: list[tuple[float, str]], out_dir: Path) -> dict:
         panels.append((beta, groups))
     all_values = np.concatenate([v for _, g in panels for v in g.values() if v.size] or [np.zeros(1)])
     bins = np.linspace(all_values.min(), all_values.max() + 1e-9, 50)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False, layout="constrained"
+    )
     for ax, (beta, groups) in zip(axes[0], panels):
         for name, values in groups.items():
             if values.size:
@@ -95,10 +101,16 @@ def plot_figure1(losses: list[tuple[float, str]], out_dir: Path) -> dict:
         auc = stats[f"{beta:g}"]["auc_hard_vs_false_negative"]
         ax.set_title(f"β = {beta:g}")
         counts = "/".join(str(v.size) for v in groups.values())
-        ax.text(0.97, 0.95, (f"AUC(hard > FN) = {auc:.3f}" if auc is not None else "AUC: n/a")
-                + f"\nn = {counts}",
-                transform=ax.transAxes, ha="right", va="top", fontsize=9,
-                bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+        ax.text(
+            0.97,
+            0.95,
+            (f"AUC(hard > FN) = {auc:.3f}" if auc is not None else "AUC: n/a") + f"\nn = {counts}",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=9,
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
+        )
         ax.set_xlabel("NCE loss l(p)")
     axes[0][0].set_ylabel("density")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c, alpha=0.45) for c in COLORS.values()]
@@ -114,17 +126,26 @@ def sieve_rates(sieves: list[tuple[float, str]]) -> list[dict]:
         table = read_decisions(path)
         kept = table["kept"].to_numpy(bool)
         metrics = detection_metrics(kept, table["is_false_negative"])
-        rows.append({"beta": beta, "sieve_out_rate": float((~kept).mean()), "recall": metrics["recall"],
-                     "true_negative_retention": metrics["true_negative_retention"],
-                     "precision": metrics["precision"]})
+        rows.append(
+            {
+                "beta": beta,
+                "sieve_out_rate": float((~kept).mean()),
+                "recall": metrics["recall"],
+                "true_negative_retention": metrics["true_negative_retention"],
+                "precision": metrics["precision"],
+            }
+        )
     return rows
 
 
 def plot_sieve_out(rows: list[dict], out_dir: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.4))
     x = np.arange(len(rows))
-    for key, label, marker in (("sieve_out_rate", "sieve-out rate", "o"), ("recall", "FN recall", "s"),
-                               ("true_negative_retention", "TN retention", "^")):
+    for key, label, marker in (
+        ("sieve_out_rate", "sieve-out rate", "o"),
+        ("recall", "FN recall", "s"),
+        ("true_negative_retention", "TN retention", "^"),
+    ):
         values = [r[key] for r in rows]
         if all(v is not None for v in values):
             ax.plot(x, values, marker=marker, label=label)
@@ -142,8 +163,11 @@ def plot_filters(comparison: dict, out_dir: Path) -> None:
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows) + 2), 3.6))
     width = 0.27
-    for offset, key, label in ((-width, "precision", "precision"), (0, "recall", "recall"),
-                               (width, "true_negative_retention", "TN retention")):
+    for offset, key, label in (
+        (-width, "precision", "precision"),
+        (0, "recall", "recall"),
+        (width, "true_negative_retention", "TN retention"),
+    ):
         values = [r.get(key) if r.get(key) is not None else np.nan for r in rows]
         ax.bar(x + offset, values, width, label=label)
     ax.set_xticks(x, [r["filter"] for r in rows], rotation=30, ha="right")
@@ -172,9 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(f"cannot read comparison ({exc})", file=args.comparison) from None
     plot_filters(comparison, out_dir)
-    write_json(out_dir / FIGURE1_JSON, {"separation_statistic": "AUC = P(loss of a hard negative > "
-                                        "loss of a false negative)", "by_beta": stats,
-                                        "sieve_by_beta": rates})
+    write_json(
+        out_dir / FIGURE1_JSON,
+        {
+            "separation_statistic": "AUC = P(loss of a hard negative > loss of a false negative)",
+            "by_beta": stats,
+            "sieve_by_beta": rates,
+        },
+    )
     for beta, entry in stats.items():
         log.info("β=%s: AUC(hard > FN) %s", beta, entry["auc_hard_vs_false_negative"])
     return 0

@@ -18,6 +18,7 @@ or dropped (suspected false negative), with the ``score`` it decided on. Filters
 - ``sieve``           Algorithm 1 (pipeline.sieve.passage_sieve) scored by ``--model``; ``sieve_no_ccr`` is the same
                       rule scored by the DPR model (no CCR), written in the sieve layout.
 """
+
 from __future__ import annotations
 
 import abc
@@ -35,22 +36,35 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, write_table
-from pipeline.sieve.passage_sieve import (FALLBACKS, model_similarities, read_candidates, sieve_table,
-                                          train_negatives)
+from pipeline.sieve.passage_sieve import (
+    FALLBACKS,
+    model_similarities,
+    read_candidates,
+    sieve_table,
+    train_negatives,
+)
 
 log = logging.getLogger("sieve.filters")
 
-FILTERS = ("none", "answer_match", "oracle", "rank_window", "positive_aware", "cross_encoder", "sieve",
-           "sieve_no_ccr")
+FILTERS = (
+    "none",
+    "answer_match",
+    "oracle",
+    "rank_window",
+    "positive_aware",
+    "cross_encoder",
+    "sieve",
+    "sieve_no_ccr",
+)
 POSITIVE_AWARE_MODES = ("relative", "difference", "absolute")
 
 
 @dataclass
 class FilterInputs:
-    candidates: pd.DataFrame   # read_candidates(): sorted by (qid, rank)
+    candidates: pd.DataFrame  # read_candidates(): sorted by (qid, rank)
     corpus: str | os.PathLike
     queries: str | os.PathLike
-    work_dir: Path             # scratch space (embedding cache)
+    work_dir: Path  # scratch space (embedding cache)
     batch_size: int = 64
 
 
@@ -62,23 +76,29 @@ class CandidateFilter(abc.ABC):
     schema: pa.Schema = FILTER_DECISIONS_SCHEMA
 
     @abc.abstractmethod
-    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
-        ...
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame: ...
 
     def decisions(self, inputs: FilterInputs) -> pa.Table:
         decided = self.decide(inputs)
         if len(decided) != len(inputs.candidates):
-            raise RuntimeError(f"filter {self.name} returned {len(decided)} rows for "
-                               f"{len(inputs.candidates)} candidates")
+            raise RuntimeError(
+                f"filter {self.name} returned {len(decided)} rows for {len(inputs.candidates)} candidates"
+            )
         if self.schema is FILTER_DECISIONS_SCHEMA:
             cands = inputs.candidates
-            decided = pd.DataFrame({
-                "qid": cands["qid"], "pid": cands["pid"], "rank": cands["rank"],
-                "source_score": cands["source_score"], "score": np.asarray(decided["score"], float),
-                "kept": np.asarray(decided["kept"], bool),
-                "is_false_negative": cands["is_false_negative"].astype("boolean"),
-                "fn_label_source": cands["fn_label_source"].astype("string"),
-                "positive_pid": cands["positive_pid"]})
+            decided = pd.DataFrame(
+                {
+                    "qid": cands["qid"],
+                    "pid": cands["pid"],
+                    "rank": cands["rank"],
+                    "source_score": cands["source_score"],
+                    "score": np.asarray(decided["score"], float),
+                    "kept": np.asarray(decided["kept"], bool),
+                    "is_false_negative": cands["is_false_negative"].astype("boolean"),
+                    "fn_label_source": cands["fn_label_source"].astype("string"),
+                    "positive_pid": cands["positive_pid"],
+                }
+            )
         return pa.Table.from_pandas(decided, schema=self.schema, preserve_index=False)
 
 
@@ -96,18 +116,24 @@ class AnswerMatchFilter(CandidateFilter):
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
         cands = inputs.candidates
         if "has_answer" not in cands:
-            raise DataError("answer_match needs the has_answer column (written by pipeline.sieve.candidates)",
-                            field="has_answer")
+            raise DataError(
+                "answer_match needs the has_answer column (written by pipeline.sieve.candidates)",
+                field="has_answer",
+            )
         known = cands["has_answer"].astype("boolean")
         if known.isna().any():
-            log.warning("answer_match: %d candidates have no answer to match (queries without answers); "
-                        "they are kept", int(known.isna().sum()))
+            log.warning(
+                "answer_match: %d candidates have no answer to match (queries without answers); "
+                "they are kept",
+                int(known.isna().sum()),
+            )
         hit = known.fillna(False).to_numpy(bool)
         return pd.DataFrame({"score": hit.astype(float), "kept": ~hit})
 
 
 class OracleFilter(CandidateFilter):
     """Keeps exactly the candidates known not to be false negatives: only exact labels count."""
+
     name = "oracle"
     EXACT = ("qrels_all", "injected")
 
@@ -121,7 +147,9 @@ class OracleFilter(CandidateFilter):
                 f"oracle needs exact false-negative labels (qrels_all or injected) for every candidate; "
                 f"{int(inexact.sum())} of {len(cands)} have none (a dataset without qrels_all: use "
                 f"answer_match, the answer-string approximation)",
-                record=f"qid {first['qid']}, pid {first['pid']}", field="fn_label_source")
+                record=f"qid {first['qid']}, pid {first['pid']}",
+                field="fn_label_source",
+            )
         is_fn = cands["is_false_negative"].astype("boolean").to_numpy(bool)
         return pd.DataFrame({"score": is_fn.astype(float), "kept": ~is_fn})
 
@@ -174,11 +202,19 @@ class PositiveAwareFilter(CandidateFilter):
         self.model, self.mode, self.margin = model, mode, margin
 
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
-        sims = model_similarities(inputs.candidates, self.model, inputs.corpus, inputs.queries,
-                                  inputs.work_dir, batch_size=inputs.batch_size)
+        sims = model_similarities(
+            inputs.candidates,
+            self.model,
+            inputs.corpus,
+            inputs.queries,
+            inputs.work_dir,
+            batch_size=inputs.batch_size,
+        )
         s_pos = np.repeat(sims.positive, np.diff(sims.offsets))
         keep = positive_aware_keep(sims.candidate, s_pos, self.mode, self.margin)
-        return pd.DataFrame({"score": positive_aware_statistic(sims.candidate, s_pos, self.mode), "kept": keep})
+        return pd.DataFrame(
+            {"score": positive_aware_statistic(sims.candidate, s_pos, self.mode), "kept": keep}
+        )
 
 
 class CrossEncoderFilter(CandidateFilter):
@@ -190,8 +226,9 @@ class CrossEncoderFilter(CandidateFilter):
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
         from pipeline.sieve.cross_encoder import score_candidates
 
-        prob = score_candidates(inputs.candidates, self.model, inputs.corpus, inputs.queries,
-                                batch_size=inputs.batch_size)
+        prob = score_candidates(
+            inputs.candidates, self.model, inputs.corpus, inputs.queries, batch_size=inputs.batch_size
+        )
         return pd.DataFrame({"score": prob, "kept": prob < self.threshold})
 
 
@@ -200,17 +237,32 @@ class SieveFilter(CandidateFilter):
 
     schema = SIEVE_SCHEMA
 
-    def __init__(self, model: str | os.PathLike, *, name: str = "sieve", strict: bool = False,
-                 fallback: str = "random_one", seed: int = 0, temperature: float | None = None):
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        *,
+        name: str = "sieve",
+        strict: bool = False,
+        fallback: str = "random_one",
+        seed: int = 0,
+        temperature: float | None = None,
+    ):
         self.name, self.model = name, model
         self.strict, self.fallback, self.seed, self.temperature = strict, fallback, seed, temperature
 
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
-        sims = model_similarities(inputs.candidates, self.model, inputs.corpus, inputs.queries,
-                                  inputs.work_dir, batch_size=inputs.batch_size,
-                                  temperature=self.temperature)
-        return sieve_table(inputs.candidates, sims, strict=self.strict, fallback=self.fallback,
-                           seed=self.seed)
+        sims = model_similarities(
+            inputs.candidates,
+            self.model,
+            inputs.corpus,
+            inputs.queries,
+            inputs.work_dir,
+            batch_size=inputs.batch_size,
+            temperature=self.temperature,
+        )
+        return sieve_table(
+            inputs.candidates, sims, strict=self.strict, fallback=self.fallback, seed=self.seed
+        )
 
 
 def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
@@ -230,8 +282,14 @@ def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
     if name == "cross_encoder":
         return CrossEncoderFilter(args.model, args.threshold)
     if name in ("sieve", "sieve_no_ccr"):
-        return SieveFilter(args.model, name=name, strict=args.strict, fallback=args.fallback,
-                           seed=args.seed, temperature=args.temperature)
+        return SieveFilter(
+            args.model,
+            name=name,
+            strict=args.strict,
+            fallback=args.fallback,
+            seed=args.seed,
+            temperature=args.temperature,
+        )
     raise DataError(f"unknown filter {name!r} (known: {', '.join(FILTERS)})", field="filter")
 
 
@@ -241,8 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", required=True)
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--queries", required=True, help="queries.train.parquet")
-    parser.add_argument("--model", default=None, help="retriever (positive_aware, sieve*) or "
-                        "cross-encoder folder (cross_encoder)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="retriever (positive_aware, sieve*) or cross-encoder folder (cross_encoder)",
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--start", type=int, default=10, help="rank_window: drop ranks 1..START")
     parser.add_argument("--mode", choices=POSITIVE_AWARE_MODES, default="relative")
@@ -254,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--train-out", default=None,
-                        help="kept negatives in the bm25.parquet layout (DPR training input)")
+    parser.add_argument(
+        "--train-out", default=None, help="kept negatives in the bm25.parquet layout (DPR training input)"
+    )
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
@@ -264,19 +326,27 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".filter-", dir=out.parent) as work:
-        table = the_filter.decisions(FilterInputs(cands, args.corpus, args.queries, Path(work),
-                                                  args.batch_size))
+        table = the_filter.decisions(
+            FilterInputs(cands, args.corpus, args.queries, Path(work), args.batch_size)
+        )
     write_table(out, table)
     if args.train_out:
         # What DPR trains on when this filter cleans its negatives (method dpr_<filter>).
         decided = table.to_pandas()
         has_answer = cands["has_answer"].reset_index(drop=True) if "has_answer" in cands else None
         train = train_negatives(decided, args.filter, has_answer, score="source_score")
-        write_table(args.train_out, pa.Table.from_pandas(train, schema=MINED_NEGATIVES_SCHEMA,
-                                                         preserve_index=False))
+        write_table(
+            args.train_out, pa.Table.from_pandas(train, schema=MINED_NEGATIVES_SCHEMA, preserve_index=False)
+        )
     kept = np.asarray(table.column("kept"))
-    log.info("filter %s: kept %d of %d candidates (%.1f%% dropped) -> %s", args.filter, kept.sum(),
-             len(kept), 100 * (1 - kept.mean()) if len(kept) else 0.0, out)
+    log.info(
+        "filter %s: kept %d of %d candidates (%.1f%% dropped) -> %s",
+        args.filter,
+        kept.sum(),
+        len(kept),
+        100 * (1 - kept.mean()) if len(kept) else 0.0,
+        out,
+    )
     return 0
 
 

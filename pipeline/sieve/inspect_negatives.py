@@ -10,6 +10,7 @@ Reads results/{dataset}/negatives/sieve_b<β>.parquet (or sieve/<filter>/decisio
 the train queries and the corpus; never loads a model. For each query: its question, its positive, then
 every candidate with source score, similarity, NCE loss, threshold, decision and false-negative label.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,15 +50,19 @@ def decisions_path(args: argparse.Namespace) -> Path:
     if args.filter and not args.filter.startswith("sieve_b"):
         return results / "sieve" / args.filter / "decisions.parquet"
     files = sieve_files(results)
-    tag = args.filter[len("sieve_b"):] if args.filter else args.beta
+    tag = args.filter[len("sieve_b") :] if args.filter else args.beta
     if tag is not None:
         if tag not in files:
-            raise DataError(f"no sieve output for β={tag} (have: {', '.join(files) or 'none'})",
-                            file=results / "negatives" / f"sieve_b{tag}.parquet")
+            raise DataError(
+                f"no sieve output for β={tag} (have: {', '.join(files) or 'none'})",
+                file=results / "negatives" / f"sieve_b{tag}.parquet",
+            )
         return files[tag]
     if len(files) != 1:
-        raise DataError(f"{len(files)} sieve outputs (β = {', '.join(files) or 'none'}); choose one with "
-                        "--beta", file=results / "negatives")
+        raise DataError(
+            f"{len(files)} sieve outputs (β = {', '.join(files) or 'none'}); choose one with --beta",
+            file=results / "negatives",
+        )
     return next(iter(files.values()))
 
 
@@ -104,8 +109,14 @@ def _snippet(passages: pd.DataFrame, pid: str, width: int) -> str:
     return body if len(body) <= width else body[: width - 1] + "…"
 
 
-def show_query(console: Console, qid: str, rows: pd.DataFrame, query: pd.Series | None,
-               passages: pd.DataFrame, width: int) -> None:
+def show_query(
+    console: Console,
+    qid: str,
+    rows: pd.DataFrame,
+    query: pd.Series | None,
+    passages: pd.DataFrame,
+    width: int,
+) -> None:
     rows = rows.sort_values("rank", kind="stable")
     first = rows.iloc[0]
     has_loss = "nce_loss" in rows
@@ -115,25 +126,40 @@ def show_query(console: Console, qid: str, rows: pd.DataFrame, query: pd.Series 
     console.print(f"[b]question[/b]: {question}" + (f"   [dim]answers: {answers}[/dim]" if answers else ""))
     line = f"[b]positive[/b] {first['positive_pid']}: {_snippet(passages, first['positive_pid'], width)}"
     if has_loss and "positive_similarity" in rows:
-        line += (f"   [dim]similarity {_num(first['positive_similarity'])}, loss "
-                 f"{_num(first['positive_loss'])}, threshold {_num(first['threshold'])}[/dim]")
+        line += (
+            f"   [dim]similarity {_num(first['positive_similarity'])}, loss "
+            f"{_num(first['positive_loss'])}, threshold {_num(first['threshold'])}[/dim]"
+        )
     console.print(line)
     table = Table(show_lines=False, expand=True)
-    for name, kw in (("rank", {"justify": "right"}), ("pid", {}), ("passage", {"ratio": 1}),
-                     ("source", {"justify": "right"}), ("sim" if has_loss else "score", {"justify": "right"}),
-                     ("loss", {"justify": "right"}), ("thr", {"justify": "right"}), ("decision", {}),
-                     ("label", {})):
+    for name, kw in (
+        ("rank", {"justify": "right"}),
+        ("pid", {}),
+        ("passage", {"ratio": 1}),
+        ("source", {"justify": "right"}),
+        ("sim" if has_loss else "score", {"justify": "right"}),
+        ("loss", {"justify": "right"}),
+        ("thr", {"justify": "right"}),
+        ("decision", {}),
+        ("label", {}),
+    ):
         table.add_column(name, **kw)
     for _, row in rows.iterrows():
         kept = bool(row["kept"])
         decision = "[green]kept[/green]" if kept else "[red]dropped[/red]"
         if kept and bool(row.get("fallback", False)):
             decision = "[yellow]kept (fallback)[/yellow]"
-        table.add_row(str(row["rank"]), str(row["pid"]), _snippet(passages, row["pid"], width),
-                      _num(row.get("source_score"), "{:.2f}"),
-                      _num(row["similarity"] if has_loss else row.get("score")),
-                      _num(row.get("nce_loss")), _num(row.get("threshold")), decision,
-                      fn_label(row["is_false_negative"], row["fn_label_source"]))
+        table.add_row(
+            str(row["rank"]),
+            str(row["pid"]),
+            _snippet(passages, row["pid"], width),
+            _num(row.get("source_score"), "{:.2f}"),
+            _num(row["similarity"] if has_loss else row.get("score")),
+            _num(row.get("nce_loss")),
+            _num(row.get("threshold")),
+            decision,
+            fn_label(row["is_false_negative"], row["fn_label_source"]),
+        )
     console.print(table)
 
 
@@ -156,8 +182,9 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{args.qid}: no candidate matches the filters")
         return 0
     resources = Path(args.resources_dir) / args.dataset
-    queries = read_table(resources / "queries.train.parquet", ["qid", "text", "answers"],
-                         schema=QUERIES_SCHEMA).set_index("qid")
+    queries = read_table(
+        resources / "queries.train.parquet", ["qid", "text", "answers"], schema=QUERIES_SCHEMA
+    ).set_index("qid")
     passages = load_passages(resources / "corpus.parquet", set(rows["pid"]) | set(rows["positive_pid"]))
     console.print(f"[dim]{path}[/dim]")
     for qid in qids:
@@ -173,16 +200,21 @@ def _rate(num: int, den: int) -> str:
 def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     results = Path(args.results_dir) / args.dataset
     cand_path = results / "sieve" / "candidates.parquet"
-    cands = read_table(cand_path, ["qid", "pid", "is_false_negative", "fn_label_source"],
-                       schema=CANDIDATES_SCHEMA)
+    cands = read_table(
+        cand_path, ["qid", "pid", "is_false_negative", "fn_label_source"], schema=CANDIDATES_SCHEMA
+    )
     truth = cands["is_false_negative"].astype("boolean")
     src = cands["fn_label_source"].astype("string").fillna("none")
     console.rule(f"[b]{args.dataset}[/b]: sieve candidates")
-    console.print(f"queries {cands['qid'].nunique()}, candidates {len(cands)} "
-                  f"({len(cands) / max(cands['qid'].nunique(), 1):.1f} per query), distinct passages "
-                  f"{cands['pid'].nunique()}")
-    console.print(f"false negatives {int(truth.fillna(False).sum())}, known true negatives "
-                  f"{int((truth == False).sum())}, label sources: {src.value_counts().to_dict()}")  # noqa: E712
+    console.print(
+        f"queries {cands['qid'].nunique()}, candidates {len(cands)} "
+        f"({len(cands) / max(cands['qid'].nunique(), 1):.1f} per query), distinct passages "
+        f"{cands['pid'].nunique()}"
+    )
+    console.print(
+        f"false negatives {int(truth.fillna(False).sum())}, known true negatives "
+        f"{int((truth == False).sum())}, label sources: {src.value_counts().to_dict()}"  # noqa: E712
+    )
     files = sieve_files(results)
     if files:
         table = Table(title="sieve outputs")
@@ -193,21 +225,39 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
             kept = s["kept"].to_numpy(bool)
             t = s["is_false_negative"].astype("boolean")
             fn, tn = t.fillna(False).to_numpy(bool), (t == False).fillna(False).to_numpy(bool)  # noqa: E712
-            table.add_row(tag, str(len(s)), str(int(kept.sum())), _rate(int(kept.sum()), len(s)),
-                          str(int(s["fallback"].sum())), _rate(int((fn & ~kept).sum()), int(fn.sum())),
-                          _rate(int((tn & kept).sum()), int(tn.sum())))
+            table.add_row(
+                tag,
+                str(len(s)),
+                str(int(kept.sum())),
+                _rate(int(kept.sum()), len(s)),
+                str(int(s["fallback"].sum())),
+                _rate(int((fn & ~kept).sum()), int(fn.sum())),
+                _rate(int((tn & kept).sum()), int(tn.sum())),
+            )
         console.print(table)
     reports = sorted((results / "sieve").glob("*/report.json"))
     if reports:
-        table = Table(title="filters (results/{dataset}/sieve/<filter>/report.json)".replace("{dataset}",
-                                                                                            args.dataset))
+        table = Table(
+            title="filters (results/{dataset}/sieve/<filter>/report.json)".replace("{dataset}", args.dataset)
+        )
         for name in ("filter", "sieve-out", "precision", "recall", "F1", "TN kept", "suspected dropped"):
             table.add_column(name, justify="right")
         for path in reports:
             rep = json.loads(path.read_text(encoding="utf-8"))
-            table.add_row(rep["filter"], *(_num(rep.get(k)) for k in
-                                           ("sieve_out_rate", "precision", "recall", "f1",
-                                            "true_negative_retention", "suspected_dropped_rate")))
+            table.add_row(
+                rep["filter"],
+                *(
+                    _num(rep.get(k))
+                    for k in (
+                        "sieve_out_rate",
+                        "precision",
+                        "recall",
+                        "f1",
+                        "true_negative_retention",
+                        "suspected_dropped_rate",
+                    )
+                ),
+            )
         console.print(table)
     return 0
 
@@ -217,11 +267,17 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     common.add_argument("--dataset", required=True)
     common.add_argument("--results-dir", default="results")
     common.add_argument("--resources-dir", default="resources")
-    show = argparse.ArgumentParser(prog="python -m pipeline.sieve.inspect_negatives", parents=[common], description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    show = argparse.ArgumentParser(
+        prog="python -m pipeline.sieve.inspect_negatives",
+        parents=[common],
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     which = show.add_mutually_exclusive_group()
     which.add_argument("--beta", default=None, help="sieve output to read (β tag as in the file name)")
-    which.add_argument("--filter", default=None, help="a filter's decisions (sieve/<filter>/decisions.parquet)")
+    which.add_argument(
+        "--filter", default=None, help="a filter's decisions (sieve/<filter>/decisions.parquet)"
+    )
     which.add_argument("--file", default=None, help="any sieve/filter decisions Parquet")
     pick = show.add_mutually_exclusive_group()
     pick.add_argument("--qid", default=None)
@@ -231,8 +287,11 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     show.add_argument("--dropped", action="store_true", help="only dropped candidates")
     show.add_argument("--false-negatives", action="store_true", help="only known/suspected false negatives")
     show.add_argument("--width", type=int, default=90, help="characters of passage text shown")
-    summary = argparse.ArgumentParser(prog="python -m pipeline.sieve.inspect_negatives summary", parents=[common],
-                                      description="dataset summary: candidates, sieve outputs, filter reports")
+    summary = argparse.ArgumentParser(
+        prog="python -m pipeline.sieve.inspect_negatives summary",
+        parents=[common],
+        description="dataset summary: candidates, sieve outputs, filter reports",
+    )
     return show, summary
 
 

@@ -14,6 +14,7 @@ released code). Since l is a decreasing function of s with a per-query offset, t
 so every distinct passage is encoded once. ``--fallback random_one`` (released code) keeps one
 random candidate (seeded per query) when nothing survives.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,20 +28,28 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
+from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 
 log = logging.getLogger("sieve.sieve")
 
 FALLBACKS = ("random_one", "none")
-CANDIDATE_COLUMNS = ["qid", "pid", "rank", "source_score", "is_false_negative", "fn_label_source",
-                     "positive_pid"]
+CANDIDATE_COLUMNS = [
+    "qid",
+    "pid",
+    "rank",
+    "source_score",
+    "is_false_negative",
+    "fn_label_source",
+    "positive_pid",
+]
 
 
 # ---- the rule (pure) -----------------------------------------------------------------------------
+
 
 def nce_losses(scores: np.ndarray, tau: float = 1.0) -> np.ndarray:
     """l(p) = -log softmax(s/tau)[p] = -s_p/tau + logsumexp(s/tau), for every p of one set."""
@@ -51,14 +60,15 @@ def nce_losses(scores: np.ndarray, tau: float = 1.0) -> np.ndarray:
 
 @dataclass
 class QuerySieve:
-    losses: np.ndarray       # candidates' l(p)
+    losses: np.ndarray  # candidates' l(p)
     positive_loss: float
     threshold: float
-    kept: np.ndarray         # bool per candidate
+    kept: np.ndarray  # bool per candidate
 
 
-def sieve_query(positive_score: float, candidate_scores: np.ndarray, tau: float = 1.0,
-                strict: bool = False) -> QuerySieve:
+def sieve_query(
+    positive_score: float, candidate_scores: np.ndarray, tau: float = 1.0, strict: bool = False
+) -> QuerySieve:
     """Algorithm 1 for one query (no fallback): threshold = mean loss over positive + candidates."""
     losses = nce_losses(np.concatenate([[positive_score], candidate_scores]), tau)
     threshold = float(losses.mean())
@@ -67,9 +77,13 @@ def sieve_query(positive_score: float, candidate_scores: np.ndarray, tau: float 
     return QuerySieve(cand, float(losses[0]), threshold, kept)
 
 
-def sieve_grouped(offsets: np.ndarray, positive_scores: np.ndarray, candidate_scores: np.ndarray,
-                  tau: float = 1.0, strict: bool = False
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def sieve_grouped(
+    offsets: np.ndarray,
+    positive_scores: np.ndarray,
+    candidate_scores: np.ndarray,
+    tau: float = 1.0,
+    strict: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``sieve_query`` for many queries at once.
 
     Query i owns candidate rows ``offsets[i]:offsets[i+1]`` (each at least one row). Returns
@@ -92,8 +106,9 @@ def sieve_grouped(offsets: np.ndarray, positive_scores: np.ndarray, candidate_sc
     return cand_loss, pos_loss, threshold, kept
 
 
-def apply_fallback(kept: np.ndarray, offsets: np.ndarray, qids: list[str], seed: int,
-                   mode: str = "random_one") -> tuple[np.ndarray, np.ndarray]:
+def apply_fallback(
+    kept: np.ndarray, offsets: np.ndarray, qids: list[str], seed: int, mode: str = "random_one"
+) -> tuple[np.ndarray, np.ndarray]:
     """Where a query kept nothing, ``random_one`` keeps one candidate drawn from (seed, qid).
 
     Returns (kept after fallback, bool mask of the rows kept by the fallback).
@@ -143,20 +158,27 @@ def query_offsets(qids: np.ndarray) -> tuple[list[str], np.ndarray]:
 
 # ---- scoring with a retriever ----------------------------------------------------------------------
 
+
 def read_candidates(path: str | os.PathLike) -> pd.DataFrame:
     """The candidate table written by ``pipeline.sieve.candidates``, sorted by (qid, rank)."""
     # The columns the filters use are required; every column present must have its schema type (a
     # text rank would sort as text: 1, 10, 11, 2, ...).
-    cands = read_table(path, schema=CANDIDATES_SCHEMA,
-                       optional=[c for c in CANDIDATES_SCHEMA.names if c not in CANDIDATE_COLUMNS])
+    cands = read_table(
+        path,
+        schema=CANDIDATES_SCHEMA,
+        optional=[c for c in CANDIDATES_SCHEMA.names if c not in CANDIDATE_COLUMNS],
+    )
     for col in ("qid", "pid", "rank", "positive_pid"):
         nulls = cands[col].isna().to_numpy()
         if nulls.any():
             raise DataError("null value", file=path, record=int(np.argmax(nulls)), field=col)
     per_query = cands.groupby("qid")["positive_pid"].nunique()
     if (per_query > 1).any():
-        raise DataError(f"query {per_query.index[per_query > 1][0]!r} has several positive_pid values",
-                        file=path, field="positive_pid")
+        raise DataError(
+            f"query {per_query.index[per_query > 1][0]!r} has several positive_pid values",
+            file=path,
+            field="positive_pid",
+        )
     return cands.sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
 
 
@@ -164,18 +186,25 @@ def read_candidates(path: str | os.PathLike) -> pd.DataFrame:
 class Similarities:
     qids: list[str]
     offsets: np.ndarray
-    candidate: np.ndarray        # per candidate row
-    positive: np.ndarray         # per query
+    candidate: np.ndarray  # per candidate row
+    positive: np.ndarray  # per query
     tau: float
     passage_index: dict[str, int]
-    passages: np.ndarray         # cached normalised passage embeddings (memmap)
-    queries: np.ndarray          # normalised query embeddings, one row per qid
+    passages: np.ndarray  # cached normalised passage embeddings (memmap)
+    queries: np.ndarray  # normalised query embeddings, one row per qid
 
 
-def model_similarities(cands: pd.DataFrame, model_dir: str | os.PathLike, corpus: str | os.PathLike,
-                       queries: str | os.PathLike, work_dir: str | os.PathLike, *,
-                       extra_pids: set[str] = frozenset(), batch_size: int = 64,
-                       temperature: float | None = None) -> Similarities:
+def model_similarities(
+    cands: pd.DataFrame,
+    model_dir: str | os.PathLike,
+    corpus: str | os.PathLike,
+    queries: str | os.PathLike,
+    work_dir: str | os.PathLike,
+    *,
+    extra_pids: set[str] = frozenset(),
+    batch_size: int = 64,
+    temperature: float | None = None,
+) -> Similarities:
     """Cosine similarity of every candidate and positive, each distinct passage encoded once."""
     from pipeline.retrieval.model import Retriever  # torch/transformers load only when a model is used
 
@@ -196,8 +225,15 @@ def query_positives(cands: pd.DataFrame, offsets: np.ndarray) -> np.ndarray:
     return cands["positive_pid"].to_numpy()[offsets[:-1]]
 
 
-def embedding_similarities(cands: pd.DataFrame, qids: list[str], offsets: np.ndarray, q_emb: np.ndarray,
-                           index: dict[str, int], p_emb: np.ndarray, temperature: float) -> Similarities:
+def embedding_similarities(
+    cands: pd.DataFrame,
+    qids: list[str],
+    offsets: np.ndarray,
+    q_emb: np.ndarray,
+    index: dict[str, int],
+    p_emb: np.ndarray,
+    temperature: float,
+) -> Similarities:
     """Similarities of every candidate row and every query's positive from normalised embeddings;
     ``index`` maps a pid to its row of ``p_emb``, ``q_emb`` has one row per qid."""
     positives = query_positives(cands, offsets)
@@ -209,8 +245,9 @@ def embedding_similarities(cands: pd.DataFrame, qids: list[str], offsets: np.nda
     return Similarities(qids, offsets, cand_sim, pos_sim, float(temperature), index, p_emb, q_emb)
 
 
-def sieve_table(cands: pd.DataFrame, sims: Similarities, *, strict: bool, fallback: str,
-                seed: int) -> pd.DataFrame:
+def sieve_table(
+    cands: pd.DataFrame, sims: Similarities, *, strict: bool, fallback: str, seed: int
+) -> pd.DataFrame:
     """The sieve's decisions for every candidate (SIEVE_SCHEMA columns)."""
     loss, pos_loss, thr, kept = sieve_grouped(sims.offsets, sims.positive, sims.candidate, sims.tau, strict)
     kept, by_fallback = apply_fallback(kept, sims.offsets, sims.qids, seed, fallback)
@@ -229,8 +266,9 @@ def sieve_table(cands: pd.DataFrame, sims: Similarities, *, strict: bool, fallba
     return out
 
 
-def train_negatives(table: pd.DataFrame, source: str, has_answer: pd.Series | None = None,
-                    score: str = "similarity") -> pd.DataFrame:
+def train_negatives(
+    table: pd.DataFrame, source: str, has_answer: pd.Series | None = None, score: str = "similarity"
+) -> pd.DataFrame:
     """Kept rows in the bm25.parquet layout: ranks renumbered 1..n in source-rank order, score = the
     ``score`` column (the sieve model's similarity; a filter's source score), has_answer from the
     candidates (unknown -> false), excluded = false."""
@@ -245,8 +283,9 @@ def train_negatives(table: pd.DataFrame, source: str, has_answer: pd.Series | No
     return out.reset_index(drop=True)
 
 
-def loss_groups(cands: pd.DataFrame, sims: Similarities, *, in_batch: int, max_queries: int | None,
-                seed: int) -> pd.DataFrame:
+def loss_groups(
+    cands: pd.DataFrame, sims: Similarities, *, in_batch: int, max_queries: int | None, seed: int
+) -> pd.DataFrame:
     """Figure 1 data: for a sample of queries, NCE loss of every passage in P = positive + candidates
     + ``in_batch`` other queries' positives (drawn per query from the seed), in one softmax."""
     qids = sims.qids
@@ -266,8 +305,9 @@ def loss_groups(cands: pd.DataFrame, sims: Similarities, *, in_batch: int, max_q
         pids = [positives[i]] + cands["pid"].iloc[lo:hi].tolist()
         scores = [sims.positive[i]] + sims.candidate[lo:hi].tolist()
         if in_batch > 0 and len(pool) > 1:
-            draw = item_rng(seed, f"in-batch/{qid}").choice(len(pool), size=min(in_batch + 1, len(pool)),
-                                                             replace=False)
+            draw = item_rng(seed, f"in-batch/{qid}").choice(
+                len(pool), size=min(in_batch + 1, len(pool)), replace=False
+            )
             others = [p for p in pool[draw] if p != positives[i]][:in_batch]
             emb = sims.passages[[sims.passage_index[p] for p in others]]
             scores += (np.asarray(emb, np.float64) @ np.asarray(sims.queries[i], np.float64)).tolist()
@@ -298,15 +338,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="retriever folder scoring the candidates")
     parser.add_argument("--out", required=True, help="decisions Parquet, one row per candidate")
     parser.add_argument("--train-out", default=None, help="kept negatives in the bm25.parquet layout")
-    parser.add_argument("--source-tag", default=None, help="'source' of the training file (default: out stem)")
+    parser.add_argument(
+        "--source-tag", default=None, help="'source' of the training file (default: out stem)"
+    )
     parser.add_argument("--losses-out", default=None, help="Figure 1 losses (with in-batch negatives)")
     parser.add_argument("--in-batch", type=int, default=30)
     parser.add_argument("--figure-queries", type=int, default=None)
     parser.add_argument("--strict", action="store_true", help="keep iff loss > threshold (released code)")
     parser.add_argument("--fallback", choices=FALLBACKS, default="random_one")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--temperature", type=float, default=None,
-                        help="tau for the reported losses (default: the model's; decisions do not depend on it)")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="tau for the reported losses (default: the model's; decisions do not depend on it)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
@@ -323,24 +369,39 @@ def run_sieve(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".sieve-", dir=out.parent) as work:
-        sims = model_similarities(cands, args.model, args.corpus, args.queries, work,
-                                  batch_size=args.batch_size, temperature=args.temperature)
+        sims = model_similarities(
+            cands,
+            args.model,
+            args.corpus,
+            args.queries,
+            work,
+            batch_size=args.batch_size,
+            temperature=args.temperature,
+        )
         table = sieve_table(cands, sims, strict=args.strict, fallback=args.fallback, seed=args.seed)
         losses = None
         if args.losses_out:
-            losses = loss_groups(cands, sims, in_batch=args.in_batch, max_queries=args.figure_queries,
-                                 seed=args.seed)
+            losses = loss_groups(
+                cands, sims, in_batch=args.in_batch, max_queries=args.figure_queries, seed=args.seed
+            )
         del sims  # release the memmap before the temporary folder goes
     write_table(out, pa.Table.from_pandas(table, schema=SIEVE_SCHEMA, preserve_index=False))
     if args.train_out:
         train = train_negatives(table, args.source_tag or out.stem, cands.get("has_answer"))
-        write_table(args.train_out, pa.Table.from_pandas(train, schema=MINED_NEGATIVES_SCHEMA,
-                                                         preserve_index=False))
+        write_table(
+            args.train_out, pa.Table.from_pandas(train, schema=MINED_NEGATIVES_SCHEMA, preserve_index=False)
+        )
     if losses is not None:
-        write_table(args.losses_out, pa.Table.from_pandas(losses, schema=SIEVE_LOSSES_SCHEMA, preserve_index=False))
-    stats = {"queries": len(table["qid"].unique()), "candidates": len(table),
-             "kept": int(table["kept"].sum()), "fallback_queries": int(table["fallback"].sum()),
-             "sieve_out_rate": float(1 - table["kept"].mean())}
+        write_table(
+            args.losses_out, pa.Table.from_pandas(losses, schema=SIEVE_LOSSES_SCHEMA, preserve_index=False)
+        )
+    stats = {
+        "queries": len(table["qid"].unique()),
+        "candidates": len(table),
+        "kept": int(table["kept"].sum()),
+        "fallback_queries": int(table["fallback"].sum()),
+        "sieve_out_rate": float(1 - table["kept"].mean()),
+    }
     log.info("sieve: %s -> %s", stats, out)
     return stats
 

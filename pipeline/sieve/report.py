@@ -18,6 +18,7 @@ rows (SQuAD) are reported on their own and never as truth.
 - separation_auc = P(loss of a true negative > loss of a false negative) (+ half the ties), i.e. how
   well the scoring model's NCE loss separates the two groups (0.5 = not at all).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,9 +38,16 @@ log = logging.getLogger("sieve.sieve_report")
 
 REQUIRED = ["qid", "pid", "rank", "kept", "is_false_negative", "fn_label_source"]
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
-TABLE_COLUMNS = [("filter", "filter"), ("sieve_out_rate", "sieve-out"), ("precision", "precision"),
-                 ("recall", "recall"), ("f1", "F1"), ("true_negative_retention", "TN kept"),
-                 ("suspected_dropped_rate", "suspected dropped"), ("separation_auc", "loss AUC")]
+TABLE_COLUMNS = [
+    ("filter", "filter"),
+    ("sieve_out_rate", "sieve-out"),
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("f1", "F1"),
+    ("true_negative_retention", "TN kept"),
+    ("suspected_dropped_rate", "suspected dropped"),
+    ("separation_auc", "loss AUC"),
+]
 
 
 def candidates_digest(qids, pids) -> str:
@@ -64,8 +72,13 @@ def describe(values) -> dict | None:
     values = values[~np.isnan(values)]
     if values.size == 0:
         return None
-    out = {"n": int(values.size), "mean": float(values.mean()), "std": float(values.std()),
-           "min": float(values.min()), "max": float(values.max())}
+    out = {
+        "n": int(values.size),
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
     for q in QUANTILES:
         out[f"q{int(q * 100):02d}"] = float(np.quantile(values, q))
     out["median"] = out["q50"]
@@ -90,10 +103,17 @@ def detection_metrics(kept, is_false_negative) -> dict:
         f1 = None
     else:
         f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
-    return {"n_labelled": int(labelled.sum()), "n_false_negatives": int(fn.sum()),
-            "n_true_negatives": int(tn.sum()), "true_positives": tp, "false_positives": fp,
-            "precision": precision, "recall": recall, "f1": f1,
-            "true_negative_retention": _ratio(int((kept & tn).sum()), int(tn.sum()))}
+    return {
+        "n_labelled": int(labelled.sum()),
+        "n_false_negatives": int(fn.sum()),
+        "n_true_negatives": int(tn.sum()),
+        "true_positives": tp,
+        "false_positives": fp,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "true_negative_retention": _ratio(int((kept & tn).sum()), int(tn.sum())),
+    }
 
 
 def group_masks(table: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -102,16 +122,24 @@ def group_masks(table: pd.DataFrame) -> dict[str, np.ndarray]:
     known = ~np.asarray(truth.isna())
     is_fn = np.asarray(truth.fillna(False), dtype=bool)
     suspected = np.asarray(source.fillna("") == "suspected", dtype=bool)
-    return {"false_negative": known & is_fn, "true_negative": known & ~is_fn,
-            "suspected": suspected & ~known, "unlabeled": ~known & ~suspected}
+    return {
+        "false_negative": known & is_fn,
+        "true_negative": known & ~is_fn,
+        "suspected": suspected & ~known,
+        "unlabeled": ~known & ~suspected,
+    }
 
 
 def detection_report(table: pd.DataFrame) -> dict:
     """The report of one filter's decisions table (columns REQUIRED, optional nce_loss/score/fallback)."""
     kept = table["kept"].to_numpy(bool)
-    report = {"n_queries": int(table["qid"].nunique()), "n_candidates": int(len(table)),
-              "n_kept": int(kept.sum()), "n_dropped": int((~kept).sum()),
-              "sieve_out_rate": float((~kept).mean()) if len(table) else None}
+    report = {
+        "n_queries": int(table["qid"].nunique()),
+        "n_candidates": int(len(table)),
+        "n_kept": int(kept.sum()),
+        "n_dropped": int((~kept).sum()),
+        "sieve_out_rate": float((~kept).mean()) if len(table) else None,
+    }
     kept_per_query = table.assign(k=kept).groupby("qid")["k"].sum()
     report["queries_with_nothing_kept"] = int((kept_per_query == 0).sum())
     report["mean_kept_per_query"] = float(kept_per_query.mean()) if len(kept_per_query) else None
@@ -124,13 +152,23 @@ def detection_report(table: pd.DataFrame) -> dict:
         rows = (source == name).to_numpy()
         if rows.any():
             sub = detection_metrics(kept[rows], table["is_false_negative"].to_numpy()[rows])
-            report["by_label_source"][name] = {k: sub[k] for k in
-                                               ("n_false_negatives", "n_true_negatives", "precision",
-                                                "recall", "true_negative_retention")}
+            report["by_label_source"][name] = {
+                k: sub[k]
+                for k in (
+                    "n_false_negatives",
+                    "n_true_negatives",
+                    "precision",
+                    "recall",
+                    "true_negative_retention",
+                )
+            }
     masks = group_masks(table)
     n_susp = int(masks["suspected"].sum())
-    report["suspected"] = {"n": n_susp, "dropped": int((~kept & masks["suspected"]).sum()),
-                           "dropped_rate": _ratio(int((~kept & masks["suspected"]).sum()), n_susp)}
+    report["suspected"] = {
+        "n": n_susp,
+        "dropped": int((~kept & masks["suspected"]).sum()),
+        "dropped_rate": _ratio(int((~kept & masks["suspected"]).sum()), n_susp),
+    }
     report["suspected_dropped_rate"] = report["suspected"]["dropped_rate"]
     for column, key in (("nce_loss", "loss_stats"), ("score", "score_stats")):
         if column in table and table[column].notna().any():
@@ -156,18 +194,27 @@ def read_decisions(path: str | os.PathLike) -> pd.DataFrame:
     return table
 
 
-def build_report(decisions: str | os.PathLike, candidates: str | os.PathLike, dataset: str,
-                 filter_name: str) -> dict:
+def build_report(
+    decisions: str | os.PathLike, candidates: str | os.PathLike, dataset: str, filter_name: str
+) -> dict:
     table = read_decisions(decisions)
     cands = read_table(candidates, ["qid", "pid"], schema=CANDIDATES_SCHEMA)
     digest = candidates_digest(table["qid"], table["pid"])
     expected = candidates_digest(cands["qid"], cands["pid"])
     if digest != expected or len(table) != len(cands):
-        raise DataError(f"the decisions do not cover exactly the candidates of {candidates} "
-                        f"({len(table)} rows vs {len(cands)}); rerun the filter", file=decisions,
-                        field="pid")
-    return {"dataset": dataset, "filter": filter_name, "decisions": str(decisions),
-            "candidates_digest": digest, **detection_report(table)}
+        raise DataError(
+            f"the decisions do not cover exactly the candidates of {candidates} "
+            f"({len(table)} rows vs {len(cands)}); rerun the filter",
+            file=decisions,
+            field="pid",
+        )
+    return {
+        "dataset": dataset,
+        "filter": filter_name,
+        "decisions": str(decisions),
+        "candidates_digest": digest,
+        **detection_report(table),
+    }
 
 
 def compare(reports: list[dict], sources: list[str]) -> dict:
@@ -177,22 +224,42 @@ def compare(reports: list[dict], sources: list[str]) -> dict:
     digest = reports[0]["candidates_digest"]
     for rep, src in zip(reports, sources):
         if rep["candidates_digest"] != digest:
-            raise DataError(f"filter {rep['filter']!r} judged other candidates than {reports[0]['filter']!r}",
-                            file=src, field="candidates_digest")
-    rows = [{key: rep.get(key) for key, _ in TABLE_COLUMNS} | {"n_candidates": rep["n_candidates"]}
-            for rep in reports]
-    out = {"dataset": reports[0]["dataset"], "candidates_digest": digest,
-           "n_candidates": reports[0]["n_candidates"], "n_queries": reports[0]["n_queries"],
-           "n_false_negatives": reports[0]["n_false_negatives"],
-           "n_true_negatives": reports[0]["n_true_negatives"], "filters": rows}
+            raise DataError(
+                f"filter {rep['filter']!r} judged other candidates than {reports[0]['filter']!r}",
+                file=src,
+                field="candidates_digest",
+            )
+    rows = [
+        {key: rep.get(key) for key, _ in TABLE_COLUMNS} | {"n_candidates": rep["n_candidates"]}
+        for rep in reports
+    ]
+    out = {
+        "dataset": reports[0]["dataset"],
+        "candidates_digest": digest,
+        "n_candidates": reports[0]["n_candidates"],
+        "n_queries": reports[0]["n_queries"],
+        "n_false_negatives": reports[0]["n_false_negatives"],
+        "n_true_negatives": reports[0]["n_true_negatives"],
+        "filters": rows,
+    }
     by_name = {rep["filter"]: rep for rep in reports}
     if "sieve" in by_name and "sieve_no_ccr" in by_name:
         with_ccr, without = by_name["sieve"], by_name["sieve_no_ccr"]
         out["ccr_effect"] = {
-            key: (None if with_ccr.get(key) is None or without.get(key) is None
-                  else with_ccr[key] - without[key])
-            for key in ("precision", "recall", "f1", "true_negative_retention", "sieve_out_rate",
-                        "separation_auc")}
+            key: (
+                None
+                if with_ccr.get(key) is None or without.get(key) is None
+                else with_ccr[key] - without[key]
+            )
+            for key in (
+                "precision",
+                "recall",
+                "f1",
+                "true_negative_retention",
+                "sieve_out_rate",
+                "separation_auc",
+            )
+        }
     return out
 
 
@@ -203,21 +270,28 @@ def _fmt(value) -> str:
 
 
 def comparison_markdown(comp: dict) -> str:
-    lines = [f"# False-negative filters on {comp['dataset']}", "",
-             f"{comp['n_candidates']} candidates of {comp['n_queries']} training queries "
-             f"(same set for every filter, digest `{comp['candidates_digest'][:12]}`); "
-             f"{comp['n_false_negatives']} known false negatives, {comp['n_true_negatives']} known "
-             "true negatives.", "",
-             "| " + " | ".join(label for _, label in TABLE_COLUMNS) + " |",
-             "|" + "---|" * len(TABLE_COLUMNS)]
+    lines = [
+        f"# False-negative filters on {comp['dataset']}",
+        "",
+        f"{comp['n_candidates']} candidates of {comp['n_queries']} training queries "
+        f"(same set for every filter, digest `{comp['candidates_digest'][:12]}`); "
+        f"{comp['n_false_negatives']} known false negatives, {comp['n_true_negatives']} known "
+        "true negatives.",
+        "",
+        "| " + " | ".join(label for _, label in TABLE_COLUMNS) + " |",
+        "|" + "---|" * len(TABLE_COLUMNS),
+    ]
     for row in comp["filters"]:
         lines.append("| " + " | ".join(_fmt(row.get(key)) for key, _ in TABLE_COLUMNS) + " |")
     if "ccr_effect" in comp:
         effect = ", ".join(f"{k} {v:+.3f}" for k, v in comp["ccr_effect"].items() if v is not None)
         lines += ["", f"CCR's contribution (sieve minus sieve_no_ccr): {effect}."]
-    lines += ["", "Definitions: docs/sieve.md (precision/recall of the dropped set against the known "
-              "false negatives; TN kept = true-negative retention; loss AUC = P(loss of a true "
-              "negative > loss of a false negative))."]
+    lines += [
+        "",
+        "Definitions: docs/sieve.md (precision/recall of the dropped set against the known "
+        "false negatives; TN kept = true-negative retention; loss AUC = P(loss of a true "
+        "negative > loss of a false negative)).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -242,9 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         report = build_report(args.decisions, args.candidates, args.dataset, args.filter)
         write_json(args.out, report)
-        log.info("%s/%s: precision %s recall %s TN kept %s sieve-out %s -> %s", args.dataset, args.filter,
-                 _fmt(report["precision"]), _fmt(report["recall"]),
-                 _fmt(report["true_negative_retention"]), _fmt(report["sieve_out_rate"]), args.out)
+        log.info(
+            "%s/%s: precision %s recall %s TN kept %s sieve-out %s -> %s",
+            args.dataset,
+            args.filter,
+            _fmt(report["precision"]),
+            _fmt(report["recall"]),
+            _fmt(report["true_negative_retention"]),
+            _fmt(report["sieve_out_rate"]),
+            args.out,
+        )
         return 0
     reports = []
     for path in args.reports:
@@ -254,8 +335,11 @@ def main(argv: list[str] | None = None) -> int:
             raise DataError(f"cannot read report ({exc})", file=path) from None
     comp = compare(reports, args.reports)
     if comp["dataset"] != args.dataset:
-        raise DataError(f"reports are about dataset {comp['dataset']!r}, not {args.dataset!r}",
-                        file=args.reports[0], field="dataset")
+        raise DataError(
+            f"reports are about dataset {comp['dataset']!r}, not {args.dataset!r}",
+            file=args.reports[0],
+            field="dataset",
+        )
     write_json(args.out_json, comp)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:
         handle.write(comparison_markdown(comp))

@@ -19,6 +19,7 @@ Per filter the JSON holds the curve (dropping the top-n most suspect candidates,
 at the reference sieve-out rate (default: the ``sieve`` entry's), so filters compare at equal cost.
 Needs known false negatives (synthkb's qrels_all or the injection simulation).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,16 +47,21 @@ def suspicion(name: str, decisions: pd.DataFrame, path: str | Path = "") -> np.n
         if np.isnan(score).any():
             raise DataError("NaN score", file=path, record=int(np.argmax(np.isnan(score))), field="score")
         return score
-    raise DataError(f"filter {name!r} has no continuous score (use sieve*, positive_aware, cross_encoder)",
-                    file=path, field="filter")
+    raise DataError(
+        f"filter {name!r} has no continuous score (use sieve*, positive_aware, cross_encoder)",
+        file=path,
+        field="filter",
+    )
 
 
 def operating_point(dropped: np.ndarray, is_fn: np.ndarray) -> dict[str, float]:
     """FN recall, TN retention and sieve-out rate of a drop decision."""
     n_fn, n_tn = int(is_fn.sum()), int((~is_fn).sum())
-    return {"fn_recall": float((dropped & is_fn).sum() / n_fn) if n_fn else float("nan"),
-            "tn_retention": float((~dropped & ~is_fn).sum() / n_tn) if n_tn else float("nan"),
-            "sieve_out_rate": float(dropped.mean()) if len(dropped) else 0.0}
+    return {
+        "fn_recall": float((dropped & is_fn).sum() / n_fn) if n_fn else float("nan"),
+        "tn_retention": float((~dropped & ~is_fn).sum() / n_tn) if n_tn else float("nan"),
+        "sieve_out_rate": float(dropped.mean()) if len(dropped) else 0.0,
+    }
 
 
 def tradeoff_curve(score: np.ndarray, is_fn: np.ndarray, points: int = 201) -> dict[str, list[float]]:
@@ -63,7 +69,7 @@ def tradeoff_curve(score: np.ndarray, is_fn: np.ndarray, points: int = 201) -> d
     FN recall, TN retention, sieve-out rate and the score threshold, thinned to about ``points``."""
     order = np.argsort(-score, kind="stable")
     s, fn = score[order], is_fn[order]
-    cut = np.r_[np.flatnonzero(s[1:] != s[:-1]) + 1, len(s)]   # tie groups end here
+    cut = np.r_[np.flatnonzero(s[1:] != s[:-1]) + 1, len(s)]  # tie groups end here
     n_fn, n_tn = max(int(fn.sum()), 1), max(int((~fn).sum()), 1)
     cum_fn, cum_tn = np.cumsum(fn), np.cumsum(~fn)
     recall = np.r_[0.0, cum_fn[cut - 1] / n_fn]
@@ -71,9 +77,13 @@ def tradeoff_curve(score: np.ndarray, is_fn: np.ndarray, points: int = 201) -> d
     rate = np.r_[0.0, cut / len(s)]
     threshold = np.r_[np.inf, s[cut - 1]]
     keep = np.unique(np.linspace(0, len(rate) - 1, min(points, len(rate))).round().astype(int))
-    return {"fn_recall": recall[keep].tolist(), "tn_retention": retention[keep].tolist(),
-            "sieve_out_rate": rate[keep].tolist(), "threshold": threshold[keep].tolist(),
-            "auc": float(np.trapezoid(recall, 1.0 - retention))}
+    return {
+        "fn_recall": recall[keep].tolist(),
+        "tn_retention": retention[keep].tolist(),
+        "sieve_out_rate": rate[keep].tolist(),
+        "threshold": threshold[keep].tolist(),
+        "auc": float(np.trapezoid(recall, 1.0 - retention)),
+    }
 
 
 def at_rate(score: np.ndarray, is_fn: np.ndarray, rate: float) -> dict[str, float]:
@@ -92,14 +102,21 @@ def build_tradeoff(decisions: dict[str, str], reference: str = "sieve", points: 
             if col not in df:
                 raise DataError("missing column", file=path, field=col)
         if df["is_false_negative"].isna().any():
-            raise DataError("the trade-off needs the truth of every candidate (synthkb qrels_all or "
-                            "sieve.injection); this dataset has unlabelled candidates",
-                            file=path, field="is_false_negative")
+            raise DataError(
+                "the trade-off needs the truth of every candidate (synthkb qrels_all or "
+                "sieve.injection); this dataset has unlabelled candidates",
+                file=path,
+                field="is_false_negative",
+            )
         tables[name] = (df, path)
-    keys = {name: pd.util.hash_pandas_object(df[["qid", "pid"]], index=False).sum() for name, (df, _) in tables.items()}
+    keys = {
+        name: pd.util.hash_pandas_object(df[["qid", "pid"]], index=False).sum()
+        for name, (df, _) in tables.items()
+    }
     if len(set(keys.values())) > 1:
-        raise DataError(f"the filters did not judge the same candidates ({sorted(keys)}): rerun them",
-                        field="pid")
+        raise DataError(
+            f"the filters did not judge the same candidates ({sorted(keys)}): rerun them", field="pid"
+        )
     if reference not in tables:
         raise DataError(f"reference filter {reference!r} is not among {sorted(tables)}", field="reference")
     ref_rate = float((~tables[reference][0]["kept"].to_numpy(bool)).mean())
@@ -107,14 +124,18 @@ def build_tradeoff(decisions: dict[str, str], reference: str = "sieve", points: 
     for name, (df, path) in tables.items():
         score, is_fn = suspicion(name, df, path), df["is_false_negative"].to_numpy(bool)
         own = operating_point(~df["kept"].to_numpy(bool), is_fn)
-        out["filters"][name] = {"default": own, "at_reference_rate": at_rate(score, is_fn, ref_rate),
-                                "curve": tradeoff_curve(score, is_fn, points)}
+        out["filters"][name] = {
+            "default": own,
+            "at_reference_rate": at_rate(score, is_fn, ref_rate),
+            "curve": tradeoff_curve(score, is_fn, points),
+        }
         out["n_candidates"], out["n_false_negatives"] = len(df), int(is_fn.sum())
     return out
 
 
 def plot_tradeoff(result: dict, out: str | Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -122,15 +143,24 @@ def plot_tradeoff(result: dict, out: str | Path) -> None:
     for i, (name, entry) in enumerate(result["filters"].items()):
         color = f"C{i}"
         curve = entry["curve"]
-        ax.plot(curve["tn_retention"], curve["fn_recall"], color=color,
-                label=f"{name} (area {curve['auc']:.3f})")
+        ax.plot(
+            curve["tn_retention"], curve["fn_recall"], color=color, label=f"{name} (area {curve['auc']:.3f})"
+        )
         ax.plot(entry["default"]["tn_retention"], entry["default"]["fn_recall"], "o", color=color)
-        ax.plot(entry["at_reference_rate"]["tn_retention"], entry["at_reference_rate"]["fn_recall"], "x",
-                color=color, markersize=8)
+        ax.plot(
+            entry["at_reference_rate"]["tn_retention"],
+            entry["at_reference_rate"]["fn_recall"],
+            "x",
+            color=color,
+            markersize=8,
+        )
     ax.set_xlabel("true-negative retention (kept / true negatives)")
     ax.set_ylabel("false-negative recall (dropped / false negatives)")
-    ax.set_title(f"o = default threshold, x = at {result['reference']}'s sieve-out rate "
-                 f"{result['reference_sieve_out_rate']:.2f}", fontsize=9)
+    ax.set_title(
+        f"o = default threshold, x = at {result['reference']}'s sieve-out rate "
+        f"{result['reference_sieve_out_rate']:.2f}",
+        fontsize=9,
+    )
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
@@ -142,7 +172,9 @@ def plot_tradeoff(result: dict, out: str | Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = stage_parser("pipeline.sieve.tradeoff", __doc__)
     parser.add_argument("--decisions", nargs="+", required=True, help="NAME=PATH of each filter's decisions")
-    parser.add_argument("--reference", default="sieve", help="filter whose sieve-out rate others are compared at")
+    parser.add_argument(
+        "--reference", default="sieve", help="filter whose sieve-out rate others are compared at"
+    )
     parser.add_argument("--points", type=int, default=201)
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-png", required=True)
@@ -159,10 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(args.out_json, result)
     plot_tradeoff(result, args.out_png)
     for name, entry in result["filters"].items():
-        log.info("%s: default recall %.3f / TN kept %.3f; at rate %.3f: recall %.3f / TN kept %.3f; area %.3f",
-                 name, entry["default"]["fn_recall"], entry["default"]["tn_retention"],
-                 result["reference_sieve_out_rate"], entry["at_reference_rate"]["fn_recall"],
-                 entry["at_reference_rate"]["tn_retention"], entry["curve"]["auc"])
+        log.info(
+            "%s: default recall %.3f / TN kept %.3f; at rate %.3f: recall %.3f / TN kept %.3f; area %.3f",
+            name,
+            entry["default"]["fn_recall"],
+            entry["default"]["tn_retention"],
+            result["reference_sieve_out_rate"],
+            entry["at_reference_rate"]["fn_recall"],
+            entry["at_reference_rate"]["tn_retention"],
+            entry["curve"]["auc"],
+        )
     return 0
 
 

@@ -4,6 +4,7 @@
 sentence states (the rules that keep that provenance exact are in its module), then its echo
 passages (``echo``, with the dial's ``Knobs.echo``); ``pack`` cuts the sentences into passages.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,8 +56,7 @@ class ArticleWriter:
         a, blk, rng, k = e.attrs, self.b.entities, art.rng, self.k
         born = dict(occ=a["occupation"], year=a["birth_year"], dyear=a["death_year"])
         place, years = rng.chance(k.lead_restate), rng.chance(k.lead_restate)
-        lead = [t for t in lx.PERSON_LEAD
-                if ("born_in" in t[1]) == place and ("birth_year" in t[1]) == years]
+        lead = [t for t in lx.PERSON_LEAD if ("born_in" in t[1]) == place and ("birth_year" in t[1]) == years]
         art.fact(lead, city=art.city_ref(a["born_in"]), **born)
         art.filler(3, fl.PERSON_FILLER)
         if rng.chance(0.7):
@@ -72,16 +72,27 @@ class ArticleWriter:
             art.fact(lx.PERSON_MEMBER, org=blk[a["member_of"]].name)
         for org in self.b.inverse.get((e.idx, "founded_by"), []):
             o = blk[org]
-            art.fact(lx.PERSON_FOUNDED, subject=dict.fromkeys(("founded_by", "founded_year",
-                                                               "industry"), org),
-                     org=o.name, fyear=o.attrs["founded_year"], industry=o.attrs["industry"])
+            art.fact(
+                lx.PERSON_FOUNDED,
+                subject=dict.fromkeys(("founded_by", "founded_year", "industry"), org),
+                org=o.name,
+                fyear=o.attrs["founded_year"],
+                industry=o.attrs["industry"],
+            )
         art.filler(3, fl.PERSON_FILLER, fl.PERSON_EVENTS)
         for w in self.b.inverse.get((e.idx, "created_by"), []):
             work = blk[w]
             made, made_pp, released = lx.GENRE_VERBS[work.attrs["genre"]]
-            art.fact(lx.PERSON_WORK, subject=dict.fromkeys(("created_by", "genre", "work_year"), w),
-                     work=work.name, genre=work.attrs["genre"], wyear=work.attrs["work_year"],
-                     made=made, made_pp=made_pp, released=released)
+            art.fact(
+                lx.PERSON_WORK,
+                subject=dict.fromkeys(("created_by", "genre", "work_year"), w),
+                work=work.name,
+                genre=work.attrs["genre"],
+                wyear=work.attrs["work_year"],
+                made=made,
+                made_pp=made_pp,
+                released=released,
+            )
             art.filler(1, fl.PERSON_FILLER, fl.PERSON_EVENTS)
         art.filler(2, fl.PERSON_FILLER, fl.PERSON_EVENTS)
         death = dict(city=art.city_ref(a["died_in"]), year=a["death_year"])
@@ -103,8 +114,9 @@ class ArticleWriter:
             art.fact(lx.CITY_LEAD, country=country, kind=e.kind)
         if e.alias:
             template = art.rng.pick(lx.CITY_ALIAS)
-            art.sentences.append(Sentence(finish(template.format(
-                **art.slots(template, {"alias": e.alias}))), ()))
+            art.sentences.append(
+                Sentence(finish(template.format(**art.slots(template, {"alias": e.alias}))), ())
+            )
         if art.para:  # the second name that paraphrased statements use elsewhere
             art.sentences.append(Sentence(art.para.byname_sentence(), ()))
         art.filler(2, fl.CITY_FILLER)
@@ -125,8 +137,12 @@ class ArticleWriter:
 
     def _org(self, e: Entity, art: Draft) -> None:
         a, blk, rng = e.attrs, self.b.entities, art.rng
-        slots = dict(industry=a["industry"], fyear=a["founded_year"], kind=e.kind.lower(),
-                     founder=blk[a["founded_by"]].name)
+        slots = dict(
+            industry=a["industry"],
+            fyear=a["founded_year"],
+            kind=e.kind.lower(),
+            founder=blk[a["founded_by"]].name,
+        )
         lead = art.fact(lx.ORG_LEAD, city=art.city_ref(a["headquartered_in"]), **slots)
         art.filler(3, fl.ORG_FILLER)
         founding = {self.b.fid[(e.idx, "founded_by")], self.b.fid[(e.idx, "founded_year")]}
@@ -145,11 +161,22 @@ class ArticleWriter:
         a, blk, rng = e.attrs, self.b.entities, art.rng
         author = blk[a["created_by"]]
         made, made_pp, released = lx.GENRE_VERBS[a["genre"]]
-        slots = dict(genre=a["genre"], author=author.name, year=a["work_year"], made=made,
-                     made_pp=made_pp, released=released, occ=author.attrs["occupation"])
+        slots = dict(
+            genre=a["genre"],
+            author=author.name,
+            year=a["work_year"],
+            made=made,
+            made_pp=made_pp,
+            released=released,
+            occ=author.attrs["occupation"],
+        )
         if rng.chance(self.k.bio_in_work):
-            lead = art.fact(lx.WORK_LEAD_BIO, city=art.city_ref(author.attrs["born_in"]),
-                            subject={"born_in": author.idx, "occupation": author.idx}, **slots)
+            lead = art.fact(
+                lx.WORK_LEAD_BIO,
+                city=art.city_ref(author.attrs["born_in"]),
+                subject={"born_in": author.idx, "occupation": author.idx},
+                **slots,
+            )
         else:
             lead = art.fact(lx.WORK_LEAD, **slots)
         art.filler(3, fl.WORK_FILLER, fl.WORK_EVENTS)

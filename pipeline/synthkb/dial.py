@@ -22,6 +22,7 @@ The search measures the candidate datasets on a probe, the first blocks of the l
 measured on 2,000 entities is within 0.2 points of that on 6,000. Defaults of both requests skip
 the search: the dataset is then byte-identical to the generator without a dial.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,11 +32,10 @@ from dataclasses import dataclass, replace
 from pipeline.core.config import ConfigError
 from pipeline.synthkb.draft import Knobs
 
-RESTATE_FIELDS = ("lead_restate", "list_mention", "list_appositive", "bio_in_work", "restate",
-                  "cross_bio")
-ECHO_STEPS = (1, 2, 4, 8, 16, 32, 64)   # echo passages per entity tried, in turn, to bracket a share
-TOLERANCE = 0.005        # the search stops within half a point of each request
-ACCEPT = 0.02            # further than two points from a request is an error
+RESTATE_FIELDS = ("lead_restate", "list_mention", "list_appositive", "bio_in_work", "restate", "cross_bio")
+ECHO_STEPS = (1, 2, 4, 8, 16, 32, 64)  # echo passages per entity tried, in turn, to bracket a share
+TOLERANCE = 0.005  # the search stops within half a point of each request
+ACCEPT = 0.02  # further than two points from a request is an error
 MAX_EVALUATIONS = 40
 PROBE_ENTITIES = 2000
 
@@ -54,8 +54,12 @@ def check_share(value: object, name: str, optional: bool = False) -> float | Non
     """``value`` as a share in [0, 1]; a ConfigError naming ``name`` otherwise."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
         allowed = "a number in [0, 1]" + (" or null" if optional else "")
         raise ConfigError(f"{name} must be {allowed}, got {value!r}")
     return float(value)
@@ -63,8 +67,10 @@ def check_share(value: object, name: str, optional: bool = False) -> float | Non
 
 def make_dial(fn_share: object = None, fn_paraphrase: object = 0.0) -> Dial:
     """A checked Dial (the CLI checks its flags itself, naming them)."""
-    return Dial(check_share(fn_share, "synthkb: fn_share", optional=True),
-                check_share(fn_paraphrase, "synthkb: fn_paraphrase"))
+    return Dial(
+        check_share(fn_share, "synthkb: fn_share", optional=True),
+        check_share(fn_paraphrase, "synthkb: fn_paraphrase"),
+    )
 
 
 def knobs_at(base: Knobs, level: float, paraphrase: float) -> Knobs:
@@ -98,9 +104,14 @@ class Search:
                 raise _Exhausted
             m = self.measure(knobs_at(self.base, *key))
             self._seen[key] = m
-            self.trace.append({"level": key[0], "paraphrase": key[1],
-                               "share": round(m["share"], 4),
-                               "string_free_share": round(m["string_free_share"], 4)})
+            self.trace.append(
+                {
+                    "level": key[0],
+                    "paraphrase": key[1],
+                    "share": round(m["share"], 4),
+                    "string_free_share": round(m["string_free_share"], 4),
+                }
+            )
         return self._seen[key]
 
     def misses(self, m: dict) -> list[tuple[str, float, float]]:
@@ -108,8 +119,7 @@ class Search:
         out = []
         if self.dial.fn_share is not None and abs(m["share"] - self.dial.fn_share) > TOLERANCE:
             out.append(("fn_share", self.dial.fn_share, m["share"]))
-        if self.dial.fn_paraphrase > 0 and \
-                abs(m["string_free_share"] - self.dial.fn_paraphrase) > TOLERANCE:
+        if self.dial.fn_paraphrase > 0 and abs(m["string_free_share"] - self.dial.fn_paraphrase) > TOLERANCE:
             out.append(("fn_paraphrase", self.dial.fn_paraphrase, m["string_free_share"]))
         return out
 
@@ -120,12 +130,27 @@ class Search:
         try:
             for _ in range(3):
                 if self.dial.fn_share is not None:
-                    level = round(self._solve(lambda x, p=para: self.at(x, p)["share"],
-                                              self.dial.fn_share, level, 0.0,
-                                              [1.0 + n for n in ECHO_STEPS]), 6)
+                    level = round(
+                        self._solve(
+                            lambda x, p=para: self.at(x, p)["share"],
+                            self.dial.fn_share,
+                            level,
+                            0.0,
+                            [1.0 + n for n in ECHO_STEPS],
+                        ),
+                        6,
+                    )
                 if self.dial.fn_paraphrase > 0:
-                    para = round(self._solve(lambda x, lv=level: self.at(lv, x)["string_free_share"],
-                                             self.dial.fn_paraphrase, para, 0.0, [1.0]), 6)
+                    para = round(
+                        self._solve(
+                            lambda x, lv=level: self.at(lv, x)["string_free_share"],
+                            self.dial.fn_paraphrase,
+                            para,
+                            0.0,
+                            [1.0],
+                        ),
+                        6,
+                    )
                 if not self.misses(self.at(level, para)):
                     break
         except _Exhausted:
@@ -141,8 +166,7 @@ class Search:
         return max(share - TOLERANCE, 0.0), free, share
 
     @staticmethod
-    def _solve(f: Callable[[float], float], target: float, x0: float, lo: float,
-               highs: list[float]) -> float:
+    def _solve(f: Callable[[float], float], target: float, x0: float, lo: float, highs: list[float]) -> float:
         """x with f(x) near ``target``, f increasing (up to noise): bracket from x0 (upwards
         through ``highs``), then Illinois regula falsi; the best x seen."""
         seen: dict[float, float] = {}

@@ -14,6 +14,7 @@ may give a stated fact's answer in another form; the fact is recorded all the sa
 writer's settings, live here because the draft reads most of them (how often facts are mentioned
 again in filler and listings, how much filler).
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,17 +38,18 @@ _A_AN = re.compile(r"\b([Aa]) (?=[aeiouAEIOU])")
 @dataclass(frozen=True)
 class Knobs:
     """How often facts are stated again, and how much filler surrounds them."""
-    lead_restate: float = 0.35       # a person's lead also gives birth place / years
-    list_mention: float = 1.0        # an object's article lists the subject (natives, members ...)
-    list_appositive: float = 0.3     # a listed person is given with occupation ("the painter X")
-    bio_in_work: float = 0.25        # a work's lead names its author's birthplace and occupation
-    restate: float = 0.5             # a section repeats a fact the lead already gave
-    alias_rate: float = 0.15         # a city object is named by its alias
-    cross_bio: float = 0.5           # a person mentioned in filler comes with a recorded appositive
-    filler: float = 2.5              # scales the number of filler sentences
+
+    lead_restate: float = 0.35  # a person's lead also gives birth place / years
+    list_mention: float = 1.0  # an object's article lists the subject (natives, members ...)
+    list_appositive: float = 0.3  # a listed person is given with occupation ("the painter X")
+    bio_in_work: float = 0.25  # a work's lead names its author's birthplace and occupation
+    restate: float = 0.5  # a section repeats a fact the lead already gave
+    alias_rate: float = 0.15  # a city object is named by its alias
+    cross_bio: float = 0.5  # a person mentioned in filler comes with a recorded appositive
+    filler: float = 2.5  # scales the number of filler sentences
     max_words: int = MAX_WORDS
-    echo: float = 0.0                # dial.py: extra passages per entity restating its facts (echo.py)
-    paraphrase: float = 0.0          # dial.py: a restatement gives its answer in another form
+    echo: float = 0.0  # dial.py: extra passages per entity restating its facts (echo.py)
+    paraphrase: float = 0.0  # dial.py: a restatement gives its answer in another form
 
 
 @dataclass
@@ -81,11 +83,26 @@ def short(e: Entity) -> str:
 
 
 _WORD_SLOTS = {
-    "adj": lx.ADJECTIVES, "adj2": lx.ADJECTIVES, "noun": lx.NOUNS, "trait": lx.TRAITS,
-    "trait2": lx.TRAITS, "parent": lx.PARENTS, "ordinal": lx.ORDINALS, "hobby": lx.HOBBIES,
-    "building": lx.BUILDINGS, "trade": lx.TRADES, "emblem": lx.EMBLEMS, "quality": lx.QUALITIES,
-    "quality2": lx.QUALITIES, "weekday": lx.WEEKDAYS, "num": lx.NUMBERS, "skill": lx.SKILLS,
-    "dislike": lx.DISLIKES, "topic": lx.TOPICS, "food": lx.FOODS, "material": lx.MATERIALS,
+    "adj": lx.ADJECTIVES,
+    "adj2": lx.ADJECTIVES,
+    "noun": lx.NOUNS,
+    "trait": lx.TRAITS,
+    "trait2": lx.TRAITS,
+    "parent": lx.PARENTS,
+    "ordinal": lx.ORDINALS,
+    "hobby": lx.HOBBIES,
+    "building": lx.BUILDINGS,
+    "trade": lx.TRADES,
+    "emblem": lx.EMBLEMS,
+    "quality": lx.QUALITIES,
+    "quality2": lx.QUALITIES,
+    "weekday": lx.WEEKDAYS,
+    "num": lx.NUMBERS,
+    "skill": lx.SKILLS,
+    "dislike": lx.DISLIKES,
+    "topic": lx.TOPICS,
+    "food": lx.FOODS,
+    "material": lx.MATERIALS,
     "relative": lx.RELATIVES,
 }
 _YEAR_OFFSETS = {"year1": (-10, 25), "year2": (15, 60), "year3": (45, 85)}
@@ -102,8 +119,7 @@ class Draft:
     """The article of ``e`` being written: its sentences so far, its random stream and filler decks
     (no filler repeats within an article)."""
 
-    def __init__(self, block: Block, seed: int, knobs: Knobs, e: Entity,
-                 para: Paraphraser | None = None):
+    def __init__(self, block: Block, seed: int, knobs: Knobs, e: Entity, para: Paraphraser | None = None):
         self.b, self.seed, self.k, self.e = block, seed, knobs, e
         self.rng = Rand(seed, "article", e.gid)
         self._decks: dict[int, list] = {}
@@ -111,12 +127,17 @@ class Draft:
         self.pronoun = e.gender if e.type == "person" else "it"
         self.named, self.short = named(e), short(e)
         poss = {"he": "his", "she": "her"}.get(self.pronoun, "its")
-        self.fixed = dict(pro=self.pronoun, poss=poss, Poss=poss, N=self.named, kind=self.short[4:],
-                          genre=e.attrs.get("genre", ""))
+        self.fixed = dict(
+            pro=self.pronoun,
+            poss=poss,
+            Poss=poss,
+            N=self.named,
+            kind=self.short[4:],
+            genre=e.attrs.get("genre", ""),
+        )
         # Around the years of a life, a work or an organisation; places get the era of the people
         # and works that their filler mentions.
-        year = next((e.attrs[k] for k in ("birth_year", "work_year", "founded_year") if k in e.attrs),
-                    None)
+        year = next((e.attrs[k] for k in ("birth_year", "work_year", "founded_year") if k in e.attrs), None)
         self.base_year = int(year) if year else self.rng.between(1700, 1850)
         # "worked briefly as a {occ2}" must never restate the entity's own occupation unrecorded.
         self._occ2 = [o for o in OCCUPATIONS if o != e.attrs.get("occupation")]
@@ -207,10 +228,14 @@ class Draft:
             if u < 0.35:
                 return f"the {v('occupation')} {bare}", (fid["occupation"],)
             if u < 0.55:
-                return (f"the {v('born_in')}-born {v('occupation')} {bare}",
-                        (fid["born_in"], fid["occupation"]))
-            return (f"{bare} ({v('birth_year')}\u2013{v('death_year')})",
-                    (fid["birth_year"], fid["death_year"]))
+                return (
+                    f"the {v('born_in')}-born {v('occupation')} {bare}",
+                    (fid["born_in"], fid["occupation"]),
+                )
+            return (
+                f"{bare} ({v('birth_year')}\u2013{v('death_year')})",
+                (fid["birth_year"], fid["death_year"]),
+            )
         if etype == "org":  # the template supplies "the"
             if u < 0.5:
                 return f"{v('headquartered_in')}-based {bare}", (fid["headquartered_in"],)
@@ -247,7 +272,7 @@ class Draft:
         chosen = [s for s in b.inverse.get((self.e.idx, rel), []) if rng.chance(self.k.list_mention)]
         for start in range(0, len(chosen), 3):
             names, fids = [], []
-            for s in chosen[start:start + 3]:
+            for s in chosen[start : start + 3]:
                 ent = b.entities[s]
                 name = named(ent)
                 fids.append(b.fid[(s, rel)])
@@ -258,9 +283,11 @@ class Draft:
                 names.append(name)
             plural = len(names) > 1
             joined = ", ".join(names[:-1]) + " and " + names[-1] if plural else names[0]
-            agree = ({"were": "were", "has": "have", "its": "their", "is": "are", "lie": "lie",
-                      "are": "are"} if plural else
-                     {"were": "was", "has": "has", "its": "its", "is": "is", "lie": "lies", "are": "is"})
+            agree = (
+                {"were": "were", "has": "have", "its": "their", "is": "are", "lie": "lie", "are": "are"}
+                if plural
+                else {"were": "was", "has": "has", "its": "its", "is": "is", "lie": "lies", "are": "is"}
+            )
             # the object is the article's own entity: by name, or (paraphrased) its short reference
             own = self.para.own_name() if self.para else None
             text = rng.pick(templates).format(list=joined, N=own or self.e.name, **agree)

@@ -6,6 +6,7 @@ Some sentences use the questions' relation words about *someone else* ("her son 
 "a rival guild had its headquarters in ..."): hard negatives that state nothing about the entity.
 Slots are those of synthkb_lexicon; an event follows a time phrase from TIMES.
 """
+
 from __future__ import annotations
 
 PERSON_FILLER = [
@@ -96,9 +97,20 @@ PERSON_EVENTS = [
     "{sp} read {work_any} aloud to a circle of friends",
     "{sp} gave a lecture on {work_any} in {place}",
 ]
-TIMES = ["In {year2}", "In the spring of {year2}", "Around {year2}", "During the winter of {year2}",
-         "Some years later", "At about this time", "In the autumn of {year2}", "Early in {year2}",
-         "By {year2}", "Late in {year2}", "In the summer of {year2}", "Soon afterwards"]
+TIMES = [
+    "In {year2}",
+    "In the spring of {year2}",
+    "Around {year2}",
+    "During the winter of {year2}",
+    "Some years later",
+    "At about this time",
+    "In the autumn of {year2}",
+    "Early in {year2}",
+    "By {year2}",
+    "Late in {year2}",
+    "In the summer of {year2}",
+    "Soon afterwards",
+]
 
 CITY_FILLER = [
     "The {adj} river runs through the centre of {s}.",

@@ -19,13 +19,13 @@ Generation streams block by block (``pipeline.synthkb.world.BLOCK_SIZE`` entitie
 ParquetStreamWriter, so memory does not grow with ``--entities``. Output is a pure function of the
 arguments: same arguments, byte-identical files.
 """
+
 from __future__ import annotations
 
 import argparse
-import json
-
 import contextlib
 import hashlib
+import json
 import logging
 from collections import Counter
 from pathlib import Path
@@ -42,8 +42,7 @@ from pipeline.synthkb.dial import ACCEPT, PROBE_ENTITIES, Dial, Search, knobs_at
 from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.measure import ProbeQuestion, fn_shares
 from pipeline.synthkb.paraphrase import Paraphraser
-from pipeline.synthkb.questions import (POSITIVE_RULES, Question, QuestionKnobs, make_questions,
-                                        passage_place)
+from pipeline.synthkb.questions import POSITIVE_RULES, Question, QuestionKnobs, make_questions, passage_place
 from pipeline.synthkb.world import BLOCK_SIZE, TYPES, Layout, build_block, name_space
 
 log = logging.getLogger("sieve.synthkb")
@@ -54,12 +53,14 @@ GENERATOR_VERSION = 2  # 2: qrels' positive rule (QuestionKnobs.positive)
 
 # ---- split ------------------------------------------------------------------------------------------
 
+
 def parse_split(text: str) -> SplitSpec | None:
     """The config ``split`` value as JSON; synthkb splits by entity or by query (None: all test)."""
     spec = parse_split_spec(text)
     if spec is not None and spec.by not in ("entity", "query"):
-        raise ConfigError(f"split: synthkb splits by 'entity' (each entity is one article) or "
-                          f"'query', not {spec.by!r}")
+        raise ConfigError(
+            f"split: synthkb splits by 'entity' (each entity is one article) or 'query', not {spec.by!r}"
+        )
     return spec
 
 
@@ -75,6 +76,7 @@ def block_splits(units: list[str], spec: SplitSpec | None) -> dict[str, str]:
 
 
 # ---- writing ----------------------------------------------------------------------------------------
+
 
 class BufferedWriter:
     """Rows accumulate in columns and go out in large batches (few, large row groups)."""
@@ -105,10 +107,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def generate(out_dir: str | Path, entities: int, seed: int, split_spec: SplitSpec | None,
-             knobs: Knobs = Knobs(), qknobs: QuestionKnobs = QuestionKnobs(),
-             block_size: int = BLOCK_SIZE, distractor_rate: float = 0.6,
-             fn_share: float | None = None, fn_paraphrase: float = 0.0) -> dict:
+def generate(
+    out_dir: str | Path,
+    entities: int,
+    seed: int,
+    split_spec: SplitSpec | None,
+    knobs: Knobs = Knobs(),
+    qknobs: QuestionKnobs = QuestionKnobs(),
+    block_size: int = BLOCK_SIZE,
+    distractor_rate: float = 0.6,
+    fn_share: float | None = None,
+    fn_paraphrase: float = 0.0,
+) -> dict:
     """Write the dataset to ``out_dir``; return the manifest (written last).
 
     ``fn_share`` / ``fn_paraphrase``: the false-negative dial (pipeline.synthkb.dial); they replace
@@ -138,13 +148,16 @@ def generate(out_dir: str | Path, entities: int, seed: int, split_spec: SplitSpe
         files[f"qrels.{split}"] = (out_dir / f"qrels.{split}.parquet", QRELS_SCHEMA)
         files[f"qrels_all.{split}"] = (out_dir / f"qrels_all.{split}.parquet", QRELS_SCHEMA)
     with contextlib.ExitStack() as stack:
-        out = {key: BufferedWriter(stack.enter_context(ParquetStreamWriter(path, schema)))
-               for key, (path, schema) in files.items()}
+        out = {
+            key: BufferedWriter(stack.enter_context(ParquetStreamWriter(path, schema)))
+            for key, (path, schema) in files.items()
+        }
         with Progress(transient=True) as progress:
             task = progress.add_task("synthkb: generating", total=layout.n_blocks)
             for b in range(layout.n_blocks):
-                _generate_block(layout, names, seed, b, split_spec, knobs, qknobs,
-                                distractor_rate, out, stats, statements)
+                _generate_block(
+                    layout, names, seed, b, split_spec, knobs, qknobs, distractor_rate, out, stats, statements
+                )
                 progress.advance(task)
         for writer in out.values():
             writer.flush()
@@ -153,32 +166,57 @@ def generate(out_dir: str | Path, entities: int, seed: int, split_spec: SplitSpe
     manifest = {
         "dataset": out_dir.name,
         "format": "synthkb",
-        "generator": {"version": GENERATOR_VERSION, "entities": entities, "seed": seed,
-                      "split": vars(split_spec) if split_spec else "none", "block_size": block_size,
-                      "distractor_rate": distractor_rate, "knobs": vars(knobs),
-                      "question_knobs": vars(qknobs), "fn_share": dial.fn_share,
-                      "fn_paraphrase": dial.fn_paraphrase},
-        "counts": {"entities": entities, **{f"entities.{t}": stats[f"entities.{t}"] for t in TYPES},
-                   "facts": stats["facts"], "passages": out["corpus"].rows,
-                   **{key: out[key].rows for key in out if key != "corpus"},
-                   "negatives.train": 0, "questions.reverse": stats["reverse"],
-                   # qrels' positive in the article the question names; fallbacks: positive=named_article
-                   # found no stating passage there and kept the source passage
-                   "questions.positive_in_named_article": stats["positive_in_named_article"],
-                   "questions.positive_fallback": stats["positive_fallback"]},
+        "generator": {
+            "version": GENERATOR_VERSION,
+            "entities": entities,
+            "seed": seed,
+            "split": vars(split_spec) if split_spec else "none",
+            "block_size": block_size,
+            "distractor_rate": distractor_rate,
+            "knobs": vars(knobs),
+            "question_knobs": vars(qknobs),
+            "fn_share": dial.fn_share,
+            "fn_paraphrase": dial.fn_paraphrase,
+        },
+        "counts": {
+            "entities": entities,
+            **{f"entities.{t}": stats[f"entities.{t}"] for t in TYPES},
+            "facts": stats["facts"],
+            "passages": out["corpus"].rows,
+            **{key: out[key].rows for key in out if key != "corpus"},
+            "negatives.train": 0,
+            "questions.reverse": stats["reverse"],
+            # qrels' positive in the article the question names; fallbacks: positive=named_article
+            # found no stating passage there and kept the source passage
+            "questions.positive_in_named_article": stats["positive_in_named_article"],
+            "questions.positive_fallback": stats["positive_fallback"],
+        },
         # facts by the number of passages stating them: the size of the false-negative problem
         "passages_per_fact": {str(k): statements[k] for k in sorted(statements)},
         "false_negatives": _fn_record(dial, knobs, measured, probe, search),
         "files": {f"{key}.parquet": {"sha256": _sha256(path)} for key, (path, _) in files.items()},
     }
     write_json(manifest_path, manifest)
-    log.info("synthkb: %d entities, %d passages, %s questions (train/dev/test) -> %s", entities,
-             out["corpus"].rows, "/".join(str(out[f"queries.{s}"].rows) for s in SPLITS), out_dir)
+    log.info(
+        "synthkb: %d entities, %d passages, %s questions (train/dev/test) -> %s",
+        entities,
+        out["corpus"].rows,
+        "/".join(str(out[f"queries.{s}"].rows) for s in SPLITS),
+        out_dir,
+    )
     return manifest
 
 
-def block_content(layout: Layout, names, seed: int, b: int, knobs: Knobs, qknobs: QuestionKnobs,
-                  distractor_rate: float, split_spec: SplitSpec | None):
+def block_content(
+    layout: Layout,
+    names,
+    seed: int,
+    b: int,
+    knobs: Knobs,
+    qknobs: QuestionKnobs,
+    distractor_rate: float,
+    split_spec: SplitSpec | None,
+):
     """Block ``b``: its entities with their passages, each fact's stating passages, and its
     questions with their splits."""
     block = build_block(layout, names, seed, b, distractor_rate)
@@ -203,11 +241,22 @@ def block_content(layout: Layout, names, seed: int, b: int, knobs: Knobs, qknobs
     return block, articles, passages_of, [(q, splits[unit(q)]) for q in questions]
 
 
-def _generate_block(layout: Layout, names, seed: int, b: int, split_spec: SplitSpec | None,
-                    knobs: Knobs, qknobs: QuestionKnobs, distractor_rate: float, out: dict[str, BufferedWriter],
-                    stats: Counter, statements: Counter) -> None:
-    block, articles, passages_of, questions = block_content(layout, names, seed, b, knobs, qknobs,
-                                                            distractor_rate, split_spec)
+def _generate_block(
+    layout: Layout,
+    names,
+    seed: int,
+    b: int,
+    split_spec: SplitSpec | None,
+    knobs: Knobs,
+    qknobs: QuestionKnobs,
+    distractor_rate: float,
+    out: dict[str, BufferedWriter],
+    stats: Counter,
+    statements: Counter,
+) -> None:
+    block, articles, passages_of, questions = block_content(
+        layout, names, seed, b, knobs, qknobs, distractor_rate, split_spec
+    )
     for ent, passages in articles:
         stats[f"entities.{ent.type}"] += 1
         for passage in passages:
@@ -226,17 +275,24 @@ def _generate_block(layout: Layout, names, seed: int, b: int, split_spec: SplitS
 
 # ---- the false-negative dial's measurements ---------------------------------------------------------
 
+
 class _Probe:
     """The first blocks of the layout (up to PROBE_ENTITIES entities), generated in memory at given
     knobs and measured: the search's candidates, and the figures of the manifest."""
 
-    def __init__(self, layout: Layout, names, seed: int, split_spec: SplitSpec | None,
-                 qknobs: QuestionKnobs, distractor_rate: float):
+    def __init__(
+        self,
+        layout: Layout,
+        names,
+        seed: int,
+        split_spec: SplitSpec | None,
+        qknobs: QuestionKnobs,
+        distractor_rate: float,
+    ):
         self.layout, self.names, self.seed, self.split_spec = layout, names, seed, split_spec
         self.qknobs, self.distractor_rate = qknobs, distractor_rate
         self.blocks = 1
-        while (self.blocks < layout.n_blocks
-               and layout.entity_offset(self.blocks + 1) <= PROBE_ENTITIES):
+        while self.blocks < layout.n_blocks and layout.entity_offset(self.blocks + 1) <= PROBE_ENTITIES:
             self.blocks += 1
         self.entities = layout.entity_offset(self.blocks)
 
@@ -245,14 +301,21 @@ class _Probe:
         questions: list[Question] = []
         for b in range(self.blocks):
             _, articles, _, block_questions = block_content(
-                self.layout, self.names, self.seed, b, knobs, self.qknobs, self.distractor_rate,
-                self.split_spec)
+                self.layout,
+                self.names,
+                self.seed,
+                b,
+                knobs,
+                self.qknobs,
+                self.distractor_rate,
+                self.split_spec,
+            )
             passages += [(p.pid, p.title, p.text) for _, ps in articles for p in ps]
             # Mined negatives are for training; a dataset with no train split is measured on all.
-            questions += [q for q, split in block_questions
-                          if split == "train" or self.split_spec is None]
-        return fn_shares(passages, [ProbeQuestion(q.text, q.answers, q.positive, frozenset(q.relevant))
-                                    for q in questions])
+            questions += [q for q, split in block_questions if split == "train" or self.split_spec is None]
+        return fn_shares(
+            passages, [ProbeQuestion(q.text, q.answers, q.positive, frozenset(q.relevant)) for q in questions]
+        )
 
 
 def _checked(search: Search, level: float, paraphrase: float) -> Knobs:
@@ -260,24 +323,33 @@ def _checked(search: Search, level: float, paraphrase: float) -> Knobs:
     measured = search.at(level, paraphrase)
     far = [(key, want, got) for key, want, got in search.misses(measured) if abs(got - want) > ACCEPT]
     if far:
-        tried = {key: (min(t[name] for t in search.trace), max(t[name] for t in search.trace))
-                 for key, name in (("fn_share", "share"), ("fn_paraphrase", "string_free_share"))}
+        tried = {
+            key: (min(t[name] for t in search.trace), max(t[name] for t in search.trace))
+            for key, name in (("fn_share", "share"), ("fn_paraphrase", "string_free_share"))
+        }
         key, want, got = far[0]
         lo, hi = tried[key]
-        raise ConfigError(f"synthkb: {key} {want} is out of the dial's reach at this size and seed: "
-                          f"the closest measured was {got:.3f} ({len(search.trace)} datasets tried, "
-                          f"measuring {lo:.3f} to {hi:.3f}); docs/synthkb.md, 'The false-negative dial'")
-    log.info("synthkb dial: restatement level %.3f, paraphrase %.3f after %d tries", level,
-             paraphrase, len(search.trace))
+        raise ConfigError(
+            f"synthkb: {key} {want} is out of the dial's reach at this size and seed: "
+            f"the closest measured was {got:.3f} ({len(search.trace)} datasets tried, "
+            f"measuring {lo:.3f} to {hi:.3f}); docs/synthkb.md, 'The false-negative dial'"
+        )
+    log.info(
+        "synthkb dial: restatement level %.3f, paraphrase %.3f after %d tries",
+        level,
+        paraphrase,
+        len(search.trace),
+    )
     return knobs_at(search.base, level, paraphrase)
 
 
 def _fn_record(dial: Dial, knobs: Knobs, measured: dict, probe: _Probe, search: Search | None) -> dict:
     return {
         "requested": {"fn_share": dial.fn_share, "fn_paraphrase": dial.fn_paraphrase},
-        "measured": {key: round(value, 4) if isinstance(value, float) else value
-                     for key, value in measured.items()},
-        "probe_entities": probe.entities,   # measured on the first blocks, up to PROBE_ENTITIES
+        "measured": {
+            key: round(value, 4) if isinstance(value, float) else value for key, value in measured.items()
+        },
+        "probe_entities": probe.entities,  # measured on the first blocks, up to PROBE_ENTITIES
         # what the search set (dial.py): restatement level (1: the generator's own rates; above 1,
         # 1 + echo passages per entity), paraphrase rate; the knobs are under generator.knobs
         "level": round(search.level, 6) if search else 1.0,
@@ -295,26 +367,50 @@ DEFAULT_SPLIT = {"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.synthkb.generate", __doc__.split("\n")[0])
     parser.add_argument("--out-dir", required=True, help="e.g. resources/synthkb")
-    parser.add_argument("--entities", type=int, required=True,
-                        help="number of entities: ~7.2 passages and ~8.6 questions each")
+    parser.add_argument(
+        "--entities",
+        type=int,
+        required=True,
+        help="number of entities: ~7.2 passages and ~8.6 questions each",
+    )
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--split-spec", default=json.dumps(DEFAULT_SPLIT),
-                        help='JSON: "none" or {"by": "entity"|"query", "dev", "test", "seed"}')
-    parser.add_argument("--block-size", type=int, default=BLOCK_SIZE,
-                        help="entities per self-contained block (memory bound)")
-    parser.add_argument("--distractor-rate", type=float, default=0.6,
-                        help="probability that a name group gets look-alike members")
-    parser.add_argument("--positive", choices=POSITIVE_RULES, default=QuestionKnobs.positive,
-                        help="which stating passage qrels annotates: the first of the article the "
-                             "question names, or the one the question was generated from")
-    parser.add_argument("--fn-share", type=_share_or_none, default=None,
-                        help="the false-negative dial: requested share of true false negatives among "
-                             "the BM25 top-30 negatives of train questions, in [0, 1]; 'none' "
-                             "(default): the generator's own restatement rates (7.2%% at 320 entities)")
-    parser.add_argument("--fn-paraphrase", type=_share, default=0.0,
-                        help="requested share of those false negatives that state the answer without "
-                             "its string (another name, words for a year, a synonym), in [0, 1]; "
-                             "default 0: none paraphrased")
+    parser.add_argument(
+        "--split-spec",
+        default=json.dumps(DEFAULT_SPLIT),
+        help='JSON: "none" or {"by": "entity"|"query", "dev", "test", "seed"}',
+    )
+    parser.add_argument(
+        "--block-size", type=int, default=BLOCK_SIZE, help="entities per self-contained block (memory bound)"
+    )
+    parser.add_argument(
+        "--distractor-rate",
+        type=float,
+        default=0.6,
+        help="probability that a name group gets look-alike members",
+    )
+    parser.add_argument(
+        "--positive",
+        choices=POSITIVE_RULES,
+        default=QuestionKnobs.positive,
+        help="which stating passage qrels annotates: the first of the article the "
+        "question names, or the one the question was generated from",
+    )
+    parser.add_argument(
+        "--fn-share",
+        type=_share_or_none,
+        default=None,
+        help="the false-negative dial: requested share of true false negatives among "
+        "the BM25 top-30 negatives of train questions, in [0, 1]; 'none' "
+        "(default): the generator's own restatement rates (7.2%% at 320 entities)",
+    )
+    parser.add_argument(
+        "--fn-paraphrase",
+        type=_share,
+        default=0.0,
+        help="requested share of those false negatives that state the answer without "
+        "its string (another name, words for a year, a synonym), in [0, 1]; "
+        "default 0: none paraphrased",
+    )
     parser.add_argument("--log", help="also log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
@@ -324,10 +420,17 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--block-size must be at least 10, got {args.block_size}")
     if not 0 <= args.distractor_rate <= 1:
         raise ConfigError(f"--distractor-rate must be in [0, 1], got {args.distractor_rate}")
-    generate(args.out_dir, args.entities, args.seed, parse_split(args.split_spec),
-             qknobs=QuestionKnobs(positive=args.positive), block_size=args.block_size,
-             distractor_rate=args.distractor_rate, fn_share=args.fn_share,
-             fn_paraphrase=args.fn_paraphrase)
+    generate(
+        args.out_dir,
+        args.entities,
+        args.seed,
+        parse_split(args.split_spec),
+        qknobs=QuestionKnobs(positive=args.positive),
+        block_size=args.block_size,
+        distractor_rate=args.distractor_rate,
+        fn_share=args.fn_share,
+        fn_paraphrase=args.fn_paraphrase,
+    )
     return 0
 
 

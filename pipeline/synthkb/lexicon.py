@@ -8,12 +8,15 @@ Slots: {S} the subject as the sentence opens (may be a pronoun), {s} the subject
 short name, never a pronoun), {sp} mid-sentence and possibly a pronoun, {poss} possessive pronoun,
 {N} full name; other slots are named by role.
 """
+
 from __future__ import annotations
 
 # ---- person -----------------------------------------------------------------------------------------
 PERSON_LEAD = [
-    ("{N} ({year}–{dyear}) was a {occ} born in {city}.",
-     ("birth_year", "death_year", "occupation", "born_in")),
+    (
+        "{N} ({year}–{dyear}) was a {occ} born in {city}.",
+        ("birth_year", "death_year", "occupation", "born_in"),
+    ),
     ("{N} ({year}–{dyear}) was a {adj} {occ}.", ("birth_year", "death_year", "occupation")),
     ("{N} was a {occ} born in {city} in {year}.", ("occupation", "born_in", "birth_year")),
     ("{N} (born {year} in {city}) was a {occ}.", ("occupation", "birth_year", "born_in")),
@@ -59,8 +62,7 @@ PERSON_FOUNDED = [
     ("In {fyear} {N} founded the {org}.", ("founded_by", "founded_year")),
     ("{N} established the {org} in {fyear}.", ("founded_by", "founded_year")),
     ("{N} was the founder of the {org}.", ("founded_by",)),
-    ("{N} founded the {org}, a {industry} concern, in {fyear}.",
-     ("founded_by", "industry", "founded_year")),
+    ("{N} founded the {org}, a {industry} concern, in {fyear}.", ("founded_by", "industry", "founded_year")),
 ]
 # The person is the *object* of created_by: always named in full ({N}).
 PERSON_WORK = [
@@ -71,15 +73,22 @@ PERSON_WORK = [
     ("{N} {made} the {genre} {work}.", ("created_by", "genre")),
 ]
 GENRE_VERBS = {  # genre -> (made, made_pp, released)
-    "novel": ("wrote", "written", "published"), "novella": ("wrote", "written", "published"),
-    "poem cycle": ("wrote", "written", "published"), "verse epic": ("wrote", "written", "published"),
-    "play": ("wrote", "written", "performed"), "tragedy": ("wrote", "written", "performed"),
-    "comedy": ("wrote", "written", "performed"), "opera": ("composed", "composed", "performed"),
+    "novel": ("wrote", "written", "published"),
+    "novella": ("wrote", "written", "published"),
+    "poem cycle": ("wrote", "written", "published"),
+    "verse epic": ("wrote", "written", "published"),
+    "play": ("wrote", "written", "performed"),
+    "tragedy": ("wrote", "written", "performed"),
+    "comedy": ("wrote", "written", "performed"),
+    "opera": ("composed", "composed", "performed"),
     "symphony": ("composed", "composed", "performed"),
     "string quartet": ("composed", "composed", "performed"),
-    "painting": ("painted", "painted", "exhibited"), "triptych": ("painted", "painted", "exhibited"),
-    "chronicle": ("wrote", "written", "published"), "history": ("wrote", "written", "published"),
-    "treatise": ("wrote", "written", "published"), "dialogue": ("wrote", "written", "published"),
+    "painting": ("painted", "painted", "exhibited"),
+    "triptych": ("painted", "painted", "exhibited"),
+    "chronicle": ("wrote", "written", "published"),
+    "history": ("wrote", "written", "published"),
+    "treatise": ("wrote", "written", "published"),
+    "dialogue": ("wrote", "written", "published"),
 }
 PERSON_DEATH = [
     ("{S} died in {city} in {year}.", ("died_in", "death_year")),
@@ -115,8 +124,11 @@ CITY_YEAR = [
     ("{S} was founded in {year}.", ("city_year",)),
     ("A charter of {year} is the first mention of {s}.", ("city_year",)),
 ]
-CITY_ALIAS = ["{S} is known locally as {alias}.", "Older maps call {s} {alias}.",
-              "Its inhabitants often call the {kind} {alias}."]
+CITY_ALIAS = [
+    "{S} is known locally as {alias}.",
+    "Older maps call {s} {alias}.",
+    "Its inhabitants often call the {kind} {alias}.",
+]
 # The city is the *object* of born_in / headquartered_in: always named ({N}).
 CITY_NATIVES = [
     "Notable people born in {N} include {list}.",
@@ -151,10 +163,11 @@ COUNTRY_CITIES = [
 ORG_LEAD = [
     ("{N} is a {industry} {kind} based in {city}.", ("industry", "headquartered_in")),
     ("{N} is a {kind} active in {industry}.", ("industry",)),
-    ("{N}, founded in {fyear} by {founder}, is a {industry} {kind}.",
-     ("founded_year", "founded_by", "industry")),
-    ("{N} is a {kind} in the {industry} trade, headquartered in {city}.",
-     ("industry", "headquartered_in")),
+    (
+        "{N}, founded in {fyear} by {founder}, is a {industry} {kind}.",
+        ("founded_year", "founded_by", "industry"),
+    ),
+    ("{N} is a {kind} in the {industry} trade, headquartered in {city}.", ("industry", "headquartered_in")),
 ]
 ORG_FOUNDING = [
     ("{N} was founded by {founder} in {fyear}.", ("founded_by", "founded_year")),
@@ -186,10 +199,11 @@ WORK_LEAD = [
 ]
 # Mentions the author's birthplace and occupation too: a third article stating those facts.
 WORK_LEAD_BIO = [
-    ("{N} is a {genre} by the {city}-born {occ} {author}.",
-     ("genre", "created_by", "born_in", "occupation")),
-    ("{N} is a {genre} by {author}, a {occ} born in {city}.",
-     ("genre", "created_by", "occupation", "born_in")),
+    ("{N} is a {genre} by the {city}-born {occ} {author}.", ("genre", "created_by", "born_in", "occupation")),
+    (
+        "{N} is a {genre} by {author}, a {occ} born in {city}.",
+        ("genre", "created_by", "occupation", "born_in"),
+    ),
 ]
 WORK_BACKGROUND = [
     ("{author} {made} {s} over several years.", ("created_by",)),
@@ -198,32 +212,135 @@ WORK_BACKGROUND = [
     ("{S} first appeared in {year}.", ("work_year",)),
 ]
 # ---- slot words -------------------------------------------------------------------------------------
-ADJECTIVES = ["quiet", "restless", "remarkable", "prolific", "austere", "celebrated", "gifted",
-              "solitary", "ambitious", "meticulous", "eccentric", "influential", "modest", "pale",
-              "bright", "sombre", "windswept", "grey", "green", "ancient"]
-NOUNS = ["garden", "library", "workshop", "boat", "bakery", "printing press", "orchard", "forge",
-         "lodging house", "apothecary", "mill", "vineyard", "bookshop", "stable"]
-TRAITS = ["patience", "wit", "stubbornness", "generosity", "curiosity", "restraint", "humour",
-          "modesty", "energy", "temper", "discipline", "warmth"]
-PARENTS = ["miller", "schoolteacher", "ferryman", "clerk", "weaver", "fisherman", "carpenter",
-           "innkeeper", "shopkeeper", "farmer", "sailor", "midwife"]
+ADJECTIVES = [
+    "quiet",
+    "restless",
+    "remarkable",
+    "prolific",
+    "austere",
+    "celebrated",
+    "gifted",
+    "solitary",
+    "ambitious",
+    "meticulous",
+    "eccentric",
+    "influential",
+    "modest",
+    "pale",
+    "bright",
+    "sombre",
+    "windswept",
+    "grey",
+    "green",
+    "ancient",
+]
+NOUNS = [
+    "garden",
+    "library",
+    "workshop",
+    "boat",
+    "bakery",
+    "printing press",
+    "orchard",
+    "forge",
+    "lodging house",
+    "apothecary",
+    "mill",
+    "vineyard",
+    "bookshop",
+    "stable",
+]
+TRAITS = [
+    "patience",
+    "wit",
+    "stubbornness",
+    "generosity",
+    "curiosity",
+    "restraint",
+    "humour",
+    "modesty",
+    "energy",
+    "temper",
+    "discipline",
+    "warmth",
+]
+PARENTS = [
+    "miller",
+    "schoolteacher",
+    "ferryman",
+    "clerk",
+    "weaver",
+    "fisherman",
+    "carpenter",
+    "innkeeper",
+    "shopkeeper",
+    "farmer",
+    "sailor",
+    "midwife",
+]
 ORDINALS = ["first", "second", "third", "fourth", "youngest", "eldest", "only"]
-HOBBIES = ["astronomy", "beekeeping", "chess", "sailing", "old maps", "rare birds", "gardening",
-           "folk songs", "clocks", "mountain walking"]
-BUILDINGS = ["cathedral", "clock tower", "lighthouse", "grain exchange", "theatre", "town hall",
-             "customs house", "monastery"]
+HOBBIES = [
+    "astronomy",
+    "beekeeping",
+    "chess",
+    "sailing",
+    "old maps",
+    "rare birds",
+    "gardening",
+    "folk songs",
+    "clocks",
+    "mountain walking",
+]
+BUILDINGS = [
+    "cathedral",
+    "clock tower",
+    "lighthouse",
+    "grain exchange",
+    "theatre",
+    "town hall",
+    "customs house",
+    "monastery",
+]
 TRADES = ["fishing", "wool", "salt", "timber", "the river trade", "cattle", "silver", "flax"]
-EMBLEMS = ["golden key", "ship under sail", "pair of scales", "lamp and book", "red tower",
-           "silver anchor", "bee hive", "crossed oars"]
-QUALITIES = ["structure", "language", "humour", "ambition", "restraint", "imagery", "pacing",
-             "melancholy"]
+EMBLEMS = [
+    "golden key",
+    "ship under sail",
+    "pair of scales",
+    "lamp and book",
+    "red tower",
+    "silver anchor",
+    "bee hive",
+    "crossed oars",
+]
+QUALITIES = ["structure", "language", "humour", "ambition", "restraint", "imagery", "pacing", "melancholy"]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
-RELATIVES = ["daughter", "son", "younger brother", "elder sister", "nephew", "cousin", "niece",
-             "eldest son", "only daughter"]
+RELATIVES = [
+    "daughter",
+    "son",
+    "younger brother",
+    "elder sister",
+    "nephew",
+    "cousin",
+    "niece",
+    "eldest son",
+    "only daughter",
+]
 SKILLS = ["swim", "ride a horse", "dance", "play cards", "cook", "speak a second language"]
 DISLIKES = ["large dinners", "long sea voyages", "public speaking", "the cold", "newspapers"]
-TOPICS = ["botany", "mathematics", "old coins", "navigation", "music theory", "geology",
-          "medicine", "astronomy", "law", "languages", "architecture", "agriculture"]
+TOPICS = [
+    "botany",
+    "mathematics",
+    "old coins",
+    "navigation",
+    "music theory",
+    "geology",
+    "medicine",
+    "astronomy",
+    "law",
+    "languages",
+    "architecture",
+    "agriculture",
+]
 FOODS = ["smoked fish", "rye bread", "plum brandy", "sheep cheese", "honey cakes", "mussels"]
 MATERIALS = ["red brick", "grey granite", "timber", "yellow sandstone", "limestone"]
 NUMBERS = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "twelve"]

@@ -10,6 +10,7 @@ share a full name.
 Hard distractors come from *groups*: the members of a group share a name part and differ in another
 ("Varno Keltic" / "Varno Kelton", "Vesk Company" / "Vesk Guild", "Kelvar" / "Port Kelvar").
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,31 +19,126 @@ import math
 from pipeline.core.config import ConfigError
 
 # Roots: two syllables, each onset + vowel + non-empty coda, so every root ends in a consonant.
-ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
-          "br", "dr", "gr", "kr", "st", "th"]
+ONSETS = [
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "gr",
+    "kr",
+    "st",
+    "th",
+]
 VOWELS = ["a", "e", "i", "o", "u"]
 CODAS = ["l", "n", "r", "s", "m", "k", "rn", "ld", "st", "nd", "sk", "th"]
 SYLLABLES = [o + v + c for o in ONSETS for v in VOWELS for c in CODAS]
 ROOT_SPACE = len(SYLLABLES) ** 2
 
 # First names always end in a vowel (roots never do), so a person's name never equals a place's.
-_FIRST_HEADS = ["Va", "De", "Mi", "To", "Ka", "Si", "Lo", "Ne", "Ri", "Be", "Fa", "Ge", "Ze", "Ha",
-                "Ma", "Ti"]
+_FIRST_HEADS = [
+    "Va",
+    "De",
+    "Mi",
+    "To",
+    "Ka",
+    "Si",
+    "Lo",
+    "Ne",
+    "Ri",
+    "Be",
+    "Fa",
+    "Ge",
+    "Ze",
+    "Ha",
+    "Ma",
+    "Ti",
+]
 _FIRST_MIDS = ["rn", "ls", "ss", "r", "l", "n", "v", "d", "st", "lv", "nd", "m"]
 _FIRST_ENDS = ["a", "o", "e", "i"]
 FIRST_NAMES = [h + m + e for h in _FIRST_HEADS for m in _FIRST_MIDS for e in _FIRST_ENDS]
 SURNAME_SUFFIXES = ["ic", "on", "ard", "en", "ow", "is", "ey", "ick", "an", "el"]
 PERSON_GROUP_SPACE = len(FIRST_NAMES) * len(SYLLABLES)
 
-CITY_FORMS = ["{r}", "Port {r}", "{r}holm", "Upper {r}", "{r} Falls", "{r}wick", "New {r}",
-              "{r}stead", "Lower {r}", "{r} Bridge"]
-ORG_KINDS = ["Company", "Society", "Guild", "Consortium", "Union", "Institute", "Foundation",
-             "Trust", "Syndicate", "Academy", "Brotherhood", "Cooperative"]
-WORK_NOUNS = ["Lantern", "Orchard", "Harbour", "Winter", "Tide", "Crown", "Mirror", "Garden",
-              "Bell", "Ember", "Voyage", "Silence", "Tower", "Feast", "Pilgrim", "Shadow", "Archive",
-              "Compass", "Meadow", "Comet", "Anchor", "Falcon", "Requiem", "Threshold", "Furnace",
-              "Orphan", "Tapestry", "Vigil", "Quarry", "Lighthouse", "Salt", "Ferryman", "Heron",
-              "Glacier", "Spindle", "Cathedral", "Nightingale", "Ledger", "Sextant", "Bonfire"]
+CITY_FORMS = [
+    "{r}",
+    "Port {r}",
+    "{r}holm",
+    "Upper {r}",
+    "{r} Falls",
+    "{r}wick",
+    "New {r}",
+    "{r}stead",
+    "Lower {r}",
+    "{r} Bridge",
+]
+ORG_KINDS = [
+    "Company",
+    "Society",
+    "Guild",
+    "Consortium",
+    "Union",
+    "Institute",
+    "Foundation",
+    "Trust",
+    "Syndicate",
+    "Academy",
+    "Brotherhood",
+    "Cooperative",
+]
+WORK_NOUNS = [
+    "Lantern",
+    "Orchard",
+    "Harbour",
+    "Winter",
+    "Tide",
+    "Crown",
+    "Mirror",
+    "Garden",
+    "Bell",
+    "Ember",
+    "Voyage",
+    "Silence",
+    "Tower",
+    "Feast",
+    "Pilgrim",
+    "Shadow",
+    "Archive",
+    "Compass",
+    "Meadow",
+    "Comet",
+    "Anchor",
+    "Falcon",
+    "Requiem",
+    "Threshold",
+    "Furnace",
+    "Orphan",
+    "Tapestry",
+    "Vigil",
+    "Quarry",
+    "Lighthouse",
+    "Salt",
+    "Ferryman",
+    "Heron",
+    "Glacier",
+    "Spindle",
+    "Cathedral",
+    "Nightingale",
+    "Ledger",
+    "Sextant",
+    "Bonfire",
+]
 
 # Root namespace: disjoint index ranges per use, then one permutation of the whole space. A use added
 # last moves no earlier range: "byname" (a city's second name, by entity gid) exists only when the
@@ -84,7 +180,8 @@ class NameSpace:
             raise ConfigError(
                 f"synthkb: too many entities for the name space (needs {need_roots:,} roots of "
                 f"{ROOT_SPACE:,} and {caps['person_group']:,} person groups of "
-                f"{PERSON_GROUP_SPACE:,}); lower datasets.<name>.entities")
+                f"{PERSON_GROUP_SPACE:,}); lower datasets.<name>.entities"
+            )
         self._offsets: dict[str, int] = {}
         offset = 0
         for use in ROOT_USES:

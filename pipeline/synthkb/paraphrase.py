@@ -17,6 +17,7 @@ The ``answers`` lists keep the canonical strings only, so DPR's string match (mi
 answer. Decisions come from a stream of their own, one draw per eligible statement, so a larger p
 paraphrases a superset of statements and p = 0 draws nothing (the default dataset is unchanged).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,42 +25,88 @@ from collections.abc import Callable
 from pipeline.synthkb.world import Block, Entity, Fact, Rand
 
 OCCUPATIONS = {
-    "novelist": "writer of novels", "poet": "versifier", "playwright": "dramatist",
-    "composer": "music writer", "painter": "artist of the brush", "historian": "chronicler",
-    "philosopher": "thinker", "architect": "master builder", "engineer": "machine builder",
-    "physician": "doctor", "botanist": "plant scholar", "cartographer": "map-maker",
-    "astronomer": "stargazer", "merchant": "trader", "chemist": "analyst of substances",
-    "mathematician": "geometer", "explorer": "voyager", "banker": "financier",
+    "novelist": "writer of novels",
+    "poet": "versifier",
+    "playwright": "dramatist",
+    "composer": "music writer",
+    "painter": "artist of the brush",
+    "historian": "chronicler",
+    "philosopher": "thinker",
+    "architect": "master builder",
+    "engineer": "machine builder",
+    "physician": "doctor",
+    "botanist": "plant scholar",
+    "cartographer": "map-maker",
+    "astronomer": "stargazer",
+    "merchant": "trader",
+    "chemist": "analyst of substances",
+    "mathematician": "geometer",
+    "explorer": "voyager",
+    "banker": "financier",
     "surveyor": "land measurer",
 }
 GENRES = {
-    "novel": "book-length story", "novella": "short prose tale", "poem cycle": "sequence of poems",
-    "verse epic": "epic poem", "play": "stage drama", "tragedy": "tragic drama",
-    "comedy": "comic drama", "opera": "sung drama", "symphony": "orchestral work",
-    "string quartet": "work for four strings", "painting": "canvas", "triptych": "three-panel picture",
-    "chronicle": "book of annals", "history": "historical account", "treatise": "learned essay",
+    "novel": "book-length story",
+    "novella": "short prose tale",
+    "poem cycle": "sequence of poems",
+    "verse epic": "epic poem",
+    "play": "stage drama",
+    "tragedy": "tragic drama",
+    "comedy": "comic drama",
+    "opera": "sung drama",
+    "symphony": "orchestral work",
+    "string quartet": "work for four strings",
+    "painting": "canvas",
+    "triptych": "three-panel picture",
+    "chronicle": "book of annals",
+    "history": "historical account",
+    "treatise": "learned essay",
     "dialogue": "philosophical conversation",
 }
 INDUSTRIES = {
-    "shipbuilding": "ship-construction", "textiles": "cloth-weaving", "banking": "money-lending",
-    "publishing": "book-issuing", "mining": "ore-digging", "brewing": "beer-making",
-    "glassmaking": "glass-blowing", "printing": "letterpress work", "shipping": "sea-freight",
-    "insurance": "underwriting", "clockmaking": "timepiece-making", "pottery": "ceramics",
-    "tanning": "leather-curing", "papermaking": "paper-milling", "ironworking": "metal-forging",
+    "shipbuilding": "ship-construction",
+    "textiles": "cloth-weaving",
+    "banking": "money-lending",
+    "publishing": "book-issuing",
+    "mining": "ore-digging",
+    "brewing": "beer-making",
+    "glassmaking": "glass-blowing",
+    "printing": "letterpress work",
+    "shipping": "sea-freight",
+    "insurance": "underwriting",
+    "clockmaking": "timepiece-making",
+    "pottery": "ceramics",
+    "tanning": "leather-curing",
+    "papermaking": "paper-milling",
+    "ironworking": "metal-forging",
     "winemaking": "wine-pressing",
 }
 ORG_ABBREVIATIONS = {
-    "Company": "Co.", "Society": "Soc.", "Guild": "Gld.", "Consortium": "Cons.", "Union": "Un.",
-    "Institute": "Inst.", "Foundation": "Fdn.", "Trust": "Tr.", "Syndicate": "Synd.",
-    "Academy": "Acad.", "Brotherhood": "Bhd.", "Cooperative": "Co-op",
+    "Company": "Co.",
+    "Society": "Soc.",
+    "Guild": "Gld.",
+    "Consortium": "Cons.",
+    "Union": "Un.",
+    "Institute": "Inst.",
+    "Foundation": "Fdn.",
+    "Trust": "Tr.",
+    "Syndicate": "Synd.",
+    "Academy": "Acad.",
+    "Brotherhood": "Bhd.",
+    "Cooperative": "Co-op",
 }
-LITERALS: dict[str, dict[str, str]] = {"occupation": OCCUPATIONS, "genre": GENRES,
-                                       "industry": INDUSTRIES}
-BYNAME_SENTENCES = ["{N} was once called {byname}.", "Old records call {N} {byname}.",
-                    "{byname} is an older name of {N}.", "Travellers long knew {N} as {byname}."]
+LITERALS: dict[str, dict[str, str]] = {"occupation": OCCUPATIONS, "genre": GENRES, "industry": INDUSTRIES}
+BYNAME_SENTENCES = [
+    "{N} was once called {byname}.",
+    "Old records call {N} {byname}.",
+    "{byname} is an older name of {N}.",
+    "Travellers long knew {N} as {byname}.",
+]
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-         "fifteen sixteen seventeen eighteen nineteen").split()
+_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen"
+).split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 
 
@@ -112,7 +159,7 @@ class Paraphraser:
             return person_initial(ent.name)
         if ent.type == "org":
             return org_abbreviation(ent)
-        return f"the {ent.name}n state"          # countries: "Kelvaria" -> "the Kelvarian state"
+        return f"the {ent.name}n state"  # countries: "Kelvaria" -> "the Kelvarian state"
 
     def answer_strings(self, fact: Fact) -> set[str]:
         if fact.obj is None:

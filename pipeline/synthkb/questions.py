@@ -17,6 +17,7 @@ provenance; the annotated positive (qrels) is one passage of it, chosen by ``Que
 
 The difference between qrels_all and qrels is the set of true false negatives.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,65 +26,154 @@ from pipeline.synthkb.lexicon import GENRE_VERBS
 from pipeline.synthkb.world import Block, Entity, Rand
 
 FORWARD = {
-    "born_in": ["Where was {S} born?", "What is the place of birth of {S}?",
-                "Which town is {S} originally from?", "What was the hometown of {S}?",
-                "{S} is a native of which place?", "In which town did {S} start life?"],
-    "birth_year": ["In what year was {S} born?", "When was {S} born?",
-                   "What is the birth year of {S}?", "In which year did the life of {S} begin?",
-                   "What year did {S} come into the world?"],
-    "died_in": ["Where did {S} die?", "What was the place of death of {S}?",
-                "In which town did the life of {S} end?", "Where did {S} pass away?",
-                "Which town did {S} die in?"],
-    "death_year": ["In what year did {S} die?", "When did {S} die?", "What is the year of death of {S}?",
-                   "When did {S} pass away?", "In which year did the life of {S} end?"],
-    "occupation": ["What was the occupation of {S}?", "What did {S} do for a living?",
-                   "What profession did {S} practise?", "What was {S} by trade?",
-                   "What was the job of {S}?", "How did {S} earn a living?"],
-    "member_of": ["Which organisation was {S} a member of?", "{S} belonged to which organisation?",
-                  "Which body counted {S} among its members?", "What group did {S} join?",
-                  "Of which society or company was {S} a member?"],
-    "headquartered_in": ["Where is {S} headquartered?", "In which town does {S} have its headquarters?",
-                         "Where is the head office of {S}?", "{S} is based in which city?",
-                         "Where are the main offices of {S}?"],
-    "founded_by": ["Who founded {S}?", "Who was the founder of {S}?", "{S} was established by whom?",
-                   "Which person set up {S}?", "Who started {S}?"],
-    "founded_year": ["When was {S} founded?", "In what year was {S} established?",
-                     "What is the founding year of {S}?", "When did {S} come into existence?",
-                     "In which year was {S} set up?"],
-    "industry": ["What industry is {S} active in?", "In which trade does {S} work?",
-                 "What line of business is {S} in?", "What sector does {S} operate in?",
-                 "What does {S} do?"],
-    "created_by": ["Who {made} {S}?", "Who is the creator of {S}?", "{S} was {made_pp} by whom?",
-                   "Which {occ} created {S}?", "Whose work is {S}?", "Who is the author of {S}?"],
-    "work_year": ["When was {S} first {released}?", "In what year did {S} first appear?",
-                  "What year is {S} from?", "When did {S} come out?", "In which year was {S} made public?"],
-    "genre": ["What kind of work is {S}?", "What genre does {S} belong to?",
-              "What type of work is {S}?", "{S} is what sort of work?", "What form does {S} take?"],
-    "located_in": ["In which country is {S}?", "{S} lies in which country?",
-                   "Which country is {S} located in?", "What country does {S} belong to?",
-                   "{S} is a town of which country?"],
-    "city_year": ["When was {S} first recorded?", "In what year was {S} founded?",
-                  "What is the date of the earliest record of {S}?", "Since which year has {S} existed?",
-                  "When is {S} first mentioned?"],
-    "capital": ["What is the capital of {S}?", "Which city is the capital of {S}?",
-                "Where is the seat of government of {S}?", "Which town serves as capital of {S}?",
-                "What is the chief city of {S}?"],
+    "born_in": [
+        "Where was {S} born?",
+        "What is the place of birth of {S}?",
+        "Which town is {S} originally from?",
+        "What was the hometown of {S}?",
+        "{S} is a native of which place?",
+        "In which town did {S} start life?",
+    ],
+    "birth_year": [
+        "In what year was {S} born?",
+        "When was {S} born?",
+        "What is the birth year of {S}?",
+        "In which year did the life of {S} begin?",
+        "What year did {S} come into the world?",
+    ],
+    "died_in": [
+        "Where did {S} die?",
+        "What was the place of death of {S}?",
+        "In which town did the life of {S} end?",
+        "Where did {S} pass away?",
+        "Which town did {S} die in?",
+    ],
+    "death_year": [
+        "In what year did {S} die?",
+        "When did {S} die?",
+        "What is the year of death of {S}?",
+        "When did {S} pass away?",
+        "In which year did the life of {S} end?",
+    ],
+    "occupation": [
+        "What was the occupation of {S}?",
+        "What did {S} do for a living?",
+        "What profession did {S} practise?",
+        "What was {S} by trade?",
+        "What was the job of {S}?",
+        "How did {S} earn a living?",
+    ],
+    "member_of": [
+        "Which organisation was {S} a member of?",
+        "{S} belonged to which organisation?",
+        "Which body counted {S} among its members?",
+        "What group did {S} join?",
+        "Of which society or company was {S} a member?",
+    ],
+    "headquartered_in": [
+        "Where is {S} headquartered?",
+        "In which town does {S} have its headquarters?",
+        "Where is the head office of {S}?",
+        "{S} is based in which city?",
+        "Where are the main offices of {S}?",
+    ],
+    "founded_by": [
+        "Who founded {S}?",
+        "Who was the founder of {S}?",
+        "{S} was established by whom?",
+        "Which person set up {S}?",
+        "Who started {S}?",
+    ],
+    "founded_year": [
+        "When was {S} founded?",
+        "In what year was {S} established?",
+        "What is the founding year of {S}?",
+        "When did {S} come into existence?",
+        "In which year was {S} set up?",
+    ],
+    "industry": [
+        "What industry is {S} active in?",
+        "In which trade does {S} work?",
+        "What line of business is {S} in?",
+        "What sector does {S} operate in?",
+        "What does {S} do?",
+    ],
+    "created_by": [
+        "Who {made} {S}?",
+        "Who is the creator of {S}?",
+        "{S} was {made_pp} by whom?",
+        "Which {occ} created {S}?",
+        "Whose work is {S}?",
+        "Who is the author of {S}?",
+    ],
+    "work_year": [
+        "When was {S} first {released}?",
+        "In what year did {S} first appear?",
+        "What year is {S} from?",
+        "When did {S} come out?",
+        "In which year was {S} made public?",
+    ],
+    "genre": [
+        "What kind of work is {S}?",
+        "What genre does {S} belong to?",
+        "What type of work is {S}?",
+        "{S} is what sort of work?",
+        "What form does {S} take?",
+    ],
+    "located_in": [
+        "In which country is {S}?",
+        "{S} lies in which country?",
+        "Which country is {S} located in?",
+        "What country does {S} belong to?",
+        "{S} is a town of which country?",
+    ],
+    "city_year": [
+        "When was {S} first recorded?",
+        "In what year was {S} founded?",
+        "What is the date of the earliest record of {S}?",
+        "Since which year has {S} existed?",
+        "When is {S} first mentioned?",
+    ],
+    "capital": [
+        "What is the capital of {S}?",
+        "Which city is the capital of {S}?",
+        "Where is the seat of government of {S}?",
+        "Which town serves as capital of {S}?",
+        "What is the chief city of {S}?",
+    ],
 }
 # Reverse questions name the object ({O}); every subject of the relation is an answer.
 REVERSE = {
-    "born_in": ["Who was born in {O}?", "Name a person born in {O}.",
-                "Which notable person is a native of {O}?", "{O} is the birthplace of which person?",
-                "Who comes from {O}?"],
-    "died_in": ["Who died in {O}?", "Name a person who died in {O}.", "Which notable person died in {O}?",
-                "Whose life ended in {O}?"],
-    "headquartered_in": ["Which organisation is headquartered in {O}?",
-                         "Name an organisation based in {O}.",
-                         "What company or society has its head office in {O}?"],
+    "born_in": [
+        "Who was born in {O}?",
+        "Name a person born in {O}.",
+        "Which notable person is a native of {O}?",
+        "{O} is the birthplace of which person?",
+        "Who comes from {O}?",
+    ],
+    "died_in": [
+        "Who died in {O}?",
+        "Name a person who died in {O}.",
+        "Which notable person died in {O}?",
+        "Whose life ended in {O}?",
+    ],
+    "headquartered_in": [
+        "Which organisation is headquartered in {O}?",
+        "Name an organisation based in {O}.",
+        "What company or society has its head office in {O}?",
+    ],
     "located_in": ["Name a town in {O}.", "Which town lies in {O}?", "What is one of the towns of {O}?"],
-    "created_by": ["Name a work by {O}.", "What did {O} create?", "Which work was made by {O}?",
-                   "What is one of the works of {O}?"],
-    "founded_by": ["Which organisation did {O} found?", "What did {O} establish?",
-                   "{O} was the founder of which organisation?"],
+    "created_by": [
+        "Name a work by {O}.",
+        "What did {O} create?",
+        "Which work was made by {O}?",
+        "What is one of the works of {O}?",
+    ],
+    "founded_by": [
+        "Which organisation did {O} found?",
+        "What did {O} establish?",
+        "{O} was the founder of which organisation?",
+    ],
     "member_of": ["Who was a member of {O}?", "Name a member of {O}.", "Which person belonged to {O}?"],
     "capital": ["{O} is the capital of which country?", "Of which country is {O} the capital?"],
 }
@@ -91,9 +181,9 @@ REVERSE = {
 
 @dataclass(frozen=True)
 class QuestionKnobs:
-    extra_question: float = 0.8    # a fact gets a second question in other words
-    reverse_rate: float = 1.0      # a (relation, object) pair gets a reverse question
-    reverse_extra: float = 0.5     # ... and a second one
+    extra_question: float = 0.8  # a fact gets a second question in other words
+    reverse_rate: float = 1.0  # a (relation, object) pair gets a reverse question
+    reverse_extra: float = 0.5  # ... and a second one
     positive: str = "named_article"  # or "source": which stating passage qrels annotates
 
 
@@ -102,11 +192,11 @@ class Question:
     qid: str
     text: str
     answers: list[str]
-    subject: int                   # gid of the entity the question is about (split unit)
-    positive: str                  # the annotated passage
-    relevant: list[str]            # every passage stating an answer fact (positive included)
+    subject: int  # gid of the entity the question is about (split unit)
+    positive: str  # the annotated passage
+    relevant: list[str]  # every passage stating an answer fact (positive included)
     reverse: bool = False
-    fallback: bool = False         # positive=named_article, but the named article states no answer
+    fallback: bool = False  # positive=named_article, but the named article states no answer
 
 
 def _ref(e: Entity) -> str:
@@ -133,8 +223,9 @@ def _article_passage(relevant: list[str], gid: int) -> str | None:
     return min(own, key=passage_place) if own else None
 
 
-def make_questions(block: Block, passages_of: dict[int, list[str]], seed: int,
-                   knobs: QuestionKnobs) -> list[Question]:
+def make_questions(
+    block: Block, passages_of: dict[int, list[str]], seed: int, knobs: QuestionKnobs
+) -> list[Question]:
     """All questions of one block, in a deterministic order."""
     ents = block.entities
     counter: dict[int, int] = {}
@@ -143,8 +234,14 @@ def make_questions(block: Block, passages_of: dict[int, list[str]], seed: int,
     if knobs.positive not in POSITIVE_RULES:
         raise ValueError(f"positive must be one of {POSITIVE_RULES}, got {knobs.positive!r}")
 
-    def emit(subject: Entity, text: str, answers: list[str], source: str,
-             relevant: list[str], reverse: bool = False) -> None:
+    def emit(
+        subject: Entity,
+        text: str,
+        answers: list[str],
+        source: str,
+        relevant: list[str],
+        reverse: bool = False,
+    ) -> None:
         # The source passage is drawn either way, so both rules give the same questions and qrels_all.
         positive, fallback = source, False
         if knobs.positive == "named_article":
@@ -152,8 +249,11 @@ def make_questions(block: Block, passages_of: dict[int, list[str]], seed: int,
             positive, fallback = (named, False) if named else (source, True)
         k = counter.get(subject.gid, 0)
         counter[subject.gid] = k + 1
-        out.append(Question(f"q{subject.gid}-{k}", _cap(text), answers, subject.gid, positive,
-                            relevant, reverse, fallback))
+        out.append(
+            Question(
+                f"q{subject.gid}-{k}", _cap(text), answers, subject.gid, positive, relevant, reverse, fallback
+            )
+        )
 
     for fact in block.facts:
         rng = Rand(seed, "question", block.index, fact.fid)
@@ -162,8 +262,7 @@ def make_questions(block: Block, passages_of: dict[int, list[str]], seed: int,
         if subj.type == "work":
             made, made_pp, released = GENRE_VERBS[subj.attrs["genre"]]
             author = ents[subj.attrs["created_by"]]
-            slots.update(made=made, made_pp=made_pp, released=released,
-                         occ=author.attrs["occupation"])
+            slots.update(made=made, made_pp=made_pp, released=released, occ=author.attrs["occupation"])
         n = 2 if rng.chance(knobs.extra_question) else 1
         relevant = passages_of[fact.fid]
         for template in rng.sample(FORWARD[fact.rel], n):

@@ -7,6 +7,7 @@ built without building blocks ``0..b-1``.
 
 Every relation is functional (one value per subject), so a fact is identified by (subject, relation).
 """
+
 from __future__ import annotations
 
 import random
@@ -52,11 +53,38 @@ GENRES = {
     "historian": ["chronicle", "history"],
     "philosopher": ["treatise", "dialogue"],
 }
-OTHER_OCCUPATIONS = ["architect", "engineer", "physician", "botanist", "cartographer", "astronomer",
-                     "merchant", "chemist", "mathematician", "explorer", "banker", "surveyor"]
-INDUSTRIES = ["shipbuilding", "textiles", "banking", "publishing", "mining", "brewing",
-              "glassmaking", "printing", "shipping", "insurance", "clockmaking", "pottery",
-              "tanning", "papermaking", "ironworking", "winemaking"]
+OTHER_OCCUPATIONS = [
+    "architect",
+    "engineer",
+    "physician",
+    "botanist",
+    "cartographer",
+    "astronomer",
+    "merchant",
+    "chemist",
+    "mathematician",
+    "explorer",
+    "banker",
+    "surveyor",
+]
+INDUSTRIES = [
+    "shipbuilding",
+    "textiles",
+    "banking",
+    "publishing",
+    "mining",
+    "brewing",
+    "glassmaking",
+    "printing",
+    "shipping",
+    "insurance",
+    "clockmaking",
+    "pottery",
+    "tanning",
+    "papermaking",
+    "ironworking",
+    "winemaking",
+]
 CITY_KINDS = ["town", "city", "port", "market town"]
 
 
@@ -74,7 +102,7 @@ class Rand:
 
     def below(self, n: int) -> int:
         k = int(self._r.random() * n)
-        return k if k < n else n - 1   # r * n can round up to n for huge n
+        return k if k < n else n - 1  # r * n can round up to n for huge n
 
     def between(self, lo: int, hi: int) -> int:
         return lo + self.below(hi - lo + 1)
@@ -94,15 +122,15 @@ class Rand:
 
 @dataclass
 class Entity:
-    idx: int                     # index within the block
-    gid: int                     # global id (pids and qids derive from it)
+    idx: int  # index within the block
+    gid: int  # global id (pids and qids derive from it)
     type: str
     name: str
-    group: int                   # distractor group: members share part of their names
+    group: int  # distractor group: members share part of their names
     alias: str | None = None
-    kind: str | None = None      # city: town/port/...; org: the kind word of its name
+    kind: str | None = None  # city: town/port/...; org: the kind word of its name
     gender: str | None = None
-    attrs: dict = field(default_factory=dict)   # relation -> entity idx or literal string
+    attrs: dict = field(default_factory=dict)  # relation -> entity idx or literal string
 
     def answers(self) -> list[str]:
         return [self.name] + ([self.alias] if self.alias else [])
@@ -113,8 +141,8 @@ class Fact:
     fid: int
     subj: int
     rel: str
-    obj: int | None              # entity idx (entity-valued relations)
-    value: str | None            # literal relations
+    obj: int | None  # entity idx (entity-valued relations)
+    value: str | None  # literal relations
 
 
 def composition(n: int) -> dict[str, int]:
@@ -134,7 +162,7 @@ class Layout:
         self.entities = entities
         # At most block_size per block, and never below 10 (the smallest block with every type).
         self.n_blocks = max(1, min(-(-entities // block_size), entities // 10))
-        self.small, self.n_large = divmod(entities, self.n_blocks)   # n_large blocks of small+1
+        self.small, self.n_large = divmod(entities, self.n_blocks)  # n_large blocks of small+1
         self._comp_small = composition(self.small)
         self._comp_large = composition(self.small + 1)
 
@@ -147,7 +175,8 @@ class Layout:
     def _count_before(self, block: int, key) -> int:
         large = min(block, self.n_large)
         return large * key(self._comp_large, self.small + 1) + (block - large) * key(
-            self._comp_small, self.small)
+            self._comp_small, self.small
+        )
 
     def entity_offset(self, block: int) -> int:
         return self._count_before(block, lambda comp, size: size)
@@ -162,11 +191,18 @@ class Layout:
 def name_space(layout: Layout, seed: int, bynames: bool = False) -> NameSpace:
     """Every name of the KB; ``bynames``: also cities' second names (the paraphrase dial)."""
     cities = layout.type_total("city")
-    return NameSpace(seed, {"city": cities, "alias": cities,
-                            "country": layout.type_total("country"),
-                            "org": layout.type_total("org"), "work": layout.type_total("work"),
-                            "person_group": layout.type_total("person"),
-                            "byname": layout.entities if bynames else 0})
+    return NameSpace(
+        seed,
+        {
+            "city": cities,
+            "alias": cities,
+            "country": layout.type_total("country"),
+            "org": layout.type_total("org"),
+            "work": layout.type_total("work"),
+            "person_group": layout.type_total("person"),
+            "byname": layout.entities if bynames else 0,
+        },
+    )
 
 
 @dataclass
@@ -174,7 +210,7 @@ class Block:
     index: int
     entities: list[Entity]
     facts: list[Fact]
-    fid: dict[tuple[int, str], int]          # (subject idx, relation) -> fact id
+    fid: dict[tuple[int, str], int]  # (subject idx, relation) -> fact id
     inverse: dict[tuple[int, str], list[int]]  # (object idx, relation) -> subject idxs
     by_type: dict[str, list[int]]
 
@@ -188,8 +224,9 @@ class Block:
         return [fact.value]
 
 
-def build_block(layout: Layout, names: NameSpace, seed: int, block: int,
-                distractor_rate: float = 0.6) -> Block:
+def build_block(
+    layout: Layout, names: NameSpace, seed: int, block: int, distractor_rate: float = 0.6
+) -> Block:
     """Entities, attributes and facts of one block; a pure function of its arguments."""
     rng = Rand(seed, "world", block)
     comp = layout.comp(block)
@@ -201,8 +238,7 @@ def build_block(layout: Layout, names: NameSpace, seed: int, block: int,
         members = _groups(comp[etype], distractor_rate, rng)
         for k, (first, member) in enumerate(members):
             group = t0 + first
-            ent = Entity(idx=len(entities), gid=gid0 + len(entities), type=etype, name="",
-                         group=group)
+            ent = Entity(idx=len(entities), gid=gid0 + len(entities), type=etype, name="", group=group)
             if etype == "country":
                 ent.name = names.country(t0 + k)
             elif etype == "city":
@@ -253,13 +289,13 @@ def _assign_attributes(ents: list[Entity], by_type: dict[str, list[int]], rng: R
         # The first person is always creative so that every block can have works.
         pool = creative if k == 0 or rng.chance(0.6) else OTHER_OCCUPATIONS
         ents[p].attrs["occupation"] = rng.pick(pool)
-    founders = rng.sample(persons, len(orgs)) if len(persons) >= len(orgs) else \
-        [rng.pick(persons) for _ in orgs]
+    founders = (
+        rng.sample(persons, len(orgs)) if len(persons) >= len(orgs) else [rng.pick(persons) for _ in orgs]
+    )
     for o, founder in zip(orgs, founders):
         ents[o].attrs["headquartered_in"] = rng.pick(cities)
         ents[o].attrs["founded_by"] = founder
-        ents[o].attrs["founded_year"] = str(int(ents[founder].attrs["birth_year"])
-                                            + rng.between(22, 55))
+        ents[o].attrs["founded_year"] = str(int(ents[founder].attrs["birth_year"]) + rng.between(22, 55))
         ents[o].attrs["industry"] = rng.pick(INDUSTRIES)
     for p in persons:
         born = int(ents[p].attrs["birth_year"])
@@ -271,8 +307,7 @@ def _assign_attributes(ents: list[Entity], by_type: dict[str, list[int]], rng: R
         author = rng.pick(authors)
         ents[w].attrs["created_by"] = author
         ents[w].attrs["genre"] = rng.pick(GENRES[ents[author].attrs["occupation"]])
-        ents[w].attrs["work_year"] = str(int(ents[author].attrs["birth_year"])
-                                         + rng.between(20, 60))
+        ents[w].attrs["work_year"] = str(int(ents[author].attrs["birth_year"]) + rng.between(20, 60))
 
 
 def _with_facts(block: int, ents: list[Entity], by_type: dict[str, list[int]]) -> Block:
@@ -282,8 +317,7 @@ def _with_facts(block: int, ents: list[Entity], by_type: dict[str, list[int]]) -
     for ent in ents:
         for rel, value in ent.attrs.items():
             obj_type = RELATIONS[rel][1]
-            fact = Fact(len(facts), ent.idx, rel, value if obj_type else None,
-                        None if obj_type else value)
+            fact = Fact(len(facts), ent.idx, rel, value if obj_type else None, None if obj_type else value)
             facts.append(fact)
             fid[(ent.idx, rel)] = fact.fid
             if obj_type:

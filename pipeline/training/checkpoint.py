@@ -11,6 +11,7 @@ A file that does not load that way (damaged, truncated by a full disk, or writte
 pickled numpy arrays) is not a checkpoint: the stage starts afresh with a warning, or, where it cannot
 (``unreadable="error"``), stops with a message that names the folder.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,9 @@ STATE_FILE = "state.pt"
 _KEYS = ("step", "state", "rng", "extra")
 
 
-def save_checkpoint(directory: str | Path, *, step: int, modules: dict[str, Any],
-                    extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    directory: str | Path, *, step: int, modules: dict[str, Any], extra: dict[str, Any] | None = None
+) -> Path:
     """Save ``modules`` (anything with state_dict(): models, optimizers, schedulers, scalers)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -64,8 +66,7 @@ def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
 
 
 def _not_a_checkpoint(why: str) -> str:
-    return (f"not a readable checkpoint ({why}); it is damaged or was written by an older version "
-            "of sieve")
+    return f"not a readable checkpoint ({why}); it is damaged or was written by an older version of sieve"
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -74,13 +75,20 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     payload, why = _load(path)
     if payload is None:
-        raise DataError(f"{_not_a_checkpoint(why)}: delete {path.parent} and run again to "
-                        "start that training afresh", file=path)
+        raise DataError(
+            f"{_not_a_checkpoint(why)}: delete {path.parent} and run again to start that training afresh",
+            file=path,
+        )
     return payload
 
 
-def load_checkpoint(directory: str | Path, *, modules: dict[str, Any], restore_rng: bool = True,
-                    unreadable: Literal["afresh", "error"] = "afresh") -> dict[str, Any] | None:
+def load_checkpoint(
+    directory: str | Path,
+    *,
+    modules: dict[str, Any],
+    restore_rng: bool = True,
+    unreadable: Literal["afresh", "error"] = "afresh",
+) -> dict[str, Any] | None:
     """Restore ``modules`` in place from ``directory``; return {'step', 'extra'} or None if absent.
 
     An unreadable ``state.pt`` counts as absent, with a warning (``unreadable="afresh"``: the caller
@@ -95,8 +103,9 @@ def load_checkpoint(directory: str | Path, *, modules: dict[str, Any], restore_r
     else:
         payload, why = _load(path)
         if payload is None:
-            log.warning("%s: %s; ignoring it: training starts afresh in %s", path,
-                        _not_a_checkpoint(why), path.parent)
+            log.warning(
+                "%s: %s; ignoring it: training starts afresh in %s", path, _not_a_checkpoint(why), path.parent
+            )
             return None
     missing = [name for name, obj in modules.items() if obj is not None and name not in payload["state"]]
     if missing:

@@ -13,6 +13,7 @@ Randomness: the k hard negatives of a query in an epoch come from ``item_rng(see
 order of an epoch from a seeded permutation, so they do not depend on batch order, on the number of
 ranks, or on where a run was resumed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,6 +38,7 @@ _CORPUS_BATCH = 65_536
 @dataclass
 class Batch:
     """One (micro-)batch: Q queries and Q·(k+1) passages laid out [pos, neg1..negk] per query."""
+
     qids: list[str]
     query_texts: list[str]
     passage_titles: list[str]
@@ -56,15 +58,20 @@ class PassageStore:
         return len(self.pids)
 
     @classmethod
-    def from_corpus(cls, corpus_path: str | Path, pids: np.ndarray,
-                    source_of: Callable[[str], str] | None = None) -> "PassageStore":
+    def from_corpus(
+        cls, corpus_path: str | Path, pids: np.ndarray, source_of: Callable[[str], str] | None = None
+    ) -> "PassageStore":
         """Stream the corpus keeping ``pids`` (unique); a pid not in the corpus is a DataError.
 
         ``source_of(pid)`` names the file that referenced a pid, for the error message.
         """
         corpus_path = Path(corpus_path)
-        parquet = open_parquet(corpus_path, ["pid", "title", "text"], schema=CORPUS_SCHEMA,
-                               missing="file not found (did the data stage run?)")
+        parquet = open_parquet(
+            corpus_path,
+            ["pid", "title", "text"],
+            schema=CORPUS_SCHEMA,
+            missing="file not found (did the data stage run?)",
+        )
         wanted = pa.array(pids, type=pa.string())
         positions, titles, texts = [], [], []
         for batch in parquet.iter_batches(batch_size=_CORPUS_BATCH, columns=["pid", "title", "text"]):
@@ -80,14 +87,19 @@ class PassageStore:
         hits = np.bincount(pos, minlength=len(pids))
         if len(pos) and hits.max() > 1:
             dup = pids[int(np.argmax(hits))]
-            raise DataError(f"pid {dup!r} occurs more than once; pids must be unique",
-                            file=corpus_path, field="pid")
+            raise DataError(
+                f"pid {dup!r} occurs more than once; pids must be unique", file=corpus_path, field="pid"
+            )
         found[pos] = True
         if not found.all():
             missing = pids[~found]
             where_from = source_of(missing[0]) if source_of else "a training input"
-            raise DataError(f"{len(missing)} pid(s) referenced by {where_from} are not in the corpus "
-                            f"{corpus_path} (first: {missing[0]!r})", file=where_from, field="pid")
+            raise DataError(
+                f"{len(missing)} pid(s) referenced by {where_from} are not in the corpus "
+                f"{corpus_path} (first: {missing[0]!r})",
+                file=where_from,
+                field="pid",
+            )
         # Reorder so that row i holds pids[i].
         order = np.empty(len(pids), dtype=np.int64)
         order[pos] = np.arange(len(pos))
@@ -100,9 +112,9 @@ class PassageStore:
         return self.titles.take(idx).to_pylist(), self.texts.take(idx).to_pylist()
 
 
-def load_queries_with_positives(queries_path: str | Path, qrels_path: str | Path,
-                                drop_without_positive: bool = False
-                                ) -> tuple[pd.DataFrame, pd.DataFrame, frozenset[str]]:
+def load_queries_with_positives(
+    queries_path: str | Path, qrels_path: str | Path, drop_without_positive: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame, frozenset[str]]:
     """Return (queries sorted by qid with a ``positive`` column, all positive pairs, dropped qids).
 
     A train query without a positive is a DataError unless ``drop_without_positive``; dropped
@@ -112,54 +124,72 @@ def load_queries_with_positives(queries_path: str | Path, qrels_path: str | Path
     check_unique(queries, "qid", queries_path)
     for col in ("qid", "text"):
         if queries[col].isna().any():
-            raise DataError("null value", file=queries_path, record=int(queries[col].isna().idxmax()),
-                            field=col)
+            raise DataError(
+                "null value", file=queries_path, record=int(queries[col].isna().idxmax()), field=col
+            )
     qrels = read_table(qrels_path, columns=["qid", "pid", "relevance"], schema=QRELS_SCHEMA)
     for col in ("qid", "pid", "relevance"):
         if qrels[col].isna().any():
-            raise DataError("null value", file=qrels_path, record=int(qrels[col].isna().idxmax()),
-                            field=col)
+            raise DataError("null value", file=qrels_path, record=int(qrels[col].isna().idxmax()), field=col)
     unknown = ~qrels["qid"].isin(queries["qid"])
     if unknown.any():
         row = int(unknown.idxmax())
-        raise DataError(f"qid {qrels.at[row, 'qid']!r} is not in {queries_path}", file=qrels_path,
-                        record=row, field="qid")
+        raise DataError(
+            f"qid {qrels.at[row, 'qid']!r} is not in {queries_path}", file=qrels_path, record=row, field="qid"
+        )
     positives = qrels[qrels["relevance"] >= 1].reset_index(drop=True)
     # Highest relevance, ties -> first row: a stable sort keeps file order within equal relevance.
-    best = (positives.assign(_row=np.arange(len(positives)))
-            .sort_values(["relevance", "_row"], ascending=[False, True], kind="stable")
-            .drop_duplicates("qid", keep="first")
-            .set_index("qid")["pid"])
+    best = (
+        positives.assign(_row=np.arange(len(positives)))
+        .sort_values(["relevance", "_row"], ascending=[False, True], kind="stable")
+        .drop_duplicates("qid", keep="first")
+        .set_index("qid")["pid"]
+    )
     queries = queries.assign(positive=queries["qid"].map(best))
     missing = queries["positive"].isna()
     n_dropped = int(missing.sum())
     if n_dropped:
         first = queries.loc[missing, "qid"].iloc[0]
         if not drop_without_positive:
-            raise DataError(f"train query {first!r} has no positive (no row with relevance >= 1); "
-                            f"{n_dropped} such queries in total. Fix the data or set the option to "
-                            f"drop them (drop_queries_without_positive)",
-                            file=qrels_path, record=f"qid {first}", field="qid")
-        log.warning("dropped %d train queries without a positive in %s (first: %r)",
-                    n_dropped, qrels_path, first)
+            raise DataError(
+                f"train query {first!r} has no positive (no row with relevance >= 1); "
+                f"{n_dropped} such queries in total. Fix the data or set the option to "
+                f"drop them (drop_queries_without_positive)",
+                file=qrels_path,
+                record=f"qid {first}",
+                field="qid",
+            )
+        log.warning(
+            "dropped %d train queries without a positive in %s (first: %r)", n_dropped, qrels_path, first
+        )
     dropped = frozenset(queries.loc[missing, "qid"])
     queries = queries[~missing].sort_values("qid", kind="stable").reset_index(drop=True)
     return queries, positives[["qid", "pid"]], dropped
 
 
-def load_candidates(negatives_path: str | Path, queries: pd.DataFrame, positives: pd.DataFrame,
-                    depth: int, dropped: frozenset[str] = frozenset()) -> pd.DataFrame:
+def load_candidates(
+    negatives_path: str | Path,
+    queries: pd.DataFrame,
+    positives: pd.DataFrame,
+    depth: int,
+    dropped: frozenset[str] = frozenset(),
+) -> pd.DataFrame:
     """Rows (qid, pid, rank) usable as hard negatives: not excluded, not a positive, top ``depth``."""
     negatives_path = Path(negatives_path)
     if not negatives_path.exists():
         raise DataError("file not found (did the negative-mining stage run?)", file=negatives_path)
     # Mined, sieved and shipped negatives share these columns' types; shipped ones have no `excluded`.
-    neg = read_table(negatives_path, columns=["qid", "pid", "rank", "excluded"],
-                     schema=MINED_NEGATIVES_SCHEMA, optional=("excluded",))
+    neg = read_table(
+        negatives_path,
+        columns=["qid", "pid", "rank", "excluded"],
+        schema=MINED_NEGATIVES_SCHEMA,
+        optional=("excluded",),
+    )
     for col in neg.columns:
         if neg[col].isna().any():
-            raise DataError("null value", file=negatives_path, record=int(neg[col].isna().idxmax()),
-                            field=col)
+            raise DataError(
+                "null value", file=negatives_path, record=int(neg[col].isna().idxmax()), field=col
+            )
     unknown = ~neg["qid"].isin(queries["qid"])
     if unknown.any():
         # Rows of queries dropped for lacking a positive are expected; any other qid is a mismatch
@@ -167,21 +197,31 @@ def load_candidates(negatives_path: str | Path, queries: pd.DataFrame, positives
         stray = unknown & ~neg["qid"].isin(dropped)
         if stray.any():
             row = int(stray.idxmax())
-            raise DataError(f"qid {neg.at[row, 'qid']!r} is not a train query", file=negatives_path,
-                            record=row, field="qid")
+            raise DataError(
+                f"qid {neg.at[row, 'qid']!r} is not a train query",
+                file=negatives_path,
+                record=row,
+                field="qid",
+            )
         neg = neg[~unknown]
     if "excluded" in neg:
         neg = neg[~neg["excluded"].astype(bool)]
     is_pos = pd.MultiIndex.from_frame(neg[["qid", "pid"]]).isin(
-        pd.MultiIndex.from_frame(positives[["qid", "pid"]]))
+        pd.MultiIndex.from_frame(positives[["qid", "pid"]])
+    )
     neg = neg[~is_pos]
     neg = neg.sort_values(["qid", "rank"], kind="stable")
     neg = neg.drop_duplicates(["qid", "pid"], keep="first")
     return neg.groupby("qid", sort=False).head(depth)[["qid", "pid", "rank"]].reset_index(drop=True)
 
 
-def sample_negatives(candidates: np.ndarray, k: int, rng: np.random.Generator,
-                     pool: np.ndarray | None = None, exclude: np.ndarray | None = None) -> np.ndarray:
+def sample_negatives(
+    candidates: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    pool: np.ndarray | None = None,
+    exclude: np.ndarray | None = None,
+) -> np.ndarray:
     """k hard negatives from a query's candidates (without replacement when there are enough).
 
     Fewer than k candidates: all of them, topped up by draws with replacement. None at all: draws from
@@ -211,8 +251,9 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return item_rng(seed, "__epoch_order__", epoch).permutation(n)
 
 
-def micro_batch_indices(order: np.ndarray, micro_index: int, batch_size: int, rank: int = 0,
-                        world_size: int = 1) -> np.ndarray:
+def micro_batch_indices(
+    order: np.ndarray, micro_index: int, batch_size: int, rank: int = 0, world_size: int = 1
+) -> np.ndarray:
     """This rank's slice of global micro-batch ``micro_index`` (contiguous, in rank order).
 
     Concatenating the ranks' slices gives exactly the single-process batch, so gathered in-batch
@@ -222,17 +263,26 @@ def micro_batch_indices(order: np.ndarray, micro_index: int, batch_size: int, ra
         raise ValueError(f"batch_size {batch_size} is not divisible by the {world_size} ranks")
     per_rank = batch_size // world_size
     start = micro_index * batch_size + rank * per_rank
-    return order[start:start + per_rank]
+    return order[start : start + per_rank]
 
 
 class TrainData:
     """Queries + positives + candidate negatives + the passages they need, ready to batch."""
 
-    def __init__(self, queries_path: str | Path, qrels_path: str | Path, negatives_path: str | Path,
-                 corpus_path: str | Path, *, depth: int, seed: int,
-                 drop_without_positive: bool = False):
-        queries, positives, dropped = load_queries_with_positives(queries_path, qrels_path,
-                                                                  drop_without_positive)
+    def __init__(
+        self,
+        queries_path: str | Path,
+        qrels_path: str | Path,
+        negatives_path: str | Path,
+        corpus_path: str | Path,
+        *,
+        depth: int,
+        seed: int,
+        drop_without_positive: bool = False,
+    ):
+        queries, positives, dropped = load_queries_with_positives(
+            queries_path, qrels_path, drop_without_positive
+        )
         if queries.empty:
             raise DataError("no train queries with a positive", file=queries_path)
         cand = load_candidates(negatives_path, queries, positives, depth, dropped)
@@ -247,8 +297,8 @@ class TrainData:
         uniques = np.asarray(uniques, dtype=object)
         n_q = len(queries)
         self.positive_ids = codes[:n_q].astype(np.int64)
-        cand_codes = codes[n_q:n_q + len(cand)].astype(np.int64)
-        pos_codes = codes[n_q + len(cand):].astype(np.int64)
+        cand_codes = codes[n_q : n_q + len(cand)].astype(np.int64)
+        pos_codes = codes[n_q + len(cand) :].astype(np.int64)
         q_index = pd.Index(self.qids)
         cand_q = q_index.get_indexer(cand["qid"])
         order = np.argsort(cand_q, kind="stable")  # keeps rank order within a query
@@ -265,27 +315,37 @@ class TrainData:
         self.n_without_candidates = int((counts == 0).sum())
         self.n_short = int(((counts > 0) & (counts < depth)).sum())
         if self.n_without_candidates:
-            log.warning("%d train queries have no usable hard-negative candidate in %s; their "
-                        "negatives are drawn from the other queries' candidates",
-                        self.n_without_candidates, negatives_path)
+            log.warning(
+                "%d train queries have no usable hard-negative candidate in %s; their "
+                "negatives are drawn from the other queries' candidates",
+                self.n_without_candidates,
+                negatives_path,
+            )
 
         positive_pids = set(positives["pid"])
         self.passages = PassageStore.from_corpus(
-            corpus_path, uniques,
-            source_of=lambda pid: str(qrels_path if pid in positive_pids else negatives_path))
-        log.info("training data: %d queries (%d dropped), %d passages, %.1f candidates/query",
-                 n_q, self.n_dropped, len(uniques), counts.mean() if n_q else 0.0)
+            corpus_path,
+            uniques,
+            source_of=lambda pid: str(qrels_path if pid in positive_pids else negatives_path),
+        )
+        log.info(
+            "training data: %d queries (%d dropped), %d passages, %.1f candidates/query",
+            n_q,
+            self.n_dropped,
+            len(uniques),
+            counts.mean() if n_q else 0.0,
+        )
 
     def __len__(self) -> int:
         return len(self.qids)
 
     def candidates(self, i: int) -> np.ndarray:
-        return self._cand[self._cand_ptr[i]:self._cand_ptr[i + 1]]
+        return self._cand[self._cand_ptr[i] : self._cand_ptr[i + 1]]
 
     def negatives(self, i: int, k: int, epoch: int) -> np.ndarray:
         """Passage ids of query i's k hard negatives in ``epoch`` (deterministic per qid/epoch/seed)."""
         rng = item_rng(self.seed, self.qids[i], epoch)
-        exclude = self._pos[self._pos_ptr[i]:self._pos_ptr[i + 1]]
+        exclude = self._pos[self._pos_ptr[i] : self._pos_ptr[i + 1]]
         return sample_negatives(self.candidates(i), k, rng, pool=self._pool, exclude=exclude)
 
     def batch(self, indices: np.ndarray, k: int, epoch: int) -> Batch:
@@ -294,6 +354,10 @@ class TrainData:
             ids.append(self.positive_ids[i])
             ids.extend(self.negatives(int(i), k, epoch).tolist())
         titles, texts = self.passages.get(np.asarray(ids, dtype=np.int64))
-        return Batch(qids=[self.qids[i] for i in indices],
-                     query_texts=[self.query_texts[i] for i in indices],
-                     passage_titles=titles, passage_texts=texts, group_size=k + 1)
+        return Batch(
+            qids=[self.qids[i] for i in indices],
+            query_texts=[self.query_texts[i] for i in indices],
+            passage_titles=titles,
+            passage_texts=texts,
+            group_size=k + 1,
+        )

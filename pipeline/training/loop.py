@@ -10,6 +10,7 @@ of step t is a pure function of t (epoch = t // steps_per_epoch, position = t % 
 run restarted from the checkpoint at step s therefore replays steps s+1... bit for bit, and ends with
 the same weights as a run that was never interrupted.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,20 +23,20 @@ from typing import Callable
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
-from pydantic import ValidationError
 from transformers import get_linear_schedule_with_warmup
 
-from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.core.config import ConfigError
-from pipeline.core.settings import Objective, TrainSettings, describe_errors
-from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
+from pipeline.core.precision import autocast, autocast_dtype, precision_name
+from pipeline.core.settings import Objective, TrainSettings, describe_errors
 from pipeline.core.storage import atomic_open, write_json
-from pipeline.training.losses import ContrastiveLoss, loss_for, positive_columns, similarity_scores
+from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.training.data import epoch_order, micro_batch_indices
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
+from pipeline.training.losses import ContrastiveLoss, loss_for, positive_columns, similarity_scores
 
 log = logging.getLogger("sieve.trainer")
 
@@ -46,13 +47,16 @@ LOG_FILE = "train_log.jsonl"
 class TrainConfig(Objective, TrainSettings):
     """What the loop trains with: the dpr/ccr section's settings (pipeline.core.settings) and a seed.
     Built in code, a bad value is a ConfigError naming the setting."""
+
     seed: int = 0
 
     def __init__(self, **values) -> None:
         try:
             super().__init__(**values)
         except ValidationError as err:
-            raise ConfigError("training settings: " + "; ".join(describe_errors(err, root=TrainConfig))) from None
+            raise ConfigError(
+                "training settings: " + "; ".join(describe_errors(err, root=TrainConfig))
+            ) from None
 
 
 class DualEncoder(torch.nn.Module):
@@ -82,25 +86,37 @@ class StateCaches:
     """The lower-layer caches of both towers (train_layers); texts are the keys."""
 
     def __init__(self, retriever, frozen: int):
-        self.queries = LowerStateCache(retriever.query_model, frozen,
-                                       lambda items: retriever.tokenize_queries(items))
+        self.queries = LowerStateCache(
+            retriever.query_model, frozen, lambda items: retriever.tokenize_queries(items)
+        )
         self.passages = LowerStateCache(
-            retriever.passage_tower, frozen,
-            lambda items: retriever.tokenize_passages([t for t, _ in items], [x for _, x in items]))
+            retriever.passage_tower,
+            frozen,
+            lambda items: retriever.tokenize_passages([t for t, _ in items], [x for _, x in items]),
+        )
 
     def fill(self, data, device: torch.device, show: bool) -> None:
         """Every training text's lower states, before the first step (see frozen_layers)."""
         queries = list(dict.fromkeys(data.query_texts))
         titles, texts = data.passages.get(np.arange(len(data.passages), dtype=np.int64))
         pairs = list(dict.fromkeys(zip(titles, texts)))
-        with Progress(TextColumn("[bold]cache lower layers"), BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), disable=not show) as progress:
+        with Progress(
+            TextColumn("[bold]cache lower layers"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            disable=not show,
+        ) as progress:
             task = progress.add_task("cache", total=len(queries) + len(pairs))
             step = lambda n: progress.advance(task, n)  # noqa: E731
             self.queries.fill(queries, queries, device, on_batch=step)
             self.passages.fill(pairs, pairs, device, on_batch=step)
-        log.info("lower-layer cache: %d queries, %d passages, %.2f GB", len(queries), len(pairs),
-                 (self.queries.bytes + self.passages.bytes) / 2**30)
+        log.info(
+            "lower-layer cache: %d queries, %d passages, %.2f GB",
+            len(queries),
+            len(pairs),
+            (self.queries.bytes + self.passages.bytes) / 2**30,
+        )
 
     def inputs(self, batch, device: torch.device) -> tuple[dict, dict]:
         qh, qm = self.queries.batch(batch.query_texts, batch.query_texts, device)
@@ -118,8 +134,10 @@ def schedule(n_queries: int, cfg: TrainConfig) -> tuple[int, int]:
     micro = n_queries // cfg.batch_size
     per_epoch = micro // cfg.grad_accum
     if per_epoch == 0:
-        raise ConfigError(f"{n_queries} training queries are fewer than one optimizer step needs "
-                          f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum})")
+        raise ConfigError(
+            f"{n_queries} training queries are fewer than one optimizer step needs "
+            f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum})"
+        )
     total = per_epoch * cfg.epochs
     return per_epoch, (min(total, cfg.max_steps) if cfg.max_steps > 0 else total)
 
@@ -130,8 +148,7 @@ def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim
     for name, param in model.named_parameters():
         if param.requires_grad:
             (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr)
 
 
@@ -140,8 +157,7 @@ def _prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistI
     if dist_info.is_main:
         path = directory / FINGERPRINT_FILE
         if path.exists() and json.loads(path.read_text()) != fingerprint:
-            log.warning("checkpoint in %s was written for other settings/inputs: starting afresh",
-                        directory)
+            log.warning("checkpoint in %s was written for other settings/inputs: starting afresh", directory)
             shutil.rmtree(directory)
         if not path.exists():
             write_json(path, fingerprint)
@@ -152,22 +168,35 @@ def truncate_log(path: Path, step: int) -> None:
     """Drop the JSONL log lines of steps after ``step``: a resumed run logs them again."""
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines()
-             if line.strip() and json.loads(line)["step"] <= step]
+    lines = [
+        line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step
+    ]
     with atomic_open(path, "w", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))
 
 
 def _progress(enabled: bool) -> Progress:
-    return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("loss {task.fields[loss]:.4f} lr {task.fields[lr]:.2e} "
-                               "{task.fields[eps]:.1f} ex/s"),
-                    TimeRemainingColumn(), disable=not enabled)
+    return Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f} lr {task.fields[lr]:.2e} {task.fields[eps]:.1f} ex/s"),
+        TimeRemainingColumn(),
+        disable=not enabled,
+    )
 
 
-def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir: str | Path,
-          dist_info: DistInfo = DistInfo(), fingerprint: dict | None = None,
-          on_step_end: Callable[[int], None] | None = None, loss: ContrastiveLoss | None = None) -> dict:
+def train(
+    retriever: torch.nn.Module,
+    data,
+    cfg: TrainConfig,
+    *,
+    checkpoint_dir: str | Path,
+    dist_info: DistInfo = DistInfo(),
+    fingerprint: dict | None = None,
+    on_step_end: Callable[[int], None] | None = None,
+    loss: ContrastiveLoss | None = None,
+) -> dict:
     """Train ``retriever`` in place on ``data`` (a TrainData) with ``loss``; return a summary.
 
     ``loss``: the objective (pipeline.training.losses); None = the one ``cfg``'s beta/scale/f_beta name.
@@ -193,8 +222,11 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
         frozen = [freeze_lower(t, cfg.train_layers) for t in towers][0]
         caches = StateCaches(retriever, frozen)
         caches.fill(data, device, dist_info.is_main)
-        log.info("train_layers %d: %d lower layers and the embeddings frozen, their outputs cached",
-                 cfg.train_layers, frozen)
+        log.info(
+            "train_layers %d: %d lower layers and the embeddings frozen, their outputs cached",
+            cfg.train_layers,
+            frozen,
+        )
     optimizer = adamw(retriever, cfg.lr, cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total), total)
     amp_dtype = autocast_dtype(device, cfg.precision)
@@ -205,8 +237,12 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
     # actually used is part of it: a checkpoint made in bf16 is not resumed on a host computing fp32.
     objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale, cfg.f_beta)
     settings = cfg.model_dump(exclude={"checkpoint_every"})
-    fingerprint = {"config": settings, "loss": objective.describe(),
-                   "compute_precision": precision_name(amp_dtype), **(fingerprint or {})}
+    fingerprint = {
+        "config": settings,
+        "loss": objective.describe(),
+        "compute_precision": precision_name(amp_dtype),
+        **(fingerprint or {}),
+    }
     _prepare_checkpoint_dir(checkpoint_dir, fingerprint, dist_info)
     modules = {"model": retriever, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
     resumed = load_checkpoint(checkpoint_dir, modules=modules)
@@ -220,19 +256,37 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
     model: torch.nn.Module = DualEncoder(retriever, frozen)
     if dist_info.enabled:
         # The HF pooler is never used (we pool hidden states ourselves): let DDP skip unused weights.
-        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                        else None, find_unused_parameters=True)
-    log.info("training %d steps (%d per epoch), %d queries/step, k=%d, in_batch=%s, loss %s, "
-             "%d rank(s), computing in %s", total, per_epoch, examples_per_step, k, cfg.in_batch,
-             objective.describe(), world, precision_name(amp_dtype))
+        model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True
+        )
+    log.info(
+        "training %d steps (%d per epoch), %d queries/step, k=%d, in_batch=%s, loss %s, "
+        "%d rank(s), computing in %s",
+        total,
+        per_epoch,
+        examples_per_step,
+        k,
+        cfg.in_batch,
+        objective.describe(),
+        world,
+        precision_name(amp_dtype),
+    )
 
     order_cache: dict[int, np.ndarray] = {}
-    summary = {"steps": total, "start_step": start, "per_epoch": per_epoch,
-               "loss": objective.describe(), "compute_precision": precision_name(amp_dtype)}
-    with _progress(dist_info.is_main) as progress, \
-            (open(log_path, "a", encoding="utf-8") if dist_info.is_main else _Null()) as log_file:
-        task = progress.add_task("train", total=total, completed=start, loss=0.0,
-                                 lr=scheduler.get_last_lr()[0], eps=0.0)
+    summary = {
+        "steps": total,
+        "start_step": start,
+        "per_epoch": per_epoch,
+        "loss": objective.describe(),
+        "compute_precision": precision_name(amp_dtype),
+    }
+    with (
+        _progress(dist_info.is_main) as progress,
+        open(log_path, "a", encoding="utf-8") if dist_info.is_main else _Null() as log_file,
+    ):
+        task = progress.add_task(
+            "train", total=total, completed=start, loss=0.0, lr=scheduler.get_last_lr()[0], eps=0.0
+        )
         for step in range(start, total):
             tick = time.perf_counter()
             epoch, position = divmod(step, per_epoch)
@@ -243,14 +297,26 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
             optimizer.zero_grad(set_to_none=True)
             totals = torch.zeros(3, device=device)
             for micro in range(cfg.grad_accum):
-                idx = micro_batch_indices(order_cache[epoch], position * cfg.grad_accum + micro,
-                                          cfg.batch_size, rank, world)
+                idx = micro_batch_indices(
+                    order_cache[epoch], position * cfg.grad_accum + micro, cfg.batch_size, rank, world
+                )
                 batch = data.batch(idx, k, epoch)
                 sync = micro == cfg.grad_accum - 1 or not dist_info.enabled
                 ctx = model.no_sync() if not sync else _Null()
                 with ctx:
-                    value, parts = _micro_step(model, retriever, batch, cfg, objective, device,
-                                               similarity, temperature, rank, amp_dtype, caches)
+                    value, parts = _micro_step(
+                        model,
+                        retriever,
+                        batch,
+                        cfg,
+                        objective,
+                        device,
+                        similarity,
+                        temperature,
+                        rank,
+                        amp_dtype,
+                        caches,
+                    )
                     scaled = value / cfg.grad_accum
                     (scaler.scale(scaled) if scaler else scaled).backward()
                 totals += torch.stack([value.detach(), parts["nce"], parts["ccr_term"]])
@@ -262,9 +328,13 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
                 scaler.unscale_(optimizer)
             grad_norm = grad_total_norm(retriever.parameters(), cfg.max_grad_norm)
             # fp16's GradScaler skips steps with inf gradients by design; the loss still must be finite.
-            check_finite_step(done, {"loss": totals[0], "nce": totals[1], "ccr": totals[2]},
-                              grad_norm=None if scaler else grad_norm,
-                              advice=_advice(cfg, scaler is not None), log_file=log_path)
+            check_finite_step(
+                done,
+                {"loss": totals[0], "nce": totals[1], "ccr": totals[2]},
+                grad_norm=None if scaler else grad_norm,
+                advice=_advice(cfg, scaler is not None),
+                log_file=log_path,
+            )
             if scaler:
                 scaler.step(optimizer)
                 scaler.update()
@@ -273,8 +343,15 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
             lr = scheduler.get_last_lr()[0]
             scheduler.step()
             eps = examples_per_step / max(time.perf_counter() - tick, 1e-9)
-            record = {"step": done, "epoch": epoch, "loss": totals[0], "nce": totals[1],
-                      "ccr": totals[2], "lr": lr, "examples_per_s": round(eps, 3)}
+            record = {
+                "step": done,
+                "epoch": epoch,
+                "loss": totals[0],
+                "nce": totals[1],
+                "ccr": totals[2],
+                "lr": lr,
+                "examples_per_s": round(eps, 3),
+            }
             if dist_info.is_main:
                 # allow_nan=False: the log stays strict JSON (the checks above keep it finite).
                 log_file.write(json.dumps(record, allow_nan=False) + "\n")
@@ -282,8 +359,12 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
             progress.update(task, completed=done, loss=totals[0], lr=lr, eps=eps)
             if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < total:
                 if dist_info.is_main:
-                    save_checkpoint(checkpoint_dir, step=done, modules=modules,
-                                    extra={"epoch": epoch, "position": position + 1})
+                    save_checkpoint(
+                        checkpoint_dir,
+                        step=done,
+                        modules=modules,
+                        extra={"epoch": epoch, "position": position + 1},
+                    )
                 barrier()
             summary.update(last=record)
             if on_step_end is not None:
@@ -293,6 +374,7 @@ def train(retriever: torch.nn.Module, data, cfg: TrainConfig, *, checkpoint_dir:
 
 
 # ---- divergence -----------------------------------------------------------------------------------
+
 
 def grad_total_norm(parameters, max_norm: float) -> float:
     """The gradients' total L2 norm, clipped to ``max_norm`` when it is > 0.
@@ -304,8 +386,14 @@ def grad_total_norm(parameters, max_norm: float) -> float:
     return float(torch.nn.utils.clip_grad_norm_(parameters, limit))
 
 
-def check_finite_step(step: int, parts: dict[str, float], *, grad_norm: float | None, advice: str,
-                      log_file: str | Path | None = None) -> None:
+def check_finite_step(
+    step: int,
+    parts: dict[str, float],
+    *,
+    grad_norm: float | None,
+    advice: str,
+    log_file: str | Path | None = None,
+) -> None:
     """Raise ConfigError when a loss part or the gradient norm of optimizer step ``step`` (1-based,
     as in the log) is NaN or infinite: training has diverged and every later step would be NaN.
 
@@ -318,16 +406,20 @@ def check_finite_step(step: int, parts: dict[str, float], *, grad_norm: float | 
     if grad_norm is not None:
         shown += f", gradient norm {grad_norm:.6g}"
     where = f"; {log_file} holds the steps before it" if log_file is not None else ""
-    raise ConfigError(f"training diverged at step {step} ({shown}): nothing of this step was "
-                      f"applied or saved{where}. {advice}")
+    raise ConfigError(
+        f"training diverged at step {step} ({shown}): nothing of this step was "
+        f"applied or saved{where}. {advice}"
+    )
 
 
 def check_finite_weights(model: torch.nn.Module, step: int, advice: str) -> None:
     """Refuse to hand on weights that hold NaN/inf (e.g. an update that overflowed float32)."""
     for name, param in model.named_parameters():
         if not bool(torch.isfinite(param).all()):
-            raise ConfigError(f"training diverged: weight {name!r} is not finite after step "
-                              f"{step}; the model was not saved. {advice}")
+            raise ConfigError(
+                f"training diverged: weight {name!r} is not finite after step "
+                f"{step}; the model was not saved. {advice}"
+            )
 
 
 def _advice(cfg: TrainConfig, fp16: bool) -> str:
@@ -340,14 +432,27 @@ def _advice(cfg: TrainConfig, fp16: bool) -> str:
     return "To fix it: " + "; ".join(tips) + "."
 
 
-def _micro_step(model, retriever, batch, cfg: TrainConfig, objective: ContrastiveLoss, device,
-                similarity, temperature, rank, amp_dtype, caches: StateCaches | None = None):
+def _micro_step(
+    model,
+    retriever,
+    batch,
+    cfg: TrainConfig,
+    objective: ContrastiveLoss,
+    device,
+    similarity,
+    temperature,
+    rank,
+    amp_dtype,
+    caches: StateCaches | None = None,
+):
     if caches is not None:
         queries, passages = caches.inputs(batch, device)
     else:
         queries = {k: v.to(device) for k, v in retriever.tokenize_queries(batch.query_texts).items()}
-        passages = {k: v.to(device) for k, v in
-                    retriever.tokenize_passages(batch.passage_titles, batch.passage_texts).items()}
+        passages = {
+            k: v.to(device)
+            for k, v in retriever.tokenize_passages(batch.passage_titles, batch.passage_texts).items()
+        }
     with autocast(device, amp_dtype):
         q_emb, p_emb = model(queries, passages)
     n_local = len(batch.query_texts)

@@ -23,6 +23,7 @@ The training loop takes a loss *object* (``ContrastiveLoss``): ``NCELoss`` or ``
 the config by ``loss_for``, or any callable of the same signature that a caller brings (bench/ masks
 known false negatives that way), so the loop never decides which loss it runs.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -39,8 +40,9 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def similarity_scores(queries: torch.Tensor, passages: torch.Tensor, similarity: str,
-                      temperature: float = 1.0) -> torch.Tensor:
+def similarity_scores(
+    queries: torch.Tensor, passages: torch.Tensor, similarity: str, temperature: float = 1.0
+) -> torch.Tensor:
     """s = q·p, divided by τ for cosine (embeddings are already L2-normalised by the model)."""
     scores = _at_least_fp32(queries) @ _at_least_fp32(passages).T
     if similarity == "cosine":
@@ -50,14 +52,16 @@ def similarity_scores(queries: torch.Tensor, passages: torch.Tensor, similarity:
     raise ValueError(f"similarity must be 'cosine' or 'dot', got {similarity!r}")
 
 
-def positive_columns(n_queries: int, group_size: int, first_query: int = 0,
-                     device: torch.device | None = None) -> torch.Tensor:
+def positive_columns(
+    n_queries: int, group_size: int, first_query: int = 0, device: torch.device | None = None
+) -> torch.Tensor:
     """Column of each query's positive: (first_query + i)·(k+1); first_query = global index offset."""
     return (torch.arange(n_queries, device=device) + first_query) * group_size
 
 
-def candidate_scores(scores: torch.Tensor, positives: torch.Tensor, group_size: int,
-                     in_batch: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def candidate_scores(
+    scores: torch.Tensor, positives: torch.Tensor, group_size: int, in_batch: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Restrict each query's row to its set P; return (scores over P, index of p+ within P).
 
     Without in-batch negatives P is the query's own group of k+1 columns starting at its positive.
@@ -67,13 +71,20 @@ def candidate_scores(scores: torch.Tensor, positives: torch.Tensor, group_size: 
     offsets = torch.arange(group_size, device=scores.device)
     cols = positives.unsqueeze(1) + offsets.unsqueeze(0)
     if int(cols.max()) >= scores.shape[1]:
-        raise ValueError(f"group of {group_size} passages from column {int(positives.max())} "
-                         f"exceeds the {scores.shape[1]} columns of the score matrix")
+        raise ValueError(
+            f"group of {group_size} passages from column {int(positives.max())} "
+            f"exceeds the {scores.shape[1]} columns of the score matrix"
+        )
     return scores.gather(1, cols), torch.zeros_like(positives)
 
 
-def rcl_loss(scores: torch.Tensor, positives: torch.Tensor, beta: float = 0.0, scale: str = "paper",
-             f_beta: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def rcl_loss(
+    scores: torch.Tensor,
+    positives: torch.Tensor,
+    beta: float = 0.0,
+    scale: str = "paper",
+    f_beta: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Robust contrastive loss over ``scores`` [Q, |P|] (every column is in P) with p+ at ``positives``.
 
     Returns (loss, {"nce": mean l(p+), "ccr_term": mean_q mean_{p∈P} l(p)}); parts are detached.
@@ -81,8 +92,10 @@ def rcl_loss(scores: torch.Tensor, positives: torch.Tensor, beta: float = 0.0, s
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     if scores.dim() != 2 or positives.shape != (scores.shape[0],):
-        raise ValueError(f"expected scores [Q, N] and positives [Q], got {tuple(scores.shape)} "
-                         f"and {tuple(positives.shape)}")
+        raise ValueError(
+            f"expected scores [Q, N] and positives [Q], got {tuple(scores.shape)} "
+            f"and {tuple(positives.shape)}"
+        )
     log_probs = F.log_softmax(_at_least_fp32(scores), dim=1)
     nce = -log_probs.gather(1, positives.unsqueeze(1)).squeeze(1).mean()
     ccr_term = -log_probs.mean(dim=1).mean()
@@ -94,9 +107,16 @@ def rcl_loss(scores: torch.Tensor, positives: torch.Tensor, beta: float = 0.0, s
     return loss, {"nce": nce.detach(), "ccr_term": ccr_term.detach()}
 
 
-def contrastive_loss(scores: torch.Tensor, positives: torch.Tensor, group_size: int, *,
-                     in_batch: bool = True, beta: float = 0.0, scale: str = "paper",
-                     f_beta: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def contrastive_loss(
+    scores: torch.Tensor,
+    positives: torch.Tensor,
+    group_size: int,
+    *,
+    in_batch: bool = True,
+    beta: float = 0.0,
+    scale: str = "paper",
+    f_beta: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """NCE (β=0) or CCR loss for queries against the (global) passage batch.
 
     ``scores``: [Q, N] similarity/τ of the queries against all N passages of the batch;
@@ -118,8 +138,9 @@ class ContrastiveLoss(Protocol):
     records of it (fingerprint and train_info.json).
     """
 
-    def __call__(self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *,
-                 in_batch: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+    def __call__(
+        self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *, in_batch: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -128,8 +149,9 @@ class ContrastiveLoss(Protocol):
 class NCELoss:
     """l(p+): InfoNCE over P (DPR's loss)."""
 
-    def __call__(self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *,
-                 in_batch: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def __call__(
+        self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *, in_batch: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return contrastive_loss(scores, positives, group_size, in_batch=in_batch)
 
     def describe(self) -> dict[str, Any]:
@@ -139,6 +161,7 @@ class NCELoss:
 @dataclass(frozen=True)
 class CCRLoss:
     """l(p+) − β·mean_{p∈P} l(p) (``scale`` paper), or the authors' code's scaling (released_code)."""
+
     beta: float
     scale: str = "paper"
     f_beta: float = 1.0
@@ -147,10 +170,18 @@ class CCRLoss:
         if self.scale not in SCALES:
             raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r}")
 
-    def __call__(self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *,
-                 in_batch: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return contrastive_loss(scores, positives, group_size, in_batch=in_batch, beta=self.beta,
-                                scale=self.scale, f_beta=self.f_beta)
+    def __call__(
+        self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *, in_batch: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return contrastive_loss(
+            scores,
+            positives,
+            group_size,
+            in_batch=in_batch,
+            beta=self.beta,
+            scale=self.scale,
+            f_beta=self.f_beta,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {"loss": "ccr", **asdict(self)}

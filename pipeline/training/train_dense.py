@@ -19,6 +19,7 @@ stops torchrun from reading our flags as abbreviations of its own, e.g. ``--log`
 ``<out>.ckpt/`` (or ``--checkpoint-dir``); rerunning the same command after a crash resumes there.
 The output folder gets ``train_log.jsonl``, ``train_info.json`` and the retriever (retriever.json last).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,26 +31,30 @@ from pathlib import Path
 
 import torch
 
-from pipeline.core.seeding import seed_everything
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
-from pipeline.core.settings import RETRIEVER_KEYS, ModelSettings, Objective, TrainSettings, add_flags, pick
-from pipeline.core.fingerprint import file_id
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
+from pipeline.core.fingerprint import file_id
+from pipeline.core.seeding import seed_everything
+from pipeline.core.settings import RETRIEVER_KEYS, ModelSettings, Objective, TrainSettings, add_flags, pick
 from pipeline.core.storage import DataError, atomic_path, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
-
-RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
 from pipeline.training.data import TrainData
 from pipeline.training.loop import LOG_FILE, TrainConfig, train
 
+RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
+
 log = logging.getLogger("sieve.train_dense")
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = stage_parser("pipeline.training.train_dense", __doc__)
     ap.add_argument("--out", required=True, help="retriever folder to write")
-    ap.add_argument("--init-only", action="store_true",
-                    help="save --base as a retriever folder without training (zero-shot, dpr.skip)")
+    ap.add_argument(
+        "--init-only",
+        action="store_true",
+        help="save --base as a retriever folder without training (zero-shot, dpr.skip)",
+    )
     ap.add_argument("--base", default="minilm", help="HF encoder for --init-only ('minilm' = offline)")
     ap.add_argument("--init", help="start training from this retriever folder or HF encoder")
     ap.add_argument("--queries", help="queries.train.parquet")
@@ -60,15 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--keep-checkpoint", action="store_true", help="keep it after success")
     g = ap.add_argument_group("retriever settings (config section model; override those of --init)")
     add_flags(g, ModelSettings, names=RETRIEVER_KEYS, override=True)
-    g.add_argument("--separate-towers", action="store_true",
-                   help="separate query/passage encoders (only when starting from a base encoder)")
+    g.add_argument(
+        "--separate-towers",
+        action="store_true",
+        help="separate query/passage encoders (only when starting from a base encoder)",
+    )
     # One flag per field of the dpr/ccr contract (pipeline.core.settings); the rules spell the same
     # fields with settings.to_flags, so a setting has one name and one default everywhere.
     add_flags(ap.add_argument_group("training (config sections dpr and ccr)"), TrainSettings)
     add_flags(ap.add_argument_group("objective: NCE (beta 0) or CCR"), Objective)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                    help="auto: CUDA when visible (the rules pass cpu unless GPUs are reserved)")
+    ap.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="auto: CUDA when visible (the rules pass cpu unless GPUs are reserved)",
+    )
     ap.add_argument("--threads", type=int, help="torch CPU threads")
     ap.add_argument("--recipe", help="the config recipe in force: written to <out>/recipe.json")
     ap.add_argument("--log", help="log file")
@@ -80,8 +92,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def init_only(args: argparse.Namespace) -> None:
-    settings = RetrieverSettings(base=args.base, shared_towers=not args.separate_towers,
-                                 **_overrides(args))
+    settings = RetrieverSettings(base=args.base, shared_towers=not args.separate_towers, **_overrides(args))
     retriever = Retriever.from_pretrained(args.base, settings)
     out = Path(args.out)
     (out / SETTINGS_FILE).unlink(missing_ok=True)
@@ -99,8 +110,9 @@ def load_init(init: str, overrides: dict, separate_towers: bool = False) -> Retr
     if Path(init).is_dir() and (Path(init) / SETTINGS_FILE).exists():
         retriever = Retriever.load(init)
         if separate_towers and retriever.settings.shared_towers:
-            raise DataError("--separate-towers needs a base encoder, not a trained shared-tower folder",
-                            file=init)
+            raise DataError(
+                "--separate-towers needs a base encoder, not a trained shared-tower folder", file=init
+            )
         for name, value in overrides.items():
             setattr(retriever.settings, name, value)
         RetrieverSettings.__post_init__(retriever.settings)
@@ -126,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             if dist_info.is_main:
                 init_only(args)
             return 0
-        missing = [f"--{n}" for n in ("init", "queries", "qrels", "negatives", "corpus")
-                   if getattr(args, n) is None]
+        missing = [
+            f"--{n}" for n in ("init", "queries", "qrels", "negatives", "corpus") if getattr(args, n) is None
+        ]
         if missing:
             build_parser().error(f"training needs {', '.join(missing)} (or use --init-only)")
         return _train(args, dist_info)
@@ -137,26 +150,44 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace, dist_info: DistInfo) -> int:
     cfg = TrainConfig(**pick(TrainSettings, args), **pick(Objective, args), seed=args.seed)
-    train_retriever(args.init, TrainInputs(args.queries, args.qrels, args.negatives, args.corpus),
-                    args.out, cfg, overrides=_overrides(args), separate_towers=args.separate_towers,
-                    checkpoint_dir=args.checkpoint_dir, keep_checkpoint=args.keep_checkpoint,
-                    dist_info=dist_info, recipe=args.recipe)
+    train_retriever(
+        args.init,
+        TrainInputs(args.queries, args.qrels, args.negatives, args.corpus),
+        args.out,
+        cfg,
+        overrides=_overrides(args),
+        separate_towers=args.separate_towers,
+        checkpoint_dir=args.checkpoint_dir,
+        keep_checkpoint=args.keep_checkpoint,
+        dist_info=dist_info,
+        recipe=args.recipe,
+    )
     return 0
 
 
 @dataclass(frozen=True)
 class TrainInputs:
     """The training tables: train queries, their qrels, mined negatives, the corpus."""
+
     queries: str
     qrels: str
     negatives: str
     corpus: str
 
 
-def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainConfig, *,
-                    overrides: dict | None = None, separate_towers: bool = False,
-                    checkpoint_dir: str | Path | None = None, keep_checkpoint: bool = False,
-                    dist_info: DistInfo = DistInfo(), recipe: str | None = None) -> dict:
+def train_retriever(
+    init: str,
+    inputs: TrainInputs,
+    out: str | Path,
+    cfg: TrainConfig,
+    *,
+    overrides: dict | None = None,
+    separate_towers: bool = False,
+    checkpoint_dir: str | Path | None = None,
+    keep_checkpoint: bool = False,
+    dist_info: DistInfo = DistInfo(),
+    recipe: str | None = None,
+) -> dict:
     """Train from ``init`` (a retriever folder or a base encoder) and write the retriever to ``out``.
 
     Resumes from ``<out>.ckpt/`` (or ``checkpoint_dir``) when it holds a checkpoint of the same
@@ -168,28 +199,43 @@ def train_retriever(init: str, inputs: TrainInputs, out: str | Path, cfg: TrainC
     if dist_info.is_main:
         check_writable(out, ckpt)  # before the training, not by the write at its end
     seed_everything(cfg.seed)
-    data = TrainData(inputs.queries, inputs.qrels, inputs.negatives, inputs.corpus,
-                     depth=cfg.negatives_depth, seed=cfg.seed,
-                     drop_without_positive=cfg.drop_queries_without_positive)
+    data = TrainData(
+        inputs.queries,
+        inputs.qrels,
+        inputs.negatives,
+        inputs.corpus,
+        depth=cfg.negatives_depth,
+        seed=cfg.seed,
+        drop_without_positive=cfg.drop_queries_without_positive,
+    )
     retriever = load_init(init, overrides or {}, separate_towers)
-    fingerprint = {"init": file_id(init), "settings": asdict(retriever.settings),
-                   "negatives_depth": cfg.negatives_depth,
-                   "drop_queries_without_positive": cfg.drop_queries_without_positive,
-                   "inputs": [file_id(p) for p in (inputs.queries, inputs.qrels, inputs.negatives,
-                                                   inputs.corpus)]}
-    summary = train(retriever, data, cfg, checkpoint_dir=ckpt, dist_info=dist_info,
-                    fingerprint=fingerprint)
+    fingerprint = {
+        "init": file_id(init),
+        "settings": asdict(retriever.settings),
+        "negatives_depth": cfg.negatives_depth,
+        "drop_queries_without_positive": cfg.drop_queries_without_positive,
+        "inputs": [file_id(p) for p in (inputs.queries, inputs.qrels, inputs.negatives, inputs.corpus)],
+    }
+    summary = train(retriever, data, cfg, checkpoint_dir=ckpt, dist_info=dist_info, fingerprint=fingerprint)
     if dist_info.is_main:
         (out / SETTINGS_FILE).unlink(missing_ok=True)
         (out / RECIPE_FILE).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / LOG_FILE) as tmp:
             shutil.copyfile(ckpt / LOG_FILE, tmp)
-        write_json(out / "train_info.json", {
-            "init": init, "config": cfg.model_dump(), "negatives_depth": cfg.negatives_depth,
-            "queries": len(data), "dropped_without_positive": data.n_dropped,
-            "queries_without_candidates": data.n_without_candidates,
-            "world_size": dist_info.world_size, "summary": summary})
+        write_json(
+            out / "train_info.json",
+            {
+                "init": init,
+                "config": cfg.model_dump(),
+                "negatives_depth": cfg.negatives_depth,
+                "queries": len(data),
+                "dropped_without_positive": data.n_dropped,
+                "queries_without_candidates": data.n_without_candidates,
+                "world_size": dist_info.world_size,
+                "summary": summary,
+            },
+        )
         if recipe:
             write_json(out / RECIPE_FILE, {"recipe": recipe, "trained": True})
         retriever.to("cpu").save(out)  # retriever.json last: the folder is complete once it exists

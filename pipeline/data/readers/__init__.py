@@ -5,6 +5,7 @@ which) to local paths or downloads. ``pipeline.data.prepare`` calls the format's
 role -> local path mapping; the result is the canonical tables of docs/architecture.md.
 Formats and their upstream layouts: docs/data.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Callable, Iterable
 
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import SPLITS
+
 from . import beir, dpr, msmarco, squad
 from .base import BuildOptions
 from .writer import DatasetWriter
@@ -29,11 +31,9 @@ _PER_SPLIT = tuple(f"{kind}_{s}" for s in SPLITS for kind in ("queries", "qrels"
 
 FORMATS: dict[str, FormatSpec] = {
     "dpr": FormatSpec(("corpus",), SPLITS, SPLITS, dpr.build),
-    "msmarco": FormatSpec(("corpus",), _PER_SPLIT, tuple(f"queries_{s}" for s in SPLITS),
-                          msmarco.build),
+    "msmarco": FormatSpec(("corpus",), _PER_SPLIT, tuple(f"queries_{s}" for s in SPLITS), msmarco.build),
     "squad": FormatSpec(("source",), (), (), squad.build),
-    "beir": FormatSpec(("corpus",), ("queries", "train") + _PER_SPLIT, ("train",) + _PER_SPLIT,
-                       beir.build),
+    "beir": FormatSpec(("corpus",), ("queries", "train") + _PER_SPLIT, ("train",) + _PER_SPLIT, beir.build),
 }
 
 
@@ -47,8 +47,9 @@ def check_roles(fmt: str, roles: Iterable[str], dataset: str = "") -> None:
     allowed = spec.required + spec.optional
     unknown = sorted(roles - set(allowed))
     if unknown:
-        raise ConfigError(f"{where}: unknown role(s) {unknown} for format {fmt!r} "
-                          f"(roles: {', '.join(allowed)})")
+        raise ConfigError(
+            f"{where}: unknown role(s) {unknown} for format {fmt!r} (roles: {', '.join(allowed)})"
+        )
     missing = [r for r in spec.required if r not in roles]
     if missing:
         raise ConfigError(f"{where}: format {fmt!r} needs the role(s) {missing}")

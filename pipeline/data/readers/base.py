@@ -6,6 +6,7 @@ and the derived pid of passages that arrive without an id.
 Record numbers in messages: 1-based line numbers for line-oriented files (TSV, CSV, JSONL), 0-based
 item indices for JSON arrays (``json.load(f)[i]``), article indices for SQuAD.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,6 @@ from rich.progress import Progress
 
 from pipeline.core.storage import DataError
 from pipeline.data.answers import tokenize
-
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -53,6 +53,7 @@ class Qrel(NamedTuple):
 @dataclass
 class Ctx:
     """A passage referenced by a training record (DPR ctx, Tevatron passage); pid None = no id given."""
+
     pid: str | None
     title: str
     text: str
@@ -62,6 +63,7 @@ class Ctx:
 @dataclass
 class TrainingRecord:
     """One query of a DPR biencoder file or a Tevatron training file, with its passage lists."""
+
     qid: str
     question: str
     answers: list[str]
@@ -74,8 +76,9 @@ class TrainingRecord:
 @dataclass(frozen=True)
 class BuildOptions:
     """Per-dataset choices passed from the config to a format's ``build``."""
+
     empty_positives: str = "error"  # train/dev record without positives: "error" or "drop" (counted)
-    split: Any = None               # pipeline.data.splits.SplitSpec, or None = every query is a test query
+    split: Any = None  # pipeline.data.splits.SplitSpec, or None = every query is a test query
 
 
 def ctx_pid(title: str, text: str) -> str:
@@ -101,13 +104,20 @@ class Source:
             self._progress.update(self._task, completed=self._raw.tell())
 
     def error(self, message: str, field: str | None = None, record: Any = None) -> DataError:
-        return DataError(message, file=self.path, record=self.record if record is None else record,
-                         field=field)
+        return DataError(
+            message, file=self.path, record=self.record if record is None else record, field=field
+        )
 
 
 @contextlib.contextmanager
-def open_source(path: str | os.PathLike, *, binary: bool = False, newline: str = "",
-                progress: Progress | None = None, label: str | None = None) -> Iterator[Source]:
+def open_source(
+    path: str | os.PathLike,
+    *,
+    binary: bool = False,
+    newline: str = "",
+    progress: Progress | None = None,
+    label: str | None = None,
+) -> Iterator[Source]:
     """Open ``path`` (gunzipping by magic bytes) and turn decoder failures into DataError.
 
     ``newline=""`` suits the csv module (it handles line ends itself, also inside quoted fields);
@@ -159,8 +169,10 @@ def first_char(path: str | os.PathLike) -> str:
 
 # ---- field checks shared by the readers ------------------------------------------------------------
 
-def need_str(src: Source, obj: dict, key: str, *, default: str | None = None,
-             where: str | None = None) -> str:
+
+def need_str(
+    src: Source, obj: dict, key: str, *, default: str | None = None, where: str | None = None
+) -> str:
     """obj[key] as a string; ``default`` when absent or null (if given), else DataError."""
     value = obj.get(key) if isinstance(obj, dict) else None
     if value is None:
@@ -179,8 +191,9 @@ def need_id(src: Source, obj: dict, keys: tuple[str, ...], where: str = "") -> s
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise src.error(f"id must be a string or an integer, got {type(value).__name__}",
-                            field=where + key)
+            raise src.error(
+                f"id must be a string or an integer, got {type(value).__name__}", field=where + key
+            )
         value = str(value)
         if not value:
             raise src.error("empty id", field=where + key)
@@ -196,8 +209,10 @@ def need_answer(src: Source, answer: str, where: str) -> str:
     stage has run, so it is refused here, where the file and the record are known.
     """
     if not tokenize(answer):
-        raise src.error(f"empty answer {answer!r}: an answer needs a word or symbol to match "
-                        "(DPR has_answer)", field=where)
+        raise src.error(
+            f"empty answer {answer!r}: an answer needs a word or symbol to match (DPR has_answer)",
+            field=where,
+        )
     return answer
 
 

@@ -7,6 +7,7 @@
 - Tevatron training JSONL ``{"query_id", "query", "positive_passages": [P], "negative_passages": [P]}``,
   P = ``{"docid", "title", "text"}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,22 @@ from rich.progress import Progress
 
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import SPLITS
-from .base import (BuildOptions, Ctx, Passage, Qrel, Query, Source, TrainingRecord, need_answers,
-                   need_id, need_int, need_score, need_str, open_source)
+
+from .base import (
+    BuildOptions,
+    Ctx,
+    Passage,
+    Qrel,
+    Query,
+    Source,
+    TrainingRecord,
+    need_answers,
+    need_id,
+    need_int,
+    need_score,
+    need_str,
+    open_source,
+)
 from .writer import DatasetWriter, add_judged_queries, load_queries
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
@@ -44,8 +59,12 @@ def _json_lines(src: Source) -> Iterator[tuple[int, dict]]:
 def read_corpus_jsonl(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[Passage]:
     with open_source(path, newline="\n", progress=progress, label="corpus (jsonl)") as src:
         for line_no, obj in _json_lines(src):
-            yield Passage(need_id(src, obj, ("_id", "docid")),
-                          need_str(src, obj, "title", default=""), need_str(src, obj, "text"), line_no)
+            yield Passage(
+                need_id(src, obj, ("_id", "docid")),
+                need_str(src, obj, "title", default=""),
+                need_str(src, obj, "text"),
+                line_no,
+            )
 
 
 def read_queries_jsonl(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[Query]:
@@ -53,8 +72,12 @@ def read_queries_jsonl(path: str | os.PathLike, progress: Progress | None = None
     with open_source(path, newline="\n", progress=progress, label=label) as src:
         for line_no, obj in _json_lines(src):
             text_key = "text" if "text" in obj else "query"
-            yield Query(need_id(src, obj, ("_id", "query_id")), need_str(src, obj, text_key),
-                        need_answers(src, obj.get("answers")), line_no)
+            yield Query(
+                need_id(src, obj, ("_id", "query_id")),
+                need_str(src, obj, text_key),
+                need_answers(src, obj.get("answers")),
+                line_no,
+            )
 
 
 def read_qrels_tsv(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[Qrel]:
@@ -70,8 +93,9 @@ def read_qrels_tsv(path: str | os.PathLike, progress: Progress | None = None) ->
             if line_no == 1 and parts == QRELS_HEADER:
                 continue
             if len(parts) != 3:
-                raise src.error(f"expected 3 tab-separated columns (query-id, corpus-id, score), "
-                                f"got {len(parts)}")
+                raise src.error(
+                    f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(parts)}"
+                )
             if not parts[0] or not parts[1]:
                 raise src.error("empty id", field="query-id" if not parts[0] else "corpus-id")
             yield Qrel(parts[0], parts[1], need_int(src, parts[2], "score"), line_no)
@@ -86,16 +110,25 @@ def _passages(src: Source, obj: dict, key: str) -> list[Ctx]:
         where = f"{key}[{i}]"
         if not isinstance(item, dict):
             raise src.error("expected an object", field=where)
-        pid = need_id(src, item, ("docid", "_id"), where=f"{where}.") \
-            if item.get("docid", item.get("_id")) not in (None, "") else None
-        out.append(Ctx(pid, need_str(src, item, "title", default="", where=f"{where}.title"),
-                       need_str(src, item, "text", where=f"{where}.text"),
-                       need_score(src, item.get("score"), f"{where}.score")))
+        pid = (
+            need_id(src, item, ("docid", "_id"), where=f"{where}.")
+            if item.get("docid", item.get("_id")) not in (None, "")
+            else None
+        )
+        out.append(
+            Ctx(
+                pid,
+                need_str(src, item, "title", default="", where=f"{where}.title"),
+                need_str(src, item, "text", where=f"{where}.text"),
+                need_score(src, item.get("score"), f"{where}.score"),
+            )
+        )
     return out
 
 
-def read_tevatron_train(path: str | os.PathLike, split: str = "train",
-                        progress: Progress | None = None) -> Iterator[TrainingRecord]:
+def read_tevatron_train(
+    path: str | os.PathLike, split: str = "train", progress: Progress | None = None
+) -> Iterator[TrainingRecord]:
     """Tevatron training records; qid = ``query_id`` or ``"<split>-<index>"``; record = line number."""
     label = "train (Tevatron jsonl)"
     with open_source(path, newline="\n", progress=progress, label=label) as src:
@@ -103,16 +136,21 @@ def read_tevatron_train(path: str | os.PathLike, split: str = "train",
         for line_no, obj in _json_lines(src):
             own_id = obj.get("query_id")
             qid = need_id(src, obj, ("query_id",)) if own_id not in (None, "") else f"{split}-{index}"
-            rec = TrainingRecord(qid=qid, question=need_str(src, obj, "query"),
-                                 answers=need_answers(src, obj.get("answers")), record=line_no)
+            rec = TrainingRecord(
+                qid=qid,
+                question=need_str(src, obj, "query"),
+                answers=need_answers(src, obj.get("answers")),
+                record=line_no,
+            )
             rec.positives.extend(_passages(src, obj, "positive_passages"))
             rec.hard_negatives.extend(_passages(src, obj, "negative_passages"))
             yield rec
             index += 1
 
 
-def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
-          progress: Progress | None = None) -> None:
+def build(
+    files: dict[str, str], writer: DatasetWriter, options: BuildOptions, progress: Progress | None = None
+) -> None:
     """corpus JSONL; per split either ``queries_{split}`` (every query kept, qrels_{split} optional)
     or the shared ``queries`` + ``qrels_{split}`` (the judged queries); for train alternatively a
     Tevatron training file (role ``train``: queries, positives, shipped negatives)."""
@@ -126,14 +164,22 @@ def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
         own, qrels = files.get(f"queries_{split}"), files.get(f"qrels_{split}")
         if split == "train" and "train" in files:
             if own or qrels:
-                raise ConfigError("beir: give either 'train' (Tevatron training JSONL) or "
-                                  "queries_train/qrels_train, not both")
+                raise ConfigError(
+                    "beir: give either 'train' (Tevatron training JSONL) or "
+                    "queries_train/qrels_train, not both"
+                )
             path = files["train"]
             for rec in read_tevatron_train(path, "train", progress):
-                writer.add_training_record("train", rec, file=path, gold_first=False,
-                                           hard_source="tevatron", random_source=None,
-                                           require_positive=True,
-                                           empty_positives=options.empty_positives)
+                writer.add_training_record(
+                    "train",
+                    rec,
+                    file=path,
+                    gold_first=False,
+                    hard_source="tevatron",
+                    random_source=None,
+                    require_positive=True,
+                    empty_positives=options.empty_positives,
+                )
             continue
         if own:
             queries, queries_file, keep = load_queries(read_queries_jsonl(own, progress), own), own, True

@@ -5,6 +5,7 @@
   hard_negative_ctxs}`` (several GB: streamed item by item with ijson);
 - ``*.qa.csv``: tab-separated, no header, ``question\\t['answer', ...]`` (a Python list literal).
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,21 @@ import ijson
 from rich.progress import Progress
 
 from pipeline.core.storage import SPLITS, DataError
-from .base import (BuildOptions, Ctx, Passage, Query, Source, TrainingRecord, first_char,
-                   need_answer, need_answers, need_score, need_str, open_source)
+
+from .base import (
+    BuildOptions,
+    Ctx,
+    Passage,
+    Query,
+    Source,
+    TrainingRecord,
+    first_char,
+    need_answer,
+    need_answers,
+    need_score,
+    need_str,
+    open_source,
+)
 from .writer import DatasetWriter
 
 PSGS_COLUMNS = ("id", "text", "title")
@@ -41,8 +55,9 @@ def read_passages_tsv(path: str | os.PathLike, progress: Progress | None = None)
             raise src.error("empty file: expected the header 'id<TAB>text<TAB>title'")
         missing = [c for c in PSGS_COLUMNS if c not in header]
         if missing:
-            raise src.error(f"header {header!r} lacks column(s) {missing} (expected id, text, title)",
-                            field=missing[0])
+            raise src.error(
+                f"header {header!r} lacks column(s) {missing} (expected id, text, title)", field=missing[0]
+            )
         pos = [header.index(c) for c in PSGS_COLUMNS]
         width = len(header)
         for n, row in enumerate(reader):
@@ -51,8 +66,9 @@ def read_passages_tsv(path: str | os.PathLike, progress: Progress | None = None)
                 continue  # a blank line holds no record
             if len(row) != width:
                 if len(row) < width:
-                    raise src.error(f"row has {len(row)} of {width} columns ({', '.join(header)})",
-                                    field=header[len(row)])
+                    raise src.error(
+                        f"row has {len(row)} of {width} columns ({', '.join(header)})", field=header[len(row)]
+                    )
                 raise src.error(f"row has {len(row)} columns, the header has {width}")
             pid = row[pos[0]]
             if not pid:
@@ -69,21 +85,25 @@ def _ctx(src: Source, obj: object, where: str) -> Ctx:
     if isinstance(pid, bool) or (pid is not None and not isinstance(pid, (str, int))):
         raise src.error("passage_id must be a string or an integer", field=f"{where}.passage_id")
     pid = str(pid) if pid not in (None, "") else None
-    return Ctx(pid=pid,
-               title=need_str(src, obj, "title", default="", where=f"{where}.title"),
-               text=need_str(src, obj, "text", where=f"{where}.text"),
-               score=need_score(src, obj.get("score"), f"{where}.score"))
+    return Ctx(
+        pid=pid,
+        title=need_str(src, obj, "title", default="", where=f"{where}.title"),
+        text=need_str(src, obj, "text", where=f"{where}.text"),
+        score=need_score(src, obj.get("score"), f"{where}.score"),
+    )
 
 
-def read_biencoder(path: str | os.PathLike, split: str,
-                   progress: Progress | None = None) -> Iterator[TrainingRecord]:
+def read_biencoder(
+    path: str | os.PathLike, split: str, progress: Progress | None = None
+) -> Iterator[TrainingRecord]:
     """Entries of a DPR biencoder JSON array, streamed; ``record`` = 0-based index in the array.
 
     qid: the entry's own ``qid``/``id`` when it has one, else ``"<split>-<index>"``.
     """
     if first_char(path) != "[":
-        raise DataError("expected a JSON array of DPR biencoder entries ('[{\"question\": ...}, ...]')",
-                        file=path)
+        raise DataError(
+            "expected a JSON array of DPR biencoder entries ('[{\"question\": ...}, ...]')", file=path
+        )
     with open_source(path, binary=True, progress=progress, label=f"{split} (DPR json)") as src:
         index = 0
         src.record = 0
@@ -93,8 +113,12 @@ def read_biencoder(path: str | os.PathLike, split: str,
                 raise src.error(f"expected an object, got {type(entry).__name__}")
             own_id = entry.get("qid", entry.get("id"))
             qid = str(own_id) if own_id not in (None, "") else f"{split}-{index}"
-            rec = TrainingRecord(qid=qid, question=need_str(src, entry, "question"),
-                                 answers=need_answers(src, entry.get("answers")), record=index)
+            rec = TrainingRecord(
+                qid=qid,
+                question=need_str(src, entry, "question"),
+                answers=need_answers(src, entry.get("answers")),
+                record=index,
+            )
             for key, target in zip(CTX_LISTS, (rec.positives, rec.hard_negatives, rec.negatives)):
                 items = entry.get(key) or []
                 if not isinstance(items, list):
@@ -107,8 +131,7 @@ def read_biencoder(path: str | os.PathLike, split: str,
                 src.tick()
 
 
-def read_qa_csv(path: str | os.PathLike, split: str,
-                progress: Progress | None = None) -> Iterator[Query]:
+def read_qa_csv(path: str | os.PathLike, split: str, progress: Progress | None = None) -> Iterator[Query]:
     """Questions of a DPR ``*.qa.csv`` file; qid ``"<split>-<row index>"``, record = line number."""
     with open_source(path, progress=progress, label=f"{split} (DPR qa.csv)") as src:
         reader = _tsv_reader(src)
@@ -118,15 +141,18 @@ def read_qa_csv(path: str | os.PathLike, split: str,
             if not row:
                 continue  # a blank line holds no record
             if len(row) != 2:
-                raise src.error(f"expected 2 tab-separated columns (question, answers), got {len(row)}",
-                                field="answers" if len(row) == 1 else None)
+                raise src.error(
+                    f"expected 2 tab-separated columns (question, answers), got {len(row)}",
+                    field="answers" if len(row) == 1 else None,
+                )
             question, literal = row
             try:
                 # literal_eval only parses literals: a crafted file cannot run code.
                 answers = ast.literal_eval(literal)
             except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-                raise src.error(f"not a Python list literal: {literal[:80]!r} ({type(exc).__name__})",
-                                field="answers") from None
+                raise src.error(
+                    f"not a Python list literal: {literal[:80]!r} ({type(exc).__name__})", field="answers"
+                ) from None
             if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
                 raise src.error(f"expected a list of strings, got {literal[:80]!r}", field="answers")
             for i, answer in enumerate(answers):
@@ -144,8 +170,9 @@ def is_biencoder_json(path: str | os.PathLike) -> bool:
     return first_char(path) == "["
 
 
-def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
-          progress: Progress | None = None) -> None:
+def build(
+    files: dict[str, str], writer: DatasetWriter, options: BuildOptions, progress: Progress | None = None
+) -> None:
     """corpus = psgs_w100.tsv; train/dev/test = biencoder JSON (queries, gold/answer-matched
     positives, shipped negatives for train) or qa.csv (queries with answers, no qrels)."""
     corpus = files["corpus"]
@@ -158,10 +185,16 @@ def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
             continue
         if is_biencoder_json(path):
             for rec in read_biencoder(path, split, progress):
-                writer.add_training_record(split, rec, file=path, gold_first=True,
-                                           hard_source="dpr_hard", random_source="dpr_random",
-                                           require_positive=split != "test",
-                                           empty_positives=options.empty_positives)
+                writer.add_training_record(
+                    split,
+                    rec,
+                    file=path,
+                    gold_first=True,
+                    hard_source="dpr_hard",
+                    random_source="dpr_random",
+                    require_positive=split != "test",
+                    empty_positives=options.empty_positives,
+                )
         else:
             for query in read_qa_csv(path, split, progress):
                 writer.add_query(split, query, path)

@@ -5,6 +5,7 @@
 - ``qrels.{train,dev.small}.tsv``: ``qid\\t0\\tpid\\t1`` (TREC, 4 columns) or ``qid\\tpid`` (2 columns,
   relevance 1). TREC qrels from other tools separate with spaces: any whitespace is accepted.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ from rich.progress import Progress
 
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import SPLITS
+
 from .base import BuildOptions, Passage, Qrel, Query, Source, need_int, open_source
 from .writer import DatasetWriter, add_judged_queries, load_queries
 
@@ -35,8 +37,10 @@ def _two_columns(src: Source, line: str, names: tuple[str, str]) -> tuple[str, s
     # No quoting in these files: a plain split is exact, a csv reader would eat quote characters.
     parts = line.split("\t")
     if len(parts) != 2:
-        raise src.error(f"expected 2 tab-separated columns ({names[0]}, {names[1]}), got {len(parts)}",
-                        field=names[1] if len(parts) < 2 else None)
+        raise src.error(
+            f"expected 2 tab-separated columns ({names[0]}, {names[1]}), got {len(parts)}",
+            field=names[1] if len(parts) < 2 else None,
+        )
     if not parts[0]:
         raise src.error("empty id", field=names[0])
     return parts[0], parts[1]
@@ -71,13 +75,13 @@ def read_qrels(path: str | os.PathLike, progress: Progress | None = None) -> Ite
             elif len(parts) == 2:
                 (qid, pid), relevance = parts, 1
             else:
-                raise src.error(f"expected 4 columns (qid 0 pid relevance) or 2 (qid pid), "
-                                f"got {len(parts)}")
+                raise src.error(f"expected 4 columns (qid 0 pid relevance) or 2 (qid pid), got {len(parts)}")
             yield Qrel(qid, pid, relevance, line_no)
 
 
-def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
-          progress: Progress | None = None) -> None:
+def build(
+    files: dict[str, str], writer: DatasetWriter, options: BuildOptions, progress: Progress | None = None
+) -> None:
     """corpus = collection.tsv; per split, queries_{split} + qrels_{split} (together or not at all).
     A split's queries are those with a positive judgment in its qrels file."""
     corpus = files["corpus"]
@@ -90,8 +94,17 @@ def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
             continue
         if queries_file is None or qrels_file is None:
             missing = f"queries_{split}" if queries_file is None else f"qrels_{split}"
-            raise ConfigError(f"msmarco: source role '{missing}' is missing: queries_{split} and "
-                              f"qrels_{split} come together")
+            raise ConfigError(
+                f"msmarco: source role '{missing}' is missing: queries_{split} and "
+                f"qrels_{split} come together"
+            )
         queries = load_queries(read_queries(queries_file, progress), queries_file)
-        add_judged_queries(writer, split, queries, queries_file, read_qrels(qrels_file, progress),
-                           qrels_file, keep_unjudged=False)
+        add_judged_queries(
+            writer,
+            split,
+            queries,
+            queries_file,
+            read_qrels(qrels_file, progress),
+            qrels_file,
+            keep_unjudged=False,
+        )

@@ -6,6 +6,7 @@ member extracted to ``downloads/{dataset}/{role}``). A download shared by severa
 (NQ and TriviaQA share DPR's 13 GB Wikipedia TSV; MS MARCO's five files share one tarball) is
 fetched once: every user points at the target of the first dataset/role that declares it.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 from pipeline.core.config import ConfigError, dataset_config
+
 from . import check_roles
 
 
@@ -34,8 +36,13 @@ def _spec(role: str, value: object, where: str) -> SourceSpec:
     if isinstance(value, str):
         return SourceSpec(role, path=value)
     if isinstance(value, dict) and ("url" in value or "path" in value):
-        return SourceSpec(role, url=value.get("url"), path=value.get("path"),
-                          sha256=value.get("sha256"), member=value.get("member"))
+        return SourceSpec(
+            role,
+            url=value.get("url"),
+            path=value.get("path"),
+            sha256=value.get("sha256"),
+            member=value.get("member"),
+        )
     raise ConfigError(f"{where}: expected a path, {{url, sha256, member}} or {{path, member}}")
 
 
@@ -48,8 +55,7 @@ def dataset_sources(config: dict, dataset: str) -> dict[str, SourceSpec]:
     single = isinstance(src, str) or (isinstance(src, dict) and ("url" in src or "path" in src))
     mapping = {"source": src} if single else src
     check_roles(spec["format"], mapping, dataset)
-    return {role: _spec(role, value, f"datasets.{dataset}.source.{role}")
-            for role, value in mapping.items()}
+    return {role: _spec(role, value, f"datasets.{dataset}.source.{role}") for role, value in mapping.items()}
 
 
 def _declared(config: dict):
@@ -83,17 +89,25 @@ def archive_target(config: dict, url: str) -> str:
     target = f"downloads/{owner}/archives/{archive_name(url)}"
     for name, sources in _declared(config):
         for role, s in sources.items():
-            if s.url and s.member and s.url != url and _archive_owner(config, s.url) == owner \
-                    and archive_name(s.url) == archive_name(url):
-                raise ConfigError(f"datasets.{name}.source.{role}: archives {s.url} and {url} "
-                                  f"would both be saved as {target}; rename one")
+            if (
+                s.url
+                and s.member
+                and s.url != url
+                and _archive_owner(config, s.url) == owner
+                and archive_name(s.url) == archive_name(url)
+            ):
+                raise ConfigError(
+                    f"datasets.{name}.source.{role}: archives {s.url} and {url} "
+                    f"would both be saved as {target}; rename one"
+                )
     return target
 
 
 def archive_sha256(config: dict, url: str) -> str | None:
     """The sha256 configured for an archive URL (any role may carry it; they must agree)."""
-    found = {s.sha256 for _, sources in _declared(config) for s in sources.values()
-             if s.url == url and s.sha256}
+    found = {
+        s.sha256 for _, sources in _declared(config) for s in sources.values() if s.url == url and s.sha256
+    }
     if len(found) > 1:
         raise ConfigError(f"different sha256 values configured for {url}: {sorted(found)}")
     return found.pop() if found else None
@@ -124,8 +138,7 @@ def download_args(config: dict, dataset: str, role: str) -> str:
     """Arguments of ``python -m pipeline.data.download`` that produce downloads/{dataset}/{role}."""
     source = _role(config, dataset, role)
     if source.member is not None:
-        return shlex.join(["--archive", download_input(config, dataset, role)[0],
-                           "--member", source.member])
+        return shlex.join(["--archive", download_input(config, dataset, role)[0], "--member", source.member])
     args = ["--url", source.url]
     if source.sha256:
         args += ["--sha256", source.sha256]
@@ -148,6 +161,7 @@ def _role(config: dict, dataset: str, role: str) -> SourceSpec:
         raise ConfigError(f"datasets.{dataset}.source: no role {role!r} (roles: {', '.join(sources)})")
     source = sources[role]
     if source.url is None and source.member is None:
-        raise ConfigError(f"datasets.{dataset}.source.{role} is the local file {source.path}; "
-                          "there is nothing to download")
+        raise ConfigError(
+            f"datasets.{dataset}.source.{role} is the local file {source.path}; there is nothing to download"
+        )
     return source

@@ -5,6 +5,7 @@ Corpus = every paragraph, titled with its article; pid ``"<title>#<paragraph ind
 articles are added, removed or reordered); a question's positive = its own paragraph; its answers =
 the answer strings, deduplicated in order.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,18 @@ from rich.progress import Progress
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import DataError
 from pipeline.data.splits import assign_splits
-from .base import (BuildOptions, Passage, Query, Source, first_char, need_answer, need_id, need_str,
-                   open_source)
+
+from .base import (
+    BuildOptions,
+    Passage,
+    Query,
+    Source,
+    first_char,
+    need_answer,
+    need_id,
+    need_str,
+    open_source,
+)
 from .writer import DatasetWriter
 
 
@@ -38,8 +49,7 @@ def paragraph_pid(title: str, index: int) -> str:
 def read_squad(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[SquadParagraph]:
     """Paragraphs with their questions, article by article; record = 0-based article index."""
     if first_char(path) != "{":
-        raise DataError("expected a SQuAD JSON object ('{\"version\": ..., \"data\": [...]}')",
-                        file=path)
+        raise DataError('expected a SQuAD JSON object (\'{"version": ..., "data": [...]}\')', file=path)
     with open_source(path, binary=True, progress=progress, label="SQuAD json") as src:
         articles = 0
         src.record = 0
@@ -87,8 +97,9 @@ def _question(src: Source, qa: object, where: str, article: int) -> Query:
     return Query(qid, question, list(dict.fromkeys(texts)), article)
 
 
-def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
-          progress: Progress | None = None) -> None:
+def build(
+    files: dict[str, str], writer: DatasetWriter, options: BuildOptions, progress: Progress | None = None
+) -> None:
     """One source file. ``options.split`` None: every question is a test query; else split by
     article (all questions of an article in one split) or by question, deterministically."""
     path = files["source"]
@@ -99,8 +110,7 @@ def build(files: dict[str, str], writer: DatasetWriter, options: BuildOptions,
     for para in read_squad(path, progress):
         writer.add_passage(Passage(para.pid, para.title, para.text, para.article), path)
         for q in para.questions:
-            questions.append((para.title if spec is None or spec.by == "article" else q.qid, q,
-                              para.pid))
+            questions.append((para.title if spec is None or spec.by == "article" else q.qid, q, para.pid))
     writer.corpus_done(path)
     if spec is None:
         assignment = {}

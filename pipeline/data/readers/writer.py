@@ -6,6 +6,7 @@ that point at known queries and known passages. The corpus and the negatives str
 batches; queries and qrels (at most ~1M rows for MS MARCO) are kept in memory and written by
 ``finish()``. Nothing appears unless ``finish()`` is reached (ParquetStreamWriter is atomic).
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SHIPPED_NEGATIVES_SCHEMA
 from pipeline.core.storage import SPLITS, DataError, ParquetStreamWriter, write_table
+
 from .base import Ctx, Passage, Qrel, Query, TrainingRecord, ctx_pid
 
 log = logging.getLogger("sieve.prepare_data")
@@ -72,8 +74,14 @@ class PidSet:
             i = int(dup[0])
             found = (str(int(ordered[i])), int(records[order[i]]), int(records[order[i + 1]]))
         else:
-            clash = next((p for p in self._other if _as_int(p) is not None
-                          and self._contains_int(ordered, _as_int(p))), None)
+            clash = next(
+                (
+                    p
+                    for p in self._other
+                    if _as_int(p) is not None and self._contains_int(ordered, _as_int(p))
+                ),
+                None,
+            )
             if clash is not None:
                 found = (clash, -1, -1)
         self._sorted = ordered
@@ -107,8 +115,9 @@ class DatasetWriter:
         self.pids = PidSet()
         self.extra: Counter[str] = Counter()
         self._corpus = ParquetStreamWriter(self.out_dir / "corpus.parquet", CORPUS_SCHEMA)
-        self._negatives = ParquetStreamWriter(self.out_dir / "negatives.train.parquet",
-                                              SHIPPED_NEGATIVES_SCHEMA)
+        self._negatives = ParquetStreamWriter(
+            self.out_dir / "negatives.train.parquet", SHIPPED_NEGATIVES_SCHEMA
+        )
         self._corpus_buf: dict[str, list] = {"pid": [], "title": [], "text": []}
         self._neg_buf: dict[str, list] = {n: [] for n in SHIPPED_NEGATIVES_SCHEMA.names}
         self._frozen = False
@@ -121,8 +130,12 @@ class DatasetWriter:
     def add_passage(self, p: Passage, file: str | Path) -> None:
         earlier = self.pids.add(p.pid, p.record)
         if earlier is not None:
-            raise DataError(f"duplicate pid {p.pid!r} (first at record {earlier}); pids must be unique",
-                            file=file, record=p.record, field="pid")
+            raise DataError(
+                f"duplicate pid {p.pid!r} (first at record {earlier}); pids must be unique",
+                file=file,
+                record=p.record,
+                field="pid",
+            )
         self._buffer_passage(p.pid, p.title, p.text)
 
     def _buffer_passage(self, pid: str, title: str, text: str) -> None:
@@ -141,8 +154,12 @@ class DatasetWriter:
         if dup is not None:
             pid, first, second = dup
             where = f" (records {first} and {second})" if first >= 0 else ""
-            raise DataError(f"duplicate pid {pid!r}{where}; pids must be unique", file=file,
-                            record=second if second >= 0 else None, field="pid")
+            raise DataError(
+                f"duplicate pid {pid!r}{where}; pids must be unique",
+                file=file,
+                record=second if second >= 0 else None,
+                field="pid",
+            )
         if len(self.pids) == 0:
             raise DataError("empty corpus: no passages", file=file)
         log.info("corpus: %d passages from %s", len(self.pids), file)
@@ -152,8 +169,9 @@ class DatasetWriter:
         to the corpus under a content-derived pid (once)."""
         if ctx.pid is not None:
             if ctx.pid not in self.pids:
-                raise DataError(f"passage id {ctx.pid!r} is not in the corpus", file=file,
-                                record=record, field=field)
+                raise DataError(
+                    f"passage id {ctx.pid!r} is not in the corpus", file=file, record=record, field=field
+                )
             return ctx.pid
         pid = ctx_pid(ctx.title, ctx.text)
         self.extra["ctx_without_passage_id"] += 1
@@ -168,24 +186,32 @@ class DatasetWriter:
         if not q.text.strip():
             raise DataError("empty query text", file=file, record=q.record, field="query")
         if q.qid in self._qid_split:
-            raise DataError(f"duplicate qid {q.qid!r} (already a {self._qid_split[q.qid]} query); "
-                            "qids must be unique across all splits", file=file, record=q.record,
-                            field="qid")
+            raise DataError(
+                f"duplicate qid {q.qid!r} (already a {self._qid_split[q.qid]} query); "
+                "qids must be unique across all splits",
+                file=file,
+                record=q.record,
+                field="qid",
+            )
         self._qid_split[q.qid] = split
         cols = self._queries[split]
         cols["qid"].append(q.qid)
         cols["text"].append(q.text)
         cols["answers"].append(q.answers)
 
-    def add_qrel(self, split: str, qid: str, pid: str, relevance: int, *, file: str | Path,
-                 record: Any) -> None:
+    def add_qrel(
+        self, split: str, qid: str, pid: str, relevance: int, *, file: str | Path, record: Any
+    ) -> None:
         self._check_frozen()
         if self._qid_split.get(qid) != split:
-            raise DataError(f"judgment for query {qid!r} that is not a {split} query", file=file,
-                            record=record, field="qid")
+            raise DataError(
+                f"judgment for query {qid!r} that is not a {split} query",
+                file=file,
+                record=record,
+                field="qid",
+            )
         if pid not in self.pids:
-            raise DataError(f"passage id {pid!r} is not in the corpus", file=file, record=record,
-                            field="pid")
+            raise DataError(f"passage id {pid!r} is not in the corpus", file=file, record=record, field="pid")
         if (qid, pid) in self._qrel_pairs[split]:
             raise DataError(f"duplicate judgment ({qid!r}, {pid!r})", file=file, record=record)
         self._qrel_pairs[split].add((qid, pid))
@@ -206,9 +232,18 @@ class DatasetWriter:
             self._negatives.write(buf)
             self._neg_buf = {n: [] for n in SHIPPED_NEGATIVES_SCHEMA.names}
 
-    def add_training_record(self, split: str, rec: TrainingRecord, *, file: str | Path,
-                            gold_first: bool, hard_source: str, random_source: str | None,
-                            require_positive: bool, empty_positives: str) -> None:
+    def add_training_record(
+        self,
+        split: str,
+        rec: TrainingRecord,
+        *,
+        file: str | Path,
+        gold_first: bool,
+        hard_source: str,
+        random_source: str | None,
+        require_positive: bool,
+        empty_positives: str,
+    ) -> None:
         """A DPR/Tevatron record: its query, its positives as qrels (the first one at relevance 2
         when ``gold_first``: DPR's positive_ctxs[0] is the gold passage), and, for train, its shipped
         negatives (ranked by their position in the list; a negative that is also one of the query's
@@ -223,20 +258,24 @@ class DatasetWriter:
                 f"no positive passage for question {rec.question[:60]!r}: {split} queries need one. "
                 "DPR's own loader drops such entries; set 'empty_positives: drop' for this dataset "
                 "(prepare_data --empty-positives drop) to do the same, counted in manifest.json",
-                file=file, record=rec.record, field=pos_field)
+                file=file,
+                record=rec.record,
+                field=pos_field,
+            )
         self.add_query(split, Query(rec.qid, rec.question, rec.answers, rec.record), file)
         positives: set[str] = set()
         for i, ctx in enumerate(rec.positives):
-            pid = self.resolve_ctx(ctx, file=file, record=rec.record,
-                                   field=f"{pos_field}[{i}].{id_key}")
+            pid = self.resolve_ctx(ctx, file=file, record=rec.record, field=f"{pos_field}[{i}].{id_key}")
             if pid in positives:
                 self.extra["positives_repeated"] += 1
                 continue
             positives.add(pid)
-            self.add_qrel(split, rec.qid, pid, 2 if gold_first and i == 0 else 1, file=file,
-                          record=rec.record)
-        lists = [(hard_source, rec.hard_negatives, "hard_negative_ctxs" if gold_first
-                  else "negative_passages")]
+            self.add_qrel(
+                split, rec.qid, pid, 2 if gold_first and i == 0 else 1, file=file, record=rec.record
+            )
+        lists = [
+            (hard_source, rec.hard_negatives, "hard_negative_ctxs" if gold_first else "negative_passages")
+        ]
         if random_source is not None:
             lists.append((random_source, rec.negatives, "negative_ctxs"))
         for source, ctxs, key in lists:
@@ -245,11 +284,11 @@ class DatasetWriter:
                 continue
             used: set[str] = set()
             for rank, ctx in enumerate(ctxs, start=1):
-                pid = self.resolve_ctx(ctx, file=file, record=rec.record,
-                                       field=f"{key}[{rank - 1}].{id_key}")
+                pid = self.resolve_ctx(ctx, file=file, record=rec.record, field=f"{key}[{rank - 1}].{id_key}")
                 if pid in positives or pid in used:
-                    self.extra["negatives_dropped_positive" if pid in positives
-                               else "negatives_dropped_repeated"] += 1
+                    self.extra[
+                        "negatives_dropped_positive" if pid in positives else "negatives_dropped_repeated"
+                    ] += 1
                     continue
                 used.add(pid)
                 self.add_negative(rec.qid, pid, rank, ctx.score, source)
@@ -270,10 +309,10 @@ class DatasetWriter:
         self._corpus.close()
         self._negatives.close()
         for split in SPLITS:
-            write_table(self.out_dir / f"queries.{split}.parquet", _table(self._queries[split],
-                                                                          QUERIES_SCHEMA))
-            write_table(self.out_dir / f"qrels.{split}.parquet", _table(self._qrels[split],
-                                                                        QRELS_SCHEMA))
+            write_table(
+                self.out_dir / f"queries.{split}.parquet", _table(self._queries[split], QUERIES_SCHEMA)
+            )
+            write_table(self.out_dir / f"qrels.{split}.parquet", _table(self._qrels[split], QRELS_SCHEMA))
         return {
             "corpus": corpus_rows,
             "queries": {s: len(self._queries[s]["qid"]) for s in SPLITS},
@@ -303,15 +342,26 @@ def load_queries(queries: Iterable[Query], file: str | Path) -> dict[str, Query]
     out: dict[str, Query] = {}
     for q in queries:
         if q.qid in out:
-            raise DataError(f"duplicate qid {q.qid!r} (first at record {out[q.qid].record})",
-                            file=file, record=q.record, field="qid")
+            raise DataError(
+                f"duplicate qid {q.qid!r} (first at record {out[q.qid].record})",
+                file=file,
+                record=q.record,
+                field="qid",
+            )
         out[q.qid] = q
     return out
 
 
-def add_judged_queries(writer: DatasetWriter, split: str, queries: dict[str, Query],
-                       queries_file: str | Path, qrels: Iterable[Qrel], qrels_file: str | Path | None,
-                       *, keep_unjudged: bool) -> None:
+def add_judged_queries(
+    writer: DatasetWriter,
+    split: str,
+    queries: dict[str, Query],
+    queries_file: str | Path,
+    qrels: Iterable[Qrel],
+    qrels_file: str | Path | None,
+    *,
+    keep_unjudged: bool,
+) -> None:
     """Queries and qrels of one split from a queries table and a qrels file (MS MARCO, BEIR).
 
     Judgments with relevance <= 0 (BEIR/TREC "judged not relevant") are not positives: left out and
@@ -322,8 +372,12 @@ def add_judged_queries(writer: DatasetWriter, split: str, queries: dict[str, Que
     judged: dict[str, list[Qrel]] = {}
     for r in qrels:
         if r.qid not in queries:
-            raise DataError(f"query id {r.qid!r} is not in {Path(queries_file).name}", file=qrels_file,
-                            record=r.record, field="qid")
+            raise DataError(
+                f"query id {r.qid!r} is not in {Path(queries_file).name}",
+                file=qrels_file,
+                record=r.record,
+                field="qid",
+            )
         if r.relevance <= 0:
             writer.extra[f"qrels_not_positive.{split}"] += 1
             continue
