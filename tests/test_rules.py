@@ -68,7 +68,7 @@ def test_beta_tag(g, beta, tag):
 
 @pytest.mark.parametrize("beta", [0, 0.5, 0.05, 1e-4, 1e-7, 3e-12, 0.1234567, 0.30000000000000004, 12.5])
 def test_beta_tag_reads_back_as_the_same_beta_and_fits_the_wildcard(g, beta):
-    # train_ccr reads --beta back from the path: the tag must be the configured value exactly.
+    # Two β never share a folder: the tag is the configured value exactly.
     tag = g.beta_tag(beta)
     assert float(tag) == float(beta)
     assert re.fullmatch(g.BETA_RE, tag), tag
@@ -110,8 +110,7 @@ def test_default_config_paths(g):
         "results/synthkb/negatives/sieve_b0.5.parquet",
     ]
     assert (
-        g.model_dir("synthkb", g.dense_method_models("synthkb")["dpr_ccr"])
-        == "results/synthkb/models/dpr_ccr_b0.5"
+        g.model_dir("synthkb", g.METHODS["synthkb"]["dpr_ccr"].model) == "results/synthkb/models/dpr_ccr_b0.5"
     )
     assert g.negatives("synthkb", "bm25") == "results/synthkb/negatives/bm25.parquet"
     assert g.dataset_metrics("synthkb") == "results/synthkb/metrics.json"
@@ -207,13 +206,22 @@ def test_every_module_a_rule_runs_exists(workflow):
 
 
 def test_dpr_controls_train_on_their_filters_negatives(g):
-    models = g.dense_method_models("synthkb")
+    methods = g.METHODS["synthkb"]
     tag = g.beta_tag(g.config["ccr"]["beta"])
-    assert models["dpr_oracle"] == "dpr_oracle" and models["dpr_none"] == "dpr_none"
-    assert models["dpr_sieve"] == f"dpr_sieve_b{tag}"
+    assert methods["dpr_oracle"].model == "dpr_oracle" and methods["dpr_none"].model == "dpr_none"
+    assert methods["dpr_sieve"].model == f"dpr_sieve_b{tag}"
     for method in ("dpr_oracle", "dpr_answer_match", "dpr_sieve"):
-        negs = models[method].removeprefix("dpr_")
+        # the model folder is the one train_dpr_filtered writes for those negatives
+        assert methods[method].model == g.dpr_on(methods[method].negatives)
+        negs = methods[method].negatives
         assert re.fullmatch("|".join(g.OTHER_FILTERS) + "|" + g.sieve_name(g.BETA_RE), negs)
+
+
+def test_a_ccr_model_takes_its_beta_from_the_table_not_its_folder_name(g):
+    # train_ccr's --beta: the β the tag stands for in the config (ccr.beta and sieve.betas).
+    betas = g.CCR_BETAS["synthkb"]
+    assert betas[g.beta_tag(g.config["ccr"]["beta"])] == g.config["ccr"]["beta"]
+    assert set(betas) == {g.beta_tag(b) for b in [g.config["ccr"]["beta"], *g.config["sieve"]["betas"]]}
 
 
 def test_oracle_on_a_dataset_without_exact_labels_fails_while_planning(tmp_path):

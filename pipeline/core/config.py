@@ -17,6 +17,7 @@ from typing import Callable, Collection, Iterable
 import yaml
 from pydantic import ValidationError
 
+from pipeline.core.methods import closest
 from pipeline.core.settings import Config, ConfigError, apply_defaults, describe_errors  # noqa: F401  (ConfigError: its public home)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -51,10 +52,10 @@ def _load_yaml(path: str | os.PathLike) -> dict:
 
 
 def unknown_methods(config: dict, methods: Collection[str]) -> list[str]:
-    """One line per entry of ``config['methods']`` that is not in ``methods``, naming its key."""
-    known = ", ".join(sorted(methods))
+    """One line per entry of ``config['methods']`` that is not in ``methods``, naming its key and the
+    closest known names."""
     return [
-        f"config key 'methods.{i}': unknown method {name!r} (known: {known})"
+        f"config key 'methods.{i}': unknown method {name!r} ({closest(name, methods)})"
         for i, name in enumerate(config.get("methods") or ())
         if name not in methods
     ]
@@ -101,10 +102,8 @@ def dataset_config(config: dict, dataset: str) -> dict:
     try:
         return config["datasets"][dataset]
     except KeyError:
-        known = ", ".join(sorted(config.get("datasets", {})))
-        raise ConfigError(
-            f"dataset {dataset!r} is not declared under 'datasets' (declared: {known})"
-        ) from None
+        known = closest(dataset, list(config.get("datasets", {})))
+        raise ConfigError(f"dataset {dataset!r} is not declared under 'datasets' ({known})") from None
 
 
 def resolve_model_path(name_or_path: str) -> str:

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_SCHEMA
+from pipeline.core.settings import FILTER_NAMES
 from pipeline.core.storage import DataError, write_table
 from pipeline.sieve.passage_sieve import (
     FALLBACKS,
@@ -46,16 +47,7 @@ from pipeline.sieve.passage_sieve import (
 
 log = logging.getLogger("sieve.filters")
 
-FILTERS = (
-    "none",
-    "answer_match",
-    "oracle",
-    "rank_window",
-    "positive_aware",
-    "cross_encoder",
-    "sieve",
-    "sieve_no_ccr",
-)
+FILTERS = FILTER_NAMES  # declared with config sieve.filters (pipeline.core.settings)
 POSITIVE_AWARE_MODES = ("relative", "difference", "absolute")
 
 

@@ -10,7 +10,6 @@ import shlex
 
 from pipeline.core.settings import RESOURCE_KEYS, ar2_recorded_settings
 
-AR2_VARIANTS = {variant: method for method, variant in AR2_METHODS.items()}
 
 
 def ar2_config(wildcards):
@@ -98,7 +97,7 @@ rule ar2_round:
     output:
         ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}"),
     wildcard_constraints:
-        variant="|".join(AR2_VARIANTS),
+        variant="|".join(AR2_VARIANTS.values()),
         seed=r"\d+",
         r=r"\d+",
     params:
@@ -123,7 +122,7 @@ rule ar2_round:
 
 
 def _ar2_rounds(wildcards):
-    variant = AR2_METHODS[wildcards.method]
+    variant = AR2_VARIANTS[wildcards.method]
     return [ar2_round_json(wildcards.dataset, variant, wildcards.seed, r)
             for r in range(ar2_config(wildcards)["rounds"] + 1)]
 
@@ -135,12 +134,12 @@ rule ar2_select:
         info=ar2_info("{dataset}", "{method}", "{seed}"),
         figure=report(figure("{dataset}", "{method}_seed{seed}_rounds.png"), category="AR2"),
     wildcard_constraints:
-        method="|".join(AR2_METHODS),
+        method="|".join(AR2_VARIANTS),
         seed=r"\d+",
     params:
-        variant_dir=lambda wildcards: ar2_seed_dir(wildcards.dataset, AR2_METHODS[wildcards.method],
+        variant_dir=lambda wildcards: ar2_seed_dir(wildcards.dataset, AR2_VARIANTS[wildcards.method],
                                                    wildcards.seed),
-        variant=lambda wildcards: AR2_METHODS[wildcards.method],
+        variant=lambda wildcards: AR2_VARIANTS[wildcards.method],
         rounds=dataset_setting("ar2", "rounds"),
         metric=dataset_setting("ar2", "select_metric"),
     conda:
@@ -162,7 +161,7 @@ rule ar2_search:
     output:
         run("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method="|".join(AR2_METHODS),
+        method="|".join(AR2_VARIANTS),
         seed=r"\d+",
     params:
         depth=config["eval"]["depth"],
@@ -195,7 +194,7 @@ rule ar2_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method="|".join(AR2_METHODS),
+        method="|".join(AR2_VARIANTS),
     conda:
         CPU_ENV
     log:
@@ -208,10 +207,10 @@ rule ar2_seeds:
 def _ar2_curves(wildcards):
     """(label, round folder parent, info.json) per configured AR2 method and seed."""
     d = wildcards.dataset
-    methods = [m for m in cfg(d)["methods"] if m in AR2_METHODS] or ["ar2", "ar2_sieve"]
+    methods = [m for m in cfg(d)["methods"] if m in AR2_VARIANTS] or ["ar2", "ar2_sieve"]
     seeds = ar2_seeds(d)
-    return [(AR2_METHODS[m] if len(seeds) == 1 else f"{AR2_METHODS[m]}/seed{s}",
-             ar2_seed_dir(d, AR2_METHODS[m], s), ar2_info(d, m, s))
+    return [(AR2_VARIANTS[m] if len(seeds) == 1 else f"{AR2_VARIANTS[m]}/seed{s}",
+             ar2_seed_dir(d, AR2_VARIANTS[m], s), ar2_info(d, m, s))
             for m in methods for s in seeds]
 
 

@@ -21,7 +21,7 @@ def evaluate_inputs(wildcards):
     if dataset in SYNTHETIC:
         inputs["qrels_all"] = qrels_all(dataset, split)
     method, _, seed = wildcards.run.partition("/seed")
-    if hybrid_methods(dataset).get(method, (None,))[0] == "wsum":
+    if method in METHODS[dataset] and METHODS[dataset][method].fusion == "wsum":
         inputs["fusion"] = fusion_choice(dataset, method, split, seed or None)  # w goes in metrics.json
     return inputs
 
@@ -37,7 +37,7 @@ def fusion_arg(wildcards, input):
 def method_seeds(d, method):
     """The seed of each of a method's run folders: one per seed for AR2 methods (ar2.smk) and, with
     several training seeds, for the trained dense methods; else None (results/{d}/{method}/)."""
-    if method in AR2_METHODS:
+    if METHODS[d][method].kind == "ar2":
         return ar2_seeds(d)
     return training_seeds() if method in seeded_methods(d) else [None]
 
@@ -137,7 +137,7 @@ rule dense_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method=_alternatives(any_seeded_method()),
+        method=_alternatives(sorted({m for d in DATASETS for m in seeded_methods(d)})),
     params:
         seeds=" ".join(str(s) for s in training_seeds()),
     conda:

@@ -20,7 +20,10 @@ def mining_depth(wildcards):
 
 def mining_sources():
     """Dense methods that can mine: every one but the DPRs trained on mined negatives themselves."""
-    return [m for m in any_dense_method() if not m.startswith("dpr_mined_")]
+    return names_of("dense", lambda m: m.negatives is None or m.negatives not in METHODS_ANY)
+
+
+METHODS_ANY = {name for d in DATASETS for name in METHODS[d]}
 
 
 use rule search_dense as search_for_mining with:

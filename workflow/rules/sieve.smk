@@ -18,17 +18,11 @@ def sieve_config(d):
     return cfg(d)["sieve"]
 
 
-def _filtered_sources(c):
-    """Dense models under config ``c`` trained on what a filter kept: their negatives need the sieve's
-    candidates first, so they cannot be its source."""
-    filtered = {"dpr_sieve", *(f"dpr_{name}" for name in OTHER_FILTERS)}
-    return sorted(m for m in _dense_method_models(c) if m in filtered or m.removeprefix("dpr_mined_") in filtered)
-
-
-# Checked at start-up: otherwise such a source surfaces as a cyclic DAG that does not name the setting.
-# Any other name is a negatives file: built by a rule (bm25, a mining model) or brought by the user.
+# Checked at start-up: a DPR trained on filtered candidates needs the sieve's candidates first, which
+# would surface as a cyclic DAG that does not name the setting. Any other name is a negatives file:
+# built by a rule (bm25, a mining model) or brought by the user.
 for _d in DATASETS:
-    if sieve_config(_d)["source"] in _filtered_sources(cfg(_d)):
+    if filtered_candidates(METHODS[_d], sieve_config(_d)["source"]):
         raise WorkflowError(f"sieve.source of dataset {_d!r} is {sieve_config(_d)['source']!r}, a DPR trained on "
                             "filtered candidates: it needs the sieve's own candidates first (a cycle). Use bm25, "
                             "a model trained without them (zeroshot, dpr, dpr_ccr) or your own negatives file")

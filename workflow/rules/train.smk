@@ -1,6 +1,7 @@
 # Dense retrievers: the zero-shot base, DPR (NCE warm-up on BM25 negatives), CCR fine-tuning.
 # Each writes results/{dataset}/models/{model}/ (retriever.json last; train_log.jsonl, train_info.json);
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
+import re
 import shlex
 
 from pipeline.core.recipes import dataset_recipe
@@ -14,14 +15,20 @@ def retriever_flags(c, **overrides):
     return " ".join([to_flags(ModelSettings, m, RETRIEVER_KEYS)] + ([] if m["shared_towers"] else ["--separate-towers"]))
 
 
+# The β tags of the CCR models the config asks for (ccr.beta and sieve.betas of every dataset).
+CCR_TAGS = _alternatives([re.escape(tag) for tag in sorted({t for d in DATASETS for t in CCR_BETAS[d]})])
+
+
 def train_flags(section, **fixed):
     """params function: train_dense flags from section `dpr` or `ccr` of the job's dataset (its
     recipe): one per field of the contract (pipeline.core.settings), spelled as the CLI's parser
-    reads them. The β and seed of the job's path win (default seed: the
-    top-level one)."""
+    reads them. A CCR model's β is the one its tag stands for (CCR_BETAS), its seed the one of its path
+    (default: the top-level seed)."""
     def flags(wildcards):
         c = cfg(wildcards.dataset)
-        s = {**c[section], **fixed, **{k: wildcards[k] for k in ("beta",) if k in wildcards.keys()}}
+        s = {**c[section], **fixed}
+        if "beta" in wildcards.keys():  # a CCR model of the β sweep: its β, looked up by its tag
+            s["beta"] = CCR_BETAS[wildcards.dataset][wildcards.beta]
         seed = wildcards["seed"] if "seed" in wildcards.keys() else config["seed"]
         out = [f"--seed {int(seed)}", to_flags(TrainSettings, s)]
         if section == "ccr":
@@ -132,7 +139,7 @@ rule train_ccr:
     output:
         retriever("{dataset}", ccr_model("{beta}")),
     wildcard_constraints:
-        beta=BETA_RE,
+        beta=CCR_TAGS,
     params:
         settings=train_flags("ccr"),
         recipe=recipe_label,
@@ -204,7 +211,7 @@ use rule train_ccr as train_ccr_seed with:
     output:
         retriever("{dataset}", seeded_model(ccr_model("{beta}"), "{seed}")),
     wildcard_constraints:
-        beta=BETA_RE,
+        beta=CCR_TAGS,
         seed=r"\d+",
     log:
         "logs/train_ccr/{dataset}.b{beta}.s{seed}.log",

@@ -1,0 +1,146 @@
+"""The method table: every method the workflow can build, resolved once from the config into a record.
+
+A method name (an entry of ``methods``, a pair of ``eval.compare``, a target's folder) stands for a
+``Method``: what it retrieves with (BM25, a retriever folder, a fusion of two runs, AR2 rounds), what
+its retriever was trained on (negatives, CCR β, filter, miner) and whether it is random (one run per
+training seed). The rules, the start-up checks and the docs read the records; no rule builds or parses
+a method name of its own. The file layout of each record is workflow/rules/paths.smk's.
+
+    bm25                      BM25 (bm25.smk)
+    zeroshot                  the pretrained base, saved as a retriever folder
+    dpr                       DPR (NCE) on BM25's negatives
+    dpr_ccr                   CCR fine-tuning of dpr at ccr.beta           model dpr_ccr_b<β>
+    dpr_sieve                 DPR on the sieve's kept negatives at ccr.beta model dpr_sieve_b<β>
+    dpr_<filter>              DPR on what another filter kept (dpr_oracle, dpr_none, ...)
+    dpr_mined_<dense>         DPR on the negatives a dense method mined (mining.smk)
+    hybrid_{rrf,wsum}_<dense> BM25 fused with a dense method's run (hybrid.smk)
+    ar2, ar2_sieve, ...       AR2 rounds per seed (ar2.smk)
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Literal
+
+from pipeline.core.settings import FILTER_NAMES
+
+# Filters other than the sieve (whose negatives carry its β): each also cleans the negatives of a
+# DPR control dpr_<filter>.
+OTHER_FILTERS = tuple(name for name in FILTER_NAMES if name != "sieve")
+HYBRID_FUSIONS = ("rrf", "wsum")
+# AR2 methods -> their variant folder (results/{dataset}/ar2/{variant}/seed{seed}/).
+AR2_VARIANTS = {
+    "ar2": "plain",
+    "ar2_sieve": "sieve",
+    "ar2_simans": "simans",
+    "ar2_simans_sieve": "simans_sieve",
+}
+# Methods with nothing random in them: one run, whatever the seeds (a baseline of every seed's pair).
+SEED_FREE = ("bm25", "zeroshot")
+# What a β tag looks like in a path: the wildcard constraint of every rule with a {beta}.
+BETA_RE = r"[0-9]+(\.[0-9]+)?"
+
+
+def beta_tag(beta: float) -> str:
+    """How a CCR β appears in paths: 0 -> '0', 0.5 -> '0.5', 1e-4 -> '0.0001', 1e-7 -> '0.0000001'.
+
+    Positional notation only (the wildcard is digits and one dot) and exact: repr gives the shortest
+    decimal that reads back as the same float, so two different β never share a folder.
+    """
+    text = format(Decimal(repr(float(beta))), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def ccr_model(tag: str) -> str:
+    """The CCR model folder name for a β tag (a value of beta_tag, or the wildcard "{beta}")."""
+    return f"dpr_ccr_b{tag}"
+
+
+def sieve_name(tag: str) -> str:
+    """The sieve's negatives and filter name for a β tag (a value of beta_tag, or "{beta}")."""
+    return f"sieve_b{tag}"
+
+
+def dpr_on(negatives: str) -> str:
+    """The model folder of DPR trained on negatives/<negatives>.train.parquet."""
+    return f"dpr_{negatives}"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method: how its run is made. ``model`` is the retriever folder a dense method searches
+    with (results/{dataset}/models/<model>/); ``base`` the dense method a hybrid fuses with BM25."""
+
+    name: str
+    kind: Literal["bm25", "dense", "hybrid", "ar2"]
+    model: str | None = None
+    trains: Literal["dpr", "ccr"] | None = None  # dense: the training of its retriever, if any
+    negatives: str | None = None  # dense: what it trains on (bm25, sieve_b<β>, <filter>, <miner>)
+    beta: float | None = None  # dpr_ccr: its CCR β; dpr_sieve: the β of the sieve's model
+    fusion: Literal["rrf", "wsum"] | None = None
+    base: str | None = None
+    variant: str | None = None  # ar2: the variant folder
+
+    @property
+    def random(self) -> bool:
+        """Trained (or fused with something trained): one run per training seed when there are several."""
+        return self.name not in SEED_FREE and (self.kind != "hybrid" or self.base not in SEED_FREE)
+
+
+def method_table(config: dict) -> dict[str, Method]:
+    """Every method the rules can build under ``config`` (defaults filled), by name."""
+    beta = float(config["ccr"]["beta"])
+    tag = beta_tag(beta)
+    dense = [
+        Method("zeroshot", "dense", model="zeroshot"),
+        Method("dpr", "dense", model="dpr", trains="dpr", negatives="bm25"),
+        Method("dpr_ccr", "dense", model=ccr_model(tag), trains="ccr", negatives="bm25", beta=beta),
+        Method(
+            "dpr_sieve",
+            "dense",
+            model=dpr_on(sieve_name(tag)),
+            trains="dpr",
+            negatives=sieve_name(tag),
+            beta=beta,
+        ),
+        *(Method(dpr_on(f), "dense", model=dpr_on(f), trains="dpr", negatives=f) for f in OTHER_FILTERS),
+    ]
+    # DPR trained on the negatives another dense method mined: dpr_mined_dpr is RocketQA/ANCE's round 2.
+    dense += [
+        Method(f"dpr_mined_{m.name}", "dense", model=f"dpr_mined_{m.name}", trains="dpr", negatives=m.name)
+        for m in list(dense)
+    ]
+    hybrids = [
+        Method(f"hybrid_{fusion}_{m.name}", "hybrid", fusion=fusion, base=m.name)
+        for fusion in HYBRID_FUSIONS
+        for m in dense
+    ]
+    ar2 = [Method(name, "ar2", variant=variant) for name, variant in AR2_VARIANTS.items()]
+    return {m.name: m for m in [Method("bm25", "bm25"), *dense, *hybrids, *ar2]}
+
+
+def ccr_betas(config: dict) -> dict[str, float]:
+    """β tag -> β of every CCR model the config asks for: ccr.beta's (dpr_ccr) and each of sieve.betas
+    (the sieve's β sweep). train_ccr looks its β up here by the tag of its path: the number is never
+    parsed back out of a folder name."""
+    betas = [float(config["ccr"]["beta"]), *(float(b) for b in config["sieve"]["betas"])]
+    return {beta_tag(b): b for b in betas}
+
+
+def filtered_candidates(table: dict[str, Method], name: str) -> bool:
+    """Whether method ``name`` trains on negatives that a filter chose from the sieve's candidates
+    (directly, or mined by such a method): it cannot be the sieve's own source (a cycle)."""
+    m = table.get(name)
+    if m is None or m.negatives is None:
+        return False
+    if m.negatives in OTHER_FILTERS or m.negatives.startswith(sieve_name("")):
+        return True
+    return filtered_candidates(table, m.negatives)
+
+
+def closest(name: str, known: list[str] | tuple[str, ...] | set[str], n: int = 3) -> str:
+    """ "did you mean" text: the ``n`` known names closest to ``name`` (or all when none is close)."""
+    near = difflib.get_close_matches(name, sorted(known), n=n, cutoff=0.5)
+    return f"closest: {', '.join(near)}" if near else f"known: {', '.join(sorted(known))}"

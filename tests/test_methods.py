@@ -1,0 +1,71 @@
+"""The method table (pipeline.core.methods): every method name resolves to one record."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.core.config import ConfigError, load_config, validate_config
+from pipeline.core.methods import (
+    OTHER_FILTERS,
+    ccr_betas,
+    closest,
+    filtered_candidates,
+    method_table,
+)
+
+
+@pytest.fixture(scope="module")
+def table():
+    return method_table(load_config())
+
+
+def test_each_kind_of_method_resolves_to_what_it_retrieves_with(table):
+    assert table["bm25"].kind == "bm25"
+    assert table["zeroshot"].model == "zeroshot" and table["zeroshot"].trains is None
+    assert (table["dpr"].model, table["dpr"].trains, table["dpr"].negatives) == ("dpr", "dpr", "bm25")
+    ccr = table["dpr_ccr"]  # default ccr.beta 0.5
+    assert (ccr.model, ccr.trains, ccr.negatives, ccr.beta) == ("dpr_ccr_b0.5", "ccr", "bm25", 0.5)
+    sieve = table["dpr_sieve"]
+    assert (sieve.model, sieve.trains, sieve.negatives, sieve.beta) == (
+        "dpr_sieve_b0.5",
+        "dpr",
+        "sieve_b0.5",
+        0.5,
+    )
+    for name in OTHER_FILTERS:
+        assert table[f"dpr_{name}"].negatives == name and table[f"dpr_{name}"].model == f"dpr_{name}"
+    mined = table["dpr_mined_dpr"]
+    assert (mined.model, mined.negatives) == ("dpr_mined_dpr", "dpr")
+    hybrid = table["hybrid_wsum_dpr_ccr"]
+    assert (hybrid.kind, hybrid.fusion, hybrid.base) == ("hybrid", "wsum", "dpr_ccr")
+    assert table["ar2_simans_sieve"].variant == "simans_sieve"
+
+
+def test_the_beta_is_the_configs_and_two_betas_never_share_a_model():
+    config = load_config()
+    config["ccr"]["beta"] = 6
+    table = method_table(config)
+    assert table["dpr_ccr"].model == "dpr_ccr_b6" and table["dpr_ccr"].beta == 6.0
+    assert table["dpr_sieve"].negatives == "sieve_b6"
+    assert ccr_betas(config) == {"6": 6.0, "0": 0.0, "0.05": 0.05, "0.1": 0.1, "0.5": 0.5}
+
+
+def test_what_is_random_has_a_run_per_seed(table):
+    random = {name for name, m in table.items() if m.kind != "ar2" and m.random}
+    assert {"bm25", "zeroshot", "hybrid_rrf_zeroshot", "hybrid_wsum_zeroshot"}.isdisjoint(random)
+    assert {"dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle", "dpr_mined_zeroshot", "hybrid_rrf_dpr"} <= random
+
+
+def test_methods_trained_on_filtered_candidates_cannot_source_the_sieve(table):
+    for name in ("dpr_sieve", "dpr_oracle", "dpr_none", "dpr_mined_dpr_sieve", "dpr_mined_dpr_oracle"):
+        assert filtered_candidates(table, name), name
+    for name in ("bm25", "zeroshot", "dpr", "dpr_ccr", "dpr_mined_dpr", "my_own_negatives"):
+        assert not filtered_candidates(table, name), name
+
+
+def test_an_unknown_method_is_named_with_the_closest_known_ones():
+    config = load_config()
+    config["methods"] = ["bm25", "dpr_sievee"]
+    with pytest.raises(ConfigError, match=r"'methods\.1': unknown method 'dpr_sievee' \(closest: dpr_sieve"):
+        validate_config(config, methods=lambda: method_table(config))
+    assert closest("zzz", ["a", "b"]) == "known: a, b"
