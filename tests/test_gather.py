@@ -275,3 +275,17 @@ def test_gather_compare_argument_is_method_colon_baseline(tmp_path, capsys):
                 ]
             )
         assert "METHOD:BASELINE" in capsys.readouterr().err
+
+
+def test_a_run_is_gathered_under_the_method_name_the_config_lists(tmp_path):
+    # dpr_ccr stands for the run dpr_ccr_b0.5 (ccr.beta 0.5): gathered as dpr_ccr, its run kept; the
+    # same run may be listed under its β name too.
+    run = _method_file(tmp_path, "dpr_ccr_b0.5", {"R@5": 0.5})
+    dpr = _method_file(tmp_path, "dpr", {"R@5": 0.25})
+    out = tmp_path / "metrics.json"
+    args = ["--dataset", "tiny", "--out-json", str(out), "--out-md", str(tmp_path / "m.md"), "--inputs"]
+    assert gather_metrics.main([*args, f"dpr_ccr={run}", f"dpr_ccr_b0.5={run}", str(dpr)]) == 0
+    methods = json.loads(out.read_text())["methods"]
+    assert list(methods) == ["dpr_ccr", "dpr_ccr_b0.5", "dpr"]
+    assert methods["dpr_ccr"]["run"] == "dpr_ccr_b0.5" and "run" not in methods["dpr_ccr_b0.5"]
+    assert methods["dpr_ccr"]["metrics"] == {"R@5": 0.5}

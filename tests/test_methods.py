@@ -36,8 +36,20 @@ def test_each_kind_of_method_resolves_to_what_it_retrieves_with(table):
         assert table[f"dpr_{name}"].negatives == name and table[f"dpr_{name}"].model == f"dpr_{name}"
     mined = table["dpr_mined_dpr"]
     assert (mined.model, mined.negatives) == ("dpr_mined_dpr", "dpr")
+    # what a run depends on is in its folder name: the β of dpr_ccr reaches the runs built on it
+    assert (ccr.run, sieve.run, table["dpr_mined_dpr_ccr"].model) == (
+        "dpr_ccr_b0.5",
+        "dpr_sieve_b0.5",
+        "dpr_mined_dpr_ccr_b0.5",
+    )
+    assert table["dpr_ccr_b0.05"].beta == 0.05 and table["dpr_sieve_b0"].negatives == "sieve_b0"
     hybrid = table["hybrid_wsum_dpr_ccr"]
-    assert (hybrid.kind, hybrid.fusion, hybrid.base) == ("hybrid", "wsum", "dpr_ccr")
+    assert (hybrid.kind, hybrid.fusion, hybrid.base, hybrid.run) == (
+        "hybrid",
+        "wsum",
+        "dpr_ccr_b0.5",
+        "hybrid_wsum_dpr_ccr_b0.5",
+    )
     assert table["ar2_simans_sieve"].variant == "simans_sieve"
 
 
@@ -69,3 +81,55 @@ def test_an_unknown_method_is_named_with_the_closest_known_ones():
     with pytest.raises(ConfigError, match=r"'methods\.1': unknown method 'dpr_sievee' \(closest: dpr_sieve"):
         validate_config(config, methods=lambda: method_table(config))
     assert closest("zzz", ["a", "b"]) == "known: a, b"
+
+
+@pytest.mark.slow
+def test_two_betas_in_one_run_plan_two_models_and_two_runs_side_by_side(tmp_path):
+    """methods [dpr_ccr_b0.5, dpr_ccr_b6] (both in sieve.betas): two CCR trainings, each with its own
+    --beta, two run folders, gathered under their own names, compared with each other."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "methods: [bm25, dpr, dpr_ccr, dpr_ccr_b0.5, dpr_ccr_b6]\n"
+        "sieve: {betas: [0.5, 6]}\n"
+        "eval: {compare: [[dpr_ccr_b6, dpr_ccr_b0.5]]}\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-p",
+            "--forceall",
+            "--snakefile",
+            str(repo / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(repo / "config.yaml"),
+            str(overlay),
+            "--",
+            "results/synthkb/metrics.json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    shells = [line for line in proc.stdout.splitlines() if line.startswith("Shell command")]
+    ccr = sorted(line.split("--beta ")[1].split()[0] for line in shells if "--beta" in line)
+    assert ccr == ["0.5", "6.0"]
+    searched = {line.split("--out ")[1].split()[0] for line in shells if "pipeline.retrieval.search" in line}
+    assert {
+        "results/synthkb/dpr_ccr_b0.5/run.test.parquet",
+        "results/synthkb/dpr_ccr_b6/run.test.parquet",
+    } <= searched
+    (gather,) = [line for line in shells if "pipeline.evaluation.gather" in line]
+    # dpr_ccr (ccr.beta 0.5) and dpr_ccr_b0.5 are one run, gathered under both names
+    assert "dpr_ccr=results/synthkb/dpr_ccr_b0.5/metrics.json" in gather
+    assert "dpr_ccr_b6=results/synthkb/dpr_ccr_b6/metrics.json" in gather
+    assert "--compare dpr_ccr_b6:dpr_ccr_b0.5" in gather

@@ -70,55 +70,88 @@ def dpr_on(negatives: str) -> str:
 
 @dataclass(frozen=True)
 class Method:
-    """One method: how its run is made. ``model`` is the retriever folder a dense method searches
-    with (results/{dataset}/models/<model>/); ``base`` the dense method a hybrid fuses with BM25."""
+    """One method: how its run is made. ``run`` is its run folder (results/{dataset}/<run>/): the name
+    plus every setting that tells two runs apart, so a method at two β keeps two runs side by side.
+    ``model`` is the retriever folder a dense method searches with (results/{dataset}/models/<model>/);
+    ``base`` the dense method a hybrid fuses with BM25."""
 
     name: str
     kind: Literal["bm25", "dense", "hybrid", "ar2"]
+    run: str
     model: str | None = None
     trains: Literal["dpr", "ccr"] | None = None  # dense: the training of its retriever, if any
-    negatives: str | None = None  # dense: what it trains on (bm25, sieve_b<β>, <filter>, <miner>)
+    negatives: str | None = None  # dense: what it trains on (bm25, sieve_b<β>, <filter>, a miner's run)
     beta: float | None = None  # dpr_ccr: its CCR β; dpr_sieve: the β of the sieve's model
+    miner: str | None = None  # dpr_mined_<m>: the dense run whose mined negatives it trains on
     fusion: Literal["rrf", "wsum"] | None = None
-    base: str | None = None
+    base: str | None = None  # hybrid: the dense method's run
     variant: str | None = None  # ar2: the variant folder
 
     @property
     def random(self) -> bool:
         """Trained (or fused with something trained): one run per training seed when there are several."""
-        return self.name not in SEED_FREE and (self.kind != "hybrid" or self.base not in SEED_FREE)
+        return self.run not in SEED_FREE and (self.kind != "hybrid" or self.base not in SEED_FREE)
+
+
+def _dense(name: str, **fields) -> Method:
+    return Method(name, "dense", run=fields.pop("run", name), **fields)
 
 
 def method_table(config: dict) -> dict[str, Method]:
-    """Every method the rules can build under ``config`` (defaults filled), by name."""
-    beta = float(config["ccr"]["beta"])
-    tag = beta_tag(beta)
+    """Every method the rules can build under ``config`` (defaults filled), by name.
+
+    ``dpr_ccr`` and ``dpr_sieve`` stand for their run at ccr.beta (dpr_ccr_b<β>, dpr_sieve_b<β>); each β
+    of sieve.betas (the β sweep) is a method of its own under that name, so ``methods: [dpr_ccr_b0.5,
+    dpr_ccr_b6]`` (with both in sieve.betas) compares two β side by side.
+    """
+    betas = ccr_betas(config)
+    main = beta_tag(float(config["ccr"]["beta"]))
     dense = [
-        Method("zeroshot", "dense", model="zeroshot"),
-        Method("dpr", "dense", model="dpr", trains="dpr", negatives="bm25"),
-        Method("dpr_ccr", "dense", model=ccr_model(tag), trains="ccr", negatives="bm25", beta=beta),
-        Method(
-            "dpr_sieve",
-            "dense",
+        _dense("zeroshot", model="zeroshot"),
+        _dense("dpr", model="dpr", trains="dpr", negatives="bm25"),
+        *(
+            Method(dpr_on(f), "dense", run=dpr_on(f), model=dpr_on(f), trains="dpr", negatives=f)
+            for f in OTHER_FILTERS
+        ),
+    ]
+    for tag, beta in betas.items():
+        ccr = dict(run=ccr_model(tag), model=ccr_model(tag), trains="ccr", negatives="bm25", beta=beta)
+        sieve = dict(
+            run=f"dpr_sieve_b{tag}",
             model=dpr_on(sieve_name(tag)),
             trains="dpr",
             negatives=sieve_name(tag),
             beta=beta,
-        ),
-        *(Method(dpr_on(f), "dense", model=dpr_on(f), trains="dpr", negatives=f) for f in OTHER_FILTERS),
-    ]
+        )
+        dense += [_dense(f"dpr_ccr_b{tag}", **ccr), _dense(f"dpr_sieve_b{tag}", **sieve)]
+        if tag == main:
+            dense += [_dense("dpr_ccr", **ccr), _dense("dpr_sieve", **sieve)]
     # DPR trained on the negatives another dense method mined: dpr_mined_dpr is RocketQA/ANCE's round 2.
     dense += [
-        Method(f"dpr_mined_{m.name}", "dense", model=f"dpr_mined_{m.name}", trains="dpr", negatives=m.name)
+        _dense(
+            f"dpr_mined_{m.name}",
+            run=f"dpr_mined_{m.run}",
+            model=f"dpr_mined_{m.run}",
+            trains="dpr",
+            negatives=m.run,
+            miner=m.run,
+        )
         for m in list(dense)
     ]
     hybrids = [
-        Method(f"hybrid_{fusion}_{m.name}", "hybrid", fusion=fusion, base=m.name)
+        Method(
+            f"hybrid_{fusion}_{m.name}", "hybrid", run=f"hybrid_{fusion}_{m.run}", fusion=fusion, base=m.run
+        )
         for fusion in HYBRID_FUSIONS
         for m in dense
     ]
-    ar2 = [Method(name, "ar2", variant=variant) for name, variant in AR2_VARIANTS.items()]
-    return {m.name: m for m in [Method("bm25", "bm25"), *dense, *hybrids, *ar2]}
+    ar2 = [Method(name, "ar2", run=name, variant=variant) for name, variant in AR2_VARIANTS.items()]
+    return {m.name: m for m in [Method("bm25", "bm25", run="bm25"), *dense, *hybrids, *ar2]}
+
+
+def runs(table: dict[str, Method]) -> dict[str, Method]:
+    """The table by run folder (a name and its β alias share one run: the same record bar the name)."""
+    return {m.run: m for m in table.values()}
 
 
 def ccr_betas(config: dict) -> dict[str, float]:
@@ -132,7 +165,7 @@ def ccr_betas(config: dict) -> dict[str, float]:
 def filtered_candidates(table: dict[str, Method], name: str) -> bool:
     """Whether method ``name`` trains on negatives that a filter chose from the sieve's candidates
     (directly, or mined by such a method): it cannot be the sieve's own source (a cycle)."""
-    m = table.get(name)
+    m = table.get(name) or runs(table).get(name)
     if m is None or m.negatives is None:
         return False
     if m.negatives in OTHER_FILTERS or m.negatives.startswith(sieve_name("")):

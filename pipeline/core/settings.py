@@ -65,9 +65,11 @@ def Unique(item: Any, min_length: int = 0) -> Any:  # noqa: N802  (a type, spell
 
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
+# A method: a name of pipeline.core.methods' table (a β sweep's methods carry their β: dpr_ccr_b0.05).
+MethodName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.]+$")]
 METRIC_PATTERN = r"^((R|hit|hit_all|recall)@[1-9][0-9]*|MRR(_all)?@10)$"
 Metric = Annotated[str, Field(pattern=METRIC_PATTERN)]
-Pair = Annotated[list[Name], Field(min_length=2, max_length=2)]
+Pair = Annotated[list[MethodName], Field(min_length=2, max_length=2)]
 
 
 class Contract(BaseModel):
@@ -330,7 +332,8 @@ class SieveSettings(Contract):
         None, gt=0, description="tau of the sieve's loss; null = the model's"
     )
     betas: Unique(Annotated[float, Field(ge=0)]) = Field(
-        [0, 0.05, 0.1, 0.5], description="β sweep: sieve_b<β> filters and Figure 1"
+        [0, 0.05, 0.1, 0.5],
+        description="β sweep: CCR models, sieve_b<β> filters, Figure 1, and the methods dpr_ccr_b<β>, dpr_sieve_b<β>",
     )
     in_batch: int = Field(30, ge=0)
     figure_queries: Optional[int] = Field(2000, ge=1)
@@ -557,7 +560,7 @@ class RecipeSpec(Contract):
         None, description="parent recipe: its settings first, this one's over them"
     )
     description: Optional[str] = None
-    methods: Optional[Unique(Name)] = None
+    methods: Optional[Unique(MethodName)] = None
     model: Optional[dict] = None
     bm25: Optional[dict] = None
     dpr: Optional[dict] = None
@@ -575,7 +578,7 @@ class Config(Contract):
         None,
         description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2",
     )
-    methods: Unique(Name) = Field(
+    methods: Unique(MethodName) = Field(
         description="methods that results/{dataset}/metrics.json builds and gathers"
     )
     recipes: dict[Name, RecipeSpec] = Field(

@@ -86,31 +86,35 @@ def seed_runs(data: dict, path: str | os.PathLike) -> dict[int | None, dict]:
 
 def gather(
     dataset: str,
-    paths: Sequence[str | os.PathLike],
+    paths: Sequence[str | os.PathLike | tuple[str, str | os.PathLike]],
     compare: Sequence[tuple[str, str]] = (),
     fixed: Collection[str] = (),
 ) -> dict:
     """``{"dataset": D, "methods": {method: {split, n_queries, ..., metrics}}, "comparisons": [...]}``,
     methods in input order, one comparison per ``compare`` pair (method, baseline) whose two
     methods were both read. ``fixed``: methods with no training seed (their one run pairs with
-    every seed of a trained method)."""
+    every seed of a trained method). A ``(name, path)`` input is gathered under the method name the
+    config lists (e.g. dpr_ccr); the run it reads (dpr_ccr_b0.5) is kept as ``run`` when it differs."""
     if not paths:
         raise DataError("no metrics files given", field="--inputs")
     methods: dict[str, dict] = {}
     sources: dict[str, str] = {}
     runs: dict[str, dict] = {}
-    for path in paths:
+    for item in paths:
+        name, path = item if isinstance(item, tuple) else (None, item)
         data = read_metrics(path)
         if data["dataset"] != dataset:
             raise DataError(
                 f"dataset is {data['dataset']!r}, expected {dataset!r}", file=path, field="dataset"
             )
-        method = data["method"]
+        method = name or data["method"]
         if method in methods:
             raise DataError(
                 f"method {method!r} already read from {sources[method]}", file=path, field="method"
             )
         entry = {k: v for k, v in data.items() if k not in ("dataset", "method", "metrics")}
+        if data["method"] != method:
+            entry["run"] = data["method"]
         entry["metrics"] = data["metrics"]
         methods[method] = entry
         sources[method] = str(path)
@@ -334,10 +338,22 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _named_path(value: str) -> str | tuple[str, str]:
+    name, sep, path = value.partition("=")
+    return (name, path) if sep and name and "/" not in name else value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.evaluation.gather", "Gather the methods' metrics of one dataset.")
     parser.add_argument("--dataset", required=True)
-    parser.add_argument("--inputs", nargs="+", required=True, help="results/D/<method>/metrics.json")
+    parser.add_argument(
+        "--inputs",
+        nargs="+",
+        required=True,
+        type=_named_path,
+        metavar="[METHOD=]PATH",
+        help="results/D/<run>/metrics.json, gathered under METHOD when given (else its own method name)",
+    )
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-html", help="the table as HTML (the Snakemake report shows it)")

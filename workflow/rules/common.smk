@@ -1,10 +1,12 @@
 # Helpers shared by the rule files: dataset lookups, wildcard constraints, the file layout (path
 # functions), the β tag, the job's device and GPU resources, and the conda environments.
+import re
+
 from snakemake.exceptions import WorkflowError
 
 from pipeline.core.config import ConfigError, validate_config
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_betas, ccr_model, dpr_on,
-                                   filtered_candidates, method_table, sieve_name)
+                                   filtered_candidates, method_table, runs, sieve_name)
 from pipeline.core.recipes import dataset_configs
 
 DATASETS = config["datasets"]
@@ -20,7 +22,7 @@ def _alternatives(names):
 wildcard_constraints:
     dataset=_alternatives(list(DATASETS)),
     split="train|dev|test",
-    method="[A-Za-z0-9_]+",
+    method="[A-Za-z0-9_.]+",
 
 
 def eval_split(dataset):
@@ -45,7 +47,8 @@ try:
     DATASET_CONFIGS = dataset_configs(config, methods=method_table)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
-METHODS = {d: method_table(c) for d, c in DATASET_CONFIGS.items()}
+METHODS = {d: method_table(c) for d, c in DATASET_CONFIGS.items()}  # method name -> record
+RUNS = {d: runs(table) for d, table in METHODS.items()}  # run folder -> record (wildcard {method} is a run)
 CCR_BETAS = {d: ccr_betas(c) for d, c in DATASET_CONFIGS.items()}  # β tag -> β
 
 
@@ -59,14 +62,14 @@ def dataset_setting(section, key):
     return lambda wildcards: cfg(wildcards.dataset)[section][key]
 
 
-def methods_of(d, kind):
-    """The method records of dataset ``d`` of one kind (bm25, dense, hybrid, ar2), by name."""
-    return {name: m for name, m in METHODS[d].items() if m.kind == kind}
+def run_of(d, name):
+    """The run folder of method ``name`` in dataset ``d`` (its name plus what tells it apart, e.g. β)."""
+    return METHODS[d][name].run
 
 
-def names_of(kind, where=lambda m: True):
-    """Method names of that kind in any dataset (wildcard constraints)."""
-    return sorted({name for d in DATASETS for name, m in methods_of(d, kind).items() if where(m)})
+def runs_of(kind, where=lambda m: True):
+    """Run folders of that kind of method in any dataset (wildcard constraints)."""
+    return sorted({run for d in DATASETS for run, m in RUNS[d].items() if m.kind == kind and where(m)})
 
 
 def training_seeds():
@@ -80,16 +83,16 @@ def ar2_seeds(d):
     return [int(s) for s in seeds] if seeds else training_seeds()
 
 
-def seeded_methods(d):
-    """Methods with a run folder per training seed (with several seeds): the trained dense methods
-    and their hybrids."""
+def seeded_runs(d):
+    """Runs with a folder per training seed (with several seeds): the trained dense methods and their
+    hybrids."""
     if len(training_seeds()) == 1:
         return []
-    return [name for name, m in METHODS[d].items() if m.kind in ("dense", "hybrid") and m.random]
+    return [run for run, m in RUNS[d].items() if m.kind in ("dense", "hybrid") and m.random]
 
 
 def seed_free_methods(d):
-    """Methods with one run whatever the seeds: bm25, zeroshot and their hybrids."""
+    """Method names with one run whatever the seeds: bm25, zeroshot and their hybrids."""
     return [name for name, m in METHODS[d].items() if m.kind in ("bm25", "dense", "hybrid") and not m.random]
 
 

@@ -95,7 +95,7 @@ rule build_index:
 
 
 def search_dense_inputs(wildcards):
-    model = METHODS[wildcards.dataset][wildcards.method].model
+    model = RUNS[wildcards.dataset][wildcards.method].model
     if "seed" in wildcards.keys():  # search_dense_seed: that seed's model
         model = seeded_model(model, wildcards.seed)
     d = wildcards.dataset
@@ -123,7 +123,7 @@ rule search_dense:
         run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
         # Only the dense methods: results/{dataset}/bm25/run.{split}.parquet belongs to bm25.smk.
-        method="|".join(names_of("dense")),
+        method="|".join(re.escape(r) for r in runs_of("dense")),
     params:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
@@ -156,7 +156,7 @@ use rule search_dense as search_dense_seed with:
     output:
         run("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method="|".join(names_of("dense")),
+        method="|".join(re.escape(r) for r in runs_of("dense")),
         seed=r"\d+",
     log:
         "logs/search_dense/{dataset}.{method}.seed{seed}.{split}.log",

@@ -6,7 +6,7 @@ import json
 
 from pipeline.core.recipes import recipe_record
 
-RUN_FOLDER = r"[A-Za-z0-9_]+(/seed\d+)?"
+RUN_FOLDER = r"[A-Za-z0-9_.]+(/seed\d+)?"
 
 
 def evaluate_inputs(wildcards):
@@ -21,7 +21,7 @@ def evaluate_inputs(wildcards):
     if dataset in SYNTHETIC:
         inputs["qrels_all"] = qrels_all(dataset, split)
     method, _, seed = wildcards.run.partition("/seed")
-    if method in METHODS[dataset] and METHODS[dataset][method].fusion == "wsum":
+    if method in RUNS[dataset] and RUNS[dataset][method].fusion == "wsum":
         inputs["fusion"] = fusion_choice(dataset, method, split, seed or None)  # w goes in metrics.json
     return inputs
 
@@ -34,12 +34,12 @@ def fusion_arg(wildcards, input):
     return f"--fusion {input.fusion}" if "fusion" in input.keys() else ""
 
 
-def method_seeds(d, method):
-    """The seed of each of a method's run folders: one per seed for AR2 methods (ar2.smk) and, with
-    several training seeds, for the trained dense methods; else None (results/{d}/{method}/)."""
-    if METHODS[d][method].kind == "ar2":
+def method_seeds(d, run):
+    """The seed of each of a run's folders: one per seed for AR2 methods (ar2.smk) and, with several
+    training seeds, for the trained dense methods; else None (results/{d}/{run}/)."""
+    if RUNS[d][run].kind == "ar2":
         return ar2_seeds(d)
-    return training_seeds() if method in seeded_methods(d) else [None]
+    return training_seeds() if run in seeded_runs(d) else [None]
 
 
 def trec_exports(wildcards):
@@ -48,7 +48,8 @@ def trec_exports(wildcards):
         return []
     split = eval_split(wildcards.dataset)
     d = wildcards.dataset
-    return [trec_run(d, method, split, seed) for method in cfg(d)["methods"] for seed in method_seeds(d, method)]
+    return [trec_run(d, run, split, seed) for run in {run_of(d, m): None for m in cfg(d)["methods"]}
+            for seed in method_seeds(d, run)]
 
 
 rule evaluate:
@@ -102,7 +103,8 @@ rule export_trec:
 
 rule gather_metrics:
     input:
-        metrics=lambda wildcards: [method_metrics(wildcards.dataset, m) for m in cfg(wildcards.dataset)["methods"]],
+        metrics=lambda wildcards: [method_metrics(wildcards.dataset, run_of(wildcards.dataset, m))
+                                   for m in cfg(wildcards.dataset)["methods"]],
         trec=trec_exports,
     output:
         json=dataset_metrics("{dataset}", "json"),
@@ -110,6 +112,9 @@ rule gather_metrics:
         html=report(dataset_metrics("{dataset}", "html"), caption="../report/metrics.rst",
                     category="Metrics"),
     params:
+        # each method's metrics under the name `methods` lists (its run folder may carry its β)
+        inputs=lambda wildcards, input: " ".join(
+            f"{m}={path}" for m, path in zip(cfg(wildcards.dataset)["methods"], input.metrics)),
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
         compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
         fixed=lambda wildcards: " ".join(seed_free_methods(wildcards.dataset)),
@@ -122,7 +127,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {input.metrics} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --recipe {params.recipe:q} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --recipe {params.recipe:q} --log {log}"
 
 
 # With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'
@@ -137,7 +142,7 @@ rule dense_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method=_alternatives(sorted({m for d in DATASETS for m in seeded_methods(d)})),
+        method=_alternatives(sorted({re.escape(r) for d in DATASETS for r in seeded_runs(d)})),
     params:
         seeds=" ".join(str(s) for s in training_seeds()),
     conda:

@@ -9,7 +9,7 @@
 
 def _hybrid_methods(fusion):
     """Hybrid method names of every dataset with this fusion (wildcard constraints)."""
-    return names_of("hybrid", lambda m: m.fusion == fusion)
+    return [re.escape(r) for r in runs_of("hybrid", lambda m: m.fusion == fusion)]
 
 
 def fusion_choice(d, method, split, seed=None):
@@ -19,7 +19,7 @@ def fusion_choice(d, method, split, seed=None):
 def hybrid_inputs(wildcards):
     """Both runs of the evaluated split; for the weighted sum also both dev runs and dev's judgements."""
     d, split = wildcards.dataset, wildcards.split
-    fusion, base = METHODS[d][wildcards.method].fusion, METHODS[d][wildcards.method].base
+    fusion, base = RUNS[d][wildcards.method].fusion, RUNS[d][wildcards.method].base
     seed = wildcards.get("seed")
     inputs = {"sparse": run(d, "bm25", split), "dense": run(d, base, split, seed)}
     if fusion == "wsum":

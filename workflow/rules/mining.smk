@@ -19,11 +19,8 @@ def mining_depth(wildcards):
 
 
 def mining_sources():
-    """Dense methods that can mine: every one but the DPRs trained on mined negatives themselves."""
-    return names_of("dense", lambda m: m.negatives is None or m.negatives not in METHODS_ANY)
-
-
-METHODS_ANY = {name for d in DATASETS for name in METHODS[d]}
+    """Dense runs that can mine: every one but the DPRs trained on mined negatives themselves."""
+    return [re.escape(r) for r in runs_of("dense", lambda m: m.miner is None)]
 
 
 use rule search_dense as search_for_mining with:

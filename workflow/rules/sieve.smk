@@ -28,6 +28,12 @@ for _d in DATASETS:
                             "a model trained without them (zeroshot, dpr, dpr_ccr) or your own negatives file")
 
 
+def sieve_source(d):
+    """The negatives the sieve reads: a method's (mined; its run name carries its β) or a file's name."""
+    source = sieve_config(d)["source"]
+    return run_of(d, source) if source in METHODS[d] else source
+
+
 def sieve_main_tag(d):
     return beta_tag(cfg(d)["ccr"]["beta"])
 
@@ -58,7 +64,7 @@ def sieve_filter_names(d):
 def _sieve_candidate_inputs(wildcards):
     d = wildcards.dataset
     inputs = {
-        "negatives": negatives(d, sieve_config(d)["source"]),
+        "negatives": negatives(d, sieve_source(d)),
         "qrels": qrels(d, "train"),
         "queries": queries(d, "train"),
         "corpus": corpus(d),
@@ -152,7 +158,7 @@ rule sieve_negatives:
 
 rule train_cross_encoder:
     input:
-        negatives=lambda wildcards: negatives(wildcards.dataset, sieve_config(wildcards.dataset)["source"]),
+        negatives=lambda wildcards: negatives(wildcards.dataset, sieve_source(wildcards.dataset)),
         qrels=qrels("{dataset}", "train"),
         queries=queries("{dataset}", "train"),
         corpus=corpus("{dataset}"),

@@ -1,7 +1,6 @@
 # Dense retrievers: the zero-shot base, DPR (NCE warm-up on BM25 negatives), CCR fine-tuning.
 # Each writes results/{dataset}/models/{model}/ (retriever.json last; train_log.jsonl, train_info.json);
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
-import re
 import shlex
 
 from pipeline.core.recipes import dataset_recipe
