@@ -285,24 +285,29 @@ class RankWindowSettings(Contract):
 
 
 class PositiveAwareSettings(Contract):
-    mode: Literal["relative", "difference", "absolute"] = "relative"
-    margin: float = 0.95
+    mode: Literal["relative", "difference", "absolute"] = Field(
+        "relative",
+        description="drop a candidate scoring above margin × s+ (relative), s+ − margin, or margin",
+    )
+    margin: float = Field(0.95, description="the mode's margin")
 
 
 class CrossEncoderFilterSettings(Contract):
     threshold: float = Field(
         0.1, gt=0, le=1, description="drop a candidate the cross-encoder scores below it"
     )
-    base: str = Field("minilm", min_length=1)
-    max_len: int = Field(128, ge=8)
-    steps: int = Field(150, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(2e-5, gt=0)
+    base: str = Field("minilm", min_length=1, description="encoder the cross-encoder is fine-tuned from")
+    max_len: int = Field(128, ge=8, description="tokens of a query-passage pair")
+    steps: int = Field(150, ge=1, description="training steps: its stated budget")
+    batch_size: int = Field(16, ge=1, description="queries per step (2 pairs each)")
+    lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
     precision: Literal["bf16", "fp32"] = Field(
         "bf16", description="training autocast: bf16 on CUDA and on CPUs with native bf16, else fp32"
     )
 
 
+# What the cross-encoder is trained with (its threshold is the filter's).
+CROSS_ENCODER_TRAINING = ("base", "max_len", "steps", "batch_size", "lr", "precision")
 FILTER_NAMES = (
     "none",
     "answer_match",
@@ -774,17 +779,31 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _flag_type(cls: type[Contract], name: str) -> tuple[type, tuple | None]:
-    """(parser type, choices) of a field: Optional[X] parses as X (None is spelled by leaving the
-    flag out), Literal[...] as its values."""
+def _flag_type(cls: type[Contract], name: str) -> tuple[type, tuple | None, bool]:
+    """(parser type, choices, optional) of a field: Optional[X] parses as X, Literal[...] as its values."""
     hint = cls.model_fields[name].annotation
+    optional = type(None) in get_args(hint)
     args = [a for a in get_args(hint) if a is not type(None)]
     if get_origin(hint) is not None and get_origin(hint) is not Literal and len(args) == 1:
         hint = args[0]
     if get_origin(hint) is Literal:
         values = get_args(hint)
-        return type(values[0]), values
-    return {float: float, int: int, str: str, bool: bool}.get(hint, str), None
+        return type(values[0]), values, optional
+    return {float: float, int: int, str: str, bool: bool}.get(hint, str), None, optional
+
+
+def _or_none(kind: type):
+    """A parser of ``kind`` that reads "none" as None: how a command line says null."""
+
+    def parse(text: str):
+        return None if text.lower() in ("none", "null") else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its errors
+    return parse
+
+
+def _dest(name: str, prefix: str) -> str:
+    return f"{prefix}_{name}" if prefix else name
 
 
 def add_flags(
@@ -793,16 +812,21 @@ def add_flags(
     *,
     names: Sequence[str] | None = None,
     override: bool = False,
+    prefix: str = "",
 ) -> None:
     """One flag per field of ``cls`` (or of ``names``), booleans as --x/--no-x, with the contract's
-    help and defaults; ``override``: no default (None: the flag was not given, keep what is there)."""
+    help, choices and defaults; an optional field also takes "none". ``prefix``: a nested section's
+    key (``injection`` -> --injection-fraction). ``override``: no default (None: the flag was not
+    given, keep what is there)."""
     for name in names or cls.model_fields:
         field = cls.model_fields[name]
-        kind, choices = _flag_type(cls, name)
+        kind, choices, optional = _flag_type(cls, name)
         default = None if override else field.default
+        flag, dest = flag_name(_dest(name, prefix)), _dest(name, prefix)
         if kind is bool:
             group.add_argument(
-                flag_name(name),
+                flag,
+                dest=dest,
                 action=argparse.BooleanOptionalAction,
                 default=default,
                 help=field.description,
@@ -810,31 +834,38 @@ def add_flags(
         else:
             shown = "" if override else f" (default: {default})"
             group.add_argument(
-                flag_name(name),
-                type=kind,
+                flag,
+                dest=dest,
+                type=_or_none(kind) if optional else kind,
                 default=default,
                 choices=choices,
                 help=f"{field.description or ''}{shown}".lstrip() or None,
             )
 
 
-def pick(cls: type[Contract], values: Any) -> dict[str, Any]:
-    """The fields of ``cls`` taken from a mapping or an object (argparse namespace, contract)."""
+def pick(cls: type[Contract], values: Any, prefix: str = "") -> dict[str, Any]:
+    """The fields of ``cls`` taken from a mapping or an object (argparse namespace, contract); with
+    ``prefix``, from a namespace's prefixed flags (``add_flags(..., prefix=)``)."""
     get = values.get if isinstance(values, dict) else (lambda key: getattr(values, key))
-    return {name: get(name) for name in cls.model_fields}
+    return {name: get(_dest(name, prefix)) for name in cls.model_fields}
 
 
-def to_flags(cls: type[Contract], values: dict[str, Any], names: Sequence[str] | None = None) -> str:
+def to_flags(
+    cls: type[Contract], values: dict[str, Any], names: Sequence[str] | None = None, prefix: str = ""
+) -> str:
     """The command-line spelling of ``values``' fields of ``cls`` (or of ``names``): the inverse of
-    ``add_flags``."""
+    ``add_flags``. A null is left out where it is the default, else spelled "none"."""
     out = []
     for name, value in pick(cls, values).items():
         if names is not None and name not in names:
             continue
+        flag = flag_name(_dest(name, prefix))
         if isinstance(value, bool):
-            out.append(flag_name(name) if value else "--no-" + name.replace("_", "-"))
+            out.append(flag if value else "--no-" + flag[2:])
         elif value is not None:
-            out += [flag_name(name), str(value)]
+            out += [flag, str(value)]
+        elif cls.model_fields[name].default is not None:
+            out += [flag, "none"]
     return " ".join(shlex.quote(x) for x in out)
 
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
+from pipeline.core.settings import EvalSettings, InjectionSettings, SieveSettings, add_flags
 from pipeline.core.storage import DataError, write_table
 from pipeline.data.answers import AnswerMatcher
 from pipeline.sieve.data import iter_corpus, load_passages, read_negatives, read_positives, read_queries
@@ -228,21 +229,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qrels-all", default=None, help="qrels_all.train.parquet (exact truth)")
     parser.add_argument("--queries", required=True)
     parser.add_argument("--corpus", required=True)
-    parser.add_argument("--candidates", type=int, default=30, help="candidates per query")
-    parser.add_argument("--pool", type=int, default=100, help="sample candidates from the top POOL ranks")
+    settings = parser.add_argument_group("settings (config section sieve; --match: eval.match)")
+    add_flags(settings, SieveSettings, names=("candidates", "pool", "max_queries"))
+    add_flags(settings, InjectionSettings, prefix="injection")
+    add_flags(settings, EvalSettings, names=("match",))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--injection-fraction", type=float, default=0.0)
     parser.add_argument(
         "--suspect-same-article",
         action="store_true",
         help="label same-article answer-bearing candidates 'suspected' (SQuAD)",
-    )
-    parser.add_argument("--match", choices=["string", "regex"], default="string")
-    parser.add_argument(
-        "--max-queries",
-        type=int,
-        default=None,
-        help="sieve only a seeded sample of this many queries (default: all)",
     )
     parser.add_argument("--out", required=True)
     parser.add_argument("--log", default=None)

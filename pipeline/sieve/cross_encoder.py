@@ -30,6 +30,7 @@ from rich.progress import Progress
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.seeding import item_rng, seed_everything
+from pipeline.core.settings import CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, add_flags
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
 
@@ -183,18 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", required=True, help="cross-encoder folder (pipeline.retrieval.ranker layout)"
     )
-    parser.add_argument("--base", default="minilm")
-    parser.add_argument("--max-len", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--batch-size", type=int, default=16, help="queries per step (2 pairs each)")
-    parser.add_argument("--lr", type=float, default=2e-5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--precision",
-        choices=["bf16", "fp32"],
-        default="bf16",
-        help="training autocast: bf16 where the device computes it natively, else fp32",
+    add_flags(
+        parser.add_argument_group("training (config sieve.cross_encoder)"),
+        CrossEncoderFilterSettings,
+        names=CROSS_ENCODER_TRAINING,
     )
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--recipe", help="the config recipe in force (recorded in train_info.json)")
     parser.add_argument("--log", default=None)

@@ -28,6 +28,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pandas as pd
@@ -35,10 +36,16 @@ import pyarrow as pa
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_SCHEMA
-from pipeline.core.settings import FILTER_NAMES
+from pipeline.core.settings import (
+    FILTER_NAMES,
+    CrossEncoderFilterSettings,
+    PositiveAwareSettings,
+    RankWindowSettings,
+    SieveSettings,
+    add_flags,
+)
 from pipeline.core.storage import DataError, write_table
 from pipeline.sieve.passage_sieve import (
-    FALLBACKS,
     model_similarities,
     read_candidates,
     sieve_table,
@@ -48,7 +55,7 @@ from pipeline.sieve.passage_sieve import (
 log = logging.getLogger("sieve.filters")
 
 FILTERS = FILTER_NAMES  # declared with config sieve.filters (pipeline.core.settings)
-POSITIVE_AWARE_MODES = ("relative", "difference", "absolute")
+POSITIVE_AWARE_MODES = get_args(PositiveAwareSettings.model_fields["mode"].annotation)
 
 
 @dataclass
@@ -297,15 +304,19 @@ def main(argv: list[str] | None = None) -> int:
         help="retriever (positive_aware, sieve*) or cross-encoder folder (cross_encoder)",
     )
     parser.add_argument("--out", required=True)
-    parser.add_argument("--start", type=int, default=10, help="rank_window: drop ranks 1..START")
-    parser.add_argument("--mode", choices=POSITIVE_AWARE_MODES, default="relative")
-    parser.add_argument("--margin", type=float, default=0.95)
-    parser.add_argument("--threshold", type=float, default=0.1, help="cross_encoder probability cut")
-    parser.add_argument("--strict", action="store_true")
-    parser.add_argument("--fallback", choices=FALLBACKS, default="random_one")
-    parser.add_argument("--temperature", type=float, default=None)
+    add_flags(parser.add_argument_group("rank_window (sieve.rank_window)"), RankWindowSettings)
+    add_flags(parser.add_argument_group("positive_aware (sieve.positive_aware)"), PositiveAwareSettings)
+    add_flags(
+        parser.add_argument_group("cross_encoder (sieve.cross_encoder)"),
+        CrossEncoderFilterSettings,
+        names=("threshold",),
+    )
+    add_flags(
+        parser.add_argument_group("sieve_no_ccr and batching (config section sieve)"),
+        SieveSettings,
+        names=("strict", "fallback", "temperature", "batch_size"),
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument(
         "--train-out", default=None, help="kept negatives in the bm25.parquet layout (DPR training input)"

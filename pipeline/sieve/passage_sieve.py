@@ -23,6 +23,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pandas as pd
@@ -31,12 +32,13 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
+from pipeline.core.settings import SieveSettings, add_flags
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 
 log = logging.getLogger("sieve.sieve")
 
-FALLBACKS = ("random_one", "none")
+FALLBACKS = get_args(SieveSettings.model_fields["fallback"].annotation)  # random_one, none
 CANDIDATE_COLUMNS = [
     "qid",
     "pid",
@@ -342,18 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         "--source-tag", default=None, help="'source' of the training file (default: out stem)"
     )
     parser.add_argument("--losses-out", default=None, help="Figure 1 losses (with in-batch negatives)")
-    parser.add_argument("--in-batch", type=int, default=30)
-    parser.add_argument("--figure-queries", type=int, default=None)
-    parser.add_argument("--strict", action="store_true", help="keep iff loss > threshold (released code)")
-    parser.add_argument("--fallback", choices=FALLBACKS, default="random_one")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=None,
-        help="tau for the reported losses (default: the model's; decisions do not depend on it)",
+    add_flags(
+        parser.add_argument_group("settings (config section sieve)"),
+        SieveSettings,
+        names=("in_batch", "figure_queries", "strict", "fallback", "temperature", "batch_size"),
     )
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)

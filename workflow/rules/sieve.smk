@@ -13,6 +13,9 @@
 # training, the sieve and what reads it, never the mining or DPR training.
 import shlex
 
+from pipeline.core.settings import (CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, EvalSettings, InjectionSettings,
+                                    PositiveAwareSettings, RankWindowSettings, SieveSettings, to_flags)
+
 def sieve_config(d):
     """Section sieve of dataset ``d`` (its recipe)."""
     return cfg(d)["sieve"]
@@ -76,31 +79,25 @@ def _sieve_candidate_inputs(wildcards):
 
 # A rule's settings are params of the wildcards only (a params function taking `input` is not
 # recorded by Snakemake, so a changed setting would not rerun it); input files stay in their own params.
+# Settings reach each stage as the flags its parser generates from the same contract fields
+# (pipeline.core.settings: add_flags in the stage, to_flags here).
 def _sieve_candidate_settings(wildcards):
-    sieve_cfg = sieve_config(wildcards.dataset)
-    args = [f"--candidates {sieve_cfg['candidates']}", f"--pool {sieve_cfg['pool']}", f"--seed {config['seed']}",
-            f"--injection-fraction {sieve_cfg['injection']['fraction']}",
-            f"--match {config['eval']['match']}"]
-    if sieve_cfg["max_queries"]:
-        args.append(f"--max-queries {sieve_cfg['max_queries']}")
+    c = sieve_config(wildcards.dataset)
+    args = [to_flags(SieveSettings, c, ("candidates", "pool", "max_queries")),
+            to_flags(InjectionSettings, c["injection"], prefix="injection"),
+            to_flags(EvalSettings, config["eval"], ("match",)), f"--seed {config['seed']}"]
     if DATASETS[wildcards.dataset]["format"] == "squad":
         args.append("--suspect-same-article")
     return " ".join(args)
 
 
-def _sieve_decision_args(sieve_cfg):
-    """The rule's switches, shared by the sieve and sieve_no_ccr."""
-    args = [f"--fallback {sieve_cfg['fallback']}"]
-    if sieve_cfg["strict"]:
-        args.append("--strict")
-    if sieve_cfg["temperature"] is not None:
-        args.append(f"--temperature {sieve_cfg['temperature']}")
-    return args
+# The sieve rule's switches, shared by the sieve and sieve_no_ccr.
+SIEVE_DECISION = ("strict", "fallback", "temperature", "batch_size")
 
 
-def _sieve_figure_args(sieve_cfg):
-    return (f"--in-batch {sieve_cfg['in_batch']}"
-            + (f" --figure-queries {sieve_cfg['figure_queries']}" if sieve_cfg["figure_queries"] else ""))
+def _sieve_settings(wildcards):
+    c = sieve_config(wildcards.dataset)
+    return f"{to_flags(SieveSettings, c, SIEVE_DECISION + ('in_batch', 'figure_queries'))} --seed {config['seed']}"
 
 
 rule sieve_candidates:
@@ -137,9 +134,7 @@ rule sieve_negatives:
         beta=BETA_RE,
     params:
         source_tag=sieve_name("{beta}"),
-        args=lambda wildcards: " ".join(_sieve_decision_args(sieve_config(wildcards.dataset)) + [
-            f"--seed {config['seed']}", f"--batch-size {sieve_config(wildcards.dataset)['batch_size']}"]),
-        figure=lambda wildcards: _sieve_figure_args(sieve_config(wildcards.dataset)),
+        settings=_sieve_settings,
     threads: 2
     resources:
         mem_mb=4000,
@@ -153,7 +148,7 @@ rule sieve_negatives:
         "python -m pipeline.sieve.passage_sieve --candidates {input.candidates} --corpus {input.corpus}"
         " --queries {input.queries} --model $(dirname {input.model}) --out {output.sieve}"
         " --train-out {output.train} --source-tag {params.source_tag} --losses-out {output.losses}"
-        " {params.figure} {params.args} --threads {threads} --log {log}"
+        " {params.settings} --threads {threads} --log {log}"
 
 
 rule train_cross_encoder:
@@ -165,10 +160,8 @@ rule train_cross_encoder:
     output:
         ranker("{dataset}", "cross_encoder"),
     params:
-        args=lambda wildcards: " ".join(
-            f"--{key.replace('_', '-')} {shlex.quote(str(value))}"
-            for key, value in sieve_config(wildcards.dataset)["cross_encoder"].items()
-            if key in ("base", "max_len", "steps", "batch_size", "lr", "precision")),
+        args=lambda wildcards: to_flags(CrossEncoderFilterSettings, sieve_config(wildcards.dataset)["cross_encoder"],
+                                        CROSS_ENCODER_TRAINING),
         recipe=recipe_label,
     threads: 2
     resources:
@@ -204,18 +197,17 @@ def _filter_model(wildcards, input):
 
 
 def _filter_settings(wildcards):
-    name = wildcards.filter
-    sieve_cfg = sieve_config(wildcards.dataset)
-    args = [f"--seed {config['seed']}", f"--batch-size {sieve_cfg['batch_size']}"]
+    """The flags of the filter's own settings (a changed setting of another filter reruns nothing)."""
+    name, c = wildcards.filter, sieve_config(wildcards.dataset)
+    args = [f"--seed {config['seed']}", to_flags(SieveSettings, c, ("batch_size",))]
     if name == "rank_window":
-        args.append(f"--start {sieve_cfg['rank_window']['start']}")
+        args.append(to_flags(RankWindowSettings, c["rank_window"]))
     elif name == "positive_aware":
-        pa_cfg = sieve_cfg["positive_aware"]
-        args.append(f"--mode {pa_cfg['mode']} --margin {pa_cfg['margin']}")
+        args.append(to_flags(PositiveAwareSettings, c["positive_aware"]))
     elif name == "cross_encoder":
-        args.append(f"--threshold {sieve_cfg['cross_encoder']['threshold']}")
+        args.append(to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",)))
     elif name == "sieve_no_ccr":
-        args += _sieve_decision_args(sieve_cfg)
+        args.append(to_flags(SieveSettings, c, SIEVE_DECISION[:-1]))
     return " ".join(args)
 
 
