@@ -1,4 +1,4 @@
-# Helpers shared by the rule files: dataset lookups, wildcard constraints, the file layout (path
+# Helpers shared by the rule files: dataset lookups, wildcard constraints, the method table, the file layout (path
 # functions), the β tag, the job's device and GPU resources, and the conda environments.
 import re
 

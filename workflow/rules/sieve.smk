@@ -9,7 +9,7 @@
 #   results/{dataset}/sieve/comparison.{md,json}        every filter             (sieve_comparison)
 #   results/{dataset}/figures/*.png                     Figure 1 etc.            (sieve_figures)
 #
-# The β is in every path that depends on it (common.smk's beta_tag), so changing ccr.beta reruns CCR
+# The β is in every path that depends on it (pipeline.core.methods.beta_tag), so changing ccr.beta reruns CCR
 # training, the sieve and what reads it, never the mining or DPR training.
 import shlex
 
