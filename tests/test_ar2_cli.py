@@ -4,6 +4,7 @@ settings change (the old round is moved aside, never overwritten), selection and
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from pipeline.ar2 import selection as ar2_select
 from pipeline.ar2.data import encode_corpus
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.settings import CcrSettings, defaults
+from pipeline.core.settings import AR2_CCR_KEYS, Ar2Settings, CcrSettings, SieveSettings, defaults, to_flags
 from pipeline.core.storage import write_table
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.retrieval.runs import read_run
@@ -83,7 +84,6 @@ def _settings(d: Path, **over) -> dict:
         "temperature": None,
         "passage_max_len": None,
         "sieve_init": "initial",
-        "select_metric": "R@5",
         "checkpoint_every": 2,
         "keep_checkpoints": True,
         "precision": "bf16",
@@ -103,8 +103,7 @@ def _round(d: Path, out: Path, r: int, settings: dict, variant: str = "sieve", e
         variant,
         "--dataset",
         "tiny",
-        "--settings",
-        json.dumps(settings),
+        *shlex.split(to_flags(Ar2Settings, settings)),
         "--seed",
         "0",
         "--corpus",
@@ -119,16 +118,12 @@ def _round(d: Path, out: Path, r: int, settings: dict, variant: str = "sieve", e
         str(d / "queries.dev.parquet"),
         "--dev-qrels",
         str(d / "qrels.dev.parquet"),
-        "--sieve-config",
-        json.dumps(
-            {
-                "candidates": 6,
-                "pool": 10,
-                "strict": False,
-                "fallback": "random_one",
-                "temperature": None,
-                "batch_size": 16,
-            }
+        *shlex.split(
+            to_flags(
+                SieveSettings,
+                {"candidates": 6, "pool": 10, "strict": False, "fallback": "random_one", "batch_size": 16},
+                prefix="sieve",
+            )
         ),
         "--sieve-model",
         str(d / "dpr"),
@@ -290,7 +285,8 @@ def test_select_round_rules():
 
 def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
     settings = _settings(data, sieve_init="current", ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1)
-    ccr = json.dumps(
+    ccr = to_flags(
+        CcrSettings,
         {
             **defaults(CcrSettings),
             "beta": 0.5,
@@ -301,10 +297,12 @@ def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
             "temperature": 1.0,
             "negatives_depth": 5,
             "checkpoint_every": 0,
-        }
+        },
+        AR2_CCR_KEYS,
+        prefix="ccr",
     )
     _round(data, tmp_path, 0, settings)
-    _round(data, tmp_path, 1, settings, extra=["--ccr-settings", ccr])
+    _round(data, tmp_path, 1, settings, extra=shlex.split(ccr))
     r1 = tmp_path / "sieve" / "round1"
     model = json.loads((r1 / "sieve_model" / "retriever.json").read_text())
     assert model["similarity"] == "cosine" and model["temperature"] == 1.0
@@ -315,7 +313,7 @@ def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
 
 
 def test_round_one_starts_from_a_trained_ranker_when_given(data, tmp_path):
-    """--ranker-init (ar2.ranker_init: cross_encoder): round 1's ranker is that folder's, not a new head."""
+    """--trained-ranker (ar2.ranker_init: cross_encoder): round 1's ranker is that folder's, not a new head."""
     from pipeline.retrieval.ranker import Ranker, RankerSettings
 
     init = tmp_path / "trained_ranker"
@@ -326,12 +324,12 @@ def test_round_one_starts_from_a_trained_ranker_when_given(data, tmp_path):
     trained.save(init)
     settings = _settings(data, ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1, ranker_lr=1e-12)
     _round(data, tmp_path, 0, settings, variant="plain")
-    _round(data, tmp_path, 1, settings, variant="plain", extra=["--ranker-init", str(init)])
+    _round(data, tmp_path, 1, settings, variant="plain", extra=["--trained-ranker", str(init)])
     round_json = tmp_path / "plain" / "round1" / "round.json"
     assert json.loads(round_json.read_text())["ranker_init"] == str(init)
     # Killed after training, before round.json: the resumed round records where its ranker came from.
     round_json.unlink()
-    _round(data, tmp_path, 1, settings, variant="plain", extra=["--ranker-init", str(init)])
+    _round(data, tmp_path, 1, settings, variant="plain", extra=["--trained-ranker", str(init)])
     assert json.loads(round_json.read_text())["ranker_init"] == str(init)
     after = Ranker.load(tmp_path / "plain" / "round1" / "ranker")
     assert after.settings.max_len == 40  # the trained ranker's own settings, not ar2.ranker's 48

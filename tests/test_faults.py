@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.settings import Ar2Settings, defaults
+from pipeline.core.settings import Ar2Settings, ar2_recorded_settings, defaults, to_flags
 
 pytestmark = pytest.mark.slow
 
@@ -214,8 +215,7 @@ AR2_ARGS = [
     "plain",
     "--dataset",
     "tiny",
-    "--settings",
-    json.dumps(AR2_SETTINGS),
+    *shlex.split(to_flags(Ar2Settings, ar2_recorded_settings(AR2_SETTINGS))),
     "--seed",
     "0",
     "--corpus",

@@ -48,7 +48,20 @@ from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import RESOURCE_KEYS, Ar2Settings, Objective, TrainSettings, from_dict, pick
+from pipeline.core.settings import (
+    AR2_CCR_KEYS,
+    AR2_ROUND_KEYS,
+    AR2_SIEVE_KEYS,
+    RESOURCE_KEYS,
+    Ar2Settings,
+    CcrSettings,
+    Objective,
+    SieveSettings,
+    TrainSettings,
+    add_flags,
+    from_dict,
+    pick,
+)
 from pipeline.core.storage import DataError, read_table, write_json, write_table
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.retrieval.encode import resolve_device
@@ -221,7 +234,7 @@ def _train_round(
             queries=args.train_queries,
             qrels=args.train_qrels,
             corpus=args.corpus,
-            sieve_cfg=json.loads(args.sieve_config),
+            sieve_cfg=args.sieve,
             seed=seed,
             model_dir=model_dir,
             model_embeddings=model_emb,
@@ -235,15 +248,15 @@ def _train_round(
     done_folders = (round_dir / "retriever" / "retriever.json").exists() and (
         round_dir / "ranker" / "ranker.json"
     ).exists()
-    if prev["ranker"] is None and args.ranker_init:
-        info["ranker_init"] = args.ranker_init  # recorded on a resumed round too
+    if prev["ranker"] is None and args.trained_ranker:
+        info["ranker_init"] = args.trained_ranker  # recorded on a resumed round too
     if not done_folders:
         tick = time.perf_counter()
         if prev["ranker"] is not None:
             ranker = Ranker.load(prev["ranker"])
-        elif args.ranker_init:
-            ranker = Ranker.load(args.ranker_init)  # AR2 starts from a trained ranker (reference §2)
-            log.info("round %d: ranker from %s (%s)", args.round, args.ranker_init, ranker.settings)
+        elif args.trained_ranker:
+            ranker = Ranker.load(args.trained_ranker)  # AR2 starts from a trained ranker (reference §2)
+            log.info("round %d: ranker from %s (%s)", args.round, args.trained_ranker, ranker.settings)
         else:
             ranker_cfg = settings["ranker"]
             ranker = Ranker.from_pretrained(
@@ -305,9 +318,7 @@ def _sieve_model(
 
     out = round_dir / "sieve_model"
     if not (out / "retriever.json").exists():
-        ccr = json.loads(args.ccr_settings)
-        if not ccr:
-            raise ConfigError("ar2.sieve_init 'current' needs --ccr-settings (config section ccr)")
+        ccr = args.ccr
         # Queries whose positives all fell out of this round's negatives are dropped, not an error.
         cfg = TrainConfig(
             **{**pick(TrainSettings, ccr), "drop_queries_without_positive": True},
@@ -340,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prev-dir", help="the previous round's folder (rounds >= 1)")
     ap.add_argument("--variant", required=True, choices=["plain", "sieve", "simans", "simans_sieve"])
     ap.add_argument("--dataset", default="")
-    ap.add_argument("--settings", required=True, help="config section ar2, as JSON")
+    add_flags(ap.add_argument_group("config section ar2"), Ar2Settings, names=AR2_ROUND_KEYS)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--recipe", help="the config recipe in force (recorded in round.json)")
     ap.add_argument("--corpus", required=True)
@@ -353,17 +364,23 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--start-retriever", help="round 0: the retriever AR2 starts from (DPR)")
     ap.add_argument("--start-embeddings", help="round 0: its gathered corpus embeddings")
     ap.add_argument(
-        "--ranker-init",
-        help="round 1: a trained ranker folder to start from (default: "
+        "--trained-ranker",
+        help="round 1: a trained ranker folder to start from (ranker_init cross_encoder; default: "
         "ar2.ranker's base encoder with a new head)",
     )
-    ap.add_argument("--sieve-config", default="{}", help="config section sieve, as JSON")
+    add_flags(
+        ap.add_argument_group("sieve variants: the round's sieve (config section sieve)"),
+        SieveSettings,
+        names=AR2_SIEVE_KEYS,
+        prefix="sieve",
+    )
     ap.add_argument("--sieve-model", help="sieve_init initial: the CCR model folder")
     ap.add_argument("--sieve-embeddings", help="sieve_init initial: its corpus embeddings")
-    ap.add_argument(
-        "--ccr-settings",
-        default="{}",
-        help="sieve_init current: config section ccr, as JSON (CCR of the round's start)",
+    add_flags(
+        ap.add_argument_group("sieve_init current: the CCR of the round's start (config section ccr)"),
+        CcrSettings,
+        names=AR2_CCR_KEYS,
+        prefix="ccr",
     )
     ap.add_argument("--suspect-same-article", action="store_true")
     ap.add_argument("--match", default="string", choices=["string", "regex"])
@@ -379,7 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start_stage(args.log, args.threads)
     device = resolve_device(args.device)
-    settings = json.loads(args.settings)
+    # What the rule passes, read back as config data: ar2 (nested sections as dicts), sieve, ccr.
+    settings = pick(Ar2Settings, args, names=AR2_ROUND_KEYS)
+    args.sieve = pick(SieveSettings, args, prefix="sieve", names=AR2_SIEVE_KEYS)
+    args.ccr = pick(CcrSettings, args, prefix="ccr", names=AR2_CCR_KEYS)
     seed = args.seed
     round_dir = Path(args.round_dir)
     if args.round > 0 and not args.prev_dir:
@@ -396,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         # bf16 results depend on the batch shapes too, so encode_batch_size stays in
         "compute_precision": precision_name(autocast_dtype(device, settings["precision"])),
-        "sieve": json.loads(args.sieve_config) if variant_sieves(args.variant) else None,
+        "sieve": args.sieve if variant_sieves(args.variant) else None,
         # the dev evaluation and the round's CCR model (sieve_init current) are part of its result
         "eval": {
             "match": args.match,
@@ -405,9 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             "suspect_same_article": args.suspect_same_article,
         },
         "ccr": (
-            json.loads(args.ccr_settings)
-            if variant_sieves(args.variant) and settings.get("sieve_init") == "current"
-            else None
+            args.ccr if variant_sieves(args.variant) and settings.get("sieve_init") == "current" else None
         ),
         "inputs": [
             file_id(p)

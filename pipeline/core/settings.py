@@ -404,6 +404,16 @@ class Ar2Settings(Contract):
     gpus: int = Field(0, ge=0)
 
 
+# What an AR2 round reads (pipeline.ar2.run_round's flags): config ar2 but which runs exist (seeds),
+# ar2_select's metric and the job's reservation; of sieve, what the round's sieve decides with; of
+# ccr (sieve_init current), what trains the round's CCR model.
+AR2_ROUND_KEYS = tuple(
+    k for k in Ar2Settings.model_fields if k not in ("seeds", "select_metric", *RESOURCE_KEYS)
+)
+AR2_SIEVE_KEYS = ("candidates", "pool", "strict", "fallback", "temperature", "batch_size")
+AR2_CCR_KEYS = tuple(k for k in CcrSettings.model_fields if k not in RESOURCE_KEYS)
+
+
 def ar2_recorded_settings(ar2: dict[str, Any]) -> dict[str, Any]:
     """The config ar2 keys an AR2 round reads, recorded as the round's param (a change reruns it).
 
@@ -806,6 +816,11 @@ def _dest(name: str, prefix: str) -> str:
     return f"{prefix}_{name}" if prefix else name
 
 
+def _nested(hint: Any) -> bool:
+    """A field that is a section of its own (ar2.simans): its flags carry its name as a prefix."""
+    return isinstance(hint, type) and issubclass(hint, Contract)
+
+
 def add_flags(
     group: argparse._ActionsContainer,
     cls: type[Contract],
@@ -820,6 +835,9 @@ def add_flags(
     given, keep what is there)."""
     for name in names or cls.model_fields:
         field = cls.model_fields[name]
+        if _nested(field.annotation):
+            add_flags(group, field.annotation, override=override, prefix=_dest(name, prefix))
+            continue
         kind, choices, optional = _flag_type(cls, name)
         default = None if override else field.default
         flag, dest = flag_name(_dest(name, prefix)), _dest(name, prefix)
@@ -843,30 +861,50 @@ def add_flags(
             )
 
 
-def pick(cls: type[Contract], values: Any, prefix: str = "") -> dict[str, Any]:
-    """The fields of ``cls`` taken from a mapping or an object (argparse namespace, contract); with
-    ``prefix``, from a namespace's prefixed flags (``add_flags(..., prefix=)``)."""
-    get = values.get if isinstance(values, dict) else (lambda key: getattr(values, key))
-    return {name: get(_dest(name, prefix)) for name in cls.model_fields}
+def pick(
+    cls: type[Contract], values: Any, prefix: str = "", names: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The fields of ``cls`` (or of ``names``) taken from a mapping or an object (contract, argparse
+    namespace); from a namespace, nested sections and ``prefix``ed flags are read back as
+    ``add_flags`` wrote them."""
+    if isinstance(values, dict):
+        return {name: values.get(name) for name in names or cls.model_fields}
+    out = {}
+    for name in names or cls.model_fields:
+        hint = cls.model_fields[name].annotation
+        if _nested(hint) and not isinstance(values, Contract):
+            out[name] = pick(hint, values, _dest(name, prefix))
+        else:
+            out[name] = getattr(values, _dest(name, prefix))
+    return out
 
 
 def to_flags(
     cls: type[Contract], values: dict[str, Any], names: Sequence[str] | None = None, prefix: str = ""
 ) -> str:
-    """The command-line spelling of ``values``' fields of ``cls`` (or of ``names``): the inverse of
-    ``add_flags``. A null is left out where it is the default, else spelled "none"."""
-    out = []
-    for name, value in pick(cls, values).items():
-        if names is not None and name not in names:
+    """The command-line spelling of ``values``' fields of ``cls`` (or of ``names``; keys ``values``
+    lacks are left out): the inverse of ``add_flags``. A null is left out where it is the default,
+    else spelled "none"; a nested section's fields carry its name as a prefix."""
+    return " ".join(shlex.quote(x) for x in _flag_tokens(cls, values, names, prefix))
+
+
+def _flag_tokens(
+    cls: type[Contract], values: dict[str, Any], names: Sequence[str] | None, prefix: str
+) -> list[str]:
+    out: list[str] = []
+    for name, field in cls.model_fields.items():
+        if name not in values or (names is not None and name not in names):
             continue
-        flag = flag_name(_dest(name, prefix))
-        if isinstance(value, bool):
+        value, flag = values[name], flag_name(_dest(name, prefix))
+        if _nested(field.annotation):
+            out += _flag_tokens(field.annotation, value, None, _dest(name, prefix))
+        elif isinstance(value, bool):
             out.append(flag if value else "--no-" + flag[2:])
         elif value is not None:
             out += [flag, str(value)]
-        elif cls.model_fields[name].default is not None:
+        elif field.default is not None:
             out += [flag, "none"]
-    return " ".join(shlex.quote(x) for x in out)
+    return out
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@
 import json
 import shlex
 
-from pipeline.core.settings import RESOURCE_KEYS, ar2_recorded_settings
+from pipeline.core.settings import (AR2_CCR_KEYS, AR2_SIEVE_KEYS, Ar2Settings, CcrSettings, EvalSettings, SieveSettings,
+                                    ar2_recorded_settings, to_flags)
 
 
 
@@ -63,7 +64,7 @@ def ar2_round_files(wildcards, input):
     else:
         out += ["--prev-dir", os.path.dirname(input.previous)]
     if "ranker_init" in keys:
-        out += ["--ranker-init", os.path.dirname(input.ranker_init)]
+        out += ["--trained-ranker", os.path.dirname(input.ranker_init)]
     if "sieve_model" in keys:
         out += ["--sieve-model", os.path.dirname(input.sieve_model),
                 "--sieve-embeddings", os.path.dirname(input.sieve_embeddings)]
@@ -77,18 +78,15 @@ def ar2_round_settings(wildcards):
     c = cfg(d)
     out = []
     if _ar2_sieves(wildcards.variant):
-        sieve = {k: c["sieve"][k] for k in ("candidates", "pool", "strict", "fallback",
-                                            "temperature", "batch_size")}
-        out += ["--sieve-config", json.dumps(sieve)]
+        out.append(to_flags(SieveSettings, c["sieve"], AR2_SIEVE_KEYS, prefix="sieve"))
         if c["ar2"]["sieve_init"] == "current":
-            ccr = {k: v for k, v in c["ccr"].items() if k not in RESOURCE_KEYS}
-            out += ["--ccr-settings", json.dumps(ccr)]
+            out.append(to_flags(CcrSettings, c["ccr"], AR2_CCR_KEYS, prefix="ccr"))
     if DATASETS[d]["format"] == "squad":
         out.append("--suspect-same-article")
-    out += ["--match", config["eval"]["match"], "--depth", str(config["eval"]["depth"]), "--ks"]
-    out += [str(k) for k in config["eval"]["ks"]]
-    out += ["--settings", json.dumps(ar2_recorded_settings(c["ar2"])), "--seed", str(int(wildcards.seed))]
-    return " ".join(shlex.quote(x) for x in out)
+    out.append(to_flags(EvalSettings, config["eval"], ("match",)))
+    out.append(f"--depth {int(config['eval']['depth'])} --ks " + " ".join(str(k) for k in config["eval"]["ks"]))
+    out.append(to_flags(Ar2Settings, ar2_recorded_settings(c["ar2"])))
+    return " ".join(out + [f"--seed {int(wildcards.seed)}"])
 
 
 rule ar2_round:
