@@ -15,16 +15,17 @@ the batches and negatives an uninterrupted run draws at step s, whatever happene
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, get_args
 
 import numpy as np
 
 from pipeline.core.seeding import item_rng
+from pipeline.core.settings import SimansSettings
 
 RANKER = "ranker"
 RETRIEVER = "retriever"
 SAMPLING_METHODS = ("uniform", "simans")
-SIMANS_FORMS = ("square", "abs")
+SIMANS_FORMS = get_args(SimansSettings.model_fields["form"].annotation)  # square, abs: config ar2.simans.form
 
 
 def round_phases(ranker_steps: int, retriever_steps: int, warmup_steps: int = 0) -> list[str]:

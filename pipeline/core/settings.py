@@ -643,10 +643,6 @@ def config_schema() -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
-def setting_names(cls: type[Contract]) -> tuple[str, ...]:
-    return tuple(cls.model_fields)
-
-
 def defaults(cls: type[Contract]) -> dict[str, Any]:
     """The defaults of a section as plain config data (nested sections as dicts)."""
     return cls().model_dump()
@@ -776,13 +772,6 @@ def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
     """A ConfigError naming the setting unless ``value`` is one of ``allowed``."""
     if value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
-
-
-def check_at_least_one(settings: Any, names: Sequence[str], prefix: str = "") -> None:
-    """A ConfigError naming the first of ``names`` whose value on ``settings`` is below 1."""
-    for name in names:
-        if getattr(settings, name) < 1:
-            raise ConfigError(f"{prefix}{name} must be >= 1, got {getattr(settings, name)}")
 
 
 def flag_name(name: str) -> str:

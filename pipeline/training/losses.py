@@ -27,12 +27,14 @@ known false negatives that way), so the loop never decides which loss it runs.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 import torch
 import torch.nn.functional as F
 
-SCALES = ("paper", "released_code")
+from pipeline.core.settings import Objective
+
+SCALES = get_args(Objective.model_fields["scale"].annotation)  # paper, released_code: config ccr.scale
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:

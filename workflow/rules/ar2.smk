@@ -5,7 +5,6 @@
 # ar2_search writes that round's run and evaluate scores it; ar2_seeds averages the seeds into
 # {method}/metrics.json (mean, std, per-seed values). Adding a seed to ar2.seeds only runs the new seed.
 # Details: docs/ar2.md.
-import json
 import shlex
 
 from pipeline.core.settings import (AR2_CCR_KEYS, AR2_SIEVE_KEYS, Ar2Settings, CcrSettings, EvalSettings, SieveSettings,

@@ -11,7 +11,6 @@
 #
 # The β is in every path that depends on it (pipeline.core.methods.beta_tag), so changing ccr.beta reruns CCR
 # training, the sieve and what reads it, never the mining or DPR training.
-import shlex
 
 from pipeline.core.settings import (CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, EvalSettings, InjectionSettings,
                                     PositiveAwareSettings, RankWindowSettings, SieveSettings, to_flags)
