@@ -72,18 +72,48 @@ def test_paper_scale_matches_appendix_listing():
     assert loss.item() == pytest.approx(listing.item(), abs=1e-12)
 
 
-def test_released_code_scale_by_hand():
-    # Released code: sum the Q x |P| matrix (nll at the positive + f_beta * beta * log-probs) / (Q |P|)
-    # = NCE / |P| - f_beta * beta * CCR; here |P| = 3, beta = 0.5, f_beta = 0.1.
-    loss, parts = rcl_loss(_scores(), torch.tensor(POS), beta=0.5, scale="released_code", f_beta=0.1)
-    assert loss.item() == pytest.approx(NCE / 3 - 0.1 * 0.5 * CCR, abs=1e-12)
-    assert parts["nce"].item() == pytest.approx(NCE, abs=1e-12)
+def test_released_code_scale_is_the_authors_formula():
+    # The authors' code: sum the Q x |P| matrix (nll at the positive + f_beta * log-probs) / (Q |P|)
+    # = NCE / |P| - f_beta * CCR, no beta of its own. Scale released_code at beta = |P| * f_beta is
+    # exactly that: here |P| = 3, f_beta = 1.0 (the branch of the paper's tables) -> beta 3, and
+    # f_beta 0.1 (the default branch) -> beta 0.3.
     s = torch.tensor(SCORES, dtype=torch.float64)
     s_ = F.log_softmax(s, dim=1)
-    matrix = 0.1 * 0.5 * s_
-    matrix[0, 0] -= s_[0, 0]
-    matrix[1, 1] -= s_[1, 1]
-    assert loss.item() == pytest.approx((matrix.sum() / 6).item(), abs=1e-12)
+    for f_beta in (1.0, 0.1):
+        matrix = f_beta * s_.clone()
+        matrix[0, 0] -= s_[0, 0]
+        matrix[1, 1] -= s_[1, 1]
+        authors = (matrix.sum() / 6).item()
+        loss, parts = rcl_loss(_scores(), torch.tensor(POS), beta=3 * f_beta, scale="released_code")
+        assert loss.item() == pytest.approx(authors, abs=1e-12)
+        assert loss.item() == pytest.approx(NCE / 3 - f_beta * CCR, abs=1e-12)
+        assert parts["nce"].item() == pytest.approx(NCE, abs=1e-12)
+
+
+# reference.md §1: one query, |P| = 6, cosine scores (0.8 positive; negatives 0.75, 0.5, 0.4, 0.3,
+# 0.2), tau 1. The step gradient descent takes on the 0.75 negative, -dl/ds_j = -((1-beta) p_j + beta/|P|),
+# at each beta: negative (pushed down) for beta <= 1, positive (lifted) at beta 6.
+GRADIENT_SCORES = [0.8, 0.75, 0.5, 0.4, 0.3, 0.2]
+UPDATE_ON_TOP_NEGATIVE = {0.0: -0.211, 0.5: -0.189, 1.0: -0.167, 3.0: -0.079, 6.0: +0.053}
+
+
+@pytest.mark.parametrize("beta", sorted(UPDATE_ON_TOP_NEGATIVE))
+def test_gradient_on_a_negative_flips_sign_above_beta_one(beta):
+    s = torch.tensor([GRADIENT_SCORES], dtype=torch.float64, requires_grad=True)
+    loss, _ = rcl_loss(s, torch.tensor([0]), beta=beta)
+    loss.backward()
+    p = torch.softmax(s.detach(), dim=1)[0]
+    closed_form = (1 - beta) * p + beta / 6  # every negative j; the positive gets (1-beta) p_0 - 1 + beta/6
+    assert torch.allclose(s.grad[0, 1:], closed_form[1:], atol=1e-12)
+    assert -s.grad[0, 1].item() == pytest.approx(UPDATE_ON_TOP_NEGATIVE[beta], abs=5e-4)
+    # Lifted exactly the negatives above beta / ((beta - 1) |P|); none for beta <= 1.
+    lifted = (s.grad[0, 1:] < 0).tolist()
+    threshold = beta / ((beta - 1) * 6) if beta > 1 else math.inf
+    assert lifted == [pj > threshold for pj in p[1:].tolist()]
+    # released_code: the same direction, |P| times smaller.
+    r = s.detach().clone().requires_grad_(True)
+    rcl_loss(r, torch.tensor([0]), beta=beta, scale="released_code")[0].backward()
+    assert torch.allclose(r.grad, s.grad / 6, atol=1e-12)
 
 
 def test_no_in_batch_restricts_to_own_group():
@@ -134,8 +164,8 @@ def test_loss_objects_are_the_pure_functions_the_config_names():
     assert loss_for(0.0, "released_code") == CCRLoss(beta=0.0, scale="released_code")
     nce, _ = NCELoss()(s, pos, s.shape[1], in_batch=True)
     assert nce.item() == rcl_loss(s, pos, beta=0.0)[0].item()
-    ccr, parts = CCRLoss(beta=0.5, scale="released_code", f_beta=0.1)(s, pos, s.shape[1], in_batch=True)
-    expected, _ = rcl_loss(s, pos, beta=0.5, scale="released_code", f_beta=0.1)
+    ccr, parts = CCRLoss(beta=0.5, scale="released_code")(s, pos, s.shape[1], in_batch=True)
+    expected, _ = rcl_loss(s, pos, beta=0.5, scale="released_code")
     assert ccr.item() == expected.item() and set(parts) == {"nce", "ccr_term"}
     with pytest.raises(ValueError, match="scale"):
         CCRLoss(beta=0.5, scale="other")

@@ -213,7 +213,6 @@ SETTINGS: dict[str, tuple] = {
         ("train_dpr", "mine_bm25_negatives", "sieve_candidates"),
     ),
     "ccr.scale": ("released_code", (*CCR, "ar2_round")),
-    "ccr.f_beta": (0.1, (*CCR, "ar2_round")),
     "ccr.temperature": (0.5, (*CCR, "ar2_round")),
     "ccr.lr": (1e-6, (*CCR, "ar2_round"), ("train_dpr",)),
     "ccr.epochs": (2, (*CCR, "ar2_round")),

@@ -161,7 +161,7 @@ def test_the_loop_trains_with_the_loss_object_it_is_given(setup, tmp_path, tiny_
     assert summary["loss"] == {"loss": "halved_ccr"}
     logged = [json.loads(line) for line in (tmp_path / "h" / LOG_FILE).open()]
     default = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "d")
-    assert default["loss"] == {"loss": "ccr", "beta": 0.25, "scale": "paper", "f_beta": 1.0}
+    assert default["loss"] == {"loss": "ccr", "beta": 0.25, "scale": "paper"}
     reference = [json.loads(line) for line in (tmp_path / "d" / LOG_FILE).open()]
     # Same data, seed and start: the first step's loss is exactly half of the config's CCR loss.
     assert logged[0]["loss"] == pytest.approx(reference[0]["loss"] / 2, rel=1e-6)

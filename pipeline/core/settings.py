@@ -120,13 +120,20 @@ class TrainSettings(Contract):
 
 
 class Objective(Contract):
-    """The loss: NCE (beta 0) or CCR, l(p+) - beta * mean_{p in P} l(p). docs/training.md."""
+    """The loss: NCE (beta 0) or CCR, l(p+) - beta * mean_{p in P} l(p). docs/training.md.
 
-    beta: float = Field(0.0, ge=0, description="CCR beta; 0 = NCE")
-    scale: Literal["paper", "released_code"] = Field(
-        "paper", description="CCR loss scale: paper, or released_code (loss / (k+1))"
+    beta is always relative to NCE (the paper's convention). The authors' code has no beta of its
+    own: NCE/|P| - f_beta * l_CCR is scale released_code at beta = |P| * f_beta (6 at k = 5, f_beta 1).
+    """
+
+    beta: float = Field(
+        0.0, ge=0, description="CCR beta relative to NCE; 0 = NCE; above 1 lifts the top negatives"
     )
-    f_beta: float = Field(1.0, ge=0, description="released_code only: effective beta = (k+1) * f_beta * beta")
+    scale: Literal["paper", "released_code"] = Field(
+        "paper",
+        description="paper: l(p+) - beta*l_CCR; released_code: the same divided by |P| (the authors' "
+        "NCE/|P| - f_beta*l_CCR with f_beta = beta/|P|)",
+    )
 
 
 class JobResources(Contract):

@@ -199,7 +199,7 @@ def train(
 ) -> dict:
     """Train ``retriever`` in place on ``data`` (a TrainData) with ``loss``; return a summary.
 
-    ``loss``: the objective (pipeline.training.losses); None = the one ``cfg``'s beta/scale/f_beta name.
+    ``loss``: the objective (pipeline.training.losses); None = the one ``cfg``'s beta/scale name.
 
     Writes ``checkpoint_dir/state.pt`` every ``checkpoint_every`` steps and the JSONL log
     ``checkpoint_dir/train_log.jsonl``; resumes from them when present and the fingerprint matches.
@@ -235,7 +235,7 @@ def train(
     # What decides the result; checkpoint_every does not, and the world size only changes dropout
     # masks (and, under bf16, rounding), so a run may resume on another number of GPUs. The precision
     # actually used is part of it: a checkpoint made in bf16 is not resumed on a host computing fp32.
-    objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale, cfg.f_beta)
+    objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale)
     settings = cfg.model_dump(exclude={"checkpoint_every"})
     fingerprint = {
         "config": settings,

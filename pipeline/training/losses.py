@@ -14,9 +14,14 @@ every other passage of the (global) batch when in-batch negatives are on. With s
     ccr_term  = mean_{p∈P} l(p)
     l_RCL     = l(p+) - β · ccr_term                 (scale "paper", the default)
 
-``scale="released_code"`` reproduces the authors' code, which sums an nll-plus-regulariser matrix of
-shape Q×|P| and divides by Q·|P|:  l = l(p+)/|P| - f_beta·β·ccr_term, i.e. relative to the paper the
-effective β is |P|·f_beta and the whole loss is divided by |P| (|P| = k+1 without in-batch negatives).
+β is always relative to NCE. ``scale="released_code"`` divides the whole loss by |P|: the authors' code
+sums an nll-plus-regulariser matrix of shape Q×|P| and divides by Q·|P|, i.e. computes
+``l(p+)/|P| − f_beta·ccr_term`` with no β of its own, which is this scale at β = |P|·f_beta (6 at k = 5
+and f_beta 1, the branch of the paper's tables; 0.6 at f_beta 0.1). |P| = k+1 without in-batch negatives.
+
+Gradient on a negative j with softmax probability p_j (scale paper): ∂l_RCL/∂s_j = (1−β)·p_j + β/|P|.
+For β ≤ 1 it is positive for every negative (descent pushes them all down); for β > 1 the negatives
+with p_j > β/((β−1)·|P|) are lifted toward the positive (docs/training.md).
 All functions average over queries; β=0 with scale "paper" is exactly NCE.
 
 The training loop takes a loss *object* (``ContrastiveLoss``): ``NCELoss`` or ``CCRLoss`` built from
@@ -85,7 +90,6 @@ def rcl_loss(
     positives: torch.Tensor,
     beta: float = 0.0,
     scale: str = "paper",
-    f_beta: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Robust contrastive loss over ``scores`` [Q, |P|] (every column is in P) with p+ at ``positives``.
 
@@ -101,11 +105,9 @@ def rcl_loss(
     log_probs = F.log_softmax(_at_least_fp32(scores), dim=1)
     nce = -log_probs.gather(1, positives.unsqueeze(1)).squeeze(1).mean()
     ccr_term = -log_probs.mean(dim=1).mean()
-    if scale == "paper":
-        loss = nce - beta * ccr_term
-    else:
-        n_cols = scores.shape[1]
-        loss = nce / n_cols - f_beta * beta * ccr_term
+    loss = nce - beta * ccr_term
+    if scale == "released_code":
+        loss = loss / scores.shape[1]
     return loss, {"nce": nce.detach(), "ccr_term": ccr_term.detach()}
 
 
@@ -117,7 +119,6 @@ def contrastive_loss(
     in_batch: bool = True,
     beta: float = 0.0,
     scale: str = "paper",
-    f_beta: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """NCE (β=0) or CCR loss for queries against the (global) passage batch.
 
@@ -126,7 +127,7 @@ def contrastive_loss(
     ``group_size``: k+1, the positive plus its hard negatives.
     """
     cand, pos = candidate_scores(scores, positives, group_size, in_batch)
-    return rcl_loss(cand, pos, beta=beta, scale=scale, f_beta=f_beta)
+    return rcl_loss(cand, pos, beta=beta, scale=scale)
 
 
 # ---- losses as objects: what the training loop is given ------------------------------------------
@@ -162,11 +163,10 @@ class NCELoss:
 
 @dataclass(frozen=True)
 class CCRLoss:
-    """l(p+) − β·mean_{p∈P} l(p) (``scale`` paper), or the authors' code's scaling (released_code)."""
+    """l(p+) − β·mean_{p∈P} l(p) (``scale`` paper), or the same divided by |P| (released_code)."""
 
     beta: float
     scale: str = "paper"
-    f_beta: float = 1.0
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -182,16 +182,15 @@ class CCRLoss:
             in_batch=in_batch,
             beta=self.beta,
             scale=self.scale,
-            f_beta=self.f_beta,
         )
 
     def describe(self) -> dict[str, Any]:
         return {"loss": "ccr", **asdict(self)}
 
 
-def loss_for(beta: float = 0.0, scale: str = "paper", f_beta: float = 1.0) -> NCELoss | CCRLoss:
+def loss_for(beta: float = 0.0, scale: str = "paper") -> NCELoss | CCRLoss:
     """The loss a dpr/ccr section's objective settings name: NCE exactly when β is 0 on the paper's
     scale (released_code divides even NCE by |P|), else CCR."""
     if beta == 0 and scale == "paper":
         return NCELoss()
-    return CCRLoss(beta=beta, scale=scale, f_beta=f_beta)
+    return CCRLoss(beta=beta, scale=scale)
