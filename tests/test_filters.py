@@ -328,3 +328,21 @@ def test_oracle_refuses_candidates_without_exact_labels(toy, tmp_path):
             ]
         )
     assert not (tmp_path / "d.parquet").exists()
+
+
+def test_per_query_separation_by_hand_and_free_of_tau():
+    # Query a: TN losses (2, 3) vs FN (1): the TN are above in 2 of 2 pairs -> 1.0.
+    # Query b: TN (1, 4) vs FN (2, 4): pairs (1>2 no, 1>4 no, 4>2 yes, 4=4 half) -> 1.5/4 = 0.375.
+    # Query c: only true negatives -> not counted. Mean over a, b = 0.6875; pooled differs.
+    qids = np.array(["a", "a", "a", "b", "b", "b", "b", "c"])
+    loss = np.array([2.0, 3.0, 1.0, 1.0, 4.0, 2.0, 4.0, 0.5])
+    is_fn = np.array([False, False, True, False, False, True, True, False])
+    auc, n = sieve_report.per_query_auc(qids, loss, is_fn, ~is_fn)
+    assert (auc, n) == (pytest.approx(0.6875), 2)
+    # A per-query shift of the losses (what a different τ's logsumexp does) leaves it unchanged.
+    shifted = loss + np.array([5.0, 5.0, 5.0, -3.0, -3.0, -3.0, -3.0, 0.0])
+    assert sieve_report.per_query_auc(qids, shifted, is_fn, ~is_fn)[0] == pytest.approx(0.6875)
+    assert sieve_report.auc_greater(shifted[~is_fn], shifted[is_fn]) != pytest.approx(
+        sieve_report.auc_greater(loss[~is_fn], loss[is_fn])
+    )
+    assert sieve_report.per_query_auc(qids[:1], loss[:1], is_fn[:1], ~is_fn[:1]) == (None, 0)

@@ -147,6 +147,7 @@ def _report(path, n=10, labelled=10, fns=4, out=0.5, recall=0.75, kept=4 / 6, au
                 "recall": recall,
                 "true_negative_retention": kept,
                 "separation_auc": auc,
+                "separation_auc_per_query": 0.7,
             }
         )
     )
@@ -179,7 +180,7 @@ def test_sieve_rates_per_level(tmp_path):
         == 0
     )
     assert "| high | 50.1% | 50% | 0.650 | +0.100 [+0.100, +0.100] |" in md.read_text()  # no spread
-    assert "| high | 10 | 0.400 | 0.500 | 0.750 | 0.667 | 0.600 |" in md.read_text()
+    assert "| high | 10 | 0.400 | 0.500 | 0.750 | 0.667 | 0.600 | 0.700 |" in md.read_text()
     got = json.loads(out.read_text())["points"][0]["sieve"]
     assert got == {
         "candidates": 10,
@@ -188,6 +189,7 @@ def test_sieve_rates_per_level(tmp_path):
         "fn_recall": pytest.approx(0.75),
         "tn_kept": pytest.approx(4 / 6),
         "loss_auc": 0.6,
+        "loss_auc_per_query": 0.7,
     }
     unlabelled = _report(tmp_path / "u.json", labelled=9)
     with pytest.raises(DataError, match="1 candidates without a false-negative label"):

@@ -144,6 +144,7 @@ def sieve_point(path: str | Path) -> dict:
         "fn_recall": report["recall"],
         "tn_kept": report["true_negative_retention"],
         "loss_auc": report.get("separation_auc"),
+        "loss_auc_per_query": report.get("separation_auc_per_query"),
     }
 
 
@@ -291,15 +292,19 @@ def sweep_markdown(result: dict) -> str:
             "",
             "The sieve on the data-prep candidates (the negatives dpr_sieve trains on):",
             "",
-            "| dataset | candidates | FN share | sieve-out | FN recall | TN kept | loss AUC |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| dataset | candidates | FN share | sieve-out | FN recall | TN kept | loss AUC | per-query AUC |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for p in sieved:
             s = p["sieve"]
             lines.append(
                 f"| {p['dataset']} | {s['candidates']:,} | {s['fn_share']:.3f} | {s['sieve_out_rate']:.3f} "
                 f"| {s['fn_recall']:.3f} | {s['tn_kept']:.3f} | "
-                f"{'–' if s['loss_auc'] is None else format(s['loss_auc'], '.3f')} |"
+                + " | ".join(
+                    "–" if s.get(key) is None else format(s[key], ".3f")
+                    for key in ("loss_auc", "loss_auc_per_query")
+                )
+                + " |"
             )
     return "\n".join(lines) + "\n"
 

@@ -16,7 +16,11 @@ rows (SQuAD) are reported on their own and never as truth.
 - true_negative_retention = |kept ∩ TN| / |TN|
 - sieve_out_rate = |dropped| / |all candidates|
 - separation_auc = P(loss of a true negative > loss of a false negative) (+ half the ties), i.e. how
-  well the scoring model's NCE loss separates the two groups (0.5 = not at all).
+  well the scoring model's NCE loss separates the two groups (0.5 = not at all). Pooled over queries,
+  so it depends on τ: a query's losses are shifted by its own logsumexp.
+- separation_auc_per_query = the same AUC within each query (its true vs its false negatives),
+  averaged over the queries that have both. Within a query the loss is a decreasing function of the
+  score, so this one does not depend on τ: the statistic to compare scorers trained at different τ.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ TABLE_COLUMNS = [
     ("true_negative_retention", "TN kept"),
     ("suspected_dropped_rate", "suspected dropped"),
     ("separation_auc", "loss AUC"),
+    ("separation_auc_per_query", "per-query AUC"),
 ]
 
 
@@ -65,6 +70,25 @@ def auc_greater(high, low) -> float | None:
     below = np.searchsorted(low, high, side="left")
     at_or_below = np.searchsorted(low, high, side="right")
     return float((below + 0.5 * (at_or_below - below)).sum() / (high.size * low.size))
+
+
+def per_query_auc(qids, loss, is_fn: np.ndarray, is_tn: np.ndarray) -> tuple[float | None, int]:
+    """Mean over queries of P(loss of its true negative > loss of its false negative) (+ half the ties),
+    over the queries with at least one of each; returns (mean, number of such queries)."""
+    rows = is_fn | is_tn
+    frame = pd.DataFrame({"qid": np.asarray(qids)[rows], "loss": np.asarray(loss, np.float64)[rows]})
+    frame["tn"] = is_tn[rows]
+    if frame["loss"].isna().any():
+        raise ValueError("per-query AUC over a NaN loss")
+    # Mann-Whitney within each query: U = sum of the true negatives' ranks - n_tn (n_tn + 1) / 2.
+    frame["tn_rank"] = frame.groupby("qid")["loss"].rank(method="average").where(frame["tn"], 0.0)
+    per_query = frame.groupby("qid").agg(n_tn=("tn", "sum"), n=("tn", "size"), tn_ranks=("tn_rank", "sum"))
+    per_query["n_fn"] = per_query["n"] - per_query["n_tn"]
+    both = per_query[(per_query["n_tn"] > 0) & (per_query["n_fn"] > 0)]
+    if both.empty:
+        return None, 0
+    u = both["tn_ranks"] - both["n_tn"] * (both["n_tn"] + 1) / 2
+    return float((u / (both["n_tn"] * both["n_fn"])).mean()), int(len(both))
 
 
 def describe(values) -> dict | None:
@@ -174,10 +198,14 @@ def detection_report(table: pd.DataFrame) -> dict:
         if column in table and table[column].notna().any():
             values = table[column].to_numpy(np.float64)
             report[key] = {g: describe(values[m]) for g, m in masks.items()}
-    report["separation_auc"] = None
+    report["separation_auc"] = report["separation_auc_per_query"] = None
+    report["separation_queries"] = 0
     if "nce_loss" in table:
         loss = table["nce_loss"].to_numpy(np.float64)
         report["separation_auc"] = auc_greater(loss[masks["true_negative"]], loss[masks["false_negative"]])
+        report["separation_auc_per_query"], report["separation_queries"] = per_query_auc(
+            table["qid"].to_numpy(), loss, masks["false_negative"], masks["true_negative"]
+        )
     return report
 
 
