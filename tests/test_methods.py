@@ -133,3 +133,66 @@ def test_two_betas_in_one_run_plan_two_models_and_two_runs_side_by_side(tmp_path
     assert "dpr_ccr=results/synthkb/dpr_ccr_b0.5/metrics.json" in gather
     assert "dpr_ccr_b6=results/synthkb/dpr_ccr_b6/metrics.json" in gather
     assert "--compare dpr_ccr_b6:dpr_ccr_b0.5" in gather
+
+
+def test_the_controls_of_ccr_are_methods():
+    """dpr_rcl (paper Table 5) trains DPR with the regulariser at dpr.rcl.beta; sieve.scorer dpr makes
+    dpr_sieve the sieve scored by models/dpr (dpr_sieve_no_ccr)."""
+    config = load_config()
+    table = method_table(config)
+    rcl = table["dpr_rcl"]
+    assert (rcl.run, rcl.model, rcl.trains, rcl.negatives, rcl.beta) == (
+        "dpr_rcl_b0.5",
+        "dpr_rcl_b0.5",
+        "rcl",
+        "bm25",
+        0.5,
+    )
+    assert rcl.random and table["dpr_ccr_b0"].model == "dpr_ccr_b0"
+    config["dpr"]["rcl"]["beta"] = 6
+    assert method_table(config)["dpr_rcl"].run == "dpr_rcl_b6"
+    config["sieve"]["scorer"] = "dpr"
+    no_ccr = method_table(config)
+    assert no_ccr["dpr_sieve"].run == no_ccr["dpr_sieve_no_ccr"].run == "dpr_sieve_no_ccr"
+    assert no_ccr["dpr_sieve"].negatives == "sieve_no_ccr" and no_ccr["dpr_sieve"].beta is None
+    assert no_ccr["dpr_sieve_b0.5"].negatives == "sieve_b0.5"  # the β sweep stays CCR-scored
+    config["sieve"]["scorer"] = "model"
+    with pytest.raises(ConfigError, match="sieve.scorer"):
+        validate_config(config)
+
+
+def test_the_controls_plan_their_own_trainings(tmp_path):
+    """dpr_rcl: train_dpr with --beta/--scale added; scorer dpr: the sieve filter and AR2's first
+    sieve read models/dpr, no CCR model is trained."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "methods: [dpr, dpr_rcl, dpr_sieve, ar2_sieve]\n"
+        "dpr: {rcl: {beta: 6.0, scale: released_code}}\n"
+        "sieve: {scorer: dpr, betas: [], filters: [none, sieve]}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--snakefile", str(repo / "Snakefile")]
+        + ["--directory", str(tmp_path), "--configfile", str(repo / "config.yaml"), str(overlay)]
+        + ["--", "results/synthkb/metrics.json"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    shells = [line for line in proc.stdout.splitlines() if line.startswith("Shell command")]
+    (rcl,) = [line for line in shells if "models/dpr_rcl_b6/" in line and "train_dense" in line]
+    assert "--beta 6.0 --scale released_code" in rcl and "--in-batch" in rcl and "--init minilm" in rcl
+    (dpr,) = [line for line in shells if "models/dpr/retriever.json) --log" in line]
+    assert "--beta" not in dpr
+    assert not any("train_dense" in line and "dpr_ccr_b" in line for line in shells)
+    assert any(
+        "pipeline.sieve.filters" in line and "--model results/synthkb/models/dpr " in line for line in shells
+    )
+    assert any("--sieve-model results/synthkb/models/dpr " in line for line in shells)
+    (gather,) = [line for line in shells if "pipeline.evaluation.gather" in line]
+    assert "dpr_sieve=results/synthkb/dpr_sieve_no_ccr/metrics.json" in gather
+    assert "dpr_rcl=results/synthkb/dpr_rcl_b6/metrics.json" in gather and "dpr_rcl:dpr" in gather

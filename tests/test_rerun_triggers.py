@@ -59,6 +59,7 @@ BASE = {
         "hybrid_rrf_dpr",
         "hybrid_wsum_dpr",
         "dpr_mined_dpr",
+        "dpr_rcl",
     ],
     "datasets": {
         "toy": {
@@ -99,7 +100,10 @@ DPR = (
     "train_dpr_filtered_seed",
     "train_dpr_mined",
     "train_dpr_mined_seed",
+    "train_dpr_rcl",
+    "train_dpr_rcl_seed",
 )
+RCL = ("train_dpr_rcl", "train_dpr_rcl_seed")
 CCR = ("train_ccr", "train_ccr_seed")
 RETRIEVERS = ("init_zeroshot", *DPR, *CCR)  # every rule that builds a retriever from `model`
 SEARCH = ("search_dense", "search_dense_seed")
@@ -207,6 +211,8 @@ SETTINGS: dict[str, tuple] = {
     "dpr.drop_queries_without_positive": (True, DPR),
     "dpr.train_layers": (2, DPR),
     "dpr.skip": (True, ("train_dpr", "train_dpr_seed")),
+    "dpr.rcl.beta": (6.0, RCL, ("train_dpr", "train_ccr", "sieve_negatives")),
+    "dpr.rcl.scale": ("released_code", RCL, ("train_dpr", "train_ccr")),
     "ccr.beta": (
         0.7,
         (*CCR, "sieve_negatives", "ar2_round"),
@@ -262,6 +268,16 @@ SETTINGS: dict[str, tuple] = {
         20,
         ("sieve_candidates", "ar2_round"),
         ("train_dpr", "train_ccr", "index_bm25", "mine_bm25_negatives"),
+    ),
+    "sieve.scorer": (
+        "dpr",
+        (
+            "train_dpr_filtered",
+            "train_dpr_filtered_seed",
+            "sieve_report",
+            "gather_metrics",
+        ),  # AR2: only under sieve_init initial
+        ("sieve_candidates", "train_ccr", "train_dpr"),
     ),
     "sieve.pool": (50, ("sieve_candidates", "ar2_round")),
     "sieve.max_queries": (5, ("sieve_candidates",)),

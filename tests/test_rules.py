@@ -179,7 +179,14 @@ def test_every_rule_that_runs_python_has_a_conda_env(workflow, g):
 def test_gpu_capable_rules_follow_their_gpus(workflow):
     """Rules that can be given GPUs choose their env from the job; the others always run on CPU."""
     gpu_rules = {rule.name for rule in workflow.rules if "gpus" in rule.resources}
-    trained = {"train_dpr", "train_dpr_filtered", "train_dpr_mined", "train_ccr", "search_dense"}
+    trained = {
+        "train_dpr",
+        "train_dpr_rcl",
+        "train_dpr_filtered",
+        "train_dpr_mined",
+        "train_ccr",
+        "search_dense",
+    }
     assert gpu_rules == trained | {f"{r}_seed" for r in trained} | {
         "encode_corpus",
         "build_index",

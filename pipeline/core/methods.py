@@ -10,6 +10,8 @@ a method name of its own. The file layout of each record is workflow/rules/paths
     zeroshot                  the pretrained base, saved as a retriever folder
     dpr                       DPR (NCE) on BM25's negatives
     dpr_ccr                   CCR fine-tuning of dpr at ccr.beta           model dpr_ccr_b<β>
+    dpr_rcl                   DPR trained with l_RCL at dpr.rcl.beta        model dpr_rcl_b<β>
+                              (paper Table 5, "DPR + CCR"; compare with dpr)
     dpr_sieve                 DPR on the sieve's kept negatives at ccr.beta model dpr_sieve_b<β>
     dpr_<filter>              DPR on what another filter kept (dpr_oracle, dpr_none, ...)
     dpr_mined_<dense>         DPR on the negatives a dense method mined (mining.smk)
@@ -58,6 +60,11 @@ def ccr_model(tag: str) -> str:
     return f"dpr_ccr_b{tag}"
 
 
+def rcl_model(tag: str) -> str:
+    """The folder of DPR trained with the CCR regulariser in its loss (method dpr_rcl) for a β tag."""
+    return f"dpr_rcl_b{tag}"
+
+
 def sieve_name(tag: str) -> str:
     """The sieve's negatives and filter name for a β tag (a value of beta_tag, or "{beta}")."""
     return f"sieve_b{tag}"
@@ -79,9 +86,9 @@ class Method:
     kind: Literal["bm25", "dense", "hybrid", "ar2"]
     run: str
     model: str | None = None
-    trains: Literal["dpr", "ccr"] | None = None  # dense: the training of its retriever, if any
+    trains: Literal["dpr", "ccr", "rcl"] | None = None  # dense: its retriever's training (rcl: dpr_rcl)
     negatives: str | None = None  # dense: what it trains on (bm25, sieve_b<β>, <filter>, a miner's run)
-    beta: float | None = None  # dpr_ccr: its CCR β; dpr_sieve: the β of the sieve's model
+    beta: float | None = None  # dpr_ccr, dpr_rcl: its β; dpr_sieve: the β of the sieve's model
     miner: str | None = None  # dpr_mined_<m>: the dense run whose mined negatives it trains on
     fusion: Literal["rrf", "wsum"] | None = None
     base: str | None = None  # hybrid: the dense method's run
@@ -100,15 +107,19 @@ def _dense(name: str, **fields) -> Method:
 def method_table(config: dict) -> dict[str, Method]:
     """Every method the rules can build under ``config`` (defaults filled), by name.
 
-    ``dpr_ccr`` and ``dpr_sieve`` stand for their run at ccr.beta (dpr_ccr_b<β>, dpr_sieve_b<β>); each β
+    ``dpr_ccr`` and ``dpr_sieve`` stand for their run at ccr.beta (dpr_ccr_b<β>, dpr_sieve_b<β>; with
+    sieve.scorer dpr, dpr_sieve is dpr_sieve_no_ccr, the sieve scored by models/dpr); each β
     of sieve.betas (the β sweep) is a method of its own under that name, so ``methods: [dpr_ccr_b0.5,
     dpr_ccr_b6]`` (with both in sieve.betas) compares two β side by side.
     """
     betas = ccr_betas(config)
     main = beta_tag(float(config["ccr"]["beta"]))
+    rcl_beta = float(config["dpr"]["rcl"]["beta"])
+    rcl = rcl_model(beta_tag(rcl_beta))
     dense = [
         _dense("zeroshot", model="zeroshot"),
         _dense("dpr", model="dpr", trains="dpr", negatives="bm25"),
+        _dense("dpr_rcl", run=rcl, model=rcl, trains="rcl", negatives="bm25", beta=rcl_beta),
         *(
             Method(dpr_on(f), "dense", run=dpr_on(f), model=dpr_on(f), trains="dpr", negatives=f)
             for f in OTHER_FILTERS
@@ -125,7 +136,12 @@ def method_table(config: dict) -> dict[str, Method]:
         )
         dense += [_dense(f"dpr_ccr_b{tag}", **ccr), _dense(f"dpr_sieve_b{tag}", **sieve)]
         if tag == main:
-            dense += [_dense("dpr_ccr", **ccr), _dense("dpr_sieve", **sieve)]
+            dense.append(_dense("dpr_ccr", **ccr))
+            if config["sieve"]["scorer"] == "ccr":
+                dense.append(_dense("dpr_sieve", **sieve))
+    if config["sieve"]["scorer"] == "dpr":  # the sieve without CCR: dpr_sieve is dpr_sieve_no_ccr
+        no_ccr = dpr_on("sieve_no_ccr")
+        dense.append(_dense("dpr_sieve", run=no_ccr, model=no_ccr, trains="dpr", negatives="sieve_no_ccr"))
     # DPR trained on the negatives another dense method mined: dpr_mined_dpr is RocketQA/ANCE's round 2.
     dense += [
         _dense(

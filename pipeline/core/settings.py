@@ -147,10 +147,23 @@ class JobResources(Contract):
 RESOURCE_KEYS = tuple(JobResources.model_fields)
 
 
+class RclObjective(Objective):
+    """The loss of method dpr_rcl: DPR's own training with CCR's regulariser in it (paper Table 5)."""
+
+    beta: float = Field(
+        0.5, gt=0, description="beta relative to NCE (|P| = batch x (k+1) with in-batch negatives)"
+    )
+
+
 class DprSettings(JobResources, TrainSettings):
     """DPR warm-up with NCE (docs/training.md)."""
 
     skip: bool = Field(False, description="true: dpr = the pretrained model, no training")
+    rcl: RclObjective = Field(
+        RclObjective(),
+        description="method dpr_rcl (paper Table 5: DPR + CCR): the dpr settings, trained with "
+        "l(p+) - beta*l_CCR instead of NCE; its folders carry beta (dpr_rcl_b<beta>)",
+    )
 
 
 class CcrSettings(JobResources, Objective, TrainSettings):
@@ -190,6 +203,9 @@ class EvalSettings(Contract):
             ["dpr_sieve", "dpr_none"],
             ["dpr_ccr", "dpr"],
             ["dpr_sieve", "dpr"],
+            ["dpr_ccr", "dpr_ccr_b0"],
+            ["dpr_rcl", "dpr"],
+            ["dpr_sieve", "dpr_sieve_no_ccr"],
             ["ar2_sieve", "ar2"],
             ["ar2_simans_sieve", "ar2_simans"],
         ],
@@ -334,6 +350,11 @@ class SieveSettings(Contract):
         "bm25",
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="negatives file results/{dataset}/negatives/<source>.parquet",
+    )
+    scorer: Literal["ccr", "dpr"] = Field(
+        "ccr",
+        description="model scoring the sieve (the sieve filter, dpr_sieve, AR2's initial sieve): ccr = "
+        "models/dpr_ccr_b<ccr.beta> (the paper); dpr = models/dpr, no CCR (dpr_sieve is then dpr_sieve_no_ccr)",
     )
     candidates: int = Field(30, ge=1, description="hard negatives per query judged by the sieve")
     pool: int = Field(100, ge=1, description="candidates are sampled from the top <pool> ranks")

@@ -43,7 +43,7 @@ def ar2_round_inputs(wildcards):
             inputs["ranker_init"] = ranker(d, "cross_encoder")
         if _ar2_sieves(variant):
             if c["ar2"]["sieve_init"] == "initial":
-                model = ccr_model(beta_tag(c["ccr"]["beta"]))
+                model = ccr_model(beta_tag(c["ccr"]["beta"])) if c["sieve"]["scorer"] == "ccr" else "dpr"
                 inputs["sieve_model"] = retriever(d, model)
                 inputs["sieve_embeddings"] = embeddings(d, model)
     return inputs

@@ -6,7 +6,7 @@ from snakemake.exceptions import WorkflowError
 
 from pipeline.core.config import ConfigError, validate_config
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_betas, ccr_model, dpr_on,
-                                   filtered_candidates, method_table, runs, sieve_name)
+                                   filtered_candidates, method_table, rcl_model, runs, sieve_name)
 from pipeline.core.recipes import dataset_configs
 
 DATASETS = config["datasets"]

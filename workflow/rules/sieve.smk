@@ -46,9 +46,10 @@ def sieve_sweep_tags(d):
 
 
 def sieve_decisions(dataset, name):
-    """The decisions table a filter name stands for (`sieve` = the sieve at the dataset's ccr.beta)."""
+    """The decisions table a filter name stands for (`sieve` = the sieve dpr_sieve trains on: at the
+    dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
     if name == "sieve":
-        return negatives(dataset, sieve_name(sieve_main_tag(dataset)))
+        name = METHODS[dataset]["dpr_sieve"].negatives
     if name.startswith(sieve_name("")):
         return negatives(dataset, name)
     return filter_decisions(dataset, name)
@@ -57,8 +58,9 @@ def sieve_decisions(dataset, name):
 def sieve_filter_names(d):
     """Rows of the comparison table: sieve.filters, then the β sweep (minus the duplicate of `sieve`)."""
     names = list(sieve_config(d)["filters"])
+    same_as_sieve = sieve_config(d)["scorer"] == "ccr" and "sieve" in names
     for tag in sieve_sweep_tags(d):
-        if not ("sieve" in names and tag == sieve_main_tag(d)):
+        if not (same_as_sieve and tag == sieve_main_tag(d)):
             names.append(sieve_name(tag))
     return names
 

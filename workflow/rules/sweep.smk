@@ -17,10 +17,10 @@ def _check_sweep():
 
 
 def _sweep_sieves(wildcards):
-    """The report of dpr_sieve's sieve per dataset (the sieve at ccr.beta): sieve-out rate, FN recall."""
+    """The report of the sieve dpr_sieve trains on, per dataset: sieve-out rate, FN recall."""
     if "dpr_sieve" not in SWEEP["methods"]:
         return []
-    return [filter_report(d, sieve_name(beta_tag(cfg(d)["ccr"]["beta"]))) for d in SWEEP["datasets"]]
+    return [filter_report(d, METHODS[d]["dpr_sieve"].negatives) for d in SWEEP["datasets"]]
 
 
 rule noise_sweep:

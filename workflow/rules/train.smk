@@ -16,6 +16,8 @@ def retriever_flags(c, **overrides):
 
 # The β tags of the CCR models the config asks for (ccr.beta and sieve.betas of every dataset).
 CCR_TAGS = _alternatives([re.escape(tag) for tag in sorted({t for d in DATASETS for t in CCR_BETAS[d]})])
+# The β tag of each dataset's dpr_rcl (dpr.rcl.beta).
+RCL_TAGS = {d: beta_tag(cfg(d)["dpr"]["rcl"]["beta"]) for d in DATASETS}
 
 
 def train_flags(section, **fixed):
@@ -190,6 +192,44 @@ rule train_dpr_filtered:
         " --out $(dirname {output}) --log {log}"
 
 
+def _rcl_settings(wildcards):
+    """DPR's flags plus the regulariser's (dpr.rcl): method dpr_rcl."""
+    c, tag = cfg(wildcards.dataset), RCL_TAGS[wildcards.dataset]
+    if wildcards.rcl_beta != tag:
+        raise ValueError(f"{rcl_model(wildcards.rcl_beta)} of dataset {wildcards.dataset!r}: its dpr.rcl.beta is "
+                         f"{c['dpr']['rcl']['beta']} (folder {rcl_model(tag)}); set dpr.rcl.beta to build another")
+    return f"{train_flags('dpr')(wildcards)} {to_flags(Objective, c['dpr']['rcl'])}"
+
+
+rule train_dpr_rcl:
+    # DPR exactly as train_dpr (same settings, seed, steps, BM25 negatives), its loss l(p+) − β·l_CCR:
+    # the paper's Table 5 "DPR + CCR". Compare with dpr. See docs/training.md "Controls".
+    input:
+        **_TRAIN_INPUTS,
+    output:
+        retriever("{dataset}", rcl_model("{rcl_beta}")),
+    wildcard_constraints:
+        rcl_beta=_alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
+    params:
+        base=_base,
+        settings=_rcl_settings,
+        recipe=recipe_label,
+        device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
+    threads: dataset_setting("dpr", "threads")
+    resources:
+        **gpu_resources("dpr"),
+    conda:
+        job_env
+    log:
+        "logs/train_dpr_rcl/{dataset}.b{rcl_beta}.log",
+    benchmark:
+        "benchmarks/train_dpr_rcl/{dataset}.b{rcl_beta}.tsv"
+    shell:
+        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
+        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
+        " --out $(dirname {output}) --log {log}"
+
+
 # Other training seeds (config `seeds`): the same rules, the seed in the model name
 # (seeded_model: models/<model>-s<seed>/); the top-level seed's models are the rules above.
 use rule train_dpr as train_dpr_seed with:
@@ -228,3 +268,15 @@ use rule train_dpr_filtered as train_dpr_filtered_seed with:
         "logs/train_dpr_filtered/{dataset}.{negs}.s{seed}.log",
     benchmark:
         "benchmarks/train_dpr_filtered/{dataset}.{negs}.s{seed}.tsv"
+
+
+use rule train_dpr_rcl as train_dpr_rcl_seed with:
+    output:
+        retriever("{dataset}", seeded_model(rcl_model("{rcl_beta}"), "{seed}")),
+    wildcard_constraints:
+        rcl_beta=_alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
+        seed=r"\d+",
+    log:
+        "logs/train_dpr_rcl/{dataset}.b{rcl_beta}.s{seed}.log",
+    benchmark:
+        "benchmarks/train_dpr_rcl/{dataset}.b{rcl_beta}.s{seed}.tsv"
