@@ -264,6 +264,100 @@ def test_empty_corpus(tmp_path, capsys):
     assert "empty corpus" in err
 
 
+# ---- issue 28.3: an empty source is refused where it is read, naming the file and the role ----------
+
+MARCO = FIX / "msmarco"
+SCIFACT = FIX / "beir" / "scifact"
+TEVATRON = FIX / "beir" / "tevatron"
+EMPTY_SOURCES = {
+    # name: (format, files, the role whose file is replaced, its content)
+    "dpr train 0 bytes": ("dpr", DPR_FILES, "train", b""),
+    "dpr train gzip of nothing": ("dpr", DPR_FILES, "train", gzip.compress(b"")),
+    "dpr train blank lines": ("dpr", DPR_FILES, "train", b"\n\n"),
+    "dpr dev empty array": ("dpr", DPR_FILES, "dev", b"[]"),
+    "dpr test 0 bytes": ("dpr", DPR_FILES, "test", b""),
+    "msmarco qrels 0 bytes": (
+        "msmarco",
+        {"corpus": MARCO / "collection.tsv", "queries_train": MARCO / "queries.train.tsv"},
+        "qrels_train",
+        b"",
+    ),
+    "msmarco queries 0 bytes": (
+        "msmarco",
+        {"corpus": MARCO / "collection.tsv", "qrels_train": MARCO / "qrels.train.tsv"},
+        "queries_train",
+        b"",
+    ),
+    "beir qrels header only": (
+        "beir",
+        {"corpus": SCIFACT / "corpus.jsonl", "queries": SCIFACT / "queries.jsonl"},
+        "qrels_test",
+        b"query-id\tcorpus-id\tscore\n",
+    ),
+    "beir queries 0 bytes": (
+        "beir",
+        {"corpus": SCIFACT / "corpus.jsonl", "qrels_test": SCIFACT / "qrels" / "test.tsv"},
+        "queries",
+        b"",
+    ),
+    "beir queries_test 0 bytes": ("beir", {"corpus": SCIFACT / "corpus.jsonl"}, "queries_test", b""),
+    "tevatron train 0 bytes": ("beir", {"corpus": TEVATRON / "corpus.jsonl.gz"}, "train", b""),
+}
+
+
+@pytest.mark.parametrize("case", EMPTY_SOURCES)
+def test_an_empty_source_is_refused_naming_the_file_and_the_role(tmp_path, capsys, case):
+    fmt, files, role, content = EMPTY_SOURCES[case]
+    empty = tmp_path / "empty-source"
+    empty.write_bytes(content)
+    err = fails(capsys, tmp_path / "out", fmt, {**files, role: empty})
+    assert str(empty) in err and f"role '{role}'" in err and "no records" in err, err
+
+
+@pytest.mark.parametrize(
+    "fmt, files, role, content, why",
+    [
+        # every record of the train file dropped for want of a positive (empty_positives: drop)
+        (
+            "dpr",
+            {"corpus": DPR_FILES["corpus"]},
+            "train",
+            '[{"question": "q1", "answers": ["a"], "positive_ctxs": []}]',
+            "dropped",
+        ),
+        # judgments, none of them positive: the split would have no queries
+        (
+            "msmarco",
+            {"corpus": MARCO / "collection.tsv", "queries_train": MARCO / "queries.train.tsv"},
+            "qrels_train",
+            "634306\t0\t3\t0\n",
+            "positive",
+        ),
+        (
+            "beir",
+            {"corpus": SCIFACT / "corpus.jsonl", "queries": SCIFACT / "queries.jsonl"},
+            "qrels_test",
+            "query-id\tcorpus-id\tscore\n36\t18670\t0\n",
+            "positive",
+        ),
+    ],
+)
+def test_a_source_that_yields_no_queries_is_refused_naming_the_file_and_the_role(
+    tmp_path, capsys, fmt, files, role, content, why
+):
+    source = tmp_path / "source"
+    source.write_text(content)
+    err = fails(capsys, tmp_path / "out", fmt, {**files, role: source}, "--empty-positives", "drop")
+    assert str(source) in err and f"role '{role}'" in err and why in err, err
+
+
+def test_squad_without_questions_is_refused(tmp_path, capsys):
+    source = tmp_path / "squad.json"
+    source.write_text('{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": []}]}]}')
+    err = fails(capsys, tmp_path / "out", "squad", {"source": source})
+    assert str(source) in err and "role 'source'" in err and "no questions" in err, err
+
+
 @pytest.mark.parametrize("pids,record", [(["7", "8", "7"], 3), (["a", "b", "a"], 3)])
 def test_duplicate_pids(tmp_path, capsys, pids, record):
     corpus = tmp_path / "corpus.jsonl"

@@ -18,7 +18,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator, NamedTuple
+from typing import IO, Any, Iterable, Iterator, NamedTuple, TypeVar
 
 import ijson
 from rich.progress import Progress
@@ -27,6 +27,7 @@ from pipeline.core.storage import DataError
 from pipeline.data.answers import tokenize
 
 GZIP_MAGIC = b"\x1f\x8b"
+T = TypeVar("T")
 
 
 class Passage(NamedTuple):
@@ -85,6 +86,23 @@ def ctx_pid(title: str, text: str) -> str:
     """Deterministic pid of a passage shipped without an id: equal content gives the equal pid."""
     digest = hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()
     return "ctx:" + digest[:16]
+
+
+def require_records(records: Iterable[T], file: str | os.PathLike, role: str) -> Iterator[T]:
+    """``records`` as they come; a DataError naming the file and the role when there are none.
+
+    An empty source (0 bytes, blank lines, ``[]``, a header alone) would otherwise become an empty
+    split that only a later stage notices (training, evaluation), naming a derived table instead.
+    """
+    count = 0
+    for record in records:
+        count += 1
+        yield record
+    if count == 0:
+        raise DataError(
+            f"role {role!r}: no records (the file is empty, or holds only blank lines, a header or [])",
+            file=file,
+        )
 
 
 class Source:

@@ -33,6 +33,7 @@ from .base import (
     need_score,
     need_str,
     open_source,
+    require_records,
 )
 from .writer import DatasetWriter, add_judged_queries, load_queries
 
@@ -159,7 +160,11 @@ def build(
         writer.add_passage(passage, corpus)
     writer.corpus_done(corpus)
     shared = files.get("queries")
-    shared_queries = load_queries(read_queries_jsonl(shared, progress), shared) if shared else None
+    shared_queries = (
+        load_queries(require_records(read_queries_jsonl(shared, progress), shared, "queries"), shared)
+        if shared
+        else None
+    )
     for split in SPLITS:
         own, qrels = files.get(f"queries_{split}"), files.get(f"qrels_{split}")
         if split == "train" and "train" in files:
@@ -169,7 +174,8 @@ def build(
                     "queries_train/qrels_train, not both"
                 )
             path = files["train"]
-            for rec in read_tevatron_train(path, "train", progress):
+            before = writer.query_count("train")
+            for rec in require_records(read_tevatron_train(path, "train", progress), path, "train"):
                 writer.add_training_record(
                     "train",
                     rec,
@@ -180,14 +186,24 @@ def build(
                     require_positive=True,
                     empty_positives=options.empty_positives,
                 )
+            writer.require_queries(
+                "train",
+                before,
+                role="train",
+                file=path,
+                why="every record lacks a positive passage and was dropped (empty_positives: drop)",
+            )
             continue
         if own:
-            queries, queries_file, keep = load_queries(read_queries_jsonl(own, progress), own), own, True
+            own_queries = require_records(read_queries_jsonl(own, progress), own, f"queries_{split}")
+            queries, queries_file, keep = load_queries(own_queries, own), own, True
         elif qrels:
             if shared_queries is None:
                 raise ConfigError(f"beir: qrels_{split} needs the role 'queries' (or queries_{split})")
             queries, queries_file, keep = shared_queries, shared, False
         else:
             continue
-        judgments = read_qrels_tsv(qrels, progress) if qrels else iter(())
+        judgments = (
+            require_records(read_qrels_tsv(qrels, progress), qrels, f"qrels_{split}") if qrels else iter(())
+        )
         add_judged_queries(writer, split, queries, queries_file, judgments, qrels, keep_unjudged=keep)

@@ -31,6 +31,7 @@ from .base import (
     need_score,
     need_str,
     open_source,
+    require_records,
 )
 from .writer import DatasetWriter
 
@@ -183,8 +184,9 @@ def build(
         path = files.get(split)
         if path is None:
             continue
+        before = writer.query_count(split)
         if is_biencoder_json(path):
-            for rec in read_biencoder(path, split, progress):
+            for rec in require_records(read_biencoder(path, split, progress), path, split):
                 writer.add_training_record(
                     split,
                     rec,
@@ -196,5 +198,12 @@ def build(
                     empty_positives=options.empty_positives,
                 )
         else:
-            for query in read_qa_csv(path, split, progress):
+            for query in require_records(read_qa_csv(path, split, progress), path, split):
                 writer.add_query(split, query, path)
+        writer.require_queries(
+            split,
+            before,
+            role=split,
+            file=path,
+            why="every record lacks a positive passage and was dropped (empty_positives: drop)",
+        )

@@ -16,7 +16,7 @@ from rich.progress import Progress
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import SPLITS
 
-from .base import BuildOptions, Passage, Qrel, Query, Source, need_int, open_source
+from .base import BuildOptions, Passage, Qrel, Query, Source, need_int, open_source, require_records
 from .writer import DatasetWriter, add_judged_queries, load_queries
 
 TICK_EVERY = 10_000
@@ -98,13 +98,16 @@ def build(
                 f"msmarco: source role '{missing}' is missing: queries_{split} and "
                 f"qrels_{split} come together"
             )
-        queries = load_queries(read_queries(queries_file, progress), queries_file)
+        queries = load_queries(
+            require_records(read_queries(queries_file, progress), queries_file, f"queries_{split}"),
+            queries_file,
+        )
         add_judged_queries(
             writer,
             split,
             queries,
             queries_file,
-            read_qrels(qrels_file, progress),
+            require_records(read_qrels(qrels_file, progress), qrels_file, f"qrels_{split}"),
             qrels_file,
             keep_unjudged=False,
         )

@@ -111,7 +111,9 @@ def build(
         writer.add_passage(Passage(para.pid, para.title, para.text, para.article), path)
         for q in para.questions:
             questions.append((para.title if spec is None or spec.by == "article" else q.qid, q, para.pid))
-    writer.corpus_done(path)
+    writer.corpus_done(path, role="source")
+    if not questions:
+        raise DataError("role 'source': no questions in any paragraph ('qas' all empty)", file=path)
     if spec is None:
         assignment = {}
     else:

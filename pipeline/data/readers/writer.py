@@ -147,8 +147,8 @@ class DatasetWriter:
             self._corpus.write(buf)
             self._corpus_buf = {"pid": [], "title": [], "text": []}
 
-    def corpus_done(self, file: str | Path) -> None:
-        """Every passage of the corpus file is in: check duplicates and emptiness."""
+    def corpus_done(self, file: str | Path, role: str = "corpus") -> None:
+        """Every passage of the corpus file (of ``role``) is in: check duplicates and emptiness."""
         dup = self.pids.freeze()
         self._frozen = True
         if dup is not None:
@@ -161,7 +161,7 @@ class DatasetWriter:
                 field="pid",
             )
         if len(self.pids) == 0:
-            raise DataError("empty corpus: no passages", file=file)
+            raise DataError(f"empty corpus: no passages (role {role!r})", file=file)
         log.info("corpus: %d passages from %s", len(self.pids), file)
 
     def resolve_ctx(self, ctx: Ctx, *, file: str | Path, record: Any, field: str) -> str:
@@ -198,6 +198,16 @@ class DatasetWriter:
         cols["qid"].append(q.qid)
         cols["text"].append(q.text)
         cols["answers"].append(q.answers)
+
+    def query_count(self, split: str) -> int:
+        return len(self._queries[split]["qid"])
+
+    def require_queries(self, split: str, before: int, *, role: str, file: str | Path, why: str) -> None:
+        """DataError naming the file and the role when reading it added no query to ``split`` (it
+        had ``before``): records all dropped or unjudged leave a split that training or evaluation
+        would only refuse much later, naming a derived table."""
+        if self.query_count(split) == before:
+            raise DataError(f"role {role!r} gives the {split} split no queries: {why}", file=file)
 
     def add_qrel(
         self, split: str, qid: str, pid: str, relevance: int, *, file: str | Path, record: Any
@@ -367,8 +377,10 @@ def add_judged_queries(
     Judgments with relevance <= 0 (BEIR/TREC "judged not relevant") are not positives: left out and
     counted. Without ``keep_unjudged`` a query belongs to the split only if it has a positive
     judgment there (a shared BEIR queries.jsonl serves every split; MS MARCO's queries.train.tsv
-    lists 808k queries of which 503k are judged); the others are counted, not written.
+    lists 808k queries of which 503k are judged); the others are counted, not written. Then a qrels
+    file (role ``qrels_{split}`` in both formats) without a single positive judgment is an error: the split would be empty.
     """
+    before = writer.query_count(split)
     judged: dict[str, list[Qrel]] = {}
     for r in qrels:
         if r.qid not in queries:
@@ -390,3 +402,11 @@ def add_judged_queries(
         writer.add_query(split, q, queries_file)
         for r in judged.get(qid, ()):
             writer.add_qrel(split, qid, r.pid, r.relevance, file=qrels_file, record=r.record)
+    if not keep_unjudged:
+        writer.require_queries(
+            split,
+            before,
+            role=f"qrels_{split}",
+            file=qrels_file,
+            why="none of its judgments is positive (relevance >= 1)",
+        )
