@@ -304,3 +304,101 @@ def test_fixture_copy_keeps_layout(tmp_path):
     # the fixtures are read where they are; a copy under another name reads the same
     copy = shutil.copy(squad36()[0], tmp_path / "source")
     assert len(list(squad.read_squad(copy))) == 1557
+
+
+# ---- issue 28.8: bad UTF-8 is reported at its own record ---------------------------------------------
+
+BAD = b"\xff"
+
+
+def _lines_with_bad_byte(make_line, n: int, bad: int) -> bytes:
+    """n lines from make_line(i) (1-based line numbers), line ``bad`` with an invalid UTF-8 byte."""
+    lines = [make_line(i) for i in range(1, n + 1)]
+    lines[bad - 1] = lines[bad - 1].replace(b"word", b"wo" + BAD + b"rd", 1)
+    assert BAD in lines[bad - 1]
+    return b"".join(lines)
+
+
+LINE_READERS = {
+    "msmarco collection": (msmarco.read_collection, lambda i: b"%d\tpassage word %d\n" % (i, i), 0),
+    "msmarco queries": (msmarco.read_queries, lambda i: b"%d\tquery word\n" % i, 0),
+    "msmarco qrels": (msmarco.read_qrels, lambda i: b"%d\t0\tword%d\t1\n" % (i, i), 0),
+    "beir corpus": (beir.read_corpus_jsonl, lambda i: b'{"_id": "%d", "text": "word"}\n' % i, 0),
+    "beir queries": (beir.read_queries_jsonl, lambda i: b'{"_id": "%d", "text": "word"}\n' % i, 0),
+    "beir qrels": (beir.read_qrels_tsv, lambda i: b"q%d\tword%d\t1\n" % (i, i), 0),
+    "tevatron train": (
+        beir.read_tevatron_train,
+        lambda i: b'{"query_id": "q%d", "query": "word", "positive_passages": []}\n' % i,
+        0,
+    ),
+    "dpr passages": (dpr.read_passages_tsv, lambda i: b'%d\t"text word"\ttitle\n' % i, 1),
+    "dpr qa.csv": (lambda p: dpr.read_qa_csv(p, "test"), lambda i: b"question word %d\t['a']\n" % i, 0),
+}
+
+
+@pytest.mark.parametrize("n, bad", [(3, 2), (3, 3), (5000, 1), (5000, 1500), (5000, 4999)])
+@pytest.mark.parametrize("reader", LINE_READERS)
+def test_bad_utf8_in_a_line_file_names_its_line(tmp_path, reader, n, bad):
+    read, make_line, header = LINE_READERS[reader]
+    head = b"id\ttext\ttitle\n" if header else b""
+    # the header takes line 1: the records start at line 2
+    body = _lines_with_bad_byte(make_line, n, bad)
+    path = tmp_path / "source"
+    path.write_bytes(head + body)
+    with pytest.raises(DataError) as err:
+        list(read(path))
+    assert err.value.file == str(path) and err.value.record == bad + header, str(err.value)
+    assert "UTF-8" in str(err.value)
+
+
+def test_bad_utf8_in_a_gzipped_line_file_names_its_line(tmp_path):
+    path = tmp_path / "collection"
+    path.write_bytes(gzip.compress(_lines_with_bad_byte(lambda i: b"%d\tword\n" % i, 20000, 12345)))
+    with pytest.raises(DataError) as err:
+        list(msmarco.read_collection(path))
+    assert err.value.record == 12345 and "UTF-8" in str(err.value)
+
+
+def _json_items(n: int, bad: int) -> bytes:
+    items = [
+        b'{"question": "q%d word", "answers": ["a"], "positive_ctxs": [{"text": "t", "passage_id": "1"}]}' % i
+        for i in range(n)
+    ]
+    items[bad] = items[bad].replace(b"word", b"wo" + BAD + b"rd")
+    return b"[" + b",\n".join(items) + b"]"
+
+
+@pytest.mark.parametrize("n, bad", [(2, 0), (2, 1), (5000, 1), (5000, 3000)])
+def test_bad_utf8_in_a_biencoder_file_names_its_item(tmp_path, n, bad):
+    path = tmp_path / "train.json"
+    path.write_bytes(_json_items(n, bad))
+    with pytest.raises(DataError) as err:
+        list(dpr.read_biencoder(path, "train"))
+    assert err.value.file == str(path) and err.value.record == bad, str(err.value)
+    assert "UTF-8" in str(err.value)
+
+
+@pytest.mark.parametrize("n, bad", [(2, 0), (2, 1), (3000, 2000)])
+def test_bad_utf8_in_a_squad_file_names_its_article(tmp_path, n, bad):
+    articles = [b'{"title": "T%d", "paragraphs": [{"context": "word", "qas": []}]}' % i for i in range(n)]
+    articles[bad] = articles[bad].replace(b"word", b"wo" + BAD + b"rd")
+    path = tmp_path / "squad.json"
+    path.write_bytes(b'{"data": [' + b", ".join(articles) + b"]}")
+    with pytest.raises(DataError) as err:
+        list(squad.read_squad(path))
+    assert err.value.file == str(path) and err.value.record == bad, str(err.value)
+    assert "UTF-8" in str(err.value)
+
+
+def test_bad_utf8_line_is_counted_as_the_csv_reader_counts_lines(tmp_path):
+    # A "\r" alone inside a quoted field ends a line for the csv reader (newline=""): the line of the
+    # bad bytes is counted the same way as the line of any other error.
+    head = b'id\ttext\ttitle\n1\t"a\rb"\tA\n'
+    short, bad = tmp_path / "short.tsv", tmp_path / "bad.tsv"
+    short.write_bytes(head + b'2\t"c"\n')
+    bad.write_bytes(head + b'2\t"c\xff"\tB\n')
+    with pytest.raises(DataError) as missing_column:
+        list(dpr.read_passages_tsv(short))
+    with pytest.raises(DataError) as bad_utf8:
+        list(dpr.read_passages_tsv(bad))
+    assert bad_utf8.value.record == missing_column.value.record == 4

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ from pipeline.core.storage import DataError
 from pipeline.data.answers import tokenize
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+CR_ALONE = re.compile(rb"(?<=\r)(?!\n)")  # where a universal-newline reader ends a line at "\r"
 T = TypeVar("T")
 
 
@@ -161,10 +164,20 @@ def open_source(
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise src.error(f"truncated or corrupt gzip stream ({exc})") from exc
     except UnicodeDecodeError as exc:
-        raise src.error(f"not valid UTF-8 ({exc.reason})") from exc
+        if binary:  # decoded by the parser (ijson) where it stands: src.record is right
+            raise src.error(f"not valid UTF-8 ({exc.reason})") from exc
+        # The text layer decodes a buffer (8 KB) ahead of the parser, so src.record may be dozens
+        # of lines before the bad bytes, or unset in a small file: find their line instead.
+        found = _bad_utf8_line(path, newline)
+        if found is None:
+            raise DataError(f"not valid UTF-8 ({exc.reason})", file=path) from exc
+        line, column, reason = found
+        raise src.error(f"not valid UTF-8 ({reason} at byte {column} of the line)", record=line) from exc
     except csv.Error as exc:
         raise src.error(f"malformed delimited text ({exc})") from exc
     except ijson.JSONError as exc:
+        if "invalid bytes in UTF8" in str(exc):  # yajl's words; ijson parses where src.record is
+            raise src.error("not valid UTF-8 (invalid bytes in a JSON string)") from exc
         raise src.error(f"invalid or truncated JSON ({exc})") from exc
     finally:
         if progress is not None:
@@ -173,16 +186,55 @@ def open_source(
         raw.close()
 
 
+def _split_lines(line: bytes, newline: str) -> list[bytes]:
+    """A binary line (ending in b"\\n") cut where a text stream opened with ``newline`` ends lines:
+    at "\\n" only, or (``newline=""``) also at a "\\r" that no "\\n" follows."""
+    if newline == "\n" or b"\r" not in line:
+        return [line]
+    return [piece for piece in CR_ALONE.split(line) if piece]
+
+
+def _bad_utf8_line(path: Path, newline: str) -> tuple[int, int, str] | None:
+    """(line, byte in the line, reason) of the first line of ``path`` that is not valid UTF-8, lines
+    counted as a text reader opened with ``newline`` counts them (1-based); None when none is."""
+    try:
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == GZIP_MAGIC
+            raw.seek(0)
+            stream: IO = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+            number = 0
+            # UTF-8 never puts b"\n" or b"\r" inside a character, so each line decodes on its own.
+            for chunk in stream:
+                for line in _split_lines(chunk, newline):
+                    number += 1
+                    try:
+                        line.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        return number, exc.start + 1, exc.reason
+    except (OSError, EOFError, zlib.error):
+        return None  # a damaged gzip stream: the caller reports the decoding error without a line
+    return None
+
+
 def first_char(path: str | os.PathLike) -> str:
-    """First non-blank character of a (possibly gzipped) text file, '' when it is empty."""
-    with open_source(path) as src:
+    """First non-blank character of a (possibly gzipped) text file, '' when it is empty.
+
+    Read as bytes: decoding here would fail on bad UTF-8 anywhere in the first buffer, before the
+    reader knows which record it is in. A non-ASCII first character is returned as U+FFFD (callers
+    only look for '[' and '{').
+    """
+    with open_source(path, binary=True) as src:
+        start = True
         while True:
             chunk = src.stream.read(4096)
             if not chunk:
                 return ""
-            stripped = chunk.lstrip("\ufeff \t\r\n")
+            if start and chunk.startswith(UTF8_BOM):
+                chunk = chunk[len(UTF8_BOM) :]
+            start = False
+            stripped = chunk.lstrip(b" \t\r\n")
             if stripped:
-                return stripped[0]
+                return chr(stripped[0]) if stripped[0] < 0x80 else "\ufffd"
 
 
 # ---- field checks shared by the readers ------------------------------------------------------------
