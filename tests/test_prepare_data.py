@@ -514,3 +514,54 @@ def test_sources_local_paths_checksums_and_errors():
     config["datasets"]["bad"] = {"format": "msmarco", "source": {"corpus": "c.tsv", "qrels": "q"}}
     with pytest.raises(ConfigError, match="unknown role"):
         sources.prepare_inputs(config, "bad")
+
+
+# ---- issue 28.9: whatever ids prepare writes can be exported as TREC --------------------------------
+
+
+def test_squad_titles_with_spaces_prepare_and_export_as_trec(tmp_path):
+    from pipeline.retrieval.runs import validate_run, write_trec
+
+    source = tmp_path / "squad.json"
+    source.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "title": "Oil crisis of 1973",
+                        "paragraphs": [
+                            {
+                                "context": "The embargo began in October 1973.",
+                                "qas": [
+                                    {"id": "q1", "question": "when?", "answers": [{"text": "October 1973"}]}
+                                ],
+                            },
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    prepare(tmp_path / "out", "squad", {"source": source})
+    corpus = table(tmp_path / "out", "corpus")
+    assert corpus.title.tolist() == ["Oil crisis of 1973"]
+    qrels = table(tmp_path / "out", "qrels.test")
+    run = pd.DataFrame({"qid": qrels.qid, "pid": qrels.pid, "rank": [1], "score": [1.0]})
+    write_trec(validate_run(run, "run.parquet"), tmp_path / "run.trec", "bm25")
+    assert (tmp_path / "run.trec").read_text().split() == [
+        "q1",
+        "Q0",
+        "Oil_crisis_of_1973#0",
+        "1",
+        "1",
+        "bm25",
+    ]
+
+
+def test_a_beir_id_with_a_space_fails_at_prepare_naming_the_source_record(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d0", "text": "a"}\n{"_id": "d 1", "text": "b"}\n')
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "q", "text": "x"}\n')
+    err = fails(capsys, tmp_path / "out", "beir", {"corpus": corpus, "queries_test": queries})
+    assert f"{corpus}: record 2: field '_id'" in err and "whitespace" in err, err

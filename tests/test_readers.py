@@ -402,3 +402,89 @@ def test_bad_utf8_line_is_counted_as_the_csv_reader_counts_lines(tmp_path):
     with pytest.raises(DataError) as bad_utf8:
         list(dpr.read_passages_tsv(bad))
     assert bad_utf8.value.record == missing_column.value.record == 4
+
+
+# ---- issue 28.9: ids are valid in TREC files (no whitespace) -----------------------------------------
+
+
+def test_squad_title_with_spaces_gives_a_pid_without_whitespace(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(
+        '{"data": [{"title": "Oil crisis\\tof 1973", "paragraphs": [{"context": "c", "qas": []}, '
+        '{"context": "d", "qas": []}]}, {"title": "Warsaw", "paragraphs": [{"context": "e", "qas": []}]}]}'
+    )
+    paras = list(squad.read_squad(path))
+    assert [p.pid for p in paras] == ["Oil_crisis_of_1973#0", "Oil_crisis_of_1973#1", "Warsaw#0"]
+    assert paras[0].title == "Oil crisis\tof 1973"  # the title itself is kept as written
+
+
+def test_squad_titles_that_give_the_same_pids_are_refused(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(
+        '{"data": [{"title": "Oil_crisis", "paragraphs": [{"context": "c", "qas": []}]}, '
+        '{"title": "Oil crisis", "paragraphs": [{"context": "d", "qas": []}]}]}'
+    )
+    with pytest.raises(DataError) as err:
+        list(squad.read_squad(path))
+    assert (err.value.file, err.value.record, err.value.field) == (str(path), 1, "title")
+    assert "'Oil_crisis'" in str(err.value) and "article 0" in str(err.value)
+
+
+SPACED_IDS = {
+    # name: (reader, file content, record, field)
+    "beir corpus _id": (
+        beir.read_corpus_jsonl,
+        '{"_id": "d0", "text": "a"}\n{"_id": "d 1", "text": "b"}\n',
+        2,
+        "_id",
+    ),
+    "tevatron corpus docid": (beir.read_corpus_jsonl, '{"docid": "d\\t1", "text": "b"}\n', 1, "docid"),
+    "beir queries _id": (beir.read_queries_jsonl, '{"_id": "q 1", "text": "b"}\n', 1, "_id"),
+    "beir qrels corpus-id": (beir.read_qrels_tsv, "query-id\tcorpus-id\tscore\nq1\td 1\t1\n", 2, "corpus-id"),
+    "beir qrels query-id": (beir.read_qrels_tsv, "q 1\td1\t1\n", 1, "query-id"),
+    "tevatron query_id": (
+        beir.read_tevatron_train,
+        '{"query_id": "q 1", "query": "x", "positive_passages": []}\n',
+        1,
+        "query_id",
+    ),
+    "tevatron passage docid": (
+        beir.read_tevatron_train,
+        '{"query_id": "q1", "query": "x", "positive_passages": [{"docid": "d 1", "text": "t"}]}\n',
+        1,
+        "positive_passages[0].docid",
+    ),
+    "msmarco pid": (msmarco.read_collection, "0\ta\n1 \tb\n", 2, "pid"),
+    "msmarco qid": (msmarco.read_queries, "q\u00a01\ta query\n", 1, "qid"),
+    "dpr passage id": (dpr.read_passages_tsv, 'id\ttext\ttitle\n1\t"a"\tA\n2 3\t"b"\tB\n', 3, "id"),
+    "dpr entry id": (
+        lambda p: dpr.read_biencoder(p, "train"),
+        '[{"id": "q 1", "question": "q", "answers": [], "positive_ctxs": []}]',
+        0,
+        "id",
+    ),
+    "dpr passage_id": (
+        lambda p: dpr.read_biencoder(p, "train"),
+        '[{"question": "q", "answers": [], "positive_ctxs": [{"text": "t", "passage_id": "1 2"}]}]',
+        0,
+        "positive_ctxs[0].passage_id",
+    ),
+    "squad question id": (
+        squad.read_squad,
+        '{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": [{"id": "q 1", "question": "?", '
+        '"answers": []}]}]}]}',
+        0,
+        "paragraphs[0].qas[0].id",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SPACED_IDS)
+def test_an_id_with_whitespace_is_refused_naming_file_record_and_field(tmp_path, case):
+    read, content, record, field = SPACED_IDS[case]
+    path = tmp_path / "source"
+    path.write_text(content)
+    with pytest.raises(DataError) as err:
+        list(read(path))
+    assert (err.value.file, err.value.record, err.value.field) == (str(path), record, field)
+    assert "whitespace" in str(err.value) and "TREC" in str(err.value)

@@ -30,6 +30,8 @@ from pipeline.data.answers import tokenize
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 CR_ALONE = re.compile(rb"(?<=\r)(?!\n)")  # where a universal-newline reader ends a line at "\r"
+# Any whitespace (Unicode too), as the TREC export tests it (pipeline.retrieval.runs.write_trec).
+WHITESPACE = re.compile(r"\s")
 T = TypeVar("T")
 
 
@@ -254,6 +256,18 @@ def need_str(
     return value
 
 
+def check_id(src: Source, value: str, field: str) -> str:
+    """``value`` if it can be an id: run files and qrels in TREC format separate their columns by
+    whitespace, so an id holding any would only fail at the TREC export, naming the run instead."""
+    if WHITESPACE.search(value):
+        raise src.error(
+            f"id {value!r} contains whitespace: ids are written to TREC run files, whose columns "
+            "whitespace separates",
+            field=field,
+        )
+    return value
+
+
 def need_id(src: Source, obj: dict, keys: tuple[str, ...], where: str = "") -> str:
     """The first present id among ``keys`` as a string (ints are accepted: BEIR/Tevatron use both)."""
     for key in keys:
@@ -267,7 +281,7 @@ def need_id(src: Source, obj: dict, keys: tuple[str, ...], where: str = "") -> s
         value = str(value)
         if not value:
             raise src.error("empty id", field=where + key)
-        return value
+        return check_id(src, value, where + key)
     raise src.error(f"missing id (expected one of: {', '.join(keys)})", field=where + keys[0])
 
 

@@ -27,6 +27,7 @@ from .base import (
     Query,
     Source,
     TrainingRecord,
+    check_id,
     need_answers,
     need_id,
     need_int,
@@ -99,7 +100,8 @@ def read_qrels_tsv(path: str | os.PathLike, progress: Progress | None = None) ->
                 )
             if not parts[0] or not parts[1]:
                 raise src.error("empty id", field="query-id" if not parts[0] else "corpus-id")
-            yield Qrel(parts[0], parts[1], need_int(src, parts[2], "score"), line_no)
+            qid, pid = check_id(src, parts[0], "query-id"), check_id(src, parts[1], "corpus-id")
+            yield Qrel(qid, pid, need_int(src, parts[2], "score"), line_no)
 
 
 def _passages(src: Source, obj: dict, key: str) -> list[Ctx]:

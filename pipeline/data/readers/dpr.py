@@ -25,6 +25,7 @@ from .base import (
     Query,
     Source,
     TrainingRecord,
+    check_id,
     first_char,
     need_answer,
     need_answers,
@@ -74,6 +75,7 @@ def read_passages_tsv(path: str | os.PathLike, progress: Progress | None = None)
             pid = row[pos[0]]
             if not pid:
                 raise src.error("empty passage id", field="id")
+            check_id(src, pid, "id")
             yield Passage(pid, row[pos[2]], row[pos[1]], reader.line_num)
             if n % TICK_EVERY == 0:
                 src.tick()
@@ -85,7 +87,7 @@ def _ctx(src: Source, obj: object, where: str) -> Ctx:
     pid = obj.get("passage_id")
     if isinstance(pid, bool) or (pid is not None and not isinstance(pid, (str, int))):
         raise src.error("passage_id must be a string or an integer", field=f"{where}.passage_id")
-    pid = str(pid) if pid not in (None, "") else None
+    pid = check_id(src, str(pid), f"{where}.passage_id") if pid not in (None, "") else None
     return Ctx(
         pid=pid,
         title=need_str(src, obj, "title", default="", where=f"{where}.title"),
@@ -113,7 +115,8 @@ def read_biencoder(
             if not isinstance(entry, dict):
                 raise src.error(f"expected an object, got {type(entry).__name__}")
             own_id = entry.get("qid", entry.get("id"))
-            qid = str(own_id) if own_id not in (None, "") else f"{split}-{index}"
+            id_key = "qid" if "qid" in entry else "id"
+            qid = check_id(src, str(own_id), id_key) if own_id not in (None, "") else f"{split}-{index}"
             rec = TrainingRecord(
                 qid=qid,
                 question=need_str(src, entry, "question"),

@@ -16,7 +16,17 @@ from rich.progress import Progress
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import SPLITS
 
-from .base import BuildOptions, Passage, Qrel, Query, Source, need_int, open_source, require_records
+from .base import (
+    BuildOptions,
+    Passage,
+    Qrel,
+    Query,
+    Source,
+    check_id,
+    need_int,
+    open_source,
+    require_records,
+)
 from .writer import DatasetWriter, add_judged_queries, load_queries
 
 TICK_EVERY = 10_000
@@ -43,7 +53,7 @@ def _two_columns(src: Source, line: str, names: tuple[str, str]) -> tuple[str, s
         )
     if not parts[0]:
         raise src.error("empty id", field=names[0])
-    return parts[0], parts[1]
+    return check_id(src, parts[0], names[0]), parts[1]
 
 
 def read_collection(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[Passage]:

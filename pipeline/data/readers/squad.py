@@ -9,6 +9,7 @@ the answer strings, deduplicated in order.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -32,6 +33,8 @@ from .base import (
 )
 from .writer import DatasetWriter
 
+WHITESPACE_RUN = re.compile(r"\s+")
+
 
 @dataclass
 class SquadParagraph:
@@ -43,7 +46,15 @@ class SquadParagraph:
 
 
 def paragraph_pid(title: str, index: int) -> str:
-    return f"{title}#{index}"
+    """``"<title>#<index>"``, whitespace in the title written as "_" (Wikipedia's own spelling of
+    titles in URLs, which SQuAD v1.1 titles already use): a title with spaces is normal data, but
+    a pid is a TREC column and may hold none."""
+    return f"{title_key(title)}#{index}"
+
+
+def title_key(title: str) -> str:
+    """The part of a paragraph's pid that its article's title gives."""
+    return WHITESPACE_RUN.sub("_", title.strip())
 
 
 def read_squad(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[SquadParagraph]:
@@ -53,6 +64,7 @@ def read_squad(path: str | os.PathLike, progress: Progress | None = None) -> Ite
     with open_source(path, binary=True, progress=progress, label="SQuAD json") as src:
         articles = 0
         src.record = 0
+        keys: dict[str, tuple[str, int]] = {}  # title_key -> (title, article): two titles, one pid
         for a, article in enumerate(ijson.items(src.stream, "data.item")):
             src.record = a
             if not isinstance(article, dict):
@@ -60,6 +72,13 @@ def read_squad(path: str | os.PathLike, progress: Progress | None = None) -> Ite
             title = need_str(src, article, "title")
             if not title.strip():
                 raise src.error("empty title (it names the article's paragraphs)", field="title")
+            other, first = keys.setdefault(title_key(title), (title, a))
+            if other != title:
+                raise src.error(
+                    f"title {title!r} and the title {other!r} of article {first} give the same "
+                    f"pids {title_key(title)!r}#<paragraph> (whitespace is written as '_'); rename one",
+                    field="title",
+                )
             paragraphs = article.get("paragraphs")
             if not isinstance(paragraphs, list):
                 raise src.error("expected a list", field="paragraphs")
