@@ -256,3 +256,46 @@ def test_oracle_on_a_dataset_without_exact_labels_fails_while_planning(tmp_path)
     )
     assert proc.returncode != 0
     assert "exact false-negative labels" in proc.stdout + proc.stderr
+
+
+def _dry_run(tmp_path, overlay_text: str, *targets: str):
+    import subprocess
+    import sys
+
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(overlay_text)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            *targets,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(overlay),
+        ],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_a_dataset_without_format_is_named_by_the_config_check(tmp_path):
+    # issue 28.6: the rule files read every dataset's format; a missing one must reach validation
+    proc = _dry_run(tmp_path, "datasets:\n  mydata:\n    source: data/dev.json\n")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "KeyError" not in out, out
+    assert "config key 'datasets.mydata.format': required key is missing" in out, out
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_a_non_finite_number_in_an_overlay_is_refused_at_start_up(tmp_path, value):
+    # issue 28.2: `snakemake -n` already stops, naming the key, before any job
+    proc = _dry_run(tmp_path, f"dpr:\n  lr: {value}\n")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config key 'dpr.lr': Input should be a finite number" in out, out

@@ -10,8 +10,9 @@ from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_ta
 from pipeline.core.recipes import dataset_configs
 
 DATASETS = config["datasets"]
-SYNTHETIC = [name for name, spec in DATASETS.items() if spec["format"] == "synthkb"]
-DECLARED = [name for name, spec in DATASETS.items() if spec["format"] != "synthkb"]
+# .get: a dataset without `format` must reach validate_config below, which names the key.
+SYNTHETIC = [name for name, spec in DATASETS.items() if spec.get("format") == "synthkb"]
+DECLARED = [name for name, spec in DATASETS.items() if spec.get("format") != "synthkb"]
 
 
 def _alternatives(names):
