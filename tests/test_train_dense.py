@@ -137,3 +137,16 @@ def test_too_few_queries_for_one_step_is_a_config_error(inputs, tmp_path):
             ["--init", str(tiny), *_data_args(paths), "--out", str(tmp_path / "m"), "--batch-size", "64"],
         )
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_non_finite_learning_rate_is_a_config_error_naming_the_flag(inputs, tmp_path, capsys, value):
+    # issue 28.2: refused by the settings contract before any input is read, with no traceback
+    _, paths, tiny = inputs
+    with pytest.raises(SystemExit) as exc:
+        run_main(
+            main, ["--init", str(tiny), *_data_args(paths), "--out", str(tmp_path / "m"), f"--lr={value}"]
+        )
+    assert exc.value.code == 2
+    assert "config key 'lr': Input should be a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
