@@ -94,6 +94,10 @@ def _settings(d: Path, **over) -> dict:
 
 
 def _round(d: Path, out: Path, r: int, settings: dict, variant: str = "sieve", extra=()) -> None:
+    assert ar2_cli.main(_round_argv(d, out, r, settings, variant) + list(extra)) == 0
+
+
+def _round_argv(d: Path, out: Path, r: int, settings: dict, variant: str = "sieve") -> list[str]:
     argv = [
         "--round",
         str(r),
@@ -140,7 +144,7 @@ def _round(d: Path, out: Path, r: int, settings: dict, variant: str = "sieve", e
         if r == 0
         else ["--prev-dir", str(out / variant / f"round{r - 1}")]
     )
-    assert ar2_cli.main(argv + list(extra)) == 0
+    return argv
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -366,3 +370,15 @@ def test_bad_round_inputs_name_the_file_and_field(data, tmp_path):
         load_round_data(bad, None, queries, data / "corpus.parquet", settings)
     with pytest.raises(DataError, match="previous round has no retriever"):
         ar2_cli.previous_state(tmp_path)
+
+
+def test_an_unwritable_round_folder_is_refused_before_the_round_starts(data, tmp_path, capsys):
+    from pipeline.core.cli import run_main
+
+    blocker = tmp_path / "results"
+    blocker.write_text("a file where the results folder should be")
+    with pytest.raises(SystemExit) as exc:
+        run_main(ar2_cli.main, _round_argv(data, blocker, 0, _settings(data)))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert str(blocker) in err and "not a folder" in err, err

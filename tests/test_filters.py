@@ -269,6 +269,33 @@ def test_cross_encoder_training_plan_and_filter(toy):
     assert ce["kept"].tolist() == (ce["score"] < 0.5).tolist()
 
 
+def test_cross_encoder_output_that_cannot_be_written_is_refused_before_training(
+    toy, tmp_path, monkeypatch, capsys
+):
+    from pipeline.core.cli import run_main
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the inputs were read (training started) before the output was checked")
+
+    monkeypatch.setattr(cef, "read_negatives", no_training)
+    blocker = tmp_path / "models"
+    blocker.write_text("a file where the models folder should be")
+    argv = [
+        "--negatives",
+        str(toy["negatives"]),
+        "--qrels",
+        str(toy["qrels"]),
+        "--queries",
+        str(toy["queries"]),
+    ]
+    argv += ["--corpus", str(toy["corpus"]), "--base", str(toy["base"]), "--steps", "3"]
+    with pytest.raises(SystemExit) as exc:
+        run_main(cef.main, argv + ["--out", str(blocker / "cross_encoder")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert str(blocker) in err and "not a folder" in err, err
+
+
 # ---- the oracle filter and the training negatives of a filter -----------------------------------
 
 

@@ -565,3 +565,35 @@ def test_a_beir_id_with_a_space_fails_at_prepare_naming_the_source_record(tmp_pa
     queries.write_text('{"_id": "q", "text": "x"}\n')
     err = fails(capsys, tmp_path / "out", "beir", {"corpus": corpus, "queries_test": queries})
     assert f"{corpus}: record 2: field '_id'" in err and "whitespace" in err, err
+
+
+# ---- issue 28.4: an output folder that cannot be written is found before the sources are read -------
+
+
+@pytest.mark.parametrize("how", ["under a file", "permission denied"])
+def test_unwritable_out_dir_is_refused_before_reading_the_sources(tmp_path, capsys, monkeypatch, how):
+    import tempfile
+
+    from pipeline.data import readers
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the sources were read before the output folder was checked")
+
+    spec = readers.FORMATS["dpr"]
+    monkeypatch.setitem(
+        readers.FORMATS, "dpr", type(spec)(spec.required, spec.optional, spec.any_of, no_reading)
+    )
+    if how == "under a file":
+        blocker = tmp_path / "resources"
+        blocker.write_text("a file where the folder should be")
+        out, named = blocker / "nq", blocker
+    else:
+
+        def refuse(*args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+        out = named = tmp_path / "nq"
+        out.mkdir()
+    err = fails(capsys, out, "dpr", DPR_FILES)
+    assert str(named) in err and ("not a folder" in err or "cannot write" in err), err

@@ -42,7 +42,7 @@ from pipeline.ar2.round_data import (
     variant_sieves,
 )
 from pipeline.ar2.train import CKPT_DIR, compact_checkpoint, train_round
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
@@ -89,6 +89,7 @@ def _prepare_round_dir(round_dir: Path, fingerprint: dict) -> None:
         while target.exists():
             target = round_dir.with_name(f"{round_dir.name}.old-{digest}-{n}")
             n += 1
+        check_writable(target)  # the rename writes the parent folder
         log.warning(
             "%s was built from other settings or inputs: moved to %s, starting afresh", round_dir, target
         )
@@ -404,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
     round_dir = Path(args.round_dir)
     if args.round > 0 and not args.prev_dir:
         raise ConfigError(f"round {args.round} needs --prev-dir")
+    # Before the round's work, not by a write at its end: its folder, and the previous round's
+    # checkpoint folder when its optimizer state is deleted once carried over.
+    check_writable(round_dir)
+    if args.round >= 2 and not settings.get("keep_checkpoints", True):
+        check_writable(Path(args.prev_dir) / CKPT_DIR / STATE_FILE)
     prev_round = Path(args.prev_dir) / ROUND_FILE if args.prev_dir else None
     fingerprint = {
         "round": args.round,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import DataError, write_json
 from pipeline.data.readers import FORMATS, BuildOptions, DatasetWriter, check_roles
@@ -77,6 +77,7 @@ def prepare(
             f"by rule; {fmt} takes its splits from its files"
         )
     out_dir = Path(out_dir)
+    check_writable(out_dir)  # before the sources are read (a 13 GB corpus takes minutes)
     out_dir.mkdir(parents=True, exist_ok=True)
     # manifest.json marks a complete set of tables: an old one must not vouch for a failed re-run.
     (out_dir / "manifest.json").unlink(missing_ok=True)

@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from rich.progress import Progress
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.seeding import item_rng, seed_everything
 from pipeline.core.settings import CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, add_flags
@@ -86,6 +86,7 @@ def train_cross_encoder(
 
     from pipeline.retrieval.ranker import Ranker, RankerSettings
 
+    check_writable(out)  # before the training, not by the save at its end
     seed_everything(seed)
     negs = read_negatives(negatives)
     positives = read_positives(qrels)
