@@ -78,3 +78,20 @@ def test_bad_yaml_names_the_file(tmp_path):
     bad.write_text("bm25: [unclosed\n")
     with pytest.raises(ConfigError, match="bad.yaml"):
         load_config([bad])
+
+
+@pytest.mark.parametrize(
+    "source, key",
+    [
+        ({"url": "ftp://ftp.example.org/dev.json"}, "datasets.mine.source.url"),
+        ({"corpus": {"url": "file:///data/c.tsv"}, "test": "t.qa.csv"}, "datasets.mine.source.corpus.url"),
+    ],
+)
+def test_a_url_the_downloader_cannot_fetch_is_refused_naming_the_key_and_the_schemes(source, key):
+    # issue 28.7: ftp:// passed the schema, then the downloader retried 5 times (71 s) and gave up
+    config = load_config()
+    config["datasets"]["mine"] = {"format": "dpr" if "corpus" in source else "squad", "source": source}
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    message = str(err.value)
+    assert f"config key '{key}'" in message and "http://" in message and "https://" in message, message

@@ -230,3 +230,18 @@ def test_not_an_archive(tmp_path):
     path.write_bytes(b"just text\n" * 100)
     with pytest.raises(DataError, match="not a readable tar or zip"):
         extract_member(path, "x", tmp_path / "x")
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/data.bin", "file:///etc/hostname", "127.0.0.1/data.bin"])
+def test_a_url_scheme_without_support_is_refused_at_once(tmp_path, capsys, monkeypatch, url):
+    # issue 28.7: no retries (ftp:// used to take 5 of them, 71 s, then say "run again to resume")
+    def no_retry(seconds):
+        raise AssertionError(f"retried a URL that can never be fetched (sleep {seconds})")
+
+    monkeypatch.setattr("pipeline.data.download.time.sleep", no_retry)
+    with pytest.raises(SystemExit) as exc:
+        run_main(main, ["--url", url, "--out", str(tmp_path / "f")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert url in err and "http://" in err and "https://" in err, err
+    assert not (tmp_path / "f.part").exists()

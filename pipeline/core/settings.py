@@ -32,6 +32,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -466,8 +467,24 @@ def _file_form(value: Any) -> str:
     return "file-name"
 
 
+# What pipeline.data.download can fetch (requests: HTTP only). Checked here, at start-up, because
+# the downloader met another scheme only after its retries, with a "run again to resume".
+URL_SCHEMES = ("http://", "https://")
+
+
+def unsupported_url(url: str) -> str | None:
+    """Why ``url`` cannot be downloaded, or None when it can."""
+    if url.startswith(URL_SCHEMES):
+        return None
+    scheme = url.partition("://")[0] + "://" if "://" in url else "no scheme"
+    return (
+        f"{url!r}: {scheme} is not supported; downloads support {' and '.join(URL_SCHEMES)} "
+        "(fetch other files yourself and give their local path)"
+    )
+
+
 class UrlFile(Contract):
-    url: str = Field(pattern=r"^(https?|ftp)://")
+    url: str = Field(pattern=r"^https?://")
     sha256: Optional[str] = Field(
         None,
         pattern=r"^[0-9a-f]{64}$",
@@ -476,6 +493,15 @@ class UrlFile(Contract):
     member: Optional[str] = Field(
         None, min_length=1, description="file to extract from the .tar/.tar.gz/.zip archive at url"
     )
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _downloadable(cls, url: Any) -> Any:
+        # Before the pattern: its message would not say which schemes there are.
+        problem = unsupported_url(url) if isinstance(url, str) else None
+        if problem:
+            raise ValueError(problem)
+        return url
 
 
 class PathFile(Contract):

@@ -40,6 +40,8 @@ from rich.progress import (
 )
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.config import ConfigError
+from pipeline.core.settings import unsupported_url
 from pipeline.core.storage import DataError, atomic_open, write_json
 
 log = logging.getLogger("sieve.download")
@@ -257,6 +259,9 @@ def download(
     timeout: float = 60.0,
 ) -> str:
     """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256."""
+    problem = unsupported_url(url)
+    if problem:  # before any retry: another attempt cannot help
+        raise ConfigError(f"--url {problem}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")
@@ -347,7 +352,7 @@ def extract_member(archive: str | os.PathLike, member: str, out: str | os.PathLi
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.data.download", __doc__)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", help="http(s)/ftp URL to download")
+    source.add_argument("--url", help="http(s) URL to download")
     source.add_argument("--archive", help="a local .tar/.tar.gz/.zip to extract --member from")
     parser.add_argument("--out", required=True, help="destination file")
     parser.add_argument(
