@@ -296,6 +296,27 @@ def test_cross_encoder_output_that_cannot_be_written_is_refused_before_training(
     assert str(blocker) in err and "not a folder" in err, err
 
 
+@pytest.mark.parametrize("flag", ["--lr=nan", "--lr=inf", "--lr=0"])
+def test_cross_encoder_training_settings_are_checked_by_the_contract(toy, tmp_path, capsys, flag):
+    # as train_dense does (issue 28.2): a NaN learning rate would train a model of NaN scores
+    from pipeline.core.cli import run_main
+
+    argv = [
+        "--negatives",
+        str(toy["negatives"]),
+        "--qrels",
+        str(toy["qrels"]),
+        "--queries",
+        str(toy["queries"]),
+    ]
+    argv += ["--corpus", str(toy["corpus"]), "--base", str(toy["base"]), "--steps", "2", flag]
+    with pytest.raises(SystemExit) as exc:
+        run_main(cef.main, argv + ["--out", str(tmp_path / "cross_encoder")])
+    assert exc.value.code == 2
+    assert "config key 'sieve.cross_encoder.lr'" in capsys.readouterr().err
+    assert not (tmp_path / "cross_encoder").exists()
+
+
 # ---- the oracle filter and the training negatives of a filter -----------------------------------
 
 

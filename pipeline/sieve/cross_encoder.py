@@ -30,7 +30,13 @@ from rich.progress import Progress
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.seeding import item_rng, seed_everything
-from pipeline.core.settings import CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, add_flags
+from pipeline.core.settings import (
+    CROSS_ENCODER_TRAINING,
+    CrossEncoderFilterSettings,
+    add_flags,
+    from_dict,
+    pick,
+)
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
 
@@ -196,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
+    # The flags' types let nan, inf or 0 through; the contract (lr > 0, finite) does not.
+    from_dict(
+        CrossEncoderFilterSettings,
+        pick(CrossEncoderFilterSettings, args, names=CROSS_ENCODER_TRAINING),
+        "sieve.cross_encoder",
+    )
     train_cross_encoder(
         args.negatives,
         args.qrels,
