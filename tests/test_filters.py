@@ -269,6 +269,21 @@ def test_cross_encoder_training_plan_and_filter(toy):
     assert ce["kept"].tolist() == (ce["score"] < 0.5).tolist()
 
 
+def _cross_encoder_argv(toy, *extra: str) -> list[str]:
+    """pipeline.sieve.cross_encoder's arguments on the toy data, plus ``extra``."""
+    files = [
+        ("--negatives", "negatives"),
+        ("--qrels", "qrels"),
+        ("--queries", "queries"),
+        ("--corpus", "corpus"),
+    ]
+    return [arg for flag, key in files for arg in (flag, str(toy[key]))] + [
+        "--base",
+        str(toy["base"]),
+        *extra,
+    ]
+
+
 def test_cross_encoder_output_that_cannot_be_written_is_refused_before_training(
     toy, tmp_path, monkeypatch, capsys
 ):
@@ -280,17 +295,8 @@ def test_cross_encoder_output_that_cannot_be_written_is_refused_before_training(
     monkeypatch.setattr(cef, "read_negatives", no_training)
     blocker = tmp_path / "models"
     blocker.write_text("a file where the models folder should be")
-    argv = [
-        "--negatives",
-        str(toy["negatives"]),
-        "--qrels",
-        str(toy["qrels"]),
-        "--queries",
-        str(toy["queries"]),
-    ]
-    argv += ["--corpus", str(toy["corpus"]), "--base", str(toy["base"]), "--steps", "3"]
     with pytest.raises(SystemExit) as exc:
-        run_main(cef.main, argv + ["--out", str(blocker / "cross_encoder")])
+        run_main(cef.main, _cross_encoder_argv(toy, "--steps", "3", "--out", str(blocker / "cross_encoder")))
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert str(blocker) in err and "not a folder" in err, err
@@ -301,17 +307,10 @@ def test_cross_encoder_training_settings_are_checked_by_the_contract(toy, tmp_pa
     # as train_dense does (issue 28.2): a NaN learning rate would train a model of NaN scores
     from pipeline.core.cli import run_main
 
-    argv = [
-        "--negatives",
-        str(toy["negatives"]),
-        "--qrels",
-        str(toy["qrels"]),
-        "--queries",
-        str(toy["queries"]),
-    ]
-    argv += ["--corpus", str(toy["corpus"]), "--base", str(toy["base"]), "--steps", "2", flag]
     with pytest.raises(SystemExit) as exc:
-        run_main(cef.main, argv + ["--out", str(tmp_path / "cross_encoder")])
+        run_main(
+            cef.main, _cross_encoder_argv(toy, "--steps", "2", flag, "--out", str(tmp_path / "cross_encoder"))
+        )
     assert exc.value.code == 2
     assert "config key 'sieve.cross_encoder.lr'" in capsys.readouterr().err
     assert not (tmp_path / "cross_encoder").exists()

@@ -83,44 +83,37 @@ def test_an_unknown_method_is_named_with_the_closest_known_ones():
     assert closest("zzz", ["a", "b"]) == "known: a, b"
 
 
-@pytest.mark.slow
-def test_two_betas_in_one_run_plan_two_models_and_two_runs_side_by_side(tmp_path):
-    """methods [dpr_ccr_b0.5, dpr_ccr_b6] (both in sieve.betas): two CCR trainings, each with its own
-    --beta, two run folders, gathered under their own names, compared with each other."""
+def _planned_shells(tmp_path, overlay_text: str) -> list[str]:
+    """The shell lines `snakemake -n -p --forceall` plans for the demo target under config.yaml plus
+    the overlay ``overlay_text``."""
     import subprocess
     import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(
-        "methods: [bm25, dpr, dpr_ccr, dpr_ccr_b0.5, dpr_ccr_b6]\n"
-        "sieve: {betas: [0.5, 6]}\n"
-        "eval: {compare: [[dpr_ccr_b6, dpr_ccr_b0.5]]}\n"
-    )
+    overlay.write_text(overlay_text)
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "-p",
-            "--forceall",
-            "--snakefile",
-            str(repo / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(repo / "config.yaml"),
-            str(overlay),
-            "--",
-            "results/synthkb/metrics.json",
-        ],
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--snakefile", str(repo / "Snakefile")]
+        + ["--directory", str(tmp_path), "--configfile", str(repo / "config.yaml"), str(overlay)]
+        + ["--", "results/synthkb/metrics.json"],
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    shells = [line for line in proc.stdout.splitlines() if line.startswith("Shell command")]
+    return [line for line in proc.stdout.splitlines() if line.startswith("Shell command")]
+
+
+@pytest.mark.slow
+def test_two_betas_in_one_run_plan_two_models_and_two_runs_side_by_side(tmp_path):
+    """methods [dpr_ccr_b0.5, dpr_ccr_b6] (both in sieve.betas): two CCR trainings, each with its own
+    --beta, two run folders, gathered under their own names, compared with each other."""
+    shells = _planned_shells(
+        tmp_path,
+        "methods: [bm25, dpr, dpr_ccr, dpr_ccr_b0.5, dpr_ccr_b6]\n"
+        "sieve: {betas: [0.5, 6]}\n"
+        "eval: {compare: [[dpr_ccr_b6, dpr_ccr_b0.5]]}\n",
+    )
     ccr = sorted(line.split("--beta ")[1].split()[0] for line in shells if "--beta" in line)
     assert ccr == ["0.5", "6.0"]
     searched = {line.split("--out ")[1].split()[0] for line in shells if "pipeline.retrieval.search" in line}
@@ -164,26 +157,12 @@ def test_the_controls_of_ccr_are_methods():
 def test_the_controls_plan_their_own_trainings(tmp_path):
     """dpr_rcl: train_dpr with --beta/--scale added; scorer dpr: the sieve filter and AR2's first
     sieve read models/dpr, no CCR model is trained."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parent.parent
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(
+    shells = _planned_shells(
+        tmp_path,
         "methods: [dpr, dpr_rcl, dpr_sieve, ar2_sieve]\n"
         "dpr: {rcl: {beta: 6.0, scale: released_code}}\n"
-        "sieve: {scorer: dpr, betas: [], filters: [none, sieve]}\n"
+        "sieve: {scorer: dpr, betas: [], filters: [none, sieve]}\n",
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--snakefile", str(repo / "Snakefile")]
-        + ["--directory", str(tmp_path), "--configfile", str(repo / "config.yaml"), str(overlay)]
-        + ["--", "results/synthkb/metrics.json"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    shells = [line for line in proc.stdout.splitlines() if line.startswith("Shell command")]
     (rcl,) = [line for line in shells if "models/dpr_rcl_b6/" in line and "train_dense" in line]
     assert "--beta 6.0 --scale released_code" in rcl and "--in-batch" in rcl and "--init minilm" in rcl
     (dpr,) = [line for line in shells if "models/dpr/retriever.json) --log" in line]

@@ -231,33 +231,6 @@ def test_a_ccr_model_takes_its_beta_from_the_table_not_its_folder_name(g):
     assert set(betas) == {g.beta_tag(b) for b in [g.config["ccr"]["beta"], *g.config["sieve"]["betas"]]}
 
 
-def test_oracle_on_a_dataset_without_exact_labels_fails_while_planning(tmp_path):
-    import subprocess
-    import sys
-
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("datasets:\n  mydata:\n    format: squad\n    source: data/dev.json\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "results/mydata/dpr_oracle/metrics.json",
-            "--snakefile",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(overlay),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode != 0
-    assert "exact false-negative labels" in proc.stdout + proc.stderr
-
-
 def _dry_run(tmp_path, overlay_text: str, *targets: str):
     import subprocess
     import sys
@@ -281,6 +254,16 @@ def _dry_run(tmp_path, overlay_text: str, *targets: str):
         capture_output=True,
         text=True,
     )
+
+
+def test_oracle_on_a_dataset_without_exact_labels_fails_while_planning(tmp_path):
+    proc = _dry_run(
+        tmp_path,
+        "datasets:\n  mydata:\n    format: squad\n    source: data/dev.json\n",
+        "results/mydata/dpr_oracle/metrics.json",
+    )
+    assert proc.returncode != 0
+    assert "exact false-negative labels" in proc.stdout + proc.stderr
 
 
 def test_a_dataset_without_format_is_named_by_the_config_check(tmp_path):
