@@ -224,32 +224,40 @@ def _interval(values: list[float]) -> str:
     return f"{mean:.3f} ± {half:.3f}"
 
 
+def _paired(a: dict, b: dict) -> str:
+    """a − b over their common seeds: mean [95% t-interval], the mean alone for one seed."""
+    paired = paired_difference(a, b)
+    if paired.mean is None:
+        return "–"
+    interval = "" if paired.ci_low is None else f" [{paired.ci_low:+.3f}, {paired.ci_high:+.3f}]"
+    return f"{paired.mean:+.3f}{interval}"
+
+
 def table(out: Path) -> str:
-    """Markdown: one row per (scorer, τ, β), mean ± 95% t half-width over the seeds present."""
+    """Markdown: one row per (scorer, τ, β), mean ± 95% t half-width over the seeds present; the
+    per-query AUC also paired by seed with the DPR scorer and with β 0 at the same τ."""
     rows = list(_done(out).values())
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["dataset"], row["scorer"], row["tau"], row["beta"]), []).append(row)
     dpr = {(r["dataset"], r["seed"]): r for r in rows if r["scorer"] == "dpr"}
     lines = [
-        "| dataset | scorer | τ | β | seeds | per-query AUC | CCR − DPR (per-query AUC) | pooled AUC | FN recall | TN kept | sieve-out |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| dataset | scorer | τ | β | seeds | per-query AUC | CCR − DPR | − β 0, same τ | pooled AUC | FN recall "
+        "| TN kept | sieve-out |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = sorted(groups, key=lambda k: (k[0], k[1] != "dpr", -(k[2] or 0), k[3] or 0))
     for key in order:
         cell = groups[key]
-        diff = "–"
+        by_dpr = by_zero = "–"
         if key[1] == "ccr":
-            paired = paired_difference(
-                {r["seed"]: r["per_query_auc"] for r in cell},
-                {s: r["per_query_auc"] for (d, s), r in dpr.items() if d == key[0]},
-            )
-            if paired.mean is not None:
-                diff = f"{paired.mean:+.3f}" + (
-                    "" if paired.ci_low is None else f" [{paired.ci_low:+.3f}, {paired.ci_high:+.3f}]"
-                )
-        stats = [_interval([r[k] for r in cell]) for k in ("per_query_auc",)]
-        stats += [diff] + [
+            own = {r["seed"]: r["per_query_auc"] for r in cell}
+            base = {s: r["per_query_auc"] for (d, s), r in dpr.items() if d == key[0]}
+            zero = {r["seed"]: r["per_query_auc"] for r in groups.get((key[0], "ccr", key[2], 0.0), [])}
+            by_dpr = _paired(own, base)
+            by_zero = _paired(own, zero) if key[3] != 0 else "–"
+        stats = [_interval([r["per_query_auc"] for r in cell]), by_dpr, by_zero]
+        stats += [
             _interval([r[k] for r in cell]) for k in ("pooled_auc", "fn_recall", "tn_kept", "sieve_out")
         ]
         tau = "–" if key[2] is None else f"{key[2]:g}"
