@@ -39,11 +39,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.core.config import load_config
 from pipeline.core.recipes import dataset_config
-from pipeline.core.settings import RETRIEVER_KEYS, ModelSettings, SieveSettings, TrainSettings, to_flags
+from pipeline.core.settings import (
+    RETRIEVER_KEYS,
+    SIEVE_DECISION_KEYS,
+    ModelSettings,
+    SieveSettings,
+    TrainSettings,
+    to_flags,
+)
 from pipeline.evaluation.seed_stats import mean_std, paired_difference, t_quantile
 
-# The sieve decision's own settings, as the sieve_negatives rule passes them.
-SIEVE_DECISION = ("strict", "fallback", "temperature", "batch_size")
 REPORTED = {
     "per_query_auc": "separation_auc_per_query",
     "pooled_auc": "separation_auc",
@@ -126,7 +131,7 @@ def score_sieve(cfg: dict, d: str, model: Path, work: Path, seed: int, name: str
             str(model),
             "--out",
             str(decisions),
-            *shlex.split(to_flags(SieveSettings, cfg["sieve"], SIEVE_DECISION)),
+            *shlex.split(to_flags(SieveSettings, cfg["sieve"], SIEVE_DECISION_KEYS)),
             "--seed",
             str(seed),
             "--threads",

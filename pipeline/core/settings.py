@@ -439,7 +439,9 @@ class Ar2Settings(Contract):
 AR2_ROUND_KEYS = tuple(
     k for k in Ar2Settings.model_fields if k not in ("seeds", "select_metric", *RESOURCE_KEYS)
 )
-AR2_SIEVE_KEYS = ("candidates", "pool", "strict", "fallback", "temperature", "batch_size")
+# The sieve decision's own settings (the sieve_negatives rule, sieve_no_ccr, AR2's sieve, bench/).
+SIEVE_DECISION_KEYS = ("strict", "fallback", "temperature", "batch_size")
+AR2_SIEVE_KEYS = ("candidates", "pool", *SIEVE_DECISION_KEYS)
 AR2_CCR_KEYS = tuple(k for k in CcrSettings.model_fields if k not in RESOURCE_KEYS)
 
 

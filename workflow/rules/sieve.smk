@@ -13,7 +13,8 @@
 # training, the sieve and what reads it, never the mining or DPR training.
 
 from pipeline.core.settings import (CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, EvalSettings, InjectionSettings,
-                                    PositiveAwareSettings, RankWindowSettings, SieveSettings, to_flags)
+                                    PositiveAwareSettings, RankWindowSettings, SIEVE_DECISION_KEYS, SieveSettings,
+                                    to_flags)
 
 def sieve_config(d):
     """Section sieve of dataset ``d`` (its recipe)."""
@@ -92,13 +93,11 @@ def _sieve_candidate_settings(wildcards):
     return " ".join(args)
 
 
-# The sieve rule's switches, shared by the sieve and sieve_no_ccr.
-SIEVE_DECISION = ("strict", "fallback", "temperature", "batch_size")
 
 
 def _sieve_settings(wildcards):
     c = sieve_config(wildcards.dataset)
-    return f"{to_flags(SieveSettings, c, SIEVE_DECISION + ('in_batch', 'figure_queries'))} --seed {config['seed']}"
+    return f"{to_flags(SieveSettings, c, SIEVE_DECISION_KEYS + ('in_batch', 'figure_queries'))} --seed {config['seed']}"
 
 
 rule sieve_candidates:
@@ -208,7 +207,7 @@ def _filter_settings(wildcards):
     elif name == "cross_encoder":
         args.append(to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",)))
     elif name == "sieve_no_ccr":
-        args.append(to_flags(SieveSettings, c, SIEVE_DECISION[:-1]))
+        args.append(to_flags(SieveSettings, c, SIEVE_DECISION_KEYS[:-1]))
     return " ".join(args)
 
 
