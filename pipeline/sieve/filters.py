@@ -38,6 +38,7 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.settings import (
     FILTER_NAMES,
+    SIEVE_DECISION_KEYS,
     CrossEncoderFilterSettings,
     PositiveAwareSettings,
     RankWindowSettings,
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     add_flags(
         parser.add_argument_group("sieve_no_ccr and batching (config section sieve)"),
         SieveSettings,
-        names=("strict", "fallback", "temperature", "batch_size"),
+        names=SIEVE_DECISION_KEYS,
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
