@@ -179,3 +179,24 @@ def test_errors_name_the_file(workspace, capsys, monkeypatch):
 
 def test_entry_point_exists():
     assert callable(inspect.entry)
+
+
+def test_sieve_outputs_and_reports_are_listed_per_sieve_setting(tmp_path):
+    """Two sieve settings side by side (methods.sieve_tag): each --settings sees only its own files."""
+    from pipeline.sieve.inspect_negatives import report_paths, sieve_files
+
+    neg, sieve = tmp_path / "negatives", tmp_path / "sieve"
+    neg.mkdir()
+    for name in ("sieve_b0.5", "sieve_b6", "sieve_b0.5_pool200_strict", "oracle_pool200"):
+        (neg / f"{name}.parquet").touch()
+        (neg / f"{name}.train.parquet").touch()
+    for name in ("sieve", "oracle", "sieve_b0.5", "sieve_pool200_strict", "answer_match_pool200"):
+        (sieve / name).mkdir(parents=True)
+        (sieve / name / "report.json").touch()
+    assert sieve_files(tmp_path) == {"0.5": neg / "sieve_b0.5.parquet", "6": neg / "sieve_b6.parquet"}
+    assert sieve_files(tmp_path, "_pool200") == {"0.5_strict": neg / "sieve_b0.5_pool200_strict.parquet"}
+    assert [p.parent.name for p in report_paths(tmp_path)] == ["oracle", "sieve", "sieve_b0.5"]
+    assert [p.parent.name for p in report_paths(tmp_path, "_pool200")] == [
+        "answer_match_pool200",
+        "sieve_pool200_strict",
+    ]

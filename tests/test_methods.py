@@ -9,8 +9,10 @@ from pipeline.core.methods import (
     OTHER_FILTERS,
     ccr_betas,
     closest,
+    filter_negatives,
     filtered_candidates,
     method_table,
+    sieve_tag,
 )
 
 
@@ -83,9 +85,8 @@ def test_an_unknown_method_is_named_with_the_closest_known_ones():
     assert closest("zzz", ["a", "b"]) == "known: a, b"
 
 
-def _planned_shells(tmp_path, overlay_text: str) -> list[str]:
-    """The shell lines `snakemake -n -p --forceall` plans for the demo target under config.yaml plus
-    the overlay ``overlay_text``."""
+def _dry_run(tmp_path, overlay_text: str, *args: str, target: str = "results/synthkb/metrics.json"):
+    """`snakemake -n ARGS TARGET` under config.yaml plus the overlay ``overlay_text``."""
     import subprocess
     import sys
     from pathlib import Path
@@ -93,13 +94,19 @@ def _planned_shells(tmp_path, overlay_text: str) -> list[str]:
     repo = Path(__file__).resolve().parent.parent
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(overlay_text)
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--snakefile", str(repo / "Snakefile")]
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", *args, "--snakefile", str(repo / "Snakefile")]
         + ["--directory", str(tmp_path), "--configfile", str(repo / "config.yaml"), str(overlay)]
-        + ["--", "results/synthkb/metrics.json"],
+        + ["--", target],
         capture_output=True,
         text=True,
     )
+
+
+def _planned_shells(tmp_path, overlay_text: str) -> list[str]:
+    """The shell lines `snakemake -n -p --forceall` plans for the demo target under config.yaml plus
+    the overlay ``overlay_text``."""
+    proc = _dry_run(tmp_path, overlay_text, "-p", "--forceall")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [line for line in proc.stdout.splitlines() if line.startswith("Shell command")]
 
@@ -175,3 +182,83 @@ def test_the_controls_plan_their_own_trainings(tmp_path):
     (gather,) = [line for line in shells if "pipeline.evaluation.gather" in line]
     assert "dpr_sieve=results/synthkb/dpr_sieve_no_ccr/metrics.json" in gather
     assert "dpr_rcl=results/synthkb/dpr_rcl_b6/metrics.json" in gather and "dpr_rcl:dpr" in gather
+
+
+def test_the_sieve_tag_names_each_setting_that_differs_from_its_default():
+    sieve = load_config()["sieve"]
+    assert sieve_tag(sieve) == "" and sieve_tag(sieve, decision=True) == ""
+    changed = {**sieve, "candidates": 50, "max_queries": 600, "strict": True, "fallback": "none"}
+    changed["injection"] = {"fraction": 0.25}
+    changed["source"] = "dpr_ccr"
+    # the candidates' settings in the contract's order, the source by the run it resolves to
+    assert sieve_tag(changed, "dpr_ccr_b6") == "_source_dpr_ccr_b6_candidates50_max_queries600_injection0.25"
+    assert sieve_tag(changed, "dpr_ccr_b6", decision=True).endswith("_injection0.25_strict_fallback_none")
+    # settings that do not change the candidates or the decisions stay out of the names
+    same = {**sieve, "temperature": 0.05, "batch_size": 8, "in_batch": 3, "betas": [6], "scorer": "dpr"}
+    assert sieve_tag(same, decision=True) == ""
+    # strict/fallback reach only the filters that apply the sieve's rule
+    strict = {**sieve, "strict": True}
+    assert [
+        filter_negatives(f, strict) for f in ("oracle", "none", "sieve_no_ccr", "sieve_b0.5", "sieve")
+    ] == [
+        "oracle",
+        "none",
+        "sieve_no_ccr_strict",
+        "sieve_b0.5_strict",
+        "sieve_strict",
+    ]
+
+
+def test_every_method_built_on_the_candidates_carries_the_sieve_settings():
+    config = load_config()
+    validate_config(config)
+    config["sieve"]["pool"] = 200
+    config["sieve"]["strict"] = True
+    table = method_table(config)
+    assert table["dpr_oracle"].run == table["dpr_oracle"].model == "dpr_oracle_pool200"
+    assert table["dpr_none"].negatives == "none_pool200" and table["dpr_none"].filter == "none"
+    assert table["dpr_sieve"].run == "dpr_sieve_b0.5_pool200_strict"
+    assert table["dpr_mined_dpr_oracle"].negatives == "dpr_oracle_pool200"
+    # neither BM25's negatives nor the models trained on them depend on the sieve
+    assert (table["dpr"].run, table["dpr_ccr"].run, table["dpr_rcl"].run) == (
+        "dpr",
+        "dpr_ccr_b0.5",
+        "dpr_rcl_b0.5",
+    )
+    assert filtered_candidates(table, "dpr_none") and filtered_candidates(table, "dpr_mined_dpr_oracle")
+    assert not filtered_candidates(table, "dpr_mined_dpr")
+
+
+@pytest.mark.slow
+def test_a_second_sieve_setting_builds_beside_the_first(tmp_path):
+    """sieve.pool 200: new candidates, filters, sieve negatives, DPRs and runs under tagged names; BM25's
+    negatives, DPR and CCR keep theirs. The default setting's paths are untouched."""
+    shells = _planned_shells(tmp_path, "methods: [dpr, dpr_sieve, dpr_oracle]\nsieve: {pool: 200}\n")
+    (cands,) = [line for line in shells if "pipeline.sieve.candidates" in line]
+    assert "--pool 200" in cands and "--out results/synthkb/sieve/candidates_pool200.parquet" in cands
+    (sieve,) = [line for line in shells if "pipeline.sieve.passage_sieve" in line]
+    assert "--out results/synthkb/negatives/sieve_b0.5_pool200.parquet" in sieve
+    assert "--candidates results/synthkb/sieve/candidates_pool200.parquet" in sieve
+    trained = {
+        line.split("--out $(dirname ")[1].split("/retriever.json")[0]
+        for line in shells
+        if "train_dense" in line
+    }
+    assert {
+        "results/synthkb/models/dpr",
+        "results/synthkb/models/dpr_ccr_b0.5",
+        "results/synthkb/models/dpr_sieve_b0.5_pool200",
+        "results/synthkb/models/dpr_oracle_pool200",
+    } <= trained
+    (gather,) = [line for line in shells if "pipeline.evaluation.gather" in line]
+    assert "dpr_sieve=results/synthkb/dpr_sieve_b0.5_pool200/metrics.json" in gather
+    assert "dpr_oracle=results/synthkb/dpr_oracle_pool200/metrics.json" in gather
+    assert not any("results/synthkb/sieve/candidates.parquet" in line for line in shells)
+
+
+@pytest.mark.slow
+def test_a_default_sieve_path_asked_for_under_other_settings_is_named(tmp_path):
+    proc = _dry_run(tmp_path, "sieve: {max_queries: 600}\n", target="results/synthkb/sieve/comparison.md")
+    assert proc.returncode != 0
+    assert "sieve settings give '_max_queries600'" in proc.stdout + proc.stderr
+    assert "sieve/comparison_max_queries600.md" in proc.stdout + proc.stderr

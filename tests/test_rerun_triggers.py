@@ -81,12 +81,13 @@ BASE = {
         "oracle": "dpr_rank_window",
     },
 }
+# {stag}: the overlay's sieve settings as its paths carry them (methods.sieve_tag; '' at the defaults).
 TARGETS = [
     "results/sweeps/noise.json",
     "results/synthkb/metrics.json",
-    "results/synthkb/sieve/comparison.md",
-    "results/synthkb/sieve/tradeoff.json",
-    "results/synthkb/figures/figure1_nce_loss.png",
+    "results/synthkb/sieve/comparison{stag}.md",
+    "results/synthkb/sieve/tradeoff{stag}.json",
+    "results/synthkb/figures{stag}/figure1_nce_loss.png",
     "results/synthkb/figures/ar2_learning_curve.png",
     "results/toy/bm25/metrics.json",
 ]
@@ -400,6 +401,17 @@ def _write(workdir: Path, name: str, config: dict) -> Path:
     return path
 
 
+def _targets(overlay: Path) -> list[str]:
+    """TARGETS under the overlay's sieve settings."""
+    from pipeline.core.config import load_config
+    from pipeline.core.methods import method_table, sieve_tag
+
+    config = load_config([overlay])
+    table, source = method_table(config), config["sieve"]["source"]
+    stag = sieve_tag(config["sieve"], table[source].run if source in table else source, decision=True)
+    return [target.format(stag=stag) for target in TARGETS]
+
+
 class Plan:
     """What `snakemake -n TARGETS --configfile overlay` would run, and which rules notice a change.
 
@@ -423,7 +435,7 @@ class Plan:
                     snakefile=REPO / "Snakefile",
                     workdir=workdir,
                 )
-                workflow_api.dag(dag_settings=DAGSettings(targets=set(TARGETS)))
+                workflow_api.dag(dag_settings=DAGSettings(targets=set(_targets(overlay))))
                 workflow = workflow_api._workflow
                 workflow._prepare_dag(
                     forceall=forceall, ignore_incomplete=True, lock_warn_only=True, nolock=True
@@ -481,7 +493,7 @@ def workspace(tmp_path_factory) -> tuple[Path, set[str]]:
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.touch()
-    snakemake_cli(workdir, "--touch", "--forceall", *TARGETS, "--quiet", "all", overlay=base)
+    snakemake_cli(workdir, "--touch", "--forceall", *_targets(base), "--quiet", "all", overlay=base)
     assert Plan(workdir, base).scheduled == [], "the recorded workspace is not up to date"
     return workdir, {job.rule.name for job in jobs}
 
@@ -585,7 +597,8 @@ def _reasons(output: str) -> dict[str, list[str]]:
     "change, rule, untouched",
     [
         ({"dpr": {"lr": 1e-4}}, "train_dpr", "mine_bm25_negatives"),
-        ({"sieve": {"candidates": 20, "pool": 50}}, "sieve_candidates", "train_dpr"),
+        # the candidates' own settings are in their path (a new file beside the old, below); this one is not
+        ({"sieve": {"temperature": 0.5}}, "sieve_negatives", "sieve_candidates"),
     ],
 )
 def test_snakemake_dry_run_reruns_the_changed_rule(workspace, change, rule, untouched):
@@ -594,8 +607,27 @@ def test_snakemake_dry_run_reruns_the_changed_rule(workspace, change, rule, unto
     for section, values in change.items():
         for key, value in values.items():
             config = _set(config, f"{section}.{key}", value)
-    out = snakemake_cli(workdir, "-n", *TARGETS, overlay=_write(workdir, "cli", config))
+    overlay = _write(workdir, "cli", config)
+    out = snakemake_cli(workdir, "-n", *_targets(overlay), overlay=overlay)
     reasons = _reasons(out)
     assert "Nothing to be done" not in out
     assert any("Params have changed" in r for r in reasons.get(rule, [])), (rule, reasons.get(rule))
     assert untouched not in reasons, reasons[untouched]
+
+
+def test_a_second_sieve_setting_builds_new_files_and_keeps_the_first(workspace):
+    """sieve.candidates/pool are in the candidates' path: the changed setting plans new files (missing
+    output), BM25's negatives and DPR stay, and the recorded default files are not rerun in place."""
+    workdir, _ = workspace
+    overlay = _write(workdir, "pool", _set(_set(BASE, "sieve.candidates", 20), "sieve.pool", 50))
+    out = snakemake_cli(workdir, "-n", *_targets(overlay), overlay=overlay)
+    reasons = _reasons(out)
+    assert all(
+        "Missing output files: results/synthkb/sieve/candidates_candidates20_pool50.parquet" in r
+        for r in reasons["sieve_candidates"]
+    ), reasons["sieve_candidates"]
+    assert "train_dpr" not in reasons and "mine_bm25_negatives" not in reasons
+    # in place only where the path carries no sieve setting yet: the AR2 sieve rounds (issue 25 moves
+    # them onto the sieve rules)
+    in_place = {rule for rule, rs in reasons.items() if any("Params have changed" in r for r in rs)}
+    assert in_place == {"ar2_round"}, in_place

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from pipeline.core.settings import FILTER_NAMES
+from pipeline.core.settings import FILTER_NAMES, InjectionSettings, SieveSettings
 
 # Filters other than the sieve (whose negatives carry its β): each also cleans the negatives of a
 # DPR control dpr_<filter>.
@@ -43,6 +43,15 @@ AR2_VARIANTS = {
 SEED_FREE = ("bm25", "zeroshot")
 # What a β tag looks like in a path: the wildcard constraint of every rule with a {beta}.
 BETA_RE = r"[0-9]+(\.[0-9]+)?"
+# The sieve settings that change which candidates the filters judge (every filter) or what the sieve
+# keeps (sieve_b<β>, sieve_no_ccr): a value other than its default is written into the name of what is
+# built from them (sieve_tag). Not here: scorer (already in the names: sieve_b<β> vs sieve_no_ccr),
+# temperature (reported losses only), batch_size, in_batch and figure_queries (Figure 1), betas and
+# filters (which filters, not how), the other filters' own sections.
+SIEVE_CANDIDATE_TAG_KEYS = ("source", "candidates", "pool", "max_queries")
+SIEVE_DECISION_TAG_KEYS = ("strict", "fallback")
+# Besides sieve_b<β>: the filter names that apply the sieve's rule (sieve: the one dpr_sieve trains on).
+SIEVE_FILTERS = ("sieve", "sieve_no_ccr")
 
 
 def beta_tag(beta: float) -> str:
@@ -70,6 +79,44 @@ def sieve_name(tag: str) -> str:
     return f"sieve_b{tag}"
 
 
+def _tag_part(key: str, value: object) -> str:
+    if isinstance(value, bool):
+        return key if value else f"no{key}"
+    if isinstance(value, str):
+        return f"{key}_{value}"
+    return f"{key}{beta_tag(value) if isinstance(value, float) else value}"
+
+
+def sieve_tag(sieve: dict, source_run: str | None = None, decision: bool = False) -> str:
+    """What tells two sieve settings apart in a path: '' at the contract's defaults, else '_' + each
+    setting that differs, in SIEVE_CANDIDATE_TAG_KEYS order, then injection.fraction, then (with
+    ``decision``: the names of the sieve's own negatives) SIEVE_DECISION_TAG_KEYS, so the candidates'
+    tag is a prefix of the sieve's. A number reads key+value (``_candidates50_pool200``), a bool its
+    key or no+key (``_strict``), a text key_value (``_fallback_none``). ``source_run``: the run folder
+    the source method resolves to, so a mined source carries its β. The candidates, every filter's
+    negatives, the DPRs trained on them and their runs carry it: a second sieve setting builds beside
+    the first instead of over it."""
+    defaults = SieveSettings()
+    parts = []
+    for key in SIEVE_CANDIDATE_TAG_KEYS:
+        if sieve[key] != getattr(defaults, key):
+            parts.append(_tag_part(key, (source_run or sieve[key]) if key == "source" else sieve[key]))
+    fraction = float(sieve["injection"]["fraction"])
+    if fraction != InjectionSettings().fraction:
+        parts.append(_tag_part("injection", fraction))
+    for key in SIEVE_DECISION_TAG_KEYS if decision else ():
+        if sieve[key] != getattr(defaults, key):
+            parts.append(_tag_part(key, sieve[key]))
+    return "".join(f"_{part}" for part in parts)
+
+
+def filter_negatives(filter_name: str, sieve: dict, source_run: str | None = None) -> str:
+    """The name of a filter's negatives (and, with dpr_on, of the DPR trained on them) under these
+    sieve settings: the filter plus the sieve_tag of what it depends on."""
+    sieves = filter_name in SIEVE_FILTERS or filter_name.startswith(sieve_name(""))
+    return f"{filter_name}{sieve_tag(sieve, source_run, decision=sieves)}"
+
+
 def dpr_on(negatives: str) -> str:
     """The model folder of DPR trained on negatives/<negatives>.train.parquet."""
     return f"dpr_{negatives}"
@@ -88,6 +135,7 @@ class Method:
     model: str | None = None
     trains: Literal["dpr", "ccr", "rcl"] | None = None  # dense: its retriever's training (rcl: dpr_rcl)
     negatives: str | None = None  # dense: what it trains on (bm25, sieve_b<β>, <filter>, a miner's run)
+    filter: str | None = None  # dense: the filter that chose its negatives from the sieve's candidates
     beta: float | None = None  # dpr_ccr, dpr_rcl: its β; dpr_sieve: the β of the sieve's model
     miner: str | None = None  # dpr_mined_<m>: the dense run whose mined negatives it trains on
     fusion: Literal["rrf", "wsum"] | None = None
@@ -120,28 +168,36 @@ def method_table(config: dict) -> dict[str, Method]:
         _dense("zeroshot", model="zeroshot"),
         _dense("dpr", model="dpr", trains="dpr", negatives="bm25"),
         _dense("dpr_rcl", run=rcl, model=rcl, trains="rcl", negatives="bm25", beta=rcl_beta),
-        *(
-            Method(dpr_on(f), "dense", run=dpr_on(f), model=dpr_on(f), trains="dpr", negatives=f)
-            for f in OTHER_FILTERS
-        ),
     ]
     for tag, beta in betas.items():
         ccr = dict(run=ccr_model(tag), model=ccr_model(tag), trains="ccr", negatives="bm25", beta=beta)
-        sieve = dict(
-            run=f"dpr_sieve_b{tag}",
-            model=dpr_on(sieve_name(tag)),
-            trains="dpr",
-            negatives=sieve_name(tag),
-            beta=beta,
-        )
-        dense += [_dense(f"dpr_ccr_b{tag}", **ccr), _dense(f"dpr_sieve_b{tag}", **sieve)]
+        dense.append(_dense(f"dpr_ccr_b{tag}", **ccr))
         if tag == main:
             dense.append(_dense("dpr_ccr", **ccr))
-            if config["sieve"]["scorer"] == "ccr":
-                dense.append(_dense("dpr_sieve", **sieve))
+    # Everything built from the sieve's candidates carries the sieve's settings (a source method by its run).
+    source = config["sieve"]["source"]
+    source_run = {m.name: m.run for m in dense}.get(source, source)
+
+    def filtered(name: str, filter_name: str, **fields) -> Method:
+        negs = filter_negatives(filter_name, config["sieve"], source_run)
+        return _dense(
+            name,
+            run=dpr_on(negs),
+            model=dpr_on(negs),
+            trains="dpr",
+            negatives=negs,
+            filter=filter_name,
+            **fields,
+        )
+
+    dense += [filtered(dpr_on(f), f) for f in OTHER_FILTERS]
+    for tag, beta in betas.items():
+        sieve = sieve_name(tag)
+        dense.append(filtered(f"dpr_sieve_b{tag}", sieve, beta=beta))
+        if tag == main and config["sieve"]["scorer"] == "ccr":
+            dense.append(filtered("dpr_sieve", sieve, beta=beta))
     if config["sieve"]["scorer"] == "dpr":  # the sieve without CCR: dpr_sieve is dpr_sieve_no_ccr
-        no_ccr = dpr_on("sieve_no_ccr")
-        dense.append(_dense("dpr_sieve", run=no_ccr, model=no_ccr, trains="dpr", negatives="sieve_no_ccr"))
+        dense.append(filtered("dpr_sieve", "sieve_no_ccr"))
     # DPR trained on the negatives another dense method mined: dpr_mined_dpr is RocketQA/ANCE's round 2.
     dense += [
         _dense(
@@ -184,9 +240,7 @@ def filtered_candidates(table: dict[str, Method], name: str) -> bool:
     m = table.get(name) or runs(table).get(name)
     if m is None or m.negatives is None:
         return False
-    if m.negatives in OTHER_FILTERS or m.negatives.startswith(sieve_name("")):
-        return True
-    return filtered_candidates(table, m.negatives)
+    return m.filter is not None or filtered_candidates(table, m.negatives)
 
 
 def closest(name: str, known: list[str] | tuple[str, ...] | set[str], n: int = 3) -> str:

@@ -25,22 +25,39 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.core.cli import run_main
+from pipeline.core.methods import BETA_RE
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA, QUERIES_SCHEMA, SIEVE_SCHEMA
+from pipeline.core.settings import FILTER_NAMES
 from pipeline.core.storage import DataError, read_table
 from pipeline.sieve.data import load_passages
 
-SIEVE_FILE = re.compile(r"^sieve_b(.+)\.parquet$")
+# What the sieve's own settings (strict, fallback) add after the candidates' tag (methods.sieve_tag).
+_DECISION_TAG = r"(?:_(?:no)?strict)?(?:_fallback_[a-z_]+)?"
 
 
-def sieve_files(results: Path) -> dict[str, Path]:
-    """β tag -> sieve decisions file (the training files ``*.train.parquet`` are not listed)."""
+def sieve_files(results: Path, settings: str = "") -> dict[str, Path]:
+    """β tag (with the sieve rule's own settings, e.g. ``0.5_strict``) -> sieve decisions file built
+    from the candidates tagged ``settings`` (methods.sieve_tag: '' for the defaults; the training files
+    ``*.train.parquet`` are not listed)."""
+    pattern = re.compile(
+        rf"^sieve_b(?P<beta>{BETA_RE}){re.escape(settings)}(?P<rule>{_DECISION_TAG})\.parquet$"
+    )
     neg = results / "negatives"
     found = {}
     for path in sorted(neg.glob("sieve_b*.parquet")) if neg.is_dir() else []:
-        match = SIEVE_FILE.match(path.name)
-        if match and not path.name.endswith(".train.parquet"):
-            found[match.group(1)] = path
+        match = pattern.match(path.name)
+        if match:
+            found[match.group("beta") + match.group("rule")] = path
     return found
+
+
+def report_paths(results: Path, settings: str = "") -> list[Path]:
+    """The filters' reports on the candidates tagged ``settings``."""
+    names = "|".join(re.escape(name) for name in (*FILTER_NAMES, "sieve"))
+    pattern = re.compile(rf"^(?:{names}|sieve_b{BETA_RE}){re.escape(settings)}{_DECISION_TAG}$")
+    return [
+        path for path in sorted((results / "sieve").glob("*/report.json")) if pattern.match(path.parent.name)
+    ]
 
 
 def decisions_path(args: argparse.Namespace) -> Path:
@@ -48,14 +65,14 @@ def decisions_path(args: argparse.Namespace) -> Path:
         return Path(args.file)
     results = Path(args.results_dir) / args.dataset
     if args.filter and not args.filter.startswith("sieve_b"):
-        return results / "sieve" / args.filter / "decisions.parquet"
-    files = sieve_files(results)
+        return results / "sieve" / f"{args.filter}{args.settings}" / "decisions.parquet"
+    files = sieve_files(results, args.settings)
     tag = args.filter[len("sieve_b") :] if args.filter else args.beta
     if tag is not None:
         if tag not in files:
             raise DataError(
                 f"no sieve output for β={tag} (have: {', '.join(files) or 'none'})",
-                file=results / "negatives" / f"sieve_b{tag}.parquet",
+                file=results / "negatives" / f"sieve_b{tag}{args.settings}.parquet",
             )
         return files[tag]
     if len(files) != 1:
@@ -199,7 +216,7 @@ def _rate(num: int, den: int) -> str:
 
 def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     results = Path(args.results_dir) / args.dataset
-    cand_path = results / "sieve" / "candidates.parquet"
+    cand_path = results / "sieve" / f"candidates{args.settings}.parquet"
     cands = read_table(
         cand_path, ["qid", "pid", "is_false_negative", "fn_label_source"], schema=CANDIDATES_SCHEMA
     )
@@ -215,7 +232,7 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
         f"false negatives {int(truth.fillna(False).sum())}, known true negatives "
         f"{int((truth == False).sum())}, label sources: {src.value_counts().to_dict()}"  # noqa: E712
     )
-    files = sieve_files(results)
+    files = sieve_files(results, args.settings)
     if files:
         table = Table(title="sieve outputs")
         for name in ("β", "candidates", "kept", "keep rate", "fallback queries", "FN recall", "TN kept"):
@@ -235,7 +252,7 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
                 _rate(int((tn & kept).sum()), int(tn.sum())),
             )
         console.print(table)
-    reports = sorted((results / "sieve").glob("*/report.json"))
+    reports = report_paths(results, args.settings)
     if reports:
         table = Table(
             title="filters (results/{dataset}/sieve/<filter>/report.json)".replace("{dataset}", args.dataset)
@@ -267,6 +284,12 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     common.add_argument("--dataset", required=True)
     common.add_argument("--results-dir", default="results")
     common.add_argument("--resources-dir", default="resources")
+    common.add_argument(
+        "--settings",
+        default="",
+        help="the sieve settings' tag in the file names ('' = the defaults; e.g. _max_queries600: "
+        "results/{dataset}/sieve/candidates_max_queries600.parquet)",
+    )
     show = argparse.ArgumentParser(
         prog="python -m pipeline.sieve.inspect_negatives",
         parents=[common],

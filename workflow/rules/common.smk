@@ -6,7 +6,8 @@ from snakemake.exceptions import WorkflowError
 
 from pipeline.core.config import ConfigError, validate_config
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_betas, ccr_model, dpr_on,
-                                   filtered_candidates, method_table, rcl_model, runs, sieve_name)
+                                   filter_negatives, filtered_candidates, method_table, rcl_model, runs, sieve_name,
+                                   sieve_tag)
 from pipeline.core.recipes import dataset_configs
 
 DATASETS = config["datasets"]
@@ -56,6 +57,46 @@ CCR_BETAS = {d: ccr_betas(c) for d, c in DATASET_CONFIGS.items()}  # β tag -> �
 def cfg(d):
     """The config a dataset's jobs run with: the top-level sections under its recipe."""
     return DATASET_CONFIGS[d]
+
+
+def sieve_source(d):
+    """The negatives the sieve reads: a method's (mined; its run name carries its β) or a file's name."""
+    source = cfg(d)["sieve"]["source"]
+    return METHODS[d][source].run if source in METHODS[d] else source
+
+
+def sieve_tags(d, decision=False):
+    """The sieve settings of dataset ``d`` as they appear in its paths (methods.sieve_tag): those of
+    the candidates, or with ``decision`` also the sieve rule's own (its negatives, comparison, figures)."""
+    return sieve_tag(cfg(d)["sieve"], sieve_source(d), decision=decision)
+
+
+def filter_files_name(d, name):
+    """The name of filter ``name``'s files (decisions, report) under dataset ``d``'s sieve settings
+    (``sieve``, the sieve dpr_sieve trains on, is a row of its own in the comparison)."""
+    return filter_negatives(name, cfg(d)["sieve"], sieve_source(d))
+
+
+def check_sieve_tag(wildcards, decision=False):
+    """A path's sieve tag must be the config's: the rule runs with the config's sieve settings."""
+    expected = sieve_tags(wildcards.dataset, decision)
+    if wildcards.stag != expected:
+        raise ValueError(f"dataset {wildcards.dataset!r}: a path with sieve tag {wildcards.stag!r} was asked for, but "
+                         f"its sieve settings give {expected!r}: ask for the same path with {expected!r} where the tag goes "
+                         f"(sieve/comparison{expected}.md, figures{expected}/, negatives/oracle{expected}.train.parquet), "
+                         "or set the sieve settings that path was built with")
+
+
+# The {stag} wildcard: the sieve tags in use, and '' (the defaults' paths, as without a tag) so that a
+# default path asked for under other settings reaches check_sieve_tag's message, not a bare "no rule".
+# Wrapped in a group: an empty constraint would read as none (Snakemake's default, one or more characters).
+SIEVE_TAG_RE = "(?:" + "|".join(sorted({""} | {re.escape(sieve_tags(d, dec)) for d in DATASETS for dec in (0, 1)})) + ")"
+# What train_dpr_filtered trains on: a filter's negatives under a dataset's sieve settings.
+FILTERED_NEGS_RE = f"(?:{'|'.join(OTHER_FILTERS)}|{sieve_name(BETA_RE)}){SIEVE_TAG_RE}"
+
+
+wildcard_constraints:
+    stag=SIEVE_TAG_RE,
 
 
 def dataset_setting(section, key):

@@ -135,11 +135,13 @@ def sieve_dir(d):
     return f"results/{d}/sieve"
 
 
-def candidates(d):
-    """The candidates every filter judges, with their false-negative labels."""
-    return f"{sieve_dir(d)}/candidates.parquet"
+def candidates(d, tag):
+    """The candidates every filter judges, with their false-negative labels. ``tag``: the sieve
+    settings they were drawn with (pipeline.core.methods.sieve_tag; '' at the defaults)."""
+    return f"{sieve_dir(d)}/candidates{tag}.parquet"
 
 
+# A filter's files are named by its negatives' name: the filter plus its sieve tag (filter_negatives).
 def filter_decisions(d, name):
     return f"{sieve_dir(d)}/{name}/decisions.parquet"
 
@@ -152,8 +154,8 @@ def sieve_losses(d, name):
     return f"{sieve_dir(d)}/{name}/losses.parquet"
 
 
-def comparison(d, ext):
-    return f"{sieve_dir(d)}/comparison.{ext}"
+def comparison(d, ext, tag):
+    return f"{sieve_dir(d)}/comparison{tag}.{ext}"
 
 
 def sweep_output(name, ext):
@@ -161,13 +163,18 @@ def sweep_output(name, ext):
     return f"results/sweeps/{name}.{ext}"
 
 
-def tradeoff(d, ext):
+def tradeoff(d, ext, tag):
     """FN recall vs TN retention of the filters with a continuous score (sieve_tradeoff)."""
-    return f"{sieve_dir(d)}/tradeoff.{ext}"
+    return f"{sieve_dir(d)}/tradeoff{tag}.{ext}"
 
 
 def figure(d, name):
     return f"results/{d}/figures/{name}"
+
+
+def sieve_figure(d, name, tag):
+    """Figure 1 and the sieve's other figures, per sieve setting (sieve_figures writes them together)."""
+    return f"results/{d}/figures{tag}/{name}"
 
 
 def ar2_seed_dir(d, variant, seed):

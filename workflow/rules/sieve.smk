@@ -1,16 +1,17 @@
 # Passage sieve (Algorithm 1), false-negative labels, the competing filters on the same candidates,
 # their detection reports, the comparison table and the figures. See docs/sieve.md.
 #
-#   results/{dataset}/sieve/candidates.parquet          candidates + labels      (sieve_candidates)
-#   results/{dataset}/negatives/sieve_b{beta}.parquet   the sieve's decisions    (sieve_negatives)
-#   results/{dataset}/negatives/sieve_b{beta}.train.parquet   kept negatives, bm25.parquet layout
-#   results/{dataset}/sieve/{filter}/decisions.parquet  other filters            (filter_candidates)
-#   results/{dataset}/sieve/{filter}/report.json        detection report         (sieve_report)
-#   results/{dataset}/sieve/comparison.{md,json}        every filter             (sieve_comparison)
-#   results/{dataset}/figures/*.png                     Figure 1 etc.            (sieve_figures)
+#   results/{dataset}/sieve/candidates{stag}.parquet          candidates + labels      (sieve_candidates)
+#   results/{dataset}/negatives/sieve_b{beta}{stag}.parquet   the sieve's decisions    (sieve_negatives)
+#   results/{dataset}/negatives/sieve_b{beta}{stag}.train.parquet   kept negatives, bm25.parquet layout
+#   results/{dataset}/sieve/{filter}{stag}/decisions.parquet  other filters            (filter_candidates)
+#   results/{dataset}/sieve/{filter}{stag}/report.json        detection report         (sieve_report)
+#   results/{dataset}/sieve/comparison{stag}.{md,json}        every filter             (sieve_comparison)
+#   results/{dataset}/figures{stag}/*.png                     Figure 1 etc.            (sieve_figures)
 #
 # The β is in every path that depends on it (pipeline.core.methods.beta_tag), so changing ccr.beta reruns CCR
-# training, the sieve and what reads it, never the mining or DPR training.
+# training, the sieve and what reads it, never the mining or DPR training. {stag} is the sieve settings that
+# differ from their defaults (methods.sieve_tag, '' at the defaults): a second setting builds beside the first.
 
 from pipeline.core.settings import (CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, EvalSettings, InjectionSettings,
                                     PositiveAwareSettings, RankWindowSettings, SIEVE_DECISION_KEYS, SieveSettings,
@@ -31,33 +32,34 @@ for _d in DATASETS:
                             "a model trained without them (zeroshot, dpr, dpr_ccr) or your own negatives file")
 
 
-def sieve_source(d):
-    """The negatives the sieve reads: a method's (mined; its run name carries its β) or a file's name."""
-    source = sieve_config(d)["source"]
-    return run_of(d, source) if source in METHODS[d] else source
-
-
 def sieve_main_tag(d):
     return beta_tag(cfg(d)["ccr"]["beta"])
 
 
-def sieve_sweep_tags(d):
-    """β tags of the sweep (Figure 1, sieve-out per β), in increasing β."""
+def sieve_sweep_tags(d, wildcards=None):
+    """β tags of the sweep (Figure 1, sieve-out per β), in increasing β. With a job's ``wildcards``,
+    its path's sieve tag is checked against the config's first."""
+    if wildcards is not None:
+        check_sieve_tag(wildcards, decision=True)
     return [beta_tag(b) for b in sorted(sieve_config(d)["betas"] or [cfg(d)["ccr"]["beta"]])]
 
 
 def sieve_decisions(dataset, name):
-    """The decisions table a filter name stands for (`sieve` = the sieve dpr_sieve trains on: at the
-    dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
+    """The decisions table a filter name stands for under the dataset's sieve settings (`sieve` = the
+    sieve dpr_sieve trains on: at the dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
     if name == "sieve":
-        name = METHODS[dataset]["dpr_sieve"].negatives
+        name = METHODS[dataset]["dpr_sieve"].filter
+    files = filter_files_name(dataset, name)
     if name.startswith(sieve_name("")):
-        return negatives(dataset, name)
-    return filter_decisions(dataset, name)
+        return negatives(dataset, files)
+    return filter_decisions(dataset, files)
 
 
-def sieve_filter_names(d):
-    """Rows of the comparison table: sieve.filters, then the β sweep (minus the duplicate of `sieve`)."""
+def sieve_filter_names(d, wildcards=None):
+    """Rows of the comparison table: sieve.filters, then the β sweep (minus the duplicate of `sieve`).
+    With a job's ``wildcards``, its path's sieve tag is checked against the config's first."""
+    if wildcards is not None:
+        check_sieve_tag(wildcards, decision=True)
     names = list(sieve_config(d)["filters"])
     same_as_sieve = sieve_config(d)["scorer"] == "ccr" and "sieve" in names
     for tag in sieve_sweep_tags(d):
@@ -68,6 +70,7 @@ def sieve_filter_names(d):
 
 def _sieve_candidate_inputs(wildcards):
     d = wildcards.dataset
+    check_sieve_tag(wildcards)
     inputs = {
         "negatives": negatives(d, sieve_source(d)),
         "qrels": qrels(d, "train"),
@@ -104,36 +107,42 @@ rule sieve_candidates:
     input:
         unpack(_sieve_candidate_inputs),
     output:
-        candidates("{dataset}"),
+        candidates("{dataset}", "{stag}"),
     params:
         settings=_sieve_candidate_settings,
         qrels_all=qrels_all_arg,
     conda:
         CPU_ENV
     log:
-        "logs/sieve_candidates/{dataset}.log",
+        "logs/sieve_candidates/{dataset}{stag}.log",
     benchmark:
-        "benchmarks/sieve_candidates/{dataset}.tsv"
+        "benchmarks/sieve_candidates/{dataset}{stag}.tsv"
     shell:
         "python -m pipeline.sieve.candidates --negatives {input.negatives} --qrels {input.qrels}"
         " --queries {input.queries} --corpus {input.corpus} {params.qrels_all} {params.settings}"
         " --out {output} --log {log}"
 
 
+def _sieve_candidates(wildcards):
+    """The candidates under the dataset's sieve settings (a path's tag that is not theirs is refused)."""
+    check_sieve_tag(wildcards, decision=wildcards.get("filter", "sieve").startswith("sieve"))
+    return candidates(wildcards.dataset, sieve_tags(wildcards.dataset))
+
+
 rule sieve_negatives:
     input:
-        candidates=candidates("{dataset}"),
+        candidates=_sieve_candidates,
         corpus=corpus("{dataset}"),
         queries=queries("{dataset}", "train"),
         model=retriever("{dataset}", ccr_model("{beta}")),
     output:
-        sieve=negatives("{dataset}", sieve_name("{beta}")),
-        train=train_negatives("{dataset}", sieve_name("{beta}")),
-        losses=sieve_losses("{dataset}", sieve_name("{beta}")),
+        sieve=negatives("{dataset}", sieve_name("{beta}") + "{stag}"),
+        train=train_negatives("{dataset}", sieve_name("{beta}") + "{stag}"),
+        losses=sieve_losses("{dataset}", sieve_name("{beta}") + "{stag}"),
     wildcard_constraints:
         beta=BETA_RE,
     params:
-        source_tag=sieve_name("{beta}"),
+        source_tag=sieve_name("{beta}") + "{stag}",
         settings=_sieve_settings,
     threads: 2
     resources:
@@ -141,9 +150,9 @@ rule sieve_negatives:
     conda:
         CPU_ENV
     log:
-        "logs/sieve_negatives/{dataset}.b{beta}.log",
+        "logs/sieve_negatives/{dataset}.b{beta}{stag}.log",
     benchmark:
-        "benchmarks/sieve_negatives/{dataset}.b{beta}.tsv"
+        "benchmarks/sieve_negatives/{dataset}.b{beta}{stag}.tsv"
     shell:
         "python -m pipeline.sieve.passage_sieve --candidates {input.candidates} --corpus {input.corpus}"
         " --queries {input.queries} --model $(dirname {input.model}) --out {output.sieve}"
@@ -184,7 +193,7 @@ def _filter_inputs(wildcards):
         # Caught while planning, not after the candidates are built: only synthkb knows the truth.
         raise ValueError(f"filter/method oracle needs exact false-negative labels (qrels_all), which "
                          f"dataset {d!r} does not have; use answer_match (method dpr_answer_match)")
-    inputs = {"candidates": candidates(d), "corpus": corpus(d), "queries": queries(d, "train")}
+    inputs = {"candidates": _sieve_candidates(wildcards), "corpus": corpus(d), "queries": queries(d, "train")}
     if name in ("positive_aware", "sieve_no_ccr"):
         inputs["model"] = retriever(d, "dpr")
     elif name == "cross_encoder":
@@ -215,8 +224,8 @@ rule filter_candidates:
     input:
         unpack(_filter_inputs),
     output:
-        decisions=filter_decisions("{dataset}", "{filter}"),
-        train=train_negatives("{dataset}", "{filter}"),
+        decisions=filter_decisions("{dataset}", "{filter}{stag}"),
+        train=train_negatives("{dataset}", "{filter}{stag}"),
     wildcard_constraints:
         filter="|".join(OTHER_FILTERS),
     params:
@@ -228,9 +237,9 @@ rule filter_candidates:
     conda:
         CPU_ENV
     log:
-        "logs/filter_candidates/{dataset}.{filter}.log",
+        "logs/filter_candidates/{dataset}.{filter}{stag}.log",
     benchmark:
-        "benchmarks/filter_candidates/{dataset}.{filter}.tsv"
+        "benchmarks/filter_candidates/{dataset}.{filter}{stag}.tsv"
     shell:
         "python -m pipeline.sieve.filters --filter {wildcards.filter} --candidates {input.candidates}"
         " --corpus {input.corpus} --queries {input.queries} {params.model} {params.settings}"
@@ -240,15 +249,15 @@ rule filter_candidates:
 rule sieve_report:
     input:
         decisions=lambda wildcards: sieve_decisions(wildcards.dataset, wildcards.filter),
-        candidates=candidates("{dataset}"),
+        candidates=_sieve_candidates,
     output:
-        filter_report("{dataset}", "{filter}"),
+        filter_report("{dataset}", "{filter}{stag}"),
     wildcard_constraints:
         filter="|".join(OTHER_FILTERS + ("sieve", sieve_name(BETA_RE))),
     conda:
         CPU_ENV
     log:
-        "logs/sieve_report/{dataset}.{filter}.log",
+        "logs/sieve_report/{dataset}.{filter}{stag}.log",
     shell:
         "python -m pipeline.sieve.report report --decisions {input.decisions} --candidates {input.candidates}"
         " --dataset {wildcards.dataset} --filter {wildcards.filter} --out {output} --log {log}"
@@ -256,14 +265,15 @@ rule sieve_report:
 
 rule sieve_comparison:
     input:
-        lambda wildcards: [filter_report(wildcards.dataset, name) for name in sieve_filter_names(wildcards.dataset)],
+        lambda wildcards: [filter_report(wildcards.dataset, filter_files_name(wildcards.dataset, name))
+                           for name in sieve_filter_names(wildcards.dataset, wildcards)],
     output:
-        md=comparison("{dataset}", "md"),
-        json=comparison("{dataset}", "json"),
+        md=comparison("{dataset}", "md", "{stag}"),
+        json=comparison("{dataset}", "json", "{stag}"),
     conda:
         CPU_ENV
     log:
-        "logs/sieve_comparison/{dataset}.log",
+        "logs/sieve_comparison/{dataset}{stag}.log",
     shell:
         "python -m pipeline.sieve.report compare --dataset {wildcards.dataset} --reports {input}"
         " --out-json {output.json} --out-md {output.md} --log {log}"
@@ -271,17 +281,17 @@ rule sieve_comparison:
 
 rule sieve_figures:
     input:
-        losses=lambda wildcards: [sieve_losses(wildcards.dataset, sieve_name(tag))
-                                  for tag in sieve_sweep_tags(wildcards.dataset)],
+        losses=lambda wildcards: [sieve_losses(wildcards.dataset, filter_files_name(wildcards.dataset, sieve_name(tag)))
+                                  for tag in sieve_sweep_tags(wildcards.dataset, wildcards)],
         sieves=lambda wildcards: [sieve_decisions(wildcards.dataset, sieve_name(tag))
                                   for tag in sieve_sweep_tags(wildcards.dataset)],
-        comparison=comparison("{dataset}", "json"),
+        comparison=comparison("{dataset}", "json", "{stag}"),
     output:
-        figure1=report(figure("{dataset}", "figure1_nce_loss.png"), caption="../report/figure1.rst",
+        figure1=report(sieve_figure("{dataset}", "figure1_nce_loss.png", "{stag}"), caption="../report/figure1.rst",
                        category="Sieve"),
-        figure1_json=figure("{dataset}", "figure1_separation.json"),
-        sieve_out=report(figure("{dataset}", "sieve_out_rate.png"), category="Sieve"),
-        filters=report(figure("{dataset}", "filters_precision_recall.png"), category="Sieve"),
+        figure1_json=sieve_figure("{dataset}", "figure1_separation.json", "{stag}"),
+        sieve_out=report(sieve_figure("{dataset}", "sieve_out_rate.png", "{stag}"), category="Sieve"),
+        filters=report(sieve_figure("{dataset}", "filters_precision_recall.png", "{stag}"), category="Sieve"),
     params:
         losses=lambda wildcards, input: " ".join(
             f"{tag}={path}" for tag, path in zip(sieve_sweep_tags(wildcards.dataset), input.losses)),
@@ -290,25 +300,26 @@ rule sieve_figures:
     conda:
         CPU_ENV
     log:
-        "logs/sieve_figures/{dataset}.log",
+        "logs/sieve_figures/{dataset}{stag}.log",
     shell:
         "python -m pipeline.sieve.figures --losses {params.losses} --sieve {params.sieves}"
         " --comparison {input.comparison} --out-dir $(dirname {output.figure1}) --log {log}"
 
 
 
-def tradeoff_filters(d):
+def tradeoff_filters(d, wildcards=None):
     """The comparison's filters that decide on a continuous score."""
-    return [n for n in sieve_filter_names(d)
+    return [n for n in sieve_filter_names(d, wildcards)
             if n in ("positive_aware", "cross_encoder") or n.startswith("sieve")]
 
 
 rule sieve_tradeoff:
     input:
-        lambda wildcards: [sieve_decisions(wildcards.dataset, name) for name in tradeoff_filters(wildcards.dataset)],
+        lambda wildcards: [sieve_decisions(wildcards.dataset, name)
+                           for name in tradeoff_filters(wildcards.dataset, wildcards)],
     output:
-        json=tradeoff("{dataset}", "json"),
-        png=report(tradeoff("{dataset}", "png"), category="Sieve"),
+        json=tradeoff("{dataset}", "json", "{stag}"),
+        png=report(tradeoff("{dataset}", "png", "{stag}"), category="Sieve"),
     params:
         decisions=lambda wildcards, input: " ".join(
             f"{name}={path}" for name, path in zip(tradeoff_filters(wildcards.dataset), input)),
@@ -317,7 +328,7 @@ rule sieve_tradeoff:
     conda:
         CPU_ENV
     log:
-        "logs/sieve_tradeoff/{dataset}.log",
+        "logs/sieve_tradeoff/{dataset}{stag}.log",
     shell:
         "python -m pipeline.sieve.tradeoff --decisions {params.decisions} --reference {params.reference}"
         " --out-json {output.json} --out-png {output.png} --log {log}"

@@ -171,7 +171,7 @@ rule train_dpr_filtered:
     output:
         retriever("{dataset}", dpr_on("{negs}")),
     wildcard_constraints:
-        negs="|".join(OTHER_FILTERS) + "|" + sieve_name(BETA_RE),
+        negs=FILTERED_NEGS_RE,
     params:
         base=_base,
         settings=train_flags("dpr"),
@@ -262,7 +262,7 @@ use rule train_dpr_filtered as train_dpr_filtered_seed with:
     output:
         retriever("{dataset}", seeded_model(dpr_on("{negs}"), "{seed}")),
     wildcard_constraints:
-        negs="|".join(OTHER_FILTERS) + "|" + sieve_name(BETA_RE),
+        negs=FILTERED_NEGS_RE,
         seed=r"\d+",
     log:
         "logs/train_dpr_filtered/{dataset}.{negs}.s{seed}.log",
