@@ -262,3 +262,25 @@ def test_a_default_sieve_path_asked_for_under_other_settings_is_named(tmp_path):
     assert proc.returncode != 0
     assert "sieve settings give '_max_queries600'" in proc.stdout + proc.stderr
     assert "sieve/comparison_max_queries600.md" in proc.stdout + proc.stderr
+
+
+def test_an_ar2_sieve_run_carries_its_scorer_and_sieve_settings():
+    config = load_config()
+    validate_config(config)
+    table = method_table(config)
+    assert (table["ar2"].run, table["ar2"].variant_dir) == ("ar2", "plain")
+    assert (table["ar2_sieve"].run, table["ar2_sieve"].variant, table["ar2_sieve"].variant_dir) == (
+        "ar2_sieve_b0.5",
+        "sieve",
+        "sieve_b0.5",
+    )
+    config["ccr"]["beta"] = 6
+    config["sieve"]["candidates"] = 20
+    config["sieve"]["max_queries"] = 100  # not read by AR2's own sieve: not in its names
+    assert method_table(config)["ar2_simans_sieve"].variant_dir == "simans_sieve_b6_candidates20"
+    config["ar2"]["sieve_init"] = "current"
+    assert method_table(config)["ar2_sieve"].run == "ar2_sieve_b6_current_candidates20"
+    config["ar2"]["sieve_init"] = "initial"
+    config["sieve"]["scorer"] = "dpr"
+    assert method_table(config)["ar2_sieve"].variant_dir == "sieve_no_ccr_candidates20"
+    assert method_table(config)["ar2_simans"].variant_dir == "simans"  # no sieve, no tag

@@ -627,7 +627,10 @@ def test_a_second_sieve_setting_builds_new_files_and_keeps_the_first(workspace):
         for r in reasons["sieve_candidates"]
     ), reasons["sieve_candidates"]
     assert "train_dpr" not in reasons and "mine_bm25_negatives" not in reasons
-    # in place only where the path carries no sieve setting yet: the AR2 sieve rounds (issue 25 moves
-    # them onto the sieve rules)
+    # AR2's sieve rounds too: their folders carry the settings their own sieve reads
+    assert any(
+        "results/synthkb/ar2/sieve_b0.5_current_candidates20_pool50/" in r for r in reasons["ar2_round"]
+    )
+    # nothing is rebuilt over an existing file, but the tables and figures that name the runs
     in_place = {rule for rule, rs in reasons.items() if any("Params have changed" in r for r in rs)}
-    assert in_place == {"ar2_round"}, in_place
+    assert in_place <= {"gather_metrics", "ar2_learning_curve"}, in_place

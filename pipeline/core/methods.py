@@ -110,6 +110,24 @@ def sieve_tag(sieve: dict, source_run: str | None = None, decision: bool = False
     return "".join(f"_{part}" for part in parts)
 
 
+# The sieve settings an AR2 round's own sieve reads (its candidates are the retriever's top-k, not sieve.source).
+AR2_SIEVE_TAG_KEYS = ("candidates", "pool", *SIEVE_DECISION_TAG_KEYS)
+
+
+def ar2_sieve_tag(config: dict) -> str:
+    """What tells two AR2 sieve runs apart in their folders: the scoring model (``_b<β>``: the CCR
+    model at ccr.beta; ``_no_ccr``: models/dpr, sieve.scorer dpr; ``_b<β>_current``: CCR retrained
+    from each round's retriever, ar2.sieve_init current) and the sieve settings of AR2_SIEVE_TAG_KEYS
+    that differ from their defaults (as sieve_tag writes them)."""
+    sieve, defaults = config["sieve"], SieveSettings()
+    if config["ar2"]["sieve_init"] == "current":
+        scorer = f"_b{beta_tag(float(config['ccr']['beta']))}_current"
+    else:
+        scorer = f"_b{beta_tag(float(config['ccr']['beta']))}" if sieve["scorer"] == "ccr" else "_no_ccr"
+    parts = [_tag_part(key, sieve[key]) for key in AR2_SIEVE_TAG_KEYS if sieve[key] != getattr(defaults, key)]
+    return scorer + "".join(f"_{part}" for part in parts)
+
+
 def filter_negatives(filter_name: str, sieve: dict, source_run: str | None = None) -> str:
     """The name of a filter's negatives (and, with dpr_on, of the DPR trained on them) under these
     sieve settings: the filter plus the sieve_tag of what it depends on."""
@@ -140,7 +158,10 @@ class Method:
     miner: str | None = None  # dpr_mined_<m>: the dense run whose mined negatives it trains on
     fusion: Literal["rrf", "wsum"] | None = None
     base: str | None = None  # hybrid: the dense method's run
-    variant: str | None = None  # ar2: the variant folder
+    variant: str | None = None  # ar2: the variant (plain, sieve, simans, simans_sieve)
+    variant_dir: str | None = (
+        None  # ar2: its folder results/{dataset}/ar2/<variant_dir>/ (variant + sieve tag)
+    )
 
     @property
     def random(self) -> bool:
@@ -217,7 +238,10 @@ def method_table(config: dict) -> dict[str, Method]:
         for fusion in HYBRID_FUSIONS
         for m in dense
     ]
-    ar2 = [Method(name, "ar2", run=name, variant=variant) for name, variant in AR2_VARIANTS.items()]
+    ar2 = []
+    for name, variant in AR2_VARIANTS.items():
+        tag = ar2_sieve_tag(config) if variant.endswith("sieve") else ""
+        ar2.append(Method(name, "ar2", run=f"{name}{tag}", variant=variant, variant_dir=f"{variant}{tag}"))
     return {m.name: m for m in [Method("bm25", "bm25", run="bm25"), *dense, *hybrids, *ar2]}
 
 

@@ -1,4 +1,6 @@
-# AR2 (adversarial retriever-ranker) in rounds, per seed: results/{dataset}/ar2/{variant}/seed{seed}/round{r}/.
+# AR2 (adversarial retriever-ranker) in rounds, per seed: results/{dataset}/ar2/{variant}/seed{seed}/round{r}/,
+# {variant} being the method record's variant_dir (a sieve variant's carries its scorer and sieve settings:
+# sieve_b0.5, pipeline.core.methods.ar2_sieve_tag).
 # Round 0 = the DPR start (models/dpr + embeddings/dpr, evaluated on dev); round r >= 1 mines with round
 # r-1's retriever, sieves (sieve variants), trains ranker then retriever, re-encodes the corpus and
 # evaluates on dev. Per seed, ar2_select picks the round by a dev metric -> {method}/seed{seed}/info.json,
@@ -17,8 +19,20 @@ def ar2_config(wildcards):
     return cfg(wildcards.dataset)["ar2"]
 
 
-def _ar2_sieves(variant):
-    return variant.endswith("sieve")
+def ar2_record(d, folder):
+    """The AR2 method whose rounds live in results/{d}/ar2/<folder>/."""
+    (record,) = [m for m in RUNS[d].values() if m.kind == "ar2" and m.variant_dir == folder]
+    return record
+
+
+def _ar2_sieves(d, folder):
+    return ar2_record(d, folder).variant.endswith("sieve")
+
+
+# Every AR2 variant folder the datasets' configs name (the {variant} wildcard of ar2_round).
+AR2_FOLDERS = _alternatives(sorted({re.escape(m.variant_dir) for d in DATASETS for m in RUNS[d].values()
+                                    if m.kind == "ar2"}))
+AR2_RUNS = _alternatives(sorted({re.escape(run) for run in runs_of("ar2")}))
 
 
 def ar2_round_inputs(wildcards):
@@ -41,7 +55,7 @@ def ar2_round_inputs(wildcards):
         inputs["previous"] = ar2_round_json(d, variant, seed, r - 1)
         if r == 1 and c["ar2"]["ranker_init"] == "cross_encoder":
             inputs["ranker_init"] = ranker(d, "cross_encoder")
-        if _ar2_sieves(variant):
+        if _ar2_sieves(d, variant):
             if c["ar2"]["sieve_init"] == "initial":
                 model = ccr_model(beta_tag(c["ccr"]["beta"])) if c["sieve"]["scorer"] == "ccr" else "dpr"
                 inputs["sieve_model"] = retriever(d, model)
@@ -76,7 +90,7 @@ def ar2_round_settings(wildcards):
     d = wildcards.dataset
     c = cfg(d)
     out = []
-    if _ar2_sieves(wildcards.variant):
+    if _ar2_sieves(d, wildcards.variant):
         out.append(to_flags(SieveSettings, c["sieve"], AR2_SIEVE_KEYS, prefix="sieve"))
         if c["ar2"]["sieve_init"] == "current":
             out.append(to_flags(CcrSettings, c["ccr"], AR2_CCR_KEYS, prefix="ccr"))
@@ -94,7 +108,7 @@ rule ar2_round:
     output:
         ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}"),
     wildcard_constraints:
-        variant="|".join(AR2_VARIANTS.values()),
+        variant=AR2_FOLDERS,
         seed=r"\d+",
         r=r"\d+",
     params:
@@ -102,6 +116,7 @@ rule ar2_round:
         settings=ar2_round_settings,
         recipe=recipe_label,
         round_dir=lambda wildcards, output: os.path.dirname(output[0]),
+        variant=lambda wildcards: ar2_record(wildcards.dataset, wildcards.variant).variant,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -114,12 +129,12 @@ rule ar2_round:
         "benchmarks/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
         "python -m pipeline.ar2.run_round --round {wildcards.r} --round-dir {params.round_dir}"
-        " --variant {wildcards.variant} --dataset {wildcards.dataset} {params.files} {params.settings} {params.recipe}"
+        " --variant {params.variant} --dataset {wildcards.dataset} {params.files} {params.settings} {params.recipe}"
         " --device {params.device} --threads {threads} --log {log}"
 
 
 def _ar2_rounds(wildcards):
-    variant = AR2_VARIANTS[wildcards.method]
+    variant = RUNS[wildcards.dataset][wildcards.method].variant_dir
     return [ar2_round_json(wildcards.dataset, variant, wildcards.seed, r)
             for r in range(ar2_config(wildcards)["rounds"] + 1)]
 
@@ -131,12 +146,12 @@ rule ar2_select:
         info=ar2_info("{dataset}", "{method}", "{seed}"),
         figure=report(figure("{dataset}", "{method}_seed{seed}_rounds.png"), category="AR2"),
     wildcard_constraints:
-        method="|".join(AR2_VARIANTS),
+        method=AR2_RUNS,
         seed=r"\d+",
     params:
-        variant_dir=lambda wildcards: ar2_seed_dir(wildcards.dataset, AR2_VARIANTS[wildcards.method],
+        variant_dir=lambda wildcards: ar2_seed_dir(wildcards.dataset, RUNS[wildcards.dataset][wildcards.method].variant_dir,
                                                    wildcards.seed),
-        variant=lambda wildcards: AR2_VARIANTS[wildcards.method],
+        variant=lambda wildcards: RUNS[wildcards.dataset][wildcards.method].variant,
         rounds=dataset_setting("ar2", "rounds"),
         metric=dataset_setting("ar2", "select_metric"),
     conda:
@@ -158,7 +173,7 @@ rule ar2_search:
     output:
         run("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method="|".join(AR2_VARIANTS),
+        method=AR2_RUNS,
         seed=r"\d+",
     params:
         depth=config["eval"]["depth"],
@@ -191,7 +206,7 @@ rule ar2_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method="|".join(AR2_VARIANTS),
+        method=AR2_RUNS,
     conda:
         CPU_ENV
     log:
@@ -204,11 +219,12 @@ rule ar2_seeds:
 def _ar2_curves(wildcards):
     """(label, round folder parent, info.json) per configured AR2 method and seed."""
     d = wildcards.dataset
-    methods = [m for m in cfg(d)["methods"] if m in AR2_VARIANTS] or ["ar2", "ar2_sieve"]
+    records = [METHODS[d][m] for m in cfg(d)["methods"] if m in AR2_VARIANTS] or [
+        METHODS[d]["ar2"], METHODS[d]["ar2_sieve"]]
     seeds = ar2_seeds(d)
-    return [(AR2_VARIANTS[m] if len(seeds) == 1 else f"{AR2_VARIANTS[m]}/seed{s}",
-             ar2_seed_dir(d, AR2_VARIANTS[m], s), ar2_info(d, m, s))
-            for m in methods for s in seeds]
+    return [(m.variant if len(seeds) == 1 else f"{m.variant}/seed{s}",
+             ar2_seed_dir(d, m.variant_dir, s), ar2_info(d, m.run, s))
+            for m in records for s in seeds]
 
 
 # All configured AR2 variants (and seeds) in one figure (not needed by metrics.json; ask for it or use `all`).
