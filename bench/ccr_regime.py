@@ -7,7 +7,7 @@
 For every seed s, τ and effective β (relative to NCE, ``ccr.scale`` paper unless --scale), it
 fine-tunes the dataset's DPR of seed s (models/dpr for the config's seed, models/dpr-s<s> for the
 others) exactly as the train_ccr rule would (the dataset's ``ccr`` settings, only β and τ replaced),
-scores the sieve's candidates (results/<d>/sieve/candidates.parquet) with it exactly as the
+scores the sieve's candidates (results/<d>/sieve/candidates<tag>.parquet) with it exactly as the
 sieve_negatives rule would, and writes the sieve report (pipeline.sieve.report). Per seed it also
 scores the candidates with the DPR itself (scorer "dpr": the sieve without CCR). It runs the stages'
 own CLIs, one after the other, so the numbers are the pipeline's.
@@ -38,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.core.config import load_config
+from pipeline.core.methods import method_table, sieve_tag
 from pipeline.core.recipes import dataset_config
 from pipeline.core.settings import (
     RETRIEVER_KEYS,
@@ -56,6 +57,13 @@ REPORTED = {
     "tn_kept": "true_negative_retention",
     "sieve_out": "sieve_out_rate",
 }
+
+
+def candidates_path(cfg: dict, d: str) -> Path:
+    """The sieve's candidates under the dataset's sieve settings (their tag, as the rules name them)."""
+    table, source = method_table(cfg), cfg["sieve"]["source"]
+    tag = sieve_tag(cfg["sieve"], table[source].run if source in table else source)
+    return Path("results") / d / "sieve" / f"candidates{tag}.parquet"
 
 
 def _model_folder(results: Path, name: str, seed: int, config_seed: int) -> Path:
@@ -114,7 +122,7 @@ def train_ccr(
 
 
 def score_sieve(cfg: dict, d: str, model: Path, work: Path, seed: int, name: str, log: Path) -> dict:
-    res, results = Path("resources") / d, Path("results") / d
+    res, candidates = Path("resources") / d, candidates_path(cfg, d)
     decisions, report = work / f"{name}.parquet", work / f"{name}.report.json"
     _run(
         [
@@ -122,7 +130,7 @@ def score_sieve(cfg: dict, d: str, model: Path, work: Path, seed: int, name: str
             "-m",
             "pipeline.sieve.passage_sieve",
             "--candidates",
-            str(results / "sieve" / "candidates.parquet"),
+            str(candidates),
             "--corpus",
             str(res / "corpus.parquet"),
             "--queries",
@@ -148,7 +156,7 @@ def score_sieve(cfg: dict, d: str, model: Path, work: Path, seed: int, name: str
             "--decisions",
             str(decisions),
             "--candidates",
-            str(results / "sieve" / "candidates.parquet"),
+            str(candidates),
             "--dataset",
             d,
             "--filter",
