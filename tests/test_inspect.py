@@ -200,3 +200,53 @@ def test_sieve_outputs_and_reports_are_listed_per_sieve_setting(tmp_path):
         "answer_match_pool200",
         "sieve_pool200_strict",
     ]
+
+
+def _markup_like_query():
+    passages = pd.DataFrame(
+        {
+            "title": ["Lore [i]", "Plain"],
+            "text": ["ends in [/b] and [citation needed] and [bold]not bold", "a second passage " * 8],
+        },
+        index=pd.Index(["p[1]", "p2"], name="pid"),
+    )
+    rows = pd.DataFrame(
+        {
+            "qid": ["q[x]", "q[x]"],
+            "pid": ["p[1]", "p2"],
+            "rank": [1, 2],
+            "source_score": [9.0, 8.0],
+            "similarity": [0.81, 0.42],
+            "nce_loss": [1.5, 1.9],
+            "threshold": [1.7, 1.7],
+            "kept": [False, True],
+            "fallback": [False, False],
+            "is_false_negative": [True, False],
+            "fn_label_source": ["qrels_all", "qrels_all"],
+            "positive_pid": ["p2", "p2"],
+        }
+    )
+    query = pd.Series({"text": "what is [/i] here?", "answers": ["[b]x"]})
+    return rows, query, passages
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+def test_passage_text_that_looks_like_markup_is_printed_as_it_is(columns):
+    """Corpus text is data, never rich markup ("[/b]" used to raise MarkupError, "[citation needed]"
+    vanished); at 40/80 columns a candidate takes two lines and its passage keeps the line's width."""
+    from rich.console import Console
+
+    rows, query, passages = _markup_like_query()
+    console = Console(width=columns, record=True, force_terminal=False)
+    inspect.show_query(console, "q[x]", rows, query, passages, width=90)
+    out = console.export_text()
+    assert "q[x]" in out and "what is [/i] here?" in out and "[b]x" in out
+    flat = " ".join(out.split())
+    assert "[/b]" in flat and "Lore [i]" in flat
+    if columns >= 80:
+        assert "[citation needed]" in flat and "[bold]not" in flat
+    assert "dropped" in out and "FN (qrels_all)" in out
+    if columns < inspect.WIDE:
+        # the passage line is as wide as the terminal allows, not a sliver of a table column
+        passage_line = next(line for line in out.splitlines() if "Lore [i]" in line)
+        assert len(passage_line.strip()) >= min(columns - 8, 60)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pipeline.core.cli import run_main
 from pipeline.core.methods import BETA_RE
@@ -118,12 +119,34 @@ def _num(value, fmt: str = "{:.3f}") -> str:
     return "–" if value is None or pd.isna(value) else fmt.format(value)
 
 
-def _snippet(passages: pd.DataFrame, pid: str, width: int) -> str:
+def _snippet(passages: pd.DataFrame, pid: str, width: int) -> Text:
+    """The passage as rich Text (never parsed as markup: corpus text may hold "[/b]" or "[citation
+    needed]"), title in bold, cut to ``width`` characters."""
     if pid not in passages.index:
-        return "(not in corpus)"
-    title, text = passages.at[pid, "title"], passages.at[pid, "text"]
-    body = f"[b]{title}[/b]: {text}" if title else text
-    return body if len(body) <= width else body[: width - 1] + "…"
+        return Text("(not in corpus)", style="dim")
+    title, text = str(passages.at[pid, "title"] or ""), str(passages.at[pid, "text"])
+    body = Text.assemble((title, "bold"), ": ", text) if title else Text(text)
+    if len(body) > width:
+        body.truncate(max(width - 1, 1))
+        body.append("…")
+    return body
+
+
+# Below this many columns a candidate takes two lines (figures, then its passage) instead of a table
+# row whose passage column would be a few characters wide.
+WIDE = 110
+SIEVE_RULE = (
+    "kept iff its NCE loss >= the query's threshold, the mean loss over the positive and its candidates "
+    "(> under sieve.strict); a query with nothing kept keeps one random candidate (fallback)"
+)
+
+
+def _decision(row: pd.Series) -> Text:
+    if not bool(row["kept"]):
+        return Text("dropped", style="red")
+    if bool(row.get("fallback", False)):
+        return Text("kept (fallback)", style="yellow")
+    return Text("kept", style="green")
 
 
 def show_query(
@@ -137,24 +160,48 @@ def show_query(
     rows = rows.sort_values("rank", kind="stable")
     first = rows.iloc[0]
     has_loss = "nce_loss" in rows
-    question = query["text"] if query is not None else "(query not found)"
+    question = str(query["text"]) if query is not None else "(query not found)"
     answers = list(query["answers"]) if query is not None and query["answers"] is not None else []
-    console.rule(f"[b]{qid}[/b]")
-    console.print(f"[b]question[/b]: {question}" + (f"   [dim]answers: {answers}[/dim]" if answers else ""))
-    line = f"[b]positive[/b] {first['positive_pid']}: {_snippet(passages, first['positive_pid'], width)}"
+    console.rule(Text(str(qid), style="bold"))
+    line = Text.assemble(("question", "bold"), ": ", question)
+    if answers:
+        line.append(f"   answers: {answers}", style="dim")
+    console.print(line)
+    positive = str(first["positive_pid"])
+    line = Text.assemble(("positive", "bold"), f" {positive}: ", _snippet(passages, positive, width))
     if has_loss and "positive_similarity" in rows:
-        line += (
-            f"   [dim]similarity {_num(first['positive_similarity'])}, loss "
-            f"{_num(first['positive_loss'])}, threshold {_num(first['threshold'])}[/dim]"
+        line.append(
+            f"   similarity {_num(first['positive_similarity'])}, loss {_num(first['positive_loss'])}, "
+            f"threshold {_num(first['threshold'])}",
+            style="dim",
         )
     console.print(line)
+    score = "sim" if has_loss else "score"
+    if console.width < WIDE:
+        passage_width = min(width, max(console.width - 6, 20))
+        for _, row in rows.iterrows():
+            figures = [f"{score} {_num(row['similarity'] if has_loss else row.get('score'))}"]
+            if has_loss:
+                figures += [f"loss {_num(row.get('nce_loss'))}", f"thr {_num(row.get('threshold'))}"]
+            console.print(
+                Text.assemble(
+                    f"{row['rank']:>4} ",
+                    _decision(row),
+                    f"  {fn_label(row['is_false_negative'], row['fn_label_source'])}  ",
+                    ("  ".join(figures), "dim"),
+                    f"  {row['pid']}",
+                ),
+                overflow="fold",
+            )
+            console.print(Text("      ").append_text(_snippet(passages, row["pid"], passage_width)))
+        return
     table = Table(show_lines=False, expand=True)
     for name, kw in (
         ("rank", {"justify": "right"}),
         ("pid", {}),
         ("passage", {"ratio": 1}),
         ("source", {"justify": "right"}),
-        ("sim" if has_loss else "score", {"justify": "right"}),
+        (score, {"justify": "right"}),
         ("loss", {"justify": "right"}),
         ("thr", {"justify": "right"}),
         ("decision", {}),
@@ -162,20 +209,16 @@ def show_query(
     ):
         table.add_column(name, **kw)
     for _, row in rows.iterrows():
-        kept = bool(row["kept"])
-        decision = "[green]kept[/green]" if kept else "[red]dropped[/red]"
-        if kept and bool(row.get("fallback", False)):
-            decision = "[yellow]kept (fallback)[/yellow]"
         table.add_row(
             str(row["rank"]),
-            str(row["pid"]),
+            Text(str(row["pid"])),
             _snippet(passages, row["pid"], width),
             _num(row.get("source_score"), "{:.2f}"),
             _num(row["similarity"] if has_loss else row.get("score")),
             _num(row.get("nce_loss")),
             _num(row.get("threshold")),
-            decision,
-            fn_label(row["is_false_negative"], row["fn_label_source"]),
+            _decision(row),
+            Text(fn_label(row["is_false_negative"], row["fn_label_source"])),
         )
     console.print(table)
 
@@ -203,7 +246,9 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         resources / "queries.train.parquet", ["qid", "text", "answers"], schema=QUERIES_SCHEMA
     ).set_index("qid")
     passages = load_passages(resources / "corpus.parquet", set(rows["pid"]) | set(rows["positive_pid"]))
-    console.print(f"[dim]{path}[/dim]")
+    console.print(Text(str(path), style="dim"))
+    if "nce_loss" in table:
+        console.print(Text(f"rule: {SIEVE_RULE}", style="dim"))
     for qid in qids:
         query = queries.loc[qid] if qid in queries.index else None
         show_query(console, qid, rows[rows["qid"] == qid], query, passages, args.width)
@@ -235,7 +280,18 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     files = sieve_files(results, args.settings)
     if files:
         table = Table(title="sieve outputs")
-        for name in ("β", "candidates", "kept", "keep rate", "fallback queries", "FN recall", "TN kept"):
+        # A filter that dropped the same share at random would drop that share of the false negatives:
+        # "chance" is FN recall's floor, the number to read it against.
+        for name in (
+            "β",
+            "candidates",
+            "kept",
+            "keep rate",
+            "fallback queries",
+            "FN recall",
+            "chance",
+            "TN kept",
+        ):
             table.add_column(name, justify="right")
         for tag, path in files.items():
             s = read_table(path, ["kept", "is_false_negative", "fallback"], schema=SIEVE_SCHEMA)
@@ -249,6 +305,7 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
                 _rate(int(kept.sum()), len(s)),
                 str(int(s["fallback"].sum())),
                 _rate(int((fn & ~kept).sum()), int(fn.sum())),
+                _rate(int((~kept).sum()), len(s)),
                 _rate(int((tn & kept).sum()), int(tn.sum())),
             )
         console.print(table)
@@ -257,12 +314,12 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
         table = Table(
             title="filters (results/{dataset}/sieve/<filter>/report.json)".replace("{dataset}", args.dataset)
         )
-        for name in ("filter", "sieve-out", "precision", "recall", "F1", "TN kept", "suspected dropped"):
+        for name in ("filter", "sieve-out", "precision", "FN recall", "F1", "TN kept", "suspected dropped"):
             table.add_column(name, justify="right")
         for path in reports:
             rep = json.loads(path.read_text(encoding="utf-8"))
             table.add_row(
-                rep["filter"],
+                Text(str(rep["filter"])),
                 *(
                     _num(rep.get(k))
                     for k in (
@@ -276,6 +333,14 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
                 ),
             )
         console.print(table)
+    if files or reports:
+        console.print(
+            Text(
+                "FN recall: share of the known false negatives dropped; a filter dropping the same share "
+                "at random (its sieve-out rate, 'chance') would reach that much.",
+                style="dim",
+            )
+        )
     return 0
 
 
