@@ -158,7 +158,11 @@ def _runs_python(rule) -> bool:
 def test_every_rule_that_runs_python_has_a_conda_env(workflow, g):
     python_rules = [rule for rule in workflow.rules if _runs_python(rule)]
     assert len(python_rules) >= 25, [rule.name for rule in python_rules]
-    assert {rule.name for rule in workflow.rules} - {rule.name for rule in python_rules} == {"all"}
+    # all: the default target; unknown_dataset: a guard that only names a mistyped dataset
+    assert {rule.name for rule in workflow.rules} - {rule.name for rule in python_rules} == {
+        "all",
+        "unknown_dataset",
+    }
     for rule in python_rules:
         env = rule.conda_env
         assert env is not None, f"rule {rule.name} has no conda: line"
@@ -282,3 +286,46 @@ def test_a_non_finite_number_in_an_overlay_is_refused_at_start_up(tmp_path, valu
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "config key 'dpr.lr': Input should be a finite number" in out, out
+
+
+def test_a_target_after_configfile_is_named_as_a_target(tmp_path):
+    # issue 27.5: Snakemake 9 reads a target written after --configfile as one more config file; a
+    # metrics.json was then validated as config (pages of "unknown key(s) 'comparisons', ...")
+    (tmp_path / "results/synthkb").mkdir(parents=True)
+    (tmp_path / "results/synthkb/metrics.json").write_text('{"dataset": "synthkb", "comparisons": []}')
+    (tmp_path / "overlay.yaml").write_text("seed: 0\n")
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--snakefile", str(REPO / "Snakefile")]
+        + ["--configfile", str(tmp_path / "overlay.yaml"), "results/synthkb/metrics.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "results/synthkb/metrics.json was read as a config file: it is a target" in out, out
+    assert "unknown key" not in out
+
+
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        (
+            "results/synthkb/dpr_cccr/metrics.json",
+            "unknown method or run 'dpr_cccr' of dataset 'synthkb' (closest: dpr_ccr",
+        ),
+        ("results/synthkb/dpr_ccr/metrics.json", "ask for results/synthkb/dpr_ccr_b0.5/metrics.json"),
+        (
+            "results/synthkbb/metrics.json",
+            "results/synthkbb/metrics.json: unknown dataset 'synthkbb' (closest: synthkb)",
+        ),
+    ],
+)
+def test_a_mistyped_target_is_named_with_the_closest_known_names(tmp_path, target, message):
+    # issue 27.5: these were "Missing input ... run.test.parquet" and a bare MissingRuleException
+    proc = _dry_run(tmp_path, "seed: 0\n", target)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]

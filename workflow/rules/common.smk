@@ -1,11 +1,12 @@
 # Helpers shared by the rule files: dataset lookups, wildcard constraints, the method table, the file layout (path
 # functions), the β tag, the job's device and GPU resources, and the conda environments.
 import re
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from pipeline.core.config import ConfigError, validate_config
-from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_betas, ccr_model, dpr_on,
+from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_betas, ccr_model, closest, dpr_on,
                                    filter_negatives, filtered_candidates, method_table, rcl_model, runs, sieve_name,
                                    sieve_tag)
 from pipeline.core.recipes import dataset_configs
@@ -39,6 +40,19 @@ include: "paths.smk"
 # Every method name resolves once, per dataset, into a record (pipeline/core/methods.py: what it
 # retrieves with, what its retriever trains on, with which β, filter or fusion); the rules read the
 # records. β tags and the model folder names come from the same module.
+
+
+# Snakemake 9 reads every argument after --configfile as a config file, so a target written after the
+# overlays (`snakemake --configfile over.yaml results/d/metrics.json`) arrives here as an overlay: a
+# metrics file would be "validated" as config (pages of unknown keys). Say what happened instead.
+_TARGET_SUFFIXES = (".parquet", ".md", ".html", ".png", ".trec", ".tsv", ".log")
+for _path in workflow.overwrite_configfiles:
+    _target = os.path.relpath(str(_path))  # relative to the working directory, where targets are
+    if Path(_target).parts[0] in ("results", "resources", "logs") or _target.endswith(_TARGET_SUFFIXES):
+        raise WorkflowError(f"{_target} was read as a config file: it is a target. Snakemake reads every argument "
+                            "after --configfile as a config file; put the targets first (snakemake --cores 2 "
+                            f"{_target} --configfile OVERLAY) or end the config files with -- (snakemake "
+                            f"--configfile OVERLAY -- {_target})")
 
 
 # An entry of `methods` the rules cannot build would otherwise surface at DAG building as a missing

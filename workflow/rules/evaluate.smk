@@ -9,9 +9,22 @@ from pipeline.core.recipes import recipe_record
 RUN_FOLDER = r"[A-Za-z0-9_.]+(/seed\d+)?"
 
 
+def check_run(dataset, run):
+    """A run folder asked for by a target names a run of the method table, or says which it meant."""
+    if run in RUNS[dataset]:
+        return
+    if run in METHODS[dataset]:
+        real = METHODS[dataset][run].run
+        raise ValueError(f"{run_dir(dataset, run)}/: method {run}'s run folder is {real} (what tells its runs "
+                         f"apart is in the name): ask for {method_metrics(dataset, real)}")
+    raise ValueError(f"{run_dir(dataset, run)}/: unknown method or run {run!r} of dataset {dataset!r} "
+                     f"({closest(run, set(RUNS[dataset]) | set(METHODS[dataset]))})")
+
+
 def evaluate_inputs(wildcards):
     """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
     dataset, split = wildcards.dataset, eval_split(wildcards.dataset)
+    check_run(dataset, wildcards.run.partition("/seed")[0])
     inputs = {
         "run": run(dataset, wildcards.run, split),
         "queries": queries(dataset, split),
@@ -99,6 +112,20 @@ rule export_trec:
         "benchmarks/export_trec/{dataset}.{run}.{split}.tsv"
     shell:
         "python -m pipeline.retrieval.runs --run {input.run} --queries {input.queries} --tag {params.tag} --trec {output} --log {log}"
+
+
+# A dataset name that is not declared would be a bare "no rule to produce" (the {dataset} wildcard only
+# matches declared datasets): this rule matches the others and names the closest.
+rule unknown_dataset:
+    input:
+        lambda wildcards: (_ for _ in ()).throw(ValueError(
+            f"{dataset_metrics(wildcards.name)}: unknown dataset {wildcards.name!r} "
+            f"({closest(wildcards.name, list(DATASETS) + ['sweeps'])}); datasets are declared under `datasets` in "
+            "config.yaml or an overlay")),
+    output:
+        dataset_metrics("{name}"),
+    wildcard_constraints:
+        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})$)[^/]+",
 
 
 rule gather_metrics:
