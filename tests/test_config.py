@@ -81,6 +81,23 @@ def test_bad_yaml_names_the_file(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "text, where",
+    [
+        ("seed: 1\nbm25: [unclosed\n", "line 3, column 1"),
+        ('{"seed": 1,\n "bm25": {"k1" 1}}\n', "line 2, column"),
+    ],
+)
+def test_a_config_parser_error_is_one_line_with_its_position(tmp_path, text, where):
+    # issue 28.11: PyYAML's message spans lines with excerpts of the text (JSON overlays too)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config([bad])
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{bad}: {where}"), message
+
+
+@pytest.mark.parametrize(
     "source, key",
     [
         ({"url": "ftp://ftp.example.org/dev.json"}, "datasets.mine.source.url"),

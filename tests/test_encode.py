@@ -339,3 +339,122 @@ def test_cli_bad_input_exits_2(tmp_path, retriever_dir, capsys):
         )
     assert exit_info.value.code == 2
     assert "missing.parquet" in capsys.readouterr().err
+
+
+# ---- issue 28.5: damaged files are found by the digests recorded when they were written -----------
+
+
+def _garbage_of_the_same_size(path, seed=1):
+    """Finite fp16 garbage over a .npy's data, header kept: passes every check but the digest."""
+    (rows, dim), _, offset = E.read_header(path)
+    garbage = np.random.default_rng(seed).standard_normal((rows, dim)).astype(E.DTYPE)
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(garbage.tobytes())
+
+
+def test_a_shard_overwritten_with_finite_garbage_is_refused_where_it_is_read(tmp_path, retriever, capsys):
+    from pipeline.retrieval import index as I
+    from pipeline.retrieval import search as S
+
+    corpus = tmp_path / "corpus.parquet"
+    make_corpus(corpus, n=60)
+    folder = tmp_path / "emb"
+    encode_all(retriever, corpus, folder, 2)
+    damaged = folder / "shard1of2.npy"
+    size = damaged.stat().st_size
+    _garbage_of_the_same_size(damaged)
+    assert damaged.stat().st_size == size
+    with pytest.raises(DataError) as err:
+        I.build_index(folder, tmp_path / "index", factory="Flat", progress=False)
+    assert (
+        err.value.file == str(damaged) and "sha256" in str(err.value) and "encode it again" in str(err.value)
+    )
+    assert not (tmp_path / "index" / "index.json").exists()
+    queries = np.ones((3, 32), dtype=np.float32)
+    with pytest.raises(DataError, match="sha256") as err:
+        S.search_torch(folder, queries, 5, progress=False)
+    assert err.value.file == str(damaged)
+    # the pids too, and the rows an AR2 round looks up
+    from pipeline.ar2.data import lookup_embeddings
+
+    with pytest.raises(DataError, match="sha256"):
+        lookup_embeddings(folder, ["d59"])
+    pq.write_table(pa.table({"pid": [f"x{i}" for i in range(30)]}), folder / "shard0of2.pids.parquet")
+    with pytest.raises(DataError, match="sha256") as err:
+        E.EmbeddingSet(folder).ids()
+    assert err.value.file == str(folder / "shard0of2.pids.parquet")
+
+
+def test_an_intact_folder_is_hashed_as_it_is_read_and_without_digests_is_not_checked(tmp_path, retriever):
+    corpus = tmp_path / "corpus.parquet"
+    make_corpus(corpus, n=40)
+    folder = tmp_path / "emb"
+    manifest = encode_all(retriever, corpus, folder, 2)
+    rows = np.concatenate([chunk for _, chunk in E.EmbeddingSet(folder).iter_rows(7)])
+    assert rows.shape == (40, 32) and rows.flags.writeable
+    for entry in manifest["shards"]:  # as `gather --no-checksums` writes it
+        del entry["sha256"], entry["ids_sha256"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _garbage_of_the_same_size(folder / "shard0of2.npy")
+    assert len(list(E.EmbeddingSet(folder).iter_rows(7))) == 6
+
+
+def _saved_retriever(tmp_path, shared=True):
+    make_tiny_encoder(tmp_path / "hf", seed=0)
+    folder = tmp_path / "retriever"
+    Retriever.from_pretrained(str(tmp_path / "hf"), RetrieverSettings(shared_towers=shared)).save(folder)
+    return folder
+
+
+@pytest.mark.parametrize("how", ["truncated", "same size"])
+def test_a_damaged_model_file_is_refused_naming_it(tmp_path, how):
+    folder = _saved_retriever(tmp_path, shared=False)
+    weights = folder / "passage_encoder" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if how == "truncated":
+        weights.write_bytes(data[:100])
+    else:
+        data[-10:] = b"\x00" * 10
+        weights.write_bytes(bytes(data))
+    with pytest.raises(DataError) as err:
+        Retriever.load(folder)
+    assert err.value.file == str(weights), str(err.value)
+    assert "delete the model folder" in str(err.value)
+
+
+def test_a_truncated_model_without_recorded_digests_names_the_file(tmp_path):
+    # a folder saved before the digests were recorded: safetensors' own error named no file
+    folder = _saved_retriever(tmp_path)
+    (folder / "query_encoder" / "checksums.json").unlink()
+    weights = folder / "query_encoder" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(DataError) as err:
+        Retriever.load(folder)
+    assert err.value.file == str(weights) and "cannot load the model weights" in str(err.value)
+
+
+def test_a_damaged_ranker_head_is_refused(tmp_path):
+    from pipeline.retrieval.ranker import HEAD_FILE, Ranker, RankerSettings
+
+    make_tiny_encoder(tmp_path / "hf", seed=0)
+    Ranker.from_pretrained(str(tmp_path / "hf"), RankerSettings(max_len=16)).save(tmp_path / "ranker")
+    head = tmp_path / "ranker" / HEAD_FILE
+    head.write_bytes(head.read_bytes()[:-8] + b"\x00" * 8)
+    with pytest.raises(DataError, match="sha256") as err:
+        Ranker.load(tmp_path / "ranker")
+    assert err.value.file == str(head)
+
+
+def test_model_files_follow_the_umask(tmp_path):
+    # issue 28.11: safetensors wrote model.safetensors 0600 whatever the umask
+    import os
+
+    old = os.umask(0o022)
+    os.umask(old)
+    folder = _saved_retriever(tmp_path)
+    modes = {
+        p.relative_to(folder).as_posix(): p.stat().st_mode & 0o777 for p in folder.rglob("*") if p.is_file()
+    }
+    assert "query_encoder/model.safetensors" in modes
+    assert set(modes.values()) == {0o666 & ~old}, modes

@@ -76,6 +76,19 @@ def test_sharded_index_equals_unsharded(tmp_path, random_set, parts):
     np.testing.assert_allclose(scores1, scores2, atol=1e-6)
 
 
+def test_a_rebuild_with_another_part_count_leaves_only_its_own_parts(tmp_path, random_set):
+    """index.shards 1 -> 2 in the same folder (issue 28, item 1): the old shard0of1 files go."""
+    folder, queries, _ = random_set
+    out = tmp_path / "index"
+    I.build_index(folder, out, factory="Flat", progress=False)
+    (out / "notes.txt").write_text("not ours")
+    manifest = I.build_index(folder, out, factory="Flat", shards=2, progress=False)
+    listed = {name for entry in manifest["shards"] for name in (entry["index"], entry["pids"])}
+    assert {p.name for p in out.iterdir()} == listed | {"index.json", "notes.txt"}
+    rows, _, _ = S.search_faiss(out, queries, 5, progress=False)
+    assert rows.shape == (len(queries), 5)
+
+
 def test_shard_groups():
     assert I.shard_groups(3, 1) == [[0, 1, 2]]
     assert I.shard_groups(3, 3) == [[0], [1], [2]]

@@ -91,6 +91,25 @@ def test_dpr_truncated_json_names_file_and_record(tmp_path):
     assert "truncated" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "text, record, near",
+    [
+        ('[{"question": "q", "answers": ["a"]}, {"question": "r" x}]', 1, '{"question": "r" x'),
+        ('[{"question": "q", "answers": ["a"]}, {"question": ', 1, None),
+    ],
+)
+def test_a_json_parser_error_is_one_line_naming_file_record_and_place(tmp_path, text, record, near):
+    # issue 28.11: yajl's error is three lines (what, an excerpt, a caret)
+    path = tmp_path / "b.json"
+    path.write_text(text)
+    with pytest.raises(DataError) as err:
+        list(dpr.read_biencoder(path, "train"))
+    message = str(err.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"{path}: record {record}: invalid or truncated JSON ("), message
+    assert near is None or f"{near}')" in message, message
+
+
 def test_dpr_truncated_gzip_is_a_data_error(tmp_path):
     raw = (FIX / "dpr" / "biencoder-nq-train.json.gz").read_bytes()
     cut = tmp_path / "train"

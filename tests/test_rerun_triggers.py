@@ -9,11 +9,14 @@ reuses the old output.
 The workspace: every output of a DAG that holds every rule, created empty and then recorded by
 `snakemake --touch --forceall` (which writes the same metadata as a real run, params included),
 nothing trained. Then, per setting in SETTINGS, an overlay changes that one setting and the DAG is
-planned as `snakemake -n` plans it (Snakemake's own DAG and needrun reasons, in process: ~0.2 s a
-plan instead of ~2.5 s a subprocess). A listed rule must be scheduled *for its own reason* (missing
-output, or a changed param, shell text or input set), not only because an upstream job reruns: that
-is what catches a rule that reads a setting nobody records. Two subprocess `snakemake -n` runs
-check the issue's own scenarios end to end.
+planned as `snakemake -n` plans it (Snakemake's own DAG and needrun decision, in process: ~0.2 s a
+plan instead of ~2.5 s a subprocess). A listed rule must be in that plan *for its own reason*, not
+only because an upstream job reruns: a missing output the plan needs, or a job that
+`snakemake -n --allowed-rules <rule>` still runs (Snakemake's own checks of params, shell text and
+input set, which it skips for a job with an output it holds no record of: issue 28 found
+index.shards rebuilding nothing that way while the records said the shell text had changed). That
+is what catches a rule that reads a setting nobody records. Subprocess `snakemake -n` runs check the
+issues' own scenarios end to end.
 
 SETTINGS has one entry per setting: the leaves of the config contracts (pipeline.core.settings),
 the top-level keys and the per-dataset keys of the schema. A setting added there and not here fails
@@ -108,6 +111,7 @@ RCL = ("train_dpr_rcl", "train_dpr_rcl_seed")
 CCR = ("train_ccr", "train_ccr_seed")
 RETRIEVERS = ("init_zeroshot", *DPR, *CCR)  # every rule that builds a retriever from `model`
 SEARCH = ("search_dense", "search_dense_seed")
+ANY_SEARCH = (*SEARCH, "search_for_mining")  # the search settings reach dense mining too
 
 # setting -> (a changed value, the rules it must rerun[, rules it must not schedule at all])
 SETTINGS: dict[str, tuple] = {
@@ -239,7 +243,7 @@ SETTINGS: dict[str, tuple] = {
     "encode.shards": (3, ("encode_corpus", "gather_embeddings")),
     "encode.batch_size": (32, ("encode_corpus",)),
     "encode.sort_buffer": (1000, ("encode_corpus",)),
-    "encode.amp": (False, ("encode_corpus", *SEARCH)),
+    "encode.amp": (False, ("encode_corpus", *ANY_SEARCH)),
     # The index ranks the train queries for dense mining, so a DPR trained on mined negatives
     # (dpr_mined_dpr) is retrained and re-encoded; the models the index cannot affect are not.
     "index.factory": (
@@ -249,11 +253,11 @@ SETTINGS: dict[str, tuple] = {
     ),
     "index.shards": (2, ("build_index",)),
     "index.train_size": (5000, ("build_index",)),
-    "search.backend": ("torch", SEARCH),
-    "search.batch_size": (64, SEARCH),
-    "search.nprobe": (8, SEARCH),
-    "search.ef_search": (64, SEARCH),
-    "search.chunk_rows": (1024, SEARCH),
+    "search.backend": ("torch", ANY_SEARCH),
+    "search.batch_size": (64, ANY_SEARCH),
+    "search.nprobe": (8, ANY_SEARCH),
+    "search.ef_search": (64, ANY_SEARCH),
+    "search.chunk_rows": (1024, ANY_SEARCH),
     "sweep.datasets": ([], ("noise_sweep",)),
     "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),
     "sweep.baseline": ("dpr_sieve", ("noise_sweep",)),
@@ -413,16 +417,19 @@ def _targets(overlay: Path) -> list[str]:
 
 
 class Plan:
-    """What `snakemake -n TARGETS --configfile overlay` would run, and which rules notice a change.
+    """What `snakemake -n TARGETS --configfile overlay` would run, and which rules rerun on their own.
 
-    ``scheduled``: (rule, reason) of every job to run. ``own``: rules with a job whose output is
-    missing or whose recorded params, shell text or input set differ (Snakemake's own checks of the
-    default rerun triggers). A dry run stops checking a job once an upstream job reruns it, so
-    ``own`` asks the same questions of every job: it tells a rule that records a setting from one
-    that reruns only because something upstream does.
+    ``scheduled``: (rule, reason) of every job the real plan runs. ``own``: of ``rules``, those with a
+    job the real plan runs for a missing output, or that `snakemake -n --allowed-rules <rule>` would
+    run: Snakemake's own needrun decision for that rule's jobs while nothing upstream may rerun. A
+    dry run stops checking a job once an upstream job reruns it, so the full plan cannot tell a rule
+    that notices the change from one that reruns only because something upstream does. Asking the
+    records directly (params, code, input set) instead overstates it: Snakemake skips those checks
+    for a job with any output that has no record (a new shard file nobody requests), so a changed
+    shell text there reruns nothing.
     """
 
-    def __init__(self, workdir: Path, overlay: Path, forceall: bool = False):
+    def __init__(self, workdir: Path, overlay: Path, forceall: bool = False, rules: tuple[str, ...] = ()):
         from snakemake.api import SnakemakeApi
         from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
@@ -441,19 +448,25 @@ class Plan:
                     forceall=forceall, ignore_incomplete=True, lock_warn_only=True, nolock=True
                 )
                 workflow._build_dag()
-                dag, records = workflow.dag, workflow.persistence
+                dag = workflow.dag
                 self.jobs, needrun = list(dag.jobs), list(dag.needrun_jobs())
                 self.scheduled = [(job.rule.name, str(dag.reason(job))) for job in needrun]
+                # Snakemake finds a missing output only from a job that needs it (the walk from the
+                # targets), so this comes from the full plan, before the passes below reset it.
+                missing = {job.rule.name for job in needrun if dag.reason(job).missing_output}
                 self.own = {
-                    job.rule.name
-                    for job in self.jobs
-                    if (job in needrun and dag.reason(job).missing_output)
-                    or records.params_changed(job)
-                    or any(records.code_changed(job))
-                    or any(records.input_changed(job))
+                    rule for rule in rules if rule in missing or self._reruns_alone(workflow, dag, rule)
                 }
         finally:
             os.chdir(cwd)
+
+    @staticmethod
+    def _reruns_alone(workflow, dag, rule: str) -> bool:
+        """Whether Snakemake plans a job of `rule` when only `rule` may run (--allowed-rules)."""
+        dag.rules_allowed_for_needrun = frozenset({rule})
+        dag._reason.clear()  # update_needrun adds to the reasons of the previous pass
+        workflow.async_run(dag.update_needrun())
+        return any(job.rule.name == rule for job in dag.needrun_jobs())
 
     def describe(self) -> str:
         return "\n".join(sorted({f"  {rule}: {reason[:150]}" for rule, reason in self.scheduled}))
@@ -549,10 +562,11 @@ def test_a_changed_setting_reruns_its_rules(workspace, base_config, setting):
     value, rules, *rest = SETTINGS[setting]
     assert value != _get(base_config, setting), f"{setting}: {value!r} is no change; pick another value"
     not_rules = rest[0] if rest else ()
-    planned = Plan(workdir, _write(workdir, "overlay", _set(BASE, setting, value)))
-    missing = [rule for rule in rules if rule not in planned.own]
+    planned = Plan(workdir, _write(workdir, "overlay", _set(BASE, setting, value)), rules=rules)
+    scheduled = {rule for rule, _ in planned.scheduled}
+    missing = [rule for rule in rules if rule not in planned.own or rule not in scheduled]
     assert not missing, f"{setting} -> {value!r} does not rerun {missing}; planned:\n{planned.describe()}"
-    wrong = [rule for rule in not_rules if rule in {rule for rule, _ in planned.scheduled}]
+    wrong = [rule for rule in not_rules if rule in scheduled]
     assert not wrong, f"{setting} -> {value!r} reruns {wrong}; planned:\n{planned.describe()}"
 
 
@@ -599,6 +613,8 @@ def _reasons(output: str) -> dict[str, list[str]]:
         ({"dpr": {"lr": 1e-4}}, "train_dpr", "mine_bm25_negatives"),
         # the candidates' own settings are in their path (a new file beside the old, below); this one is not
         ({"sieve": {"temperature": 0.5}}, "sieve_negatives", "sieve_candidates"),
+        # issue 28: consumers request only index.json, so the part count cannot rest on part paths
+        ({"index": {"shards": 2}}, "build_index", "train_dpr"),
     ],
 )
 def test_snakemake_dry_run_reruns_the_changed_rule(workspace, change, rule, untouched):

@@ -124,6 +124,7 @@ def lookup_embeddings(emb_dir: str | os.PathLike, pids: Sequence[str]) -> np.nda
         hit = pc.is_valid(pos).to_numpy(zero_copy_only=False)
         if hit.any():
             rows = pc.filter(pos, pc.is_valid(pos)).to_numpy()
+            emb.verify(shard)
             out[hit] = read_rows(shard.embeddings, rows).astype(np.float32)
             found |= hit
     if not found.all():

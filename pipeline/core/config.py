@@ -43,12 +43,22 @@ def _load_yaml(path: str | os.PathLike) -> dict:
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: {_yaml_one_line(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+def _yaml_one_line(exc: yaml.YAMLError) -> str:
+    """A YAML (or JSON) parser error on one line with its position; PyYAML's own message spans lines
+    with excerpts of the text."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    parts = [getattr(exc, "problem", None), getattr(exc, "context", None)]
+    what = ", ".join(p.strip() for p in parts if p) or " ".join(str(exc).split())
+    return f"{where}not valid YAML: {what}"
 
 
 def unknown_methods(config: dict, methods: Collection[str]) -> list[str]:

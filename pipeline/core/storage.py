@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -60,6 +61,21 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give a file the permissions a plain open() would have (writers that go through mkstemp, ours
+    and safetensors', leave 0600)."""
+    os.chmod(path, 0o666 & ~_UMASK)
+
+
+def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    """sha256 of a file, read in blocks: memory stays one block whatever the size."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 # ---- atomic writes --------------------------------------------------------------------------------
 
 
@@ -74,7 +90,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_UMASK)
+        follow_umask(tmp_path)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

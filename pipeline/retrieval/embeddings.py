@@ -29,7 +29,14 @@ import pyarrow.parquet as pq
 from numpy.lib import format as npy_format
 
 from pipeline.core.schemas import ids_schema
-from pipeline.core.storage import DataError, ParquetStreamWriter, StreamedOutput, read_json_object, write_json
+from pipeline.core.storage import (
+    DataError,
+    ParquetStreamWriter,
+    StreamedOutput,
+    file_sha256,
+    read_json_object,
+    write_json,
+)
 
 log = logging.getLogger("sieve.embeddings")
 
@@ -179,22 +186,73 @@ def _refuse_non_finite(path: str | os.PathLike, row: int) -> None:
     )
 
 
-def iter_rows(path: str | os.PathLike, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+def iter_rows(
+    path: str | os.PathLike, chunk_rows: int, sha256: str | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, array[<=chunk_rows, d]) chunks read with plain reads: memory is one chunk.
 
-    Chunks with non-finite values are refused (``check_finite_rows``).
+    Chunks with non-finite values are refused (``check_finite_rows``). With ``sha256`` (the digest
+    gather recorded) the bytes are hashed as they are read and compared before the last chunk is
+    handed out, so a consumer never finishes on a changed file and the check costs no extra read.
     """
     (rows, dim), dtype, offset = read_header(path)
+    digest = hashlib.sha256() if sha256 is not None and not _already_verified(path, sha256) else None
     with open(path, "rb") as handle:
-        handle.seek(offset)
+        header = handle.read(offset)
+        if digest is not None:
+            digest.update(header)
+            if rows == 0:
+                _check_digest(path, digest, sha256)
         for start in range(0, rows, chunk_rows):
             count = min(chunk_rows, rows - start)
-            data = np.fromfile(handle, dtype=dtype, count=count * dim)
-            if data.size != count * dim:
+            data = np.empty((count, dim), dtype=dtype)
+            if handle.readinto(data) != data.nbytes:
                 raise DataError(f"unexpected end of data at row {start}", file=path)
-            data = data.reshape(count, dim)
+            if digest is not None:
+                digest.update(data)
+                if start + count == rows:
+                    _check_digest(path, digest, sha256)
             check_finite_rows(data, path, start)
             yield start, data
+
+
+# (path, size, mtime) -> sha256 of the files this process has hashed: a file read twice (the sample
+# an IVF index trains on, then every row) is hashed once.
+_VERIFIED: dict[tuple[str, int, int], str] = {}
+
+
+def _file_key(path: str | os.PathLike) -> tuple[str, int, int]:
+    stat = os.stat(path)
+    return str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def _already_verified(path: str | os.PathLike, sha256: str) -> bool:
+    return _VERIFIED.get(_file_key(path)) == sha256
+
+
+def _check_digest(path: str | os.PathLike, digest, expected: str) -> None:
+    actual = digest.hexdigest()
+    if actual != expected:
+        raise DataError(
+            f"sha256 {actual[:12]}… differs from {expected[:12]}… recorded in {MANIFEST} when the shards "
+            "were gathered (damaged or overwritten since): delete the embedding folder and rerun to "
+            "encode it again",
+            file=path,
+        )
+    _VERIFIED[_file_key(path)] = expected
+
+
+def verify_file(path: str | os.PathLike, sha256: str | None) -> None:
+    """Compare a file with the digest gather recorded (streamed; once per process and file state)."""
+    if sha256 is None or _already_verified(path, sha256):
+        return
+    if not Path(path).exists():
+        raise DataError("file not found (did encode_corpus run?)", file=path)
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    _check_digest(path, digest, sha256)
 
 
 def read_rows(path: str | os.PathLike, rows: np.ndarray) -> np.ndarray:
@@ -263,14 +321,6 @@ def _check_one_precision(precisions: dict[str, str | None], folder: Path) -> str
     return kinds.pop() if kinds and not unrecorded else None
 
 
-def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(block):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # ---- gathered shards ------------------------------------------------------------------------------
 
 
@@ -281,6 +331,8 @@ class Shard:
     ids: Path
     count: int
     offset: int  # global row of the shard's first row
+    sha256: str | None = None  # of the .npy, as gather recorded it (None: gathered --no-checksums)
+    ids_sha256: str | None = None
 
 
 class EmbeddingSet:
@@ -306,6 +358,8 @@ class EmbeddingSet:
                     self.folder / entry["ids"],
                     int(entry["count"]),
                     offset,
+                    entry.get("sha256"),
+                    entry.get("ids_sha256"),
                 )
             )
             offset += int(entry["count"])
@@ -320,16 +374,21 @@ class EmbeddingSet:
     ) -> Iterator[tuple[int, np.ndarray]]:
         """(global first row, fp16 chunk) over the chosen shards (all by default), in order."""
         for shard in self.shards if shards is None else [self.shards[i] for i in shards]:
-            for start, chunk in iter_rows(shard.embeddings, chunk_rows):
+            for start, chunk in iter_rows(shard.embeddings, chunk_rows, shard.sha256):
                 yield shard.offset + start, chunk
 
     def ids(self, shards: Sequence[int] | None = None) -> pa.Array:
         """The ids of the chosen shards, concatenated in row order (an Arrow string array)."""
-        parts = [
-            read_ids(s.ids, self.id_field)
-            for s in (self.shards if shards is None else [self.shards[i] for i in shards])
-        ]
+        parts = []
+        for s in self.shards if shards is None else [self.shards[i] for i in shards]:
+            verify_file(s.ids, s.ids_sha256)
+            parts.append(read_ids(s.ids, self.id_field))
         return _concat(parts).combine_chunks()
+
+    def verify(self, shard: Shard) -> None:
+        """Check a shard's .npy against the manifest before reading some of its rows (``read_rows``
+        reads only those, so it cannot hash the file as it goes)."""
+        verify_file(shard.embeddings, shard.sha256)
 
 
 def _concat(parts: list[pa.ChunkedArray]) -> pa.ChunkedArray:

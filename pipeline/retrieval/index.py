@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from pipeline.retrieval.encode import make_progress
 log = logging.getLogger("sieve.index")
 
 INDEX_MANIFEST = "index.json"
+PART_NAME = re.compile(r"shard\d+of\d+\.(faiss|pids\.parquet)")
 FORMAT = "sieve-index/1"
 
 
@@ -122,6 +124,8 @@ def build_index(
     if embeddings.count == 0:
         raise DataError("no embeddings to index", file=Path(embeddings_dir) / "manifest.json")
     began = time.perf_counter()
+    # An index.json beside parts being rewritten would pass for a complete index.
+    (out_dir / INDEX_MANIFEST).unlink(missing_ok=True)
     template = new_index(embeddings.dim, factory)
     trained_on = 0
     if not template.is_trained:
@@ -179,6 +183,7 @@ def build_index(
         "shards": entries,
     }
     write_json(out_dir / INDEX_MANIFEST, manifest)
+    remove_stale_parts(out_dir, {name for e in entries for name in (e["index"], e["pids"])})
     log.info(
         "indexed %d vectors with %s in %d part(s), %.1f s, %.1f MiB on disk",
         embeddings.count,
@@ -188,6 +193,14 @@ def build_index(
         sum(e["bytes"] for e in entries) / 2**20,
     )
     return manifest
+
+
+def remove_stale_parts(out_dir: Path, keep: set[str]) -> None:
+    """Delete the parts a build with another ``index.shards`` left (index.json no longer lists them)."""
+    for path in sorted(out_dir.glob("shard*of*")):
+        if PART_NAME.fullmatch(path.name) and path.name not in keep:
+            log.info("removing %s (a part of an index built with another index.shards)", path)
+            path.unlink()
 
 
 def load_index_manifest(index_dir: str | os.PathLike) -> dict:

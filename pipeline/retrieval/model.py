@@ -21,11 +21,12 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
+from transformers import AutoTokenizer, BertConfig, BertModel
 
 from pipeline.core.config import resolve_model_path
 from pipeline.retrieval.hf_folders import (
     load_encoder,
+    load_model,
     read_settings,
     save_encoder,
     settings_from_dict,
@@ -96,7 +97,7 @@ class Retriever(torch.nn.Module):
         settings = settings or RetrieverSettings(base=name_or_path)
         path = resolve_model_path(name_or_path)
         tokenizer, query_model = load_encoder(path)
-        passage_model = None if settings.shared_towers else AutoModel.from_pretrained(path)
+        passage_model = None if settings.shared_towers else load_model(path)
         return cls(query_model, passage_model, tokenizer, settings)
 
     @classmethod
@@ -110,7 +111,7 @@ class Retriever(torch.nn.Module):
         tokenizer, query_model = load_encoder(folder / "query_encoder")
         passage_model = None
         if not settings.shared_towers:
-            passage_model = AutoModel.from_pretrained(folder / "passage_encoder")
+            passage_model = load_model(folder / "passage_encoder")
         return cls(query_model, passage_model, tokenizer, settings)
 
     def save(self, folder: str | Path) -> None:
@@ -222,6 +223,5 @@ def make_tiny_encoder(out_dir: str | Path, seed: int = 0, hidden: int = 32, laye
         intermediate_size=hidden * 2,
         max_position_embeddings=512,
     )
-    BertModel(config).save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    save_encoder(out_dir, BertModel(config), tokenizer)
     return out_dir

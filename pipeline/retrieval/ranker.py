@@ -36,6 +36,8 @@ from pipeline.retrieval.hf_folders import (
     read_settings,
     save_encoder,
     settings_from_dict,
+    verify_checksums,
+    write_checksums,
     write_settings,
 )
 
@@ -108,6 +110,7 @@ class Ranker(torch.nn.Module):
                 "use Ranker.from_pretrained for a base model)"
             )
         tokenizer, encoder = load_encoder(folder / "encoder")
+        verify_checksums(folder)  # the head
         head = torch.nn.Linear(encoder.config.hidden_size, 1)
         head.load_state_dict(torch.load(folder / HEAD_FILE, map_location="cpu", weights_only=True))
         return cls(encoder, head, tokenizer, settings)
@@ -120,6 +123,7 @@ class Ranker(torch.nn.Module):
         with atomic_path(folder / HEAD_FILE) as tmp:
             with open(tmp, "wb") as handle:  # a path would name the zip's folder after tmp
                 torch.save({k: v.detach().cpu() for k, v in self.head.state_dict().items()}, handle)
+        write_checksums(folder, [HEAD_FILE])
         write_settings(folder / SETTINGS_FILE, self.settings)
 
     # ---- tokenisation and forward --------------------------------------------------------------------

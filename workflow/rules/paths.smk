@@ -127,10 +127,6 @@ def index(d, model):
     return f"{index_dir(d, model)}/index.json"
 
 
-def index_part(d, model, part, parts, ext):
-    return f"{index_dir(d, model)}/shard{part}of{parts}.{ext}"
-
-
 def sieve_dir(d):
     return f"results/{d}/sieve"
 

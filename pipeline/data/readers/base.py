@@ -180,12 +180,28 @@ def open_source(
     except ijson.JSONError as exc:
         if "invalid bytes in UTF8" in str(exc):  # yajl's words; ijson parses where src.record is
             raise src.error("not valid UTF-8 (invalid bytes in a JSON string)") from exc
-        raise src.error(f"invalid or truncated JSON ({exc})") from exc
+        raise src.error(f"invalid or truncated JSON ({yajl_one_line(str(exc))})") from exc
     finally:
         if progress is not None:
             progress.update(task, completed=path.stat().st_size)
         stream.close()
         raw.close()
+
+
+def yajl_one_line(message: str) -> str:
+    """yajl's error on one line: its first line, then the text before the point it marks.
+
+    yajl reports an error as three lines (what, an excerpt of the text, a caret under the point);
+    printed as they are they break the one-line error (docs/failures.md) and the excerpt's padding
+    hides where the error is.
+    """
+    lines = message.splitlines()
+    what = lines[0].strip().rstrip(".") if lines else message.strip()
+    if len(lines) >= 3 and "^" in lines[2]:
+        caret = lines[2].index("^")
+        before = lines[1][:caret].strip()
+        return f"{what}, after {before[-40:]!r}" if before else what  # empty at the end of the file
+    return " ".join(line.strip() for line in lines if line.strip()) or what
 
 
 def _split_lines(line: bytes, newline: str) -> list[bytes]:
