@@ -244,15 +244,11 @@ def test_a_second_sieve_setting_builds_beside_the_first(tmp_path):
         for line in shells
         if "train_dense" in line
     }
-    assert {
-        "results/synthkb/models/dpr",
-        "results/synthkb/models/dpr_ccr_b0.5",
-        "results/synthkb/models/dpr_sieve_b0.5_pool200",
-        "results/synthkb/models/dpr_oracle_pool200",
-    } <= trained
-    (gather,) = [line for line in shells if "pipeline.evaluation.gather" in line]
-    assert "dpr_sieve=results/synthkb/dpr_sieve_b0.5_pool200/metrics.json" in gather
-    assert "dpr_oracle=results/synthkb/dpr_oracle_pool200/metrics.json" in gather
+    models = ("dpr", "dpr_ccr_b0.5", "dpr_sieve_b0.5_pool200", "dpr_oracle_pool200")
+    assert {f"results/synthkb/models/{m}" for m in models} <= trained
+    gathered = next(line for line in shells if "pipeline.evaluation.gather" in line).split()
+    for method, run in (("dpr_sieve", "dpr_sieve_b0.5_pool200"), ("dpr_oracle", "dpr_oracle_pool200")):
+        assert f"{method}=results/synthkb/{run}/metrics.json" in gathered
     assert not any("results/synthkb/sieve/candidates.parquet" in line for line in shells)
 
 
