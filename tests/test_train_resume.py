@@ -166,3 +166,30 @@ def test_the_loop_trains_with_the_loss_object_it_is_given(setup, tmp_path, tiny_
     # Same data, seed and start: the first step's loss is exactly half of the config's CCR loss.
     assert logged[0]["loss"] == pytest.approx(reference[0]["loss"] / 2, rel=1e-6)
     assert json.loads((tmp_path / "h" / "fingerprint.json").read_text())["loss"] == {"loss": "halved_ccr"}
+
+
+def test_training_logs_a_plain_progress_line_every_tenth_of_the_run(setup, tmp_path, tiny_retriever, caplog):
+    """Under Snakemake or SLURM (no terminal) the rich bar draws nothing until the end: the log gets a
+    plain line (step, loss, lr, examples/s, ETA) every tenth of the steps, the last one included."""
+    import logging
+
+    _, model_dir, data = setup
+    with caplog.at_level(logging.INFO, logger="sieve.trainer"):
+        train(
+            tiny_retriever(model_dir),
+            data,
+            _config(max_steps=5, checkpoint_every=0),
+            checkpoint_dir=tmp_path / "p",
+        )
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["1/5", "2/5", "3/5", "4/5", "5/5"]
+    assert "(100%)" in lines[-1] and "ex/s" in lines[-1] and "ETA 0m00s" in lines[-1]
+
+
+def test_progress_lines_come_every_n_steps_or_after_a_pause():
+    from pipeline.training.loop import ProgressLines
+
+    lines = ProgressLines(start=10, total=110)  # a resumed run: a tenth of the 100 steps left
+    assert [step for step in range(11, 111) if lines(step, 1.0, 1e-5, 3.0)] == list(range(20, 111, 10))
+    slow = ProgressLines(start=0, total=1000, seconds=0.0)  # every step once a pause has passed
+    assert slow(1, 1.0, 1e-5, 3.0) is not None

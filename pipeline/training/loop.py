@@ -175,6 +175,33 @@ def truncate_log(path: Path, step: int) -> None:
         handle.write("".join(line + "\n" for line in lines))
 
 
+class ProgressLines:
+    """A plain log line every ``every`` steps or ``seconds`` (step, loss, lr, examples/s, ETA): the rich
+    bar draws only on a terminal, so a job under Snakemake or SLURM would print nothing for minutes."""
+
+    def __init__(self, start: int, total: int, every: int | None = None, seconds: float = 60.0):
+        self.start, self.total = start, total
+        self.every = every or max(1, (total - start) // 10)
+        self.seconds = seconds
+        self.began = self.last = time.perf_counter()
+
+    def __call__(self, done: int, loss: float, lr: float, eps: float) -> str | None:
+        now = time.perf_counter()
+        if not (
+            done == self.total or (done - self.start) % self.every == 0 or now - self.last >= self.seconds
+        ):
+            return None
+        self.last = now
+        rate = (now - self.began) / max(done - self.start, 1)
+        eta = rate * (self.total - done)
+        line = (
+            f"step {done}/{self.total} ({100 * done / max(self.total, 1):.0f}%) loss {loss:.4f} lr {lr:.2e} "
+            f"{eps:.1f} ex/s, {rate:.2f} s/step, ETA {int(eta // 60)}m{int(eta % 60):02d}s"
+        )
+        log.info(line)
+        return line
+
+
 def _progress(enabled: bool) -> Progress:
     return Progress(
         TextColumn("[bold]train"),
@@ -287,6 +314,7 @@ def train(
         task = progress.add_task(
             "train", total=total, completed=start, loss=0.0, lr=scheduler.get_last_lr()[0], eps=0.0
         )
+        progress_lines = ProgressLines(start, total)
         for step in range(start, total):
             tick = time.perf_counter()
             epoch, position = divmod(step, per_epoch)
@@ -357,6 +385,8 @@ def train(
                 log_file.write(json.dumps(record, allow_nan=False) + "\n")
                 log_file.flush()
             progress.update(task, completed=done, loss=totals[0], lr=lr, eps=eps)
+            if dist_info.is_main:
+                progress_lines(done, float(totals[0]), lr, eps)
             if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < total:
                 if dist_info.is_main:
                     save_checkpoint(
