@@ -354,7 +354,7 @@ NOT_CHANGED = {
     "datasets.toy.format": "another reader needs other source roles; prepare_dataset records `format`",
 }
 # Rules without settings of their own: what they compute follows from their inputs.
-NO_SETTINGS = {"sieve_report", "sieve_comparison", "ar2_seeds"}
+NO_SETTINGS = {"sieve_report", "sieve_comparison", "ar2_seeds", "export_qrels"}
 
 
 pytestmark = pytest.mark.slow

@@ -61,8 +61,9 @@ def trec_exports(wildcards):
         return []
     split = eval_split(wildcards.dataset)
     d = wildcards.dataset
-    return [trec_run(d, run, split, seed) for run in {run_of(d, m): None for m in cfg(d)["methods"]}
-            for seed in method_seeds(d, run)]
+    judged = [trec_qrels(d, split)] + ([trec_qrels(d, split, "qrels_all")] if d in SYNTHETIC else [])
+    return judged + [trec_run(d, run, split, seed) for run in {run_of(d, m): None for m in cfg(d)["methods"]}
+                     for seed in method_seeds(d, run)]
 
 
 rule evaluate:
@@ -112,6 +113,21 @@ rule export_trec:
         "benchmarks/export_trec/{dataset}.{run}.{split}.tsv"
     shell:
         "python -m pipeline.retrieval.runs --run {input.run} --queries {input.queries} --tag {params.tag} --trec {output} --log {log}"
+
+
+rule export_qrels:
+    input:
+        lambda wildcards: (qrels_all if wildcards.judged == "qrels_all" else qrels)(wildcards.dataset, wildcards.split),
+    output:
+        trec_qrels("{dataset}", "{split}", "{judged}"),
+    wildcard_constraints:
+        judged="qrels|qrels_all",
+    conda:
+        CPU_ENV
+    log:
+        "logs/export_qrels/{dataset}.{judged}.{split}.log",
+    shell:
+        "python -m pipeline.evaluation.export_qrels --qrels {input} --out {output} --log {log}"
 
 
 # A dataset name that is not declared would be a bare "no rule to produce" (the {dataset} wildcard only

@@ -60,6 +60,11 @@ def run(d, method, split, seed=None):
     return f"{run_dir(d, method, seed)}/run.{split}.parquet"
 
 
+def trec_qrels(d, split, judged="qrels"):
+    """A split's judgements in TREC format beside the TREC runs (judged: qrels, or synthkb's qrels_all)."""
+    return f"results/{d}/{judged}.{split}.trec"
+
+
 def trec_run(d, method, split, seed=None):
     return f"{run_dir(d, method, seed)}/run.{split}.trec"
 
