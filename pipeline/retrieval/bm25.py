@@ -6,7 +6,7 @@
 
 The corpus is tokenised in streamed batches into compact int32 arrays (title + " " + text), so the
 Python-object overhead does not scale with the corpus; the bm25s sparse index itself is what remains
-in memory (see README "Scale"). Passages are scored as title + text, as in the reference numbers.
+in memory (docs/encoding.md). Passages are scored as title + text, as in the reference numbers.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 # wildcard names ("{dataset}", "{split}", ...) they return the rule's patterns; called with values, the
 # concrete paths that input functions ask for. logs/ and benchmarks/ are per rule and stay in the rules.
 
-# resources/{dataset}/: the canonical tables of a dataset (README "Data layout", pipeline.core.schemas).
+# resources/{dataset}/: the canonical tables of a dataset (docs/usage.md "Data layout", pipeline.core.schemas).
 def dataset_dir(d):
     return f"resources/{d}"
 
