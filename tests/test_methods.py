@@ -280,3 +280,42 @@ def test_an_ar2_sieve_run_carries_its_scorer_and_sieve_settings():
     config["sieve"]["scorer"] = "dpr"
     assert method_table(config)["ar2_sieve"].variant_dir == "sieve_no_ccr_candidates20"
     assert method_table(config)["ar2_simans"].variant_dir == "simans"  # no sieve, no tag
+
+
+def _writes(tmp_path, overlay_text: str, *targets: str) -> dict[str, str]:
+    """Output path -> the shell line that writes it, in `snakemake -n -p --forceall TARGETS`."""
+    import re
+
+    (tmp_path / "plan").mkdir(parents=True, exist_ok=True)
+    writes: dict[str, str] = {}
+    for target in targets:
+        proc = _dry_run(tmp_path / "plan", overlay_text, "-p", "--forceall", target=target)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
+            outputs = re.search(r"^\s+output: (.*)$", block, flags=re.MULTILINE)
+            shell = re.search(r"^Shell command: (.*)$", block, flags=re.MULTILINE)
+            for path in outputs.group(1).split(", ") if outputs and shell else []:
+                writes[path] = shell.group(1)
+    return writes
+
+
+@pytest.mark.slow
+def test_the_sieve_comparison_overlay_writes_beside_the_demo_never_over_it(tmp_path):
+    """issue 27.6: the README's filter comparison (config/overlays/sieve, max_queries 600) rewrote the
+    demo's sieve/candidates.parquet, so the next `make demo` redid the sieve and all after it. Every
+    file both plans write must now be written by the same command (the shared data, BM25, DPR, CCR)."""
+    from pathlib import Path
+
+    overlay = (Path(__file__).resolve().parent.parent / "config/overlays/sieve/config.yaml").read_text()
+    demo = _writes(tmp_path / "demo", "seed: 0\n", "results/synthkb/metrics.json")
+    comparison = _writes(
+        tmp_path / "comparison",
+        overlay,
+        "results/synthkb/sieve/comparison_max_queries600.md",
+        "results/synthkb/figures_max_queries600/figure1_nce_loss.png",
+    )
+    shared = set(demo) & set(comparison)
+    assert {"results/synthkb/models/dpr/retriever.json", "results/synthkb/negatives/bm25.parquet"} <= shared
+    overwritten = sorted(path for path in shared if demo[path] != comparison[path])
+    assert overwritten == [], overwritten
+    assert "results/synthkb/sieve/candidates_max_queries600.parquet" in comparison
