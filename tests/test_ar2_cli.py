@@ -382,3 +382,33 @@ def test_an_unwritable_round_folder_is_refused_before_the_round_starts(data, tmp
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert str(blocker) in err and "not a folder" in err, err
+
+
+def test_sieve_init_warm_fine_tunes_the_warm_up_retriever_every_round(data, tmp_path):
+    """The authors' scripts' loop: each round's CCR model starts from the warm-up DPR (--warm-retriever),
+    not from the round's own retriever; without the folder the round is refused before any work."""
+    settings = _settings(data, sieve_init="warm", ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1)
+    ccr = to_flags(
+        CcrSettings,
+        {
+            **defaults(CcrSettings),
+            "max_steps": 1,
+            "batch_size": 2,
+            "hard_negatives": 2,
+            "in_batch": False,
+            "negatives_depth": 5,
+            "checkpoint_every": 0,
+        },
+        AR2_CCR_KEYS,
+        prefix="ccr",
+    )
+    _round(data, tmp_path, 0, settings)
+    with pytest.raises(ConfigError, match="--warm-retriever"):
+        _round(data, tmp_path, 1, settings, extra=shlex.split(ccr))
+    warm = ["--warm-retriever", str(data / "dpr")]
+    _round(data, tmp_path, 1, settings, extra=[*shlex.split(ccr), *warm])
+    _round(data, tmp_path, 2, settings, extra=[*shlex.split(ccr), *warm])
+    for r in (1, 2):
+        info = json.loads((tmp_path / "sieve" / f"round{r}" / "sieve_model" / "train_info.json").read_text())
+        assert info["init"] == str(data / "dpr")  # round 2 too: not round 1's retriever
+    assert pd.read_parquet(tmp_path / "sieve" / "round2" / "sieve.parquet")["kept"].any()

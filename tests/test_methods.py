@@ -319,3 +319,13 @@ def test_the_sieve_comparison_overlay_writes_beside_the_demo_never_over_it(tmp_p
     overwritten = sorted(path for path in shared if demo[path] != comparison[path])
     assert overwritten == [], overwritten
     assert "results/synthkb/sieve/candidates_max_queries600.parquet" in comparison
+
+
+@pytest.mark.slow
+def test_ar2_sieve_init_warm_plans_the_warm_up_dpr_and_the_ccr_settings(tmp_path):
+    shells = _planned_shells(tmp_path, "methods: [ar2_sieve]\nar2: {sieve_init: warm, rounds: 2}\n")
+    rounds = [line for line in shells if "pipeline.ar2.run_round" in line and "--round 0" not in line]
+    assert len(rounds) == 2
+    for line in rounds:
+        assert "--warm-retriever results/synthkb/models/dpr " in line and "--ccr-beta 0.5" in line
+        assert "results/synthkb/ar2/sieve_b0.5_warm/seed0/" in line and "--sieve-init warm" in line

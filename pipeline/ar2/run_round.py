@@ -317,6 +317,14 @@ def _sieve_model(
     from pipeline.training.loop import TrainConfig
     from pipeline.training.train_dense import TrainInputs, train_retriever
 
+    # warm: the authors' scripts retrain CCR each round from the warm-up checkpoint (DPR), on the
+    # candidates the round's retriever mined; current: from that retriever itself.
+    if settings["sieve_init"] == "warm":
+        if not args.warm_retriever:
+            raise ConfigError("ar2.sieve_init 'warm' needs --warm-retriever (the warm-up DPR model folder)")
+        start = args.warm_retriever
+    else:
+        start = prev["retriever"]
     out = round_dir / "sieve_model"
     if not (out / "retriever.json").exists():
         ccr = args.ccr
@@ -327,13 +335,15 @@ def _sieve_model(
             seed=args.seed,
         )
         log.info(
-            "sieve_init current: CCR fine-tuning round %d's start retriever (beta %g, %d steps)",
+            "sieve_init %s: CCR fine-tuning of %s on round %d's candidates (beta %g, %d steps)",
+            settings["sieve_init"],
+            start,
             args.round,
             cfg.beta,
             cfg.max_steps,
         )
         train_retriever(
-            str(prev["retriever"]),
+            str(start),
             TrainInputs(
                 args.train_queries, args.train_qrels, str(round_dir / "negatives.parquet"), args.corpus
             ),
@@ -377,8 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--sieve-model", help="sieve_init initial: the CCR model folder")
     ap.add_argument("--sieve-embeddings", help="sieve_init initial: its corpus embeddings")
+    ap.add_argument("--warm-retriever", help="sieve_init warm: the warm-up DPR model folder CCR starts from")
     add_flags(
-        ap.add_argument_group("sieve_init current: the CCR of the round's start (config section ccr)"),
+        ap.add_argument_group("sieve_init warm/current: the round's CCR training (config section ccr)"),
         CcrSettings,
         names=AR2_CCR_KEYS,
         prefix="ccr",
@@ -423,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         # bf16 results depend on the batch shapes too, so encode_batch_size stays in
         "compute_precision": precision_name(autocast_dtype(device, settings["precision"])),
         "sieve": args.sieve if variant_sieves(args.variant) else None,
-        # the dev evaluation and the round's CCR model (sieve_init current) are part of its result
+        # the dev evaluation and the round's CCR model (sieve_init warm/current) are part of its result
         "eval": {
             "match": args.match,
             "ks": args.ks,
@@ -431,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
             "suspect_same_article": args.suspect_same_article,
         },
         "ccr": (
-            args.ccr if variant_sieves(args.variant) and settings.get("sieve_init") == "current" else None
+            args.ccr
+            if variant_sieves(args.variant) and settings.get("sieve_init") in ("warm", "current")
+            else None
         ),
         "inputs": [
             file_id(p)
@@ -445,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.start_embeddings,
                 args.sieve_model,
                 args.sieve_embeddings,
+                args.warm_retriever,
             )
         ],
         "previous": (

@@ -8,9 +8,10 @@ same rule, fallback and schema as the stand-alone sieve). The sieve model is cho
 
 - ``initial``: the CCR model trained once from DPR (``models/dpr_ccr_b{beta}``). Its corpus embeddings
   are already on disk (``embeddings/dpr_ccr_b{beta}``), so a round only encodes its train queries.
-- ``current``: the released code's loop: CCR fine-tuning of the round's starting retriever (round
-  r-1) on the round's negatives (``pipeline.training.train_dense`` with the ``ccr`` settings), then scoring with
-  it (each distinct candidate passage encoded once).
+- ``warm``: the authors' scripts' loop: CCR fine-tuning of the warm-up checkpoint (``models/dpr``) on the
+  round's negatives (``pipeline.training.train_dense`` with the ``ccr`` settings), then scoring with it
+  (each distinct candidate passage encoded once).
+- ``current``: the same fine-tuning, started from the round's own starting retriever (round r-1).
 """
 
 from __future__ import annotations

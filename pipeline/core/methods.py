@@ -116,12 +116,12 @@ AR2_SIEVE_TAG_KEYS = ("candidates", "pool", *SIEVE_DECISION_TAG_KEYS)
 
 def ar2_sieve_tag(config: dict) -> str:
     """What tells two AR2 sieve runs apart in their folders: the scoring model (``_b<β>``: the CCR
-    model at ccr.beta; ``_no_ccr``: models/dpr, sieve.scorer dpr; ``_b<β>_current``: CCR retrained
-    from each round's retriever, ar2.sieve_init current) and the sieve settings of AR2_SIEVE_TAG_KEYS
+    model at ccr.beta; ``_no_ccr``: models/dpr, sieve.scorer dpr; ``_b<β>_warm`` / ``_b<β>_current``:
+    CCR retrained each round from the warm-up DPR / from the round's retriever, ar2.sieve_init) and the sieve settings of AR2_SIEVE_TAG_KEYS
     that differ from their defaults (as sieve_tag writes them)."""
     sieve, defaults = config["sieve"], SieveSettings()
-    if config["ar2"]["sieve_init"] == "current":
-        scorer = f"_b{beta_tag(float(config['ccr']['beta']))}_current"
+    if config["ar2"]["sieve_init"] in ("warm", "current"):
+        scorer = f"_b{beta_tag(float(config['ccr']['beta']))}_{config['ar2']['sieve_init']}"
     else:
         scorer = f"_b{beta_tag(float(config['ccr']['beta']))}" if sieve["scorer"] == "ccr" else "_no_ccr"
     parts = [_tag_part(key, sieve[key]) for key in AR2_SIEVE_TAG_KEYS if sieve[key] != getattr(defaults, key)]

@@ -422,7 +422,12 @@ class Ar2Settings(Contract):
     similarity: Optional[Literal["cosine", "dot"]] = None
     temperature: Optional[float] = Field(None, gt=0)
     passage_max_len: Optional[int] = Field(None, ge=8)
-    sieve_init: Literal["initial", "current"] = "initial"
+    sieve_init: Literal["initial", "warm", "current"] = Field(
+        "initial",
+        description="sieve variants' scorer: initial = the CCR model models/dpr_ccr_b<β>, trained once; warm = "
+        "CCR retrained each round from the warm-up DPR on that round's candidates (the authors' scripts); "
+        "current = CCR retrained each round from round r-1's retriever",
+    )
     select_metric: str = Field("R@5", min_length=1)
     checkpoint_every: int = Field(25, ge=0)
     keep_checkpoints: bool = False
@@ -435,7 +440,7 @@ class Ar2Settings(Contract):
 
 # What an AR2 round reads (pipeline.ar2.run_round's flags): config ar2 but which runs exist (seeds),
 # ar2_select's metric and the job's reservation; of sieve, what the round's sieve decides with; of
-# ccr (sieve_init current), what trains the round's CCR model.
+# ccr (sieve_init warm/current), what trains the round's CCR model.
 AR2_ROUND_KEYS = tuple(
     k for k in Ar2Settings.model_fields if k not in ("seeds", "select_metric", *RESOURCE_KEYS)
 )

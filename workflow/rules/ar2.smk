@@ -56,6 +56,8 @@ def ar2_round_inputs(wildcards):
         if r == 1 and c["ar2"]["ranker_init"] == "cross_encoder":
             inputs["ranker_init"] = ranker(d, "cross_encoder")
         if _ar2_sieves(d, variant):
+            if c["ar2"]["sieve_init"] == "warm":
+                inputs["warm_model"] = retriever(d, "dpr")
             if c["ar2"]["sieve_init"] == "initial":
                 model = ccr_model(beta_tag(c["ccr"]["beta"])) if c["sieve"]["scorer"] == "ccr" else "dpr"
                 inputs["sieve_model"] = retriever(d, model)
@@ -78,6 +80,8 @@ def ar2_round_files(wildcards, input):
         out += ["--prev-dir", os.path.dirname(input.previous)]
     if "ranker_init" in keys:
         out += ["--trained-ranker", os.path.dirname(input.ranker_init)]
+    if "warm_model" in keys:
+        out += ["--warm-retriever", os.path.dirname(input.warm_model)]
     if "sieve_model" in keys:
         out += ["--sieve-model", os.path.dirname(input.sieve_model),
                 "--sieve-embeddings", os.path.dirname(input.sieve_embeddings)]
@@ -92,7 +96,7 @@ def ar2_round_settings(wildcards):
     out = []
     if _ar2_sieves(d, wildcards.variant):
         out.append(to_flags(SieveSettings, c["sieve"], AR2_SIEVE_KEYS, prefix="sieve"))
-        if c["ar2"]["sieve_init"] == "current":
+        if c["ar2"]["sieve_init"] in ("warm", "current"):
             out.append(to_flags(CcrSettings, c["ccr"], AR2_CCR_KEYS, prefix="ccr"))
     if DATASETS[d]["format"] == "squad":
         out.append("--suspect-same-article")
