@@ -63,6 +63,7 @@ def test_gather_metrics_json_and_markdown(tmp_path):
         "metrics": {"MRR@10": 1 / 3, "R@5": 0.12345},
     }
     md = out_md.read_text(encoding="utf-8").splitlines()
+    md = md[md.index("## All metrics") :]  # after the headline table
     assert md[2] == "| method | split | queries | R@5 | R@20 | MRR@10 | hit@5 |"
     assert md[4] == "| bm25 | test | 6 | 0.600 | 0.750 | 0.250 | 0.500 |"
     assert md[5] == "| dpr | test | 6 | 0.123 | – | 0.333 | – |"
@@ -173,7 +174,7 @@ def test_gather_paired_comparisons(tmp_path):
     assert r1 == pytest.approx({"diff": 0.02, "std": 0.01, "ci_low": 0.02 - half, "ci_high": 0.02 + half})
     assert sieve_vs_ar2["metrics"]["MRR@10"] == {"diff": 0.0, "std": 0.0, "ci_low": 0.0, "ci_high": 0.0}
     md = out_md.read_text(encoding="utf-8")
-    assert md.split("\n## ")[1] == (
+    assert md.split("\n## ")[2] == (
         "Paired differences (method − baseline), 95% CI over seeds\n\n"
         "| method − baseline | n (seeds) | R@1 | MRR@10 |\n"
         "|---|---|---:|---:|\n"
@@ -184,8 +185,9 @@ def test_gather_paired_comparisons(tmp_path):
         + gather_metrics.COMPARISON_FOOTNOTE
         + "\n"
     )
-    # the main table is unchanged by the comparison and comes first
-    assert md.startswith("# tiny: retrieval metrics\n\n| method | split | queries | R@1 | MRR@10 |")
+    # the headline, then the full table (unchanged by the comparison), then the comparison
+    assert md.startswith("# tiny: retrieval metrics\n\n| method | seeds | R@1 | MRR@10 |")
+    assert "## All metrics\n\n| method | split | queries | R@1 | MRR@10 |" in md
     page = out_html.read_text(encoding="utf-8")
     assert page.index("<h4>Paired differences") > page.index("<td>ar2_sieve</td>")
     assert "<td>+0.020 [-0.005, 0.045]</td>" in page and "<td>+0.030 [n/a (1 seed)]</td>" in page
@@ -289,3 +291,35 @@ def test_a_run_is_gathered_under_the_method_name_the_config_lists(tmp_path):
     assert list(methods) == ["dpr_ccr", "dpr_ccr_b0.5", "dpr"]
     assert methods["dpr_ccr"]["run"] == "dpr_ccr_b0.5" and "run" not in methods["dpr_ccr_b0.5"]
     assert methods["dpr_ccr"]["metrics"] == {"R@5": 0.5}
+
+
+def test_the_headline_keeps_the_metrics_that_separate_the_methods_with_intervals_and_the_best_marked():
+    """issue 27.4: 21 columns hid the answer. The headline drops a metric equal for every method
+    (R@100 saturated) and one equal to another column for every method (recall@1 = hit@1 on
+    synthkb), shows mean ± 95% t half-width over seeds, and bolds each column's best."""
+    gathered = {
+        "dataset": "toy",
+        "methods": {
+            "bm25": {
+                "split": "test",
+                "n_queries": 10,
+                "seeds": [None],
+                "metrics": {"hit_all@1": 0.3, "R@5": 0.7, "R@100": 1.0, "hit@1": 0.2, "recall@1": 0.2},
+            },
+            "dpr": {
+                "split": "test",
+                "n_queries": 10,
+                "seeds": [0, 1, 2],
+                "metrics": {"hit_all@1": 0.5, "R@5": 0.6, "R@100": 1.0, "hit@1": 0.4, "recall@1": 0.4},
+                "metrics_std": {"hit_all@1": 0.1, "R@5": 0.0, "R@100": 0.0, "hit@1": 0.05, "recall@1": 0.05},
+            },
+        },
+    }
+    assert gather_metrics.headline_columns(gathered) == ["hit_all@1", "R@5", "hit@1"]
+    header, rows = gather_metrics.headline_rows(gathered)
+    assert header == ["method", "seeds", "hit_all@1", "R@5", "hit@1"]
+    # t(0.975, 2) = 4.303: 0.1 / sqrt(3) * 4.303 = 0.248
+    assert rows[1] == ["dpr", "3", "**0.500 ± 0.248**", "0.600 ± 0.000", "**0.400 ± 0.124**"]
+    assert rows[0] == ["bm25", "1", "0.300", "**0.700**", "0.200"]
+    text = gather_metrics.markdown_table(gathered)
+    assert text.index("| method | seeds | hit_all@1") < text.index("## All metrics") < text.index("R@100")

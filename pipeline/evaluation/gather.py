@@ -26,7 +26,7 @@ from typing import Collection, Sequence
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
 from pipeline.evaluation.metrics import metric_sort_key
-from pipeline.evaluation.seed_stats import common_seeds, paired_difference
+from pipeline.evaluation.seed_stats import common_seeds, paired_difference, t_quantile
 
 log = logging.getLogger("sieve.gather_metrics")
 
@@ -229,6 +229,78 @@ def table_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
     return ["method", "split", "queries", *columns], rows, notes
 
 
+# The headline table's columns, in this order of preference: exact-truth hits where the dataset knows
+# every relevant passage (synthkb), then answer recall, then the annotated positives; at most
+# HEADLINE_COLUMNS of those that tell the methods apart.
+HEADLINE_PREFERENCE = (
+    "hit_all@1",
+    "hit_all@5",
+    "R@1",
+    "R@5",
+    "MRR@10",
+    "hit@1",
+    "R@20",
+    "MRR_all@10",
+    "hit@5",
+    "recall@5",
+    "hit@20",
+    "recall@20",
+    "R@100",
+    "hit@100",
+)
+HEADLINE_COLUMNS = 5
+HEADLINE_FOOTNOTE = (
+    "The metrics that tell these methods apart (a metric equal for every method, or equal to another "
+    f"column for every method, is left out: the full table below has them). a ± h: mean and {LEVEL:.0%} "
+    "t half-width over seeds; bold: the best mean of the column."
+)
+
+
+def headline_columns(gathered: dict, most: int = HEADLINE_COLUMNS) -> list[str]:
+    """The preferred metrics whose values (to 3 decimals) differ between methods and from every
+    column already taken: on synthkb hit@k equals recall@k and R@100 is 1.000 for every dense method."""
+    methods = list(gathered["methods"].values())
+    taken: list[str] = []
+    seen: set[tuple] = set()
+    for name in HEADLINE_PREFERENCE:
+        values = tuple(_num(entry["metrics"].get(name)) for entry in methods)
+        if len(methods) > 1 and len(set(values)) == 1 or values in seen or all(v == "–" for v in values):
+            continue
+        taken.append(name)
+        seen.add(values)
+        if len(taken) == most:
+            break
+    return taken
+
+
+def _half_width(std: float | None, n: int) -> float | None:
+    return None if std is None or n < 2 else t_quantile(LEVEL, n - 1) * std / math.sqrt(n)
+
+
+def headline_rows(gathered: dict) -> tuple[list[str], list[list[str]]]:
+    """(header, one row per method): the headline_columns with intervals over seeds, best in bold."""
+    columns = headline_columns(gathered)
+    methods = gathered["methods"]
+    best = {
+        name: max(
+            (e["metrics"][name] for e in methods.values() if e["metrics"].get(name) is not None), default=None
+        )
+        for name in columns
+    }
+    rows = []
+    for method, entry in methods.items():
+        seeds = [s for s in entry.get("seeds") or [] if s is not None]
+        std = entry.get("metrics_std") or {}
+        cells = []
+        for name in columns:
+            value = entry["metrics"].get(name)
+            half = _half_width(std.get(name), len(seeds))
+            text = _num(value) if half is None or value is None else f"{_num(value)} ± {_num(half)}"
+            cells.append(f"**{text}**" if value is not None and _num(value) == _num(best[name]) else text)
+        rows.append([method, str(len(seeds)) if len(seeds) > 1 else "1", *cells])
+    return ["method", "seeds", *columns], rows
+
+
 COMPARISON_TITLE = f"Paired differences (method − baseline), {LEVEL:.0%} CI over seeds"
 COMPARISON_FOOTNOTE = (
     "d [lo, hi]: mean over the seeds both methods ran with of (method − baseline), and its two-sided "
@@ -284,8 +356,12 @@ def _markdown_grid(header: list[str], rows: list[list[str]], left: int) -> list[
 def markdown_table(gathered: dict) -> str:
     """Methods as rows, metrics as columns (fixed order), 3 decimals; notes listed below; then the
     paired differences, when there are comparisons."""
+    lines = [f"# {gathered['dataset']}: retrieval metrics", ""]
+    header, rows = headline_rows(gathered)
+    if len(header) > 2:
+        lines += [*_markdown_grid(header, rows, 2), "", HEADLINE_FOOTNOTE, "", "## All metrics", ""]
     header, rows, notes = table_rows(gathered)
-    lines = [f"# {gathered['dataset']}: retrieval metrics", "", *_markdown_grid(header, rows, 3)]
+    lines += _markdown_grid(header, rows, 3)
     if notes:
         lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
     lines += ["", FOOTNOTE]
