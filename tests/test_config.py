@@ -112,3 +112,26 @@ def test_a_url_the_downloader_cannot_fetch_is_refused_naming_the_key_and_the_sch
         validate_config(config)
     message = str(err.value)
     assert f"config key '{key}'" in message and "http://" in message and "https://" in message, message
+
+
+@pytest.mark.parametrize("imported_first", [True, False])
+def test_a_stage_logs_no_weight_loading_bar(tmp_path, imported_first):
+    """issue 27.3: each model load drew a "Loading weights" tqdm bar, one line each in a job's log;
+    whether the stage imported transformers before start_stage (most do) or after."""
+    import subprocess
+    import sys
+
+    from pipeline.retrieval.model import make_tiny_encoder
+
+    folder = make_tiny_encoder(tmp_path / "tiny")
+    code = (
+        ("import transformers\n" if imported_first else "")
+        + "from pipeline.core.cli import start_stage\n"
+        + "start_stage(None)\n"
+        + "from transformers import AutoModel\n"
+        + f"AutoModel.from_pretrained({str(folder)!r})\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Loading weights" not in proc.stdout + proc.stderr

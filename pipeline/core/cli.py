@@ -40,6 +40,14 @@ def stage_parser(module: str, description: str | None) -> argparse.ArgumentParse
     )
 
 
+def quiet_weight_loading() -> None:
+    """No "Loading weights" bar per model: in a job's log file each is a line (52 in one demo log).
+    For libraries imported later through the environment, for an imported transformers directly."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def start_stage(
     log_file: str | None,
     threads: int | None = None,
@@ -58,6 +66,7 @@ def start_stage(
         setup_logging(
             log_file if main_process else None, level=logging.INFO if main_process else logging.WARNING
         )
+    quiet_weight_loading()
     if not threads:
         return
     unknown = set(libraries) - {"torch", "faiss"}
