@@ -135,3 +135,29 @@ def test_a_stage_logs_no_weight_loading_bar(tmp_path, imported_first):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Loading weights" not in proc.stdout + proc.stderr
+
+
+def test_a_library_logger_at_debug_does_not_reach_the_stage_log(tmp_path, capsys):
+    """issue 27.3: bm25s sets its own logger to DEBUG; its records printed through the stage's handlers."""
+    import logging
+
+    from pipeline.core.cli import setup_logging
+
+    root = logging.getLogger()
+    saved, saved_level = root.handlers[:], root.level
+    try:
+        setup_logging(str(tmp_path / "stage.log"))
+        chatty = logging.getLogger("some_library")
+        chatty.setLevel(logging.DEBUG)
+        chatty.debug("Building index from IDs")
+        logging.getLogger("sieve.test").info("indexed")
+        for handler in root.handlers:
+            handler.flush()
+        text = (tmp_path / "stage.log").read_text() + capsys.readouterr().out
+    finally:
+        for handler in root.handlers[:]:
+            root.removeHandler(handler)
+            handler.close()
+        root.handlers[:] = saved
+        root.setLevel(saved_level)
+    assert "indexed" in text and "Building index" not in text

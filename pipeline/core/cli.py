@@ -26,6 +26,9 @@ def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> Non
         file_handler = logging.FileHandler(log_file, mode="a", encoding="utf-8")
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handlers.append(file_handler)
+    for handler in handlers:
+        # A library that sets its own logger to DEBUG (bm25s) would otherwise print through ours.
+        handler.setLevel(level)
     logging.basicConfig(level=level, handlers=handlers, format="%(message)s", force=True)
 
 
