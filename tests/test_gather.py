@@ -31,7 +31,7 @@ def _method_file(tmp: Path, method: str, metrics: dict, **extra) -> Path:
     return path
 
 
-def test_gather_metrics_json_and_markdown(tmp_path):
+def test_gather_metrics_json_and_markdown(tmp_path, capsys):
     a = _method_file(tmp_path, "bm25", {"hit@5": 0.5, "MRR@10": 0.25, "R@20": 0.75, "R@5": 0.6}, depth=100)
     b = _method_file(
         tmp_path, "dpr", {"MRR@10": 1 / 3, "R@5": 0.12345}, notes="seed 0 only", wall_time_s=12.5
@@ -62,6 +62,10 @@ def test_gather_metrics_json_and_markdown(tmp_path):
         "wall_time_s": 12.5,
         "metrics": {"MRR@10": 1 / 3, "R@5": 0.12345},
     }
+    # the headline on stdout as plain lines, never wrapped by the logger (issue 27.3)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert printed[0] == "| method | seeds | R@5 | MRR@10 | R@20 | hit@5 |"
+    assert printed[2] == "| bm25 | 1 | 0.600 | 0.250 | 0.750 | 0.500 |"
     md = out_md.read_text(encoding="utf-8").splitlines()
     md = md[md.index("## All metrics") :]  # after the headline table
     assert md[2] == "| method | split | queries | R@5 | R@20 | MRR@10 | hit@5 |"

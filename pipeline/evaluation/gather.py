@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import os
+import sys
 from numbers import Real
 from pathlib import Path
 from typing import Collection, Sequence
@@ -468,7 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out_html:
         with atomic_open(args.out_html, "w", encoding="utf-8") as handle:
             handle.write(html_table(gathered))
-    log.info("gathered %d methods for %s\n%s", len(gathered["methods"]), args.dataset, table)
+    log.info("gathered %d methods for %s -> %s", len(gathered["methods"]), args.dataset, args.out_md)
+    # The headline as plain text on stdout: through the logger it was wrapped to the terminal's width.
+    header, rows = headline_rows(gathered)
+    sys.stdout.write("\n".join(_markdown_grid(header, rows, 2)).replace("**", "") + "\n")
     return 0
 
 
