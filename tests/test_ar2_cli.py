@@ -287,24 +287,21 @@ def test_select_round_rules():
     assert ar2_select.select_round(no_dev, "R@5")[0] == 2
 
 
+def _ccr_flags(**changed) -> str:
+    """The --ccr-* flags of a tiny CCR fine-tune (k 2 of the top 5, no in-batch negatives)."""
+    tiny = {
+        "batch_size": 2,
+        "hard_negatives": 2,
+        "in_batch": False,
+        "negatives_depth": 5,
+        "checkpoint_every": 0,
+    }
+    return to_flags(CcrSettings, {**defaults(CcrSettings), **tiny, **changed}, AR2_CCR_KEYS, prefix="ccr")
+
+
 def test_sieve_init_current_fine_tunes_the_previous_retriever(data, tmp_path):
     settings = _settings(data, sieve_init="current", ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1)
-    ccr = to_flags(
-        CcrSettings,
-        {
-            **defaults(CcrSettings),
-            "beta": 0.5,
-            "max_steps": 2,
-            "batch_size": 2,
-            "hard_negatives": 2,
-            "in_batch": False,
-            "temperature": 1.0,
-            "negatives_depth": 5,
-            "checkpoint_every": 0,
-        },
-        AR2_CCR_KEYS,
-        prefix="ccr",
-    )
+    ccr = _ccr_flags(beta=0.5, max_steps=2, temperature=1.0)
     _round(data, tmp_path, 0, settings)
     _round(data, tmp_path, 1, settings, extra=shlex.split(ccr))
     r1 = tmp_path / "sieve" / "round1"
@@ -388,20 +385,7 @@ def test_sieve_init_warm_fine_tunes_the_warm_up_retriever_every_round(data, tmp_
     """The authors' scripts' loop: each round's CCR model starts from the warm-up DPR (--warm-retriever),
     not from the round's own retriever; without the folder the round is refused before any work."""
     settings = _settings(data, sieve_init="warm", ranker_warmup_steps=0, ranker_steps=1, retriever_steps=1)
-    ccr = to_flags(
-        CcrSettings,
-        {
-            **defaults(CcrSettings),
-            "max_steps": 1,
-            "batch_size": 2,
-            "hard_negatives": 2,
-            "in_batch": False,
-            "negatives_depth": 5,
-            "checkpoint_every": 0,
-        },
-        AR2_CCR_KEYS,
-        prefix="ccr",
-    )
+    ccr = _ccr_flags(max_steps=1)
     _round(data, tmp_path, 0, settings)
     with pytest.raises(ConfigError, match="--warm-retriever"):
         _round(data, tmp_path, 1, settings, extra=shlex.split(ccr))
