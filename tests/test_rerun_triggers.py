@@ -653,3 +653,22 @@ def test_a_second_sieve_setting_builds_new_files_and_keeps_the_first(workspace):
     # nothing is rebuilt over an existing file, but the tables and figures that name the runs
     in_place = {rule for rule, rs in reasons.items() if any("Params have changed" in r for r in rs)}
     assert in_place <= {"gather_metrics", "ar2_learning_curve"}, in_place
+
+
+def test_sieve_init_warm_reruns_the_ar2_sieve_runs_and_nothing_upstream(workspace):
+    """The new value of ar2.sieve_init plans the sieve variant's rounds (a new folder, _warm) and what
+    reads them, never data, BM25, DPR or CCR training."""
+    workdir, _ = workspace
+    planned = Plan(workdir, _write(workdir, "warm", _set(BASE, "ar2.sieve_init", "warm")))
+    scheduled = {rule for rule, _ in planned.scheduled}
+    assert "ar2_round" in scheduled, planned.describe()
+    downstream = {
+        "ar2_round",
+        "ar2_select",
+        "ar2_search",
+        "evaluate",
+        "export_trec",
+        "ar2_seeds",
+        "gather_metrics",
+    }
+    assert scheduled <= downstream | {"ar2_learning_curve", "noise_sweep"}, planned.describe()

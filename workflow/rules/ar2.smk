@@ -102,7 +102,11 @@ def ar2_round_settings(wildcards):
         out.append("--suspect-same-article")
     out.append(to_flags(EvalSettings, config["eval"], ("match",)))
     out.append(f"--depth {int(config['eval']['depth'])} --ks " + " ".join(str(k) for k in config["eval"]["ks"]))
-    out.append(to_flags(Ar2Settings, ar2_recorded_settings(c["ar2"])))
+    recorded = ar2_recorded_settings(c["ar2"])
+    if not _ar2_sieves(d, wildcards.variant):
+        # Only a sieve variant reads sieve_init: a changed one must not rerun the plain rounds.
+        recorded = {k: v for k, v in recorded.items() if k != "sieve_init"}
+    out.append(to_flags(Ar2Settings, recorded))
     return " ".join(out + [f"--seed {int(wildcards.seed)}"])
 
 
