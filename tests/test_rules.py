@@ -329,3 +329,12 @@ def test_a_mistyped_target_is_named_with_the_closest_known_names(tmp_path, targe
     proc = _dry_run(tmp_path, "seed: 0\n", target)
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_declared_dataset_is_not_taken_for_an_unknown_one(tmp_path):
+    # the unknown_dataset rule matched declared names too: every plan printed its ValueError
+    # ("unknown dataset 'synthkb' (closest: synthkb)") before going on
+    proc = _dry_run(tmp_path, "seed: 0\n", "results/synthkb/metrics.json")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "unknown dataset" not in out and "InputFunctionException" not in out, out[:3000]

@@ -141,7 +141,8 @@ rule unknown_dataset:
     output:
         dataset_metrics("{name}"),
     wildcard_constraints:
-        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})$)[^/]+",
+        # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it
+        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})/)[^/]+",
 
 
 rule gather_metrics:
