@@ -177,6 +177,23 @@ def test_errors_name_the_file(workspace, capsys, monkeypatch):
         (neg / "sieve_b0.parquet").unlink()
 
 
+def test_the_sieve_scored_by_dpr_is_read_by_default_when_it_is_the_only_one(workspace, capsys, monkeypatch):
+    # sieve.scorer dpr (the demo's) builds sieve/sieve_no_ccr/decisions.parquet and no sieve_b<β> file
+    results = workspace / "results" / "toy"
+    no_ccr = results / "sieve" / "sieve_no_ccr"
+    no_ccr.mkdir(parents=True)
+    shutil.copy(results / "negatives" / "sieve_b0.5.parquet", no_ccr / "decisions.parquet")
+    try:
+        with pytest.raises(DataError, match="sieve_no_ccr\\); choose one with --beta or --filter"):
+            run(workspace, capsys, monkeypatch, "--qid", "q2")
+        (results / "negatives" / "sieve_b0.5.parquet").rename(results / "sieve_b0.5.parquet.away")
+        assert "sieve_no_ccr/decisions.parquet" in run(workspace, capsys, monkeypatch, "--qid", "q2")
+    finally:
+        if (results / "sieve_b0.5.parquet.away").exists():
+            (results / "sieve_b0.5.parquet.away").rename(results / "negatives" / "sieve_b0.5.parquet")
+        shutil.rmtree(no_ccr)
+
+
 def test_entry_point_exists():
     assert callable(inspect.entry)
 

@@ -16,9 +16,23 @@ from pipeline.core.methods import (
 )
 
 
+def _paper_config() -> dict:
+    """config.yaml with the paper's sieve (scored by the CCR model at β 0.5, the β sweep of the paper's
+    Figure 1): the demo's own (β 6, scored by models/dpr) resolves fewer kinds of names."""
+    config = load_config()
+    config["ccr"]["beta"] = 0.5
+    config["sieve"]["scorer"] = "ccr"
+    config["sieve"]["betas"] = [0, 0.05, 0.1, 0.5]
+    return config
+
+
+# The same for the planned-shell tests, as an overlay read before each test's own.
+PAPER_SIEVE = "ccr: {beta: 0.5}\nsieve: {scorer: ccr, betas: [0, 0.05, 0.1, 0.5]}\n"
+
+
 @pytest.fixture(scope="module")
 def table():
-    return method_table(load_config())
+    return method_table(_paper_config())
 
 
 def test_each_kind_of_method_resolves_to_what_it_retrieves_with(table):
@@ -56,7 +70,7 @@ def test_each_kind_of_method_resolves_to_what_it_retrieves_with(table):
 
 
 def test_the_beta_is_the_configs_and_two_betas_never_share_a_model():
-    config = load_config()
+    config = _paper_config()
     config["ccr"]["beta"] = 6
     table = method_table(config)
     assert table["dpr_ccr"].model == "dpr_ccr_b6" and table["dpr_ccr"].beta == 6.0
@@ -85,18 +99,27 @@ def test_an_unknown_method_is_named_with_the_closest_known_ones():
     assert closest("zzz", ["a", "b"]) == "known: a, b"
 
 
-def _dry_run(tmp_path, overlay_text: str, *args: str, target: str = "results/synthkb/metrics.json"):
-    """`snakemake -n ARGS TARGET` under config.yaml plus the overlay ``overlay_text``."""
+def _dry_run(
+    tmp_path,
+    overlay_text: str,
+    *args: str,
+    target: str = "results/synthkb/metrics.json",
+    paper_sieve: bool = True,
+):
+    """`snakemake -n ARGS TARGET` under config.yaml, PAPER_SIEVE (unless ``paper_sieve`` is false: the
+    demo's own settings) and the overlay ``overlay_text``."""
     import subprocess
     import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
+    paper = tmp_path / "paper_sieve.yaml"
+    paper.write_text(PAPER_SIEVE if paper_sieve else "{}\n")
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(overlay_text)
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", *args, "--snakefile", str(repo / "Snakefile")]
-        + ["--directory", str(tmp_path), "--configfile", str(repo / "config.yaml"), str(overlay)]
+        + ["--directory", str(tmp_path), "--configfile", str(repo / "config.yaml"), str(paper), str(overlay)]
         + ["--", target],
         capture_output=True,
         text=True,
@@ -210,7 +233,7 @@ def test_the_sieve_tag_names_each_setting_that_differs_from_its_default():
 
 
 def test_every_method_built_on_the_candidates_carries_the_sieve_settings():
-    config = load_config()
+    config = _paper_config()
     validate_config(config)
     config["sieve"]["pool"] = 200
     config["sieve"]["strict"] = True
@@ -261,7 +284,7 @@ def test_a_default_sieve_path_asked_for_under_other_settings_is_named(tmp_path):
 
 
 def test_an_ar2_sieve_run_carries_its_scorer_and_sieve_settings():
-    config = load_config()
+    config = _paper_config()
     validate_config(config)
     table = method_table(config)
     assert (table["ar2"].run, table["ar2"].variant_dir) == ("ar2", "plain")
@@ -283,13 +306,14 @@ def test_an_ar2_sieve_run_carries_its_scorer_and_sieve_settings():
 
 
 def _writes(tmp_path, overlay_text: str, *targets: str) -> dict[str, str]:
-    """Output path -> the shell line that writes it, in `snakemake -n -p --forceall TARGETS`."""
+    """Output path -> the shell line that writes it, in `snakemake -n -p --forceall TARGETS` under the
+    demo's settings plus ``overlay_text``."""
     import re
 
     (tmp_path / "plan").mkdir(parents=True, exist_ok=True)
     writes: dict[str, str] = {}
     for target in targets:
-        proc = _dry_run(tmp_path / "plan", overlay_text, "-p", "--forceall", target=target)
+        proc = _dry_run(tmp_path / "plan", overlay_text, "-p", "--forceall", target=target, paper_sieve=False)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
             outputs = re.search(r"^\s+output: (.*)$", block, flags=re.MULTILINE)

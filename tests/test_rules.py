@@ -103,15 +103,17 @@ def test_path_functions_give_the_rules_patterns(g):
 
 def test_default_config_paths(g):
     """The locations the default config produces (the README and the docs name them)."""
-    tags = [g.beta_tag(b) for b in (0, 0.05, 0.5)]
+    tags = [g.beta_tag(b) for b in (0, 0.5, 6)]
     assert [g.negatives("synthkb", g.sieve_name(t)) for t in tags] == [
         "results/synthkb/negatives/sieve_b0.parquet",
-        "results/synthkb/negatives/sieve_b0.05.parquet",
         "results/synthkb/negatives/sieve_b0.5.parquet",
+        "results/synthkb/negatives/sieve_b6.parquet",
     ]
-    assert (
-        g.model_dir("synthkb", g.METHODS["synthkb"]["dpr_ccr"].model) == "results/synthkb/models/dpr_ccr_b0.5"
-    )
+    methods = g.METHODS["synthkb"]
+    assert g.model_dir("synthkb", methods["dpr_ccr"].model) == "results/synthkb/models/dpr_ccr_b6"
+    # the demo's sieve is scored by models/dpr (sieve.scorer dpr)
+    assert methods["dpr_sieve"].negatives == "sieve_no_ccr"
+    assert g.model_dir("synthkb", methods["dpr_sieve"].model) == "results/synthkb/models/dpr_sieve_no_ccr"
     assert g.negatives("synthkb", "bm25") == "results/synthkb/negatives/bm25.parquet"
     assert g.dataset_metrics("synthkb") == "results/synthkb/metrics.json"
 
@@ -220,7 +222,8 @@ def test_dpr_controls_train_on_their_filters_negatives(g):
     methods = g.METHODS["synthkb"]
     tag = g.beta_tag(g.config["ccr"]["beta"])
     assert methods["dpr_oracle"].model == "dpr_oracle" and methods["dpr_none"].model == "dpr_none"
-    assert methods["dpr_sieve"].model == f"dpr_sieve_b{tag}"
+    scored_by_ccr = g.config["sieve"]["scorer"] == "ccr"
+    assert methods["dpr_sieve"].model == (f"dpr_sieve_b{tag}" if scored_by_ccr else "dpr_sieve_no_ccr")
     for method in ("dpr_oracle", "dpr_answer_match", "dpr_sieve"):
         # the model folder is the one train_dpr_filtered writes for those negatives
         assert methods[method].model == g.dpr_on(methods[method].negatives)
@@ -317,7 +320,7 @@ def test_a_target_after_configfile_is_named_as_a_target(tmp_path):
             "results/synthkb/dpr_cccr/metrics.json",
             "unknown method or run 'dpr_cccr' of dataset 'synthkb' (closest: dpr_ccr",
         ),
-        ("results/synthkb/dpr_ccr/metrics.json", "ask for results/synthkb/dpr_ccr_b0.5/metrics.json"),
+        ("results/synthkb/dpr_ccr/metrics.json", "ask for results/synthkb/dpr_ccr_b6/metrics.json"),
         (
             "results/synthkbb/metrics.json",
             "results/synthkbb/metrics.json: unknown dataset 'synthkbb' (closest: synthkb)",

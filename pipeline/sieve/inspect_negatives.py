@@ -1,6 +1,6 @@
 """Look at the sieve's decisions: one query, a random sample, or a dataset summary (Parquet only).
 
-    python -m pipeline.sieve.inspect_negatives --dataset synthkb --qid q123            # the sieve at config's β
+    python -m pipeline.sieve.inspect_negatives --dataset synthkb --qid q123            # the sieve the run built
     python -m pipeline.sieve.inspect_negatives --dataset synthkb --sample 5 --seed 1 --dropped
     python -m pipeline.sieve.inspect_negatives --dataset synthkb --filter positive_aware --sample 3 --false-negatives
     python -m pipeline.sieve.inspect_negatives summary --dataset synthkb
@@ -76,12 +76,16 @@ def decisions_path(args: argparse.Namespace) -> Path:
                 file=results / "negatives" / f"sieve_b{tag}{args.settings}.parquet",
             )
         return files[tag]
-    if len(files) != 1:
+    # sieve.scorer dpr builds the sieve as a filter (models/dpr scores it) and no sieve_b<β> file
+    no_ccr = results / "sieve" / f"sieve_no_ccr{args.settings}" / "decisions.parquet"
+    found = [*files.values(), *([no_ccr] if no_ccr.is_file() else [])]
+    if len(found) != 1:
         raise DataError(
-            f"{len(files)} sieve outputs (β = {', '.join(files) or 'none'}); choose one with --beta",
+            f"{len(found)} sieve outputs (β = {', '.join(files) or 'none'}"
+            f"{'; sieve_no_ccr' if no_ccr.is_file() else ''}); choose one with --beta or --filter",
             file=results / "negatives",
         )
-    return next(iter(files.values()))
+    return found[0]
 
 
 def select_rows(table: pd.DataFrame, kept: bool, dropped: bool, false_negatives: bool) -> pd.DataFrame:
