@@ -412,7 +412,26 @@ def test_rules_evaluate_and_gather(data, tmp_path):
     assert synth["methods"]["zeroshot"]["metrics"]["MRR_all@10"] == pytest.approx(4 / 6)
     assert (work / "results/tiny/zeroshot/run.test.trec").exists()
     assert (work / "results/tiny/metrics.md").read_text(encoding="utf-8").startswith("# tiny")
-    # the rule passes eval.compare: identical runs differ by 0 (one run each, no interval)
+    # the rule passes eval.compare: identical runs differ by 0; one run each, so no interval over
+    # seeds but the paired test over the 6 queries of the runs' per_query.parquet
     [pair] = tiny["comparisons"]
-    assert (pair["method"], pair["baseline"], pair["n"]) == ("zeroshot", "bm25", 1)
-    assert pair["metrics"]["R@1"]["diff"] == 0.0
+    assert (pair["method"], pair["baseline"], pair["n"], pair["interval"]) == (
+        "zeroshot",
+        "bm25",
+        1,
+        "queries",
+    )
+    assert pair["query_test"]["method_file"] == "results/tiny/zeroshot/per_query.parquet"
+    assert pair["query_test"]["baseline_file"] == "results/tiny/bm25/per_query.parquet"
+    assert pair["metrics"]["R@1"] == {
+        "diff": 0.0,
+        "std": 0.0,
+        "ci_low": 0.0,
+        "ci_high": 0.0,
+        "p_value": 1.0,
+        "n_queries": 6,
+        "exact": True,
+    }
+    per_query = pd.read_parquet(work / "results/tiny/bm25/per_query.parquet")
+    assert per_query["R@1"].mean() == pytest.approx(tiny["methods"]["bm25"]["metrics"]["R@1"])
+    assert "p=1.000 (queries)" in (work / "results/tiny/metrics.md").read_text(encoding="utf-8")
