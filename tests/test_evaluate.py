@@ -4,6 +4,7 @@ evaluate + gather rules (gather itself: test_gather.py)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -11,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
-from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA, per_query_schema
 from pipeline.core.storage import DataError, write_table
-from pipeline.evaluation import evaluate
+from pipeline.evaluation import evaluate, query_tests
 from pipeline.retrieval import runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,6 +147,60 @@ def test_qrels_all_gives_the_all_family(data):
     assert metrics["hit_all@1"] == pytest.approx(2 / 3)
     assert metrics["hit_all@2"] == 1.0
     assert not any(k.startswith("recall_all") for k in metrics)
+
+
+def test_per_query_values_average_to_the_metrics_exactly(data):
+    """--per-query: every query's value of every metric (null outside a metric's denominator), in the
+    queries' file order; each column's mean (math.fsum) is the metrics.json value to the last bit."""
+    qa = _write(
+        data["dir"] / "qrels_all.test.parquet",
+        [("q1", "p1", 1), ("q1", "p4", 1), ("q2", "p2", 1), ("q3", "p4", 1), ("q3", "p3", 1)],
+        QRELS_SCHEMA,
+    )
+    path = data["dir"] / "per_query.parquet"
+    metrics = _metrics(data, "--qrels-all", str(qa), "--per-query", str(path))["metrics"]
+    table = pq.read_table(path)
+    assert table.schema == per_query_schema(list(metrics))
+    df = table.to_pandas()
+    assert df["qid"].tolist() == ["q1", "q2", "q3", "q4", "q5", "q6"]
+    # the hand-computed values of test_hand_computed_metrics, query by query
+    assert df["R@1"].tolist() == [0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert df["R@2"].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert df["recall@1"].tolist() == [0.5, 1.0, 0.0, 0.0, 1.0, 1.0]
+    # qrels_all judges q1-q3 only: the _all family is null elsewhere
+    assert df["MRR_all@10"].tolist()[:3] == [1.0, 1.0, 0.5]
+    assert df["MRR_all@10"].isna().tolist() == [False] * 3 + [True] * 3
+    for name, value in metrics.items():
+        column = df[name].dropna().tolist()
+        assert math.fsum(column) / len(column) == value, name
+        assert query_tests.column_mean(df, name) == value, name
+    assert sorted(p.name for p in data["dir"].iterdir() if "per_query" in p.name) == ["per_query.parquet"]
+
+
+def test_per_query_values_are_exact_for_sums_that_float_addition_rounds(data):
+    # MRR over seven queries whose relevant passage is at ranks 1..7: summing 1/r left to right (either
+    # way round) rounds differently from the correctly rounded sum. The metric is the latter, so a
+    # reader who averages the file's column with math.fsum gets it exactly, in any order.
+    n = 7
+    reciprocals = [1 / r for r in range(1, n + 1)]
+    assert sum(reciprocals) / n != math.fsum(reciprocals) / n != sum(reversed(reciprocals)) / n
+    run_rows = []
+    for i in range(n):
+        others = [k for k in range(n) if k != i]
+        order = others[:i] + [i] + others[i:]  # query i's passage at rank i + 1
+        run_rows += [(f"q{i}", f"p{k}", rank, float(n - rank)) for rank, k in enumerate(order, 1)]
+    for key, rows, schema in (
+        ("corpus", [(f"p{i}", "", f"passage {i}") for i in range(n)], CORPUS_SCHEMA),
+        ("queries", [(f"q{i}", "", []) for i in range(n)], QUERIES_SCHEMA),
+        ("qrels", [(f"q{i}", f"p{i}", 1) for i in range(n)], QRELS_SCHEMA),
+        ("run", run_rows, RUN_SCHEMA),
+    ):
+        _write(data[key], rows, schema)
+    path = data["dir"] / "per_query.parquet"
+    mrr = _metrics(data, "--per-query", str(path), "--ks", "10")["metrics"]["MRR@10"]
+    column = pq.read_table(path).column("MRR@10").to_pylist()
+    assert column == reciprocals
+    assert mrr == math.fsum(column) / n == math.fsum(reversed(column)) / n
 
 
 def test_queries_without_answers_have_no_answer_metrics(data):
@@ -356,7 +412,26 @@ def test_rules_evaluate_and_gather(data, tmp_path):
     assert synth["methods"]["zeroshot"]["metrics"]["MRR_all@10"] == pytest.approx(4 / 6)
     assert (work / "results/tiny/zeroshot/run.test.trec").exists()
     assert (work / "results/tiny/metrics.md").read_text(encoding="utf-8").startswith("# tiny")
-    # the rule passes eval.compare: identical runs differ by 0 (one run each, no interval)
+    # the rule passes eval.compare: identical runs differ by 0; one run each, so no interval over
+    # seeds but the paired test over the 6 queries of the runs' per_query.parquet
     [pair] = tiny["comparisons"]
-    assert (pair["method"], pair["baseline"], pair["n"]) == ("zeroshot", "bm25", 1)
-    assert pair["metrics"]["R@1"]["diff"] == 0.0
+    assert (pair["method"], pair["baseline"], pair["n"], pair["interval"]) == (
+        "zeroshot",
+        "bm25",
+        1,
+        "queries",
+    )
+    assert pair["query_test"]["method_file"] == "results/tiny/zeroshot/per_query.parquet"
+    assert pair["query_test"]["baseline_file"] == "results/tiny/bm25/per_query.parquet"
+    assert pair["metrics"]["R@1"] == {
+        "diff": 0.0,
+        "std": 0.0,
+        "ci_low": 0.0,
+        "ci_high": 0.0,
+        "p_value": 1.0,
+        "n_queries": 6,
+        "exact": True,
+    }
+    per_query = pd.read_parquet(work / "results/tiny/bm25/per_query.parquet")
+    assert per_query["R@1"].mean() == pytest.approx(tiny["methods"]["bm25"]["metrics"]["R@1"])
+    assert "p=1.000 (queries)" in (work / "results/tiny/metrics.md").read_text(encoding="utf-8")

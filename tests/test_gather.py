@@ -4,11 +4,14 @@ comparisons with their intervals (hand-computed)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from pipeline.core.storage import DataError
+from pipeline.core.schemas import per_query_schema
+from pipeline.core.storage import DataError, write_table
 from pipeline.evaluation import gather as gather_metrics
 
 
@@ -160,17 +163,19 @@ def test_gather_paired_comparisons(tmp_path):
         "seeds": [None],
         "only_method": [],
         "only_baseline": [],
+        "interval": None,  # one seed and no per-query values given: nothing to test over
         "note": "1 seed: a difference of single runs, no interval",
         "metrics": {
             "R@1": {"diff": pytest.approx(0.03), "std": None, "ci_low": None, "ci_high": None},
             "MRR@10": {"diff": pytest.approx(-0.05), "std": None, "ci_low": None, "ci_high": None},
         },
     }
-    assert {k: sieve_vs_ar2[k] for k in ("n", "seeds", "only_method", "only_baseline")} == {
+    assert {k: sieve_vs_ar2[k] for k in ("n", "seeds", "only_method", "only_baseline", "interval")} == {
         "n": 3,
         "seeds": [0, 1, 2],
         "only_method": [],
         "only_baseline": [3],
+        "interval": "seeds",
     }
     assert "note" not in sieve_vs_ar2
     r1 = sieve_vs_ar2["metrics"]["R@1"]
@@ -327,3 +332,222 @@ def test_the_headline_keeps_the_metrics_that_separate_the_methods_with_intervals
     assert rows[0] == ["bm25", "1", "0.300", "**0.700**", "0.200"]
     text = gather_metrics.markdown_table(gathered)
     assert text.index("| method | seeds | hit_all@1") < text.index("## All metrics") < text.index("R@100")
+
+
+# ---- paired tests over queries (one common seed) -----------------------------------------------------
+
+
+def _query_run(
+    tmp: Path, folder: str, values: dict[str, list], qids=("q1", "q2", "q3", "q4")
+) -> tuple[Path, dict]:
+    """A per_query.parquet in ``folder`` and the metrics its columns average to (as evaluate writes)."""
+    path = tmp / folder / "per_query.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_table(
+        path, pa.Table.from_pydict({"qid": list(qids), **values}, schema=per_query_schema(list(values)))
+    )
+    metrics = {
+        name: math.fsum(v for v in column if v is not None) / sum(v is not None for v in column)
+        for name, column in values.items()
+    }
+    return path, metrics
+
+
+# R@1 over the 4 queries, MRR@10 over the 3 judged ones (q4 has no qrels)
+DPR_VALUES = {"R@1": [1.0, 1.0, 0.0, 1.0], "MRR@10": [1.0, 0.5, 0.25, None]}
+ZEROSHOT_VALUES = {"R@1": [0.0, 1.0, 0.0, 0.0], "MRR@10": [0.5, 0.5, 0.0, None]}
+
+
+def test_one_seed_pairs_get_a_paired_test_over_queries(tmp_path):
+    """dpr (one run) − zeroshot (seed-free): no interval over seeds, so the test over the queries.
+    R@1: d = 1, 0, 0, 1 -> mean 0.5, std √(1/3), half width t(3) · std / 2; the two queries that
+    differ give 4 sign vectors, sums 2, 0, 0, -2 -> p = 2/4. MRR@10 over q1-q3: d = 0.5, 0, 0.25 ->
+    mean 0.25, std 0.25, half width t(2) · 0.25 / √3; sums ±0.75, ±0.25 -> p = 2/4."""
+    dpr_pq, dpr_metrics = _query_run(tmp_path, "dpr", DPR_VALUES)
+    zs_pq, zs_metrics = _query_run(tmp_path, "zeroshot", ZEROSHOT_VALUES)
+    dpr = _method_file(tmp_path, "dpr", dpr_metrics)
+    zeroshot = _method_file(tmp_path, "zeroshot", zs_metrics)
+    out_json, out_md, out_html = tmp_path / "m.json", tmp_path / "m.md", tmp_path / "m.html"
+    args = ["--dataset", "tiny", "--inputs", str(dpr), str(zeroshot), "--out-json", str(out_json)]
+    args += ["--out-md", str(out_md), "--out-html", str(out_html), "--compare", "dpr:zeroshot"]
+    args += ["--fixed", "zeroshot", "--per-query", f"dpr={dpr_pq}", f"zeroshot={zs_pq}"]
+    assert gather_metrics.main(args) == 0
+    (pair,) = json.loads(out_json.read_text(encoding="utf-8"))["comparisons"]
+    assert (pair["n"], pair["seeds"], pair["interval"]) == (1, [None], "queries")
+    assert (
+        pair["note"] == "1 seed: interval and p-value over the test queries of one run each, not over seeds"
+    )
+    assert pair["query_test"] == {
+        "seed": None,
+        "method_file": str(dpr_pq),
+        "baseline_file": str(zs_pq),
+        "test": "paired t-interval; two-sided sign-flip randomisation test",
+        "permutations": 10_000,
+        "rng_seed": 0,
+    }
+    r1_half = 3.18244630528371 * math.sqrt(1 / 3) / 2
+    mrr_half = 4.30265272974946 * 0.25 / math.sqrt(3)
+    assert pair["metrics"]["R@1"] == pytest.approx(
+        {
+            "diff": 0.5,
+            "std": math.sqrt(1 / 3),
+            "ci_low": 0.5 - r1_half,
+            "ci_high": 0.5 + r1_half,
+            "p_value": 0.5,
+            "n_queries": 4,
+            "exact": True,
+        }
+    )
+    assert pair["metrics"]["MRR@10"] == pytest.approx(
+        {
+            "diff": 0.25,
+            "std": 0.25,
+            "ci_low": 0.25 - mrr_half,
+            "ci_high": 0.25 + mrr_half,
+            "p_value": 0.5,
+            "n_queries": 3,
+            "exact": True,
+        }
+    )
+    md = out_md.read_text(encoding="utf-8")
+    section = md.split("\n## ")[2]
+    assert section.startswith(
+        "Paired differences (method − baseline), 95% CI over seeds, or over test queries where marked (queries)\n"
+    )
+    assert (
+        "| dpr − zeroshot | 1 (not recorded); zeroshot seed-free "
+        "| +0.500 [-0.419, 1.419] p=0.500 (queries) | +0.250 [-0.371, 0.871] p=0.500 (queries) |"
+    ) in section
+    assert (
+        "(queries): one seed in common, so no interval over seeds. Instead, over the test queries "
+        "(4 for R@k; 3 for MRR@10) of one run each: 95% paired t-interval, two-sided sign-flip "
+        "randomisation test, 10,000 permutations (every sign flip when at most 13 queries differ), "
+        "seed 0; it shows the difference on these queries, not across training seeds."
+    ) in section
+    # the headline keeps its per-method columns and points to the test for the one-seed runs
+    assert "the paired differences below compare such runs over the test queries" in md.split("## All")[0]
+    page = out_html.read_text(encoding="utf-8")
+    assert "<td>+0.500 [-0.419, 1.419] p=0.500 (queries)</td>" in page and "not across training seeds" in page
+
+
+def test_several_seeds_keep_the_interval_over_seeds_and_one_common_seed_tests_its_runs(tmp_path):
+    """ar2_sieve − ar2 over seeds 0, 1, 2 stays a seed interval though per-query files are given;
+    ar2_sieve − dpr_ccr share only seed 0 (dpr_ccr ran 0 and 5): the test over the queries of the
+    two seed-0 runs; dpr_oracle (3 seeds) − zeroshot (seed-free) stays a seed interval."""
+    files, per_seed = {}, {}
+    for method, shift in (("ar2", 0.0), ("ar2_sieve", 1.0)):
+        per_seed[method] = {}
+        for seed in (0, 1, 2):
+            r1 = [shift, 1.0, 0.0, float(seed == 1)]
+            files[(method, seed)], per_seed[method][seed] = _query_run(
+                tmp_path, f"{method}/seed{seed}", {"R@1": r1}
+            )
+    ccr = {}
+    for seed in (0, 5):
+        files[("dpr_ccr", seed)], ccr[seed] = _query_run(
+            tmp_path, f"dpr_ccr/seed{seed}", {"R@1": [0.0, 0.0, 0.0, 1.0]}
+        )
+    ar2 = _seeded_file(tmp_path, "ar2", per_seed["ar2"])
+    sieve = _seeded_file(tmp_path, "ar2_sieve", per_seed["ar2_sieve"])
+    dpr_ccr = _seeded_file(tmp_path, "dpr_ccr", ccr)
+    oracle = _seeded_file(tmp_path, "dpr_oracle", {0: {"R@1": 0.55}, 1: {"R@1": 0.57}, 2: {"R@1": 0.56}})
+    zs_pq, zs_metrics = _query_run(tmp_path, "zeroshot", {"R@1": [0.0, 1.0, 0.0, 1.0]})
+    zeroshot = _method_file(tmp_path, "zeroshot", zs_metrics)
+    per_query = {"zeroshot": {None: zs_pq}}
+    for (method, seed), path in files.items():
+        per_query.setdefault(method, {})[seed] = path
+    pairs = [("ar2_sieve", "ar2"), ("ar2_sieve", "dpr_ccr"), ("dpr_oracle", "zeroshot")]
+    gathered = gather_metrics.gather(
+        "tiny", [ar2, sieve, dpr_ccr, oracle, zeroshot], pairs, fixed=["zeroshot"], per_query=per_query
+    )
+    seeds, common, fixed = gathered["comparisons"]
+    assert (seeds["n"], seeds["interval"], "query_test" in seeds) == (3, "seeds", False)
+    assert seeds["metrics"]["R@1"] == {"diff": 0.25, "std": 0.0, "ci_low": 0.25, "ci_high": 0.25}
+    assert (common["n"], common["seeds"], common["interval"]) == (1, [0], "queries")
+    assert common["query_test"]["seed"] == 0
+    assert (common["query_test"]["method_file"], common["query_test"]["baseline_file"]) == (
+        str(files[("ar2_sieve", 0)]),
+        str(files[("dpr_ccr", 0)]),
+    )
+    # d = 1, 1, 0, -1: mean 0.25, std √(2.75 / 3); three differ, and ±1 ± 1 ± 1 is never 0, so all 8
+    # sign vectors reach |1|: p = 1
+    assert common["metrics"]["R@1"]["diff"] == 0.25 and common["metrics"]["R@1"]["p_value"] == 1.0
+    assert (fixed["n"], fixed["interval"], fixed["baseline_fixed"]) == (3, "seeds", True)
+    table = gather_metrics.markdown_table(gathered)
+    assert "| ar2_sieve − dpr_ccr | 1 (0) | +0.250 [-1.273, 1.773] p=1.000 (queries) |" in table
+    assert "| ar2_sieve − ar2 | 3 (0, 1, 2) | +0.250 [0.250, 0.250] |" in table
+    assert "over the 4 test queries of one run each" in table
+
+
+def test_a_run_without_per_query_values_has_no_test_and_a_missing_file_is_an_error(tmp_path):
+    """Decision (docs/evaluation.md): a run for which no per-query file is given (gathered by hand, or
+    a run older than the files) keeps "n/a (1 seed)" with a note saying why; a file that is given but
+    absent is an error naming it (the rule declares the files, so Snakemake evaluates again first)."""
+    dpr_pq, dpr_metrics = _query_run(tmp_path, "dpr", DPR_VALUES)
+    _, zs_metrics = _query_run(tmp_path, "zeroshot", ZEROSHOT_VALUES)
+    dpr = _method_file(tmp_path, "dpr", dpr_metrics)
+    zeroshot = _method_file(tmp_path, "zeroshot", zs_metrics)
+    pairs = [("dpr", "zeroshot")]
+    (pair,) = gather_metrics.gather("tiny", [dpr, zeroshot], pairs, per_query={"dpr": {None: dpr_pq}})[
+        "comparisons"
+    ]
+    assert pair["interval"] is None and pair["metrics"]["R@1"]["ci_low"] is None
+    assert (
+        pair["no_query_test"] == "no per-query values for zeroshot (seed not recorded): no test over queries"
+    )
+    table = gather_metrics.markdown_table({"dataset": "tiny", "methods": {}, "comparisons": [pair]})
+    assert "| dpr − zeroshot | 1 (not recorded) | +0.500 [n/a (1 seed)] |" in table
+    assert (
+        "- dpr − zeroshot: no per-query values for zeroshot (seed not recorded): no test over queries"
+        in table
+    )
+    gone = tmp_path / "gone" / "per_query.parquet"
+    with pytest.raises(DataError, match="evaluating again") as err:
+        gather_metrics.gather(
+            "tiny", [dpr, zeroshot], pairs, per_query={"dpr": {None: dpr_pq}, "zeroshot": {None: gone}}
+        )
+    assert err.value.file == str(gone)
+
+
+def test_per_query_files_of_other_queries_or_another_evaluation_are_refused(tmp_path):
+    dpr_pq, dpr_metrics = _query_run(tmp_path, "dpr", DPR_VALUES)
+    other_pq, other_metrics = _query_run(tmp_path, "zeroshot", ZEROSHOT_VALUES, qids=("q1", "q2", "q3", "q9"))
+    dpr = _method_file(tmp_path, "dpr", dpr_metrics)
+    zeroshot = _method_file(tmp_path, "zeroshot", other_metrics)
+    files = {"dpr": {None: dpr_pq}, "zeroshot": {None: other_pq}}
+    with pytest.raises(DataError, match="different queries") as err:
+        gather_metrics.gather("tiny", [dpr, zeroshot], [("dpr", "zeroshot")], per_query=files)
+    assert str(dpr_pq) in str(err.value) and str(other_pq) in str(err.value)
+    # metrics.json from one evaluation, per_query.parquet from another
+    stale = _method_file(tmp_path / "stale", "zeroshot", {**other_metrics, "R@1": 0.75})
+    with pytest.raises(DataError, match="different evaluations") as err:
+        gather_metrics.gather("tiny", [dpr, stale], [("dpr", "zeroshot")], per_query=files)
+    assert (err.value.file, err.value.field) == (str(other_pq), "R@1")
+    with pytest.raises(DataError, match="not gathered"):
+        gather_metrics.gather("tiny", [dpr], [], per_query={"bm25": {None: dpr_pq}})
+
+
+def test_per_query_argument_is_method_at_seed_equals_path(tmp_path, capsys):
+    assert gather_metrics.query_files(
+        [gather_metrics._query_file(v) for v in ("dpr=a/p.parquet", "ar2@0=b/p.parquet", "ar2@1=c/p.parquet")]
+    ) == {"dpr": {None: "a/p.parquet"}, "ar2": {0: "b/p.parquet", 1: "c/p.parquet"}}
+    with pytest.raises(DataError, match="ar2@0 given twice"):
+        gather_metrics.query_files([("ar2", 0, "b"), ("ar2", 0, "c")])
+    a = _method_file(tmp_path, "bm25", {"R@5": 0.5})
+    for bad in ("dpr", "dpr=", "=p", "ar2@x=p", "ar2@=p"):
+        with pytest.raises(SystemExit):
+            gather_metrics.main(
+                [
+                    "--dataset",
+                    "tiny",
+                    "--inputs",
+                    str(a),
+                    "--out-json",
+                    str(tmp_path / "m.json"),
+                    "--out-md",
+                    str(tmp_path / "m.md"),
+                    "--per-query",
+                    bad,
+                ]
+            )
+        assert "METHOD@SEED=PATH" in capsys.readouterr().err

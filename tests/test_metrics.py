@@ -6,11 +6,14 @@ import pytest
 
 from pipeline.evaluation.metrics import (
     hit_at_k,
+    mean_of,
     mrr_at_k,
     order_metrics,
     qrels_metrics,
+    qrels_metrics_per_query,
     recall_at_k,
     top_k_accuracy,
+    top_k_accuracy_per_query,
 )
 
 
@@ -77,6 +80,24 @@ def test_qrels_metrics_names_and_absence():
     got_all = qrels_metrics(ranked, qrels, [1, 5], suffix="_all", with_recall=False)
     assert got_all == {"MRR_all@10": 0.5, "hit_all@1": 0.0, "hit_all@5": 1.0}
     assert qrels_metrics(ranked, {}, [1, 5]) == {}
+
+
+def test_per_query_values_are_what_the_metrics_average():
+    assert top_k_accuracy_per_query([1, 3, None], [1, 5]) == {"R@1": [1.0, 0.0, 0.0], "R@5": [1.0, 1.0, 0.0]}
+    qrels = {"q1": {"a", "b"}, "q2": {"c"}, "q3": {"d"}}
+    ranked = {"q1": ["x", "a", "b"], "q2": ["c"]}  # q3 never ranked: 0 everywhere
+    per_query = qrels_metrics_per_query(ranked, qrels, [1, 3], suffix="_all", with_recall=True)
+    assert per_query == {
+        "MRR_all@10": {"q1": 0.5, "q2": 1.0, "q3": 0.0},
+        "hit_all@1": {"q1": 0.0, "q2": 1.0, "q3": 0.0},
+        "hit_all@3": {"q1": 1.0, "q2": 1.0, "q3": 0.0},
+        "recall_all@1": {"q1": 0.0, "q2": 1.0, "q3": 0.0},
+        "recall_all@3": {"q1": 1.0, "q2": 1.0, "q3": 0.0},
+    }
+    means = qrels_metrics(ranked, qrels, [1, 3], suffix="_all")
+    assert means == {name: mean_of(values.values()) for name, values in per_query.items()}
+    with pytest.raises(ValueError, match="no values"):
+        mean_of([])
 
 
 def test_qrels_functions_reject_empty_judgements():

@@ -87,6 +87,8 @@ def test_path_functions_give_the_rules_patterns(g):
         g.run("{dataset}", "{method}", "{split}", seed="{seed}")
         == "results/{dataset}/{method}/seed{seed}/run.{split}.parquet"
     )
+    assert g.per_query("{dataset}", "{run}") == "results/{dataset}/{run}/per_query.parquet"
+    assert g.per_query("d", "ar2", seed=1) == "results/d/ar2/seed1/per_query.parquet"
     assert (
         g.retriever("{dataset}", g.ccr_model("{beta}"))
         == "results/{dataset}/models/dpr_ccr_b{beta}/retriever.json"

@@ -14,6 +14,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import pyarrow as pa
 
@@ -47,6 +48,20 @@ RUN_SCHEMA = pa.schema(
     [("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32())]
 )
 """{method}/run.{split}.parquet: a retrieval run, the contract between retrievers and the evaluator."""
+
+PER_QUERY_SCHEMA = pa.schema([("qid", pa.string()), ("{metric}", pa.float64())])
+"""{method}/per_query.parquet: every evaluated query and its value of each metric of the metrics.json
+beside it, one float64 column per metric (``{metric}`` stands for them; ``per_query_schema``);
+null where the query is not in that metric's denominator (no qrels)."""
+
+
+def per_query_schema(metrics: Sequence[str]) -> pa.Schema:
+    """The per-query table of these metrics: qid, then one ``PER_QUERY_SCHEMA`` metric column each."""
+    qid, column = PER_QUERY_SCHEMA.field("qid"), PER_QUERY_SCHEMA.field("{metric}")
+    if not metrics or "qid" in metrics or len(set(metrics)) != len(metrics):
+        raise ValueError(f"per-query metrics must be distinct names other than qid, got {list(metrics)}")
+    return pa.schema([qid] + [column.with_name(name) for name in metrics])
+
 
 MINED_NEGATIVES_SCHEMA = pa.schema(
     [
@@ -228,6 +243,13 @@ TABLES: tuple[Table, ...] = (
         "{method}/seed{seed}/run.{split}.parquet",
         "RUN_SCHEMA",
         "the run of one seed of an AR2 method (its selected round)",
+    ),
+    Table(
+        "results",
+        "{method}[/seed{seed}]/per_query.parquet",
+        "PER_QUERY_SCHEMA",
+        "each evaluated query's value of every metric of the metrics.json beside it (one column per "
+        "metric; null: not in its denominator); paired tests over queries read it",
     ),
     Table(
         "results",

@@ -8,6 +8,9 @@
 Writes ``{"dataset","method","split","n_queries","match","depth",...,"metrics":{...}}``. ``R@k`` is
 present only when the queries carry answers (not MS MARCO); qrels metrics only when the qrels file has
 rows (not DPR test qa.csv). Definitions: pipeline.evaluation.metrics and docs/evaluation.md.
+``--per-query per_query.parquet`` also writes every query's value of each metric (qid + one column
+per metric, null where the query is not in the metric's denominator): each metric of metrics.json is
+the mean of its column, and gather's paired tests over queries read it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,7 +27,7 @@ import pyarrow.compute as pc
 from rich.progress import Progress
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, per_query_schema
 from pipeline.core.storage import (
     DataError,
     check_unique,
@@ -32,9 +35,15 @@ from pipeline.core.storage import (
     read_json_object,
     read_table,
     write_json,
+    write_table,
 )
 from pipeline.data.answers import MATCH_MODES, AnswerMatcher
-from pipeline.evaluation.metrics import order_metrics, qrels_metrics, top_k_accuracy
+from pipeline.evaluation.metrics import (
+    mean_of,
+    order_metrics,
+    qrels_metrics_per_query,
+    top_k_accuracy_per_query,
+)
 from pipeline.retrieval.runs import ranked_lists, read_run, write_trec
 
 log = logging.getLogger("sieve.evaluate")
@@ -219,7 +228,7 @@ def check_ranked_queries(
     return len(missing)
 
 
-def evaluate(
+def evaluate_per_query(
     run_path: str | os.PathLike,
     queries_path: str | os.PathLike,
     qrels_path: str | os.PathLike,
@@ -228,12 +237,10 @@ def evaluate(
     match: str = "string",
     qrels_all_path: str | os.PathLike | None = None,
     allow_missing_queries: bool = False,
-) -> tuple[dict, pd.DataFrame]:
-    """(everything metrics.json holds except dataset/method/split, the validated run).
-
-    A query of ``queries_path`` with no row in the run is an error unless ``allow_missing_queries``
-    (then it counts as a miss and ``n_unranked_queries`` says how many).
-    """
+) -> tuple[dict, pd.DataFrame, pa.Table]:
+    """``evaluate``'s (info, run) and the per-query values every metric is the mean of
+    (``per_query_table``: every evaluated query in file order, null where a query is not in a
+    metric's denominator)."""
     answers = load_queries(queries_path)
     known = set(answers)
     run = read_finite_run(run_path, known)
@@ -272,7 +279,7 @@ def evaluate(
     }
     if unranked:
         info["n_unranked_queries"] = unranked
-    metrics: dict[str, float] = {}
+    per_query: dict[str, dict[str, float]] = {}
     if matcher is not None:
         if with_answers < len(answers):
             # Kept in the denominator (DPR: accuracy over ALL questions) but worth knowing about.
@@ -283,7 +290,8 @@ def evaluate(
             )
             info["n_queries_without_answers"] = len(answers) - with_answers
         hits = first_answer_hits(run, prepared, matcher)
-        metrics.update(top_k_accuracy([hits.get(qid) for qid in answers], ks))
+        values = top_k_accuracy_per_query([hits.get(qid) for qid in answers], ks)
+        per_query.update({name: dict(zip(answers, column)) for name, column in values.items()})
     ranked = None
     for path, suffix, with_recall in ((qrels_path, "", True), (qrels_all_path, "_all", False)):
         if path is None:
@@ -294,13 +302,49 @@ def evaluate(
         if ranked is None:
             ranked = ranked_lists(run)
         info[f"n_qrels{suffix}_queries"] = len(qrels)
-        metrics.update(qrels_metrics(ranked, qrels, ks, suffix=suffix, with_recall=with_recall))
-    if not metrics:
+        per_query.update(qrels_metrics_per_query(ranked, qrels, ks, suffix=suffix, with_recall=with_recall))
+    if not per_query:
         raise DataError(
             "nothing to evaluate: no query has answers and the qrels are empty", file=queries_path
         )
-    info["metrics"] = order_metrics(metrics)
+    # Each metric is computed from the values written per query, so the two cannot disagree.
+    info["metrics"] = order_metrics({name: mean_of(values.values()) for name, values in per_query.items()})
+    return info, run, per_query_table(list(answers), {name: per_query[name] for name in info["metrics"]})
+
+
+def evaluate(
+    run_path: str | os.PathLike,
+    queries_path: str | os.PathLike,
+    qrels_path: str | os.PathLike,
+    corpus_path: str | os.PathLike,
+    ks: Sequence[int],
+    match: str = "string",
+    qrels_all_path: str | os.PathLike | None = None,
+    allow_missing_queries: bool = False,
+) -> tuple[dict, pd.DataFrame]:
+    """(everything metrics.json holds except dataset/method/split, the validated run).
+
+    A query of ``queries_path`` with no row in the run is an error unless ``allow_missing_queries``
+    (then it counts as a miss and ``n_unranked_queries`` says how many).
+    """
+    info, run, _ = evaluate_per_query(
+        run_path, queries_path, qrels_path, corpus_path, ks, match, qrels_all_path, allow_missing_queries
+    )
     return info, run
+
+
+def per_query_table(qids: Sequence[str], per_query: Mapping[str, Mapping[str, float]]) -> pa.Table:
+    """qid (in ``qids`` order), then one column per metric (in ``per_query`` order): the query's value,
+    null when the query is not in the metric's denominator (not in the qrels)."""
+    known = set(qids)
+    for name, values in per_query.items():
+        stray = next((qid for qid in values if qid not in known), None)
+        if stray is not None:
+            raise ValueError(f"{name}: qid {stray!r} is not among the evaluated queries")
+    columns = {"qid": list(qids)}
+    for name, values in per_query.items():
+        columns[name] = [values.get(qid) for qid in qids]
+    return pa.Table.from_pydict(columns, schema=per_query_schema(list(per_query)))
 
 
 def _read_info(path: str) -> dict:
@@ -338,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", required=True, help="metrics JSON to write")
     parser.add_argument("--trec", help="also export the run as TREC (qid Q0 pid rank score method)")
+    parser.add_argument(
+        "--per-query",
+        help="also write every query's value of each metric to this Parquet (qid + one column per metric)",
+    )
     parser.add_argument("--info", help="JSON object of extra fields to carry (notes, seeds, ...)")
     parser.add_argument(
         "--fusion",
@@ -359,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         choice = read_json_object(args.fusion, keys=FUSION_KEYS)
         extra["fusion"] = {key: choice[key] for key in FUSION_KEYS}
 
-    result, run = evaluate(
+    result, run, per_query = evaluate_per_query(
         args.run,
         args.queries,
         args.qrels,
@@ -381,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
         **extra,
         "metrics": metrics,
     }
+    if args.per_query:
+        write_table(args.per_query, per_query)
+        log.info("wrote %s", args.per_query)
     write_json(args.out, out)
     log.info(
         "%s/%s (%s, %d queries): %s",

@@ -9,7 +9,10 @@ columns in a fixed order: R@k by k, MRR@10, hit@k, recall@k, then the ``_all`` f
 
 ``--compare METHOD:BASELINE ...`` adds ``comparisons``: per pair, the paired difference
 method − baseline of every metric over the seeds both were run with, and its 95% t interval
-(pipeline.evaluation.seed_stats; docs/evaluation.md), shown in a second table.
+(pipeline.evaluation.seed_stats; docs/evaluation.md), shown in a second table. A pair with one
+common seed has no interval over seeds; given the runs' per-query values (``--per-query
+METHOD[@SEED]=PATH``, the evaluator's per_query.parquet), it gets a paired test over the test
+queries instead (pipeline.evaluation.query_tests), labelled "(queries)".
 """
 
 from __future__ import annotations
@@ -22,17 +25,30 @@ import os
 import sys
 from numbers import Real
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
 from pipeline.evaluation.metrics import metric_sort_key
+from pipeline.evaluation.query_tests import (
+    PERMUTATIONS,
+    RNG_SEED,
+    align_per_query,
+    column_mean,
+    paired_query_tests,
+    read_per_query,
+)
 from pipeline.evaluation.seed_stats import common_seeds, paired_difference, t_quantile
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("sieve.gather_metrics")
 
 REQUIRED = ("dataset", "method", "split", "n_queries", "metrics")
 LEVEL = 0.95
+# method -> seed (None: the method's one run) -> its per_query.parquet
+QueryFiles = Mapping[str, Mapping["int | None", "str | os.PathLike"]]
 
 
 def read_metrics(path: str | os.PathLike) -> dict:
@@ -90,12 +106,15 @@ def gather(
     paths: Sequence[str | os.PathLike | tuple[str, str | os.PathLike]],
     compare: Sequence[tuple[str, str]] = (),
     fixed: Collection[str] = (),
+    per_query: QueryFiles | None = None,
 ) -> dict:
     """``{"dataset": D, "methods": {method: {split, n_queries, ..., metrics}}, "comparisons": [...]}``,
     methods in input order, one comparison per ``compare`` pair (method, baseline) whose two
     methods were both read. ``fixed``: methods with no training seed (their one run pairs with
     every seed of a trained method). A ``(name, path)`` input is gathered under the method name the
-    config lists (e.g. dpr_ccr); the run it reads (dpr_ccr_b0.5) is kept as ``run`` when it differs."""
+    config lists (e.g. dpr_ccr); the run it reads (dpr_ccr_b0.5) is kept as ``run`` when it differs.
+    ``per_query``: the runs' per-query files, for the paired test over queries of a pair with one
+    common seed (``None``: no such test, as before the files existed)."""
     if not paths:
         raise DataError("no metrics files given", field="--inputs")
     methods: dict[str, dict] = {}
@@ -120,14 +139,63 @@ def gather(
         methods[method] = entry
         sources[method] = str(path)
         runs[method] = seed_runs(data, path)
+    unknown = sorted(set(per_query or {}) - set(methods))
+    if unknown:
+        raise DataError(f"per-query files given for methods not gathered: {unknown}", field="--per-query")
+    queries = None if per_query is None else QueryValues(per_query, runs, sources)
     comparisons = []
     for method, baseline in compare:
         missing = [m for m in (method, baseline) if m not in methods]
         if missing:
             log.info("comparison %s − %s left out: %s not gathered", method, baseline, " and ".join(missing))
             continue
-        comparisons.append(compare_methods(method, baseline, methods, runs, fixed))
+        comparisons.append(compare_methods(method, baseline, methods, runs, fixed, queries))
     return {"dataset": dataset, "methods": methods, "comparisons": comparisons}
+
+
+class QueryValues:
+    """The runs' per-query files: which file holds a method's run of a seed, each read once and
+    checked against the metrics the method reports for that seed."""
+
+    def __init__(self, files: QueryFiles, runs: dict[str, dict], sources: dict[str, str]):
+        self.files, self.runs, self.sources = files, runs, sources
+        self._read: dict[str, pd.DataFrame] = {}
+
+    def file(self, method: str, seed: int | None) -> str | None:
+        """The per-query file of ``method``'s run paired at ``seed``: that seed's, else the method's one
+        run's (a single run pairs under the other side's seed, and a seed-free baseline with every
+        seed); None when no file was given for it."""
+        given = self.files.get(method) or {}
+        if seed in given:
+            return str(given[seed])
+        if len(self.runs[method]) == 1 and len(given) == 1:
+            return str(next(iter(given.values())))
+        return None
+
+    def metrics(self, method: str, seed: int | None) -> dict:
+        own = self.runs[method]
+        return own[seed] if seed in own else next(iter(own.values()))
+
+    def read(self, method: str, seed: int | None, names: Sequence[str]) -> pd.DataFrame:
+        """The per-query table of ``method`` at ``seed``, refused when a column's mean is not the
+        metric the method reports there (a per-query file left from another evaluation)."""
+        path = self.file(method, seed)
+        if path not in self._read:
+            self._read[path] = read_per_query(path)
+        table = self._read[path]
+        reported = self.metrics(method, seed)
+        for name in names:
+            if name in table.columns and not math.isclose(
+                column_mean(table, name), float(reported[name]), rel_tol=1e-9, abs_tol=1e-12
+            ):
+                raise DataError(
+                    f"the mean of {name} over its queries is {column_mean(table, name)!r}, but "
+                    f"{self.sources[method]} reports {reported[name]!r}: the two files come from "
+                    "different evaluations; evaluate the run again",
+                    file=path,
+                    field=name,
+                )
+        return table
 
 
 def _pairable(a: dict, b: dict, fixed_baseline: bool = False) -> tuple[dict, dict]:
@@ -144,10 +212,17 @@ def _pairable(a: dict, b: dict, fixed_baseline: bool = False) -> tuple[dict, dic
 
 
 def compare_methods(
-    method: str, baseline: str, methods: dict, runs: dict, fixed: Collection[str] = ()
+    method: str,
+    baseline: str,
+    methods: dict,
+    runs: dict,
+    fixed: Collection[str] = (),
+    queries: QueryValues | None = None,
 ) -> dict:
     """One ``comparisons`` entry: method − baseline of every metric both have in every common seed
-    (every seed of the method when the baseline is one of the seed-free methods ``fixed``)."""
+    (every seed of the method when the baseline is one of the seed-free methods ``fixed``), with the
+    t interval over those seeds (``interval: "seeds"``). With one common seed there is none; then,
+    given ``queries``, the paired test over the queries of that seed's two runs (``"queries"``)."""
     a, b = _pairable(runs[method], runs[baseline], baseline in fixed)
     seeds, only_a, only_b = common_seeds(a, b)
     names = [
@@ -170,6 +245,18 @@ def compare_methods(
     }
     if baseline in fixed:
         entry["baseline_fixed"] = True  # one seed-free run, the same in every pair
+    entry["interval"] = "seeds" if len(seeds) > 1 else None
+    if len(seeds) == 1 and diffs and queries is not None:
+        missing = [m for m in (method, baseline) if queries.file(m, seeds[0]) is None]
+        if missing:
+            entry["no_query_test"] = (
+                f"no per-query values for {' and '.join(missing)} (seed {_seed_list(seeds)}): "
+                "no test over queries"
+            )
+        else:
+            tested = query_comparison(method, baseline, seeds[0], list(diffs), queries)
+            entry["interval"], entry["query_test"] = tested["interval"], tested["query_test"]
+            diffs = tested["metrics"]
     if not seeds:
         entry["note"] = "no seed in common: nothing paired"
         log.info(
@@ -181,6 +268,8 @@ def compare_methods(
             baseline,
             list(b),
         )
+    elif entry["interval"] == "queries":
+        entry["note"] = "1 seed: interval and p-value over the test queries of one run each, not over seeds"
     elif len(seeds) == 1:
         entry["note"] = "1 seed: a difference of single runs, no interval"
     if seeds and (only_a or only_b):
@@ -195,6 +284,41 @@ def compare_methods(
         )
     entry["metrics"] = diffs
     return entry
+
+
+def query_comparison(
+    method: str, baseline: str, seed: int | None, names: Sequence[str], queries: QueryValues
+) -> dict:
+    """The paired test over queries of the two runs of ``seed``, for the metrics ``names``: the
+    ``interval``, ``query_test`` and ``metrics`` fields of a comparison entry."""
+    files = queries.file(method, seed), queries.file(baseline, seed)
+    a = queries.read(method, seed, names)
+    b = queries.read(baseline, seed, names)
+    values_a, values_b = align_per_query(a, b, files[0], files[1], names)
+    tests = paired_query_tests(values_a, values_b, LEVEL, PERMUTATIONS, RNG_SEED)
+    return {
+        "interval": "queries",
+        "query_test": {
+            "seed": seed,
+            "method_file": files[0],
+            "baseline_file": files[1],
+            "test": "paired t-interval; two-sided sign-flip randomisation test",
+            "permutations": PERMUTATIONS,
+            "rng_seed": RNG_SEED,
+        },
+        "metrics": {
+            name: {
+                "diff": t.mean,
+                "std": t.std,
+                "ci_low": t.ci_low,
+                "ci_high": t.ci_high,
+                "p_value": t.p_value,
+                "n_queries": t.n,
+                "exact": t.exact,
+            }
+            for name, t in zip(names, tests)
+        },
+    }
 
 
 def _num(value, sign: str = "") -> str:
@@ -257,6 +381,17 @@ HEADLINE_FOOTNOTE = (
 )
 
 
+def headline_footnote(gathered: dict) -> str:
+    """The headline's footnote; where a pair was tested over queries, it says where that test is: a
+    method's own spread over queries is no paired comparison, so the headline shows none."""
+    if any(c.get("interval") == "queries" for c in gathered.get("comparisons") or []):
+        return (
+            f"{HEADLINE_FOOTNOTE} A method run with one seed has no interval here; the paired differences "
+            "below compare such runs over the test queries, marked (queries)."
+        )
+    return HEADLINE_FOOTNOTE
+
+
 def headline_columns(gathered: dict, most: int = HEADLINE_COLUMNS) -> list[str]:
     """The preferred metrics whose values (to 3 decimals) differ between methods and from every
     column already taken: on synthkb hit@k equals recall@k and R@100 is 1.000 for every dense method."""
@@ -311,16 +446,64 @@ COMPARISON_FOOTNOTE = (
 )
 
 
+def comparison_title(gathered: dict) -> str:
+    """The paired-difference table's title: over seeds, and over queries where a row says so."""
+    if any(c.get("interval") == "queries" for c in gathered.get("comparisons") or []):
+        return f"{COMPARISON_TITLE}, or over test queries where marked (queries)"
+    return COMPARISON_TITLE
+
+
+def _query_counts(comparisons: list[dict]) -> str:
+    """'the 6 test queries', or with metrics over different queries (R@k over all, the qrels metrics over
+    the judged ones) 'the test queries (6 for R@k; 5 for MRR@10, hit@k)'."""
+    families: dict[int, list[str]] = {}
+    for c in comparisons:
+        for name, diff in c["metrics"].items():
+            family, _, cut = name.partition("@")
+            label = name if family.startswith("MRR") else f"{family}@k" if cut else name
+            names = families.setdefault(diff["n_queries"], [])
+            if label not in names:
+                names.append(label)
+    if len(families) == 1:
+        return f"the {next(iter(families)):,} test queries"
+    return "the test queries (" + "; ".join(f"{n:,} for {', '.join(f)}" for n, f in families.items()) + ")"
+
+
+def comparison_footnotes(gathered: dict) -> list[str]:
+    """The paragraphs under the paired differences; with tests over queries, what they are and are not."""
+    tested = [c for c in gathered.get("comparisons") or [] if c.get("interval") == "queries"]
+    if not tested:
+        return [COMPARISON_FOOTNOTE]
+    exact_up_to = PERMUTATIONS.bit_length() - 1  # 2^m sign flips fit in the budget up to m queries
+    return [
+        COMPARISON_FOOTNOTE,
+        f"(queries): one seed in common, so no interval over seeds. Instead, over {_query_counts(tested)} "
+        f"of one run each: {LEVEL:.0%} paired t-interval, two-sided sign-flip randomisation test, "
+        f"{PERMUTATIONS:,} permutations (every sign flip when at most {exact_up_to} queries differ), "
+        f"seed {RNG_SEED}; it shows the difference on these queries, not across training seeds.",
+    ]
+
+
 def _seed_list(seeds: list) -> str:
     return ", ".join("not recorded" if s is None else str(s) for s in seeds)
 
 
-def _diff_cell(diff: dict | None) -> str:
+def _p_value(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+
+
+def _diff_cell(diff: dict | None, interval: str | None = "seeds") -> str:
     if diff is None:
         return "–"
+    d = _num(diff["diff"], "+")
+    if interval == "queries":
+        low_high = (
+            "n/a (1 query)" if diff["ci_low"] is None else f"{_num(diff['ci_low'])}, {_num(diff['ci_high'])}"
+        )
+        return f"{d} [{low_high}] {_p_value(diff['p_value'])} (queries)"
     if diff["ci_low"] is None:
-        return f"{_num(diff['diff'], '+')} [n/a (1 seed)]"
-    return f"{_num(diff['diff'], '+')} [{_num(diff['ci_low'])}, {_num(diff['ci_high'])}]"
+        return f"{d} [n/a (1 seed)]"
+    return f"{d} [{_num(diff['ci_low'])}, {_num(diff['ci_high'])}]"
 
 
 def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
@@ -334,7 +517,8 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
         seeds = f"{c['n']} ({_seed_list(c['seeds'])})" if c["n"] else "n/a (no common seed)"
         if c.get("baseline_fixed") and c["n"]:
             seeds += f"; {c['baseline']} seed-free"
-        rows.append([label, seeds] + [_diff_cell(c["metrics"].get(name)) for name in columns])
+        interval = c.get("interval", "seeds")
+        rows.append([label, seeds] + [_diff_cell(c["metrics"].get(name), interval) for name in columns])
         if not c["n"]:
             notes.append(
                 f"{label}: no common seed ({c['method']}: {_seed_list(c['only_method'])}; "
@@ -344,6 +528,8 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
         for side, key in ((c["method"], "only_method"), (c["baseline"], "only_baseline")):
             if c[key]:
                 notes.append(f"{label}: seed(s) {_seed_list(c[key])} only run for {side}, left out")
+        if c.get("no_query_test"):
+            notes.append(f"{label}: {c['no_query_test']}")
     return ["method − baseline", "n (seeds)", *columns], rows, notes
 
 
@@ -360,7 +546,7 @@ def markdown_table(gathered: dict) -> str:
     lines = [f"# {gathered['dataset']}: retrieval metrics", ""]
     header, rows = headline_rows(gathered)
     if len(header) > 2:
-        lines += [*_markdown_grid(header, rows, 2), "", HEADLINE_FOOTNOTE, "", "## All metrics", ""]
+        lines += [*_markdown_grid(header, rows, 2), "", headline_footnote(gathered), "", "## All metrics", ""]
     header, rows, notes = table_rows(gathered)
     lines += _markdown_grid(header, rows, 3)
     if notes:
@@ -368,10 +554,11 @@ def markdown_table(gathered: dict) -> str:
     lines += ["", FOOTNOTE]
     header, rows, notes = comparison_rows(gathered)
     if rows:
-        lines += ["", f"## {COMPARISON_TITLE}", "", *_markdown_grid(header, rows, 2)]
+        lines += ["", f"## {comparison_title(gathered)}", "", *_markdown_grid(header, rows, 2)]
         if notes:
             lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
-        lines += ["", COMPARISON_FOOTNOTE]
+        for paragraph in comparison_footnotes(gathered):
+            lines += ["", paragraph]
     return "\n".join(lines) + "\n"
 
 
@@ -379,22 +566,24 @@ def html_table(gathered: dict) -> str:
     """The same tables as a small standalone HTML page (for `snakemake --report`)."""
     from html import escape
 
-    def section(header: list[str], rows: list[list[str]], notes: list[str], footnote: str) -> str:
+    def section(header: list[str], rows: list[list[str]], notes: list[str], footnotes: list[str]) -> str:
         head = "".join(f"<th>{escape(c)}</th>" for c in header)
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows)
         paragraphs = [f"Notes: {'; '.join(notes)}"] if notes else []
-        paragraphs.append(footnote)
+        paragraphs += footnotes
         return f"<table><tr>{head}</tr>{body}</table>" + "".join(f"<p>{escape(p)}</p>" for p in paragraphs)
 
     page = (
         "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
         f"</style><h3>{escape(gathered['dataset'])}: retrieval metrics</h3>"
-        + section(*table_rows(gathered), FOOTNOTE)
+        + section(*table_rows(gathered), [FOOTNOTE])
     )
     header, rows, notes = comparison_rows(gathered)
     if rows:
-        page += f"<h4>{escape(COMPARISON_TITLE)}</h4>" + section(header, rows, notes, COMPARISON_FOOTNOTE)
+        page += f"<h4>{escape(comparison_title(gathered))}</h4>" + section(
+            header, rows, notes, comparison_footnotes(gathered)
+        )
     return page
 
 
@@ -418,6 +607,27 @@ def _json_object(text: str) -> dict:
 def _named_path(value: str) -> str | tuple[str, str]:
     name, sep, path = value.partition("=")
     return (name, path) if sep and name and "/" not in name else value
+
+
+def _query_file(value: str) -> tuple[str, int | None, str]:
+    """METHOD=PATH (the method's one run) or METHOD@SEED=PATH (its run of that seed)."""
+    key, sep, path = value.partition("=")
+    method, at, seed = key.partition("@")
+    if not sep or not path or not method or (at and not seed.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected METHOD=PATH or METHOD@SEED=PATH, got {value!r}")
+    return method, int(seed) if at else None, path
+
+
+def query_files(items: Sequence[tuple[str, int | None, str]]) -> dict[str, dict[int | None, str]]:
+    """``--per-query`` items as method -> seed -> path; a (method, seed) given twice is an error."""
+    files: dict[str, dict[int | None, str]] = {}
+    for method, seed, path in items:
+        seeds = files.setdefault(method, {})
+        if seed in seeds:
+            which = method if seed is None else f"{method}@{seed}"
+            raise DataError(f"{which} given twice ({seeds[seed]} and {path})", field="--per-query")
+        seeds[seed] = path
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,6 +661,14 @@ def main(argv: list[str] | None = None) -> int:
         "their one run is paired with every seed of the method",
     )
     parser.add_argument(
+        "--per-query",
+        nargs="*",
+        type=_query_file,
+        metavar="METHOD[@SEED]=PATH",
+        help="the runs' per_query.parquet (evaluate --per-query): a pair with one common seed gets a "
+        "paired test over queries; without this option it has no interval",
+    )
+    parser.add_argument(
         "--recipe",
         type=_json_object,
         metavar="JSON",
@@ -459,7 +677,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
     start_stage(args.log)
-    gathered = gather(args.dataset, args.inputs, args.compare, args.fixed)
+    per_query = None if args.per_query is None else query_files(args.per_query)
+    gathered = gather(args.dataset, args.inputs, args.compare, args.fixed, per_query)
     if args.recipe is not None:
         gathered["recipe"] = args.recipe
     table = markdown_table(gathered)

@@ -11,6 +11,9 @@ Two families, named apart because the literature uses "recall" for both:
 
 Ranked lists are sequences of pids in rank order (rank 1 first); ties were already broken by the run's
 ``rank`` column, so the order given here is the order scored.
+
+Each metric is the mean (``mean_of``) of its per-query values (``*_per_query``), which the evaluator
+also writes out for paired tests over queries (pipeline.evaluation.query_tests).
 """
 
 from __future__ import annotations
@@ -40,21 +43,34 @@ def _check_qrels(qrels: Qrels) -> None:
             raise ValueError(f"query {qid!r} has no relevant passage in the qrels")
 
 
+def mean_of(values: Iterable[float]) -> float:
+    """The mean every metric is: the correctly rounded sum (``math.fsum``) over the count. A correctly
+    rounded sum does not depend on the order of its terms, so a reader who averages a metric's
+    per-query values with ``math.fsum`` gets the metric exactly, in whatever order it reads them."""
+    values = list(values)
+    if not values:
+        raise ValueError("no values to average")
+    return math.fsum(values) / len(values)
+
+
+def top_k_accuracy_per_query(
+    first_hit_ranks: Sequence[int | None], ks: Iterable[int]
+) -> dict[str, list[float]]:
+    """``R@k`` of each question (1.0: its first answer match is at rank <= k, else 0.0), in the order of
+    ``first_hit_ranks`` (1-based rank, or None when nothing retrieved matches)."""
+    ks = _check_ks(ks)
+    if not first_hit_ranks:
+        raise ValueError("no questions to evaluate")
+    return {f"R@{k}": [1.0 if r is not None and r <= k else 0.0 for r in first_hit_ranks] for k in ks}
+
+
 def top_k_accuracy(first_hit_ranks: Sequence[int | None], ks: Iterable[int]) -> dict[str, float]:
     """``R@k`` for each k: share of questions whose first answer match is at rank <= k.
 
     ``first_hit_ranks`` has one entry per evaluated question (1-based rank, or None when no retrieved
     passage matches or nothing was retrieved); its length is the denominator.
     """
-    ks = _check_ks(ks)
-    n = len(first_hit_ranks)
-    if n == 0:
-        raise ValueError("no questions to evaluate")
-    out = {}
-    for k in ks:
-        hits = sum(1 for r in first_hit_ranks if r is not None and r <= k)
-        out[f"R@{k}"] = hits / n
-    return out
+    return {name: mean_of(values) for name, values in top_k_accuracy_per_query(first_hit_ranks, ks).items()}
 
 
 def first_relevant_rank(ranked: Sequence[str], relevant: "set[str] | frozenset[str]") -> int | None:
@@ -64,37 +80,65 @@ def first_relevant_rank(ranked: Sequence[str], relevant: "set[str] | frozenset[s
     return None
 
 
-def mrr_at_k(ranked: Ranked, qrels: Qrels, k: int = MRR_K) -> float:
-    """Mean over qrels queries of 1/rank of the first relevant passage within rank k, else 0."""
+def mrr_per_query(ranked: Ranked, qrels: Qrels, k: int = MRR_K) -> dict[str, float]:
+    """qrels query -> 1/rank of its first relevant passage within rank k, else 0."""
     _check_ks([k])
     _check_qrels(qrels)
-    total = 0.0
+    out = {}
     for qid, relevant in qrels.items():
         rank = first_relevant_rank(ranked.get(qid, ())[:k], relevant)
-        if rank is not None:
-            total += 1.0 / rank
-    return total / len(qrels)
+        out[qid] = 0.0 if rank is None else 1.0 / rank
+    return out
+
+
+def mrr_at_k(ranked: Ranked, qrels: Qrels, k: int = MRR_K) -> float:
+    """Mean over qrels queries of 1/rank of the first relevant passage within rank k, else 0."""
+    return mean_of(mrr_per_query(ranked, qrels, k).values())
+
+
+def hit_per_query(ranked: Ranked, qrels: Qrels, k: int) -> dict[str, float]:
+    """qrels query -> 1.0 when a relevant passage is in its top k, else 0.0."""
+    _check_ks([k])
+    _check_qrels(qrels)
+    return {
+        qid: 1.0 if any(pid in relevant for pid in ranked.get(qid, ())[:k]) else 0.0
+        for qid, relevant in qrels.items()
+    }
 
 
 def hit_at_k(ranked: Ranked, qrels: Qrels, k: int) -> float:
     """Share of qrels queries with at least one relevant passage in the top k."""
+    return mean_of(hit_per_query(ranked, qrels, k).values())
+
+
+def recall_per_query(ranked: Ranked, qrels: Qrels, k: int) -> dict[str, float]:
+    """qrels query -> |relevant in top k| / |relevant|."""
     _check_ks([k])
     _check_qrels(qrels)
-    hits = sum(
-        1 for qid, relevant in qrels.items() if any(pid in relevant for pid in ranked.get(qid, ())[:k])
-    )
-    return hits / len(qrels)
+    return {
+        qid: len(set(ranked.get(qid, ())[:k]) & relevant) / len(relevant) for qid, relevant in qrels.items()
+    }
 
 
 def recall_at_k(ranked: Ranked, qrels: Qrels, k: int) -> float:
     """Mean over qrels queries of |relevant in top k| / |relevant| (trec_eval ``recall_k``)."""
-    _check_ks([k])
-    _check_qrels(qrels)
-    total = 0.0
-    for qid, relevant in qrels.items():
-        found = len(set(ranked.get(qid, ())[:k]) & relevant)
-        total += found / len(relevant)
-    return total / len(qrels)
+    return mean_of(recall_per_query(ranked, qrels, k).values())
+
+
+def qrels_metrics_per_query(
+    ranked: Ranked, qrels: Qrels, ks: Iterable[int], suffix: str = "", with_recall: bool = True
+) -> dict[str, dict[str, float]]:
+    """metric -> qrels query -> value, for the metrics of ``qrels_metrics``; empty without qrels."""
+    ks = _check_ks(ks)
+    if not qrels:
+        return {}
+    out = {f"MRR{suffix}@{MRR_K}": mrr_per_query(ranked, qrels, MRR_K)}
+    for k in ks:
+        out[f"hit{suffix}@{k}"] = hit_per_query(ranked, qrels, k)
+    if with_recall:
+        for k in ks:
+            out[f"recall{suffix}@{k}"] = recall_per_query(ranked, qrels, k)
+    return out
 
 
 def qrels_metrics(
@@ -103,17 +147,10 @@ def qrels_metrics(
     """``MRR@10``, ``hit@k`` and (optionally) ``recall@k``; empty when there are no qrels.
 
     ``suffix`` names a second judgement set: suffix "_all" gives ``MRR_all@10`` / ``hit_all@k``.
+    Each is the mean of its ``qrels_metrics_per_query`` values.
     """
-    ks = _check_ks(ks)
-    if not qrels:
-        return {}
-    out = {f"MRR{suffix}@{MRR_K}": mrr_at_k(ranked, qrels, MRR_K)}
-    for k in ks:
-        out[f"hit{suffix}@{k}"] = hit_at_k(ranked, qrels, k)
-    if with_recall:
-        for k in ks:
-            out[f"recall{suffix}@{k}"] = recall_at_k(ranked, qrels, k)
-    return out
+    per_query = qrels_metrics_per_query(ranked, qrels, ks, suffix, with_recall)
+    return {name: mean_of(values.values()) for name, values in per_query.items()}
 
 
 # ---- presentation order -----------------------------------------------------------------------------

@@ -66,11 +66,19 @@ def trec_exports(wildcards):
                      for seed in method_seeds(d, run)]
 
 
+def query_values(d):
+    """(method, seed, per-query file) of every run of every gathered method: gather_metrics tests a
+    pair with one common seed over the queries of its two runs (seed None: the method's one run)."""
+    return [(m, seed, per_query(d, run_of(d, m), seed))
+            for m in cfg(d)["methods"] for seed in method_seeds(d, run_of(d, m))]
+
+
 rule evaluate:
     input:
         unpack(evaluate_inputs),
     output:
-        method_metrics("{dataset}", "{run}"),
+        metrics=method_metrics("{dataset}", "{run}"),
+        per_query=per_query("{dataset}", "{run}"),
     wildcard_constraints:
         run=RUN_FOLDER,
     params:
@@ -90,7 +98,7 @@ rule evaluate:
     benchmark:
         "benchmarks/evaluate/{dataset}.{run}.tsv"
     shell:
-        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} {params.missing} {params.fusion} --out {output} --log {log}"
+        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} {params.missing} {params.fusion} --out {output.metrics} --per-query {output.per_query} --log {log}"
 
 
 # A separate rule because Snakemake outputs cannot depend on a function of the wildcards
@@ -150,6 +158,7 @@ rule gather_metrics:
         metrics=lambda wildcards: [method_metrics(wildcards.dataset, run_of(wildcards.dataset, m))
                                    for m in cfg(wildcards.dataset)["methods"]],
         trec=trec_exports,
+        per_query=lambda wildcards: [path for _, _, path in query_values(wildcards.dataset)],
     output:
         json=dataset_metrics("{dataset}", "json"),
         md=dataset_metrics("{dataset}", "md"),
@@ -162,6 +171,9 @@ rule gather_metrics:
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
         compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
         fixed=lambda wildcards: " ".join(seed_free_methods(wildcards.dataset)),
+        # every run's per-query values: a pair with one common seed is tested over the queries
+        per_query=lambda wildcards: " ".join(f"{m}={path}" if seed is None else f"{m}@{seed}={path}"
+                                             for m, seed, path in query_values(wildcards.dataset)),
         # the recipe in force and its settings, recorded in metrics.json
         recipe=lambda wildcards: json.dumps(recipe_record(config, wildcards.dataset), sort_keys=True),
     conda:
@@ -171,7 +183,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --recipe {params.recipe:q} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log}"
 
 
 # With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'

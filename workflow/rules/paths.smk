@@ -73,6 +73,11 @@ def method_metrics(d, method, seed=None):
     return f"{run_dir(d, method, seed)}/metrics.json"
 
 
+def per_query(d, method, seed=None):
+    """Each query's value of every metric of the metrics.json beside it (evaluate --per-query)."""
+    return f"{run_dir(d, method, seed)}/per_query.parquet"
+
+
 def ar2_info(d, method, seed):
     """The round an AR2 seed's run reports (written by ar2_select)."""
     return f"{run_dir(d, method, seed)}/info.json"
