@@ -88,3 +88,81 @@ def test_an_index_without_digests_is_read_and_a_truncated_part_still_names_the_f
     with pytest.raises(DataError, match="not a readable FAISS index") as err:
         S.search_faiss(index_dir, queries, 5, progress=False)
     assert err.value.file == str(part)
+
+
+# ---- config: every problem names its key, before anything reads the config ------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _dry_run(tmp_path: Path, overlay_text: str, name: str = "overlay.yaml"):
+    import subprocess
+    import sys
+
+    overlay = tmp_path / name
+    overlay.write_text(overlay_text)
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-n",
+        "--cores",
+        "1",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+    ]
+    command += ["--directory", str(tmp_path), "--configfile", str(overlay)]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "overlay, key",
+    [
+        ("datasets:\n  mine: squad\n", "config key 'datasets.mine': Input should be a valid dictionary"),
+        ("datasets: null\n", "config key 'datasets': Input should be a valid dictionary"),
+        ("datasets: [synthkb]\n", "config key 'datasets': Input should be a valid dictionary"),
+    ],
+)
+def test_a_dataset_entry_that_is_not_a_mapping_is_named_by_the_config_check(tmp_path, overlay, key):
+    # the rule files read every entry's format before validation: AttributeError, a traceback
+    proc = _dry_run(tmp_path, overlay)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "AttributeError" not in out and key in out, out
+
+
+def test_a_key_given_twice_in_an_overlay_is_refused_naming_file_line_and_key(tmp_path):
+    # Snakemake reads overlays with PyYAML, which keeps the second `dpr:` block and drops the first
+    # (lr 0.5 was silently not applied)
+    proc = _dry_run(tmp_path, "dpr:\n  lr: 0.5\nbm25:\n  k1: 1.0\ndpr:\n  max_steps: 3\n")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    assert f"{tmp_path / 'overlay.yaml'}: line 5, column 1: key 'dpr' given twice" in out, out
+    assert "first at line 1" in out, out
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("eval:\n  ks: [1, 5]\n  depth: 50\n  ks: [10]\n", "line 4, column 3: key 'ks' given twice"),
+        ('{"dpr": {"lr": 0.5}, "dpr": {"max_steps": 3}}', "key 'dpr' given twice in one object"),
+    ],
+)
+def test_load_config_refuses_repeated_keys_in_yaml_and_json(tmp_path, text, where):
+    from pipeline.core.config import ConfigError, load_config
+
+    path = tmp_path / "overlay.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config([path])
+    assert str(err.value).startswith(f"{path}: {where}"), str(err.value)
+
+
+def test_yaml_merge_keys_may_be_overridden_and_the_default_config_loads(tmp_path):
+    # `<<: *anchor` then an own key of the same name is YAML's way of overriding: not a repeat
+    from pipeline.core.config import _load_yaml, load_config
+
+    path = tmp_path / "overlay.yaml"
+    path.write_text("_base: &b {lr: 0.5, max_steps: 3}\ndpr: {<<: *b, max_steps: 4}\n")
+    assert _load_yaml(path)["dpr"] == {"lr": 0.5, "max_steps": 4}
+    assert load_config()["datasets"]["synthkb"]["format"] == "synthkb"
