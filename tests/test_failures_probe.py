@@ -166,3 +166,199 @@ def test_yaml_merge_keys_may_be_overridden_and_the_default_config_loads(tmp_path
     path.write_text("_base: &b {lr: 0.5, max_steps: 3}\ndpr: {<<: *b, max_steps: 4}\n")
     assert _load_yaml(path)["dpr"] == {"lr": 0.5, "max_steps": 4}
     assert load_config()["datasets"]["synthkb"]["format"] == "synthkb"
+
+
+# ---- datasets: bad input of each format named at its own file, record and field -------------------
+
+CORPUS_TSV = "id\ttext\ttitle\n1\tThe river is long.\tRiver\n2\tStone bridges.\tBridge\n"
+POSITIVE = [{"passage_id": "1", "title": "River", "text": "The river is long."}]
+COLLECTION = "1\tThe river is long.\n2\tStone bridges.\n"
+BEIR_CORPUS = (
+    '{"_id": "d1", "title": "River", "text": "The river is long."}\n{"_id": "d2", "text": "Stone."}\n'
+)
+BEIR_QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"
+
+
+def _entry(**fields) -> dict:
+    entry = {"question": "how long is the river?", "answers": ["long"], "positive_ctxs": POSITIVE}
+    return {**entry, **fields}
+
+
+def _squad(*articles: dict) -> str:
+    return json.dumps({"version": "1.1", "data": list(articles)})
+
+
+def _article(title: str, qid: str, question: str = "how long?") -> dict:
+    qa = {"id": qid, "question": question, "answers": [{"text": "long", "answer_start": 10}]}
+    return {"title": title, "paragraphs": [{"context": "The river is long.", "qas": [qa]}]}
+
+
+def _prepare(tmp_path: Path, fmt: str, files: dict[str, str | bytes], *extra: str) -> tuple[int, str]:
+    """Exit status and stderr of `python -m pipeline.data.prepare` (in process) on files with these
+    contents; a refused run must leave no table."""
+    import contextlib
+    import io
+
+    from pipeline.core.cli import run_main
+    from pipeline.data.prepare import main
+
+    out = tmp_path / "out"
+    argv = ["--dataset", "probe", "--format", fmt, "--out-dir", str(out), *extra]
+    for role, content in files.items():
+        path = tmp_path / role
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        argv += ["--file", f"{role}={path}"]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        run_main(main, argv)
+    if exit_info.value.code != 0:
+        assert not out.exists() or not any(out.iterdir()), "a refused run left outputs"
+    return exit_info.value.code, " ".join(err.getvalue().split())
+
+
+@pytest.mark.parametrize(
+    "fields, field, found",
+    [
+        ({"qid": True}, "qid", "bool"),  # was the qid 'True'
+        ({"qid": 1.5}, "qid", "float"),  # was '1.5'
+        ({"id": [1]}, "id", "list"),  # was '[1]'
+    ],
+)
+def test_a_biencoder_qid_of_another_type_is_refused(tmp_path, fields, field, found):
+    code, err = _prepare(tmp_path, "dpr", {"corpus": CORPUS_TSV, "train": json.dumps([_entry(**fields)])})
+    assert code == 2
+    assert f"train: record 0: field '{field}': id must be a string or an integer, got {found}" in err, err
+
+
+def test_a_ctx_score_of_true_is_refused(tmp_path):
+    negative = {"passage_id": "2", "text": "Stone bridges.", "score": True}  # was the score 1.0
+    train = json.dumps([_entry(hard_negative_ctxs=[negative])])
+    code, err = _prepare(tmp_path, "dpr", {"corpus": CORPUS_TSV, "train": train})
+    assert code == 2 and "field 'hard_negative_ctxs[0].score': score is not a number: True" in err, err
+
+
+@pytest.mark.parametrize(
+    "fmt, files, where",
+    [
+        # the field was named 'query' (the canonical column) in each of these
+        (
+            "dpr",
+            {"corpus": CORPUS_TSV, "train": json.dumps([_entry(question=" ")])},
+            "record 0: field 'question'",
+        ),
+        (
+            "squad",
+            {"source": _squad(_article("River", "a1", question=" "))},
+            "field 'paragraphs[0].qas[0].question'",
+        ),
+        (
+            "beir",
+            {"corpus": BEIR_CORPUS, "queries": '{"_id": "q1", "text": "\\t"}\n', "qrels_test": BEIR_QRELS},
+            "queries: record 1: field 'text'",
+        ),
+    ],
+)
+def test_an_empty_question_is_named_at_its_own_field(tmp_path, fmt, files, where):
+    code, err = _prepare(tmp_path, fmt, files)
+    assert code == 2 and f"{where}: empty query text" in err, err
+
+
+def test_a_beir_query_without_text_names_both_accepted_keys(tmp_path):
+    files = {"corpus": BEIR_CORPUS, "queries": '{"_id": "q1", "title": "x"}\n', "qrels_test": BEIR_QRELS}
+    code, err = _prepare(tmp_path, "beir", files)
+    assert code == 2 and "record 1: field 'text': missing: a query needs 'text' (BEIR) or 'query'" in err, err
+
+
+def test_a_dpr_split_file_holding_a_json_object_is_named_as_such(tmp_path):
+    # was read as a qa.csv: "field 'answers': expected 2 tab-separated columns"
+    code, err = _prepare(tmp_path, "dpr", {"corpus": CORPUS_TSV, "train": json.dumps({"data": [_entry()]})})
+    assert code == 2 and "role 'train': a JSON object; DPR's train files are a JSON array" in err, err
+
+
+def test_a_repeated_tsv_header_is_refused(tmp_path):
+    # `cat a.tsv b.tsv`: the second header became a passage with pid 'id'
+    corpus = CORPUS_TSV + "id\ttext\ttitle\n3\tMore.\tM\n"
+    code, err = _prepare(tmp_path, "dpr", {"corpus": corpus, "train": json.dumps([_entry()])})
+    assert code == 2 and "corpus: record 4: the header row again" in err, err
+
+
+@pytest.mark.parametrize("second", ["q1 0 1 0", "q1 0 1 2", "q1 0 2 0\nq1 0 2 0"])
+def test_a_pair_judged_twice_is_refused_whatever_its_relevance(tmp_path, second):
+    # 1 then 0 kept the positive and counted the 0 as "not positive"; two 0s passed
+    qrels = "q1 0 1 1\n" + second + "\n"
+    files = {"corpus": COLLECTION, "queries_train": "q1\thow long\n", "qrels_train": qrels}
+    code, err = _prepare(tmp_path, "msmarco", files)
+    assert code == 2 and "duplicate judgment ('q1'," in err and "first at record" in err, err
+
+
+def _bom(text: str) -> bytes:
+    return b"\xef\xbb\xbf" + text.encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "fmt, files",
+    [
+        # the first pid was '\ufeff1': qrels naming pid 1 were refused as "not in the corpus"
+        (
+            "msmarco",
+            {
+                "corpus": _bom(COLLECTION),
+                "queries_train": _bom("q1\thow long\n"),
+                "qrels_train": "q1 0 1 1\n",
+            },
+        ),
+        (
+            "dpr",
+            {
+                "corpus": _bom(CORPUS_TSV),
+                "train": _bom(json.dumps([_entry()])),
+                "test": _bom("who?\t['x']\n"),
+            },
+        ),
+        (
+            "beir",
+            {
+                "corpus": _bom(BEIR_CORPUS),
+                "queries": _bom('{"_id": "q1", "text": "x"}\n'),
+                "qrels_test": BEIR_QRELS,
+            },
+        ),
+        ("squad", {"source": _bom(_squad(_article("River", "a1")))}),
+    ],
+)
+def test_a_byte_order_mark_is_not_part_of_the_first_record(tmp_path, fmt, files):
+    import pyarrow.parquet as pq
+
+    code, err = _prepare(tmp_path, fmt, files)
+    assert code == 0, err
+    out = tmp_path / "out"
+    first_pid = pq.read_table(out / "corpus.parquet").column("pid")[0].as_py()
+    queries = [q for s in ("train", "test") for q in pq.read_table(out / f"queries.{s}.parquet").to_pylist()]
+    assert not first_pid.startswith("\ufeff") and first_pid in ("1", "d1", "River#0")
+    assert all(not q["qid"].startswith("\ufeff") and not q["text"].startswith("\ufeff") for q in queries)
+
+
+def test_a_split_that_leaves_train_no_unit_is_refused(tmp_path):
+    # two articles at dev 0.15, test 0.15: one each (a fraction > 0 gets a unit), train silently empty
+    from pipeline.core.config import ConfigError
+    from pipeline.data.splits import assign_splits
+
+    source = _squad(_article("River", "a1"), _article("Bridge", "b1"))
+    spec = '{"by": "article", "dev": 0.15, "test": 0.15, "seed": 0}'
+    code, err = _prepare(tmp_path, "squad", {"source": source}, "--split-spec", spec)
+    assert code == 2 and "split: 2 unit(s) leave none for train after 1 dev and 1 test" in err, err
+    with pytest.raises(ConfigError):
+        assign_splits(["a", "b"], 0.15, 0.15, 0)
+    # fractions adding up to 1 ask for no train split
+    assert sorted(assign_splits(["a", "b"], 0.5, 0.5, 0).values()) == ["dev", "test"]
+
+
+def test_the_overlays_give_no_key_twice():
+    # config/overlays/squad/config.yaml pinned ccr.beta 0.5 in one `ccr:` block and set max_steps in a
+    # second: Snakemake kept the second, so the SQuAD figures' β 0.5 silently ran at the default β
+    from pipeline.core.config import _load_yaml, load_config
+
+    for path in sorted((REPO / "config").rglob("*.yaml")):
+        _load_yaml(path)
+    config = load_config([REPO / "config/overlays/squad/config.yaml"])
+    assert (config["ccr"]["beta"], config["ccr"]["max_steps"]) == (0.5, 20)
