@@ -362,3 +362,64 @@ def test_the_overlays_give_no_key_twice():
         _load_yaml(path)
     config = load_config([REPO / "config/overlays/squad/config.yaml"])
     assert (config["ccr"]["beta"], config["ccr"]["max_steps"]) == (0.5, 20)
+
+
+# ---- BM25 index files are checked against the sha256 recorded at build --------------------------
+
+
+@pytest.fixture
+def bm25_index(tmp_path) -> tuple[Path, Path]:
+    from pipeline.retrieval import bm25
+
+    corpus = tmp_path / "corpus.parquet"
+    texts = [f"river stone {i} bridge word{i}" for i in range(30)]
+    pq.write_table(
+        pa.table({"pid": [f"p{i}" for i in range(30)], "title": ["t"] * 30, "text": texts}), corpus
+    )
+    queries = tmp_path / "queries.parquet"
+    pq.write_table(pa.table({"qid": ["q1"], "text": ["river word3"], "answers": [["x"]]}), queries)
+    bm25.build_index(corpus, tmp_path / "index", k1=0.9, b=0.4, stemmer=None, stopwords=None)
+    return tmp_path / "index", queries
+
+
+def _retrieve(index: Path, queries: Path, out: Path) -> None:
+    from pipeline.retrieval import bm25
+
+    bm25.retrieve_run(index, queries, 5, out)
+
+
+@pytest.mark.parametrize(
+    "name, damage",
+    [
+        ("data.csc.index.npy", "truncated"),
+        ("indices.csc.index.npy", "same size"),
+        ("params.index.json", "missing"),
+    ],
+)
+def test_a_damaged_bm25_index_file_is_refused_naming_it(bm25_index, tmp_path, name, damage):
+    # a truncated array was numpy's "mmap length is greater than file size", a missing file a
+    # FileNotFoundError traceback; bytes changed in place were read as they were
+    index, queries = bm25_index
+    path = index / name
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "same size":
+        path.write_bytes(data[:-4] + bytes(4 - i for i in range(4)))
+    else:
+        path.unlink()
+    with pytest.raises(DataError) as err:
+        _retrieve(index, queries, tmp_path / "run.parquet")
+    assert err.value.file == str(path), str(err.value)
+    assert "delete the BM25 index folder and rerun index_bm25" in str(err.value)
+    assert not (tmp_path / "run.parquet").exists()
+
+
+def test_a_bm25_index_without_digests_still_names_what_it_cannot_load(bm25_index, tmp_path):
+    index, queries = bm25_index
+    (index / "checksums.json").unlink(missing_ok=True)
+    _retrieve(index, queries, tmp_path / "run.parquet")  # an older index: read unchecked
+    path = index / "data.csc.index.npy"
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(DataError, match="cannot load the BM25 index"):
+        _retrieve(index, queries, tmp_path / "run2.parquet")

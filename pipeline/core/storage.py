@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Collection, Iterator, Sequence
+from typing import IO, Any, Collection, Iterable, Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -74,6 +74,46 @@ def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
         while chunk := handle.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# ---- digests of a folder's files ------------------------------------------------------------------
+
+CHECKSUMS = "checksums.json"
+
+
+def write_checksums(folder: str | os.PathLike, names: Iterable[str] | None = None) -> None:
+    """Record the sha256 of ``names`` (default: every file of ``folder``) in ``checksums.json``.
+
+    For folders of which Snakemake checks only a marker file (retriever.json, ranker.json) or the
+    folder itself (a BM25 index): a damaged file would rerun nothing, so the loaders compare these.
+    """
+    folder = Path(folder)
+    if names is None:
+        names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != CHECKSUMS)
+    write_json(folder / CHECKSUMS, {"sha256": {name: file_sha256(folder / name) for name in names}})
+
+
+def verify_checksums(folder: str | os.PathLike, hint: str) -> None:
+    """Refuse a file of ``folder`` whose sha256 differs from the one recorded when it was written,
+    naming it and saying what to do (``hint``). A folder without ``checksums.json`` (one written by
+    an older version, a base model) passes."""
+    folder = Path(folder)
+    path = folder / CHECKSUMS
+    if not path.exists():
+        return
+    recorded = read_json_object(path, keys=("sha256",))["sha256"]
+    if not isinstance(recorded, dict):
+        raise DataError("must map file names to sha256 digests", file=path, field="sha256")
+    for name, expected in recorded.items():
+        if not (folder / name).exists():
+            raise DataError(f"file missing: {hint}", file=folder / name)
+        actual = file_sha256(folder / name)
+        if actual != expected:
+            raise DataError(
+                f"sha256 {actual[:12]}… differs from {str(expected)[:12]}… recorded in {CHECKSUMS} when it "
+                f"was saved (damaged or overwritten since): {hint}",
+                file=folder / name,
+            )
 
 
 # ---- atomic writes --------------------------------------------------------------------------------
