@@ -423,3 +423,45 @@ def test_a_bm25_index_without_digests_still_names_what_it_cannot_load(bm25_index
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(DataError, match="cannot load the BM25 index"):
         _retrieve(index, queries, tmp_path / "run2.parquet")
+
+
+# ---- Parquet: every stage reads its tables through the schema-checked path ------------------------
+
+
+def _filter_decisions(path: Path, **columns) -> str:
+    table = {
+        "qid": ["q"] * 4,
+        "pid": list("abcd"),
+        "score": [0.9, 0.1, 0.5, 0.2],
+        "kept": [False, True, True, True],
+        "is_false_negative": [True, False, True, False],
+    }
+    table.update(columns)
+    pq.write_table(pa.table({k: v for k, v in table.items() if v is not None}), path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        # "yes"/"no" passed: every row counted as kept
+        ({"kept": ["no", "yes", "yes", "yes"]}, "field 'kept': column type: expected bool, found string"),
+        ({"score": None}, "field 'score': missing column"),  # was KeyError: 'score'
+        ({"kept": [False, None, True, True]}, "record 1: field 'kept': null value"),
+    ],
+)
+def test_the_tradeoff_reads_decisions_through_the_checked_path(tmp_path, columns, message):
+    from pipeline.core.cli import run_main
+    from pipeline.sieve import tradeoff
+
+    path = _filter_decisions(tmp_path / "pa.parquet", **columns)
+    argv = ["--decisions", f"positive_aware={path}", "--reference", "positive_aware"]
+    argv += ["--out-json", str(tmp_path / "t.json"), "--out-png", str(tmp_path / "t.png")]
+    with pytest.raises(DataError) as err:
+        tradeoff.main(argv)
+    assert err.value.file == path and message in str(err.value), str(err.value)
+    missing = ["--decisions", f"cross_encoder={tmp_path / 'none.parquet'}", "--reference", "cross_encoder"]
+    with pytest.raises(SystemExit) as exit_info:  # was FileNotFoundError, a traceback
+        run_main(tradeoff.main, missing + argv[4:])
+    assert exit_info.value.code == 2
+    assert not (tmp_path / "t.json").exists()
