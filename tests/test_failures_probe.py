@@ -465,3 +465,44 @@ def test_the_tradeoff_reads_decisions_through_the_checked_path(tmp_path, columns
         run_main(tradeoff.main, missing + argv[4:])
     assert exit_info.value.code == 2
     assert not (tmp_path / "t.json").exists()
+
+
+# ---- CLI arguments: a usage error, exit status 2, no traceback ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_retriever(tmp_path_factory) -> tuple[Path, Path]:
+    """A saved tiny retriever and a 10-passage corpus (what an encode shard reads)."""
+    from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
+
+    root = tmp_path_factory.mktemp("tiny")
+    make_tiny_encoder(root / "hf", seed=0)
+    Retriever.from_pretrained(str(root / "hf"), RetrieverSettings()).save(root / "retriever")
+    texts = [f"word{i} river" for i in range(10)]
+    pq.write_table(
+        pa.table({"pid": [f"p{i}" for i in range(10)], "title": ["t"] * 10, "text": texts}),
+        root / "c.parquet",
+    )
+    return root / "retriever", root / "c.parquet"
+
+
+@pytest.mark.parametrize(
+    "command, shard, shards, message",
+    [
+        ("corpus", "1", "1", "--shard must be in [0, 1) (0-based), got 1"),  # was ValueError, a traceback
+        ("corpus", "-1", "2", "--shard must be in [0, 2) (0-based), got -1"),
+        ("corpus", "0", "0", "--shards must be >= 1, got 0"),
+        ("gather", None, "0", "--shards must be >= 1, got 0"),
+    ],
+)
+def test_encode_refuses_a_shard_outside_its_range_as_a_usage_error(
+    tmp_path, capsys, tiny_retriever, command, shard, shards, message
+):
+    from pipeline.retrieval import encode
+
+    model, corpus = tiny_retriever
+    argv = [command, "--model", str(model), "--out-dir", str(tmp_path / "e"), "--shards", shards]
+    argv += ["--corpus", str(corpus)] + (["--shard", shard, "--no-progress"] if shard is not None else [])
+    with pytest.raises(SystemExit) as exit_info:
+        encode.main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
