@@ -341,16 +341,16 @@ def test_a_byte_order_mark_is_not_part_of_the_first_record(tmp_path, fmt, files)
 def test_a_split_that_leaves_train_no_unit_is_refused(tmp_path):
     # two articles at dev 0.15, test 0.15: one each (a fraction > 0 gets a unit), train silently empty
     from pipeline.core.config import ConfigError
-    from pipeline.data.splits import assign_splits
+    from pipeline.data.splits import assign_splits, check_train_left
 
     source = _squad(_article("River", "a1"), _article("Bridge", "b1"))
     spec = '{"by": "article", "dev": 0.15, "test": 0.15, "seed": 0}'
     code, err = _prepare(tmp_path, "squad", {"source": source}, "--split-spec", spec)
-    assert code == 2 and "split: 2 unit(s) leave none for train after 1 dev and 1 test" in err, err
+    assert code == 2 and "split: 2 article(s) leave none for train after 1 dev and 1 test" in err, err
     with pytest.raises(ConfigError):
-        assign_splits(["a", "b"], 0.15, 0.15, 0)
+        check_train_left(assign_splits(["a", "b"], 0.15, 0.15, 0), 0.15, 0.15, "article")
     # fractions adding up to 1 ask for no train split
-    assert sorted(assign_splits(["a", "b"], 0.5, 0.5, 0).values()) == ["dev", "test"]
+    check_train_left(assign_splits(["a", "b"], 0.5, 0.5, 0), 0.5, 0.5, "article")
 
 
 def test_the_overlays_give_no_key_twice():

@@ -18,7 +18,7 @@ from rich.progress import Progress
 
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import DataError
-from pipeline.data.splits import assign_splits
+from pipeline.data.splits import assign_splits, check_train_left
 
 from .base import (
     BuildOptions,
@@ -138,6 +138,7 @@ def build(
         assignment = {}
     else:
         assignment = assign_splits((unit for unit, _, _ in questions), spec.dev, spec.test, spec.seed)
+        check_train_left(assignment, spec.dev, spec.test, spec.by)
     for unit, q, pid in questions:
         split = assignment.get(unit, "test")
         writer.add_query(split, q, path)
