@@ -506,3 +506,39 @@ def test_encode_refuses_a_shard_outside_its_range_as_a_usage_error(
     with pytest.raises(SystemExit) as exit_info:
         encode.main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "dataset, message",
+    [
+        (
+            {"format": "synthkb", "entities": 12, "split": {"by": "article", "dev": 0.1, "test": 0.2}},
+            "config key 'datasets.mine': split.by: a synthkb dataset splits by 'entity' or 'query', not 'article'",
+        ),
+        (
+            {"format": "squad", "source": "s.json", "split": {"by": "entity", "test": 0.2}},
+            "config key 'datasets.mine': split.by: a squad dataset splits by 'article' or 'query'",
+        ),
+        (
+            {
+                "format": "dpr",
+                "source": {"corpus": "c.tsv", "test": "t.csv"},
+                "split": {"by": "query", "test": 0.5},
+            },
+            "config key 'datasets.mine': split: only squad and synthkb datasets are split by rule",
+        ),
+        (
+            {"format": "squad", "source": "s.json", "split": {"by": "article", "dev": 0.6, "test": 0.6}},
+            "config key 'datasets.mine.split': dev + test = 1.2 > 1",
+        ),
+    ],
+)
+def test_a_split_rule_the_format_cannot_apply_is_refused_at_start_up(dataset, message):
+    # each was found only by the job that splits (prepare, the generator), after `snakemake -n` passed
+    from pipeline.core.config import ConfigError, load_config, validate_config
+
+    config = load_config()
+    config["datasets"]["mine"] = dataset
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert message in str(err.value), str(err.value)
