@@ -542,3 +542,56 @@ def test_a_split_rule_the_format_cannot_apply_is_refused_at_start_up(dataset, me
     with pytest.raises(ConfigError) as err:
         validate_config(config)
     assert message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "table, row, field, message",
+    [
+        ("corpus", 3, "text", "null value"),  # BM25 indexed the passage as empty: silently never found
+        ("corpus", 3, "pid", "null value"),  # passed, or TypeError sorting tied hits (None < str)
+        ("queries", 1, "text", "null value"),  # AttributeError: 'float' object has no attribute 'lower'
+        ("queries", 1, "qid", "null value"),  # ArrowTypeError: Expected bytes, got a 'float' object
+        ("queries", 1, "answers", "null answer in the list"),  # TypeError in the answer matcher
+        ("qrels", 1, "pid", "null value"),  # the judgment was silently no positive
+    ],
+)
+def test_a_null_where_every_row_needs_a_value_is_refused_naming_file_row_and_column(
+    tmp_path, table, row, field, message
+):
+    from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+    from pipeline.retrieval import bm25
+
+    corpus = {
+        "pid": [f"p{i}" for i in range(10)],
+        "title": ["t"] * 10,
+        "text": [f"river {i}" for i in range(10)],
+    }
+    queries = {"qid": ["q1", "q2"], "text": ["river 3", "river"], "answers": [["3"], ["river"]]}
+    qrels = {"qid": ["q1", "q2"], "pid": ["p3", "p1"], "relevance": [1, 1]}
+    # a null title is data (as is a null answer list: no answers)
+    pq.write_table(
+        pa.table({**corpus, "title": [None] * 10}, schema=CORPUS_SCHEMA), tmp_path / "titles.parquet"
+    )
+    bm25.build_index(
+        tmp_path / "titles.parquet", tmp_path / "ok", k1=0.9, b=0.4, stemmer=None, stopwords=None
+    )
+    tables = {"corpus": corpus, "queries": queries, "qrels": qrels}
+    tables[table][field][row] = [None] if field == "answers" else None
+    schemas = {"corpus": CORPUS_SCHEMA, "queries": QUERIES_SCHEMA, "qrels": QRELS_SCHEMA}
+    for name, columns in tables.items():
+        pq.write_table(pa.table(columns, schema=schemas[name]), tmp_path / f"{name}.parquet")
+    with pytest.raises(DataError) as err:
+        bm25.build_index(
+            tmp_path / "corpus.parquet", tmp_path / "index", k1=0.9, b=0.4, stemmer=None, stopwords=None
+        )
+        bm25.retrieve_run(tmp_path / "index", tmp_path / "queries.parquet", 5, tmp_path / "run.parquet")
+        bm25.mine_negatives(
+            tmp_path / "index",
+            tmp_path / "queries.parquet",
+            tmp_path / "qrels.parquet",
+            tmp_path / "corpus.parquet",
+            3,
+            tmp_path / "negatives.parquet",
+        )
+    assert err.value.file == str(tmp_path / f"{table}.parquet"), str(err.value)
+    assert (err.value.record, err.value.field, err.value.message) == (row, field, message)
