@@ -23,10 +23,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import DataError, write_table
+from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, CORPUS_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, open_parquet, write_table
 from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
 from pipeline.retrieval.mining import load_matcher
 
@@ -70,7 +69,8 @@ def encode_corpus(
                 device=retriever.device,
                 amp=amp,
             )
-    rows = pq.ParquetFile(corpus_path).metadata.num_rows
+    with open_parquet(corpus_path, ["pid"], schema=CORPUS_SCHEMA) as corpus:  # names a bad file
+        rows = corpus.metadata.num_rows
     return gather(out_dir, shards, model=model_name, source=str(corpus_path), source_rows=rows)
 
 

@@ -10,9 +10,10 @@ every default a config leaves out, so code that reads a validated config indexes
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
-from typing import Callable, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 import yaml
 from pydantic import ValidationError
@@ -35,13 +36,64 @@ def deep_merge(base: dict, overlay: dict) -> dict:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping.
+
+    PyYAML (and so Snakemake, which reads every ``--configfile`` with it, and JSON's ``json.load``)
+    keeps the last of two equal keys without a word: a second ``dpr:`` block in an overlay silently
+    drops every setting of the first.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` may be overridden by the mapping's own keys: YAML's meaning
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:
+                continue  # an unhashable key: SafeLoader's own error follows
+            if first is not key_node:
+                mark = key_node.start_mark
+                raise ConfigError(
+                    f"line {mark.line + 1}, column {mark.column + 1}: key {key!r} given twice in one "
+                    f"mapping (first at line {first.start_mark.line + 1}); {_ONLY_THE_LAST}"
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+_ONLY_THE_LAST = "only the last would count (YAML and JSON readers drop the first): merge the two"
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"key {key!r} given twice in one object; {_ONLY_THE_LAST}")
+        out[key] = value
+    return out
+
+
 def _load_yaml(path: str | os.PathLike) -> dict:
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            text = handle.read()
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    # JSON first, as Snakemake reads config files (a JSON overlay PyYAML would misread stays JSON).
+    try:
+        try:
+            data = json.loads(text, object_pairs_hook=_json_pairs)
+        except ConfigError:
+            raise
+        except ValueError:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: {_yaml_one_line(exc)}") from None
     if data is None:
@@ -94,6 +146,13 @@ def validate_config(
     if lines:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
     return config
+
+
+def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
+    """Read each config file as ``load_config`` does, for what Snakemake's own reading lets pass: a
+    key given twice in one mapping (ConfigError naming the file, the line and the key)."""
+    for path in dict.fromkeys(str(p) for p in paths):
+        _load_yaml(path)
 
 
 def load_config(

@@ -563,12 +563,19 @@ class SplitUnits(Contract):
     test: float = Field(0.0, ge=0, le=1)
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _fractions(self) -> "SplitUnits":
+        if self.dev + self.test > 1.0 + 1e-9:  # was found only by the job that splits
+            raise ValueError(f"dev + test = {self.dev + self.test:g} > 1")
+        return self
+
 
 Split = Annotated[
     Union[Annotated[Literal["none"], Tag("split-none")], Annotated[SplitUnits, Tag("split-units")]],
     Discriminator(lambda v: "split-units" if isinstance(v, dict) else "split-none"),
 ]
 SYNTHKB_ONLY = ("entities", "seed", "positive", "fn_share", "fn_paraphrase")
+SPLIT_UNITS = {"squad": ("article", "query"), "synthkb": ("entity", "query")}  # formats split by rule
 
 
 class DatasetSpec(Contract):
@@ -609,6 +616,19 @@ class DatasetSpec(Contract):
     @model_validator(mode="after")
     def _format_keys(self) -> "DatasetSpec":
         given = self.model_fields_set
+        # Which formats split by rule, and by what, was known only to the job that splits (prepare,
+        # the generator): `snakemake -n` passed a DPR dataset with a split or synthkb split by article.
+        units = SPLIT_UNITS.get(self.format, ())
+        if isinstance(self.split, SplitUnits) and self.split.by not in units:
+            if not units:
+                raise ValueError(
+                    f"split: only squad and synthkb datasets are split by rule; {self.format} takes "
+                    "its splits from its files (split: none)"
+                )
+            raise ValueError(
+                f"split.by: a {self.format} dataset splits by {' or '.join(map(repr, units))}, "
+                f"not {self.split.by!r}"
+            )
         if self.format == "synthkb":
             if "source" in given:
                 raise ValueError("format synthkb is generated: it takes no 'source'")

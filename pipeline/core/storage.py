@@ -14,10 +14,11 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Collection, Iterator, Sequence
+from typing import IO, Any, Collection, Iterable, Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.core.temp_files import remove_stale_temps
@@ -74,6 +75,46 @@ def file_sha256(path: str | os.PathLike, block: int = 1 << 22) -> str:
         while chunk := handle.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# ---- digests of a folder's files ------------------------------------------------------------------
+
+CHECKSUMS = "checksums.json"
+
+
+def write_checksums(folder: str | os.PathLike, names: Iterable[str] | None = None) -> None:
+    """Record the sha256 of ``names`` (default: every file of ``folder``) in ``checksums.json``.
+
+    For folders of which Snakemake checks only a marker file (retriever.json, ranker.json) or the
+    folder itself (a BM25 index): a damaged file would rerun nothing, so the loaders compare these.
+    """
+    folder = Path(folder)
+    if names is None:
+        names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != CHECKSUMS)
+    write_json(folder / CHECKSUMS, {"sha256": {name: file_sha256(folder / name) for name in names}})
+
+
+def verify_checksums(folder: str | os.PathLike, hint: str) -> None:
+    """Refuse a file of ``folder`` whose sha256 differs from the one recorded when it was written,
+    naming it and saying what to do (``hint``). A folder without ``checksums.json`` (one written by
+    an older version, a base model) passes."""
+    folder = Path(folder)
+    path = folder / CHECKSUMS
+    if not path.exists():
+        return
+    recorded = read_json_object(path, keys=("sha256",))["sha256"]
+    if not isinstance(recorded, dict):
+        raise DataError("must map file names to sha256 digests", file=path, field="sha256")
+    for name, expected in recorded.items():
+        if not (folder / name).exists():
+            raise DataError(f"file missing: {hint}", file=folder / name)
+        actual = file_sha256(folder / name)
+        if actual != expected:
+            raise DataError(
+                f"sha256 {actual[:12]}… differs from {str(expected)[:12]}… recorded in {CHECKSUMS} when it "
+                f"was saved (damaged or overwritten since): {hint}",
+                file=folder / name,
+            )
 
 
 # ---- atomic writes --------------------------------------------------------------------------------
@@ -306,11 +347,55 @@ def open_parquet(
             if col not in found.names and col not in optional:
                 raise DataError(f"missing column (has: {', '.join(found.names)})", file=path, field=col)
         if schema is not None:
-            check_column_types(found, schema, [c for c in wanted if c in found.names], path)
+            present = [c for c in wanted if c in found.names]
+            check_column_types(found, schema, present, path)
+            check_no_nulls(parquet, present, path)
     except BaseException:
         parquet.close()
         raise
     return parquet
+
+
+# Columns that hold a value in every row of every project table: ids, query and passage text, ranks,
+# relevances. prepare never writes a null there, but a table from elsewhere (pandas, a user's own
+# run) could, and the stages met it as a traceback (None < str while sorting pids, None.lower() in
+# the tokenizer, None as an answer to normalise) or dropped the row silently (a passage without text).
+NOT_NULL = ("qid", "pid", "text", "rank", "relevance")
+NO_NULL_ELEMENTS = ("answers",)  # a list may be empty (or null: no answers), its elements are strings
+
+
+def check_no_nulls(parquet: pq.ParquetFile, columns: Sequence[str], file: str | os.PathLike) -> None:
+    """DataError naming the file, the first row and the column of a null among ``columns`` (those
+    in NOT_NULL and NO_NULL_ELEMENTS). The row-group statistics answer without reading the data;
+    a column is read only where they show (or cannot rule out) a null."""
+    metadata = parquet.metadata
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    for name in columns:
+        if name in NOT_NULL:
+            leaf = name
+        elif name in NO_NULL_ELEMENTS:
+            leaf = next((path for path in leaves if path.startswith(f"{name}.")), None)
+        else:
+            continue
+        index = leaves.get(leaf) if leaf is not None else None
+        if index is None:
+            continue
+        counts = []
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(index).statistics
+            counts.append(stats.null_count if stats is not None and stats.has_null_count else None)
+        if all(count == 0 for count in counts):
+            continue
+        column = parquet.read(columns=[name]).column(name)
+        if name in NO_NULL_ELEMENTS:  # the leaf counts empty and null lists too: look at the elements
+            elements = pc.list_flatten(column)
+            if elements.null_count:
+                row = pc.list_parent_indices(column)[pc.index(pc.is_null(elements), True).as_py()]
+                raise DataError("null answer in the list", file=file, record=row.as_py(), field=name)
+        elif column.null_count:
+            raise DataError(
+                "null value", file=file, record=pc.index(pc.is_null(column), True).as_py(), field=name
+            )
 
 
 def read_table(

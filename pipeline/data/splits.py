@@ -82,3 +82,18 @@ def assign_splits(units: Iterable[str], dev: float, test: float, seed: int) -> d
     for i, unit in enumerate(ordered):
         out[unit] = "test" if i < n_test else "dev" if i < n_test + n_dev else "train"
     return out
+
+
+def check_train_left(assignment: dict[str, str], dev: float, test: float, unit: str) -> None:
+    """ConfigError when fractions below 1 (which ask for a train split) leave train no unit of a
+    whole source: each fraction > 0 gets a unit, so a small source rounds train away, and training
+    would only fail later, on an empty table. Fractions adding up to 1 mean no train split."""
+    if not assignment or dev + test >= 1.0 - 1e-9 or "train" in assignment.values():
+        return
+    n_dev = sum(1 for split in assignment.values() if split == "dev")
+    raise ConfigError(
+        f"split: {len(assignment)} {unit}(s) leave none for train after {n_dev} dev and "
+        f"{len(assignment) - n_dev} test {unit}(s) (dev={dev:g}, test={test:g}; a fraction > 0 gets "
+        "at least one): add data, or set dev/test to 0, or to fractions adding up to 1 for a "
+        "dataset without train"
+    )

@@ -11,7 +11,6 @@ in memory (docs/encoding.md). Passages are scored as title + text, as in the ref
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -26,12 +25,22 @@ from rich.progress import Progress
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import DataError, open_parquet, read_table, write_json, write_table
+from pipeline.core.storage import (
+    DataError,
+    open_parquet,
+    read_json_object,
+    read_table,
+    verify_checksums,
+    write_checksums,
+    write_json,
+    write_table,
+)
 from pipeline.retrieval.mining import load_matcher, mining_depth, negatives_table, read_positives
 
 log = logging.getLogger("sieve.bm25")
 
 CORPUS_BATCH = 20_000
+DAMAGED_INDEX = "delete the BM25 index folder and rerun index_bm25 (the rule that builds it)"
 QUERY_BATCH = 4_096
 
 
@@ -104,6 +113,8 @@ def build_index(
             "corpus": str(corpus_path),
         },
     )
+    # Snakemake checks only that the folder exists: the loader compares these digests instead.
+    write_checksums(tmp_dir)
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp_dir.rename(out_dir)
     log.info("BM25 index of %d passages -> %s", len(pids), out_dir)
@@ -118,11 +129,18 @@ class BM25Index:
         settings_path = index_dir / "settings.json"
         if not settings_path.exists():
             raise DataError("not a BM25 index directory (no settings.json); rebuild it", file=index_dir)
-        self.settings = json.loads(settings_path.read_text())
-        self.retriever = bm25s.BM25.load(index_dir, mmap=True, show_progress=False)
-        self.tokenizer = make_tokenizer(self.settings["stemmer"], self.settings["stopwords"])
-        self.tokenizer.load_vocab(index_dir)
-        self.tokenizer.load_stopwords(index_dir)
+        verify_checksums(index_dir, DAMAGED_INDEX)
+        self.settings = read_json_object(settings_path, keys=("stemmer", "stopwords"))
+        try:
+            self.retriever = bm25s.BM25.load(index_dir, mmap=True, show_progress=False)
+            self.tokenizer = make_tokenizer(self.settings["stemmer"], self.settings["stopwords"])
+            self.tokenizer.load_vocab(index_dir)
+            self.tokenizer.load_stopwords(index_dir)
+        except (OSError, ValueError) as exc:  # a folder without digests (older): bm25s's own errors
+            where = getattr(exc, "filename", None) or index_dir
+            raise DataError(
+                f"cannot load the BM25 index ({' '.join(str(exc).split())}): {DAMAGED_INDEX}", file=where
+            ) from None
         with open_parquet(index_dir / "pids.parquet", schema=PASSAGE_IDS_SCHEMA) as parquet:
             self.pids = parquet.read(columns=["pid"]).column("pid").to_numpy(zero_copy_only=False)
 

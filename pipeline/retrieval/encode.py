@@ -420,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     gather.add_argument("--log")
 
     args = parser.parse_args(argv)
+    # shard_name's ValueError was a traceback: a usage error, exit status 2 like the others.
+    if args.command in ("corpus", "gather") and args.shards < 1:
+        parser.error(f"--shards must be >= 1, got {args.shards}")
+    if args.command == "corpus" and not 0 <= args.shard < args.shards:
+        parser.error(f"--shard must be in [0, {args.shards}) (0-based), got {args.shard}")
     start_stage(args.log, getattr(args, "threads", None))  # gather has no --threads
     if args.command == "gather":
         emb_io.gather(

@@ -6,21 +6,20 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from safetensors import SafetensorError
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.core.storage import (
+    CHECKSUMS,  # noqa: F401  (re-exported: the model folders' digests)
     DataError,
     atomic_open,
-    file_sha256,
     follow_umask,
-    read_json_object,
-    write_json,
+    write_checksums,
 )
+from pipeline.core.storage import verify_checksums as verify_folder_checksums
 
-CHECKSUMS = "checksums.json"
 DAMAGED_HINT = "delete the model folder and rerun the rule that builds it"
 
 T = TypeVar("T")
@@ -48,40 +47,9 @@ def write_settings(path: str | Path, settings: Any) -> None:
         json.dump(asdict(settings), handle, indent=2)
 
 
-def write_checksums(folder: str | Path, names: Iterable[str] | None = None) -> None:
-    """Record the sha256 of ``names`` (default: every file of ``folder``) in ``checksums.json``.
-
-    Only the marker file (retriever.json, ranker.json) is a declared output, so Snakemake never
-    notices a damaged weight file; the loaders compare these digests instead.
-    """
-    folder = Path(folder)
-    if names is None:
-        names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != CHECKSUMS)
-    write_json(folder / CHECKSUMS, {"sha256": {name: file_sha256(folder / name) for name in names}})
-
-
 def verify_checksums(folder: str | Path) -> None:
-    """Refuse a file of ``folder`` whose sha256 differs from the one recorded when it was written.
-
-    A folder without ``checksums.json`` (a base model, one written by an older version) passes.
-    """
-    folder = Path(folder)
-    path = folder / CHECKSUMS
-    if not path.exists():
-        return
-    recorded = read_json_object(path, keys=("sha256",))["sha256"]
-    if not isinstance(recorded, dict):
-        raise DataError("must map file names to sha256 digests", file=path, field="sha256")
-    for name, expected in recorded.items():
-        if not (folder / name).exists():
-            raise DataError(f"file missing: {DAMAGED_HINT}", file=folder / name)
-        actual = file_sha256(folder / name)
-        if actual != expected:
-            raise DataError(
-                f"sha256 {actual[:12]}… differs from {str(expected)[:12]}… recorded in {CHECKSUMS} when it "
-                f"was saved (damaged or overwritten since): {DAMAGED_HINT}",
-                file=folder / name,
-            )
+    """``storage.verify_checksums`` of a model folder (a base model's, without digests, passes)."""
+    verify_folder_checksums(folder, DAMAGED_HINT)
 
 
 def load_model(path: str | Path) -> Any:

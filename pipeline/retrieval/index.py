@@ -13,7 +13,11 @@ Output folder::
 
     shard{j}of{m}.faiss          one FAISS index per group
     shard{j}of{m}.pids.parquet   the pid of each index row (FAISS row ids are 0..n_j-1)
-    index.json                   written last: factory, metric, dim, counts, files, training sample
+    index.json                   written last: factory, metric, dim, counts, files and their sha256,
+                                 training sample
+
+Only ``index.json`` is a declared output, so Snakemake never notices a damaged part; search compares
+each part with the sha256 recorded here before it reads it (``verify_part``).
 
 CLI::
 
@@ -36,7 +40,14 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import PASSAGE_IDS_SCHEMA
-from pipeline.core.storage import DataError, atomic_path, read_json_object, write_json, write_table
+from pipeline.core.storage import (
+    DataError,
+    atomic_path,
+    file_sha256,
+    read_json_object,
+    write_json,
+    write_table,
+)
 from pipeline.retrieval.embeddings import EmbeddingSet, read_rows, shard_name
 from pipeline.retrieval.encode import make_progress
 
@@ -45,6 +56,7 @@ log = logging.getLogger("sieve.index")
 INDEX_MANIFEST = "index.json"
 PART_NAME = re.compile(r"shard\d+of\d+\.(faiss|pids\.parquet)")
 FORMAT = "sieve-index/1"
+DAMAGED_HINT = "delete the index folder and rerun build_index (the rule that builds it)"
 
 
 def shard_groups(n_embedding_shards: int, n_index_shards: int) -> list[list[int]]:
@@ -166,6 +178,9 @@ def build_index(
                     "count": int(index.ntotal),
                     "embedding_shards": group,
                     "bytes": (out_dir / f"{name}.faiss").stat().st_size,
+                    # One more read of each part: search checks these before it loads a part.
+                    "sha256": file_sha256(out_dir / f"{name}.faiss"),
+                    "pids_sha256": file_sha256(out_dir / f"{name}.pids.parquet"),
                 }
             )
             del index
@@ -204,11 +219,54 @@ def remove_stale_parts(out_dir: Path, keep: set[str]) -> None:
 
 
 def load_index_manifest(index_dir: str | os.PathLike) -> dict:
-    return read_json_object(
-        Path(index_dir) / INDEX_MANIFEST,
+    path = Path(index_dir) / INDEX_MANIFEST
+    manifest = read_json_object(
+        path,
         keys=("shards", "dim", "count", "factory"),
         missing="index manifest not found (did build_index run?)",
     )
+    if not isinstance(manifest["shards"], list):
+        raise DataError(f"must be a list of index parts: {DAMAGED_HINT}", file=path, field="shards")
+    for j, entry in enumerate(manifest["shards"]):
+        if not isinstance(entry, dict) or not {"index", "pids"} <= entry.keys():
+            raise DataError(
+                f"an index part needs 'index' and 'pids' file names: {DAMAGED_HINT}",
+                file=path,
+                record=j,
+                field="shards",
+            )
+    return manifest
+
+
+def verify_part(path: Path, sha256: str | None) -> None:
+    """Refuse an index part that is missing or whose sha256 differs from the one ``build_index``
+    recorded (None: an index built before digests were recorded, which is read unchecked).
+
+    A FAISS file overwritten with bytes of the same size loads without complaint and ranks garbage,
+    and a truncated one stops FAISS with a C++ assertion; both are one line naming the file here.
+    """
+    if not path.exists():
+        raise DataError(f"index part not found: {DAMAGED_HINT}", file=path)
+    if sha256 is None:
+        return
+    actual = file_sha256(path)
+    if actual != sha256:
+        raise DataError(
+            f"sha256 {actual[:12]}… differs from {str(sha256)[:12]}… recorded in {INDEX_MANIFEST} when "
+            f"the index was built (damaged or overwritten since): {DAMAGED_HINT}",
+            file=path,
+        )
+
+
+def read_part(path: Path, sha256: str | None) -> faiss.Index:
+    """One index part, checked against its recorded digest; a file FAISS cannot read is a DataError
+    naming it (an index built without digests gets no other check)."""
+    verify_part(path, sha256)
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as exc:
+        reason = " ".join(str(exc).split())
+        raise DataError(f"not a readable FAISS index ({reason}): {DAMAGED_HINT}", file=path) from None
 
 
 def main(argv: list[str] | None = None) -> int:

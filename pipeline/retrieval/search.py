@@ -163,24 +163,22 @@ def search_faiss(
     progress: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Search every index part in turn and merge: (rows [nq, k], scores [nq, k], pids of all rows)."""
-    import faiss
-
-    from pipeline.retrieval.index import load_index_manifest, to_gpu
+    from pipeline.retrieval.index import load_index_manifest, read_part, to_gpu, verify_part
 
     index_dir = Path(index_dir)
     manifest = load_index_manifest(index_dir)
     _check_dim(queries, int(manifest["dim"]), index_dir / "index.json")
-    part_pids = [read_ids(index_dir / entry["pids"], "pid") for entry in manifest["shards"]]
+    part_pids = []
+    for entry in manifest["shards"]:
+        verify_part(index_dir / entry["pids"], entry.get("pids_sha256"))
+        part_pids.append(read_ids(index_dir / entry["pids"], "pid"))
     pids = pa.chunked_array([c for part in part_pids for c in part.chunks], pa.string()).combine_chunks()
     top = TopK(len(queries), k, pid_ranks(pids))
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     offset = 0
     with make_progress("queries", progress) as bar:
         for j, entry in enumerate(manifest["shards"]):
-            path = index_dir / entry["index"]
-            if not path.exists():
-                raise DataError("index part not found", file=path)
-            index = faiss.read_index(str(path))
+            index = read_part(index_dir / entry["index"], entry.get("sha256"))
             if index.ntotal != len(part_pids[j]):
                 raise DataError(
                     f"{index.ntotal} vectors but {len(part_pids[j])} pids", file=index_dir / entry["pids"]

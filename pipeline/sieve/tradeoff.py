@@ -28,9 +28,11 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.storage import DataError, write_json, write_png
+from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, SIEVE_SCHEMA
+from pipeline.core.storage import DataError, read_table, write_json, write_png
 
 log = logging.getLogger("sieve.tradeoff")
 
@@ -94,13 +96,34 @@ def at_rate(score: np.ndarray, is_fn: np.ndarray, rate: float) -> dict[str, floa
     return {**operating_point(dropped, is_fn), "threshold": float(np.sort(score)[::-1][n - 1]) if n else None}
 
 
+def score_columns(name: str, path: str | Path = "") -> tuple[pa.Schema, list[str]]:
+    """The layout of filter ``name``'s decisions and the columns its suspicion reads."""
+    if name.startswith("sieve"):
+        return SIEVE_SCHEMA, ["nce_loss", "threshold"]
+    if name in ("positive_aware", "cross_encoder"):
+        return FILTER_DECISIONS_SCHEMA, ["score"]
+    raise DataError(
+        f"filter {name!r} has no continuous score (use sieve*, positive_aware, cross_encoder)",
+        file=path,
+        field="filter",
+    )
+
+
+def read_filter_decisions(name: str, path: str | Path) -> pd.DataFrame:
+    """The columns the trade-off reads, checked against the filter's layout: a missing file or column
+    was a pandas traceback, a text ``kept`` column ("yes"/"no") passed and every row counted as kept."""
+    schema, scores = score_columns(name, path)
+    df = read_table(path, ["qid", "pid", "kept", "is_false_negative", *scores], schema=schema)
+    nulls = df["kept"].isna().to_numpy()
+    if nulls.any():
+        raise DataError("null value", file=path, record=int(np.argmax(nulls)), field="kept")
+    return df
+
+
 def build_tradeoff(decisions: dict[str, str], reference: str = "sieve", points: int = 201) -> dict:
     tables = {}
     for name, path in decisions.items():
-        df = pd.read_parquet(path)
-        for col in ("kept", "is_false_negative"):
-            if col not in df:
-                raise DataError("missing column", file=path, field=col)
+        df = read_filter_decisions(name, path)
         if df["is_false_negative"].isna().any():
             raise DataError(
                 "the trade-off needs the truth of every candidate (synthkb qrels_all or "

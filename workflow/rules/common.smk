@@ -5,14 +5,42 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from pipeline.core.config import ConfigError, validate_config
+from pipeline.core.config import ConfigError, check_config_files, validate_config
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_betas, ccr_model, closest, dpr_on,
                                    filter_negatives, filtered_candidates, method_table, rcl_model, runs, sieve_name,
                                    sieve_tag)
 from pipeline.core.recipes import dataset_configs
 
-DATASETS = config["datasets"]
-# .get: a dataset without `format` must reach validate_config below, which names the key.
+# Snakemake 9 reads every argument after --configfile as a config file, so a target written after the
+# overlays (`snakemake --configfile over.yaml results/d/metrics.json`) arrives here as an overlay: a
+# metrics file would be "validated" as config (pages of unknown keys). Say what happened instead.
+_TARGET_SUFFIXES = (".parquet", ".md", ".html", ".png", ".trec", ".tsv", ".log")
+for _path in workflow.overwrite_configfiles:
+    _target = os.path.relpath(str(_path))  # relative to the working directory, where targets are
+    if Path(_target).parts[0] in ("results", "resources", "logs") or _target.endswith(_TARGET_SUFFIXES):
+        raise WorkflowError(f"{_target} was read as a config file: it is a target. Snakemake reads every argument "
+                            "after --configfile as a config file; put the targets first (snakemake --cores 2 "
+                            f"{_target} --configfile OVERLAY) or end the config files with -- (snakemake "
+                            f"--configfile OVERLAY -- {_target})")
+
+
+# Before anything reads the config (a `datasets` entry that is not a mapping was an AttributeError
+# traceback below): each config file for keys given twice, then the contract. An entry of `methods` the
+# rules cannot build would otherwise surface at DAG building as a missing input path; at start-up it
+# names the key and the valid names instead. Then each dataset's config: the top-level sections with
+# its recipe merged in (pipeline.core.recipes), validated the same way.
+try:
+    check_config_files(workflow.configfiles)  # what Snakemake's reading let pass: a key given twice
+    validate_config(config, methods=lambda: method_table(config))  # once defaults are in (reads ccr.beta)
+    DATASET_CONFIGS = dataset_configs(config, methods=method_table)
+except ConfigError as err:
+    raise WorkflowError(str(err)) from None
+METHODS = {d: method_table(c) for d, c in DATASET_CONFIGS.items()}  # method name -> record
+RUNS = {d: runs(table) for d, table in METHODS.items()}  # run folder -> record (wildcard {method} is a run)
+CCR_BETAS = {d: ccr_betas(c) for d, c in DATASET_CONFIGS.items()}  # β tag -> β
+
+
+DATASETS = config["datasets"]  # validated above: every entry a mapping with a format
 SYNTHETIC = [name for name, spec in DATASETS.items() if spec.get("format") == "synthkb"]
 DECLARED = [name for name, spec in DATASETS.items() if spec.get("format") != "synthkb"]
 
@@ -39,33 +67,7 @@ include: "paths.smk"
 # ---- the method table ------------------------------------------------------------------------------
 # Every method name resolves once, per dataset, into a record (pipeline/core/methods.py: what it
 # retrieves with, what its retriever trains on, with which β, filter or fusion); the rules read the
-# records. β tags and the model folder names come from the same module.
-
-
-# Snakemake 9 reads every argument after --configfile as a config file, so a target written after the
-# overlays (`snakemake --configfile over.yaml results/d/metrics.json`) arrives here as an overlay: a
-# metrics file would be "validated" as config (pages of unknown keys). Say what happened instead.
-_TARGET_SUFFIXES = (".parquet", ".md", ".html", ".png", ".trec", ".tsv", ".log")
-for _path in workflow.overwrite_configfiles:
-    _target = os.path.relpath(str(_path))  # relative to the working directory, where targets are
-    if Path(_target).parts[0] in ("results", "resources", "logs") or _target.endswith(_TARGET_SUFFIXES):
-        raise WorkflowError(f"{_target} was read as a config file: it is a target. Snakemake reads every argument "
-                            "after --configfile as a config file; put the targets first (snakemake --cores 2 "
-                            f"{_target} --configfile OVERLAY) or end the config files with -- (snakemake "
-                            f"--configfile OVERLAY -- {_target})")
-
-
-# An entry of `methods` the rules cannot build would otherwise surface at DAG building as a missing
-# input path; at start-up it names the key and the valid names instead. Then each dataset's config:
-# the top-level sections with its recipe merged in (pipeline.core.recipes), validated the same way.
-try:
-    validate_config(config, methods=lambda: method_table(config))  # once defaults are in (reads ccr.beta)
-    DATASET_CONFIGS = dataset_configs(config, methods=method_table)
-except ConfigError as err:
-    raise WorkflowError(str(err)) from None
-METHODS = {d: method_table(c) for d, c in DATASET_CONFIGS.items()}  # method name -> record
-RUNS = {d: runs(table) for d, table in METHODS.items()}  # run folder -> record (wildcard {method} is a run)
-CCR_BETAS = {d: ccr_betas(c) for d, c in DATASET_CONFIGS.items()}  # β tag -> β
+# records. β tags and the model folder names come from the same module (built above, at validation).
 
 
 def cfg(d):

@@ -153,8 +153,17 @@ def open_source(
     gzipped = raw.read(2) == GZIP_MAGIC
     raw.seek(0)
     stream: IO = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
-    if not binary:
-        stream = io.TextIOWrapper(stream, encoding="utf-8", newline=newline)
+    # A byte-order mark (Windows tools write one) is not content: read as text it became part of the
+    # first id ("\ufeff1": an MS MARCO collection's first pid then matched no qrel), and the JSON
+    # parsers refuse it. utf-8-sig drops it from text; binary readers skip it here.
+    if binary:
+        try:
+            if stream.read(len(UTF8_BOM)) != UTF8_BOM:
+                stream.seek(0)
+        except (EOFError, zlib.error, gzip.BadGzipFile):
+            stream.seek(0)  # the reader meets the damage itself, and names it
+    else:
+        stream = io.TextIOWrapper(stream, encoding="utf-8-sig", newline=newline)
     task = None
     if progress is not None:
         task = progress.add_task(label or path.name, total=path.stat().st_size)
@@ -327,9 +336,27 @@ def need_answers(src: Source, value: Any, where: str = "answers") -> list[str]:
     return list(dict.fromkeys(value))
 
 
+def need_text(src: Source, obj: dict, key: str, *, where: str | None = None) -> str:
+    """``need_str`` for a query's text, which must hold more than whitespace (named at its own field:
+    the writer's later check only knows the canonical column)."""
+    value = need_str(src, obj, key, where=where)
+    if not value.strip():
+        raise src.error("empty query text", field=where or key)
+    return value
+
+
+def own_id(src: Source, obj: dict, keys: tuple[str, ...]) -> str | None:
+    """The record's own id under the first of ``keys`` it has (``need_id``), or None when it has none
+    (absent, null or "": the reader numbers the record instead)."""
+    present = [key for key in keys if obj.get(key) not in (None, "")]
+    return need_id(src, obj, (present[0],)) if present else None
+
+
 def need_score(src: Source, value: Any, where: str) -> float:
     if value is None:
         return float("nan")
+    if isinstance(value, bool):  # float(True) is 1.0: a flag, not a score
+        raise src.error(f"score is not a number: {value!r}", field=where)
     try:
         return float(value)
     except (TypeError, ValueError):

@@ -33,7 +33,9 @@ from .base import (
     need_int,
     need_score,
     need_str,
+    need_text,
     open_source,
+    own_id,
     require_records,
 )
 from .writer import DatasetWriter, add_judged_queries, load_queries
@@ -73,10 +75,12 @@ def read_queries_jsonl(path: str | os.PathLike, progress: Progress | None = None
     label = f"queries {os.path.basename(path)}"
     with open_source(path, newline="\n", progress=progress, label=label) as src:
         for line_no, obj in _json_lines(src):
-            text_key = "text" if "text" in obj else "query"
+            text_key = "text" if "text" in obj else "query" if "query" in obj else None
+            if text_key is None:
+                raise src.error("missing: a query needs 'text' (BEIR) or 'query' (Tevatron)", field="text")
             yield Query(
                 need_id(src, obj, ("_id", "query_id")),
-                need_str(src, obj, text_key),
+                need_text(src, obj, text_key),
                 need_answers(src, obj.get("answers")),
                 line_no,
             )
@@ -137,11 +141,9 @@ def read_tevatron_train(
     with open_source(path, newline="\n", progress=progress, label=label) as src:
         index = 0
         for line_no, obj in _json_lines(src):
-            own_id = obj.get("query_id")
-            qid = need_id(src, obj, ("query_id",)) if own_id not in (None, "") else f"{split}-{index}"
             rec = TrainingRecord(
-                qid=qid,
-                question=need_str(src, obj, "query"),
+                qid=own_id(src, obj, ("query_id",)) or f"{split}-{index}",
+                question=need_text(src, obj, "query"),
                 answers=need_answers(src, obj.get("answers")),
                 record=line_no,
             )

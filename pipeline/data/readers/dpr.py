@@ -31,7 +31,9 @@ from .base import (
     need_answers,
     need_score,
     need_str,
+    need_text,
     open_source,
+    own_id,
     require_records,
 )
 from .writer import DatasetWriter
@@ -66,6 +68,13 @@ def read_passages_tsv(path: str | os.PathLike, progress: Progress | None = None)
             src.record = reader.line_num
             if not row:
                 continue  # a blank line holds no record
+            if row == header:
+                # Files concatenated with their headers: DPR's loader skips such rows, a passage
+                # "id"/"text"/"title" would be garbage in the corpus.
+                raise src.error(
+                    "the header row again: files concatenated with their headers? Remove the "
+                    "repeated header lines"
+                )
             if len(row) != width:
                 if len(row) < width:
                     raise src.error(
@@ -114,12 +123,11 @@ def read_biencoder(
             src.record = index
             if not isinstance(entry, dict):
                 raise src.error(f"expected an object, got {type(entry).__name__}")
-            own_id = entry.get("qid", entry.get("id"))
-            id_key = "qid" if "qid" in entry else "id"
-            qid = check_id(src, str(own_id), id_key) if own_id not in (None, "") else f"{split}-{index}"
+            # A qid of another type (true, 1.5, [1]) was written as its Python spelling ("True").
+            qid = own_id(src, entry, ("qid", "id")) or f"{split}-{index}"
             rec = TrainingRecord(
                 qid=qid,
-                question=need_str(src, entry, "question"),
+                question=need_text(src, entry, "question"),
                 answers=need_answers(src, entry.get("answers")),
                 record=index,
             )
@@ -188,6 +196,12 @@ def build(
         if path is None:
             continue
         before = writer.query_count(split)
+        if first_char(path) == "{":  # read as a qa.csv, it failed with a misleading column count
+            raise DataError(
+                f"role {split!r}: a JSON object; DPR's {split} files are a JSON array of biencoder "
+                "entries ('[{\"question\": ...}, ...]') or a tab-separated *.qa.csv",
+                file=path,
+            )
         if is_biencoder_json(path):
             for rec in require_records(read_biencoder(path, split, progress), path, split):
                 writer.add_training_record(

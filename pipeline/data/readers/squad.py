@@ -18,7 +18,7 @@ from rich.progress import Progress
 
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import DataError
-from pipeline.data.splits import assign_splits
+from pipeline.data.splits import assign_splits, check_train_left
 
 from .base import (
     BuildOptions,
@@ -29,6 +29,7 @@ from .base import (
     need_answer,
     need_id,
     need_str,
+    need_text,
     open_source,
 )
 from .writer import DatasetWriter
@@ -103,7 +104,7 @@ def _question(src: Source, qa: object, where: str, article: int) -> Query:
     if not isinstance(qa, dict):
         raise src.error("expected an object", field=where)
     qid = need_id(src, qa, ("id",), where=f"{where}.")
-    question = need_str(src, qa, "question", where=f"{where}.question")
+    question = need_text(src, qa, "question", where=f"{where}.question")
     answers = qa.get("answers", [])
     if not isinstance(answers, list):
         raise src.error("expected a list", field=f"{where}.answers")
@@ -137,6 +138,7 @@ def build(
         assignment = {}
     else:
         assignment = assign_splits((unit for unit, _, _ in questions), spec.dev, spec.test, spec.seed)
+        check_train_left(assignment, spec.dev, spec.test, spec.by)
     for unit, q, pid in questions:
         split = assignment.get(unit, "test")
         writer.add_query(split, q, path)

@@ -382,6 +382,9 @@ def add_judged_queries(
     """
     before = writer.query_count(split)
     judged: dict[str, list[Qrel]] = {}
+    # Every judgment, not only the positives add_qrel sees: a pair judged 1 and again 0 was kept as a
+    # positive with the 0 counted as "not positive", the contradiction unreported.
+    first_record: dict[tuple[str, str], Any] = {}
     for r in qrels:
         if r.qid not in queries:
             raise DataError(
@@ -389,6 +392,14 @@ def add_judged_queries(
                 file=qrels_file,
                 record=r.record,
                 field="qid",
+            )
+        earlier = first_record.setdefault((r.qid, r.pid), r.record)
+        if earlier != r.record:
+            raise DataError(
+                f"duplicate judgment ({r.qid!r}, {r.pid!r}) (first at record {earlier}); a pair is "
+                "judged once",
+                file=qrels_file,
+                record=r.record,
             )
         if r.relevance <= 0:
             writer.extra[f"qrels_not_positive.{split}"] += 1
