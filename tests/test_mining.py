@@ -127,9 +127,11 @@ def test_zeroshot_negatives_match_a_brute_force_ranking(tmp_path):
         got = mined[qid]
         assert len(got) == n
         if got["pid"].tolist() != expected:  # only a near-tie may swap neighbours
+            # the DAG ranks with its fp16-stored embeddings, whose scores sit within the 1e-4 checked
+            # below: two passages closer than that may come in either order
             exact = dict(zip(pids, scores[i]))
             np.testing.assert_allclose(
-                [exact[x] for x in got["pid"]], [exact[x] for x in expected], atol=1e-5
+                [exact[x] for x in got["pid"]], [exact[x] for x in expected], atol=1e-4
             )
         np.testing.assert_allclose(
             got["score"].to_numpy(), [scores[i][pids.tolist().index(x)] for x in got["pid"]], atol=1e-4
