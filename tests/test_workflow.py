@@ -83,9 +83,9 @@ def test_ar2_seeds_are_separate_runs_averaged_into_the_method(tmp_path):
     assert jobs.get("ar2_round") == 8, jobs
     assert jobs.get("evaluate") == 4 and jobs.get("ar2_seeds") == 2, jobs
     for seed in (0, 1):
-        # the sieve variant's folders carry its scorer (the CCR model at ccr.beta 0.5)
-        assert f"results/synthkb/ar2/sieve_b0.5/seed{seed}/round1/round.json" in out
-        assert f"results/synthkb/ar2_sieve_b0.5/seed{seed}/run.test.parquet" in out
+        # the sieve variant's folders carry its scorer (the demo's: models/dpr, no CCR)
+        assert f"results/synthkb/ar2/sieve_no_ccr/seed{seed}/round1/round.json" in out
+        assert f"results/synthkb/ar2_sieve_no_ccr/seed{seed}/run.test.parquet" in out
 
 
 TINY = {"datasets": {"synthkb": {"entities": 40}}, "methods": ["bm25"]}
