@@ -334,6 +334,53 @@ def test_the_headline_keeps_the_metrics_that_separate_the_methods_with_intervals
     assert text.index("| method | seeds | hit_all@1") < text.index("## All metrics") < text.index("R@100")
 
 
+def test_the_methods_figure_shows_each_methods_interval_over_seeds(tmp_path):
+    """issue 27.7: metrics.png compares the methods. Its values are the headline's: mean, and the
+    95% t-interval over seeds only where a method ran with several (hand-computed)."""
+    from pipeline.evaluation.plot_methods import method_values, plot_methods
+
+    gathered = {
+        "dataset": "toy",
+        "methods": {
+            "bm25": {"split": "test", "seeds": [None], "metrics": {"hit_all@1": 0.3, "R@5": 0.7}},
+            "dpr": {
+                "split": "test",
+                "seeds": [0, 1, 2],
+                "metrics": {"hit_all@1": 0.5, "R@5": 0.6},
+                "metrics_std": {"hit_all@1": 0.1, "R@5": 0.0},
+            },
+            "dpr_ccr": {"split": "test", "seeds": [0], "metrics": {"R@5": 0.65}},
+        },
+    }
+    bm25, dpr = method_values(gathered, "hit_all@1")  # dpr_ccr has no hit_all@1: left out
+    assert (bm25.method, bm25.mean, bm25.low, bm25.seeds) == ("bm25", 0.3, None, 1)
+    # t(0.975, 2) = 4.303: 0.1 / sqrt(3) * 4.303 = 0.2484
+    assert dpr.seeds == 3 and dpr.low == pytest.approx(0.5 - 0.24843, abs=1e-4)
+    assert dpr.high == pytest.approx(0.5 + 0.24843, abs=1e-4)
+    assert [v.method for v in method_values(gathered, "R@5")] == ["bm25", "dpr", "dpr_ccr"]
+    out = tmp_path / "metrics.png"
+    plot_methods(gathered, ["hit_all@1", "R@5"], out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no metric to plot"):
+        plot_methods(gathered, [], tmp_path / "none.png")
+
+
+def test_gather_draws_the_methods_figure_with_out_png(tmp_path):
+    a = _method_file(tmp_path, "bm25", {"R@5": 0.6, "MRR@10": 0.25})
+    b = _method_file(tmp_path, "dpr", {"R@5": 0.7, "MRR@10": 0.3})
+    out = tmp_path / "metrics.png"
+    args = ["--dataset", "tiny", "--inputs", str(a), str(b), "--out-json", str(tmp_path / "m.json")]
+    assert gather_metrics.main([*args, "--out-md", str(tmp_path / "m.md"), "--out-png", str(out)]) == 0
+    assert out.stat().st_size > 1000 and not list(tmp_path.glob("*.tmp*"))
+    # methods with equal values still get their figure (no headline column separates them)
+    c = _method_file(tmp_path, "dpr_ccr", {"R@5": 0.6, "MRR@10": 0.25})
+    same = ["--dataset", "tiny", "--inputs", str(a), str(c), "--out-json", str(tmp_path / "s.json")]
+    assert gather_metrics.main([*same, "--out-md", str(tmp_path / "s.md"), "--out-png", str(out)]) == 0
+    assert gather_metrics.figure_fallback({"methods": {"a": {"metrics": {"x@1": 1.0, "R@5": 0.5}}}}) == [
+        "R@5"
+    ]
+
+
 # ---- paired tests over queries (one common seed) -----------------------------------------------------
 
 

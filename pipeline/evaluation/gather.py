@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
 from pipeline.evaluation.metrics import metric_sort_key
+from pipeline.evaluation.plot_methods import plot_methods
 from pipeline.evaluation.query_tests import (
     PERMUTATIONS,
     RNG_SEED,
@@ -409,6 +410,16 @@ def headline_columns(gathered: dict, most: int = HEADLINE_COLUMNS) -> list[str]:
     return taken
 
 
+def figure_fallback(gathered: dict) -> list[str]:
+    """The metric to draw when no metric tells the methods apart (headline_columns is empty): the first
+    preferred one any method has, else the first method's first; the figure is an output all the same."""
+    methods = list(gathered["methods"].values())
+    for name in HEADLINE_PREFERENCE:
+        if any(entry["metrics"].get(name) is not None for entry in methods):
+            return [name]
+    return list(methods[0]["metrics"])[:1]
+
+
 def _half_width(std: float | None, n: int) -> float | None:
     return None if std is None or n < 2 else t_quantile(LEVEL, n - 1) * std / math.sqrt(n)
 
@@ -644,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-html", help="the table as HTML (the Snakemake report shows it)")
+    parser.add_argument("--out-png", help="the methods side by side on the headline metrics (a figure)")
     parser.add_argument(
         "--compare",
         nargs="*",
@@ -688,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out_html:
         with atomic_open(args.out_html, "w", encoding="utf-8") as handle:
             handle.write(html_table(gathered))
+    if args.out_png:
+        plot_methods(gathered, headline_columns(gathered) or figure_fallback(gathered), args.out_png)
     log.info("gathered %d methods for %s -> %s", len(gathered["methods"]), args.dataset, args.out_md)
     # The headline as plain text on stdout: through the logger it was wrapped to the terminal's width.
     header, rows = headline_rows(gathered)

@@ -164,6 +164,7 @@ rule gather_metrics:
         md=dataset_metrics("{dataset}", "md"),
         html=report(dataset_metrics("{dataset}", "html"), caption="../report/metrics.rst",
                     category="Metrics"),
+        png=report(dataset_metrics("{dataset}", "png"), caption="../report/metrics.rst", category="Metrics"),
     params:
         # each method's metrics under the name `methods` lists (its run folder may carry its β)
         inputs=lambda wildcards, input: " ".join(
@@ -183,7 +184,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json} --out-md {output.md} --out-html {output.html} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json} --out-md {output.md} --out-html {output.html} --out-png {output.png} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log}"
 
 
 # With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'

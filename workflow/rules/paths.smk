@@ -84,7 +84,7 @@ def ar2_info(d, method, seed):
 
 
 def dataset_metrics(d, ext="json"):
-    """Every method side by side: metrics.json, .md, .html."""
+    """Every method side by side: metrics.json, .md, .html, .png (a figure)."""
     return f"results/{d}/metrics.{ext}"
 
 

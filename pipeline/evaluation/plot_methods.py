@@ -1,0 +1,93 @@
+"""The methods side by side in one figure (metrics.png beside metrics.md): for the metrics that tell the
+methods apart (gather.headline_columns), one point per method with its 95% t-interval over
+training seeds where it ran with several. A one-seed run gets no error bar: the paired tests over
+queries in metrics.md compare such runs, not this figure."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from pipeline.core.storage import write_png
+from pipeline.evaluation.seed_stats import t_quantile
+
+LEVEL = 0.95
+PANELS = 2  # the first headline metrics; more panels get too narrow to read the method names
+
+
+@dataclass(frozen=True)
+class MethodValue:
+    method: str
+    mean: float
+    low: float | None  # the interval over seeds; None with fewer than 2 seeds
+    high: float | None
+    seeds: int
+
+
+def method_values(gathered: dict, metric: str, level: float = LEVEL) -> list[MethodValue]:
+    """Each gathered method's ``metric``: mean and the two-sided t-interval over its seeds (sample std,
+    n − 1 degrees of freedom), in the order metrics.json lists the methods; methods without the metric
+    are left out."""
+    values = []
+    for method, entry in gathered["methods"].items():
+        mean = entry["metrics"].get(metric)
+        if mean is None:
+            continue
+        seeds = len([s for s in entry.get("seeds") or [] if s is not None])
+        std = (entry.get("metrics_std") or {}).get(metric)
+        low = high = None
+        if seeds >= 2 and std is not None:
+            half = t_quantile(level, seeds - 1) * std / math.sqrt(seeds)
+            low, high = mean - half, mean + half
+        values.append(MethodValue(method, float(mean), low, high, max(seeds, 1)))
+    return values
+
+
+def plot_methods(gathered: dict, metrics: list[str], out: str | os.PathLike) -> None:
+    """One panel per metric (at most PANELS), a point per method, error bars where seeds allow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = metrics[:PANELS]
+    if not metrics:
+        raise ValueError("no metric to plot: every method has the same values (metrics.md lists them)")
+    rows = max(len(method_values(gathered, m)) for m in metrics)
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(4.6 * len(metrics) + 1.6, 0.42 * rows + 1.6), squeeze=False, sharey=True
+    )
+    seeds = set()
+    for ax, metric in zip(axes[0], metrics):
+        values = method_values(gathered, metric)
+        ys = list(range(len(values)))[::-1]  # the first method on top
+        best = max(v.mean for v in values)
+        for y, v in zip(ys, values):
+            seeds.add(v.seeds)
+            color = "C3" if v.mean == best else "C0"
+            err = None
+            if v.low is not None:
+                err = [[v.mean - v.low], [v.high - v.mean]]
+            # points, not bars: the axis starts near the values, where a bar's length would mislead
+            ax.errorbar(v.mean, y, xerr=err, fmt="o", color=color, capsize=3, linewidth=1, markersize=6)
+            # beside the bar's end or its error bar, whichever reaches further
+            ax.text(v.high if v.high is not None else v.mean, y, f" {v.mean:.3f}", va="center", fontsize=8)
+        ax.set_yticks(ys, [v.method for v in values], fontsize=9)
+        lows = [v.low if v.low is not None else v.mean for v in values]
+        highs = [v.high if v.high is not None else v.mean for v in values]
+        ax.set_xlim(max(0.0, min(lows) - 0.03), max(highs) + 0.06)
+        ax.set_ylim(-0.6, len(values) - 0.4)
+        ax.set_title(metric, fontsize=10)
+        ax.grid(alpha=0.3)
+    many = sorted(s for s in seeds if s > 1)
+    bars = (
+        f"error bars: {LEVEL:.0%} t-interval over {', '.join(map(str, many))} seeds; none: one run"
+        if many
+        else "one run per method (no interval)"
+    )
+    bars += "; paired differences: metrics.md"
+    split = next(iter(gathered["methods"].values())).get("split", "test")
+    fig.suptitle(f"{gathered.get('dataset', '')}: {split} split, best in red; {bars}", fontsize=9)
+    fig.tight_layout()
+    write_png(out, fig)
