@@ -267,24 +267,19 @@ def test_gather_rejects_malformed_per_seed(tmp_path, per_seed, field):
     assert (err.value.field, err.value.file) == (field, str(bad))
 
 
+def _outputs(tmp_path: Path, *inputs: Path) -> list[str]:
+    """gather's arguments for ``inputs`` with its JSON and Markdown written into ``tmp_path``."""
+    return ["--dataset", "tiny", "--inputs", *map(str, inputs), "--out-json", str(tmp_path / "m.json")] + [
+        "--out-md",
+        str(tmp_path / "m.md"),
+    ]
+
+
 def test_gather_compare_argument_is_method_colon_baseline(tmp_path, capsys):
     a = _method_file(tmp_path, "bm25", {"R@5": 0.5})
     for bad in ("dpr", "dpr:", ":dpr", "a:b:c"):
         with pytest.raises(SystemExit):
-            gather_metrics.main(
-                [
-                    "--dataset",
-                    "tiny",
-                    "--inputs",
-                    str(a),
-                    "--out-json",
-                    str(tmp_path / "m.json"),
-                    "--out-md",
-                    str(tmp_path / "m.md"),
-                    "--compare",
-                    bad,
-                ]
-            )
+            gather_metrics.main([*_outputs(tmp_path, a), "--compare", bad])
         assert "METHOD:BASELINE" in capsys.readouterr().err
 
 
@@ -583,18 +578,5 @@ def test_per_query_argument_is_method_at_seed_equals_path(tmp_path, capsys):
     a = _method_file(tmp_path, "bm25", {"R@5": 0.5})
     for bad in ("dpr", "dpr=", "=p", "ar2@x=p", "ar2@=p"):
         with pytest.raises(SystemExit):
-            gather_metrics.main(
-                [
-                    "--dataset",
-                    "tiny",
-                    "--inputs",
-                    str(a),
-                    "--out-json",
-                    str(tmp_path / "m.json"),
-                    "--out-md",
-                    str(tmp_path / "m.md"),
-                    "--per-query",
-                    bad,
-                ]
-            )
+            gather_metrics.main([*_outputs(tmp_path, a), "--per-query", bad])
         assert "METHOD@SEED=PATH" in capsys.readouterr().err
