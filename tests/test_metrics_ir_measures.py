@@ -203,7 +203,7 @@ def ir_aggregate(names, qrels, run) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def scored(data) -> dict:
     p = data["paths"]
-    gold, _ = evaluate(
+    gold, _, _ = evaluate(
         p["run"],
         p["queries"],
         p["qrels"],
@@ -212,7 +212,9 @@ def scored(data) -> dict:
         qrels_all_path=p["qrels_multi"],
         allow_missing_queries=True,
     )
-    multi, _ = evaluate(p["run"], p["queries"], p["qrels_multi"], p["corpus"], KS, allow_missing_queries=True)
+    multi, _, _ = evaluate(
+        p["run"], p["queries"], p["qrels_multi"], p["corpus"], KS, allow_missing_queries=True
+    )
     run = read_run(p["run"])
     return {"gold": gold, "multi": multi, "run": run, "ranked": ranked_lists(run)}
 

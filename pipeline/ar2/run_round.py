@@ -148,11 +148,9 @@ def _dev_eval(
     pids, scores = search(q_emb, emb_dir, args.depth, device=retriever.device)
     run_path = round_dir / "run.dev.parquet"
     write_table(run_path, run_table(queries["qid"].tolist(), pids, scores))
-    result = evaluate(
+    result, _, _ = evaluate(
         run_path, args.dev_queries, args.dev_qrels, args.corpus, args.ks, args.match, args.dev_qrels_all
     )
-    if isinstance(result, tuple):  # (info, run)
-        result = result[0]
     result = {k: v for k, v in result.items() if k != "run"}
     out = {
         "dataset": args.dataset,

@@ -228,7 +228,7 @@ def check_ranked_queries(
     return len(missing)
 
 
-def evaluate_per_query(
+def evaluate(
     run_path: str | os.PathLike,
     queries_path: str | os.PathLike,
     qrels_path: str | os.PathLike,
@@ -238,9 +238,13 @@ def evaluate_per_query(
     qrels_all_path: str | os.PathLike | None = None,
     allow_missing_queries: bool = False,
 ) -> tuple[dict, pd.DataFrame, pa.Table]:
-    """``evaluate``'s (info, run) and the per-query values every metric is the mean of
-    (``per_query_table``: every evaluated query in file order, null where a query is not in a
-    metric's denominator)."""
+    """(everything metrics.json holds except dataset/method/split, the validated run, the per-query
+    values every metric is the mean of: ``per_query_table``, every evaluated query in file order, null
+    where a query is not in a metric's denominator).
+
+    A query of ``queries_path`` with no row in the run is an error unless ``allow_missing_queries``
+    (then it counts as a miss and ``n_unranked_queries`` says how many).
+    """
     answers = load_queries(queries_path)
     known = set(answers)
     run = read_finite_run(run_path, known)
@@ -310,27 +314,6 @@ def evaluate_per_query(
     # Each metric is computed from the values written per query, so the two cannot disagree.
     info["metrics"] = order_metrics({name: mean_of(values.values()) for name, values in per_query.items()})
     return info, run, per_query_table(list(answers), {name: per_query[name] for name in info["metrics"]})
-
-
-def evaluate(
-    run_path: str | os.PathLike,
-    queries_path: str | os.PathLike,
-    qrels_path: str | os.PathLike,
-    corpus_path: str | os.PathLike,
-    ks: Sequence[int],
-    match: str = "string",
-    qrels_all_path: str | os.PathLike | None = None,
-    allow_missing_queries: bool = False,
-) -> tuple[dict, pd.DataFrame]:
-    """(everything metrics.json holds except dataset/method/split, the validated run).
-
-    A query of ``queries_path`` with no row in the run is an error unless ``allow_missing_queries``
-    (then it counts as a miss and ``n_unranked_queries`` says how many).
-    """
-    info, run, _ = evaluate_per_query(
-        run_path, queries_path, qrels_path, corpus_path, ks, match, qrels_all_path, allow_missing_queries
-    )
-    return info, run
 
 
 def per_query_table(qids: Sequence[str], per_query: Mapping[str, Mapping[str, float]]) -> pa.Table:
@@ -407,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         choice = read_json_object(args.fusion, keys=FUSION_KEYS)
         extra["fusion"] = {key: choice[key] for key in FUSION_KEYS}
 
-    result, run, per_query = evaluate_per_query(
+    result, run, per_query = evaluate(
         args.run,
         args.queries,
         args.qrels,

@@ -39,7 +39,7 @@ from pipeline.evaluation.query_tests import (
     paired_query_tests,
     read_per_query,
 )
-from pipeline.evaluation.seed_stats import common_seeds, paired_difference, t_quantile
+from pipeline.evaluation.seed_stats import common_seeds, paired_difference, t_half_width
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -420,10 +420,6 @@ def figure_fallback(gathered: dict) -> list[str]:
     return list(methods[0]["metrics"])[:1]
 
 
-def _half_width(std: float | None, n: int) -> float | None:
-    return None if std is None or n < 2 else t_quantile(LEVEL, n - 1) * std / math.sqrt(n)
-
-
 def headline_rows(gathered: dict) -> tuple[list[str], list[list[str]]]:
     """(header, one row per method): the headline_columns with intervals over seeds, best in bold."""
     columns = headline_columns(gathered)
@@ -441,7 +437,7 @@ def headline_rows(gathered: dict) -> tuple[list[str], list[list[str]]]:
         cells = []
         for name in columns:
             value = entry["metrics"].get(name)
-            half = _half_width(std.get(name), len(seeds))
+            half = t_half_width(std.get(name), len(seeds), LEVEL)
             text = _num(value) if half is None or value is None else f"{_num(value)} ± {_num(half)}"
             cells.append(f"**{text}**" if value is not None and _num(value) == _num(best[name]) else text)
         rows.append([method, str(len(seeds)) if len(seeds) > 1 else "1", *cells])

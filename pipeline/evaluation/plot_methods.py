@@ -5,12 +5,11 @@ queries in metrics.md compare such runs, not this figure."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
 from pipeline.core.storage import write_png
-from pipeline.evaluation.seed_stats import t_quantile
+from pipeline.evaluation.seed_stats import t_half_width
 
 LEVEL = 0.95
 PANELS = 2  # the first headline metrics; more panels get too narrow to read the method names
@@ -36,10 +35,8 @@ def method_values(gathered: dict, metric: str, level: float = LEVEL) -> list[Met
             continue
         seeds = len([s for s in entry.get("seeds") or [] if s is not None])
         std = (entry.get("metrics_std") or {}).get(metric)
-        low = high = None
-        if seeds >= 2 and std is not None:
-            half = t_quantile(level, seeds - 1) * std / math.sqrt(seeds)
-            low, high = mean - half, mean + half
+        half = t_half_width(std, seeds, level)
+        low, high = (None, None) if half is None else (mean - half, mean + half)
         values.append(MethodValue(method, float(mean), low, high, max(seeds, 1)))
     return values
 
@@ -54,13 +51,13 @@ def plot_methods(gathered: dict, metrics: list[str], out: str | os.PathLike) -> 
     metrics = metrics[:PANELS]
     if not metrics:
         raise ValueError("no metric to plot: every method has the same values (metrics.md lists them)")
-    rows = max(len(method_values(gathered, m)) for m in metrics)
+    panels = {metric: method_values(gathered, metric) for metric in metrics}
+    rows = max(len(values) for values in panels.values())
     fig, axes = plt.subplots(
         1, len(metrics), figsize=(4.6 * len(metrics) + 1.6, 0.42 * rows + 1.6), squeeze=False, sharey=True
     )
     seeds = set()
-    for ax, metric in zip(axes[0], metrics):
-        values = method_values(gathered, metric)
+    for ax, (metric, values) in zip(axes[0], panels.items()):
         ys = list(range(len(values)))[::-1]  # the first method on top
         best = max(v.mean for v in values)
         for y, v in zip(ys, values):

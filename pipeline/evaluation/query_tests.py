@@ -31,7 +31,7 @@ import pyarrow as pa
 from pipeline.core.schemas import PER_QUERY_SCHEMA
 from pipeline.core.storage import DataError, open_parquet
 from pipeline.evaluation.metrics import mean_of
-from pipeline.evaluation.seed_stats import mean_std, t_quantile
+from pipeline.evaluation.seed_stats import mean_std, t_half_width
 
 LEVEL = 0.95
 PERMUTATIONS = 10_000
@@ -123,10 +123,8 @@ def paired_query_tests(
         if n == 0:
             raise ValueError(f"metric column {col}: no query has a value")
         mean, std = mean_std(d.tolist())
-        low = high = None
-        if std is not None:
-            half = t_quantile(level, n - 1) * std / math.sqrt(n)
-            low, high = mean - half, mean + half
+        half = t_half_width(std, n, level)
+        low, high = (None, None) if half is None else (mean - half, mean + half)
         nonzero = d[d != 0.0]
         observed = math.fsum(d.tolist())
         if 2 ** len(nonzero) <= permutations:

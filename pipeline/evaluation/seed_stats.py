@@ -32,6 +32,14 @@ def t_quantile(level: float, df: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2.0, df))
 
 
+def t_half_width(std: float | None, n: int, level: float = 0.95) -> float | None:
+    """Half the width of the two-sided t interval of a mean of n values with sample std ``std``:
+    t(level, n − 1) · std / √n; None when undefined (no std, or n < 2)."""
+    if std is None or n < 2:
+        return None
+    return t_quantile(level, n - 1) * std / math.sqrt(n)
+
+
 def common_seeds(a: Mapping[Hashable, object], b: Mapping[Hashable, object]) -> tuple[list, list, list]:
     """(seeds in both, seeds only in ``a``, seeds only in ``b``), each in its mapping's order."""
     return ([s for s in a if s in b], [s for s in a if s not in b], [s for s in b if s not in a])
@@ -64,8 +72,6 @@ def paired_difference(
     if n == 0:
         return PairedDifference(None, None, 0, None, None, level, [], only_a, only_b)
     mean, std = mean_std([float(a[s]) - float(b[s]) for s in seeds])
-    low = high = None
-    if std is not None:
-        half = t_quantile(level, n - 1) * std / math.sqrt(n)
-        low, high = mean - half, mean + half
+    half = t_half_width(std, n, level)
+    low, high = (None, None) if half is None else (mean - half, mean + half)
     return PairedDifference(mean, std, n, low, high, level, seeds, only_a, only_b)

@@ -78,11 +78,12 @@ def decisions_path(args: argparse.Namespace) -> Path:
         return files[tag]
     # sieve.scorer dpr builds the sieve as a filter (models/dpr scores it) and no sieve_b<β> file
     no_ccr = results / "sieve" / f"sieve_no_ccr{args.settings}" / "decisions.parquet"
-    found = [*files.values(), *([no_ccr] if no_ccr.is_file() else [])]
+    built_no_ccr = no_ccr.is_file()
+    found = [*files.values(), *([no_ccr] if built_no_ccr else [])]
     if len(found) != 1:
         raise DataError(
             f"{len(found)} sieve outputs (β = {', '.join(files) or 'none'}"
-            f"{'; sieve_no_ccr' if no_ccr.is_file() else ''}); choose one with --beta or --filter",
+            f"{'; sieve_no_ccr' if built_no_ccr else ''}); choose one with --beta or --filter",
             file=results / "negatives",
         )
     return found[0]
