@@ -63,9 +63,8 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 
 # How a run went, not what it computed: wall clock, throughput, the step it started from. The only
-# JSON fields allowed to differ; timings.json holds nothing else (its stage names must match).
-RUN_KEYS = {"wall_time_s", "timings_s", "examples_per_s", "start_step"}
-TIMINGS_FILE = "timings.json"
+# JSON fields allowed to differ.
+RUN_KEYS = {"wall_time_s", "wall_s", "timings_s", "examples_per_s", "start_step"}
 
 
 def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -95,7 +94,7 @@ def _json(path: Path):
     if path.suffix == ".jsonl":
         return [_without_run_keys(json.loads(line)) for line in text.splitlines()]
     data = json.loads(text)
-    return sorted(data) if path.name == TIMINGS_FILE else _without_run_keys(data)
+    return _without_run_keys(data)
 
 
 def _tensors_bytes(value):
@@ -210,29 +209,26 @@ AR2_SETTINGS = {
     "keep_checkpoints": True,
     "ranker": {"base": "tiny", "max_len": 32},
 }
-AR2_ARGS = [
-    "--variant",
-    "plain",
-    "--dataset",
-    "tiny",
-    *shlex.split(to_flags(Ar2Settings, ar2_recorded_settings(AR2_SETTINGS))),
-    "--seed",
-    "0",
+AR2_DATA = [
+    "--queries",
+    "data/queries.train.parquet",
+    "--qrels",
+    "data/qrels.train.parquet",
     "--corpus",
     "data/corpus.parquet",
-    "--train-queries",
-    "data/queries.train.parquet",
-    "--train-qrels",
-    "data/qrels.train.parquet",
-    "--dev-queries",
-    "data/queries.train.parquet",
-    "--dev-qrels",
-    "data/qrels.train.parquet",
-    "--ks",
-    "1",
-    "5",
-    "--depth",
-    "10",
+]
+MINE_START = [
+    "--retriever",
+    "models/start",
+    "--embeddings",
+    "embeddings/start",
+    *AR2_DATA,
+    "--top-k",
+    "8",
+    "--source",
+    "ar2/start",
+    "--out",
+    "ar2/start/negatives.parquet",
     "--device",
     "cpu",
 ]
@@ -241,9 +237,18 @@ ROUND1 = [
     "1",
     "--round-dir",
     "ar2/round1",
-    "--prev-dir",
-    "ar2/round0",
-    *AR2_ARGS,
+    "--sampling",
+    "uniform",
+    "--seed",
+    "0",
+    "--mined",
+    "ar2/start/negatives.parquet",
+    *AR2_DATA,
+    "--retriever",
+    "models/start",
+    *shlex.split(to_flags(Ar2Settings, ar2_recorded_settings(AR2_SETTINGS, "uniform"))),
+    "--device",
+    "cpu",
     "--threads",
     "1",
 ]
@@ -252,8 +257,9 @@ ROUND1 = [
 @pytest.fixture(scope="module")
 def base(tmp_path_factory, make_train_files, tiny_model_dir) -> Path:
     """data/ (tiny training tables), tiny/ (a tiny encoder), models/start (a retriever folder),
-    embeddings/start (its gathered corpus embeddings) and ar2/round0 (an AR2 round 0)."""
-    from pipeline.ar2 import run_round
+    embeddings/start (its gathered corpus embeddings) and ar2/start/negatives.parquet (its mined train
+    candidates: what AR2's round 1 trains on)."""
+    from pipeline.ar2 import mine
     from pipeline.retrieval import encode
     from pipeline.training import train_dense
 
@@ -315,22 +321,7 @@ def base(tmp_path_factory, make_train_files, tiny_model_dir) -> Path:
             )
             == 0
         )
-        assert (
-            run_round.main(
-                [
-                    "--round",
-                    "0",
-                    "--round-dir",
-                    "ar2/round0",
-                    *AR2_ARGS,
-                    "--start-retriever",
-                    "models/start",
-                    "--start-embeddings",
-                    "embeddings/start",
-                ]
-            )
-            == 0
-        )
+        assert mine.main(MINE_START) == 0
     finally:
         os.chdir(cwd)
     return root
@@ -366,14 +357,18 @@ def test_encoding_killed_mid_shard_rewrites_the_same_shard(base, tmp_path):
     assert assert_same_files(ref / "embeddings/run", killed / "embeddings/run") == 2  # temps removed
 
 
-def test_ar2_round_killed_in_the_retriever_phase_resumes_to_the_same_round(base, tmp_path):
+def test_ar2_round_training_killed_in_the_retriever_phase_resumes_to_the_same_round(base, tmp_path):
+    """The ar2_train rule's job (pipeline.ar2.train_round) killed at step 7 of 8: the same command
+    resumes from the step-6 checkpoint and ends with the uninterrupted run's files."""
     ref, killed = _workspaces(base, tmp_path)
-    run_cli(ref, "pipeline.ar2.run_round", ROUND1)
-    run_killed(killed, "pipeline.ar2.run_round", "ar2", 7, ROUND1)  # checkpoint at 6 of 8 steps
-    assert not (killed / "ar2/round1/round.json").exists()
-    run_cli(killed, "pipeline.ar2.run_round", ROUND1)
+    run_cli(ref, "pipeline.ar2.train_round", ROUND1)
+    run_killed(killed, "pipeline.ar2.train_round", "ar2", 7, ROUND1)  # checkpoint at 6 of 8 steps
+    assert (killed / "ar2/round1/train.ckpt/state.pt").exists()
+    assert not (killed / "ar2/round1/retriever/retriever.json").exists()
+    run_cli(killed, "pipeline.ar2.train_round", ROUND1)
     summary = json.loads((killed / "ar2/round1/train.summary.json").read_text())
     assert summary["start_step"] == 6
-    # The round's final checkpoint carries optimizer and scheduler to the next round; its global RNG
-    # state is never read (AR2 seeds every step and loads checkpoints with restore_rng=False).
-    assert assert_same_files(ref / "ar2/round1", killed / "ar2/round1", pt_unread=("rng",)) >= 10
+    assert not (killed / "ar2/round1/train.ckpt").exists()  # gone once the round is complete
+    # carry/state.pt hands optimizer and scheduler to the next round; its global RNG state is never
+    # read (AR2 seeds every step and loads checkpoints with restore_rng=False).
+    assert assert_same_files(ref / "ar2/round1", killed / "ar2/round1", pt_unread=("rng",)) >= 8

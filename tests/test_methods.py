@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pipeline.core.config import ConfigError, load_config, validate_config
@@ -201,7 +203,9 @@ def test_the_controls_plan_their_own_trainings(tmp_path):
     assert any(
         "pipeline.sieve.filters" in line and "--model results/synthkb/models/dpr " in line for line in shells
     )
-    assert any("--sieve-model results/synthkb/models/dpr " in line for line in shells)
+    assert any(
+        "pipeline.ar2.sieving" in line and "--model results/synthkb/models/dpr " in line for line in shells
+    )
     (gather,) = [line for line in shells if "pipeline.evaluation.gather" in line]
     assert "dpr_sieve=results/synthkb/dpr_sieve_no_ccr/metrics.json" in gather
     assert "dpr_rcl=results/synthkb/dpr_rcl_b6/metrics.json" in gather and "dpr_rcl:dpr" in gather
@@ -347,9 +351,39 @@ def test_the_sieve_comparison_overlay_writes_beside_the_demo_never_over_it(tmp_p
 
 @pytest.mark.slow
 def test_ar2_sieve_init_warm_plans_the_warm_up_dpr_and_the_ccr_settings(tmp_path):
-    shells = _planned_shells(tmp_path, "methods: [ar2_sieve]\nar2: {sieve_init: warm, rounds: 2}\n")
-    rounds = [line for line in shells if "pipeline.ar2.run_round" in line and "--round 0" not in line]
-    assert len(rounds) == 2
-    for line in rounds:
-        assert "--warm-retriever results/synthkb/models/dpr " in line and "--ccr-beta 0.5" in line
-        assert "results/synthkb/ar2/sieve_b0.5_warm/seed0/" in line and "--sieve-init warm" in line
+    """warm (the authors' scripts): every round's sieve model is train_ccr's rule started from the
+    warm-up DPR on that round's negatives; current: from round r-1's retriever. The round's sieve
+    judges with that model (its candidates encoded, no stored embeddings)."""
+    for init, starts in (
+        ("warm", ["results/synthkb/models/dpr", "results/synthkb/models/dpr"]),
+        (
+            "current",
+            ["results/synthkb/models/dpr", "results/synthkb/ar2/sieve_b0.5_current/seed0/round1/retriever"],
+        ),
+    ):
+        (tmp_path / init).mkdir()
+        shells = _planned_shells(
+            tmp_path / init, f"methods: [ar2_sieve]\nar2: {{sieve_init: {init}, rounds: 2}}\n"
+        )
+        folder = f"results/synthkb/ar2/sieve_b0.5_{init}/seed0"
+        by_round = lambda line: re.search(r"round(\d+)/sieve_model", line).group(1)  # noqa: E731
+        tunes = sorted(
+            (line for line in shells if "pipeline.training.train_dense" in line and folder in line),
+            key=by_round,
+        )
+        assert len(tunes) == 2, tunes
+        for r, (line, start) in enumerate(zip(tunes, starts), start=1):
+            assert (
+                f"--init $(dirname {start}/retriever.json)" in line
+                and "--beta 0.5" in line
+                and "--drop-queries-without-positive" in line
+            )
+            assert f"--out $(dirname {folder}/round{r}/sieve_model/retriever.json)" in line
+        negatives = ["results/synthkb/ar2/start/negatives.parquet", f"{folder}/round2/negatives.parquet"]
+        for line, mined in zip(tunes, negatives):
+            assert f"--negatives {mined} " in line
+        sieves = sorted((line for line in shells if "pipeline.ar2.sieving" in line), key=by_round)
+        assert len(sieves) == 2 and all("--embeddings" not in line for line in sieves)
+        assert all(
+            f"--model {folder}/round{r}/sieve_model " in line for r, line in enumerate(sieves, start=1)
+        )

@@ -189,6 +189,43 @@ def test_the_users_slurm_command_plans_paper_dpr_on_gpus(tmp_path):
         and "--max-steps 0" in dpr["shell"]
     )
     assert re.search(r"\bgpu=4\b", dpr["resources"]) and re.search(r"\bgpus=4\b", dpr["resources"])
+    # AR2 (16 rounds per variant and seed): every round's corpus encoding is encode.shards parallel
+    # GPU jobs of encode_corpus's rule, gathered; the training job encodes no corpus.
+    blocks = _blocks(out)
+    shard_jobs = [b for b in blocks if b["rule"] == "ar2_encode_corpus"]
+    variants = {"ar2_simans", "ar2_simans_sieve"}
+    assert len(shard_jobs) == len(variants) * 16 * 2, len(shard_jobs)  # 2 = config encode.shards
+    assert all(
+        re.search(r"\bgpus=1\b", b["resources"]) and re.search(r"\bgpu=1\b", b["resources"])
+        for b in shard_jobs
+    )
+    rounds = {
+        re.search(r"ar2/([\w.]+)/seed0/round(\d+)/embeddings/shard(\d)of2", b["text"]).groups()
+        for b in shard_jobs
+    }
+    assert len(rounds) == len(shard_jobs)  # one job per (variant, round, shard)
+    trains = [b for b in blocks if b["rule"] == "ar2_train"]
+    assert len(trains) == len(variants) * 16 and all(re.search(r"\bgpus=1\b", b["resources"]) for b in trains)
+    assert not any("pipeline.retrieval.encode" in b["text"] for b in trains)
+    whole_corpus = [
+        b["rule"]
+        for b in blocks
+        if "pipeline.retrieval.encode corpus" in b["text"] and "--shards 1 " in b["text"]
+    ]
+    assert whole_corpus == [], whole_corpus
+
+
+def _blocks(output: str) -> list[dict]:
+    """Every job of a dry run printed with -p: rule, resources, the block's text."""
+    out = []
+    for block in re.split(r"\n(?=\[[^\n]*\]\n(?:local)?rule )", output):
+        rule = re.search(r"^(?:local)?rule (\w+):", block, flags=re.MULTILINE)
+        if rule:
+            resources = re.search(r"^\s+resources: (.*)$", block, flags=re.MULTILINE)
+            out.append(
+                {"rule": rule.group(1), "resources": resources.group(1) if resources else "", "text": block}
+            )
+    return out
 
 
 # ---- what the recipe leaves behind -------------------------------------------------------------------

@@ -57,6 +57,7 @@ BASE = {
         "dpr_rank_window",
         "ar2",
         "ar2_sieve",
+        "ar2_simans",
         "hybrid_rrf_zeroshot",
         "hybrid_wsum_zeroshot",
         "hybrid_rrf_dpr",
@@ -77,7 +78,9 @@ BASE = {
     # the paper's sieve (CCR-scored at β 0.5), so that ccr settings reach the sieve and AR2's rounds
     "ccr": {"beta": 0.5},
     "sieve": {"betas": [0.5], "scorer": "ccr"},
-    "ar2": {"rounds": 1, "seeds": [0], "sieve_init": "current"},
+    # two rounds: round 2 mines from round 1 (ar2_mine) and continues its optimizer state
+    # round 1 starts from the listwise ranker (ar2_train_ranker)
+    "ar2": {"rounds": 2, "seeds": [0], "sieve_init": "current", "ranker_init": "listwise"},
     # dpr_rank_window stands in for the oracle (dpr_oracle would build the oracle filter that the
     # sieve.filters entry below adds)
     "sweep": {
@@ -114,6 +117,8 @@ CCR = ("train_ccr", "train_ccr_seed")
 RETRIEVERS = ("init_zeroshot", *DPR, *CCR)  # every rule that builds a retriever from `model`
 SEARCH = ("search_dense", "search_dense_seed")
 ANY_SEARCH = (*SEARCH, "search_for_mining")  # the search settings reach dense mining too
+AR2_DEV = ("ar2_search_dev", "ar2_search_dev_start")  # search_dense's rule on AR2's dev split (torch)
+AR2_MINE = ("ar2_mine", "ar2_mine_start")
 
 # setting -> (a changed value, the rules it must rerun[, rules it must not schedule at all])
 SETTINGS: dict[str, tuple] = {
@@ -167,11 +172,15 @@ SETTINGS: dict[str, tuple] = {
             "fuse_weighted",
             "evaluate",
             "sieve_candidates",
-            "ar2_round",
+            *AR2_MINE,
+            "ar2_sieve",
+            "ar2_evaluate_dev",
+            "ar2_evaluate_dev_start",
+            "ar2_train_ranker",
         ),
     ),
-    "eval.ks": ([1, 5, 10], ("evaluate", "ar2_round")),
-    "eval.depth": (50, ("retrieve_bm25", *SEARCH, "ar2_search", "ar2_round")),
+    "eval.ks": ([1, 5, 10], ("evaluate", "ar2_evaluate_dev", "ar2_evaluate_dev_start", "ar2_train_ranker")),
+    "eval.depth": (50, ("retrieve_bm25", *SEARCH, "ar2_search", *AR2_DEV)),
     "eval.trec_export": (False, ("gather_metrics",)),
     "eval.compare": ([["dpr_ccr", "dpr"]], ("gather_metrics",), ("evaluate",)),
     "bm25.k1": (1.2, ("index_bm25",)),
@@ -222,29 +231,33 @@ SETTINGS: dict[str, tuple] = {
     "dpr.rcl.scale": ("released_code", RCL, ("train_dpr", "train_ccr")),
     "ccr.beta": (
         0.7,
-        (*CCR, "sieve_negatives", "ar2_round"),
+        (*CCR, "sieve_negatives", "ar2_train_sieve_model"),
         ("train_dpr", "mine_bm25_negatives", "sieve_candidates"),
     ),
-    "ccr.scale": ("released_code", (*CCR, "ar2_round")),
-    "ccr.temperature": (0.5, (*CCR, "ar2_round")),
-    "ccr.lr": (1e-6, (*CCR, "ar2_round"), ("train_dpr",)),
-    "ccr.epochs": (2, (*CCR, "ar2_round")),
-    "ccr.batch_size": (8, (*CCR, "ar2_round")),
-    "ccr.grad_accum": (2, (*CCR, "ar2_round")),
-    "ccr.hard_negatives": (3, (*CCR, "ar2_round")),
-    "ccr.negatives_depth": (20, (*CCR, "ar2_round")),
-    "ccr.in_batch": (True, (*CCR, "ar2_round")),
-    "ccr.warmup_ratio": (0.2, (*CCR, "ar2_round")),
-    "ccr.weight_decay": (0.01, (*CCR, "ar2_round")),
-    "ccr.max_grad_norm": (1.0, (*CCR, "ar2_round")),
-    "ccr.max_steps": (30, (*CCR, "ar2_round")),
-    "ccr.checkpoint_every": (10, (*CCR, "ar2_round")),
-    "ccr.precision": ("fp32", (*CCR, "ar2_round")),
-    "ccr.drop_queries_without_positive": (True, (*CCR, "ar2_round")),
-    "ccr.train_layers": (2, (*CCR, "ar2_round")),
-    "encode.shards": (3, ("encode_corpus", "gather_embeddings")),
-    "encode.batch_size": (32, ("encode_corpus",)),
-    "encode.sort_buffer": (1000, ("encode_corpus",)),
+    "ccr.scale": ("released_code", (*CCR, "ar2_train_sieve_model")),
+    "ccr.temperature": (0.5, (*CCR, "ar2_train_sieve_model")),
+    "ccr.lr": (1e-6, (*CCR, "ar2_train_sieve_model"), ("train_dpr",)),
+    "ccr.epochs": (2, (*CCR, "ar2_train_sieve_model")),
+    "ccr.batch_size": (8, (*CCR, "ar2_train_sieve_model")),
+    "ccr.grad_accum": (2, (*CCR, "ar2_train_sieve_model")),
+    "ccr.hard_negatives": (3, (*CCR, "ar2_train_sieve_model")),
+    "ccr.negatives_depth": (20, (*CCR, "ar2_train_sieve_model")),
+    "ccr.in_batch": (True, (*CCR, "ar2_train_sieve_model")),
+    "ccr.warmup_ratio": (0.2, (*CCR, "ar2_train_sieve_model")),
+    "ccr.weight_decay": (0.01, (*CCR, "ar2_train_sieve_model")),
+    "ccr.max_grad_norm": (1.0, (*CCR, "ar2_train_sieve_model")),
+    "ccr.max_steps": (30, (*CCR, "ar2_train_sieve_model")),
+    "ccr.checkpoint_every": (10, (*CCR, "ar2_train_sieve_model")),
+    "ccr.precision": ("fp32", (*CCR, "ar2_train_sieve_model")),
+    # AR2's sieve model always drops them (a round's negatives may lose a query's positives)
+    "ccr.drop_queries_without_positive": (True, CCR, ("ar2_train_sieve_model",)),
+    "ccr.train_layers": (2, (*CCR, "ar2_train_sieve_model")),
+    "encode.shards": (
+        3,
+        ("encode_corpus", "gather_embeddings", "ar2_encode_corpus", "ar2_gather_embeddings"),
+    ),
+    "encode.batch_size": (32, ("encode_corpus",)),  # AR2's rounds encode at ar2.encode_batch_size
+    "encode.sort_buffer": (1000, ("encode_corpus", "ar2_encode_corpus")),
     "encode.amp": (False, ("encode_corpus", *ANY_SEARCH)),
     # The index ranks the train queries for dense mining, so a DPR trained on mined negatives
     # (dpr_mined_dpr) is retrained and re-encoded; the models the index cannot affect are not.
@@ -256,10 +269,10 @@ SETTINGS: dict[str, tuple] = {
     "index.shards": (2, ("build_index",)),
     "index.train_size": (5000, ("build_index",)),
     "search.backend": ("torch", ANY_SEARCH),
-    "search.batch_size": (64, ANY_SEARCH),
-    "search.nprobe": (8, ANY_SEARCH),
-    "search.ef_search": (64, ANY_SEARCH),
-    "search.chunk_rows": (1024, ANY_SEARCH),
+    "search.batch_size": (64, (*ANY_SEARCH, *AR2_DEV)),
+    "search.nprobe": (8, (*ANY_SEARCH, *AR2_DEV)),
+    "search.ef_search": (64, (*ANY_SEARCH, *AR2_DEV)),
+    "search.chunk_rows": (1024, (*ANY_SEARCH, *AR2_DEV)),
     "sweep.datasets": ([], ("noise_sweep",)),
     "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),
     "sweep.baseline": ("dpr_sieve", ("noise_sweep",)),
@@ -273,7 +286,7 @@ SETTINGS: dict[str, tuple] = {
     "sieve.source": ("custom", ("sieve_candidates", "train_cross_encoder")),
     "sieve.candidates": (
         20,
-        ("sieve_candidates", "ar2_round"),
+        ("sieve_candidates", "ar2_sieve"),
         ("train_dpr", "train_ccr", "index_bm25", "mine_bm25_negatives"),
     ),
     "sieve.scorer": (
@@ -286,13 +299,13 @@ SETTINGS: dict[str, tuple] = {
         ),  # AR2: only under sieve_init initial
         ("sieve_candidates", "train_ccr", "train_dpr"),
     ),
-    "sieve.pool": (50, ("sieve_candidates", "ar2_round")),
+    "sieve.pool": (50, ("sieve_candidates", "ar2_sieve")),
     "sieve.max_queries": (5, ("sieve_candidates",)),
     "sieve.injection.fraction": (0.5, ("sieve_candidates",)),
-    "sieve.strict": (True, ("sieve_negatives", "filter_candidates", "ar2_round")),
-    "sieve.fallback": ("none", ("sieve_negatives", "filter_candidates", "ar2_round")),
-    "sieve.temperature": (0.5, ("sieve_negatives", "filter_candidates", "ar2_round")),
-    "sieve.batch_size": (32, ("sieve_negatives", "filter_candidates", "ar2_round")),
+    "sieve.strict": (True, ("sieve_negatives", "filter_candidates", "ar2_sieve")),
+    "sieve.fallback": ("none", ("sieve_negatives", "filter_candidates", "ar2_sieve")),
+    "sieve.temperature": (0.5, ("sieve_negatives", "filter_candidates", "ar2_sieve")),
+    "sieve.batch_size": (32, ("sieve_negatives", "filter_candidates", "ar2_sieve")),
     "sieve.betas": ([0.1, 0.5], ("train_ccr", "sieve_negatives", "sieve_figures", "sieve_tradeoff")),
     "sieve.in_batch": (10, ("sieve_negatives",)),
     "sieve.figure_queries": (None, ("sieve_negatives",)),
@@ -310,15 +323,39 @@ SETTINGS: dict[str, tuple] = {
     "sieve.cross_encoder.batch_size": (8, ("train_cross_encoder",)),
     "sieve.cross_encoder.lr": (1e-5, ("train_cross_encoder",)),
     "sieve.cross_encoder.precision": ("fp32", ("train_cross_encoder",)),
-    "ar2.rounds": (2, ("ar2_round", "ar2_select", "ar2_learning_curve")),
-    "ar2.seeds": ([0, 1], ("ar2_round", "ar2_seeds")),
-    "ar2.select_metric": ("R@1", ("ar2_select",), ("ar2_round",)),
-    "ar2.sieve_init": ("initial", ("ar2_round",)),
+    # the schedules span all rounds: every round trains again
+    "ar2.rounds": (
+        3,
+        ("ar2_train", "ar2_select", "ar2_learning_curve"),
+        ("ar2_mine_start", "ar2_search_dev_start"),
+    ),
+    "ar2.seeds": ([0, 1], ("ar2_train", "ar2_round", "ar2_seeds"), ("ar2_mine_start",)),
+    "ar2.select_metric": ("R@1", ("ar2_select",), ("ar2_train", "ar2_round")),
+    # a new folder for the sieve variant's rounds; the plain variants' rounds stay
+    "ar2.sieve_init": ("initial", ("ar2_sieve", "ar2_train"), ("ar2_train_sieve_model",)),
+    "ar2.keep_checkpoints": (True, (), ("ar2_train",)),  # a Snakemake temp() choice, no result of it
+    # mining reads these and nothing else ...
     **{
-        f"ar2.{key}": (value, ("ar2_round",))
+        f"ar2.{key}": (value, AR2_MINE, ("ar2_search_dev_start",))
+        for key, value in {"top_k": 20, "exclude_answer_match": True}.items()
+    },
+    # ... the retriever overrides reach mining and training ...
+    **{
+        f"ar2.{key}": (value, (*AR2_MINE, "ar2_train"))
+        for key, value in {"similarity": "dot", "temperature": 0.1, "passage_max_len": 64}.items()
+    },
+    # ... the corpus encoding ...
+    "ar2.encode_batch_size": (32, ("ar2_encode_corpus",), ("ar2_mine_start",)),
+    "ar2.precision": ("fp32", ("ar2_train_ranker", "ar2_train", "ar2_encode_corpus"), ("ar2_mine_start",)),
+    # ... SimANS's weights only the simans variants' training, not the uniform ones' ...
+    **{
+        f"ar2.simans.{key}": (value, ("ar2_train",), ("ar2_mine_start",))
+        for key, value in {"a": 1.0, "b": 0.1, "form": "abs"}.items()
+    },
+    # ... and the rest the rounds' training alone (and what follows from it)
+    **{
+        f"ar2.{key}": (value, ("ar2_train",), ("ar2_mine_start", "ar2_search_dev_start"))
         for key, value in {
-            "top_k": 20,
-            "exclude_answer_match": True,
             "negatives": 2,
             "batch_size": 2,
             "ranker_warmup_steps": 4,
@@ -327,25 +364,30 @@ SETTINGS: dict[str, tuple] = {
             "retriever_steps": 4,
             "retriever_lr": 2e-5,
             "ranker_lr": 1e-5,
-            "weight_decay": 0.01,
             "warmup_ratio": 0.2,
-            "max_grad_norm": 1.0,
             "adv_lambda": 0.5,
             "distill_temperature": 2.0,
-            "simans.a": 1.0,
-            "simans.b": 0.1,
-            "simans.form": "abs",
-            "ranker.base": "other-encoder",
-            "ranker.max_len": 64,
-            "similarity": "dot",
-            "temperature": 0.1,
-            "passage_max_len": 64,
-            "checkpoint_every": 5,
-            "keep_checkpoints": True,
-            "precision": "fp32",
-            "encode_batch_size": 32,
             "ranker_init": "cross_encoder",
         }.items()
+    },
+    # the listwise ranker (ranker_init listwise): ar2.ranker builds it, not the rounds
+    **{
+        f"ar2.{key}": (value, ("ar2_train_ranker",), ("ar2_mine_start", "ar2_search_dev_start"))
+        for key, value in {
+            "ranker.base": "other-encoder",
+            "ranker.max_len": 64,
+            "listwise.steps": 10,
+            "listwise.lr": 1e-4,
+            "listwise.batch_size": 4,
+            "listwise.negatives": 3,
+            "listwise.warmup_ratio": 0.2,
+            "listwise.rerank_depth": 10,
+        }.items()
+    },
+    # read by both
+    **{
+        f"ar2.{key}": (value, ("ar2_train_ranker", "ar2_train"), ("ar2_mine_start", "ar2_search_dev_start"))
+        for key, value in {"weight_decay": 0.01, "max_grad_norm": 1.0, "checkpoint_every": 5}.items()
     },
 }
 # What a job reserves, in every section that has them: changing it must rerun nothing.
@@ -356,7 +398,7 @@ NOT_CHANGED = {
     "datasets.toy.format": "another reader needs other source roles; prepare_dataset records `format`",
 }
 # Rules without settings of their own: what they compute follows from their inputs.
-NO_SETTINGS = {"sieve_report", "sieve_comparison", "ar2_seeds", "export_qrels"}
+NO_SETTINGS = {"sieve_report", "sieve_comparison", "ar2_seeds", "export_qrels", "ar2_round"}
 
 
 pytestmark = pytest.mark.slow
@@ -650,7 +692,7 @@ def test_a_second_sieve_setting_builds_new_files_and_keeps_the_first(workspace):
     assert "train_dpr" not in reasons and "mine_bm25_negatives" not in reasons
     # AR2's sieve rounds too: their folders carry the settings their own sieve reads
     assert any(
-        "results/synthkb/ar2/sieve_b0.5_current_candidates20_pool50/" in r for r in reasons["ar2_round"]
+        "results/synthkb/ar2/sieve_b0.5_current_candidates20_pool50/" in r for r in reasons["ar2_sieve"]
     )
     # nothing is rebuilt over an existing file, but the tables and figures that name the runs
     in_place = {rule for rule, rs in reasons.items() if any("Params have changed" in r for r in rs)}
@@ -663,8 +705,16 @@ def test_sieve_init_warm_reruns_the_ar2_sieve_runs_and_nothing_upstream(workspac
     workdir, _ = workspace
     planned = Plan(workdir, _write(workdir, "warm", _set(BASE, "ar2.sieve_init", "warm")))
     scheduled = {rule for rule, _ in planned.scheduled}
-    assert "ar2_round" in scheduled, planned.describe()
+    assert {"ar2_train_sieve_model", "ar2_sieve", "ar2_train"} <= scheduled, planned.describe()
     downstream = {
+        "ar2_train_sieve_model",
+        "ar2_sieve",
+        "ar2_train",
+        "ar2_mine",
+        "ar2_encode_corpus",
+        "ar2_gather_embeddings",
+        "ar2_search_dev",
+        "ar2_evaluate_dev",
         "ar2_round",
         "ar2_select",
         "ar2_search",

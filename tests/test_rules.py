@@ -101,6 +101,8 @@ def test_path_functions_give_the_rules_patterns(g):
         g.ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}")
         == "results/{dataset}/ar2/{variant}/seed{seed}/round{r}/round.json"
     )
+    assert g.ar2_start_file("d", "negatives.parquet") == "results/d/ar2/start/negatives.parquet"
+    assert g.ar2_trained_ranker("d", 2) == "results/d/ar2/ranker/seed2/ranker.json"
 
 
 def test_default_config_paths(g):
@@ -198,7 +200,14 @@ def test_gpu_capable_rules_follow_their_gpus(workflow):
     assert gpu_rules == trained | {f"{r}_seed" for r in trained} | {
         "encode_corpus",
         "build_index",
-        "ar2_round",
+        "ar2_mine",
+        "ar2_mine_start",
+        "ar2_train",
+        "ar2_train_ranker",
+        "ar2_train_sieve_model",  # train_ccr's rule
+        "ar2_encode_corpus",  # encode_corpus's rule
+        "ar2_search_dev",  # search_dense's rule
+        "ar2_search_dev_start",
         "ar2_search",
         "search_for_mining",
     }

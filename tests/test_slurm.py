@@ -50,8 +50,9 @@ def _profile() -> dict:
 def _rule_names() -> set[str]:
     names = set()
     for smk in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]:
-        names |= set(re.findall(r"^rule (\w+):", smk.read_text(), flags=re.M))
-    return names
+        # `use rule a as b with:` defines b too
+        names |= set(re.findall(r"^(?:rule (\w+):|use rule \w+ as (\w+) with:)", smk.read_text(), flags=re.M))
+    return {name for pair in names for name in pair if name}
 
 
 # ---- the profile -----------------------------------------------------------------------------------

@@ -81,6 +81,10 @@ def test_ar2_seeds_are_separate_runs_averaged_into_the_method(tmp_path):
     # 2 variants x 2 seeds x rounds 0..1; one evaluation per seed (none of the method: its
     # metrics.json is the seeds' mean); one mean per method
     assert jobs.get("ar2_round") == 8, jobs
+    # each trained round a rule of its own: 2 variants x 2 seeds x round 1, DPR's candidates mined once,
+    # each round's corpus encoded in encode.shards (2) parallel jobs
+    assert jobs.get("ar2_train") == 4 and jobs.get("ar2_mine_start") == 1 and "ar2_mine" not in jobs, jobs
+    assert jobs.get("ar2_encode_corpus") == 8 and jobs.get("ar2_gather_embeddings") == 4, jobs
     assert jobs.get("evaluate") == 4 and jobs.get("ar2_seeds") == 2, jobs
     for seed in (0, 1):
         # the sieve variant's folders carry its scorer (the demo's: models/dpr, no CCR)

@@ -1,9 +1,9 @@
-"""AR2 round inputs: corpus embeddings of a retriever, exact top-k search, negative mining.
+"""AR2 round inputs: exact top-k search over a retriever's corpus embeddings, negative mining.
 
-Embeddings use the shared shard layout (``pipeline.retrieval.embeddings``: fp16 shards + pids + manifest), so a
-round's ``embeddings/`` folder reads like ``results/{dataset}/embeddings/{model}/``; encoding and exact
-search are those of ``pipeline.retrieval.encode`` and ``pipeline.retrieval.search`` (torch backend: streams the shards,
-memory is one chunk plus queries x k whatever the corpus size).
+A round's ``embeddings/`` folder is written by the encode_corpus / gather_embeddings rules (the shared
+shard layout of ``pipeline.retrieval.embeddings``: fp16 shards + pids + manifest); exact search is that of
+``pipeline.retrieval.search`` (torch backend: streams the shards, memory is one chunk plus queries x k
+whatever the corpus size).
 
 Mined negatives (``round{r}/negatives.parquet``) follow the BM25 negatives layout (qid, pid, rank,
 score, source, has_answer, excluded) plus ``positive_score``, the mining retriever's similarity of the
@@ -24,9 +24,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, CORPUS_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import DataError, open_parquet, write_table
-from pipeline.retrieval.embeddings import EmbeddingSet, gather, read_rows, shard_paths
+from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, write_table
+from pipeline.retrieval.embeddings import EmbeddingSet, read_rows
 from pipeline.retrieval.mining import load_matcher
 
 log = logging.getLogger("sieve.ar2_data")
@@ -35,43 +35,6 @@ _SEARCH_CHUNK = 65_536
 
 
 # ---- encoding and search (pipeline.retrieval.encode / pipeline.retrieval.search) ---------------------------------------
-
-
-def encode_corpus(
-    retriever,
-    corpus_path: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    *,
-    batch_size: int = 64,
-    model_name: str = "",
-    shards: int = 1,
-    amp: bool = True,
-) -> dict:
-    """Encode the corpus with ``pipeline.retrieval.encode.encode_table`` (length-sorted buffers, fp16 shards)
-    and gather the shards; returns the manifest. Shards run one after the other in this process:
-    what a round needs on one machine (docs/ar2.md, scaling)."""
-    from pipeline.retrieval.encode import encode_table
-
-    corpus_path, out_dir = Path(corpus_path), Path(out_dir)
-    if not corpus_path.exists():
-        raise DataError("file not found (did the data stage run?)", file=corpus_path)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for shard in range(shards):
-        if not shard_paths(out_dir, shard, shards)[0].exists():
-            encode_table(
-                retriever,
-                corpus_path,
-                out_dir,
-                shard,
-                shards,
-                kind="passage",
-                batch_size=batch_size,
-                device=retriever.device,
-                amp=amp,
-            )
-    with open_parquet(corpus_path, ["pid"], schema=CORPUS_SCHEMA) as corpus:  # names a bad file
-        rows = corpus.metadata.num_rows
-    return gather(out_dir, shards, model=model_name, source=str(corpus_path), source_rows=rows)
 
 
 def search(

@@ -1,8 +1,7 @@
-"""Round bookkeeping for AR2: variants, the previous round's state, and a round's training data."""
+"""Round bookkeeping for AR2: variants, the retriever a round starts from, and a round's training data."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -11,77 +10,35 @@ import numpy as np
 import pandas as pd
 
 from pipeline.ar2.train import RoundData
+from pipeline.core.methods import AR2_VARIANTS
 from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, read_table
+from pipeline.retrieval.model import Retriever
 from pipeline.sieve.data import load_passages
 
 log = logging.getLogger("sieve.ar2_round_data")
 
-ROUND_FILE = "round.json"
-VARIANTS = {  # variant -> (method, negative sampling, sieve the negatives)
-    "plain": ("ar2", "uniform", False),
-    "sieve": ("ar2_sieve", "uniform", True),
-    "simans": ("ar2_simans", "simans", False),
-    "simans_sieve": ("ar2_simans_sieve", "simans", True),
-}
-METHODS = {method: variant for variant, (method, _, _) in VARIANTS.items()}
-
-
-def _variant(variant: str) -> tuple[str, str, bool]:
-    try:
-        return VARIANTS[variant]
-    except KeyError:
-        raise ValueError(f"unknown AR2 variant {variant!r} (known: {', '.join(VARIANTS)})") from None
+# variant -> its method (pipeline.core.methods.AR2_VARIANTS read the other way)
+VARIANT_METHODS = {variant: method for method, variant in AR2_VARIANTS.items()}
 
 
 def method_of(variant: str) -> str:
-    return _variant(variant)[0]
+    try:
+        return VARIANT_METHODS[variant]
+    except KeyError:
+        raise ValueError(f"unknown AR2 variant {variant!r} (known: {', '.join(VARIANT_METHODS)})") from None
 
 
-def variant_sampling(variant: str) -> str:
-    return _variant(variant)[1]
-
-
-def variant_sieves(variant: str) -> bool:
-    return _variant(variant)[2]
-
-
-def previous_state(prev_dir: Path) -> dict:
-    """Where round r-1 left the retriever, its corpus embeddings, the ranker and the optimizers.
-
-    Round 0 trains nothing: its ``start.json`` points at the DPR retriever and its embeddings, and
-    there is no ranker or optimizer state yet.
-    """
-    start = prev_dir / "start.json"
-    if start.exists():
-        data = json.loads(start.read_text())
-        return {
-            "retriever": Path(data["retriever"]),
-            "embeddings": Path(data["embeddings"]),
-            "ranker": None,
-            "checkpoint": None,
-        }
-    state = {
-        "retriever": prev_dir / "retriever",
-        "embeddings": prev_dir / "embeddings",
-        "ranker": prev_dir / "ranker",
-        "checkpoint": prev_dir / "train.ckpt",
-    }
-    for name, marker in (
-        ("retriever", "retriever.json"),
-        ("embeddings", "manifest.json"),
-        ("ranker", "ranker.json"),
-        ("checkpoint", "state.pt"),
-    ):
-        if not (state[name] / marker).exists():
-            hint = (
-                " (ar2.keep_checkpoints is false and the round after it finished: rebuild from "
-                "an earlier round, or keep checkpoints)"
-                if name == "checkpoint"
-                else ""
-            )
-            raise DataError(f"previous round has no {name} ({marker} missing){hint}", file=state[name])
-    return state
+def load_retriever(folder: str | Path, overrides: dict, device) -> Retriever:
+    """A retriever with config ar2's overrides applied (``RETRIEVER_OVERRIDE_KEYS``: similarity, τ,
+    passage length; None keeps the folder's own). A round saves them with its retriever, so later
+    rounds inherit them and applying them again changes nothing."""
+    retriever = Retriever.load(folder).to(device)
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(retriever.settings, key, value)
+    retriever.settings.__post_init__()
+    return retriever
 
 
 def load_round_data(

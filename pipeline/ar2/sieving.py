@@ -12,21 +12,35 @@ same rule, fallback and schema as the stand-alone sieve). The sieve model is cho
   round's negatives (``pipeline.training.train_dense`` with the ``ccr`` settings), then scoring with it
   (each distinct candidate passage encoded once).
 - ``current``: the same fine-tuning, started from the round's own starting retriever (round r-1).
+
+The two fine-tunings are the DAG's rule ``ar2_train_sieve_model`` (train_ccr's rule on the round's
+negatives); this module judges:
+
+    python -m pipeline.ar2.sieving --negatives .../round2/negatives.parquet --out .../round2/sieve.parquet \
+        --queries ... --qrels ... --corpus ... --model results/synthkb/models/dpr_ccr_b6 \
+        [--embeddings results/synthkb/embeddings/dpr_ccr_b6] --seed 0 [config sieve flags]
+
+``<out stem>.stats.json`` (sieve-out rate, false-negative recall where the truth is known) is written
+before the table.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 
 from pipeline.ar2.data import lookup_embeddings
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import SIEVE_SCHEMA
-from pipeline.core.storage import DataError, write_table
+from pipeline.core.settings import AR2_SIEVE_KEYS, SieveSettings, add_flags, pick
+from pipeline.core.storage import DataError, write_json, write_table
 from pipeline.retrieval.model import Retriever
 from pipeline.sieve.candidates import build_candidates
 from pipeline.sieve.data import normalize_rows, read_queries
@@ -40,8 +54,6 @@ from pipeline.sieve.passage_sieve import (
 )
 
 log = logging.getLogger("sieve.ar2_sieving")
-
-SIEVE_INITS = ("initial", "current")
 
 
 def cached_similarities(
@@ -85,11 +97,13 @@ def sieve_round(
     suspect_same_article: bool = False,
     match: str = "string",
 ) -> dict:
-    """Sieve a round's negatives into ``out`` (SIEVE_SCHEMA); return statistics.
+    """Sieve a round's negatives into ``out`` (SIEVE_SCHEMA), after its statistics (``stats_path``);
+    return them.
 
     ``model_embeddings``: the sieve model's gathered corpus embeddings (``initial``), or None to
     encode the candidates with ``model_dir`` (``current``).
     """
+    tick = time.perf_counter()
     cands = build_candidates(
         negatives,
         qrels,
@@ -123,7 +137,6 @@ def sieve_round(
                 cands, sims, strict=bool(sieve_cfg["strict"]), fallback=sieve_cfg["fallback"], seed=seed
             )
             del sims  # release the memmap before its folder goes
-    write_table(out, pa.Table.from_pandas(table, schema=SIEVE_SCHEMA, preserve_index=False))
     labelled = table["is_false_negative"].notna()
     stats = {
         "queries": int(table["qid"].nunique()),
@@ -139,8 +152,17 @@ def sieve_round(
         stats["false_negative_recall"] = float((fn & dropped).sum() / fn.sum()) if fn.sum() else None
         tn = labelled & ~fn
         stats["true_negative_retention"] = float((tn & ~dropped).sum() / tn.sum()) if tn.sum() else None
+    stats["wall_s"] = round(time.perf_counter() - tick, 3)
+    write_json(stats_path(out), stats)
+    write_table(out, pa.Table.from_pandas(table, schema=SIEVE_SCHEMA, preserve_index=False))
     log.info("sieve: %s -> %s", stats, out)
     return stats
+
+
+def stats_path(out: str | os.PathLike) -> Path:
+    """``sieve.parquet`` -> ``sieve.stats.json``."""
+    out = Path(out)
+    return out.with_name(out.name.split(".")[0] + ".stats.json")
 
 
 def kept_pairs(sieve_path: str | os.PathLike) -> pd.DataFrame:
@@ -149,3 +171,47 @@ def kept_pairs(sieve_path: str | os.PathLike) -> pd.DataFrame:
 
     table = read_table(sieve_path, columns=["qid", "pid", "rank", "kept"], schema=SIEVE_SCHEMA)
     return table[table["kept"].astype(bool)].sort_values(["qid", "rank"], kind="stable")[["qid", "pid"]]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = stage_parser("pipeline.ar2.sieving", __doc__)
+    ap.add_argument("--negatives", required=True, help="the round's mined negatives (pipeline.ar2.mine)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--queries", required=True)
+    ap.add_argument("--qrels", required=True)
+    ap.add_argument("--qrels-all", help="exact truth (synthkb): labels false negatives")
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--model", required=True, help="the sieve model's folder")
+    ap.add_argument("--embeddings", help="its gathered corpus embeddings (default: encode the candidates)")
+    ap.add_argument("--seed", type=int, required=True, help="candidate sampling and the fallback")
+    add_flags(ap.add_argument_group("config section sieve"), SieveSettings, names=AR2_SIEVE_KEYS)
+    ap.add_argument("--suspect-same-article", action="store_true")
+    ap.add_argument("--match", default="string", choices=["string", "regex"])
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--log")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    start_stage(args.log, args.threads)
+    check_writable(args.out)
+    sieve_round(
+        args.negatives,
+        args.out,
+        queries=args.queries,
+        qrels=args.qrels,
+        corpus=args.corpus,
+        sieve_cfg=pick(SieveSettings, args, names=AR2_SIEVE_KEYS),
+        seed=args.seed,
+        model_dir=args.model,
+        model_embeddings=args.embeddings,
+        qrels_all=args.qrels_all,
+        suspect_same_article=args.suspect_same_article,
+        match=args.match,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -214,7 +214,8 @@ def train_round(
             torch.manual_seed(step_seed(seed, round_index, step))
             qids, q_texts, titles, texts = build_batch(data, settings, sampling, seed, round_index, step)
             if phase != RETRIEVER:
-                loss, parts = _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device, amp_dtype)
+                retriever.eval()
+                loss, parts = ranker_step(ranker, q_texts, titles, texts, k1, device, amp_dtype)
                 params = ranker.parameters()
                 opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
             else:
@@ -306,9 +307,9 @@ def _advice(settings: Ar2Settings, phase: str) -> str:
 
 # Autocast covers the encoder forwards only: embeddings, logits, losses and softmaxes stay fp32
 # (Retriever.embed_hidden and Ranker.forward leave autocast for pooling and the head).
-def _ranker_step(ranker, retriever, q_texts, titles, texts, k1, device, amp_dtype):
+def ranker_step(ranker, q_texts, titles, texts, k1: int, device, amp_dtype) -> tuple[torch.Tensor, dict]:
+    """AR2's ranker loss on a batch of B queries x ``k1`` candidates (positive first): (loss, its parts)."""
     ranker.train()
-    retriever.eval()
     batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
     with autocast(device, amp_dtype):
         logits = ranker(batch).float().view(-1, k1)
@@ -355,15 +356,16 @@ def _retriever_step(
 CARRIED = ("opt_retriever", "opt_ranker", "sched_retriever", "sched_ranker")
 
 
-def compact_checkpoint(ckpt_dir: str | Path) -> None:
-    """Keep only what the next round loads (optimizer + scheduler state) in a finished round's
-    checkpoint: the weights are in ``retriever/`` and ``ranker/``; this halves its size."""
-    path = Path(ckpt_dir) / STATE_FILE
-    payload = read_checkpoint(path)  # weights_only: never runs code from the file
-    if payload.get("extra", {}).get("compacted"):
-        return
+def write_carry(ckpt_dir: str | Path, carry_dir: str | Path) -> Path:
+    """Write what the next round loads (optimizer + scheduler state; the weights are in ``retriever/``
+    and ``ranker/``) from a finished round's checkpoint into ``carry_dir/state.pt``, leaving the
+    checkpoint as it is (a job killed here resumes from it)."""
+    payload = read_checkpoint(Path(ckpt_dir) / STATE_FILE)  # weights_only: never runs code from the file
     payload["state"] = {k: v for k, v in payload["state"].items() if k in CARRIED}
-    payload["extra"] = {**payload.get("extra", {}), "compacted": True}
+    payload["extra"] = {**payload.get("extra", {}), "carried": True}
+    path = Path(carry_dir) / STATE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:  # a path would name the zip's inner folder after tmp
             torch.save(payload, handle)
+    return path

@@ -1,6 +1,6 @@
 """What an output was built from: cheap identities of input files and folders.
 
-Resumable stages (training checkpoints, AR2 rounds) store a fingerprint of their inputs and settings
+Resumable stages (training checkpoints, AR2 round training) store a fingerprint of their inputs and settings
 and resume only a run whose fingerprint matches; anything else starts afresh.
 """
 
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 # The file that stands for a folder: written last, so it changes whenever the folder is rewritten.
-KEY_FILES = ("manifest.json", "retriever.json", "config.json")
+KEY_FILES = ("manifest.json", "retriever.json", "ranker.json", "state.pt", "config.json")
 
 
 def file_id(path: str | os.PathLike | None) -> list | None:

@@ -39,6 +39,8 @@ AR2_VARIANTS = {
     "ar2_simans": "simans",
     "ar2_simans_sieve": "simans_sieve",
 }
+# How each AR2 variant draws a step's negatives from its pool.
+AR2_SAMPLING = {"plain": "uniform", "sieve": "uniform", "simans": "simans", "simans_sieve": "simans"}
 # Methods with nothing random in them: one run, whatever the seeds (a baseline of every seed's pair).
 SEED_FREE = ("bm25", "zeroshot")
 # What a β tag looks like in a path: the wildcard constraint of every rule with a {beta}.

@@ -392,6 +392,18 @@ class Ar2RankerSettings(Contract):
     max_len: int = Field(128, ge=8)
 
 
+class Ar2ListwiseSettings(Contract):
+    """The ranker AR2 starts from with ``ranker_init: listwise`` (pipeline.ar2.train_ranker): AR2's
+    ranker loss on the DPR start's own train candidates, before round 1."""
+
+    steps: int = Field(400, ge=1)
+    lr: float = Field(3e-5, gt=0)
+    batch_size: int = Field(8, ge=1, description="queries per step")
+    negatives: int = Field(7, ge=1, description="sampled negatives per query: 1 + k candidates")
+    warmup_ratio: float = Field(0.1, ge=0, le=1)
+    rerank_depth: int = Field(30, ge=2, description="dev: the retriever's top n, reranked and scored")
+
+
 class Ar2Settings(Contract):
     """AR2 rounds and the ar2* methods (docs/ar2.md)."""
 
@@ -416,9 +428,12 @@ class Ar2Settings(Contract):
     distill_temperature: float = Field(1.0, gt=0)
     simans: SimansSettings = SimansSettings()
     ranker: Ar2RankerSettings = Ar2RankerSettings()
-    ranker_init: Literal["base", "cross_encoder"] = Field(
-        "base", description="round 1's ranker: the base encoder with a new head, or models/cross_encoder"
+    ranker_init: Literal["base", "cross_encoder", "listwise"] = Field(
+        "base",
+        description="round 1's ranker: the base encoder with a new head, models/cross_encoder, or the ranker "
+        "trained listwise on the DPR start's candidates (ar2/ranker/seed<s>/, ar2.listwise)",
     )
+    listwise: Ar2ListwiseSettings = Ar2ListwiseSettings()
     similarity: Optional[Literal["cosine", "dot"]] = None
     temperature: Optional[float] = Field(None, gt=0)
     passage_max_len: Optional[int] = Field(None, ge=8)
@@ -438,30 +453,47 @@ class Ar2Settings(Contract):
     gpus: int = Field(0, ge=0)
 
 
-# What an AR2 round reads (pipeline.ar2.run_round's flags): config ar2 but which runs exist (seeds),
-# ar2_select's metric and the job's reservation; of sieve, what the round's sieve decides with; of
-# ccr (sieve_init warm/current), what trains the round's CCR model.
-AR2_ROUND_KEYS = tuple(
-    k for k in Ar2Settings.model_fields if k not in ("seeds", "select_metric", *RESOURCE_KEYS)
+# What each AR2 rule reads of config ar2 (workflow/rules/ar2.smk records exactly these as its params, so
+# a changed setting reruns the rules that read it and nothing else). Left out everywhere: which runs
+# exist (seeds), ar2_select's metric, keep_checkpoints (a Snakemake temp() choice) and the job's
+# reservation.
+RETRIEVER_OVERRIDE_KEYS = ("similarity", "temperature", "passage_max_len")
+AR2_MINE_KEYS = ("top_k", "exclude_answer_match", *RETRIEVER_OVERRIDE_KEYS)
+AR2_TRAIN_KEYS = tuple(
+    k
+    for k in Ar2Settings.model_fields
+    if k
+    not in (
+        "seeds",
+        "select_metric",
+        "keep_checkpoints",
+        "top_k",
+        "exclude_answer_match",
+        "sieve_init",
+        "encode_batch_size",
+        "listwise",
+        *RESOURCE_KEYS,
+    )
 )
+# The listwise ranker AR2 starts from (pipeline.ar2.train_ranker, ranker_init listwise).
+AR2_RANKER_KEYS = ("ranker", "listwise", "weight_decay", "max_grad_norm", "checkpoint_every", "precision")
 # The sieve decision's own settings (the sieve_negatives rule, sieve_no_ccr, AR2's sieve, bench/).
 SIEVE_DECISION_KEYS = ("strict", "fallback", "temperature", "batch_size")
 AR2_SIEVE_KEYS = ("candidates", "pool", *SIEVE_DECISION_KEYS)
-AR2_CCR_KEYS = tuple(k for k in CcrSettings.model_fields if k not in RESOURCE_KEYS)
 
 
-def ar2_recorded_settings(ar2: dict[str, Any]) -> dict[str, Any]:
-    """The config ar2 keys an AR2 round reads, recorded as the round's param (a change reruns it).
+def ar2_recorded_settings(ar2: dict[str, Any], sampling: str = "simans") -> dict[str, Any]:
+    """The config ar2 keys an AR2 round's training reads (``AR2_TRAIN_KEYS``), recorded as its param.
 
-    Left out: which runs exist (seeds), ar2_select's metric, the job's reservation, and ``ranker``
-    when round 1's ranker is models/cross_encoder (``ranker_init: cross_encoder``: ar2.ranker then
-    builds nothing). Round 0, which only evaluates the DPR start, records them all the same:
-    narrowing its record would rerun every existing AR2 chain once (round 0's round.json is part of
-    round 1's fingerprint) to save one dev evaluation when a training setting changes.
+    Left out besides: ``ranker`` when round 1's ranker is a trained one (``ranker_init`` cross_encoder
+    or listwise: ar2.ranker then builds nothing in the round; the listwise ranker's rule records it), and ``simans`` for a variant that
+    samples uniformly (``sampling``), which never reads it.
     """
-    settings = {k: v for k, v in ar2.items() if k not in ("seeds", "select_metric", *RESOURCE_KEYS)}
-    if ar2.get("ranker_init") == "cross_encoder":
+    settings = {k: ar2[k] for k in AR2_TRAIN_KEYS if k in ar2}
+    if ar2.get("ranker_init", "base") != "base":
         settings.pop("ranker", None)
+    if sampling != "simans":
+        settings.pop("simans", None)
     return settings
 
 

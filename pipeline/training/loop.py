@@ -152,7 +152,7 @@ def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim
     return torch.optim.AdamW(groups, lr=lr)
 
 
-def _prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistInfo) -> None:
+def prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistInfo) -> None:
     """Start fresh when a checkpoint was written for other settings or inputs (never resume it)."""
     if dist_info.is_main:
         path = directory / FINGERPRINT_FILE
@@ -270,7 +270,7 @@ def train(
         "compute_precision": precision_name(amp_dtype),
         **(fingerprint or {}),
     }
-    _prepare_checkpoint_dir(checkpoint_dir, fingerprint, dist_info)
+    prepare_checkpoint_dir(checkpoint_dir, fingerprint, dist_info)
     modules = {"model": retriever, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
     resumed = load_checkpoint(checkpoint_dir, modules=modules)
     start = resumed["step"] if resumed else 0

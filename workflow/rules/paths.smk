@@ -187,6 +187,21 @@ def ar2_seed_dir(d, variant, seed):
     return f"results/{d}/ar2/{variant}/seed{seed}"
 
 
+def ar2_round_dir(d, variant, seed, r):
+    return f"{ar2_seed_dir(d, variant, seed)}/round{r}"
+
+
+def ar2_start_file(d, name):
+    """What every AR2 variant and seed of a dataset shares: DPR's mined train candidates (round 1's
+    negatives) and DPR's dev evaluation (round 0)."""
+    return f"results/{d}/ar2/start/{name}"
+
+
+def ar2_trained_ranker(d, seed):
+    """The ranker round 1 starts from with ar2.ranker_init listwise (ar2_train_ranker)."""
+    return f"results/{d}/ar2/ranker/seed{seed}/ranker.json"
+
+
 def ar2_round_json(d, variant, seed, r):
     """Written last by an AR2 round: the round is complete once it exists."""
     return f"{ar2_seed_dir(d, variant, seed)}/round{r}/round.json"

@@ -1,0 +1,254 @@
+"""The ranker AR2 starts from (``ar2.ranker_init: listwise``): AR2's ranker loss on the DPR start's own
+candidates, trained once per dataset and seed before round 1, and scored against the retriever on dev.
+
+    python -m pipeline.ar2.train_ranker --mined results/synthkb/ar2/start/negatives.parquet \
+        --queries resources/synthkb/queries.train.parquet --qrels resources/synthkb/qrels.train.parquet \
+        --corpus resources/synthkb/corpus.parquet --dev-run results/synthkb/ar2/start/run.dev.parquet \
+        --dev-queries resources/synthkb/queries.dev.parquet --dev-qrels resources/synthkb/qrels.dev.parquet \
+        --seed 0 --out results/synthkb/ar2/ranker/seed0 [config ar2 flags]
+
+AR2 co-trains a retriever G with a cross-encoder D and only helps when D ranks G's candidates better
+than G does (with λ = 0, G distils D's softmax). The paper starts from a trained ranker; here it is
+trained on exactly what round 1 trains on: each step takes ``listwise.batch_size`` train queries, the
+positive and ``listwise.negatives`` negatives drawn uniformly from the DPR start's top ``ar2.top_k``
+(positives removed), and minimises −log softmax(D(q, c))[d+] (pipeline.ar2.train's ranker step, its
+own AdamW and linear warm-up/decay over ``listwise.steps``). Then D reranks the retriever's top
+``listwise.rerank_depth`` dev passages: ``rerank.dev.json`` holds the retriever's and the ranker's
+metrics on the same candidates side by side (``rerank.dev.parquet``: the reranked run), and the log
+says which ranks better. Checkpoints and resume as every training stage (``<out>.ckpt/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import get_linear_schedule_with_warmup
+
+from pipeline.ar2.round_data import load_round_data
+from pipeline.ar2.train import build_batch, ranker_step, step_seed
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.distributed import DistInfo
+from pipeline.core.fingerprint import file_id
+from pipeline.core.precision import autocast_dtype, precision_name
+from pipeline.core.schemas import CORPUS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.settings import AR2_RANKER_KEYS, Ar2Settings, add_flags, from_dict, pick
+from pipeline.core.storage import atomic_path, read_table, write_json, write_table
+from pipeline.evaluation.evaluate import evaluate
+from pipeline.retrieval.encode import resolve_device
+from pipeline.retrieval.model import RetrieverSettings
+from pipeline.retrieval.ranker import Ranker, RankerSettings
+from pipeline.retrieval.runs import read_run
+from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
+from pipeline.training.data import load_queries_with_positives
+from pipeline.training.loop import (
+    adamw,
+    check_finite_step,
+    grad_total_norm,
+    prepare_checkpoint_dir,
+    truncate_log,
+)
+
+log = logging.getLogger("sieve.ar2_ranker")
+
+LOG_FILE = "train_log.jsonl"
+RERANK_FILE = "rerank.dev.json"
+# Training only: steps are drawn like AR2's rounds, from a stream of their own.
+_ROUND = 0
+
+
+def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt: Path, device) -> dict:
+    """Train ``ranker`` in place; resumable from ``ckpt`` (model, optimizer, scheduler, step)."""
+    lw = settings.listwise
+    batches = from_dict(Ar2Settings, {"batch_size": lw.batch_size, "negatives": lw.negatives})
+    opt = adamw(ranker, lw.lr, settings.weight_decay)
+    sched = get_linear_schedule_with_warmup(opt, int(lw.warmup_ratio * lw.steps), lw.steps)
+    modules = {"ranker": ranker, "opt": opt, "sched": sched}
+    resumed = load_checkpoint(ckpt, modules=modules, restore_rng=False)
+    start = resumed["step"] if resumed else 0
+    log_path = ckpt / LOG_FILE
+    truncate_log(log_path, start)
+    amp_dtype = autocast_dtype(device, settings.precision)
+    log.info(
+        "listwise ranker: %d steps of %d queries x %d candidates, lr %g, computing in %s%s",
+        lw.steps,
+        lw.batch_size,
+        lw.negatives + 1,
+        lw.lr,
+        precision_name(amp_dtype),
+        f", resuming at step {start}" if start else "",
+    )
+    every = max(1, lw.steps // 20)
+    tick = time.perf_counter()
+    with open(log_path, "a", encoding="utf-8") as log_file:
+        for step in range(start, lw.steps):
+            torch.manual_seed(step_seed(seed, _ROUND, step))
+            _, q_texts, titles, texts = build_batch(data, batches, "uniform", seed, _ROUND, step)
+            loss, parts = ranker_step(ranker, q_texts, titles, texts, lw.negatives + 1, device, amp_dtype)
+            loss.backward()
+            done = step + 1
+            grad_norm = grad_total_norm(ranker.parameters(), settings.max_grad_norm)
+            check_finite_step(
+                done,
+                {"loss": float(loss.detach()), **parts},
+                grad_norm=grad_norm,
+                advice="To fix it: lower ar2.listwise.lr, or clip gradients (ar2.max_grad_norm > 0).",
+                log_file=log_path,
+            )
+            opt.step()
+            lr = sched.get_last_lr()[0]
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            record = {"step": done, "loss": float(loss.detach()), **parts, "lr": lr}
+            log_file.write(json.dumps(record, allow_nan=False) + "\n")
+            log_file.flush()
+            if done % every == 0 or done == lw.steps:
+                rate = (done - start) / max(time.perf_counter() - tick, 1e-9)
+                log.info(
+                    "step %d/%d loss %.4f top1 %.2f (%.2f steps/s, ETA %.0f s)",
+                    done,
+                    lw.steps,
+                    record["loss"],
+                    parts["ranker_top1"],
+                    rate,
+                    (lw.steps - done) / max(rate, 1e-9),
+                )
+            if done == lw.steps or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
+                save_checkpoint(ckpt, step=done, modules=modules)
+    ranker.eval()
+    return {"steps": lw.steps, "start_step": start, "compute_precision": precision_name(amp_dtype)}
+
+
+def rerank_run(ranker: Ranker, run: pd.DataFrame, queries_path, corpus_path, depth: int) -> pd.DataFrame:
+    """The top ``depth`` of ``run`` per query, ordered by the ranker (ties: the run's order)."""
+    top = run[run["rank"] <= depth].sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
+    text = read_table(queries_path, columns=["qid", "text"], schema=QUERIES_SCHEMA).set_index("qid")["text"]
+    corpus = read_table(corpus_path, columns=["pid", "title", "text"], schema=CORPUS_SCHEMA).set_index("pid")
+    passages = corpus.loc[top["pid"].unique()]
+    scores = ranker.score(
+        text.loc[top["qid"]].tolist(),
+        passages.loc[top["pid"], "title"].fillna("").tolist(),
+        passages.loc[top["pid"], "text"].tolist(),
+    )
+    top = top.assign(score=scores.astype(np.float64))
+    top = top.sort_values(["qid", "score", "rank"], ascending=[True, False, True], kind="stable")
+    top["rank"] = top.groupby("qid").cumcount() + 1
+    return top[["qid", "pid", "rank", "score"]].reset_index(drop=True)
+
+
+def compare_on_dev(ranker: Ranker, args: argparse.Namespace, depth: int, out: Path) -> dict:
+    """The retriever's and the ranker's dev metrics on the same top-``depth`` candidates."""
+    run = read_run(args.dev_run)
+    top = run[run["rank"] <= depth]
+    work = out.with_name(out.name + ".rerank")
+    work.mkdir(parents=True, exist_ok=True)
+    retriever_run, ranker_run = work / "retriever.parquet", out / "rerank.dev.parquet"
+    write_table(retriever_run, top.reset_index(drop=True))
+    with torch.no_grad():
+        write_table(ranker_run, rerank_run(ranker, run, args.dev_queries, args.corpus, depth))
+    ks = sorted({k for k in args.ks if k <= depth})
+    result = {}
+    for name, path in (("retriever", retriever_run), ("ranker", ranker_run)):
+        info, _, _ = evaluate(
+            path, args.dev_queries, args.dev_qrels, args.corpus, ks, args.match, args.dev_qrels_all
+        )
+        result[name] = info["metrics"]
+    shutil.rmtree(work, ignore_errors=True)
+    result["candidates"] = depth
+    result["queries"] = int(top["qid"].nunique())
+    return result
+
+
+def train_ranker(args: argparse.Namespace) -> dict:
+    device = resolve_device(args.device)
+    values = pick(Ar2Settings, args, names=AR2_RANKER_KEYS)
+    settings = from_dict(Ar2Settings, values)
+    out = Path(args.out)
+    ckpt = out.with_name(out.name + ".ckpt")
+    queries, _, dropped = load_queries_with_positives(args.queries, args.qrels, drop_without_positive=True)
+    # Uniform sampling reads no logits: any retriever settings give the same training pools.
+    data = load_round_data(args.mined, None, queries, args.corpus, RetrieverSettings())
+    prepare_checkpoint_dir(
+        ckpt,
+        {
+            "seed": args.seed,
+            "settings": values,
+            "compute_precision": precision_name(autocast_dtype(device, settings.precision)),
+            "inputs": [file_id(p) for p in (args.mined, args.queries, args.qrels, args.corpus)],
+        },
+        DistInfo(device=device),
+    )
+    rs = settings.ranker
+    ranker = Ranker.from_pretrained(rs.base, RankerSettings(base=rs.base, max_len=rs.max_len), seed=args.seed)
+    ranker.to(device)
+    tick = time.perf_counter()
+    summary = train_listwise(ranker, data, settings, args.seed, ckpt, device)
+    summary.update(queries=len(data.qids), train_queries_without_positive=len(dropped))
+    summary["train_s"] = round(time.perf_counter() - tick, 3)
+    (out / "ranker.json").unlink(missing_ok=True)  # a folder without it is incomplete
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / LOG_FILE) as tmp:
+        shutil.copyfile(ckpt / LOG_FILE, tmp)
+    tick = time.perf_counter()
+    comparison = compare_on_dev(ranker, args, settings.listwise.rerank_depth, out)
+    comparison["eval_s"] = round(time.perf_counter() - tick, 3)
+    write_json(out / RERANK_FILE, {**comparison, "train": summary, "settings": values})
+    metric = args.compare_metric
+    got = comparison["ranker"].get(metric), comparison["retriever"].get(metric)
+    if None not in got:
+        log.info(
+            "dev, the retriever's top %d reranked: %s ranker %.4f vs retriever %.4f (%s)",
+            comparison["candidates"],
+            metric,
+            got[0],
+            got[1],
+            "the ranker ranks better" if got[0] > got[1] else "the ranker does NOT rank better",
+        )
+    ranker.to("cpu").save(out)  # ranker.json last: the folder is complete once it exists
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return comparison
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = stage_parser("pipeline.ar2.train_ranker", __doc__)
+    ap.add_argument(
+        "--mined", required=True, help="the DPR start's mined train candidates (pipeline.ar2.mine)"
+    )
+    ap.add_argument("--queries", required=True, help="train queries")
+    ap.add_argument("--qrels", required=True, help="train qrels")
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--dev-run", required=True, help="the retriever's dev run (reranked)")
+    ap.add_argument("--dev-queries", required=True)
+    ap.add_argument("--dev-qrels", required=True)
+    ap.add_argument("--dev-qrels-all", help="exact truth (synthkb)")
+    ap.add_argument("--seed", type=int, required=True)
+    add_flags(ap.add_argument_group("config section ar2"), Ar2Settings, names=AR2_RANKER_KEYS)
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20])
+    ap.add_argument("--match", default="string", choices=["string", "regex"])
+    ap.add_argument(
+        "--compare-metric", default="R@5", help="the dev metric the log compares (ar2.select_metric)"
+    )
+    ap.add_argument("--out", required=True, help="the ranker folder")
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--log")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    start_stage(args.log, args.threads)
+    check_writable(args.out)
+    train_ranker(args)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
