@@ -92,14 +92,14 @@ def test_a_checkpoint_runs_no_code_when_loaded(tmp_path, caplog):
     assert str(tmp_path / "ckpt") in caplog.text
 
 
-def test_ar2_compaction_runs_no_code_either(tmp_path):
-    from pipeline.ar2.train import compact_checkpoint
+def test_ar2_carry_runs_no_code_either(tmp_path):
+    from pipeline.ar2.train import write_carry
 
     marker = tmp_path / "pwned"
     _hostile_checkpoint(tmp_path / "ckpt", marker)
     with pytest.raises(DataError, match="not a readable checkpoint"):
-        compact_checkpoint(tmp_path / "ckpt")
-    assert not marker.exists()
+        write_carry(tmp_path / "ckpt", tmp_path / "carry")
+    assert not marker.exists() and not (tmp_path / "carry").exists()
 
 
 # ---- 14.6: a damaged checkpoint ---------------------------------------------------------------------
