@@ -156,26 +156,26 @@ def _train_argv(
     return argv
 
 
+def _search_dev(d: Path, retriever: Path, embeddings: Path, out: Path) -> None:
+    """ar2_search_dev: exact search over the gathered shards, queries in fp32."""
+    argv = ["--model", str(retriever), "--queries", str(d / "queries.dev.parquet"), "--out", str(out)]
+    argv += [
+        "--depth",
+        "10",
+        "--backend",
+        "torch",
+        "--embeddings",
+        str(embeddings),
+        "--no-amp",
+        "--no-progress",
+    ]
+    assert search.main(argv) == 0
+
+
 def _dev(d: Path, round_dir: Path, retriever: Path, embeddings: Path, r: int) -> None:
     """ar2_search_dev + ar2_evaluate_dev + ar2_round."""
     run = round_dir / "run.dev.parquet"
-    argv = ["--model", str(retriever), "--queries", str(d / "queries.dev.parquet"), "--out", str(run)]
-    assert (
-        search.main(
-            [
-                *argv,
-                "--depth",
-                "10",
-                "--backend",
-                "torch",
-                "--embeddings",
-                str(embeddings),
-                "--no-amp",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    _search_dev(d, retriever, embeddings, run)
     argv = ["--run", str(run), *_split(d, "dev"), "--qrels-all", str(d / "qrels_all.dev.parquet")]
     argv += [
         "--corpus",
@@ -436,22 +436,7 @@ def test_the_listwise_ranker_resumes_and_is_scored_beside_the_retriever(data, tm
 
     mined, dev = tmp_path / "negatives.parquet", tmp_path / "run.dev.parquet"
     _mine(data, data / "dpr", data / "emb_dpr", mined)
-    argv = ["--model", str(data / "dpr"), "--queries", str(data / "queries.dev.parquet"), "--out", str(dev)]
-    assert (
-        search.main(
-            [
-                *argv,
-                "--depth",
-                "10",
-                "--backend",
-                "torch",
-                "--embeddings",
-                str(data / "emb_dpr"),
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    _search_dev(data, data / "dpr", data / "emb_dpr", dev)
     settings = _settings(
         data,
         listwise={
@@ -466,6 +451,8 @@ def test_the_listwise_ranker_resumes_and_is_scored_beside_the_retriever(data, tm
     argv = [
         "--mined",
         str(mined),
+        "--retriever",
+        str(data / "dpr"),
         *_split(data),
         "--corpus",
         str(data / "corpus.parquet"),
@@ -501,3 +488,24 @@ def test_the_listwise_ranker_resumes_and_is_scored_beside_the_retriever(data, tm
     reranked = pd.read_parquet(tmp_path / "crashed" / "rerank.dev.parquet")
     assert len(reranked) == 10 and sorted(reranked.groupby("qid")["rank"].max()) == [5, 5]
     assert not (tmp_path / "crashed.ckpt").exists()
+
+
+def test_a_ranker_with_the_retriever_prior_starts_as_the_retriever(data):
+    """ar2.ranker_prior retriever: D = cross-encoder + the mining retriever's logit, the head at zero, so
+    before any step D's logits are the retriever's and it ranks exactly as the retriever does."""
+    from pipeline.ar2.round_data import base_ranker
+    from pipeline.ar2.train import StepBatch, batch_prior, ranker_logits
+    from pipeline.core.settings import from_dict
+
+    settings = from_dict(
+        Ar2Settings, {"ranker": {"base": str(data / "tiny"), "max_len": 32}, "ranker_prior": "retriever"}
+    )
+    ranker = base_ranker(settings, seed=0)
+    batch = StepBatch(["q0"], ["where"] * 3, ["A", "B", "C"], ["x", "y", "z"], [12.5, 14.0, -3.0])
+    prior = batch_prior(batch, 3, torch.device("cpu"))
+    logits = ranker_logits(ranker, batch, 3, torch.device("cpu"), None, prior)
+    assert torch.equal(logits, torch.tensor([[12.5, 14.0, -3.0]]))
+    plain = base_ranker(
+        from_dict(Ar2Settings, {"ranker": {"base": str(data / "tiny"), "max_len": 32}}), seed=0
+    )
+    assert plain.head.weight.abs().sum() > 0  # AR2's own ranker keeps BERT's initialisation

@@ -384,6 +384,7 @@ SETTINGS: dict[str, tuple] = {
             "listwise.rerank_depth": 10,
         }.items()
     },
+    "ar2.ranker_prior": ("retriever", ("ar2_train_ranker", "ar2_train"), ("ar2_mine_start",)),
     # read by both
     **{
         f"ar2.{key}": (value, ("ar2_train_ranker", "ar2_train"), ("ar2_mine_start", "ar2_search_dev_start"))

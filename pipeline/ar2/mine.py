@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pipeline.ar2.data import mine_negatives, write_negatives
 from pipeline.ar2.round_data import load_retriever
-from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import RETRIEVER_OVERRIDE_KEYS, Ar2Settings, add_flags, pick
 from pipeline.core.storage import read_table, write_json
@@ -95,9 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--match", default="string", choices=["string", "regex"])
     ap.add_argument("--source", required=True, help="the value of the table's source column")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--threads", type=int)
-    ap.add_argument("--log")
+    add_job_flags(ap)
     return ap
 
 

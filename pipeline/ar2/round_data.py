@@ -29,6 +29,22 @@ def method_of(variant: str) -> str:
         raise ValueError(f"unknown AR2 variant {variant!r} (known: {', '.join(VARIANT_METHODS)})") from None
 
 
+def base_ranker(settings, seed: int):
+    """A ranker from ``ar2.ranker``'s base encoder with a new head. With ``ar2.ranker_prior:
+    retriever`` the head starts at zero, so D starts as the retriever whose logits it adds."""
+    import torch
+
+    from pipeline.retrieval.ranker import Ranker, RankerSettings
+
+    rs = settings.ranker
+    ranker = Ranker.from_pretrained(rs.base, RankerSettings(base=rs.base, max_len=rs.max_len), seed=seed)
+    if settings.ranker_prior == "retriever":
+        with torch.no_grad():
+            ranker.head.weight.zero_()
+            ranker.head.bias.zero_()
+    return ranker
+
+
 def load_retriever(folder: str | Path, overrides: dict, device) -> Retriever:
     """A retriever with config ar2's overrides applied (``RETRIEVER_OVERRIDE_KEYS``: similarity, τ,
     passage length; None keeps the folder's own). A round saves them with its retriever, so later

@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.ar2.data import lookup_embeddings
-from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import SIEVE_SCHEMA
 from pipeline.core.settings import AR2_SIEVE_KEYS, SieveSettings, add_flags, pick
 from pipeline.core.storage import DataError, write_json, write_table
@@ -187,8 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(ap.add_argument_group("config section sieve"), SieveSettings, names=AR2_SIEVE_KEYS)
     ap.add_argument("--suspect-same-article", action="store_true")
     ap.add_argument("--match", default="string", choices=["string", "regex"])
-    ap.add_argument("--threads", type=int)
-    ap.add_argument("--log")
+    add_job_flags(ap, device=False)
     return ap
 
 

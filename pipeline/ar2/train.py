@@ -79,14 +79,27 @@ def step_seed(seed: int, round_index: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, round_index, step]).generate_state(1)[0])
 
 
+@dataclass
+class StepBatch:
+    """A step's B queries x (1 + k) candidate rows, positive first: the query text of each row, the
+    passages, and each row's logit under the retriever that mined it (``priors``)."""
+
+    qids: list[str]
+    queries: list[str]
+    titles: list[str]
+    texts: list[str]
+    priors: list[float]
+
+
 def build_batch(
     data: RoundData, settings: Ar2Settings, sampling: str, seed: int, round_index: int, step: int
-) -> tuple[list[str], list[str], list[str], list[str]]:
-    """(qids, query text per candidate row, titles, texts) of a step: B queries x (1 + k) rows."""
+) -> StepBatch:
+    """The step's queries and candidates (a pure function of seed, round and step)."""
     qids = query_batch(data.qids, settings.batch_size, seed, round_index, step)
-    queries, titles, texts = [], [], []
+    queries, titles, texts, priors = [], [], [], []
     for qid in qids:
         pool, logits = data.pools[qid]
+        logit_of = dict(zip(pool.tolist(), logits.tolist()))
         negs = step_negatives(
             qid,
             pool,
@@ -101,12 +114,13 @@ def build_batch(
             step,
             form=settings.simans.form,
         )
+        priors += [data.positive_logit[qid], *(logit_of[pid] for pid in negs.tolist())]
         for pid in [data.positive[qid], *negs.tolist()]:
             title, text = data.passages[pid]
             queries.append(data.query_text[qid])
             titles.append(title)
             texts.append(text)
-    return qids, queries, titles, texts
+    return StepBatch(qids, queries, titles, texts, priors)
 
 
 def train_round(
@@ -212,21 +226,20 @@ def train_round(
             if phase == RANKER and step < n_warm:
                 phase = RANKER_WARMUP
             torch.manual_seed(step_seed(seed, round_index, step))
-            qids, q_texts, titles, texts = build_batch(data, settings, sampling, seed, round_index, step)
+            batch = build_batch(data, settings, sampling, seed, round_index, step)
+            prior = batch_prior(batch, k1, device) if settings.ranker_prior == "retriever" else None
             if phase != RETRIEVER:
                 retriever.eval()
-                loss, parts = ranker_step(ranker, q_texts, titles, texts, k1, device, amp_dtype)
+                loss, parts = ranker_step(ranker, batch, k1, device, amp_dtype, prior)
                 params = ranker.parameters()
                 opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
             else:
                 loss, parts = _retriever_step(
                     retriever,
                     ranker,
-                    qids,
+                    batch,
                     data,
-                    q_texts,
-                    titles,
-                    texts,
+                    prior,
                     k1,
                     objective,
                     similarity,
@@ -257,7 +270,7 @@ def train_round(
                 "loss": float(loss.detach()),
                 **parts,
                 "lr": lr,
-                "examples_per_s": round(len(qids) / max(time.perf_counter() - tick, 1e-9), 3),
+                "examples_per_s": round(len(batch.qids) / max(time.perf_counter() - tick, 1e-9), 3),
             }
             log_file.write(json.dumps(record, allow_nan=False) + "\n")  # strict JSON
             log_file.flush()
@@ -307,12 +320,26 @@ def _advice(settings: Ar2Settings, phase: str) -> str:
 
 # Autocast covers the encoder forwards only: embeddings, logits, losses and softmaxes stay fp32
 # (Retriever.embed_hidden and Ranker.forward leave autocast for pooling and the head).
-def ranker_step(ranker, q_texts, titles, texts, k1: int, device, amp_dtype) -> tuple[torch.Tensor, dict]:
+def batch_prior(batch: StepBatch, k1: int, device) -> torch.Tensor:
+    """The mining retriever's logits of the batch's candidates, [B, k1]."""
+    return torch.tensor(batch.priors, dtype=torch.float32, device=device).view(-1, k1)
+
+
+def ranker_logits(ranker, batch: StepBatch, k1: int, device, amp_dtype, prior) -> torch.Tensor:
+    """D's logits [B, k1]: the cross-encoder's, plus the mining retriever's (``prior``) with
+    ``ar2.ranker_prior: retriever``."""
+    tokens = {k: v.to(device) for k, v in ranker.tokenize(batch.queries, batch.titles, batch.texts).items()}
+    with autocast(device, amp_dtype):
+        logits = ranker(tokens).float().view(-1, k1)
+    return logits if prior is None else logits + prior
+
+
+def ranker_step(
+    ranker, batch: StepBatch, k1: int, device, amp_dtype, prior=None
+) -> tuple[torch.Tensor, dict]:
     """AR2's ranker loss on a batch of B queries x ``k1`` candidates (positive first): (loss, its parts)."""
     ranker.train()
-    batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
-    with autocast(device, amp_dtype):
-        logits = ranker(batch).float().view(-1, k1)
+    logits = ranker_logits(ranker, batch, k1, device, amp_dtype, prior)
     loss = listwise_loss(logits)
     return loss, {"ranker_ce": float(loss.detach()), "ranker_top1": positive_top1(logits.detach())}
 
@@ -320,11 +347,9 @@ def ranker_step(ranker, q_texts, titles, texts, k1: int, device, amp_dtype) -> t
 def _retriever_step(
     retriever,
     ranker,
-    qids,
+    batch: StepBatch,
     data: RoundData,
-    q_texts,
-    titles,
-    texts,
+    prior,
     k1,
     objective: RetrieverLoss,
     similarity,
@@ -334,16 +359,16 @@ def _retriever_step(
 ):
     retriever.train()
     ranker.eval()  # D is fixed during G's steps: no dropout, no gradient
-    with torch.no_grad(), autocast(device, amp_dtype):
-        batch = {k: v.to(device) for k, v in ranker.tokenize(q_texts, titles, texts).items()}
-        r_logits = ranker(batch).float().view(-1, k1)
+    with torch.no_grad():
+        r_logits = ranker_logits(ranker, batch, k1, device, amp_dtype, prior)
     q_tok = {
-        k: v.to(device) for k, v in retriever.tokenize_queries([data.query_text[q] for q in qids]).items()
+        k: v.to(device)
+        for k, v in retriever.tokenize_queries([data.query_text[q] for q in batch.qids]).items()
     }
-    p_tok = {k: v.to(device) for k, v in retriever.tokenize_passages(titles, texts).items()}
+    p_tok = {k: v.to(device) for k, v in retriever.tokenize_passages(batch.titles, batch.texts).items()}
     with autocast(device, amp_dtype):
         q_emb = retriever.embed_queries(q_tok)
-        p_emb = retriever.embed_passages(p_tok).view(len(qids), k1, -1)
+        p_emb = retriever.embed_passages(p_tok).view(len(batch.qids), k1, -1)
     g_logits = candidate_logits(q_emb, p_emb, similarity, temperature)
     loss, parts = objective(g_logits, r_logits)
     return loss, {

@@ -32,19 +32,21 @@ import pandas as pd
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from pipeline.ar2.round_data import load_round_data
-from pipeline.ar2.train import build_batch, ranker_step, step_seed
-from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.ar2.round_data import base_ranker, load_round_data
+from pipeline.ar2.train import batch_prior, build_batch, ranker_step, step_seed
+from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import CORPUS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.settings import AR2_RANKER_KEYS, Ar2Settings, add_flags, from_dict, pick
-from pipeline.core.storage import atomic_path, read_table, write_json, write_table
+from pipeline.core.storage import DataError, atomic_path, read_table, write_json, write_table
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.retrieval.encode import resolve_device
+from pipeline.retrieval.hf_folders import read_settings
+from pipeline.retrieval.model import SETTINGS_FILE as RETRIEVER_SETTINGS
 from pipeline.retrieval.model import RetrieverSettings
-from pipeline.retrieval.ranker import Ranker, RankerSettings
+from pipeline.retrieval.ranker import Ranker
 from pipeline.retrieval.runs import read_run
 from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.training.data import load_queries_with_positives
@@ -68,6 +70,7 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
     """Train ``ranker`` in place; resumable from ``ckpt`` (model, optimizer, scheduler, step)."""
     lw = settings.listwise
     batches = from_dict(Ar2Settings, {"batch_size": lw.batch_size, "negatives": lw.negatives})
+    k1 = lw.negatives + 1
     opt = adamw(ranker, lw.lr, settings.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(lw.warmup_ratio * lw.steps), lw.steps)
     modules = {"ranker": ranker, "opt": opt, "sched": sched}
@@ -80,7 +83,7 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
         "listwise ranker: %d steps of %d queries x %d candidates, lr %g, computing in %s%s",
         lw.steps,
         lw.batch_size,
-        lw.negatives + 1,
+        k1,
         lw.lr,
         precision_name(amp_dtype),
         f", resuming at step {start}" if start else "",
@@ -90,8 +93,9 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
     with open(log_path, "a", encoding="utf-8") as log_file:
         for step in range(start, lw.steps):
             torch.manual_seed(step_seed(seed, _ROUND, step))
-            _, q_texts, titles, texts = build_batch(data, batches, "uniform", seed, _ROUND, step)
-            loss, parts = ranker_step(ranker, q_texts, titles, texts, lw.negatives + 1, device, amp_dtype)
+            batch = build_batch(data, batches, "uniform", seed, _ROUND, step)
+            prior = batch_prior(batch, k1, device) if settings.ranker_prior == "retriever" else None
+            loss, parts = ranker_step(ranker, batch, k1, device, amp_dtype, prior)
             loss.backward()
             done = step + 1
             grad_norm = grad_total_norm(ranker.parameters(), settings.max_grad_norm)
@@ -126,8 +130,11 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
     return {"steps": lw.steps, "start_step": start, "compute_precision": precision_name(amp_dtype)}
 
 
-def rerank_run(ranker: Ranker, run: pd.DataFrame, queries_path, corpus_path, depth: int) -> pd.DataFrame:
-    """The top ``depth`` of ``run`` per query, ordered by the ranker (ties: the run's order)."""
+def rerank_run(
+    ranker: Ranker, run: pd.DataFrame, queries_path, corpus_path, depth: int, prior_scale: float | None
+) -> pd.DataFrame:
+    """The top ``depth`` of ``run`` per query, ordered by the ranker (ties: the run's order). With a
+    ``prior_scale`` D adds the run's own score in logit units (``ar2.ranker_prior: retriever``)."""
     top = run[run["rank"] <= depth].sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
     text = read_table(queries_path, columns=["qid", "text"], schema=QUERIES_SCHEMA).set_index("qid")["text"]
     corpus = read_table(corpus_path, columns=["pid", "title", "text"], schema=CORPUS_SCHEMA).set_index("pid")
@@ -137,13 +144,18 @@ def rerank_run(ranker: Ranker, run: pd.DataFrame, queries_path, corpus_path, dep
         passages.loc[top["pid"], "title"].fillna("").tolist(),
         passages.loc[top["pid"], "text"].tolist(),
     )
-    top = top.assign(score=scores.astype(np.float64))
+    scores = scores.astype(np.float64)
+    if prior_scale is not None:
+        scores = scores + prior_scale * top["score"].to_numpy(dtype=np.float64)
+    top = top.assign(score=scores)
     top = top.sort_values(["qid", "score", "rank"], ascending=[True, False, True], kind="stable")
     top["rank"] = top.groupby("qid").cumcount() + 1
     return top[["qid", "pid", "rank", "score"]].reset_index(drop=True)
 
 
-def compare_on_dev(ranker: Ranker, args: argparse.Namespace, depth: int, out: Path) -> dict:
+def compare_on_dev(
+    ranker: Ranker, args: argparse.Namespace, depth: int, out: Path, prior_scale: float | None
+) -> dict:
     """The retriever's and the ranker's dev metrics on the same top-``depth`` candidates."""
     run = read_run(args.dev_run)
     top = run[run["rank"] <= depth]
@@ -152,7 +164,7 @@ def compare_on_dev(ranker: Ranker, args: argparse.Namespace, depth: int, out: Pa
     retriever_run, ranker_run = work / "retriever.parquet", out / "rerank.dev.parquet"
     write_table(retriever_run, top.reset_index(drop=True))
     with torch.no_grad():
-        write_table(ranker_run, rerank_run(ranker, run, args.dev_queries, args.corpus, depth))
+        write_table(ranker_run, rerank_run(ranker, run, args.dev_queries, args.corpus, depth, prior_scale))
     ks = sorted({k for k in args.ks if k <= depth})
     result = {}
     for name, path in (("retriever", retriever_run), ("ranker", ranker_run)):
@@ -173,21 +185,25 @@ def train_ranker(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     ckpt = out.with_name(out.name + ".ckpt")
     queries, _, dropped = load_queries_with_positives(args.queries, args.qrels, drop_without_positive=True)
-    # Uniform sampling reads no logits: any retriever settings give the same training pools.
-    data = load_round_data(args.mined, None, queries, args.corpus, RetrieverSettings())
+    # The retriever's similarity sets the units of the mined scores (cos/τ or the dot product).
+    retriever_settings = read_settings(Path(args.retriever) / RETRIEVER_SETTINGS, RetrieverSettings)
+    if retriever_settings is None:
+        raise DataError("not a retriever folder (no retriever.json)", file=args.retriever)
+    scale = 1.0 / retriever_settings.temperature if retriever_settings.similarity == "cosine" else 1.0
+    data = load_round_data(args.mined, None, queries, args.corpus, retriever_settings)
     prepare_checkpoint_dir(
         ckpt,
         {
             "seed": args.seed,
             "settings": values,
             "compute_precision": precision_name(autocast_dtype(device, settings.precision)),
-            "inputs": [file_id(p) for p in (args.mined, args.queries, args.qrels, args.corpus)],
+            "inputs": [
+                file_id(p) for p in (args.mined, args.queries, args.qrels, args.corpus, args.retriever)
+            ],
         },
         DistInfo(device=device),
     )
-    rs = settings.ranker
-    ranker = Ranker.from_pretrained(rs.base, RankerSettings(base=rs.base, max_len=rs.max_len), seed=args.seed)
-    ranker.to(device)
+    ranker = base_ranker(settings, args.seed).to(device)
     tick = time.perf_counter()
     summary = train_listwise(ranker, data, settings, args.seed, ckpt, device)
     summary.update(queries=len(data.qids), train_queries_without_positive=len(dropped))
@@ -197,7 +213,8 @@ def train_ranker(args: argparse.Namespace) -> dict:
     with atomic_path(out / LOG_FILE) as tmp:
         shutil.copyfile(ckpt / LOG_FILE, tmp)
     tick = time.perf_counter()
-    comparison = compare_on_dev(ranker, args, settings.listwise.rerank_depth, out)
+    prior = scale if settings.ranker_prior == "retriever" else None
+    comparison = compare_on_dev(ranker, args, settings.listwise.rerank_depth, out, prior)
     comparison["eval_s"] = round(time.perf_counter() - tick, 3)
     write_json(out / RERANK_FILE, {**comparison, "train": summary, "settings": values})
     metric = args.compare_metric
@@ -221,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--mined", required=True, help="the DPR start's mined train candidates (pipeline.ar2.mine)"
     )
+    ap.add_argument("--retriever", required=True, help="the retriever that mined them (its similarity, τ)")
     ap.add_argument("--queries", required=True, help="train queries")
     ap.add_argument("--qrels", required=True, help="train qrels")
     ap.add_argument("--corpus", required=True)
@@ -236,9 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare-metric", default="R@5", help="the dev metric the log compares (ar2.select_metric)"
     )
     ap.add_argument("--out", required=True, help="the ranker folder")
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--threads", type=int)
-    ap.add_argument("--log")
+    add_job_flags(ap)
     return ap
 
 

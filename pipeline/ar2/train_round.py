@@ -28,10 +28,10 @@ import shutil
 import time
 from pathlib import Path
 
-from pipeline.ar2.round_data import load_retriever, load_round_data
+from pipeline.ar2.round_data import base_ranker, load_retriever, load_round_data
 from pipeline.ar2.sampling import SAMPLING_METHODS
 from pipeline.ar2.train import CKPT_DIR, train_round, write_carry
-from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
@@ -46,7 +46,7 @@ from pipeline.core.settings import (
 )
 from pipeline.core.storage import write_json
 from pipeline.retrieval.encode import resolve_device
-from pipeline.retrieval.ranker import Ranker, RankerSettings
+from pipeline.retrieval.ranker import Ranker
 from pipeline.training.data import load_queries_with_positives
 from pipeline.training.loop import prepare_checkpoint_dir
 
@@ -61,11 +61,7 @@ def _ranker(args: argparse.Namespace, settings: Ar2Settings, seed: int) -> Ranke
         ranker = Ranker.load(args.ranker)
         log.info("round %d: ranker from %s (%s)", args.round, args.ranker, ranker.settings)
         return ranker
-    return Ranker.from_pretrained(
-        settings.ranker.base,
-        RankerSettings(base=settings.ranker.base, max_len=settings.ranker.max_len),
-        seed=seed,
-    )
+    return base_ranker(settings, seed)
 
 
 def train_one_round(args: argparse.Namespace) -> dict:
@@ -158,9 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--carry", help="rounds >= 2: the previous round's carry/ folder")
     add_flags(ap.add_argument_group("config section ar2"), Ar2Settings, names=AR2_TRAIN_KEYS)
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--threads", type=int)
-    ap.add_argument("--log")
+    add_job_flags(ap)
     return ap
 
 

@@ -43,6 +43,14 @@ def stage_parser(module: str, description: str | None) -> argparse.ArgumentParse
     )
 
 
+def add_job_flags(ap: argparse.ArgumentParser, device: bool = True) -> None:
+    """What every job of a rule passes: --device (where the stage computes), --threads, --log."""
+    if device:
+        ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ap.add_argument("--threads", type=int, help="CPU threads (torch)")
+    ap.add_argument("--log", help="append the log to this file")
+
+
 def quiet_weight_loading() -> None:
     """No "Loading weights" bar per model: in a job's log file each is a line (52 in one demo log).
     For libraries imported later through the environment, for an imported transformers directly."""

@@ -434,6 +434,11 @@ class Ar2Settings(Contract):
         "trained listwise on the DPR start's candidates (ar2/ranker/seed<s>/, ar2.listwise)",
     )
     listwise: Ar2ListwiseSettings = Ar2ListwiseSettings()
+    ranker_prior: Literal["none", "retriever"] = Field(
+        "none",
+        description="D's logit: the cross-encoder's (none, AR2) or the cross-encoder's plus the logit of the "
+        "retriever that mined the candidates (retriever: D starts as that retriever, head at zero)",
+    )
     similarity: Optional[Literal["cosine", "dot"]] = None
     temperature: Optional[float] = Field(None, gt=0)
     passage_max_len: Optional[int] = Field(None, ge=8)
@@ -476,7 +481,15 @@ AR2_TRAIN_KEYS = tuple(
     )
 )
 # The listwise ranker AR2 starts from (pipeline.ar2.train_ranker, ranker_init listwise).
-AR2_RANKER_KEYS = ("ranker", "listwise", "weight_decay", "max_grad_norm", "checkpoint_every", "precision")
+AR2_RANKER_KEYS = (
+    "ranker",
+    "listwise",
+    "ranker_prior",
+    "weight_decay",
+    "max_grad_norm",
+    "checkpoint_every",
+    "precision",
+)
 # The sieve decision's own settings (the sieve_negatives rule, sieve_no_ccr, AR2's sieve, bench/).
 SIEVE_DECISION_KEYS = ("strict", "fallback", "temperature", "batch_size")
 AR2_SIEVE_KEYS = ("candidates", "pool", *SIEVE_DECISION_KEYS)

@@ -223,6 +223,7 @@ use rule train_ccr as ar2_train_sieve_model with:
 def _ranker_inputs(wildcards):
     d = wildcards.dataset
     inputs = {"mined": ar2_start_file(d, "negatives.parquet"), "dev_run": ar2_start_file(d, "run.dev.parquet"),
+              "retriever": retriever(d, "dpr"),
               **_train_split(d), "dev_queries": queries(d, "dev"), "dev_qrels": qrels(d, "dev")}
     if d in SYNTHETIC:
         inputs["dev_qrels_all"] = qrels_all(d, "dev")
@@ -260,7 +261,7 @@ rule ar2_train_ranker:
     benchmark:
         "benchmarks/ar2_train_ranker/{dataset}.seed{seed}.tsv"
     shell:
-        "python -m pipeline.ar2.train_ranker --mined {input.mined} --queries {input.queries} --qrels {input.qrels}"
+        "python -m pipeline.ar2.train_ranker --mined {input.mined} --retriever $(dirname {input.retriever}) --queries {input.queries} --qrels {input.qrels}"
         " --corpus {input.corpus} --dev-run {input.dev_run} --dev-queries {input.dev_queries}"
         " --dev-qrels {input.dev_qrels} {params.dev_qrels_all} {params.settings} --compare-metric {params.metric}"
         " --out $(dirname {output}) --device {params.device} --threads {threads} --log {log}"
