@@ -165,5 +165,11 @@ def mine_negatives(
     return table, stats
 
 
+def stats_path(table: str | os.PathLike) -> Path:
+    """Where a round table's statistics go: ``negatives.parquet`` -> ``negatives.stats.json``."""
+    table = Path(table)
+    return table.with_name(table.name.split(".")[0] + ".stats.json")
+
+
 def write_negatives(path: str | os.PathLike, table: pa.Table) -> None:
     write_table(path, table, schema=AR2_NEGATIVES_SCHEMA)

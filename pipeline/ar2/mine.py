@@ -17,24 +17,17 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from pathlib import Path
 
-from pipeline.ar2.data import mine_negatives, write_negatives
+from pipeline.ar2.data import mine_negatives, stats_path, write_negatives
 from pipeline.ar2.round_data import load_retriever
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import RETRIEVER_OVERRIDE_KEYS, Ar2Settings, add_flags, pick
+from pipeline.core.settings import AR2_MINE_KEYS, RETRIEVER_OVERRIDE_KEYS, Ar2Settings, add_flags, pick
 from pipeline.core.storage import read_table, write_json
 from pipeline.retrieval.encode import resolve_device
 from pipeline.training.data import load_queries_with_positives
 
 log = logging.getLogger("sieve.ar2_mine")
-
-
-def stats_path(out: str | Path) -> Path:
-    """``negatives.parquet`` -> ``negatives.stats.json``."""
-    out = Path(out)
-    return out.with_name(out.name.split(".")[0] + ".stats.json")
 
 
 def mine_round(args: argparse.Namespace) -> dict:
@@ -90,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(
         ap.add_argument_group("config section ar2"),
         Ar2Settings,
-        names=("top_k", "exclude_answer_match", *RETRIEVER_OVERRIDE_KEYS),
+        names=AR2_MINE_KEYS,
     )
     ap.add_argument("--match", default="string", choices=["string", "regex"])
     ap.add_argument("--source", required=True, help="the value of the table's source column")

@@ -36,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.ar2.data import lookup_embeddings
+from pipeline.ar2.data import lookup_embeddings, stats_path
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import SIEVE_SCHEMA
 from pipeline.core.settings import AR2_SIEVE_KEYS, SieveSettings, add_flags, pick
@@ -157,12 +157,6 @@ def sieve_round(
     write_table(out, pa.Table.from_pandas(table, schema=SIEVE_SCHEMA, preserve_index=False))
     log.info("sieve: %s -> %s", stats, out)
     return stats
-
-
-def stats_path(out: str | os.PathLike) -> Path:
-    """``sieve.parquet`` -> ``sieve.stats.json``."""
-    out = Path(out)
-    return out.with_name(out.name.split(".")[0] + ".stats.json")
 
 
 def kept_pairs(sieve_path: str | os.PathLike) -> pd.DataFrame:

@@ -38,7 +38,7 @@ from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_par
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.precision import autocast_dtype, precision_name
-from pipeline.core.schemas import CORPUS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import AR2_RANKER_KEYS, Ar2Settings, add_flags, from_dict, pick
 from pipeline.core.storage import DataError, atomic_path, read_table, write_json, write_table
 from pipeline.evaluation.evaluate import evaluate
@@ -48,6 +48,7 @@ from pipeline.retrieval.model import SETTINGS_FILE as RETRIEVER_SETTINGS
 from pipeline.retrieval.model import RetrieverSettings
 from pipeline.retrieval.ranker import Ranker
 from pipeline.retrieval.runs import read_run
+from pipeline.sieve.data import load_passages
 from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.training.data import load_queries_with_positives
 from pipeline.training.loop import (
@@ -137,8 +138,7 @@ def rerank_run(
     ``prior_scale`` D adds the run's own score in logit units (``ar2.ranker_prior: retriever``)."""
     top = run[run["rank"] <= depth].sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
     text = read_table(queries_path, columns=["qid", "text"], schema=QUERIES_SCHEMA).set_index("qid")["text"]
-    corpus = read_table(corpus_path, columns=["pid", "title", "text"], schema=CORPUS_SCHEMA).set_index("pid")
-    passages = corpus.loc[top["pid"].unique()]
+    passages = load_passages(corpus_path, top["pid"].unique())  # the candidates only, streamed
     scores = ranker.score(
         text.loc[top["qid"]].tolist(),
         passages.loc[top["pid"], "title"].fillna("").tolist(),
