@@ -105,6 +105,7 @@ def cmd_select(args: argparse.Namespace) -> int:
             args.figure,
             selected={args.variant: selected},
             title=f"{method_of(args.variant)}: dev metrics per round",
+            selected_by=reason,
         )
     write_json(args.info_out, info)
     return 0
