@@ -109,3 +109,49 @@ def test_unknown_truth_and_other_candidates_are_refused(tmp_path):
     other = _decisions(tmp_path / "o.parquet", kept=[True] * 4, pids=("a", "b", "c", "z"))
     with pytest.raises(DataError, match="same candidates"):
         tradeoff.build_tradeoff({"positive_aware": a, "cross_encoder": other}, reference="positive_aware")
+
+
+def test_issue27_the_figure_draws_the_random_filters_diagonal():
+    """issue 27 (figures): the trade-off had no chance line. A filter dropping candidates at random drops
+    the same share of false negatives as of true negatives: recall = 1 − retention, the diagonal from
+    (retention 1, recall 0) to (0, 1); a random score's curve lies on it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(1)
+    is_fn = rng.random(20000) < 0.2
+    random_curve = tradeoff.tradeoff_curve(rng.random(20000), is_fn)
+    gap = np.abs(np.add(random_curve["fn_recall"], random_curve["tn_retention"]) - 1.0)
+    assert gap.max() < 0.03  # the random score's curve follows the chance line
+
+    result = {
+        "reference": "sieve",
+        "reference_sieve_out_rate": 0.5,
+        "filters": {
+            name: {
+                "default": tradeoff.at_rate(score, is_fn, 0.4),
+                "at_reference_rate": tradeoff.at_rate(score, is_fn, 0.5),
+                "curve": tradeoff.tradeoff_curve(score, is_fn),
+            }
+            for name, score in (("sieve", rng.random(20000)), ("cross_encoder", is_fn + rng.random(20000)))
+        },
+    }
+    fig = tradeoff.tradeoff_figure(result)
+    try:
+        (ax,) = fig.axes
+        chance = [line for line in ax.get_lines() if "chance" in line.get_label()]
+        assert len(chance) == 1
+        retention, recall = chance[0].get_xdata(), chance[0].get_ydata()
+        assert list(retention) == [1.0, 0.0] and list(recall) == [0.0, 1.0]
+        assert np.allclose(np.add(recall, retention), 1.0)
+        assert ax.get_xlabel().startswith("true-negative retention")
+        assert ax.get_ylabel().startswith("false-negative recall")
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend[0] == "random filter (chance), area 0.5"
+        assert [t.split(" (")[0] for t in legend[1:]] == ["sieve", "cross_encoder"]
+        curves = [line for line in ax.get_lines() if line.get_label().startswith(("sieve", "cross_encoder"))]
+        assert len({line.get_color() for line in curves}) == 2
+    finally:
+        plt.close(fig)

@@ -14,6 +14,10 @@ threshold):
 - positive_aware: the decisions' ``score``, the statistic its mode thresholds (s_neg / s_pos, ...);
 - cross_encoder: its probability (RocketQA keeps a candidate as a negative only below ``threshold``).
 
+The figure draws each curve with the random filter's diagonal (recall = 1 − retention: a filter that
+drops candidates at random drops the same share of false and of true negatives); a curve above it
+beats chance.
+
 Per filter the JSON holds the curve (dropping the top-n most suspect candidates, n = 0..N, thinned to
 ``points``), its area, the filter's own operating point (its ``kept`` column) and the operating point
 at the reference sieve-out rate (default: the ``sieve`` entry's), so filters compare at equal cost.
@@ -31,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.plotting import palette_color
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, read_table, write_json, write_png
 
@@ -156,15 +161,27 @@ def build_tradeoff(decisions: dict[str, str], reference: str = "sieve", points: 
     return out
 
 
-def plot_tradeoff(result: dict, out: str | Path) -> None:
+def chance_line() -> tuple[list[float], list[float]]:
+    """(TN retention, FN recall) of a filter that drops candidates at random: dropping a share d drops
+    d of the false negatives and d of the true negatives, so recall = 1 − retention (area 0.5)."""
+    return [1.0, 0.0], [0.0, 1.0]
+
+
+def tradeoff_figure(result: dict):
+    """The Figure of build_tradeoff's ``result``: a curve per filter (FN recall against TN retention),
+    its default (o) and reference-rate (x) operating points, and the random filter's diagonal."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    fig, ax = plt.subplots(figsize=(6.4, 6.2), layout="constrained")
+    retention, recall = chance_line()
+    ax.plot(retention, recall, color="0.45", ls="--", lw=1.0, label="random filter (chance), area 0.5")
+    ax.text(0.98, 0.98, "better than chance", transform=ax.transAxes, ha="right", va="top", fontsize=8)
+    ax.text(0.02, 0.02, "worse than chance", transform=ax.transAxes, ha="left", va="bottom", fontsize=8)
     for i, (name, entry) in enumerate(result["filters"].items()):
-        color = f"C{i}"
+        color = palette_color(i)
         curve = entry["curve"]
         ax.plot(
             curve["tn_retention"], curve["fn_recall"], color=color, label=f"{name} (area {curve['auc']:.3f})"
@@ -186,10 +203,15 @@ def plot_tradeoff(result: dict, out: str | Path) -> None:
     )
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.02, 1.02)
+    ax.set_aspect("equal")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    write_png(out, fig)
+    # below the axes: inside, it hid the curves' worse-than-chance corner
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    return fig
+
+
+def plot_tradeoff(result: dict, out: str | Path) -> None:
+    write_png(out, tradeoff_figure(result))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
