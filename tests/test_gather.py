@@ -360,6 +360,46 @@ def test_the_methods_figure_shows_each_methods_interval_over_seeds(tmp_path):
         plot_methods(gathered, [], tmp_path / "none.png")
 
 
+def test_issue27_each_point_of_the_methods_figure_sits_in_its_methods_row():
+    """issue 27 (figures): each panel numbered its own methods and the panels share the y-axis, so with
+    a method missing from one metric the last panel's names labelled the other's points (bm25's 0.300
+    was drawn as dpr). Now the rows are the methods', the same in every panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.evaluation.plot_methods import methods_figure
+
+    gathered = {
+        "dataset": "toy",
+        "methods": {
+            "bm25": {"split": "test", "seeds": [None], "metrics": {"hit_all@1": 0.3, "R@5": 0.7}},
+            "dpr": {"split": "test", "seeds": [0], "metrics": {"hit_all@1": 0.5, "R@5": 0.6}},
+            "dpr_ccr": {"split": "test", "seeds": [0], "metrics": {"R@5": 0.65}},
+        },
+    }
+    fig = methods_figure(gathered, ["R@5", "hit_all@1"])
+    try:
+        for ax in fig.axes:
+            ticks = list(ax.get_yticks())
+            names = dict(zip(ticks, ax.yaxis.get_major_formatter().format_ticks(ticks)))
+            assert names == {2: "bm25", 1: "dpr", 0: "dpr_ccr"}  # the first method on top, in every panel
+            drawn = {
+                names[line.get_ydata()[0]]: line.get_xdata()[0]
+                for line in ax.get_lines()
+                if line.get_marker() == "o"
+            }
+            metric = ax.get_title()
+            assert drawn == {
+                m: e["metrics"][metric] for m, e in gathered["methods"].items() if metric in e["metrics"]
+            }
+            missing = [t.get_text() for t in ax.texts if t.get_text() == "no value"]
+            assert len(missing) == (metric == "hit_all@1")
+    finally:
+        plt.close(fig)
+
+
 def test_gather_draws_the_methods_figure_with_out_png(tmp_path):
     a = _method_file(tmp_path, "bm25", {"R@5": 0.6, "MRR@10": 0.25})
     b = _method_file(tmp_path, "dpr", {"R@5": 0.7, "MRR@10": 0.3})

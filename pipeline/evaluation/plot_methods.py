@@ -41,26 +41,36 @@ def method_values(gathered: dict, metric: str, level: float = LEVEL) -> list[Met
     return values
 
 
-def plot_methods(gathered: dict, metrics: list[str], out: str | os.PathLike) -> None:
-    """One panel per metric (at most PANELS), a point per method, error bars where seeds allow."""
+def methods_figure(gathered: dict, metrics: list[str]):
+    """The Figure: one panel per metric (at most PANELS), a row per method, the same rows in every
+    panel (a method without the metric gets "no value" in its row), a point per method and error bars
+    where seeds allow."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
 
     metrics = metrics[:PANELS]
     if not metrics:
         raise ValueError("no metric to plot: every method has the same values (metrics.md lists them)")
-    panels = {metric: method_values(gathered, metric) for metric in metrics}
-    rows = max(len(values) for values in panels.values())
+    panels = {metric: {v.method: v for v in method_values(gathered, metric)} for metric in metrics}
+    names = [name for name in gathered["methods"] if any(name in values for values in panels.values())]
+    # one row per method, the first on top, shared by the panels: each panel used to number its own
+    # methods, and with the y-axis shared the last panel's names labelled the others' points
+    row = {name: len(names) - 1 - i for i, name in enumerate(names)}
     fig, axes = plt.subplots(
-        1, len(metrics), figsize=(4.6 * len(metrics) + 1.6, 0.42 * rows + 1.6), squeeze=False, sharey=True
+        1,
+        len(metrics),
+        figsize=(4.6 * len(metrics) + 1.6, 0.42 * max(len(names), 1) + 1.6),
+        squeeze=False,
+        sharey=True,
     )
     seeds = set()
     for ax, (metric, values) in zip(axes[0], panels.items()):
-        ys = list(range(len(values)))[::-1]  # the first method on top
-        best = max(v.mean for v in values)
-        for y, v in zip(ys, values):
+        best = max((v.mean for v in values.values()), default=None)
+        for name, v in values.items():
+            y = row[name]
             seeds.add(v.seeds)
             color = "C3" if v.mean == best else "C0"
             err = None
@@ -70,11 +80,16 @@ def plot_methods(gathered: dict, metrics: list[str], out: str | os.PathLike) -> 
             ax.errorbar(v.mean, y, xerr=err, fmt="o", color=color, capsize=3, linewidth=1, markersize=6)
             # beside the bar's end or its error bar, whichever reaches further
             ax.text(v.high if v.high is not None else v.mean, y, f" {v.mean:.3f}", va="center", fontsize=8)
-        ax.set_yticks(ys, [v.method for v in values], fontsize=9)
-        lows = [v.low if v.low is not None else v.mean for v in values]
-        highs = [v.high if v.high is not None else v.mean for v in values]
-        ax.set_xlim(max(0.0, min(lows) - 0.03), max(highs) + 0.06)
-        ax.set_ylim(-0.6, len(values) - 0.4)
+        on_left = blended_transform_factory(ax.transAxes, ax.transData)
+        for name in names:
+            if name not in values:
+                ax.text(0.02, row[name], "no value", transform=on_left, va="center", fontsize=8, color="0.5")
+        ax.set_yticks([row[name] for name in names], names, fontsize=9)
+        if values:
+            lows = [v.low if v.low is not None else v.mean for v in values.values()]
+            highs = [v.high if v.high is not None else v.mean for v in values.values()]
+            ax.set_xlim(max(0.0, min(lows) - 0.03), max(highs) + 0.06)
+        ax.set_ylim(-0.6, len(names) - 0.4)
         ax.set_title(metric, fontsize=10)
         ax.grid(alpha=0.3)
     many = sorted(s for s in seeds if s > 1)
@@ -87,4 +102,9 @@ def plot_methods(gathered: dict, metrics: list[str], out: str | os.PathLike) -> 
     split = next(iter(gathered["methods"].values())).get("split", "test")
     fig.suptitle(f"{gathered.get('dataset', '')}: {split} split, best in red; {bars}", fontsize=9)
     fig.tight_layout()
-    write_png(out, fig)
+    return fig
+
+
+def plot_methods(gathered: dict, metrics: list[str], out: str | os.PathLike) -> None:
+    """Write methods_figure's PNG."""
+    write_png(out, methods_figure(gathered, metrics))
