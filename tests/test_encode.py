@@ -407,10 +407,11 @@ def _saved_retriever(tmp_path, shared=True):
     return folder
 
 
+@pytest.mark.parametrize("tower", ["", "passage_encoder"])  # the query tower is the folder's root
 @pytest.mark.parametrize("how", ["truncated", "same size"])
-def test_a_damaged_model_file_is_refused_naming_it(tmp_path, how):
+def test_a_damaged_model_file_is_refused_naming_it(tmp_path, how, tower):
     folder = _saved_retriever(tmp_path, shared=False)
-    weights = folder / "passage_encoder" / "model.safetensors"
+    weights = folder / tower / "model.safetensors"
     data = bytearray(weights.read_bytes())
     if how == "truncated":
         weights.write_bytes(data[:100])
@@ -426,8 +427,8 @@ def test_a_damaged_model_file_is_refused_naming_it(tmp_path, how):
 def test_a_truncated_model_without_recorded_digests_names_the_file(tmp_path):
     # a folder saved before the digests were recorded: safetensors' own error named no file
     folder = _saved_retriever(tmp_path)
-    (folder / "query_encoder" / "checksums.json").unlink()
-    weights = folder / "query_encoder" / "model.safetensors"
+    (folder / "checksums.json").unlink()
+    weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(DataError) as err:
         Retriever.load(folder)
@@ -456,5 +457,5 @@ def test_model_files_follow_the_umask(tmp_path):
     modes = {
         p.relative_to(folder).as_posix(): p.stat().st_mode & 0o777 for p in folder.rglob("*") if p.is_file()
     }
-    assert "query_encoder/model.safetensors" in modes
+    assert "model.safetensors" in modes
     assert set(modes.values()) == {0o666 & ~old}, modes

@@ -1,9 +1,13 @@
 """What the retriever and ranker folders share: a settings dataclass stored as JSON (written last, so
-a folder that has it is complete) next to Hugging Face encoders (model + tokenizer) in sub-folders."""
+a folder that has it is complete) next to Hugging Face encoders (model + tokenizer): at the retriever
+folder's root and in its ``passage_encoder/``, in the ranker folder's ``encoder/``."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,7 +16,7 @@ from safetensors import SafetensorError
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.core.storage import (
-    CHECKSUMS,  # noqa: F401  (re-exported: the model folders' digests)
+    CHECKSUMS,
     DataError,
     atomic_open,
     follow_umask,
@@ -21,6 +25,7 @@ from pipeline.core.storage import (
 from pipeline.core.storage import verify_checksums as verify_folder_checksums
 
 DAMAGED_HINT = "delete the model folder and rerun the rule that builds it"
+STAGING = ".encoder."  # save_encoder's staging folder inside the target: .encoder.<random>.tmp
 
 T = TypeVar("T")
 
@@ -73,10 +78,43 @@ def load_encoder(path: str | Path) -> tuple[Any, Any]:
     return AutoTokenizer.from_pretrained(path), model
 
 
-def save_encoder(folder: str | Path, model: Any, tokenizer: Any) -> None:
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    for path in Path(folder).iterdir():
-        if path.is_file():
-            follow_umask(path)
-    write_checksums(folder)
+def recorded_names(folder: str | Path) -> set[str]:
+    """The file names ``checksums.json`` of ``folder`` records (none where it is missing or unreadable)."""
+    try:
+        recorded = json.loads((Path(folder) / CHECKSUMS).read_text())["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return set(recorded) if isinstance(recorded, dict) else set()
+
+
+def save_encoder(folder: str | Path, model: Any, tokenizer: Any) -> list[str]:
+    """Write ``model`` and ``tokenizer`` (``save_pretrained``) into ``folder`` beside what else it holds,
+    record their sha256 in its ``checksums.json`` and return the file names written.
+
+    The libraries write into a staging folder inside ``folder`` whose files are then moved in, so the
+    digests cover exactly the encoder's files (a retriever folder's root also holds ``retriever.json``,
+    the sentence-transformers files and training logs). Files of an encoder saved there before (named
+    in its ``checksums.json``) that this one does not write are removed: a stale weights file of
+    another format or sharding could be the one a library loads.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(f"{STAGING}*.tmp"):  # a killed save's (one writer per folder)
+        shutil.rmtree(stale, ignore_errors=True)
+    previous = recorded_names(folder)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING, suffix=".tmp", dir=folder))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        names = sorted(p.name for p in staging.iterdir())
+        for name in names:
+            if not (staging / name).is_file():
+                raise ValueError(f"save_pretrained wrote a folder ({name}); only files are expected")
+            follow_umask(staging / name)
+            os.replace(staging / name, folder / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for name in sorted(previous - set(names)):
+        (folder / name).unlink(missing_ok=True)
+    write_checksums(folder, names)
+    return names

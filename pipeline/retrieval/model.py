@@ -2,9 +2,16 @@
 
 Folder layout (``Retriever.save``)::
 
-    retriever.json          settings (pooling, similarity, temperature, max lengths, towers)
-    query_encoder/          HF model + tokenizer (the only tower when towers are shared)
+    config.json, model.safetensors, tokenizer files, checksums.json
+                            the query tower (the only one when towers are shared): the root is a
+                            Hugging Face model folder (AutoModel / AutoTokenizer.from_pretrained)
+    modules.json, 1_Pooling/, ...   sentence-transformers files (pipeline.retrieval.st_folders)
     passage_encoder/        HF model + tokenizer, only when towers are separate
+    retriever.json          settings (pooling, similarity, temperature, max lengths, towers); last
+
+Folders saved before the query tower moved to the root keep it in ``query_encoder/``: ``load`` reads
+them as they are, ``save`` over one removes ``query_encoder/`` (``Retriever.load(f).save(f)``
+converts a folder in place).
 
 Passages are encoded as the pair (title, text); queries as single texts. With ``similarity: cosine``
 embeddings are L2-normalised, so a dot product of two embeddings is their cosine; the temperature τ is
@@ -14,6 +21,7 @@ applied by the losses, never baked into the embeddings.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -32,11 +40,12 @@ from pipeline.retrieval.hf_folders import (
     settings_from_dict,
     write_settings,
 )
-from pipeline.retrieval.st_folders import write_st_files
+from pipeline.retrieval.st_folders import PASSAGE_TOWER, write_st_files
 
 log = logging.getLogger("sieve.model")
 
 SETTINGS_FILE = "retriever.json"
+LEGACY_QUERY_TOWER = "query_encoder"  # where folders saved before the root layout keep the query tower
 
 
 @dataclass
@@ -108,19 +117,26 @@ class Retriever(torch.nn.Module):
         if settings is None:
             # A plain HF checkpoint (or 'minilm'): treat as a fresh retriever with default settings.
             return cls.from_pretrained(str(folder))
-        tokenizer, query_model = load_encoder(folder / "query_encoder")
+        tokenizer, query_model = load_encoder(query_tower_dir(folder))
         passage_model = None
         if not settings.shared_towers:
-            passage_model = load_model(folder / "passage_encoder")
+            passage_model = load_model(folder / PASSAGE_TOWER)
         return cls(query_model, passage_model, tokenizer, settings)
 
     def save(self, folder: str | Path) -> None:
-        """Write the folder; ``retriever.json`` goes last so a folder with it is complete."""
+        """Write the folder: the query tower at its root, the passage tower (separate towers) in
+        ``passage_encoder/``, the sentence-transformers files; ``retriever.json`` goes last so a folder
+        with it is complete. A tower saved there before that these settings do not use (a passage
+        tower, an old-layout ``query_encoder/``) is removed, so no stale weights stay behind."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_encoder(folder / "query_encoder", self.query_model, self.tokenizer)
+        (folder / SETTINGS_FILE).unlink(missing_ok=True)  # incomplete until rewritten
+        save_encoder(folder, self.query_model, self.tokenizer)
         if self.passage_model is not None:
-            save_encoder(folder / "passage_encoder", self.passage_model, self.tokenizer)
+            save_encoder(folder / PASSAGE_TOWER, self.passage_model, self.tokenizer)
+        else:
+            shutil.rmtree(folder / PASSAGE_TOWER, ignore_errors=True)
+        shutil.rmtree(folder / LEGACY_QUERY_TOWER, ignore_errors=True)
         write_st_files(folder, self.settings, self.query_model.config.hidden_size)  # ST-loadable
         write_settings(folder / SETTINGS_FILE, self.settings)
 
@@ -204,6 +220,17 @@ class Retriever(torch.nn.Module):
             out[idx] = emb.float().cpu().numpy()
         self.train(was_training)
         return out
+
+
+def query_tower_dir(folder: str | Path) -> Path:
+    """Where a retriever folder keeps its query tower: the root, or ``query_encoder/`` in a folder saved
+    before the root layout (no ``config.json`` at the root)."""
+    folder = Path(folder)
+    legacy = folder / LEGACY_QUERY_TOWER
+    if not (folder / "config.json").exists() and (legacy / "config.json").exists():
+        log.debug("%s: old layout (query tower in %s/)", folder, LEGACY_QUERY_TOWER)
+        return legacy
+    return folder
 
 
 def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

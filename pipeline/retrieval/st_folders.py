@@ -1,9 +1,10 @@
 """Sentence-transformers files inside a retriever folder, so the ecosystem loads it as it is.
 
-Why: ``SentenceTransformer("models/dpr/query_encoder")`` loads a plain HF encoder with default
-modules (mean pooling, no normalisation, the tokenizer's 512-token limit, no (title, text) pairs), so
-its embeddings are not the pipeline's. ``write_st_files`` writes, next to what ``Retriever.load``
-reads, the configuration files of sentence-transformers 6.x (format of 6.2.0) that make::
+Why: the folder's root is a plain Hugging Face encoder (the query tower, ``Retriever.save``), which
+sentence-transformers alone would load with default modules (mean pooling, no normalisation, the
+tokenizer's 512-token limit, no (title, text) pairs), so its embeddings would not be the pipeline's.
+``write_st_files`` writes, next to what ``Retriever.load`` reads, the configuration files of
+sentence-transformers 6.x (format of 6.2.0) that make::
 
     model = SentenceTransformer("results/synthkb/models/dpr")          # the retriever folder
     q = model.encode_query(["who founded the Arden Guild?"])           # = the pipeline's query embeddings
@@ -18,19 +19,20 @@ Layout (no weight is written twice; the towers stay where ``Retriever.save`` put
 
     modules.json                       Transformer (or Router) -> Pooling [-> Normalize for cosine]
     config_sentence_transformers.json  similarity_fn_name (cosine | dot), empty query/document prompts
-    router_config.json                 separate towers only: route "query" -> query_encoder/,
+    router_config.json                 separate towers only: route "query" -> the root's encoder (".")
                                        "document" (also the default route) -> passage_encoder/
-    query_encoder/sentence_bert_config.json    per tower: query_length = query_max_len,
-    passage_encoder/sentence_bert_config.json  document_length = max_seq_length = passage_max_len
+    sentence_bert_config.json          per tower (root, passage_encoder/): query_length =
+                                       query_max_len, document_length = max_seq_length = passage_max_len
     1_Pooling/config.json              mean | cls, as ``retriever.json``'s pooling
     2_Normalize/config.json            only with similarity: cosine
 
 Shared towers need one Transformer module with two lengths: sentence-transformers 6 applies the
 Transformer's ``query_length`` under ``task="query"`` (``encode_query``) and ``document_length`` under
 ``task="document"``, so queries and passages are truncated as the pipeline truncates them. The modules
-reference the tower folders by relative path, which ST allows (``..`` it does not: the files must live
-inside the retriever folder). The tokenizer files are not touched: the pipeline passes its lengths
-explicitly, ST reads ``max_seq_length`` from ``sentence_bert_config.json``.
+reference the towers by relative path (``""`` or ``"."`` for the root, as a standard folder does; ``..``
+ST refuses). The tokenizer files are not touched: the pipeline passes its lengths explicitly, ST reads
+``max_seq_length`` from ``sentence_bert_config.json``. Folders saved before the query tower moved to
+the root keep it in ``query_encoder/`` with these files pointing there, and load as they are.
 
 This module writes JSON only and never imports sentence-transformers (a test extra, not a pipeline
 dependency): ``tests/test_st_folders.py`` loads the folders with it and compares the embeddings.
@@ -61,8 +63,8 @@ class RetrieverSettings(Protocol):
 
 
 ST_VERSION = "6.2.0"  # the sentence-transformers format these files follow
-QUERY_TOWER = "query_encoder"  # the sub-folders Retriever.save writes
-PASSAGE_TOWER = "passage_encoder"
+QUERY_ROUTE = "."  # the Router's module for the query tower: the folder's root
+PASSAGE_TOWER = "passage_encoder"  # the passage tower's sub-folder (separate towers only)
 POOLING_DIR = "1_Pooling"
 NORMALIZE_DIR = "2_Normalize"
 MODULES_FILE = "modules.json"
@@ -112,18 +114,18 @@ def model_config(settings: RetrieverSettings) -> dict[str, Any]:
 def router_config() -> dict[str, Any]:
     """Separate towers: each task routed to its own tower; a call without a task is a document."""
     return {
-        "types": {QUERY_TOWER: _TYPES["transformer"], PASSAGE_TOWER: _TYPES["transformer"]},
-        "structure": {"query": [QUERY_TOWER], "document": [PASSAGE_TOWER]},
+        "types": {QUERY_ROUTE: _TYPES["transformer"], PASSAGE_TOWER: _TYPES["transformer"]},
+        "structure": {"query": [QUERY_ROUTE], "document": [PASSAGE_TOWER]},
         "parameters": {"default_route": "document", "allow_empty_key": True, "route_mappings": {}},
     }
 
 
 def modules(settings: RetrieverSettings) -> list[dict[str, Any]]:
     """``modules.json``: the encoder (one tower, or a Router over two), pooling, normalisation."""
-    first = (
-        (QUERY_TOWER, _TYPES["transformer"]) if settings.shared_towers else ("", _TYPES["router"])
-    )  # the Router's sub-modules are its folder's sub-folders
-    chain = [first, (POOLING_DIR, _TYPES["pooling"])]
+    # At path "" (the folder itself): the Transformer reads the root's files, the Router its modules'
+    # paths relative to the root ("." the root's encoder, passage_encoder/).
+    first = _TYPES["transformer"] if settings.shared_towers else _TYPES["router"]
+    chain = [("", first), (POOLING_DIR, _TYPES["pooling"])]
     if settings.similarity == "cosine":
         chain.append((NORMALIZE_DIR, _TYPES["normalize"]))
     return [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(chain)]
@@ -137,9 +139,9 @@ def write_st_files(folder: str | Path, settings: RetrieverSettings, hidden_size:
     similarity) are removed, so a re-saved folder never carries stale modules.
     """
     folder = Path(folder)
-    towers = [QUERY_TOWER] if settings.shared_towers else [QUERY_TOWER, PASSAGE_TOWER]
+    towers = [folder] if settings.shared_towers else [folder, folder / PASSAGE_TOWER]
     for tower in towers:
-        write_json(folder / tower / TRANSFORMER_CONFIG, transformer_config(settings))
+        write_json(tower / TRANSFORMER_CONFIG, transformer_config(settings))
     write_json(
         folder / POOLING_DIR / "config.json",
         {"embedding_dimension": hidden_size, "pooling_mode": settings.pooling, "include_prompt": True},
