@@ -214,6 +214,28 @@ def tiny_retriever() -> Callable[..., object]:
 # ---- resume tests --------------------------------------------------------------------------------
 
 
+RESUME_CONFIG = dict(
+    lr=1e-3,
+    epochs=3,
+    batch_size=4,
+    hard_negatives=2,
+    max_steps=6,
+    checkpoint_every=3,
+    warmup_ratio=0.2,
+    seed=3,
+    beta=0.25,
+    weight_decay=0.01,
+)
+
+
+@pytest.fixture(scope="session")
+def resume_config() -> Callable[..., object]:
+    """resume_config(**overrides): the resume tests' TrainConfig (6 steps, a checkpoint every 3)."""
+    from pipeline.training.loop import TrainConfig
+
+    return lambda **kw: TrainConfig(**{**RESUME_CONFIG, **kw})
+
+
 @pytest.fixture(scope="session")
 def crash_after() -> Callable[[int], Callable[[int], None]]:
     """crash_after(n): an ``on_step_end`` hook that kills a training loop once step n has finished

@@ -21,7 +21,7 @@ from pipeline.retrieval import encode
 from pipeline.retrieval.search import search_torch
 from pipeline.training.checkpoint import STATE_FILE, read_checkpoint
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, TrainConfig, train
+from pipeline.training.loop import LOG_FILE, train
 
 pytestmark = [
     pytest.mark.cuda,
@@ -40,21 +40,14 @@ def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     return root, model_dir, data, paths
 
 
-def _config(**kw) -> TrainConfig:
-    base = dict(
-        lr=1e-3,
-        epochs=3,
-        batch_size=4,
-        hard_negatives=2,
-        max_steps=6,
-        checkpoint_every=3,
-        warmup_ratio=0.2,
-        seed=3,
-        beta=0.25,
-        weight_decay=0.01,
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+def _crash_then_resume(retriever_factory, data, cfg, folder, crash_after, resume_on: DistInfo) -> tuple:
+    """Train on the GPU until step 4 ends in a crash (checkpoint at 3), then rerun on ``resume_on``."""
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(
+            retriever_factory(), data, cfg, checkpoint_dir=folder, dist_info=GPU, on_step_end=crash_after(4)
+        )
+    resumed = retriever_factory()
+    return resumed, train(resumed, data, cfg, checkpoint_dir=folder, dist_info=resume_on)
 
 
 def _weights(model) -> dict[str, torch.Tensor]:
@@ -67,10 +60,10 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_training_killed_on_the_gpu_resumes_to_the_weights_of_an_uninterrupted_run(
-    setup, tmp_path, precision, tiny_retriever, crash_after
+    resume_config, setup, tmp_path, precision, tiny_retriever, crash_after
 ):
     _, model_dir, data, _ = setup
-    cfg = _config(precision=precision)
+    cfg = resume_config(precision=precision)
     start = _weights(tiny_retriever(model_dir))
 
     reference = tiny_retriever(model_dir)
@@ -79,18 +72,9 @@ def test_training_killed_on_the_gpu_resumes_to_the_weights_of_an_uninterrupted_r
     again = tiny_retriever(model_dir)
     train(again, data, cfg, checkpoint_dir=tmp_path / "again.ckpt", dist_info=GPU)
 
-    crashed = tiny_retriever(model_dir)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(
-            crashed,
-            data,
-            cfg,
-            checkpoint_dir=tmp_path / "run.ckpt",
-            dist_info=GPU,
-            on_step_end=crash_after(4),
-        )
-    resumed = tiny_retriever(model_dir)
-    summary = train(resumed, data, cfg, checkpoint_dir=tmp_path / "run.ckpt", dist_info=GPU)
+    resumed, summary = _crash_then_resume(
+        lambda: tiny_retriever(model_dir), data, cfg, tmp_path / "run.ckpt", crash_after, GPU
+    )
     assert summary["start_step"] == 3
 
     ref, res = _weights(reference), _weights(resumed)
@@ -116,21 +100,13 @@ def test_training_killed_on_the_gpu_resumes_to_the_weights_of_an_uninterrupted_r
         assert "scaler" not in state["state"]
 
 
-def test_a_gpu_checkpoint_resumes_on_the_cpu(setup, tmp_path, tiny_retriever, crash_after):
+def test_a_gpu_checkpoint_resumes_on_the_cpu(resume_config, setup, tmp_path, tiny_retriever, crash_after):
     """A job preempted on a GPU node and rerun on a CPU node continues (fp32 on both)."""
     _, model_dir, data, _ = setup
-    cfg = _config(precision="fp32")
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(
-            tiny_retriever(model_dir),
-            data,
-            cfg,
-            checkpoint_dir=tmp_path / "c",
-            dist_info=GPU,
-            on_step_end=crash_after(4),
-        )
-    resumed = tiny_retriever(model_dir)
-    summary = train(resumed, data, cfg, checkpoint_dir=tmp_path / "c", dist_info=DistInfo())
+    cfg = resume_config(precision="fp32")
+    resumed, summary = _crash_then_resume(
+        lambda: tiny_retriever(model_dir), data, cfg, tmp_path / "c", crash_after, DistInfo()
+    )
     assert summary["start_step"] == 3 and summary["steps"] == 6
     assert all(p.device.type == "cpu" for p in resumed.parameters())
 

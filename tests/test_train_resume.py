@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, TrainConfig, train
+from pipeline.training.loop import LOG_FILE, train
 
 
 @pytest.fixture(scope="module")
@@ -19,23 +19,6 @@ def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     return root, model_dir, data
 
 
-def _config(**kw):
-    base = dict(
-        lr=1e-3,
-        epochs=3,
-        batch_size=4,
-        hard_negatives=2,
-        max_steps=6,
-        checkpoint_every=3,
-        warmup_ratio=0.2,
-        seed=3,
-        beta=0.25,
-        weight_decay=0.01,
-    )
-    base.update(kw)
-    return TrainConfig(**base)
-
-
 def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -44,11 +27,11 @@ def _weights(model):
     "grad_accum,cpu_bf16", [(1, "0"), (2, "0"), (1, "1")], ids=["fp32", "fp32-accum2", "bf16"]
 )
 def test_killed_run_resumes_to_identical_weights(
-    setup, tmp_path, grad_accum, cpu_bf16, tiny_retriever, crash_after, monkeypatch
+    resume_config, setup, tmp_path, grad_accum, cpu_bf16, tiny_retriever, crash_after, monkeypatch
 ):
     monkeypatch.setenv("SIEVE_CPU_BF16", cpu_bf16)  # "1": bf16 autocast (emulated on a CPU without it)
     _, model_dir, data = setup
-    cfg = _config(grad_accum=grad_accum, batch_size=4 if grad_accum == 1 else 2)
+    cfg = resume_config(grad_accum=grad_accum, batch_size=4 if grad_accum == 1 else 2)
 
     reference = tiny_retriever(model_dir)
     summary = train(reference, data, cfg, checkpoint_dir=tmp_path / "ref.ckpt")
@@ -79,23 +62,25 @@ def test_killed_run_resumes_to_identical_weights(
     assert {"step", "loss", "nce", "ccr", "lr", "examples_per_s"} <= set(ref_log[0])
 
 
-def test_checkpoint_for_other_settings_is_not_resumed(setup, tmp_path, tiny_retriever, crash_after):
+def test_checkpoint_for_other_settings_is_not_resumed(
+    resume_config, setup, tmp_path, tiny_retriever, crash_after
+):
     _, model_dir, data = setup
 
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(
             tiny_retriever(model_dir),
             data,
-            _config(),
+            resume_config(),
             checkpoint_dir=tmp_path / "c",
             on_step_end=crash_after(4),
         )
-    summary = train(tiny_retriever(model_dir), data, _config(lr=5e-4), checkpoint_dir=tmp_path / "c")
+    summary = train(tiny_retriever(model_dir), data, resume_config(lr=5e-4), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0
 
 
 def test_checkpoint_of_another_compute_precision_is_not_resumed(
-    setup, tmp_path, tiny_retriever, crash_after, monkeypatch
+    resume_config, setup, tmp_path, tiny_retriever, crash_after, monkeypatch
 ):
     """Same config, but the crashed run computed in bf16 and this host computes fp32: start afresh."""
     _, model_dir, data = setup
@@ -104,31 +89,31 @@ def test_checkpoint_of_another_compute_precision_is_not_resumed(
         train(
             tiny_retriever(model_dir),
             data,
-            _config(),
+            resume_config(),
             checkpoint_dir=tmp_path / "c",
             on_step_end=crash_after(4),
         )
     monkeypatch.setenv("SIEVE_CPU_BF16", "0")
-    summary = train(tiny_retriever(model_dir), data, _config(), checkpoint_dir=tmp_path / "c")
+    summary = train(tiny_retriever(model_dir), data, resume_config(), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0 and summary["compute_precision"] == "fp32"
     monkeypatch.setenv("SIEVE_CPU_BF16", "1")
     assert (
         train(
             tiny_retriever(model_dir),
             data,
-            _config(),
+            resume_config(),
             checkpoint_dir=tmp_path / "d",
         )["compute_precision"]
         == "bf16"
     )
 
 
-def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path, tiny_retriever):
+def test_learning_rate_schedule_warms_up_then_decays(resume_config, setup, tmp_path, tiny_retriever):
     _, model_dir, data = setup
     train(
         tiny_retriever(model_dir),
         data,
-        _config(max_steps=5, warmup_ratio=0.4, checkpoint_every=0),
+        resume_config(max_steps=5, warmup_ratio=0.4, checkpoint_every=0),
         checkpoint_dir=tmp_path / "s",
     )
     lrs = [json.loads(line)["lr"] for line in (tmp_path / "s" / LOG_FILE).open()]
@@ -136,7 +121,7 @@ def test_learning_rate_schedule_warms_up_then_decays(setup, tmp_path, tiny_retri
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 2e-3 / 3, 1e-3 / 3])
 
 
-def test_the_loop_trains_with_the_loss_object_it_is_given(setup, tmp_path, tiny_retriever):
+def test_the_loop_trains_with_the_loss_object_it_is_given(resume_config, setup, tmp_path, tiny_retriever):
     """A caller's loss replaces the config's (bench/ masks known false negatives this way): it is
     called once per micro-batch, its value is what the log records, and it is part of the run's
     record, so its checkpoint is never resumed under another loss."""
@@ -155,7 +140,7 @@ def test_the_loop_trains_with_the_loss_object_it_is_given(setup, tmp_path, tiny_
         def describe(self):
             return {"loss": "halved_ccr"}
 
-    cfg = _config(max_steps=3, checkpoint_every=0, grad_accum=2)
+    cfg = resume_config(max_steps=3, checkpoint_every=0, grad_accum=2)
     summary = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "h", loss=Halved())
     assert Halved.calls == 3 * 2
     assert summary["loss"] == {"loss": "halved_ccr"}
@@ -168,7 +153,9 @@ def test_the_loop_trains_with_the_loss_object_it_is_given(setup, tmp_path, tiny_
     assert json.loads((tmp_path / "h" / "fingerprint.json").read_text())["loss"] == {"loss": "halved_ccr"}
 
 
-def test_training_logs_a_plain_progress_line_every_tenth_of_the_run(setup, tmp_path, tiny_retriever, caplog):
+def test_training_logs_a_plain_progress_line_every_tenth_of_the_run(
+    resume_config, setup, tmp_path, tiny_retriever, caplog
+):
     """Under Snakemake or SLURM (no terminal) the rich bar draws nothing until the end: the log gets a
     plain line (step, loss, lr, examples/s, ETA) every tenth of the steps, the last one included."""
     import logging
@@ -178,7 +165,7 @@ def test_training_logs_a_plain_progress_line_every_tenth_of_the_run(setup, tmp_p
         train(
             tiny_retriever(model_dir),
             data,
-            _config(max_steps=5, checkpoint_every=0),
+            resume_config(max_steps=5, checkpoint_every=0),
             checkpoint_dir=tmp_path / "p",
         )
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]

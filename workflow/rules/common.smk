@@ -4,8 +4,10 @@ import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 from pipeline.core.config import ConfigError, check_config_files, validate_config
+from pipeline.core.cpu_features import cpu_flags, precision_banner
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_betas, ccr_model, closest, dpr_on,
                                    filter_negatives, filtered_candidates, method_table, rcl_model, runs, sieve_name,
                                    sieve_tag)
@@ -35,6 +37,7 @@ try:
     DATASET_CONFIGS = dataset_configs(config, methods=method_table)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+logger.info("sieve: " + precision_banner(config, cpu_flags(), os.environ))
 METHODS = {d: method_table(c) for d, c in DATASET_CONFIGS.items()}  # method name -> record
 RUNS = {d: runs(table) for d, table in METHODS.items()}  # run folder -> record (wildcard {method} is a run)
 CCR_BETAS = {d: ccr_betas(c) for d, c in DATASET_CONFIGS.items()}  # β tag -> β
