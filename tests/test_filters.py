@@ -261,9 +261,13 @@ def test_cross_encoder_training_plan_and_filter(toy):
             "2",
             "--out",
             str(model),
+            "--log",
+            str(toy["root"] / "cross_encoder.log"),
         ]
     )
     assert (model / "ranker.json").exists()
+    # Under Snakemake the log file, not the rich bar, shows progress: a plain line per step here.
+    assert "step 3/3 (100%) loss " in (toy["root"] / "cross_encoder.log").read_text()
     _, ce = run_filter(toy, "cross_encoder", "--threshold", "0.5", model=model)
     assert ((ce["score"] > 0) & (ce["score"] < 1)).all()
     assert ce["kept"].tolist() == (ce["score"] < 0.5).tolist()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from pipeline.core.settings import (
 )
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
+from pipeline.training.loop import ProgressLines
 
 log = logging.getLogger("sieve.cross_encoder_filter")
 
@@ -110,9 +112,11 @@ def train_cross_encoder(
     sched = get_linear_schedule_with_warmup(optim, int(warmup_ratio * steps), steps)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     history = []
+    lines = ProgressLines(0, steps)  # the rich bar draws only on a terminal: plain lines in the log too
     with Progress(transient=True) as progress:
         task = progress.add_task("cross-encoder: training", total=steps)
-        for batch in plan:
+        for step, batch in enumerate(plan, start=1):
+            tick = time.perf_counter()
             qids, pids, labels = zip(*batch)
             enc = ranker.tokenize(
                 [texts[q] for q in qids],
@@ -129,6 +133,7 @@ def train_cross_encoder(
             sched.step()
             history.append(float(loss.detach()))
             progress.advance(task)
+            lines(step, history[-1], sched.get_last_lr()[0], len(batch) / (time.perf_counter() - tick))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     info = {
@@ -166,6 +171,7 @@ def score_candidates(
     texts = read_queries(queries, cands["qid"].unique()).set_index("qid")["text"]
     passages = load_passages(corpus, set(cands["pid"]))
     out = np.empty(len(cands), dtype=np.float64)
+    began = last = time.perf_counter()
     with Progress(transient=True) as progress:
         task = progress.add_task("cross-encoder: scoring candidates", total=len(cands))
         for start in range(0, len(cands), chunk):
@@ -179,6 +185,16 @@ def score_candidates(
             )
             out[start : start + len(part)] = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
             progress.advance(task, len(part))
+            done, now = start + len(part), time.perf_counter()
+            if done == len(cands) or now - last >= 60.0:
+                last, rate = now, done / max(now - began, 1e-9)
+                log.info(
+                    "scored %d/%d candidate pairs (%.0f/s, ETA %ds)",
+                    done,
+                    len(cands),
+                    rate,
+                    (len(cands) - done) / rate,
+                )
     return out
 
 
