@@ -10,7 +10,7 @@ from pipeline.core.config import ConfigError
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.training.data import TrainData
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, lower_states, run_layers
-from pipeline.training.loop import DualEncoder, TrainConfig, train
+from pipeline.training.loop import DualEncoder, train
 
 TEXTS = [
     "a short one",
@@ -77,48 +77,41 @@ def data(tmp_path_factory, make_train_files):
     return TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
 
 
-def _config(**kw) -> TrainConfig:
-    base = dict(
-        lr=1e-3,
-        epochs=3,
-        batch_size=4,
-        hard_negatives=2,
-        max_steps=6,
-        checkpoint_every=3,
-        warmup_ratio=0.2,
-        seed=3,
-        train_layers=1,
-    )
-    return TrainConfig(**{**base, **kw})
+@pytest.fixture
+def frozen_config(resume_config):
+    """The resume tests' config with the lower layers frozen (train_layers 1), NCE, no weight decay."""
+    return lambda **kw: resume_config(beta=0.0, weight_decay=0.0, train_layers=1, **kw)
 
 
 def _weights(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_only_the_top_layers_train(three_layers, data, tmp_path):
+def test_only_the_top_layers_train(frozen_config, three_layers, data, tmp_path):
     r = _retriever(three_layers)
     start = _weights(r)
-    train(r, data, _config(), checkpoint_dir=tmp_path / "ckpt")
+    train(r, data, frozen_config(), checkpoint_dir=tmp_path / "ckpt")
     end = _weights(r)
     moved = {name for name in start if not torch.equal(start[name], end[name])}
     assert moved and all(name.startswith("query_model.encoder.layer.2.") for name in moved), sorted(moved)
 
 
-def test_killed_run_with_train_layers_resumes_to_identical_weights(three_layers, data, tmp_path, crash_after):
+def test_killed_run_with_train_layers_resumes_to_identical_weights(
+    frozen_config, three_layers, data, tmp_path, crash_after
+):
     reference = _retriever(three_layers)
-    train(reference, data, _config(), checkpoint_dir=tmp_path / "ref.ckpt")
+    train(reference, data, frozen_config(), checkpoint_dir=tmp_path / "ref.ckpt")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(
             _retriever(three_layers),
             data,
-            _config(),
+            frozen_config(),
             checkpoint_dir=tmp_path / "run.ckpt",
             on_step_end=crash_after(4),
         )
     resumed = _retriever(three_layers)  # a new process: a fresh model and an empty cache
-    summary = train(resumed, data, _config(), checkpoint_dir=tmp_path / "run.ckpt")
+    summary = train(resumed, data, frozen_config(), checkpoint_dir=tmp_path / "run.ckpt")
     assert summary["start_step"] == 3
     ref, res = _weights(reference), _weights(resumed)
     for name in ref:
