@@ -14,7 +14,23 @@ from typing import Any, Mapping
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 PRECISION_SETTINGS = ("dpr", "ccr", "ar2", "sieve.cross_encoder")  # sections with a `precision` key
-NATIVE_BF16_ENV = "SIEVE_CPU_BF16"  # as pipeline.core.precision: 0/1 pins the answer
+# Tests and users can pin the CPU answer without touching the config (which would rerun rules):
+# SIEVE_CPU_BF16=0 computes fp32 as on a CPU without bf16, e.g. to match numbers made on one.
+NATIVE_BF16_ENV = "SIEVE_CPU_BF16"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def forced_native_bf16(env: Mapping[str, str]) -> bool | None:
+    """SIEVE_CPU_BF16's answer (True/False), or None when unset; any other value is a ValueError."""
+    forced = env.get(NATIVE_BF16_ENV)
+    if forced is None:
+        return None
+    value = forced.strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(
+            f"environment variable {NATIVE_BF16_ENV}={forced!r}: expected one of {', '.join(_TRUE + _FALSE)}"
+        )
+    return value in _TRUE
 
 
 def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str] | None:
@@ -46,10 +62,10 @@ def precision_banner(config: Mapping[str, Any], flags: set[str] | None, env: Map
             "CPU jobs compute in fp32: every precision setting (dpr, ccr, ar2, sieve.cross_encoder) is fp32"
         )
     named = ", ".join(f"{name}.precision" for name in bf16_settings)
-    forced = env.get(NATIVE_BF16_ENV, "").strip().lower()
-    if forced in ("1", "true", "yes", "on"):
+    forced = forced_native_bf16(env)
+    if forced is True:
         return f"CPU jobs compute {named} in bf16: {NATIVE_BF16_ENV}={env[NATIVE_BF16_ENV]} says this CPU has native bf16"
-    if forced in ("0", "false", "no", "off"):
+    if forced is False:
         return f"CPU jobs compute in fp32: {NATIVE_BF16_ENV}={env[NATIVE_BF16_ENV]} (set on purpose; unset it to use the CPU's bf16)"
     if flags is None:
         return (

@@ -25,26 +25,17 @@ import os
 
 import torch
 
+from pipeline.core.cpu_features import NATIVE_BF16_ENV, forced_native_bf16  # noqa: F401 (re-exported)
 from pipeline.core.settings import PRECISIONS
 
 NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}
-# Tests and users can pin the CPU answer without touching the config (which would rerun rules):
-# SIEVE_CPU_BF16=0 computes fp32 as on a CPU without bf16, e.g. to match numbers made on one.
-NATIVE_BF16_ENV = "SIEVE_CPU_BF16"
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def cpu_has_native_bf16() -> bool:
     """True when this CPU computes bf16 matmuls in hardware (AVX512-BF16 or AMX tiles)."""
-    forced = os.environ.get(NATIVE_BF16_ENV)
+    forced = forced_native_bf16(os.environ)
     if forced is not None:
-        value = forced.strip().lower()
-        if value not in _TRUE + _FALSE:
-            raise ValueError(
-                f"environment variable {NATIVE_BF16_ENV}={forced!r}: expected one of "
-                f"{', '.join(_TRUE + _FALSE)}"
-            )
-        return value in _TRUE
+        return forced
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 
