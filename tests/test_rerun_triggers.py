@@ -259,6 +259,7 @@ SETTINGS: dict[str, tuple] = {
     "encode.batch_size": (32, ("encode_corpus",)),  # AR2's rounds encode at ar2.encode_batch_size
     "encode.sort_buffer": (1000, ("encode_corpus", "ar2_encode_corpus")),
     "encode.amp": (False, ("encode_corpus", *ANY_SEARCH)),
+    "encode.backend": ("openvino", ("encode_corpus", "ar2_encode_corpus")),
     # The index ranks the train queries for dense mining, so a DPR trained on mined negatives
     # (dpr_mined_dpr) is retrained and re-encoded; the models the index cannot affect are not.
     "index.factory": (

@@ -249,6 +249,9 @@ class EncodeSettings(Contract):
     batch_size: int = Field(64, ge=1)
     sort_buffer: int = Field(20000, ge=1, description="passages sorted by length per buffer")
     amp: bool = Field(True, description="autocast where the device computes bf16/fp16 natively")
+    backend: Literal["torch", "openvino"] = Field(
+        "torch", description="corpus encoding's forward pass: torch, or openvino (CPU jobs, same precision)"
+    )
     gpus: int = Field(0, ge=0)
     threads: int = Field(1, ge=1)
     mem_mb: int = Field(4000, ge=1)

@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,7 @@ from rich.text import Text
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, encoding_dtype, precision_name
+from pipeline.core.settings import EncodeSettings
 from pipeline.core.storage import DataError, open_parquet
 from pipeline.retrieval import embeddings as emb_io
 
@@ -53,6 +54,7 @@ log = logging.getLogger("sieve.encode")
 READ_ROWS = 4096  # rows per Arrow batch read from the Parquet file
 TOKENIZE_CHUNK = 4096  # rows per call into the Rust tokenizer
 LOG_EVERY_S = 60.0  # progress lines in the log at most this often
+ENCODE_BACKENDS = get_args(EncodeSettings.model_fields["backend"].annotation)  # config encode.backend
 
 
 # ---- devices and progress -------------------------------------------------------------------------
@@ -159,6 +161,7 @@ def encode_buffer(
     dtype: torch.dtype = torch.float16,
     on_batch: Callable[[int], None] | None = None,
     model: str | os.PathLike | None = None,
+    tower: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Embeddings [n, d] of passages (``titles`` given) or queries (``titles=None``), input order.
 
@@ -166,6 +169,7 @@ def encode_buffer(
     only to their own longest row. Outputs stay on the device until the buffer is done, so on CUDA
     the next batch is tokenised/sliced while the GPU still works on the previous one.
     Non-finite embeddings (in ``dtype``) are a DataError naming ``model`` (the retriever's folder).
+    ``tower`` (an ``OpenVINOTower`` of the right kind) computes the forward pass instead of torch.
     """
     n = len(texts)
     dim = retriever.query_model.config.hidden_size
@@ -183,6 +187,13 @@ def encode_buffer(
             rows = order[start : start + batch_size]
             width = int(lengths[rows[0]])
             cut = slice(-width, None) if left else slice(0, width)
+            if tower is not None:
+                outputs.append(
+                    torch.from_numpy(tower({k: v[rows, cut] for k, v in encoded.items()})).to(dtype)
+                )
+                if on_batch is not None:
+                    on_batch(len(rows))
+                continue
             batch = {
                 key: torch.from_numpy(value[rows, cut]).to(device, non_blocking=True).long()
                 for key, value in encoded.items()
@@ -298,16 +309,21 @@ def encode_table(
     amp: bool = True,
     progress: bool = True,
     model: str | os.PathLike | None = None,
+    backend: str = "torch",
 ) -> dict:
     """Encode shard ``shard`` of ``shards`` of a corpus (kind 'passage') or queries table ('query').
 
     Writes ``shard{i}of{n}.npy`` (fp16) + ``shard{i}of{n}.{pid|qid}s.parquet`` atomically and
     returns {'rows', 'seconds', 'per_second'}. ``model`` (the retriever's folder) names the culprit
-    when embeddings are non-finite; nothing is written then.
+    when embeddings are non-finite; nothing is written then. ``backend``: ``torch``, or ``openvino``
+    (CPU only; the forward pass compiled by OpenVINO, in the precision torch would compute in).
     """
     if batch_size < 1 or sort_buffer < 1:
         raise ValueError("batch_size and sort_buffer must be >= 1")
     device = device or retriever.device
+    if backend not in ENCODE_BACKENDS:
+        raise ValueError(f"encoding backend must be one of {ENCODE_BACKENDS}, got {backend!r}")
+    tower = openvino_tower(retriever, kind, device, amp) if backend == "openvino" else None
     id_field = "pid" if kind == "passage" else "qid"
     columns = [id_field, "title", "text"] if kind == "passage" else [id_field, "text"]
     start, end = emb_io.shard_bounds(parquet_rows(path), shard, shards)
@@ -339,6 +355,7 @@ def encode_table(
                 amp=amp,
                 on_batch=lambda k: bar.advance(task, k),
                 model=model,
+                tower=tower,
             )
             writer.write(buffer[id_field], vectors)
             now = time.perf_counter()
@@ -356,16 +373,33 @@ def encode_table(
     seconds = time.perf_counter() - began
     rate = (end - start) / seconds if seconds > 0 else 0.0
     log.info(
-        "encoded %d %s in %.1f s (%.1f %s/s, %s) -> %s",
+        "encoded %d %s in %.1f s (%.1f %s/s, %s, %s) -> %s",
         end - start,
         unit,
         seconds,
         rate,
         unit,
         precision_name(encoding_dtype(device, amp)),
+        backend,
         npy,
     )
     return {"rows": end - start, "seconds": seconds, "per_second": rate}
+
+
+def openvino_tower(retriever, kind: str, device: torch.device, amp: bool):
+    """The OpenVINO forward pass of ``retriever``'s ``kind`` tower, in the precision the torch path
+    would compute in on this CPU (bf16 where it autocasts to bf16, else fp32)."""
+    from pipeline.retrieval.openvino_tower import OpenVINOTower
+
+    if device.type != "cpu":
+        raise ValueError(
+            f"encode.backend openvino runs on the CPU, and this job's device is {device}: "
+            "set encode.backend: torch for GPU jobs (or --device cpu)"
+        )
+    titles = ["A title", "B"] if kind == "passage" else None
+    example = tokenize_buffer(retriever, ["an example passage of a few words", "two"], titles)
+    precision = "bf16" if encoding_dtype(device, amp) == torch.bfloat16 else "fp32"
+    return OpenVINOTower(retriever, kind, example, precision, threads=torch.get_num_threads())
 
 
 def load_retriever(model: str | os.PathLike, device: torch.device):
@@ -398,6 +432,12 @@ def main(argv: list[str] | None = None) -> int:
             help="compute in fp32 (default: fp16 autocast on CUDA, bf16 on a CPU with native bf16)",
         )
         p.add_argument("--threads", type=int, help="torch CPU threads")
+        p.add_argument(
+            "--backend",
+            choices=ENCODE_BACKENDS,
+            default="torch",
+            help="forward pass: torch, or openvino (CPU: the model compiled by OpenVINO, same precision)",
+        )
         p.add_argument("--no-progress", action="store_true")
         p.add_argument("--log", help="append the log to this file")
 
@@ -438,6 +478,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     check_writable(args.out_dir)  # before the encoding, not by the shard write at its end
     device = resolve_device(args.device)
+    backend = args.backend
+    if backend == "openvino" and device.type != "cpu":
+        # A cluster profile gave this job a GPU: the config need not change for it.
+        log.info("encode.backend openvino is the CPU path; this job holds %s, so torch encodes on it", device)
+        backend = "torch"
     retriever = load_retriever(args.model, device)
     options = dict(
         batch_size=args.batch_size,
@@ -446,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         amp=not args.no_amp,
         progress=not args.no_progress,
         model=args.model,
+        backend=backend,
     )
     if args.command == "corpus":
         encode_table(retriever, args.corpus, args.out_dir, args.shard, args.shards, **options)

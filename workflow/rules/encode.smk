@@ -23,6 +23,8 @@ rule encode_corpus:
         batch_size=config["encode"]["batch_size"],
         sort_buffer=config["encode"]["sort_buffer"],
         amp="" if config["encode"]["amp"] else "--no-amp",
+        # OpenVINO is the CPU path: a job that holds GPUs encodes with torch (its log says so)
+        backend=config["encode"]["backend"],
         device=job_device,
     threads: config["encode"]["threads"]
     resources:
@@ -37,7 +39,7 @@ rule encode_corpus:
         "python -m pipeline.retrieval.encode corpus --model {params.model} --corpus {input.corpus}"
         " --out-dir {params.out_dir} --shard {wildcards.shard} --shards " + str(ENCODE_SHARDS) +
         " --batch-size {params.batch_size} --sort-buffer {params.sort_buffer} {params.amp}"
-        " --device {params.device} --threads {threads} --no-progress --log {log}"
+        " --backend {params.backend} --device {params.device} --threads {threads} --no-progress --log {log}"
 
 
 rule gather_embeddings:
