@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 
 LOCK   := requirements.lock
 
-.PHONY: demo test setup lock clean-results
+.PHONY: demo test setup lock clean-results bench-st-venv
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,16 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q tests
+
+# sentence-transformers' ONNX Runtime and OpenVINO backends, for bench/encode_throughput.py --st-python:
+# their own venv, as optimum-onnx needs transformers < 4.58 (bench/requirements-st-backends.txt).
+ST_VENV ?= .venv-bench-st
+bench-st-venv: $(ST_VENV)/.installed
+$(ST_VENV)/.installed: bench/requirements-st-backends.txt
+	test -x $(ST_VENV)/bin/python || $(PYTHON) -m venv $(ST_VENV)
+	$(ST_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(ST_VENV)/bin/python -m pip install -q -r bench/requirements-st-backends.txt
+	touch $@
 
 clean-results:
 	rm -rf results resources logs benchmarks .snakemake
