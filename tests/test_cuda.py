@@ -199,3 +199,18 @@ def test_the_training_and_encoding_clis_run_on_the_gpu(setup, tmp_path):
         == 0
     )
     assert E.EmbeddingSet(emb).count == 48
+
+
+def test_encode_backend_openvino_on_a_gpu_job_encodes_with_torch_on_the_gpu(setup, tmp_path):
+    """encode.backend openvino is the CPU path: a job a cluster profile gave a GPU encodes with torch
+    there (and says so) instead of failing, without importing OpenVINO."""
+    _, model_dir, _, paths = setup
+    common = ["--model", str(model_dir), "--corpus", str(paths["corpus"]), "--shard", "0", "--shards", "1"]
+    argv = ["corpus", *common, "--out-dir", str(tmp_path / "ov"), "--backend", "openvino"]
+    assert encode.main(argv + ["--device", "cuda", "--no-progress", "--log", str(tmp_path / "ov.log")]) == 0
+    assert "so torch encodes on it" in (tmp_path / "ov.log").read_text()
+    argv = ["corpus", *common, "--out-dir", str(tmp_path / "torch"), "--backend", "torch"]
+    assert encode.main(argv + ["--device", "cuda", "--no-progress"]) == 0
+    a = np.load(tmp_path / "ov" / "shard0of1.npy")
+    b = np.load(tmp_path / "torch" / "shard0of1.npy")
+    np.testing.assert_array_equal(a, b)
