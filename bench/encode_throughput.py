@@ -229,20 +229,20 @@ def main() -> int:
     tokens = {runs[name][0]["tokens"] for name in backends}
     print(f"tokens per timed pass: {sorted(tokens)} (equal: the same work on every side)")
     print(
-        f"{'backend':14s} {'passages/s':>11s} {'x st-torch':>10s} {'peak RSS MiB':>12s} {'R@5':>7s} {'dR@5':>7s}"
+        f"{'backend':18s} {'passages/s':>11s} {'x st-torch':>10s} {'peak RSS MiB':>12s} {'R@5':>7s} {'dR@5':>7s}"
     )
     base = rate.get("st-torch")
     equal = {}
     for name in backends:
         rss = max(r["peak_rss_mib"] for r in runs[name])
-        row = f"{name:14s} {rate[name]:11.1f} {rate[name] / base if base else float('nan'):10.2f} {rss:12.0f}"
+        row = f"{name:18s} {rate[name]:11.1f} {rate[name] / base if base else float('nan'):10.2f} {rss:12.0f}"
         if name in metrics and REFERENCE[name] in metrics:
             r5, delta = metrics[name]["R@5"], metrics[name]["R@5"] - metrics[REFERENCE[name]]["R@5"]
             equal[name] = abs(delta) <= args.tolerance + 1e-12
             row += f" {r5:7.4f} {delta:+7.4f}{'' if equal[name] else '  (quality differs)'}"
         print(row)
     for name, why in skipped.items():
-        print(f"{name:14s} skipped: {why}")
+        print(f"{name:18s} skipped: {why}")
     if "ours" in rate and base:
         print(f"RESULT encode_throughput_speedup ratio={rate['ours'] / base:.3f}")
     ours_ok = [n for n in backends if n in OURS and equal.get(n, args.no_quality)]
