@@ -102,7 +102,8 @@ class OursEncoder:
             for kind in ("passage", "query")
         }
 
-    def passages(self, titles: list[str], texts: list[str], batch_size: int) -> np.ndarray:
+    def _encode(self, texts: list[str], titles: list[str] | None, batch_size: int) -> np.ndarray:
+        # As the pipeline stores them: passages in fp16 (encode_corpus's shards), queries in fp32.
         out = self.encode_buffer(
             self.model,
             texts,
@@ -110,22 +111,16 @@ class OursEncoder:
             batch_size=batch_size,
             device=torch.device("cpu"),
             amp=self.amp,
-            tower=self.towers["passage"],
+            dtype=torch.float32 if titles is None else torch.float16,
+            tower=self.towers["query" if titles is None else "passage"],
         )
         return out.astype(np.float32)
 
+    def passages(self, titles: list[str], texts: list[str], batch_size: int) -> np.ndarray:
+        return self._encode(texts, titles, batch_size)
+
     def queries(self, texts: list[str], batch_size: int) -> np.ndarray:
-        out = self.encode_buffer(
-            self.model,
-            texts,
-            None,
-            batch_size=batch_size,
-            device=torch.device("cpu"),
-            amp=self.amp,
-            dtype=torch.float32,
-            tower=self.towers["query"],
-        )
-        return out.astype(np.float32)
+        return self._encode(texts, None, batch_size)
 
     def count_tokens(self, titles: list[str], texts: list[str]) -> int:
         from pipeline.retrieval.encode import tokenize_buffer
