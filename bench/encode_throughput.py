@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO))
 from machine import cpu_model_name  # bench/machine.py
 
 from pipeline.core.config import resolve_model_path
-from pipeline.core.cpu_features import NATIVE_BF16_FLAGS, cpu_flags, forced_native_bf16
+from pipeline.core.precision import cpu_has_native_bf16
 from pipeline.evaluation.evaluate import evaluate
 
 WORKER = Path(__file__).resolve().parent / "encode_worker.py"
@@ -165,8 +165,7 @@ def main() -> int:
     if args.quick:
         args.passages, args.repeats, args.no_quality = 64, 2, True
 
-    forced = forced_native_bf16(os.environ)
-    native_bf16 = forced if forced is not None else bool((cpu_flags() or set()) & set(NATIVE_BF16_FLAGS))
+    native_bf16 = cpu_has_native_bf16()  # the jobs' own answer (SIEVE_CPU_BF16 included)
     wanted = args.backends or OURS + ST
     skipped = {}
     for name in wanted:

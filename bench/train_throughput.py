@@ -110,7 +110,11 @@ QUICK = {"entities": 60, "steps": 6, "repeats": 2, "check_steps": 2, "precision"
 
 
 def steps_per_epoch(n_queries: int) -> int:
-    return n_queries // BATCH
+    """Our loop's own count (pipeline.training.loop.schedule), so the triplets follow its epochs; a
+    ConfigError when the queries are fewer than one batch."""
+    from pipeline.training.loop import TrainConfig, schedule
+
+    return schedule(n_queries, TrainConfig(batch_size=BATCH, hard_negatives=HARD_NEGATIVES))[0]
 
 
 def write_triplets(data: TrainData, steps: int, path: Path) -> None:
@@ -463,8 +467,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         data, _ = demo_train_data(work, args.entities)
-        if steps_per_epoch(len(data)) == 0:
-            raise SystemExit(f"{len(data)} train queries are fewer than one batch of {BATCH}")
         write_triplets(data, max(args.steps, args.check_steps), work / TRIPLETS_FILE)
         print(
             f"cpu: {cpu}, {os.cpu_count()} cpus, native bf16 {'yes' if native_bf16 else 'no'}; torch threads "
