@@ -27,8 +27,9 @@ negative of the batch. Both sides get:
 
 Sentence-transformers is set up not to do more than ours: no evaluation, saving, logging or progress
 bar (ours keeps its JSONL log and progress lines, as it always runs). Its optimizer is the trainer's
-default (``adamw_torch_fused`` on torch >= 2.8; ours is ``torch.optim.AdamW`` without ``fused``),
-since that is what a user of it gets; ``--st-optim adamw_torch`` matches ours exactly.
+default (``adamw_torch_fused`` on torch >= 2.8), since that is what a user of it gets; ours is the
+same fused kernel (``pipeline.training.loop.adamw``); ``--st-optim adamw_torch`` gives the trainer the
+per-tensor loop instead.
 
 What is timed: each side runs in a fresh subprocess (so peak RSS is per side: VmHWM, model, data and
 imports included; the RSS before training is printed beside it). Steps are timed from the end of one
