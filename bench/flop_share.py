@@ -7,10 +7,12 @@ its training jobs 2):
 - **peak**: the best GFLOP/s of ``torch.mm`` on MiniLM's own linear shapes (tokens x 384 x 1536,
   tokens x 1536 x 384) and on a 2048^3 square, per precision. This is what the CPU's matmul kernels
   reach here, the practical ceiling of any transformer job on it.
-- **encode**: the demo's synthkb corpus (a fresh one, the demo's generator settings) through the
-  project's own corpus encoder (``pipeline.retrieval.encode.encode_buffer``: length-sorted batches of
-  64, padded to each batch's longest row, (title, text) pairs at 128 tokens; ``--corpus`` encodes
-  another, e.g. the demo's resources/synthkb/corpus.parquet): tokenising timed alone,
+- **encode**: a corpus through the project's own corpus encoder
+  (``pipeline.retrieval.encode.encode_buffer``: length-sorted batches of 64, padded to each batch's
+  longest row, (title, text) pairs at 128 tokens). ``--corpus`` names it, e.g. the demo's
+  resources/synthkb/corpus.parquet (6,055 passages); without it, the fresh synthkb the training part
+  uses (the bare generator at ``--entities``: 2,302 passages at 320, without the demo's false-negative
+  passages). Tokenising is timed alone,
   then the whole call; FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode`` on the same call.
 - **train**: DPR steps as the demo trains them (batch 16 queries, k = 1 BM25 hard negative, in-batch
   negatives, NCE at τ 0.05, fused AdamW, clipping at 2.0), each phase timed on its own: tokenising,
@@ -20,7 +22,7 @@ Achieved GFLOP/s = counted FLOPs / measured seconds; share = achieved / peak in 
 The count covers matmuls and attention (what FlopCounterMode counts); layer norms, GELU, softmax,
 embedding lookups and pooling cost time but are not counted, which is part of what the share shows.
 
-    python bench/flop_share.py --threads 1                 # an encode job's setting
+    python bench/flop_share.py --threads 1 --corpus resources/synthkb/corpus.parquet   # after make demo
     python bench/flop_share.py --threads 2 --quick         # 60 entities, a minute
 
 The last lines are machine-readable: ``RESULT flop_share part=<peak|encode|train> precision=<p>
