@@ -41,7 +41,7 @@ lock:
 	{ sed -n '/^#/!q;p' $(LOCK); $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable \
 	  | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK) && rm -rf $(LOCK_VENV)
-	@echo "$(LOCK) written: pin its versions in workflow/envs/sieve-*.yaml too (tests/test_slurm.py checks)"
+	@echo "$(LOCK) written: pin its versions in envs/sieve-*.yaml too (tests/test_slurm.py checks)"
 
 # Rules call `python -m pipeline.<family>.<stage>`: the venv's python must come first on PATH.
 demo: setup

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "workflow" / "rules"
-ENVS = REPO / "workflow" / "envs"
+ENVS = REPO / "envs"
 
 
 @pytest.fixture(scope="module")

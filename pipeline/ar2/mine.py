@@ -22,7 +22,15 @@ from pipeline.ar2.data import mine_negatives, stats_path, write_negatives
 from pipeline.ar2.round_data import load_retriever
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import AR2_MINE_KEYS, RETRIEVER_OVERRIDE_KEYS, Ar2Settings, add_flags, pick
+from pipeline.core.settings import (
+    AR2_MINE_KEYS,
+    RETRIEVER_OVERRIDE_KEYS,
+    Ar2Settings,
+    EvalSettings,
+    add_flags,
+    default,
+    pick,
+)
 from pipeline.core.storage import read_table, write_json
 from pipeline.retrieval.encode import resolve_device
 from pipeline.training.data import load_queries_with_positives
@@ -85,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         Ar2Settings,
         names=AR2_MINE_KEYS,
     )
-    ap.add_argument("--match", default="string", choices=["string", "regex"])
+    ap.add_argument("--match", default=default(EvalSettings, "match"), choices=["string", "regex"])
     ap.add_argument("--source", required=True, help="the value of the table's source column")
     ap.add_argument("--out", required=True)
     add_job_flags(ap)

@@ -30,6 +30,7 @@ from pipeline.ar2.round_data import method_of
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import QUERIES_SCHEMA
+from pipeline.core.settings import EvalSettings, default
 from pipeline.core.storage import DataError, read_table, write_json, write_table
 from pipeline.retrieval.model import Retriever
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     sea = sub.add_parser("search", help="the selected round's run for a split")
     sea.add_argument("--info", required=True, help="info.json written by 'select'")
     sea.add_argument("--queries", required=True)
-    sea.add_argument("--depth", type=int, default=100)
+    sea.add_argument("--depth", type=int, default=default(EvalSettings, "depth"))
     sea.add_argument("--run-out", required=True)
     sea.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     for p in (sel, sea):

@@ -39,7 +39,7 @@ import pyarrow as pa
 from pipeline.ar2.data import lookup_embeddings, stats_path
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import SIEVE_SCHEMA
-from pipeline.core.settings import AR2_SIEVE_KEYS, SieveSettings, add_flags, pick
+from pipeline.core.settings import AR2_SIEVE_KEYS, EvalSettings, SieveSettings, add_flags, default, pick
 from pipeline.core.storage import DataError, write_json, write_table
 from pipeline.retrieval.model import Retriever
 from pipeline.sieve.candidates import build_candidates
@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, required=True, help="candidate sampling and the fallback")
     add_flags(ap.add_argument_group("config section sieve"), SieveSettings, names=AR2_SIEVE_KEYS)
     ap.add_argument("--suspect-same-article", action="store_true")
-    ap.add_argument("--match", default="string", choices=["string", "regex"])
+    ap.add_argument("--match", default=default(EvalSettings, "match"), choices=["string", "regex"])
     add_job_flags(ap, device=False)
     return ap
 

@@ -39,7 +39,15 @@ from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import AR2_RANKER_KEYS, Ar2Settings, add_flags, from_dict, pick
+from pipeline.core.settings import (
+    AR2_RANKER_KEYS,
+    Ar2Settings,
+    EvalSettings,
+    add_flags,
+    default,
+    from_dict,
+    pick,
+)
 from pipeline.core.storage import DataError, atomic_path, read_table, write_json, write_table
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.retrieval.encode import resolve_device
@@ -248,10 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dev-qrels-all", help="exact truth (synthkb)")
     ap.add_argument("--seed", type=int, required=True)
     add_flags(ap.add_argument_group("config section ar2"), Ar2Settings, names=AR2_RANKER_KEYS)
-    ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20])
-    ap.add_argument("--match", default="string", choices=["string", "regex"])
+    ap.add_argument("--ks", type=int, nargs="+", default=default(EvalSettings, "ks"))
+    ap.add_argument("--match", default=default(EvalSettings, "match"), choices=["string", "regex"])
     ap.add_argument(
-        "--compare-metric", default="R@5", help="the dev metric the log compares (ar2.select_metric)"
+        "--compare-metric",
+        default=default(Ar2Settings, "select_metric"),
+        help="the dev metric the log compares (ar2.select_metric)",
     )
     ap.add_argument("--out", required=True, help="the ranker folder")
     add_job_flags(ap)

@@ -10,8 +10,10 @@ numbers). Everything else is derived from these models:
   tests/test_settings.py keeps it current);
 - the CLI flags of a stage (``add_flags``) and the command line a rule builds (``to_flags``).
 
-Defaults are the demo recipe of config.yaml (small step counts that run on 2 CPU cores); recipes and
-overlays change them for paper-scale runs. config.yaml documents every setting (a test checks it).
+A default is declared here and nowhere else: it is the demo's value (small step counts that run on 2
+CPU cores); recipes and overlays change it for paper-scale runs. config.yaml restates none, and
+docs/config.md, the reference users read, is generated from these models
+(pipeline.core.settings_reference); tests/test_settings.py checks both.
 """
 
 from __future__ import annotations
@@ -95,7 +97,11 @@ class TrainSettings(Contract):
     hard_negatives: int = Field(
         1, ge=0, description="k: hard negatives per query, sampled per (qid, epoch, seed)"
     )
-    negatives_depth: int = Field(30, ge=1, description="sample the k negatives from this many top candidates")
+    negatives_depth: int = Field(
+        30,
+        ge=1,
+        description="sample the k negatives from this many top candidates (non-excluded, positives removed)",
+    )
     in_batch: bool = Field(
         True, description="other queries' passages are negatives too (gathered across GPUs)"
     )
@@ -104,8 +110,15 @@ class TrainSettings(Contract):
     )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (not on biases and LayerNorm)")
     max_grad_norm: float = Field(2.0, ge=0, description="gradient clipping norm; 0 = no clipping")
-    max_steps: int = Field(60, ge=0, description="cap on optimizer steps; 0 = no cap (epochs decide)")
-    checkpoint_every: int = Field(50, ge=0, description="optimizer steps between checkpoints; 0 = never")
+    max_steps: int = Field(
+        60,
+        ge=0,
+        description="cap on optimizer steps; 0 = no cap (epochs decide). The demo's cap: one MiniLM step "
+        "of 16 queries takes 2-3 s on 2 CPU cores",
+    )
+    checkpoint_every: int = Field(
+        50, ge=0, description="optimizer steps between checkpoints (a rerun resumes there); 0 = never"
+    )
     precision: Precision = Field(
         "bf16", description="autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32"
     )
@@ -152,12 +165,16 @@ class RclObjective(Objective):
     """The loss of method dpr_rcl: DPR's own training with CCR's regulariser in it (paper Table 5)."""
 
     beta: float = Field(
-        0.5, gt=0, description="beta relative to NCE (|P| = batch x (k+1) with in-batch negatives)"
+        0.5,
+        gt=0,
+        description="beta relative to NCE; P holds the in-batch negatives too (|P| = batch x (k+1)), so "
+        "beta > 1 lifts only the negatives above beta/((beta-1)|P|)",
     )
 
 
 class DprSettings(JobResources, TrainSettings):
-    """DPR warm-up with NCE (docs/training.md)."""
+    """DPR warm-up: NCE over the positive, k BM25 hard negatives and in-batch negatives -> models/dpr
+    (docs/training.md)."""
 
     skip: bool = Field(False, description="true: dpr = the pretrained model, no training")
     rcl: RclObjective = Field(
@@ -168,15 +185,31 @@ class DprSettings(JobResources, TrainSettings):
 
 
 class CcrSettings(JobResources, Objective, TrainSettings):
-    """CCR fine-tuning from DPR, cosine similarity (docs/training.md). CCR's own defaults."""
+    """CCR fine-tuning, the sieve model: l(p+) - beta * mean_{p in P} l(p) from models/dpr, cosine
+    similarity -> models/dpr_ccr_b<beta> (docs/training.md). CCR's own defaults: the authors' regime
+    (tau 1, k 5, no in-batch negatives) at a larger lr than the paper's 1e-7 so the demo's few steps
+    move the model; recipes.paper has the paper's."""
 
     lr: float = Field(1e-5, gt=0, description="peak learning rate (AdamW)")
-    hard_negatives: int = Field(5, ge=1, description="k: BM25 hard negatives per query in the CCR softmax")
-    in_batch: bool = Field(False, description="other queries' passages in the softmax too")
+    hard_negatives: int = Field(
+        5,
+        ge=1,
+        description="k: BM25 hard negatives per query in the CCR softmax (released code: 5; 3 MS MARCO)",
+    )
+    in_batch: bool = Field(
+        False, description="other queries' passages in the softmax too (released code: off)"
+    )
     max_steps: int = Field(20, ge=0, description="cap on optimizer steps; 0 = no cap (epochs decide)")
-    beta: float = Field(0.5, ge=0, description="CCR beta (relative to NCE under scale paper)")
+    beta: float = Field(
+        6,
+        ge=0,
+        description="CCR beta relative to NCE: <= 1 pushes every negative down, > 1 lifts the top ones. 6 is "
+        "the authors' code ((k+1)·f_beta at k 5, f_beta 1; the paper writes 0.5, where the regulariser "
+        "cannot lift a negative, docs/training.md). On synthkb at 30% false negatives (3 seeds) dpr_ccr at "
+        "beta 6 beats the same fine-tune at beta 0 by 0.057 [0.015, 0.099] hit_all@1 (not at 50%)",
+    )
     temperature: float = Field(
-        1.0, gt=0, description="tau of the CCR loss on cosine scores; saved with the model"
+        1.0, gt=0, description="tau of the CCR loss on cosine scores (released code: 1); saved with the model"
     )
 
 
@@ -184,6 +217,8 @@ class CcrSettings(JobResources, Objective, TrainSettings):
 
 
 class EvalSettings(Contract):
+    """What results/{dataset}/metrics.json measures (docs/evaluation.md)."""
+
     split: Literal["train", "dev", "test"] = Field(
         "test", description="evaluated split (datasets.<name>.eval_split overrides)"
     )
@@ -191,10 +226,10 @@ class EvalSettings(Contract):
         "string", description="DPR has_answer: string tokens, or regex (CuratedTREC)"
     )
     ks: Unique(Annotated[int, Field(ge=1)], 1) = Field(
-        [1, 5, 20, 100], description="cut-offs for R@k, hit@k and recall@k"
+        [1, 5, 20, 100], description="cut-offs for R@k (answers), hit@k and recall@k (qrels)"
     )
     depth: int = Field(100, ge=1, description="passages retrieved per query for evaluation runs")
-    trec_export: bool = Field(True, description="also write run.{split}.trec for every evaluated run")
+    trec_export: bool = Field(True, description="also write run.{split}.trec next to every evaluated run")
     compare: list[Pair] = Field(
         [
             ["dpr", "zeroshot"],
@@ -210,34 +245,54 @@ class EvalSettings(Contract):
             ["ar2_sieve", "ar2"],
             ["ar2_simans_sieve", "ar2_simans"],
         ],
-        description="[method, baseline] pairs: paired difference, 95% interval over common seeds; a pair "
-        "with a method not in `methods` is left out",
+        description="[method, baseline] pairs: paired difference, 95% interval over common seeds (metrics.md); "
+        "a pair with a method not in `methods` is left out. bm25 and zeroshot have no seed: as a baseline "
+        "their one run is paired with every seed of the method. dpr_none (DPR on the filters' own candidate "
+        "pool) isolates a filter from the pool; dpr_ccr_b0 (the same CCR fine-tune at beta 0) isolates beta "
+        "from tau, k and the extra steps; dpr_sieve_no_ccr (the same sieve scored by models/dpr) isolates CCR",
     )
 
 
 class Bm25Settings(Contract):
-    k1: float = Field(0.9, gt=0)
-    b: float = Field(0.4, ge=0, le=1)
+    """BM25 (bm25s): the bm25 method's runs and the mined hard negatives."""
+
+    k1: float = Field(0.9, gt=0, description="Pyserini/Lucene default (MS MARCO tuned: 0.82)")
+    b: float = Field(0.4, ge=0, le=1, description="Pyserini/Lucene default (MS MARCO tuned: 0.68)")
     stemmer: Optional[str] = Field("english", description="PyStemmer language; null = no stemming")
     stopwords: Optional[str] = Field("en", description="bm25s stop-word list; null = none")
-    negatives: int = Field(100, ge=1, description="BM25 negatives mined per train query")
+    negatives: int = Field(
+        100,
+        ge=1,
+        description="BM25 negatives mined per train query (results/{dataset}/negatives/bm25.parquet)",
+    )
     exclude_answer_match: bool = Field(
-        False, description="mark passages holding an answer string excluded (DPR)"
+        False, description="mark passages holding an answer string excluded (the DPR recipe)"
     )
 
 
 class ModelSettings(Contract):
-    """The base bi-encoder and its retriever settings (docs/training.md)."""
+    """The bi-encoder every dense method starts from (results/{dataset}/models/zeroshot is it,
+    untrained; docs/training.md)."""
 
     base: str = Field(
-        "minilm", min_length=1, description="HF encoder or folder; minilm = the offline all-MiniLM-L6-v2"
+        "minilm",
+        min_length=1,
+        description="HF encoder name or folder; minilm = the offline all-MiniLM-L6-v2 (already retrieval-tuned)",
     )
-    pooling: Literal["mean", "cls"] = "mean"
-    similarity: Literal["cosine", "dot"] = "cosine"
-    temperature: float = Field(0.05, gt=0, description="tau: cosine scores are divided by it")
+    pooling: Literal["mean", "cls"] = Field("mean", description="mean of the token states, or [CLS]")
+    similarity: Literal["cosine", "dot"] = Field(
+        "cosine", description="cosine or dot (DPR's); CCR always fine-tunes with cosine"
+    )
+    temperature: float = Field(
+        0.05,
+        gt=0,
+        description="tau: cosine scores are divided by it in the loss (MiniLM was trained at 0.05)",
+    )
     shared_towers: bool = Field(True, description="one encoder for queries and passages")
-    query_max_len: int = Field(32, ge=4)
-    passage_max_len: int = Field(128, ge=8)
+    query_max_len: int = Field(32, ge=4, description="query tokens")
+    passage_max_len: int = Field(
+        128, ge=8, description="passage tokens; passages are encoded as the pair (title, text)"
+    )
 
 
 # The model settings a retriever folder keeps and a training run may override (train_dense flags).
@@ -245,57 +300,99 @@ RETRIEVER_KEYS = ("pooling", "similarity", "temperature", "query_max_len", "pass
 
 
 class EncodeSettings(Contract):
-    shards: int = Field(2, ge=1, description="parallel encoding jobs per model")
-    batch_size: int = Field(64, ge=1)
-    sort_buffer: int = Field(20000, ge=1, description="passages sorted by length per buffer")
-    amp: bool = Field(True, description="autocast where the device computes bf16/fp16 natively")
-    backend: Literal["torch", "openvino"] = Field(
-        "torch", description="corpus encoding's forward pass: torch, or openvino (CPU jobs, same precision)"
+    """Corpus encoding, scattered over shards and gathered (docs/encoding.md)."""
+
+    shards: int = Field(
+        2,
+        ge=1,
+        description="parallel encode_corpus jobs per model; shard i holds corpus rows [i*N/n, (i+1)*N/n)",
     )
-    gpus: int = Field(0, ge=0)
-    threads: int = Field(1, ge=1)
-    mem_mb: int = Field(4000, ge=1)
+    batch_size: int = Field(64, ge=1, description="passages per forward pass")
+    sort_buffer: int = Field(
+        20000, ge=1, description="passages read ahead and sorted by token length (bounds the memory)"
+    )
+    amp: bool = Field(
+        True,
+        description="autocast: fp16 on CUDA, bf16 on a CPU with native bf16 (else fp32); stored fp16",
+    )
+    backend: Literal["torch", "openvino"] = Field(
+        "torch",
+        description="corpus encoding's forward pass: torch, or openvino (CPU jobs: the model compiled by "
+        "OpenVINO in the same precision)",
+    )
+    gpus: int = Field(0, ge=0, description="GPUs per encode job (Snakemake resource); 0 = CPU")
+    threads: int = Field(1, ge=1, description="CPU threads per encode job (shards x threads <= cores)")
+    mem_mb: int = Field(4000, ge=1, description="memory the job reserves (MB)")
 
 
 class IndexSettings(Contract):
-    factory: str = Field("Flat", min_length=1, description="FAISS index_factory string")
-    shards: int = Field(1, ge=1, description="<= encode.shards")
-    train_size: int = Field(100000, ge=1)
-    gpus: int = Field(0, ge=0)
-    threads: int = Field(2, ge=1)
-    mem_mb: int = Field(8000, ge=1)
+    """The FAISS index over a model's corpus embeddings."""
+
+    factory: str = Field(
+        "Flat",
+        min_length=1,
+        description="FAISS index_factory: Flat | SQfp16 | IVF4096,Flat | HNSW32 | IVF65536,PQ64 ...",
+    )
+    shards: int = Field(
+        1, ge=1, description="index parts, 1..encode.shards: > 1 = one index per group of embedding shards"
+    )
+    train_size: int = Field(100000, ge=1, description="vectors sampled (seeded) to train IVF / PQ")
+    gpus: int = Field(
+        0, ge=0, description="GPUs per build_index job; used when faiss sees GPUs (`gpu` extra)"
+    )
+    threads: int = Field(2, ge=1, description="CPU threads of the job")
+    mem_mb: int = Field(8000, ge=1, description="memory the job reserves (MB)")
 
 
 class SearchSettings(Contract):
-    backend: Literal["faiss", "torch"] = "faiss"
-    batch_size: int = Field(128, ge=1)
-    nprobe: int = Field(32, ge=1)
-    ef_search: int = Field(128, ge=1)
-    chunk_rows: int = Field(65536, ge=1)
-    gpus: int = Field(0, ge=0)
-    threads: int = Field(2, ge=1)
-    mem_mb: int = Field(8000, ge=1)
+    """Dense search of the evaluated queries."""
+
+    backend: Literal["faiss", "torch"] = Field(
+        "faiss",
+        description="faiss, or torch (exact; streams the fp16 shards, on CUDA when the job holds a GPU)",
+    )
+    batch_size: int = Field(128, ge=1, description="queries per forward pass")
+    nprobe: int = Field(32, ge=1, description="IVF cells probed per query")
+    ef_search: int = Field(128, ge=1, description="HNSW search breadth")
+    chunk_rows: int = Field(65536, ge=1, description="torch backend: passages scored per chunk")
+    gpus: int = Field(0, ge=0, description="GPUs per search job: query encoding, torch search, FAISS on GPU")
+    threads: int = Field(2, ge=1, description="CPU threads of the job")
+    mem_mb: int = Field(8000, ge=1, description="memory the job reserves (MB)")
 
 
 class HybridSettings(Contract):
-    """Hybrid methods: BM25 fused with a dense run (workflow/rules/hybrid.smk)."""
+    """Hybrid methods hybrid_rrf_<dense> and hybrid_wsum_<dense>: BM25's run fused with a dense run.
+    rrf: sum of 1/(k + rank); wsum: w·dense + (1-w)·BM25 over per-query min-max scores, w picked on
+    select_split by select_metric, never on the evaluated split (docs/evaluation.md)."""
 
-    rrf_k: int = Field(60, ge=0, description="RRF constant k in 1/(k + rank)")
+    rrf_k: int = Field(
+        60,
+        ge=0,
+        description="RRF constant k in 1/(k + rank); 60 is the RRF paper's (Elasticsearch, Vespa, OpenSearch)",
+    )
     weights: Unique(Annotated[float, Field(ge=0, le=1)], 1) = Field(
-        [i / 10 for i in range(11)], description="grid of dense weights w for hybrid_wsum_*"
+        [i / 10 for i in range(11)],
+        description="grid of dense weights w for hybrid_wsum_* (0 = BM25 alone, 1 = dense alone)",
     )
     select_split: Name = Field("dev", description="split on which w is chosen")
-    select_metric: Metric = Field("R@5", description="metric that chooses w")
+    select_metric: Metric = Field(
+        "R@5",
+        description="metric that chooses w: R@k | hit@k | recall@k | MRR@10 (MS MARCO) | hit_all@k, MRR_all@10 (synthkb)",
+    )
 
 
 class SweepSettings(Contract):
-    """The noise sweep results/sweeps/noise.{json,png} over synthkb datasets at dial levels (sweep.smk)."""
+    """The noise sweep results/sweeps/noise.{json,png} over synthkb datasets declared at dial levels:
+    each method's metric against the measured false-negative share, paired differences with the
+    baseline, the share of the oracle gap closed (sweep.smk; config/overlays/sweep/noise.yaml)."""
 
     datasets: Unique(str) = Field([], description="the synthkb datasets (dial levels) swept")
-    methods: Unique(str, 1) = Field(["dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle"])
-    baseline: str = "dpr"
-    oracle: str = "dpr_oracle"
-    metric: Metric = "R@5"
+    methods: Unique(str, 1) = Field(
+        ["dpr", "dpr_ccr", "dpr_sieve", "dpr_oracle"], description="methods swept"
+    )
+    baseline: str = Field("dpr", description="every method is paired with it")
+    oracle: str = Field("dpr_oracle", description="the gap closed is measured against it")
+    metric: Metric = Field("R@5", description="the swept metric")
     pairs: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = Field(
         [],
         description="[method, control] pairs of sweep.methods compared besides the baseline "
@@ -304,29 +401,40 @@ class SweepSettings(Contract):
 
 
 class InjectionSettings(Contract):
-    fraction: float = Field(0.0, ge=0, le=1, description="share of candidates replaced by known positives")
+    fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="simulation: share of queries with > 1 positive whose extra positives become candidates",
+    )
 
 
 class RankWindowSettings(Contract):
-    start: int = Field(10, ge=0, description="candidates ranked above this are dropped")
+    start: int = Field(10, ge=0, description="FlagEmbedding: candidates ranked 1..start are dropped")
 
 
 class PositiveAwareSettings(Contract):
     mode: Literal["relative", "difference", "absolute"] = Field(
         "relative",
-        description="drop a candidate scoring above margin × s+ (relative), s+ − margin, or margin",
+        description="drop a candidate scoring above margin × s+ (relative, NV-Retriever), s+ − margin "
+        "(difference), or margin (absolute)",
     )
     margin: float = Field(0.95, description="the mode's margin")
 
 
 class CrossEncoderFilterSettings(Contract):
     threshold: float = Field(
-        0.1, gt=0, le=1, description="drop a candidate the cross-encoder scores below it"
+        0.1,
+        gt=0,
+        le=1,
+        description="RocketQA: a candidate stays a negative only if the cross-encoder's probability is below it",
     )
     base: str = Field("minilm", min_length=1, description="encoder the cross-encoder is fine-tuned from")
     max_len: int = Field(128, ge=8, description="tokens of a query-passage pair")
     steps: int = Field(150, ge=1, description="training steps: its stated budget")
-    batch_size: int = Field(16, ge=1, description="queries per step (2 pairs each)")
+    batch_size: int = Field(
+        16, ge=1, description="queries per step (each gives one positive and one BM25-negative pair)"
+    )
     lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
     precision: Literal["bf16", "fp32"] = Field(
         "bf16", description="training autocast: bf16 on CUDA and on CPUs with native bf16, else fp32"
@@ -348,36 +456,55 @@ FILTER_NAMES = (
 
 
 class SieveSettings(Contract):
-    """Passage sieve and competing false-negative filters (docs/sieve.md)."""
+    """Passage sieve (Algorithm 1) and the competing false-negative filters, on the same candidates:
+    results/{dataset}/negatives/, results/{dataset}/sieve/ (docs/sieve.md)."""
 
     source: str = Field(
         "bm25",
         pattern=r"^[A-Za-z0-9_.-]+$",
-        description="negatives file results/{dataset}/negatives/<source>.parquet",
+        description="negatives file results/{dataset}/negatives/<source>.parquet (its non-excluded rows)",
     )
     scorer: Literal["ccr", "dpr"] = Field(
-        "ccr",
+        "dpr",
         description="model scoring the sieve (the sieve filter, dpr_sieve, AR2's initial sieve): ccr = "
-        "models/dpr_ccr_b<ccr.beta> (the paper); dpr = models/dpr, no CCR (dpr_sieve is then dpr_sieve_no_ccr)",
+        "models/dpr_ccr_b<ccr.beta> (the paper; recipes.paper); dpr = models/dpr, no CCR (dpr_sieve is then "
+        "dpr_sieve_no_ccr). dpr: at 30% false negatives it finds more of them than any CCR model (3 seeds), "
+        "and its dpr_sieve gains 0.103 [0.088, 0.118] hit_all@1 over dpr_none",
     )
-    candidates: int = Field(30, ge=1, description="hard negatives per query judged by the sieve")
-    pool: int = Field(100, ge=1, description="candidates are sampled from the top <pool> ranks")
-    max_queries: Optional[int] = Field(None, ge=1, description="seeded sample of train queries; null = all")
-    strict: bool = Field(False, description="keep iff loss > threshold (released code) instead of >=")
-    fallback: Literal["random_one", "none"] = "random_one"
+    candidates: int = Field(
+        30, ge=1, description="hard negatives per query judged by the sieve (released code: 30)"
+    )
+    pool: int = Field(
+        100, ge=1, description="candidates are sampled per query (seeded) from the top <pool> ranks"
+    )
+    max_queries: Optional[int] = Field(
+        None,
+        ge=1,
+        description="seeded sample of train queries; null = all (the cross-encoder filter scores every "
+        "candidate pair: ~45 pairs/s on 2 CPU cores)",
+    )
+    strict: bool = Field(False, description="keep iff loss > threshold (released code) instead of >= (paper)")
+    fallback: Literal["random_one", "none"] = Field(
+        "random_one",
+        description="nothing survives: random_one keeps one random candidate (released code), none keeps none",
+    )
     temperature: Optional[float] = Field(
-        None, gt=0, description="tau of the sieve's loss; null = the model's"
+        None,
+        gt=0,
+        description="tau of the reported losses; null = the model's. Decisions do not depend on tau",
     )
     betas: Unique(Annotated[float, Field(ge=0)]) = Field(
-        [0, 0.05, 0.1, 0.5],
-        description="β sweep: CCR models, sieve_b<β> filters, Figure 1, and the methods dpr_ccr_b<β>, dpr_sieve_b<β>",
+        [0, 0.5, 1, 3, 6],
+        description="β sweep (effective, relative to NCE): CCR models dpr_ccr_b<β>, sieve_b<β> filters, "
+        "Figure 1, and the methods dpr_ccr_b<β>, dpr_sieve_b<β>; from the paper's 0.5 to the authors' 6",
     )
-    in_batch: int = Field(30, ge=0)
-    figure_queries: Optional[int] = Field(2000, ge=1)
-    batch_size: int = Field(64, ge=1)
+    in_batch: int = Field(30, ge=0, description="in-batch negatives per query in Figure 1's softmax")
+    figure_queries: Optional[int] = Field(2000, ge=1, description="queries sampled for Figure 1 (null = all)")
+    batch_size: int = Field(64, ge=1, description="encoding batch size")
     injection: InjectionSettings = InjectionSettings()
     filters: Unique(Literal[FILTER_NAMES]) = Field(
-        ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"]
+        ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"],
+        description="the filters compared on the sieve's candidates (sieve/comparison.md)",
     )
     rank_window: RankWindowSettings = RankWindowSettings()
     positive_aware: PositiveAwareSettings = PositiveAwareSettings()
@@ -385,56 +512,100 @@ class SieveSettings(Contract):
 
 
 class SimansSettings(Contract):
-    a: float = Field(0.5, ge=0)
-    b: float = 0.0
-    form: Literal["square", "abs"] = "square"
+    """SimANS sampling of the simans* variants: w ∝ exp(-a·(s_i - s_+ - b)^2) (form abs: exp(-a·|…|)),
+    s = the retriever's logits."""
+
+    a: float = Field(0.5, ge=0, description="sharpness")
+    b: float = Field(
+        0.0, description="offset from the positive's score (NQ as the released code runs it: -1)"
+    )
+    form: Literal["square", "abs"] = Field("square", description="square or abs of the offset score")
 
 
 class Ar2RankerSettings(Contract):
-    base: str = Field("minilm", min_length=1)
-    max_len: int = Field(128, ge=8)
+    """AR2's cross-encoder ranker: base encoder, [CLS] -> Linear -> 1 logit."""
+
+    base: str = Field("minilm", min_length=1, description="HF encoder name or folder")
+    max_len: int = Field(128, ge=8, description="tokens of a query-passage pair")
 
 
 class Ar2ListwiseSettings(Contract):
     """The ranker AR2 starts from with ``ranker_init: listwise`` (pipeline.ar2.train_ranker): AR2's
     ranker loss on the DPR start's own train candidates, before round 1."""
 
-    steps: int = Field(400, ge=1)
-    lr: float = Field(3e-5, gt=0)
+    steps: int = Field(400, ge=1, description="training steps")
+    lr: float = Field(3e-5, gt=0, description="peak learning rate (AdamW)")
     batch_size: int = Field(8, ge=1, description="queries per step")
     negatives: int = Field(7, ge=1, description="sampled negatives per query: 1 + k candidates")
-    warmup_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_ratio: float = Field(0.1, ge=0, le=1, description="linear warm-up share, then linear decay")
     rerank_depth: int = Field(30, ge=2, description="dev: the retriever's top n, reranked and scored")
 
 
 class Ar2Settings(Contract):
-    """AR2 rounds and the ar2* methods (docs/ar2.md)."""
+    """AR2 (adversarial retriever-ranker) on the mined negatives, with and without the passage sieve, in
+    rounds results/{dataset}/ar2/{variant}/round{r}/ (round 0 = the DPR start); methods ar2, ar2_sieve,
+    ar2_simans, ar2_simans_sieve. Demo-sized step counts; the paper's: recipes.paper (docs/ar2.md)."""
 
-    rounds: int = Field(2, ge=1)
-    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
-        None, description="null = the training seeds"
+    rounds: int = Field(
+        2,
+        ge=1,
+        description="training rounds after round 0; each mines, (sieves), trains and re-encodes the corpus",
     )
-    top_k: int = Field(30, ge=1)
-    exclude_answer_match: bool = False
-    negatives: int = Field(3, ge=1)
-    batch_size: int = Field(4, ge=1)
-    ranker_warmup_steps: int = Field(8, ge=0)
-    ranker_warmup_lr: Optional[float] = Field(None, gt=0)
-    ranker_steps: int = Field(4, ge=0)
-    retriever_steps: int = Field(8, ge=0)
-    retriever_lr: float = Field(1e-5, gt=0)
-    ranker_lr: float = Field(3e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_ratio: float = Field(0.1, ge=0, le=1)
-    max_grad_norm: float = Field(2.0, ge=0)
-    adv_lambda: float = Field(0.0, ge=0, le=1)
-    distill_temperature: float = Field(1.0, gt=0)
+    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
+        None,
+        description="AR2 runs, one per seed; null = the top-level `seeds`. Adding a seed runs only the new one",
+    )
+    top_k: int = Field(
+        30,
+        ge=1,
+        description="retrieved per train query by the previous round's retriever (AR2: 100; MS MARCO 200)",
+    )
+    exclude_answer_match: bool = Field(
+        False, description="true (NQ/TQ recipe): candidates containing an answer are not negatives"
+    )
+    negatives: int = Field(
+        3, ge=1, description="k sampled negatives per query per step: 1 + k candidates (AR2: 15)"
+    )
+    batch_size: int = Field(4, ge=1, description="queries per step")
+    ranker_warmup_steps: int = Field(
+        8,
+        ge=0,
+        description="extra ranker steps at the start of round 1 (the ranker starts from the base model)",
+    )
+    ranker_warmup_lr: Optional[float] = Field(
+        None, gt=0, description="own optimizer and schedule for the warm-up; null = ranker_lr"
+    )
+    ranker_steps: int = Field(
+        4, ge=0, description="ranker steps per round, first (AR2: ~500 of each 2000-step block)"
+    )
+    retriever_steps: int = Field(
+        8, ge=0, description="retriever steps per round, after the ranker's (AR2: ~1500)"
+    )
+    retriever_lr: float = Field(1e-5, gt=0, description="the retriever's peak learning rate")
+    ranker_lr: float = Field(3e-5, gt=0, description="the ranker's peak learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    warmup_ratio: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="linear warm-up/decay over all rounds' steps (optimizer and scheduler carried across rounds)",
+    )
+    max_grad_norm: float = Field(2.0, ge=0, description="gradient clipping norm; 0 = no clipping")
+    adv_lambda: float = Field(
+        0.0, ge=0, le=1, description="λ in λ·adv + (1-λ)·distill: 0.5 AR2's recipe, 0 the sieve paper's runs"
+    )
+    distill_temperature: float = Field(
+        1.0,
+        gt=0,
+        description="the ranker's logits are divided by it before its softmax (distillation target)",
+    )
     simans: SimansSettings = SimansSettings()
     ranker: Ar2RankerSettings = Ar2RankerSettings()
     ranker_init: Literal["base", "cross_encoder", "listwise"] = Field(
         "base",
-        description="round 1's ranker: the base encoder with a new head, models/cross_encoder, or the ranker "
-        "trained listwise on the DPR start's candidates (ar2/ranker/seed<s>/, ar2.listwise)",
+        description="round 1's ranker: base (ar2.ranker.base with a new head), cross_encoder "
+        "(models/cross_encoder, trained once with sieve.cross_encoder and shared by every variant and seed), "
+        "or listwise (trained on the DPR start's candidates: ar2/ranker/seed<s>/, ar2.listwise)",
     )
     listwise: Ar2ListwiseSettings = Ar2ListwiseSettings()
     ranker_prior: Literal["none", "retriever"] = Field(
@@ -442,23 +613,37 @@ class Ar2Settings(Contract):
         description="D's logit: the cross-encoder's (none, AR2) or the cross-encoder's plus the logit of the "
         "retriever that mined the candidates (retriever: D starts as that retriever, head at zero)",
     )
-    similarity: Optional[Literal["cosine", "dot"]] = None
-    temperature: Optional[float] = Field(None, gt=0)
-    passage_max_len: Optional[int] = Field(None, ge=8)
+    similarity: Optional[Literal["cosine", "dot"]] = Field(
+        None, description="G's score: null = the DPR retriever's | dot (AR2: dot product, no tau) | cosine"
+    )
+    temperature: Optional[float] = Field(None, gt=0, description="tau for cosine: null = the DPR retriever's")
+    passage_max_len: Optional[int] = Field(
+        None,
+        ge=8,
+        description="null = the DPR retriever's; an override applies to AR2's encoding and training",
+    )
     sieve_init: Literal["initial", "warm", "current"] = Field(
         "initial",
         description="sieve variants' scorer: initial = the CCR model models/dpr_ccr_b<β>, trained once; warm = "
         "CCR retrained each round from the warm-up DPR on that round's candidates (the authors' scripts); "
         "current = CCR retrained each round from round r-1's retriever",
     )
-    select_metric: str = Field("R@5", min_length=1)
-    checkpoint_every: int = Field(25, ge=0)
-    keep_checkpoints: bool = False
-    precision: Precision = "bf16"
-    encode_batch_size: int = Field(64, ge=1)
-    threads: int = Field(1, ge=1)
-    mem_mb: int = Field(6000, ge=1)
-    gpus: int = Field(0, ge=0)
+    select_metric: str = Field(
+        "R@5", min_length=1, description="dev metric that picks the reported round (MS MARCO: MRR@10)"
+    )
+    checkpoint_every: int = Field(
+        25, ge=0, description="steps; a crashed round resumes from its last checkpoint"
+    )
+    keep_checkpoints: bool = Field(
+        False, description="false: round r's optimizer state is deleted once round r+1 has trained"
+    )
+    precision: Precision = Field("bf16", description="as dpr.precision")
+    encode_batch_size: int = Field(
+        64, ge=1, description="a round's corpus encoding (encode.shards parallel jobs, at ar2.precision)"
+    )
+    threads: int = Field(1, ge=1, description="per AR2 job: two variants then run side by side on 2 cores")
+    mem_mb: int = Field(6000, ge=1, description="memory the job reserves (MB)")
+    gpus: int = Field(0, ge=0, description="GPUs the job reserves")
 
 
 # What each AR2 rule reads of config ar2 (workflow/rules/ar2.smk records exactly these as its params, so
@@ -894,6 +1079,12 @@ def describe_errors(
     return list(dict.fromkeys(lines))
 
 
+def default(cls: type[Contract], name: str) -> Any:
+    """The default of setting ``name`` of ``cls``: what a stage's flag defaults to when it is run by
+    hand, so that it computes what the workflow's job computes."""
+    return copy.deepcopy(cls.model_fields[name].default)
+
+
 # ---- CLI flags from fields: the parser (a stage) and the command line (rules) share one spelling --
 
 
@@ -958,6 +1149,7 @@ def add_flags(
             continue
         kind, choices, optional = _flag_type(cls, name)
         default = None if override else field.default
+        described = (field.description or "").replace("%", "%%")  # argparse formats help with %
         flag, dest = flag_name(_dest(name, prefix)), _dest(name, prefix)
         if kind is bool:
             group.add_argument(
@@ -965,7 +1157,7 @@ def add_flags(
                 dest=dest,
                 action=argparse.BooleanOptionalAction,
                 default=default,
-                help=field.description,
+                help=described or None,
             )
         else:
             shown = "" if override else f" (default: {default})"
@@ -975,7 +1167,7 @@ def add_flags(
                 type=_or_none(kind) if optional else kind,
                 default=default,
                 choices=choices,
-                help=f"{field.description or ''}{shown}".lstrip() or None,
+                help=f"{described}{shown}".lstrip() or None,
             )
 
 

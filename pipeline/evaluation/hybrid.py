@@ -24,6 +24,7 @@ import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import RUN_SCHEMA
+from pipeline.core.settings import EvalSettings, HybridSettings, default
 from pipeline.core.storage import DataError, write_json, write_table
 from pipeline.data.answers import MATCH_MODES, AnswerMatcher
 from pipeline.evaluation.evaluate import (
@@ -172,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         cmd.add_argument("--sparse", required=True, help="BM25 run of the evaluated split")
         cmd.add_argument("--dense", required=True, help="dense run of the evaluated split")
-        cmd.add_argument("--depth", type=int, default=100, help="passages per query in the fused run")
+        cmd.add_argument(
+            "--depth",
+            type=int,
+            default=default(EvalSettings, "depth"),
+            help="passages per query in the fused run",
+        )
         cmd.add_argument("--out", required=True, help="fused run Parquet")
         cmd.add_argument("--log")
     rrf = sub.choices["rrf"]
@@ -181,16 +187,24 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--dev-sparse", "--dev-dense", "--dev-queries", "--dev-qrels", "--corpus", "--choice-out"):
         weighted.add_argument(flag, required=True)
     weighted.add_argument("--dev-qrels-all", help="synthetic data: qrels_all of dev (metrics hit_all@k)")
-    weighted.add_argument("--metric", default="R@5", help="dev metric that picks w (R@k, hit@k, MRR@10, ...)")
+    weighted.add_argument(
+        "--metric",
+        default=default(HybridSettings, "select_metric"),
+        help="dev metric that picks w (R@k, hit@k, MRR@10, ...)",
+    )
     weighted.add_argument(
         "--grid",
         type=float,
         nargs="+",
-        default=[i / 10 for i in range(11)],
+        default=default(HybridSettings, "weights"),
         help="candidate dense weights in [0, 1] (default 0, 0.1, ..., 1)",
     )
-    weighted.add_argument("--match", choices=MATCH_MODES, default="string")
-    weighted.add_argument("--select-split", default="dev", help="name of the split w is chosen on (recorded)")
+    weighted.add_argument("--match", choices=MATCH_MODES, default=default(EvalSettings, "match"))
+    weighted.add_argument(
+        "--select-split",
+        default=default(HybridSettings, "select_split"),
+        help="name of the split w is chosen on (recorded)",
+    )
     args = parser.parse_args(argv)
     start_stage(args.log)
     if args.command == "rrf":

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.settings import SweepSettings, default
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference
 
@@ -313,9 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = stage_parser("pipeline.evaluation.sweep", __doc__)
     parser.add_argument("--dataset", nargs="+", required=True, metavar="NAME=METRICS:MANIFEST")
     parser.add_argument("--methods", nargs="+", required=True)
-    parser.add_argument("--baseline", default="dpr")
-    parser.add_argument("--oracle", default="dpr_oracle")
-    parser.add_argument("--metric", default="R@5")
+    parser.add_argument("--baseline", default=default(SweepSettings, "baseline"))
+    parser.add_argument("--oracle", default=default(SweepSettings, "oracle"))
+    parser.add_argument("--metric", default=default(SweepSettings, "metric"))
     parser.add_argument(
         "--pairs",
         nargs="+",

@@ -25,6 +25,7 @@ from rich.progress import Progress
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
+from pipeline.core.settings import Bm25Settings, EvalSettings, default
 from pipeline.core.storage import (
     DataError,
     open_parquet,
@@ -260,23 +261,29 @@ def main(argv: list[str] | None = None) -> int:
     p_index = sub.add_parser("index", help="build the BM25 index of a corpus")
     p_index.add_argument("--corpus", required=True)
     p_index.add_argument("--out-dir", required=True)
-    p_index.add_argument("--k1", type=float, default=0.9)
-    p_index.add_argument("--b", type=float, default=0.4)
-    p_index.add_argument("--stemmer", default="english", help="PyStemmer language; 'none' to disable")
-    p_index.add_argument("--stopwords", default="en", help="bm25s stopword list; 'none' to disable")
+    p_index.add_argument("--k1", type=float, default=default(Bm25Settings, "k1"))
+    p_index.add_argument("--b", type=float, default=default(Bm25Settings, "b"))
+    p_index.add_argument(
+        "--stemmer", default=default(Bm25Settings, "stemmer"), help="PyStemmer language; 'none' to disable"
+    )
+    p_index.add_argument(
+        "--stopwords",
+        default=default(Bm25Settings, "stopwords"),
+        help="bm25s stopword list; 'none' to disable",
+    )
     p_ret = sub.add_parser("retrieve", help="write a run Parquet for a split's queries")
     p_ret.add_argument("--index-dir", required=True)
     p_ret.add_argument("--queries", required=True)
-    p_ret.add_argument("--depth", type=int, default=100)
+    p_ret.add_argument("--depth", type=int, default=default(EvalSettings, "depth"))
     p_ret.add_argument("--out", required=True)
     p_mine = sub.add_parser("mine", help="mine hard negatives for training queries")
     p_mine.add_argument("--index-dir", required=True)
     p_mine.add_argument("--queries", required=True)
     p_mine.add_argument("--qrels", required=True)
     p_mine.add_argument("--corpus", required=True)
-    p_mine.add_argument("--negatives", type=int, default=100)
+    p_mine.add_argument("--negatives", type=int, default=default(Bm25Settings, "negatives"))
     p_mine.add_argument("--exclude-answer-match", action="store_true")
-    p_mine.add_argument("--match", choices=["string", "regex"], default="string")
+    p_mine.add_argument("--match", choices=["string", "regex"], default=default(EvalSettings, "match"))
     p_mine.add_argument("--out", required=True)
     for p in (p_index, p_ret, p_mine):
         p.add_argument("--log", default=None)

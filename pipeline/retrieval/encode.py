@@ -45,7 +45,7 @@ from rich.text import Text
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, encoding_dtype, precision_name
-from pipeline.core.settings import EncodeSettings
+from pipeline.core.settings import EncodeSettings, default
 from pipeline.core.storage import DataError, open_parquet
 from pipeline.retrieval import embeddings as emb_io
 
@@ -418,11 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", required=True, help="retriever folder (Retriever.load)")
         p.add_argument("--out-dir", required=True, help="embedding folder")
-        p.add_argument("--batch-size", type=int, default=64)
+        p.add_argument("--batch-size", type=int, default=default(EncodeSettings, "batch_size"))
         p.add_argument(
             "--sort-buffer",
             type=int,
-            default=20_000,
+            default=default(EncodeSettings, "sort_buffer"),
             help="rows read ahead and length-sorted (bounds memory)",
         )
         p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")

@@ -24,7 +24,9 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-RRF_K = 60  # the constant of the RRF paper, used by Elasticsearch, Vespa, OpenSearch
+from pipeline.core.settings import HybridSettings, default
+
+RRF_K: int = default(HybridSettings, "rrf_k")  # 60, the RRF paper's (Elasticsearch, Vespa, OpenSearch)
 
 
 def rank_fused(scores: pd.DataFrame, depth: int, tie_breaks: Sequence[str] = ()) -> pd.DataFrame:

@@ -40,6 +40,7 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import PASSAGE_IDS_SCHEMA
+from pipeline.core.settings import Config, IndexSettings, default
 from pipeline.core.storage import (
     DataError,
     atomic_path,
@@ -273,10 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.retrieval.index", __doc__.split("\n")[0])
     parser.add_argument("--embeddings", required=True, help="gathered embedding folder")
     parser.add_argument("--out-dir", required=True, help="index folder")
-    parser.add_argument("--factory", default="Flat", help="FAISS index_factory string")
-    parser.add_argument("--shards", type=int, default=1, help="index parts (<= embedding shards)")
-    parser.add_argument("--train-size", type=int, default=100_000, help="vectors to train IVF/PQ")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--factory", default=default(IndexSettings, "factory"), help="FAISS index_factory string"
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=default(IndexSettings, "shards"),
+        help="index parts (<= embedding shards)",
+    )
+    parser.add_argument(
+        "--train-size", type=int, default=default(IndexSettings, "train_size"), help="vectors to train IVF/PQ"
+    )
+    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
     parser.add_argument("--add-chunk", type=int, default=65_536, help="vectors added per call")
     parser.add_argument("--no-gpu", action="store_true", help="never use FAISS GPUs")
     parser.add_argument("--threads", type=int, help="OpenMP threads for FAISS")

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.settings import Bm25Settings, EvalSettings, default
 from pipeline.core.storage import DataError, open_parquet, read_table, write_json, write_table
 from pipeline.data.answers import MATCH_MODES, AnswerMatcher
 
@@ -186,9 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag in ("--run", "--queries", "--qrels", "--corpus", "--out"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--source", required=True, help="the miner's name, written in the `source` column")
-    parser.add_argument("--negatives", type=int, default=100, help="usable negatives per query")
+    parser.add_argument(
+        "--negatives", type=int, default=default(Bm25Settings, "negatives"), help="usable negatives per query"
+    )
     parser.add_argument("--exclude-answer-match", action="store_true")
-    parser.add_argument("--match", choices=MATCH_MODES, default="string")
+    parser.add_argument("--match", choices=MATCH_MODES, default=default(EvalSettings, "match"))
     parser.add_argument("--stats-out", help="also write the counts as JSON")
     parser.add_argument("--log")
     args = parser.parse_args(argv)

@@ -35,6 +35,7 @@ import torch
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import RUN_SCHEMA
+from pipeline.core.settings import EvalSettings, SearchSettings, default
 from pipeline.core.storage import DataError, write_table
 from pipeline.retrieval.embeddings import EmbeddingSet, read_ids
 from pipeline.retrieval.encode import (
@@ -307,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="retriever folder (Retriever.load)")
     parser.add_argument("--queries", required=True, help="queries.{split}.parquet")
     parser.add_argument("--out", required=True, help="run Parquet to write")
-    parser.add_argument("--depth", type=int, default=100, help="passages per query")
+    parser.add_argument(
+        "--depth", type=int, default=default(EvalSettings, "depth"), help="passages per query"
+    )
     parser.add_argument(
         "--mining-negatives",
         type=int,
@@ -317,13 +320,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mining-qrels", help="mining: the train qrels whose positives are skipped")
     parser.add_argument("--mining-exclude-answer-match", action="store_true")
-    parser.add_argument("--backend", choices=("faiss", "torch"), default="faiss")
+    parser.add_argument("--backend", choices=("faiss", "torch"), default=default(SearchSettings, "backend"))
     parser.add_argument("--index", help="index folder (faiss backend)")
     parser.add_argument("--embeddings", help="gathered embedding folder (torch backend)")
-    parser.add_argument("--batch-size", type=int, default=128, help="queries per forward pass")
-    parser.add_argument("--nprobe", type=int, default=32, help="IVF cells probed (faiss)")
-    parser.add_argument("--ef-search", type=int, default=128, help="HNSW efSearch (faiss)")
-    parser.add_argument("--chunk-rows", type=int, default=65_536, help="passages per chunk (torch)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=default(SearchSettings, "batch_size"),
+        help="queries per forward pass",
+    )
+    parser.add_argument(
+        "--nprobe", type=int, default=default(SearchSettings, "nprobe"), help="IVF cells probed (faiss)"
+    )
+    parser.add_argument(
+        "--ef-search", type=int, default=default(SearchSettings, "ef_search"), help="HNSW efSearch (faiss)"
+    )
+    parser.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=default(SearchSettings, "chunk_rows"),
+        help="passages per chunk (torch)",
+    )
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--no-gpu", action="store_true", help="never use FAISS GPUs")
     parser.add_argument(

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.settings import EvalSettings, InjectionSettings, SieveSettings, add_flags
+from pipeline.core.settings import Config, EvalSettings, InjectionSettings, SieveSettings, add_flags, default
 from pipeline.core.storage import DataError, write_table
 from pipeline.data.answers import AnswerMatcher
 from pipeline.sieve.data import iter_corpus, load_passages, read_negatives, read_positives, read_queries
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     add_flags(settings, SieveSettings, names=("candidates", "pool", "max_queries"))
     add_flags(settings, InjectionSettings, prefix="injection")
     add_flags(settings, EvalSettings, names=("match",))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
     parser.add_argument(
         "--suspect-same-article",
         action="store_true",

@@ -33,8 +33,10 @@ from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.seeding import item_rng, seed_everything
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
+    Config,
     CrossEncoderFilterSettings,
     add_flags,
+    default,
     from_dict,
     pick,
 )
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         CrossEncoderFilterSettings,
         names=CROSS_ENCODER_TRAINING,
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--recipe", help="the config recipe in force (recorded in train_info.json)")
     parser.add_argument("--log", default=None)

@@ -39,11 +39,13 @@ from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEM
 from pipeline.core.settings import (
     FILTER_NAMES,
     SIEVE_DECISION_KEYS,
+    Config,
     CrossEncoderFilterSettings,
     PositiveAwareSettings,
     RankWindowSettings,
     SieveSettings,
     add_flags,
+    default,
 )
 from pipeline.core.storage import DataError, write_table
 from pipeline.sieve.passage_sieve import (
@@ -317,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         SieveSettings,
         names=SIEVE_DECISION_KEYS,
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument(
         "--train-out", default=None, help="kept negatives in the bm25.parquet layout (DPR training input)"

@@ -28,7 +28,7 @@ from rich.text import Text
 from pipeline.core.cli import run_main
 from pipeline.core.methods import BETA_RE
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA, QUERIES_SCHEMA, SIEVE_SCHEMA
-from pipeline.core.settings import FILTER_NAMES
+from pipeline.core.settings import FILTER_NAMES, Config, default
 from pipeline.core.storage import DataError, read_table
 from pipeline.sieve.data import load_passages
 
@@ -375,7 +375,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     pick = show.add_mutually_exclusive_group()
     pick.add_argument("--qid", default=None)
     pick.add_argument("--sample", type=int, default=None, help="show N random queries")
-    show.add_argument("--seed", type=int, default=0)
+    show.add_argument("--seed", type=int, default=default(Config, "seed"))
     show.add_argument("--kept", action="store_true", help="only kept candidates")
     show.add_argument("--dropped", action="store_true", help="only dropped candidates")
     show.add_argument("--false-negatives", action="store_true", help="only known/suspected false negatives")

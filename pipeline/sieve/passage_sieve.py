@@ -32,7 +32,7 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.settings import SIEVE_DECISION_KEYS, SieveSettings, add_flags
+from pipeline.core.settings import SIEVE_DECISION_KEYS, Config, SieveSettings, add_flags, default
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         SieveSettings,
         names=("in_batch", "figure_queries", *SIEVE_DECISION_KEYS),
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)

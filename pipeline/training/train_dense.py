@@ -10,9 +10,13 @@ Examples::
         --qrels resources/squad/qrels.train.parquet --negatives results/squad/negatives/bm25.parquet \\
         --corpus resources/squad/corpus.parquet --out results/squad/models/dpr --lr 2e-5 --max-steps 60
 
-    # CCR: continue from DPR with l(p+) - beta * mean l(p), cosine similarity
-    python -m pipeline.training.train_dense --init results/squad/models/dpr ... --beta 0.5 --hard-negatives 5 \\
-        --no-in-batch --similarity cosine --temperature 1 --out results/squad/models/dpr_ccr_b0.5
+    # CCR: continue from DPR with l(p+) - beta * mean l(p), cosine similarity; --section ccr takes
+    # config section ccr's defaults (lr 1e-5, 20 steps, k 5, no in-batch negatives, beta 6), as the
+    # workflow's train_ccr job does, so only what differs is given
+    python -m pipeline.training.train_dense --section ccr --init results/squad/models/dpr ... --beta 0.5 \\
+        --similarity cosine --temperature 1 --out results/squad/models/dpr_ccr_b0.5
+
+Without --section the training flags default to config section dpr's settings (NCE).
 
 Under ``torchrun --nproc_per_node=N -m pipeline.training.train_dense -- ARGS`` it trains with DDP (the ``--``
 stops torchrun from reading our flags as abbreviations of its own, e.g. ``--log`` as ``--log-dir``). Checkpoints go to
@@ -36,7 +40,18 @@ from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.fingerprint import file_id
 from pipeline.core.seeding import seed_everything
-from pipeline.core.settings import RETRIEVER_KEYS, ModelSettings, Objective, TrainSettings, add_flags, pick
+from pipeline.core.settings import (
+    RETRIEVER_KEYS,
+    CcrSettings,
+    Config,
+    DprSettings,
+    ModelSettings,
+    Objective,
+    TrainSettings,
+    add_flags,
+    default,
+    pick,
+)
 from pipeline.core.storage import DataError, atomic_path, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
@@ -47,15 +62,30 @@ RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipelin
 log = logging.getLogger("sieve.train_dense")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The config section a run trains as: its contract gives the training flags their defaults.
+SECTIONS = {"dpr": DprSettings, "ccr": CcrSettings}
+
+
+def build_parser(section: str = "dpr") -> argparse.ArgumentParser:
+    contract = SECTIONS[section]
     ap = stage_parser("pipeline.training.train_dense", __doc__)
+    ap.add_argument(
+        "--section",
+        choices=sorted(SECTIONS),
+        default=section,
+        help="the config section whose defaults the training flags take (default dpr)",
+    )
     ap.add_argument("--out", required=True, help="retriever folder to write")
     ap.add_argument(
         "--init-only",
         action="store_true",
         help="save --base as a retriever folder without training (zero-shot, dpr.skip)",
     )
-    ap.add_argument("--base", default="minilm", help="HF encoder for --init-only ('minilm' = offline)")
+    ap.add_argument(
+        "--base",
+        default=default(ModelSettings, "base"),
+        help="HF encoder for --init-only ('minilm' = offline)",
+    )
     ap.add_argument("--init", help="start training from this retriever folder or HF encoder")
     ap.add_argument("--queries", help="queries.train.parquet")
     ap.add_argument("--qrels", help="qrels.train.parquet")
@@ -72,9 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # One flag per field of the dpr/ccr contract (pipeline.core.settings); the rules spell the same
     # fields with settings.to_flags, so a setting has one name and one default everywhere.
-    add_flags(ap.add_argument_group("training (config sections dpr and ccr)"), TrainSettings)
-    add_flags(ap.add_argument_group("objective: NCE (beta 0) or CCR"), Objective)
-    ap.add_argument("--seed", type=int, default=0)
+    add_flags(
+        ap.add_argument_group(f"training (config section {section})"),
+        contract,
+        names=list(TrainSettings.model_fields),
+    )
+    # DPR trains with NCE (Objective's beta 0) unless dpr.rcl's flags are given; CCR with ccr's beta.
+    objective = contract if section == "ccr" else Objective
+    add_flags(
+        ap.add_argument_group("objective: NCE (beta 0) or CCR"), objective, names=list(Objective.model_fields)
+    )
+    ap.add_argument("--seed", type=int, default=default(Config, "seed"))
     ap.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda"],
@@ -84,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, help="torch CPU threads")
     ap.add_argument("--recipe", help="the config recipe in force: written to <out>/recipe.json")
     ap.add_argument("--log", help="log file")
+    return ap
+
+
+def _section_parser() -> argparse.ArgumentParser:
+    # Read first, alone: the section decides the defaults of the parser that reads the rest.
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--section", choices=sorted(SECTIONS), default="dpr")
     return ap
 
 
@@ -127,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         # `torchrun ... -m pipeline.training.train_dense -- ARGS`: the separator keeps torchrun's own parser
         # (which accepts abbreviations: --log would be read as its --log-dir) off our flags.
         argv = argv[1:]
-    args = build_parser().parse_args(argv)
+    section, _ = _section_parser().parse_known_args(argv)
+    args = build_parser(section.section).parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible to torch")
     dist_info = init_from_env(prefer_cuda=args.device != "cpu")
@@ -142,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--{n}" for n in ("init", "queries", "qrels", "negatives", "corpus") if getattr(args, n) is None
         ]
         if missing:
-            build_parser().error(f"training needs {', '.join(missing)} (or use --init-only)")
+            build_parser(args.section).error(f"training needs {', '.join(missing)} (or use --init-only)")
         return _train(args, dist_info)
     finally:
         shutdown()

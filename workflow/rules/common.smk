@@ -201,7 +201,7 @@ def faiss_gpu_flag(wildcards, resources):
 # this folder). Rules that can hold GPUs take job_env, which picks the CUDA build exactly when the job
 # holds GPUs (their `device` param): a cluster chooses it where it gives a rule GPUs, in the profile's
 # set-resources, and the CPU build stays everywhere else.
-CONDA_ENVS = {"cpu": "../envs/sieve-cpu.yaml", "cuda": "../envs/sieve-cuda.yaml"}
+CONDA_ENVS = {"cpu": "../../envs/sieve-cpu.yaml", "cuda": "../../envs/sieve-cuda.yaml"}
 CPU_ENV = CONDA_ENVS["cpu"]
 
 

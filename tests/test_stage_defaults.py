@@ -1,0 +1,165 @@
+"""A stage run by hand computes with the workflow's settings: every flag that stands for a config setting
+defaults to that setting's contract default (pipeline.core.settings), the one place it is declared."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+from pipeline.core.settings import (
+    Ar2Settings,
+    Bm25Settings,
+    CcrSettings,
+    Config,
+    DprSettings,
+    EncodeSettings,
+    EvalSettings,
+    HybridSettings,
+    IndexSettings,
+    ModelSettings,
+    Objective,
+    SearchSettings,
+    SweepSettings,
+    TrainSettings,
+    default,
+)
+
+SEED = (Config, "seed")
+MATCH = (EvalSettings, "match")
+DEPTH = (EvalSettings, "depth")
+
+# module -> {(subcommand or None, flag dest): (contract, field)}
+STAGE_FLAGS = {
+    "pipeline.retrieval.bm25": {
+        ("index", "k1"): (Bm25Settings, "k1"),
+        ("index", "b"): (Bm25Settings, "b"),
+        ("index", "stemmer"): (Bm25Settings, "stemmer"),
+        ("index", "stopwords"): (Bm25Settings, "stopwords"),
+        ("retrieve", "depth"): DEPTH,
+        ("mine", "negatives"): (Bm25Settings, "negatives"),
+        ("mine", "match"): MATCH,
+    },
+    "pipeline.retrieval.search": {
+        (None, "depth"): DEPTH,
+        **{
+            (None, name): (SearchSettings, name)
+            for name in ("backend", "batch_size", "nprobe", "ef_search", "chunk_rows")
+        },
+    },
+    "pipeline.retrieval.encode": {
+        (command, name): (EncodeSettings, name)
+        for command in ("corpus", "queries")
+        for name in ("batch_size", "sort_buffer")
+    },
+    "pipeline.retrieval.index": {
+        **{(None, name): (IndexSettings, name) for name in ("factory", "shards", "train_size")},
+        (None, "seed"): SEED,
+    },
+    "pipeline.retrieval.mining": {(None, "negatives"): (Bm25Settings, "negatives"), (None, "match"): MATCH},
+    "pipeline.evaluation.hybrid": {
+        ("rrf", "k"): (HybridSettings, "rrf_k"),
+        ("rrf", "depth"): DEPTH,
+        ("weighted", "depth"): DEPTH,
+        ("weighted", "metric"): (HybridSettings, "select_metric"),
+        ("weighted", "grid"): (HybridSettings, "weights"),
+        ("weighted", "match"): MATCH,
+        ("weighted", "select_split"): (HybridSettings, "select_split"),
+    },
+    "pipeline.evaluation.sweep": {
+        (None, name): (SweepSettings, name) for name in ("baseline", "oracle", "metric")
+    },
+    "pipeline.ar2.mine": {(None, "match"): MATCH},
+    "pipeline.ar2.sieving": {(None, "match"): MATCH},
+    "pipeline.ar2.train_ranker": {
+        (None, "ks"): (EvalSettings, "ks"),
+        (None, "match"): MATCH,
+        (None, "compare_metric"): (Ar2Settings, "select_metric"),
+    },
+    "pipeline.ar2.selection": {("search", "depth"): DEPTH},
+    "pipeline.sieve.passage_sieve": {(None, "seed"): SEED},
+    "pipeline.sieve.filters": {(None, "seed"): SEED},
+    "pipeline.sieve.candidates": {(None, "seed"): SEED},
+    "pipeline.sieve.cross_encoder": {(None, "seed"): SEED},
+}
+
+
+def built_parser(module_name: str, monkeypatch) -> argparse.ArgumentParser:
+    """The parser a stage's main() builds (caught at --help, before anything runs)."""
+    module = importlib.import_module(module_name)
+    built = []
+    original = module.stage_parser
+
+    def recording(*args, **kwargs):
+        built.append(original(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(module, "stage_parser", recording)
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    return built[0]
+
+
+def flag_defaults(parser: argparse.ArgumentParser) -> dict:
+    """(subcommand or None, dest) -> default, over the parser and its subcommands."""
+    out = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command, sub in action.choices.items():
+                out.update({(command, dest): value for (_, dest), value in flag_defaults(sub).items()})
+        else:
+            out[(None, action.dest)] = action.default
+    return out
+
+
+@pytest.mark.parametrize("module_name", sorted(STAGE_FLAGS))
+def test_a_stage_run_by_hand_defaults_to_the_contracts(module_name, monkeypatch, capsys):
+    defaults = flag_defaults(built_parser(module_name, monkeypatch))
+    capsys.readouterr()
+    wrong = {
+        key: (defaults.get(key, "no such flag"), default(*setting))
+        for key, setting in STAGE_FLAGS[module_name].items()
+        if defaults.get(key, "no such flag") != default(*setting)
+    }
+    assert not wrong, f"{module_name}: flag default != contract default: {wrong}"
+
+
+@pytest.mark.parametrize("section,contract", [("dpr", DprSettings), ("ccr", CcrSettings)])
+def test_train_dense_trains_as_the_section_it_is_given(section, contract):
+    # The CCR example of train_dense's docstring once trained with DPR's lr and step count.
+    from pipeline.training.train_dense import build_parser
+
+    args = build_parser(section).parse_args(
+        ["--out", "x"] + ([] if section == "dpr" else ["--section", "ccr"])
+    )
+    for name in TrainSettings.model_fields:
+        assert getattr(args, name) == default(contract, name), name
+    objective = contract if section == "ccr" else Objective
+    assert args.beta == default(objective, "beta") and args.scale == default(objective, "scale")
+    assert args.base == default(ModelSettings, "base") and args.seed == default(Config, "seed")
+
+
+def test_train_dense_reads_the_section_before_the_other_flags(monkeypatch):
+    from pipeline.training import train_dense
+
+    seen = {}
+    monkeypatch.setattr(train_dense, "_train", lambda args, dist_info: seen.setdefault("args", args) and 0)
+    monkeypatch.setattr(train_dense, "start_stage", lambda *a, **k: None)
+    argv = [
+        "--init",
+        "i",
+        "--queries",
+        "q",
+        "--qrels",
+        "r",
+        "--negatives",
+        "n",
+        "--corpus",
+        "c",
+        "--out",
+        "o",
+    ]
+    train_dense.main(["--", *argv, "--section", "ccr", "--lr", "3e-5", "--device", "cpu"])
+    args = seen["args"]
+    assert args.lr == 3e-5 and args.max_steps == default(CcrSettings, "max_steps") and not args.in_batch
