@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "pipeline"
-FAMILIES = ("core", "data", "synthkb", "retrieval", "evaluation", "training", "sieve", "ar2")
+FAMILIES = ("core", "data", "synthkb", "retrieval", "evaluation", "training", "sieve", "ar2", "workflow")
 
 
 def module_name(path: Path) -> str:

@@ -4,7 +4,7 @@ A method name (an entry of ``methods``, a pair of ``eval.compare``, a target's f
 ``Method``: what it retrieves with (BM25, a retriever folder, a fusion of two runs, AR2 rounds), what
 its retriever was trained on (negatives, CCR β, filter, miner) and whether it is random (one run per
 training seed). The rules, the start-up checks and the docs read the records; no rule builds or parses
-a method name of its own. The file layout of each record is workflow/rules/paths.smk's.
+a method name of its own. The file layout of each record is pipeline/workflow/paths.py's.
 
     bm25                      BM25 (bm25.smk)
     zeroshot                  the pretrained base, saved as a retriever folder

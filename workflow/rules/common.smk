@@ -63,8 +63,8 @@ def eval_split(dataset):
     return DATASETS[dataset].get("eval_split") or config["eval"]["split"]  # schema: null = eval.split
 
 
-# The file layout (every path a rule names): workflow/rules/paths.smk, included here.
-include: "paths.smk"
+# The file layout (every path a rule names): pipeline/workflow/paths.py.
+from pipeline.workflow.paths import *  # noqa: F403  (the rules name their files through these)
 
 
 # ---- the method table ------------------------------------------------------------------------------

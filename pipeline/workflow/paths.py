@@ -1,207 +1,258 @@
-# The file layout of the workflow, included by common.smk.
+"""The file layout of the workflow: every rule names its files through these functions, so a location is
+written once (docs/usage.md "Data layout").
 
-# ---- the file layout -------------------------------------------------------------------------------
-# Every rule names its files through these functions, so a location is written once. Called with
-# wildcard names ("{dataset}", "{split}", ...) they return the rule's patterns; called with values, the
-# concrete paths that input functions ask for. logs/ and benchmarks/ are per rule and stay in the rules.
+Called with wildcard names ("{dataset}", "{split}", ...) they return the rules' patterns; called with
+values, the concrete paths that input functions ask for. logs/ and benchmarks/ are per rule and stay in
+the rules. Paths are relative to Snakemake's working directory.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "dataset_dir",
+    "corpus",
+    "queries",
+    "qrels",
+    "qrels_all",
+    "shipped_negatives",
+    "dataset_manifest",
+    "download_file",
+    "archive_file",
+    "bm25_index",
+    "run_dir",
+    "run",
+    "trec_qrels",
+    "trec_run",
+    "method_metrics",
+    "per_query",
+    "ar2_info",
+    "dataset_metrics",
+    "negatives",
+    "mining_run",
+    "train_negatives",
+    "model_dir",
+    "retriever",
+    "ranker",
+    "embeddings_dir",
+    "embeddings",
+    "embedding_shard",
+    "index_dir",
+    "index",
+    "sieve_dir",
+    "candidates",
+    "filter_decisions",
+    "filter_report",
+    "sieve_losses",
+    "comparison",
+    "sweep_output",
+    "tradeoff",
+    "figure",
+    "sieve_figure",
+    "ar2_seed_dir",
+    "ar2_round_dir",
+    "ar2_start_file",
+    "ar2_trained_ranker",
+    "ar2_round_json",
+]
+
 
 # resources/{dataset}/: the canonical tables of a dataset (docs/usage.md "Data layout", pipeline.core.schemas).
-def dataset_dir(d):
+def dataset_dir(d: str) -> str:
     return f"resources/{d}"
 
 
-def corpus(d):
+def corpus(d: str) -> str:
     return f"{dataset_dir(d)}/corpus.parquet"
 
 
-def queries(d, split):
+def queries(d: str, split: str) -> str:
     return f"{dataset_dir(d)}/queries.{split}.parquet"
 
 
-def qrels(d, split):
+def qrels(d: str, split: str) -> str:
     return f"{dataset_dir(d)}/qrels.{split}.parquet"
 
 
-def qrels_all(d, split):
+def qrels_all(d: str, split: str) -> str:
     """synthkb only: every passage that states the answer (qrels holds the generating one)."""
     return f"{dataset_dir(d)}/qrels_all.{split}.parquet"
 
 
-def shipped_negatives(d):
+def shipped_negatives(d: str) -> str:
     """Negatives that come with the dataset (DPR's hard_negative_ctxs), not mined ones."""
     return f"{dataset_dir(d)}/negatives.train.parquet"
 
 
-def dataset_manifest(d):
+def dataset_manifest(d: str) -> str:
     return f"{dataset_dir(d)}/manifest.json"
 
 
 # downloads/{dataset}/: fetched sources. pipeline.data.readers.sources computes the same locations
 # for the inputs of prepare_dataset; these name the download rules' outputs.
-def download_file(d, role):
+def download_file(d: str, role: str) -> str:
     return f"downloads/{d}/{role}"
 
 
-def archive_file(d, name):
+def archive_file(d: str, name: str) -> str:
     return f"downloads/{d}/archives/{name}"
 
 
 # results/{dataset}/: everything derived.
-def bm25_index(d):
+def bm25_index(d: str) -> str:
     return f"results/{d}/bm25/index"
 
 
-def run_dir(d, method, seed=None):
+def run_dir(d: str, method: str, seed: int | str | None = None) -> str:
     """A method's run folder; an AR2 method has one per seed (results/{d}/{method}/seed{s})."""
     return f"results/{d}/{method}" if seed is None else f"results/{d}/{method}/seed{seed}"
 
 
-def run(d, method, split, seed=None):
+def run(d: str, method: str, split: str, seed: int | str | None = None) -> str:
     return f"{run_dir(d, method, seed)}/run.{split}.parquet"
 
 
-def trec_qrels(d, split, judged="qrels"):
+def trec_qrels(d: str, split: str, judged: str = "qrels") -> str:
     """A split's judgements in TREC format beside the TREC runs (judged: qrels, or synthkb's qrels_all)."""
     return f"results/{d}/{judged}.{split}.trec"
 
 
-def trec_run(d, method, split, seed=None):
+def trec_run(d: str, method: str, split: str, seed: int | str | None = None) -> str:
     return f"{run_dir(d, method, seed)}/run.{split}.trec"
 
 
-def method_metrics(d, method, seed=None):
+def method_metrics(d: str, method: str, seed: int | str | None = None) -> str:
     return f"{run_dir(d, method, seed)}/metrics.json"
 
 
-def per_query(d, method, seed=None):
+def per_query(d: str, method: str, seed: int | str | None = None) -> str:
     """Each query's value of every metric of the metrics.json beside it (evaluate --per-query)."""
     return f"{run_dir(d, method, seed)}/per_query.parquet"
 
 
-def ar2_info(d, method, seed):
+def ar2_info(d: str, method: str, seed: int | str) -> str:
     """The round an AR2 seed's run reports (written by ar2_select)."""
     return f"{run_dir(d, method, seed)}/info.json"
 
 
-def dataset_metrics(d, ext="json"):
+def dataset_metrics(d: str, ext: str = "json") -> str:
     """Every method side by side: metrics.json, .md, .html, .png (a figure)."""
     return f"results/{d}/metrics.{ext}"
 
 
-def negatives(d, source):
+def negatives(d: str, source: str) -> str:
     """Mined (bm25) or sieved (sieve_b<β>) candidates, one row per candidate."""
     return f"results/{d}/negatives/{source}.parquet"
 
 
-def mining_run(d, method, split="train"):
+def mining_run(d: str, method: str, split: str = "train") -> str:
     """A dense method's ranking of the train queries that mine_dense_negatives mines from."""
     return f"results/{d}/negatives/{method}.run.{split}.parquet"
 
 
-def train_negatives(d, source):
+def train_negatives(d: str, source: str) -> str:
     """The kept negatives of a sieve, in the layout of negatives(d, 'bm25')."""
     return f"results/{d}/negatives/{source}.train.parquet"
 
 
-def model_dir(d, name):
+def model_dir(d: str, name: str) -> str:
     return f"results/{d}/models/{name}"
 
 
-def retriever(d, name):
+def retriever(d: str, name: str) -> str:
     """retriever.json, written last: the model folder is complete once it exists."""
     return f"{model_dir(d, name)}/retriever.json"
 
 
-def ranker(d, name):
+def ranker(d: str, name: str) -> str:
     return f"{model_dir(d, name)}/ranker.json"
 
 
-def embeddings_dir(d, model):
+def embeddings_dir(d: str, model: str) -> str:
     return f"results/{d}/embeddings/{model}"
 
 
-def embeddings(d, model):
+def embeddings(d: str, model: str) -> str:
     """The gathered embeddings' manifest (the shards sit beside it)."""
     return f"{embeddings_dir(d, model)}/manifest.json"
 
 
-def embedding_shard(d, model, shard, shards, ext):
+def embedding_shard(d: str, model: str, shard: int | str, shards: int | str, ext: str) -> str:
     return f"{embeddings_dir(d, model)}/shard{shard}of{shards}.{ext}"
 
 
-def index_dir(d, model):
+def index_dir(d: str, model: str) -> str:
     return f"results/{d}/index/{model}"
 
 
-def index(d, model):
+def index(d: str, model: str) -> str:
     return f"{index_dir(d, model)}/index.json"
 
 
-def sieve_dir(d):
+def sieve_dir(d: str) -> str:
     return f"results/{d}/sieve"
 
 
-def candidates(d, tag):
+def candidates(d: str, tag: str) -> str:
     """The candidates every filter judges, with their false-negative labels. ``tag``: the sieve
     settings they were drawn with (pipeline.core.methods.sieve_tag; '' at the defaults)."""
     return f"{sieve_dir(d)}/candidates{tag}.parquet"
 
 
 # A filter's files are named by its negatives' name: the filter plus its sieve tag (filter_negatives).
-def filter_decisions(d, name):
+def filter_decisions(d: str, name: str) -> str:
     return f"{sieve_dir(d)}/{name}/decisions.parquet"
 
 
-def filter_report(d, name):
+def filter_report(d: str, name: str) -> str:
     return f"{sieve_dir(d)}/{name}/report.json"
 
 
-def sieve_losses(d, name):
+def sieve_losses(d: str, name: str) -> str:
     return f"{sieve_dir(d)}/{name}/losses.parquet"
 
 
-def comparison(d, ext, tag):
+def comparison(d: str, ext: str, tag: str) -> str:
     return f"{sieve_dir(d)}/comparison{tag}.{ext}"
 
 
-def sweep_output(name, ext):
+def sweep_output(name: str, ext: str) -> str:
     """A sweep over datasets (sweep.smk): results/sweeps/{name}.{json,png}."""
     return f"results/sweeps/{name}.{ext}"
 
 
-def tradeoff(d, ext, tag):
+def tradeoff(d: str, ext: str, tag: str) -> str:
     """FN recall vs TN retention of the filters with a continuous score (sieve_tradeoff)."""
     return f"{sieve_dir(d)}/tradeoff{tag}.{ext}"
 
 
-def figure(d, name):
+def figure(d: str, name: str) -> str:
     return f"results/{d}/figures/{name}"
 
 
-def sieve_figure(d, name, tag):
+def sieve_figure(d: str, name: str, tag: str) -> str:
     """Figure 1 and the sieve's other figures, per sieve setting (sieve_figures writes them together)."""
     return f"results/{d}/figures{tag}/{name}"
 
 
-def ar2_seed_dir(d, variant, seed):
+def ar2_seed_dir(d: str, variant: str, seed: int | str) -> str:
     return f"results/{d}/ar2/{variant}/seed{seed}"
 
 
-def ar2_round_dir(d, variant, seed, r):
+def ar2_round_dir(d: str, variant: str, seed: int | str, r: int | str) -> str:
     return f"{ar2_seed_dir(d, variant, seed)}/round{r}"
 
 
-def ar2_start_file(d, name):
+def ar2_start_file(d: str, name: str) -> str:
     """What every AR2 variant and seed of a dataset shares: DPR's mined train candidates (round 1's
     negatives) and DPR's dev evaluation (round 0)."""
     return f"results/{d}/ar2/start/{name}"
 
 
-def ar2_trained_ranker(d, seed):
+def ar2_trained_ranker(d: str, seed: int | str) -> str:
     """The ranker round 1 starts from with ar2.ranker_init listwise (ar2_train_ranker)."""
     return f"results/{d}/ar2/ranker/seed{seed}/ranker.json"
 
 
-def ar2_round_json(d, variant, seed, r):
+def ar2_round_json(d: str, variant: str, seed: int | str, r: int | str) -> str:
     """Written last by an AR2 round: the round is complete once it exists."""
     return f"{ar2_seed_dir(d, variant, seed)}/round{r}/round.json"
