@@ -1,0 +1,105 @@
+"""Issue 39, silent wrong results and unclear messages: BM25's empty queries and passages, cut-offs
+deeper than the run, Parquet read through its own pandas metadata, duplicate and control-character
+ids, NaN in a metrics.json. Each test broke its promise (docs/failures.md) before its fix."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.core.cli import run_main
+from pipeline.core.schemas import CORPUS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.storage import read_table
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+
+def _stage(main, argv: list[str]) -> tuple[int, str]:
+    """Exit status and stderr (whitespace folded) of a stage's CLI run in process."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        run_main(main, argv)
+    return exit_info.value.code, " ".join(err.getvalue().split())
+
+
+def _corpus(path: Path, texts: list[str], pids: list[str] | None = None) -> Path:
+    pids = pids or [f"p{i + 1}" for i in range(len(texts))]
+    pq.write_table(
+        pa.table({"pid": pids, "title": [""] * len(texts), "text": texts}, schema=CORPUS_SCHEMA), path
+    )
+    return path
+
+
+def _queries(path: Path, rows: list[tuple[str, str, list[str]]]) -> Path:
+    qids, texts, answers = map(list, zip(*rows))
+    pq.write_table(pa.table({"qid": qids, "text": texts, "answers": answers}, schema=QUERIES_SCHEMA), path)
+    return path
+
+
+# ---- 1. BM25: a query without terms matches nothing, an empty passage matches nothing ---------------
+
+STOPWORD_CORPUS = ["river stone", "market winter", "the of and is"]
+
+
+@pytest.fixture
+def stopword_index(tmp_path) -> Path:
+    from pipeline.retrieval import bm25
+
+    corpus = _corpus(tmp_path / "corpus.parquet", STOPWORD_CORPUS)
+    bm25.build_index(corpus, tmp_path / "index", k1=0.9, b=0.4, stemmer="english", stopwords="en")
+    return tmp_path / "index"
+
+
+def test_a_bm25_query_without_terms_matches_nothing(stopword_index):
+    from pipeline.retrieval.bm25 import BM25Index
+
+    # bm25s gave both the query and the stopword passage the token "": p3 ranked first for each
+    queries = ["qwertyuiop", "the of", "", "🙂", "rivers", "the stone"]
+    found = BM25Index(stopword_index).search(queries, 3)
+    assert found[:4] == [[], [], [], []]
+    assert [pid for pid, _ in found[4]] == ["p1"] and [pid for pid, _ in found[5]] == ["p1"]
+
+
+def test_an_empty_passage_is_never_a_bm25_match(tmp_path):
+    from pipeline.retrieval import bm25
+
+    corpus = _corpus(tmp_path / "c.parquet", ["river stone", "", "the of", "winter river"])
+    bm25.build_index(corpus, tmp_path / "index", k1=0.9, b=0.4, stemmer="english", stopwords="en")
+    found = bm25.BM25Index(tmp_path / "index").search(["", "of", "river", "xyz", "winter"], 4)
+    assert not {pid for hits in found for pid, _ in hits} & {"p2", "p3"}, found
+    assert [len(hits) for hits in found] == [0, 0, 2, 0, 1]
+
+
+def test_a_stopword_query_is_no_hit_in_the_run_nor_the_metrics(stopword_index, tmp_path):
+    from pipeline.evaluation import evaluate
+    from pipeline.retrieval import bm25
+
+    # the answer "is" stands in the stopword passage only: its rank 1 counted as a hit@1
+    queries = _queries(tmp_path / "q.parquet", [("q1", "river", ["stone"]), ("q2", "the of and", ["is"])])
+    run = tmp_path / "run.parquet"
+    bm25.retrieve_run(stopword_index, queries, 3, run)
+    assert set(read_table(run)["qid"]) == {"q1"}
+    qrels = tmp_path / "qrels.parquet"
+    pq.write_table(pa.table({"qid": ["q1"], "pid": ["p1"], "relevance": [1]}), qrels)
+    corpus = tmp_path / "corpus.parquet"
+    info, _, per_query = evaluate.evaluate(run, queries, qrels, corpus, [1, 3], allow_missing_queries=True)
+    assert info["metrics"]["R@1"] == 0.5 and info["n_unranked_queries"] == 1
+    assert per_query.column("R@1").to_pylist() == [1.0, 0.0]
+
+
+def test_bm25_mining_gives_a_query_without_terms_no_negative(stopword_index, tmp_path):
+    from pipeline.retrieval import bm25
+
+    queries = _queries(tmp_path / "q.parquet", [("q1", "river market", ["x"]), ("q2", "the of", ["y"])])
+    qrels = tmp_path / "qrels.parquet"
+    pq.write_table(pa.table({"qid": ["q1", "q2"], "pid": ["p1", "p2"], "relevance": [1, 1]}), qrels)
+    out = tmp_path / "neg.parquet"
+    bm25.mine_negatives(stopword_index, queries, qrels, tmp_path / "corpus.parquet", 5, out)
+    negatives = read_table(out)
+    # q1's only other match is p2; nothing is padded in, and q2 (no terms) gets nothing
+    assert list(zip(negatives["qid"], negatives["pid"])) == [("q1", "p2")]
