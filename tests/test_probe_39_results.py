@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.core.cli import run_main
-from pipeline.core.schemas import CORPUS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.schemas import CORPUS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import read_table
 
 # ---- helpers -------------------------------------------------------------------------------------
@@ -103,3 +104,57 @@ def test_bm25_mining_gives_a_query_without_terms_no_negative(stopword_index, tmp
     negatives = read_table(out)
     # q1's only other match is p2; nothing is padded in, and q2 (no terms) gets nothing
     assert list(zip(negatives["qid"], negatives["pid"])) == [("q1", "p2")]
+
+
+# ---- 2. cut-offs deeper than the run ---------------------------------------------------------------
+
+
+def test_a_cut_off_deeper_than_eval_depth_is_a_config_error():
+    from pipeline.core.config import ConfigError, load_config, validate_config
+
+    config = load_config()
+    config["eval"].update(ks=[1, 5, 20], depth=3)  # reported R@5 = R@20 = R@3
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert "config key 'eval.depth': 3 is shallower than the cut-off(s) 5, 20 of eval.ks" in str(err.value)
+    config["eval"].update(ks=[1, 5, 20], depth=20)
+    validate_config(config)
+
+
+def _depth_case(tmp_path: Path, n_passages: int, depth: int) -> list[str]:
+    texts = [f"passage {i} about rivers" for i in range(n_passages)]
+    corpus = _corpus(tmp_path / "corpus.parquet", texts)
+    queries = _queries(tmp_path / "q.parquet", [("q1", "rivers", ["about"]), ("q2", "stones", ["9"])])
+    rows = [(q, f"p{r}", r, 1.0 / r) for q in ("q1", "q2") for r in range(1, depth + 1)]
+    run = tmp_path / "run.parquet"
+    pq.write_table(
+        pa.Table.from_pylist([dict(zip(RUN_SCHEMA.names, r)) for r in rows], schema=RUN_SCHEMA), run
+    )
+    qrels = tmp_path / "qrels.parquet"
+    pq.write_table(pa.table({"qid": ["q1"], "pid": ["p1"], "relevance": [1]}), qrels)
+    return ["--run", str(run), "--queries", str(queries), "--qrels", str(qrels), "--corpus", str(corpus)]
+
+
+def test_a_run_shallower_than_the_largest_cut_off_is_refused_naming_it(tmp_path):
+    from pipeline.evaluation import evaluate
+
+    argv = _depth_case(tmp_path, n_passages=10, depth=3)
+    out = tmp_path / "metrics.json"
+    tail = ["--dataset", "d", "--method", "m", "--split", "test", "--out", str(out)]
+    code, err = _stage(evaluate.main, [*argv, *tail, "--ks", "1", "5", "20"])
+    assert code == 2 and not out.exists(), err
+    assert f"{tmp_path / 'run.parquet'}: field 'rank': the run ranks at most 3 passages per query" in err
+    assert "cut-off 20 of --ks (the corpus has 10)" in err and "Traceback" not in err
+    # a cut-off the run reaches is measured as before
+    assert evaluate.main([*argv, *tail, "--ks", "1", "3"]) == 0
+
+
+def test_a_corpus_smaller_than_the_cut_off_is_no_error(tmp_path):
+    from pipeline.evaluation import evaluate
+
+    # every passage ranked: R@5 is truly R@3 when the corpus holds 3
+    argv = _depth_case(tmp_path, n_passages=3, depth=3)
+    out = tmp_path / "metrics.json"
+    tail = ["--dataset", "d", "--method", "m", "--split", "test", "--out", str(out)]
+    assert evaluate.main([*argv, *tail, "--ks", "1", "5"]) == 0
+    assert json.loads(out.read_text())["metrics"]["R@5"] == 0.5
