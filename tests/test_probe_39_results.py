@@ -9,13 +9,14 @@ import io
 import json
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.core.cli import run_main
 from pipeline.core.schemas import CORPUS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import read_table
+from pipeline.core.storage import DataError, read_table
 
 # ---- helpers -------------------------------------------------------------------------------------
 
@@ -158,3 +159,86 @@ def test_a_corpus_smaller_than_the_cut_off_is_no_error(tmp_path):
     tail = ["--dataset", "d", "--method", "m", "--split", "test", "--out", str(out)]
     assert evaluate.main([*argv, *tail, "--ks", "1", "5"]) == 0
     assert json.loads(out.read_text())["metrics"]["R@5"] == 0.5
+
+
+# ---- 3. Parquet is read by its Arrow columns, never through its own pandas metadata ----------------
+
+
+def _with_pandas_metadata(table: pa.Table, path: Path, metadata: bytes) -> Path:
+    pq.write_table(table.replace_schema_metadata({b"pandas": metadata}), path)
+    return path
+
+
+def _swapped(table: pa.Table, a: str, b: str) -> bytes:
+    meta = json.loads(
+        pa.Table.from_pandas(table.to_pandas(), preserve_index=False).schema.metadata[b"pandas"]
+    )
+    for column in meta["columns"]:
+        column["name"] = {a: b, b: a}.get(column["name"], column["name"])
+    return json.dumps(meta).encode()
+
+
+QUERY_ROWS = {
+    "qid": ["q1", "q2"],
+    "text": ["river stone", "market winter"],
+    "answers": [["stone"], ["winter"]],
+}
+
+
+@pytest.mark.parametrize("kind", ["set_index", "swapped", "not json"])
+def test_a_queries_file_is_read_by_its_arrow_columns(tmp_path, kind):
+    path = tmp_path / "queries.parquet"
+    table = pa.table(QUERY_ROWS, schema=QUERIES_SCHEMA)
+    if kind == "set_index":  # passed the schema check, then KeyError: 'qid'
+        pd.DataFrame(QUERY_ROWS).set_index("qid").to_parquet(path)
+    elif kind == "swapped":  # qid and text silently swapped
+        _with_pandas_metadata(table, path, _swapped(table, "qid", "text"))
+    else:  # a JSONDecodeError traceback
+        _with_pandas_metadata(table, path, b"{not json")
+    df = read_table(path, ["qid", "text"], schema=QUERIES_SCHEMA)
+    assert list(df.columns) == ["qid", "text"] and df["qid"].tolist() == ["q1", "q2"]
+    assert df["text"].tolist() == ["river stone", "market winter"]
+
+
+def test_bm25_retrieves_for_the_right_qids_whatever_the_metadata(stopword_index, tmp_path):
+    from pipeline.retrieval import bm25
+
+    table = pa.table(QUERY_ROWS, schema=QUERIES_SCHEMA)
+    queries = _with_pandas_metadata(table, tmp_path / "q.parquet", _swapped(table, "qid", "text"))
+    run = tmp_path / "run.parquet"
+    bm25.retrieve_run(stopword_index, queries, 3, run)  # was an empty run, exit 0
+    assert read_table(run)[["qid", "pid"]].values.tolist() == [["q1", "p1"], ["q2", "p2"]]
+
+
+def test_a_missing_column_is_named_even_when_the_metadata_claims_it(tmp_path):
+    # the pandas metadata names a 'qid' index the Arrow schema lacks: the file's own columns count
+    table = pa.table({"text": ["a"], "answers": [["x"]]})
+    meta = json.loads(
+        pa.Table.from_pandas(table.to_pandas(), preserve_index=False).schema.metadata[b"pandas"]
+    )
+    meta["index_columns"] = ["qid"]
+    path = _with_pandas_metadata(table, tmp_path / "q.parquet", json.dumps(meta).encode())
+    with pytest.raises(DataError) as err:
+        read_table(path, ["qid", "text"], schema=QUERIES_SCHEMA)
+    assert (err.value.file, err.value.field) == (str(path), "qid")
+
+
+def test_the_sieve_reads_corpus_rows_by_their_arrow_columns(tmp_path):
+    from pipeline.sieve.data import load_passages
+
+    path = tmp_path / "corpus.parquet"
+    # saved after set_index("pid"): the batches came back with pid as the index, then KeyError
+    pd.DataFrame({"pid": ["a", "b"], "title": ["", ""], "text": ["x y", "z w"]}).set_index("pid").to_parquet(
+        path
+    )
+    passages = load_passages(path, ["b"])
+    assert passages.loc["b", "text"] == "z w"
+
+
+def test_per_query_values_are_read_by_their_arrow_columns(tmp_path):
+    from pipeline.evaluation.query_tests import read_per_query
+
+    table = pa.table({"qid": ["q1", "q2"], "R@1": [1.0, 0.0], "R@5": [1.0, 1.0]})
+    path = _with_pandas_metadata(table, tmp_path / "per_query.parquet", _swapped(table, "R@1", "R@5"))
+    df = read_per_query(path)
+    assert df["R@1"].tolist() == [1.0, 0.0] and df["R@5"].tolist() == [1.0, 1.0]

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Collection, Iterable, Iterator, Sequence
@@ -414,7 +415,25 @@ def read_table(
     if columns is not None and optional:
         present = set(pq.read_schema(path).names)
         columns = [c for c in columns if c in present or c not in optional]
-    return pq.read_table(path, columns=columns).to_pandas()
+    table = pq.read_table(path, columns=columns)
+    if columns is None:  # an unnamed pandas index is stored as a column of this name: not data
+        table = table.drop_columns([c for c in table.column_names if PANDAS_INDEX.fullmatch(c)])
+    return arrow_frame(table)
+
+
+# How pandas names the column that stores an unnamed index (``__index_level_0__``).
+PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+
+
+def arrow_frame(table: pa.Table) -> pd.DataFrame:
+    """The table as a DataFrame of its Arrow columns, under their Arrow names, with a RangeIndex.
+
+    A file written by pandas carries its own ``pandas`` metadata, which ``to_pandas`` obeys: a file
+    saved after ``set_index("qid")`` came back with qid as the index (the schema check had passed,
+    then a KeyError), metadata naming the fields differently swapped columns silently, and metadata
+    that is not JSON was a traceback. The checks name Arrow columns, so the data is read by them alone.
+    """
+    return table.replace_schema_metadata(None).to_pandas()
 
 
 def read_json(path: str | os.PathLike, *, missing: str = "file not found") -> Any:
