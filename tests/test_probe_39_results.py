@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -242,3 +243,110 @@ def test_per_query_values_are_read_by_their_arrow_columns(tmp_path):
     path = _with_pandas_metadata(table, tmp_path / "per_query.parquet", _swapped(table, "R@1", "R@5"))
     df = read_per_query(path)
     assert df["R@1"].tolist() == [1.0, 0.0] and df["R@5"].tolist() == [1.0, 1.0]
+
+
+# ---- 4. duplicate pids named at the corpus, control characters in ids, NaN metrics ------------------
+
+
+def test_bm25_indexing_refuses_a_duplicate_pid_naming_the_corpus(tmp_path):
+    from pipeline.retrieval import bm25
+
+    corpus = _corpus(tmp_path / "corpus.parquet", ["a river", "a stone", "a market"], ["p1", "p2", "p1"])
+    with pytest.raises(DataError) as err:  # was found at evaluate only, naming the run
+        bm25.build_index(corpus, tmp_path / "index", k1=0.9, b=0.4, stemmer=None, stopwords=None)
+    assert str(err.value) == (
+        f"{corpus}: record 2: field 'pid': duplicate pid 'p1' (records 0 and 2); ids must be unique"
+    )
+    assert not (tmp_path / "index").exists()
+
+
+def test_encoding_refuses_a_duplicate_pid_before_encoding(tmp_path):
+    import torch
+
+    from pipeline.retrieval.encode import encode_table
+
+    corpus = _corpus(tmp_path / "corpus.parquet", ["a", "b", "c", "d"], ["p1", "p2", "p3", "p2"])
+    # the retriever is never touched: the check comes first (it came after encoding, at gather)
+    with pytest.raises(DataError, match=r"record 3: field 'pid': duplicate pid 'p2' \(records 1 and 3\)"):
+        encode_table(None, corpus, tmp_path / "emb", 0, 2, device=torch.device("cpu"), progress=False)
+    assert not (tmp_path / "emb").exists() or not any((tmp_path / "emb").iterdir())
+
+
+@pytest.mark.parametrize(
+    "fmt, files, where",
+    [
+        (
+            "msmarco",
+            {
+                "corpus": "1\tThe river.\n2\x00\tStone.\n",
+                "queries_train": "q1\triver\n",
+                "qrels_train": "q1 0 1 1\n",
+            },
+            "corpus: record 2: field 'pid'",
+        ),
+        (
+            "msmarco",
+            {
+                "corpus": "1\tThe river.\n",
+                "queries_train": "q\x071\triver\n",
+                "qrels_train": "q\x071 0 1 1\n",
+            },
+            "queries_train: record 1: field 'qid'",
+        ),
+        (
+            "beir",
+            {
+                "corpus": '{"_id": "d1", "text": "River."}\n{"_id": "d\\u0000", "text": "Stone."}\n',
+                "queries": '{"_id": "q1", "text": "r"}\n',
+                "qrels_test": "query-id\tcorpus-id\tscore\nq1\td1\t1\n",
+            },
+            "corpus: record 2: field '_id'",
+        ),
+    ],
+)
+def test_a_control_character_in_an_id_is_refused_naming_file_record_and_field(tmp_path, fmt, files, where):
+    from tests.test_failures_probe import _prepare
+
+    code, err = _prepare(tmp_path, fmt, files)
+    assert code == 2 and where in err and "contains the control character U+00" in err, err
+
+
+def test_a_squad_title_with_a_control_character_is_refused(tmp_path):
+    from tests.test_failures_probe import _article, _prepare, _squad
+
+    code, err = _prepare(tmp_path, "squad", {"source": _squad(_article("Ri\u0000ver", "a1"))})
+    assert code == 2 and "record 0: field 'title'" in err and "U+0000" in err, err
+
+
+def test_the_trec_export_refuses_a_control_character(tmp_path):
+    from pipeline.retrieval.runs import write_trec
+
+    run = pd.DataFrame({"qid": ["q1", "q1"], "pid": ["p1", "p\x002"], "rank": [1, 2], "score": [2.0, 1.0]})
+    with pytest.raises(DataError) as err:  # a raw NUL was written into run.test.trec
+        write_trec(run, tmp_path / "run.trec", "bm25", file="run.parquet")
+    assert (err.value.file, err.value.record, err.value.field) == ("run.parquet", 1, "pid")
+    assert not (tmp_path / "run.trec").exists()
+
+
+@pytest.mark.parametrize("value, key", [(math.nan, "metrics.R@1"), (math.inf, "metrics_std.R@1")])
+def test_gather_refuses_a_non_finite_metric_naming_file_and_key(tmp_path, value, key):
+    from pipeline.evaluation import gather
+
+    data = {"dataset": "d", "method": "bm25", "split": "test", "n_queries": 2, "metrics": {"R@1": 0.5}}
+    data[key.split(".")[0]] = {"R@1": value}
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(data))  # json writes NaN / Infinity, and reads them back
+    md = tmp_path / "metrics.md"
+    argv = [
+        "--dataset",
+        "d",
+        "--inputs",
+        str(path),
+        "--out-json",
+        str(tmp_path / "m.json"),
+        "--out-md",
+        str(md),
+    ]
+    code, err = _stage(gather.main, argv)
+    assert code == 2 and not md.exists(), err
+    assert f"{path}: field '{key}': metric value must be a finite number, got {value!r}" in err, err

@@ -27,6 +27,7 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import (
     DataError,
+    check_unique_ids,
     open_parquet,
     read_json_object,
     read_table,
@@ -93,6 +94,8 @@ def build_index(
             doc_ids.extend(np.asarray(d, dtype=np.int32) for d in ids)
             pids.extend(cols["pid"])
             progress.advance(task, len(texts))
+    # A repeated pid gave runs with one passage twice, refused only at evaluate and naming the run.
+    check_unique_ids(pa.array(pids, pa.string()), corpus_path, "pid")
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index((doc_ids, tokenizer.get_vocab_dict()), show_progress=False)
     # Build in a sibling temp dir and rename: an index dir is complete or absent.
