@@ -180,7 +180,7 @@ SETTINGS: dict[str, tuple] = {
         ),
     ),
     "eval.ks": ([1, 5, 10], ("evaluate", "ar2_evaluate_dev", "ar2_evaluate_dev_start", "ar2_train_ranker")),
-    "eval.depth": (50, ("retrieve_bm25", *SEARCH, "ar2_search", *AR2_DEV)),
+    "eval.depth": (150, ("retrieve_bm25", *SEARCH, "ar2_search", *AR2_DEV)),
     "eval.trec_export": (False, ("gather_metrics",)),
     "eval.compare": ([["dpr_ccr", "dpr"]], ("gather_metrics",), ("evaluate",)),
     "bm25.k1": (1.2, ("index_bm25",)),

@@ -34,6 +34,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -229,6 +230,20 @@ class EvalSettings(Contract):
         [1, 5, 20, 100], description="cut-offs for R@k (answers), hit@k and recall@k (qrels)"
     )
     depth: int = Field(100, ge=1, description="passages retrieved per query for evaluation runs")
+
+    @field_validator("depth")
+    @classmethod
+    def _deep_enough(cls, depth: int, info: ValidationInfo) -> int:
+        # A cut-off deeper than the runs reported R@k = R@depth as if measured at k (issue 39).
+        deeper = [k for k in info.data.get("ks") or [] if k > depth]
+        if deeper:
+            raise ValueError(
+                f"{depth} is shallower than the cut-off(s) {', '.join(map(str, sorted(deeper)))} of "
+                f"eval.ks: R@{max(deeper)} would be R@{depth} under another name; raise eval.depth "
+                f"to at least {max(deeper)} or leave those cut-offs out of eval.ks"
+            )
+        return depth
+
     trec_export: bool = Field(True, description="also write run.{split}.trec next to every evaluated run")
     compare: list[Pair] = Field(
         [

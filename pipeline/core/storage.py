@@ -12,10 +12,12 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Collection, Iterable, Iterator, Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -414,7 +416,25 @@ def read_table(
     if columns is not None and optional:
         present = set(pq.read_schema(path).names)
         columns = [c for c in columns if c in present or c not in optional]
-    return pq.read_table(path, columns=columns).to_pandas()
+    table = pq.read_table(path, columns=columns)
+    if columns is None:  # an unnamed pandas index is stored as a column of this name: not data
+        table = table.drop_columns([c for c in table.column_names if PANDAS_INDEX.fullmatch(c)])
+    return arrow_frame(table)
+
+
+# How pandas names the column that stores an unnamed index (``__index_level_0__``).
+PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+
+
+def arrow_frame(table: pa.Table) -> pd.DataFrame:
+    """The table as a DataFrame of its Arrow columns, under their Arrow names, with a RangeIndex.
+
+    A file written by pandas carries its own ``pandas`` metadata, which ``to_pandas`` obeys: a file
+    saved after ``set_index("qid")`` came back with qid as the index (the schema check had passed,
+    then a KeyError), metadata naming the fields differently swapped columns silently, and metadata
+    that is not JSON was a traceback. The checks name Arrow columns, so the data is read by them alone.
+    """
+    return table.replace_schema_metadata(None).to_pandas()
 
 
 def read_json(path: str | os.PathLike, *, missing: str = "file not found") -> Any:
@@ -440,6 +460,43 @@ def read_json_object(
         if key not in data:
             raise DataError("missing key", file=path, field=key)
     return data
+
+
+# Unicode's control characters (C0, DEL, C1). In an id a NUL reached run.test.trec raw and the others
+# garble TREC files, logs and terminals; whitespace among them is refused with its own message.
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def control_character_message(value: str) -> str | None:
+    """Why ``value`` cannot be an id when it holds a control character (its code point), else None."""
+    found = CONTROL_CHARACTER.search(value)
+    if found is None:
+        return None
+    return (
+        f"id {value!r} contains the control character U+{ord(found.group()):04X}: ids are written to "
+        "TREC files and logs, where it cannot stand"
+    )
+
+
+def check_unique_ids(ids: pa.Array | pa.ChunkedArray, file: str | os.PathLike, field: str) -> None:
+    """DataError naming ``file``, the record (0-based row) of the first repeat and the id when
+    ``ids`` holds one twice (nulls are left to the null checks). Arrow counts the distinct ids; rows
+    are looked at only on a repeat."""
+    if pc.count_distinct(ids).as_py() == len(ids) - ids.null_count:
+        return
+    counts = pc.value_counts(ids)
+    repeated = counts.field("values").filter(pc.greater(counts.field("counts"), 1)).drop_null()
+    rows = np.flatnonzero(pc.is_in(ids, value_set=repeated).to_numpy(zero_copy_only=False))
+    first: dict[Any, int] = {}
+    for row, value in zip(rows.tolist(), ids.take(pa.array(rows)).to_pylist()):
+        if value in first:
+            raise DataError(
+                f"duplicate {field} {value!r} (records {first[value]} and {row}); ids must be unique",
+                file=file,
+                record=row,
+                field=field,
+            )
+        first[value] = row
 
 
 def check_unique(df: pd.DataFrame, column: str, file: str | os.PathLike) -> None:

@@ -228,6 +228,32 @@ def check_ranked_queries(
     return len(missing)
 
 
+def corpus_size(path: str | os.PathLike) -> int:
+    """Rows of the corpus (its Parquet footer; no data read)."""
+    with open_parquet(path, ["pid"], schema=CORPUS_SCHEMA) as parquet:
+        return parquet.metadata.num_rows
+
+
+def check_depth(depth: int, ks: Sequence[int], n_passages: int, run_path: str | os.PathLike) -> None:
+    """Refuse a cut-off deeper than the run: every metric at k would be its value at the run's depth.
+
+    ``depth`` is the run's longest list. A run of a fixed depth ranks min(depth, corpus) passages for
+    every query, so a cut-off k is measured only if the run reaches k, or the whole corpus when it
+    holds fewer than k passages (then metrics at k are truly those at the corpus size). A run whose
+    lists are result sets (BM25: only passages sharing a term, ``allow_missing_queries``) may end
+    before k legitimately and is not checked here; eval.depth >= every k is checked with the config.
+    """
+    cutoff = max(ks)
+    if depth < min(cutoff, n_passages):
+        raise DataError(
+            f"the run ranks at most {depth} passages per query, fewer than the cut-off {cutoff} of --ks "
+            f"(the corpus has {n_passages}): every metric at {cutoff} would be its value at {depth}; "
+            f"retrieve at depth >= {cutoff} (config eval.depth) or leave the cut-off out",
+            file=run_path,
+            field="rank",
+        )
+
+
 def evaluate(
     run_path: str | os.PathLike,
     queries_path: str | os.PathLike,
@@ -243,20 +269,14 @@ def evaluate(
     where a query is not in a metric's denominator).
 
     A query of ``queries_path`` with no row in the run is an error unless ``allow_missing_queries``
-    (then it counts as a miss and ``n_unranked_queries`` says how many).
+    (then it counts as a miss and ``n_unranked_queries`` says how many). A run shallower than the
+    largest of ``ks`` (and than the corpus) is an error too, unless ``allow_missing_queries`` says its
+    lists are result sets that end where the matches end (``check_depth``).
     """
     answers = load_queries(queries_path)
     known = set(answers)
     run = read_finite_run(run_path, known)
     depth = int(run["rank"].max()) if len(run) else 0
-    if depth and max(ks) > depth:
-        log.warning(
-            "cut-off %d is deeper than the run (%d passages per query at most): "
-            "metrics at that cut-off equal those at %d",
-            max(ks),
-            depth,
-            depth,
-        )
     with_answers = sum(1 for a in answers.values() if a)
     matcher = AnswerMatcher(match) if with_answers else None
     prepared = prepare_answers(answers, matcher, queries_path) if matcher is not None else {}
@@ -274,6 +294,8 @@ def evaluate(
         )
     # After the inputs' own checks, so a bad answer or pid is reported as such first.
     unranked = check_ranked_queries(run, answers, run_path, queries_path, allow_missing_queries)
+    if not allow_missing_queries:
+        check_depth(depth, ks, corpus_size(corpus_path), run_path)
 
     info: dict = {
         "n_queries": len(answers),
@@ -377,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--allow-missing-queries",
         action="store_true",
-        help="count queries absent from the run as misses instead of refusing it",
+        help="the run's lists are result sets (BM25): count queries absent from it as misses instead "
+        "of refusing it, and accept lists shorter than --ks (fewer passages matched)",
     )
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)

@@ -60,6 +60,8 @@ def read_metrics(path: str | os.PathLike) -> dict:
         if key not in data:
             raise DataError("missing field", file=path, field=key)
     _check_metric_values(data["metrics"], path, "metrics")
+    if "metrics_std" in data:
+        _check_metric_values(data["metrics_std"], path, "metrics_std")
     return data
 
 
@@ -70,6 +72,11 @@ def _check_metric_values(metrics, path: str | os.PathLike, field: str) -> None:
         if isinstance(value, bool) or not isinstance(value, Real):
             raise DataError(
                 f"metric value must be a number, got {value!r}", file=path, field=f"{field}.{name}"
+            )
+        # Python's json reads NaN and Infinity, which no evaluation writes; they went into metrics.md.
+        if not math.isfinite(value):
+            raise DataError(
+                f"metric value must be a finite number, got {value!r}", file=path, field=f"{field}.{name}"
             )
 
 

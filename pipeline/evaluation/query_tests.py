@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.core.schemas import PER_QUERY_SCHEMA
-from pipeline.core.storage import DataError, open_parquet
+from pipeline.core.storage import DataError, arrow_frame, open_parquet
 from pipeline.evaluation.metrics import mean_of
 from pipeline.evaluation.seed_stats import mean_std, t_half_width
 
@@ -190,7 +190,7 @@ def read_per_query(path: str | os.PathLike) -> pd.DataFrame:
             raise DataError(
                 f"a metric column must hold floats, found {column.type}", file=path, field=column.name
             )
-    df = table.to_pandas()
+    df = arrow_frame(table)
     nulls = df["qid"].isna()
     if nulls.any():
         raise DataError("null qid", file=path, record=int(nulls.idxmax()), field="qid")

@@ -28,6 +28,7 @@ from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCH
 from pipeline.core.settings import Bm25Settings, EvalSettings, default
 from pipeline.core.storage import (
     DataError,
+    check_unique_ids,
     open_parquet,
     read_json_object,
     read_table,
@@ -94,6 +95,8 @@ def build_index(
             doc_ids.extend(np.asarray(d, dtype=np.int32) for d in ids)
             pids.extend(cols["pid"])
             progress.advance(task, len(texts))
+    # A repeated pid gave runs with one passage twice, refused only at evaluate and naming the run.
+    check_unique_ids(pa.array(pids, pa.string()), corpus_path, "pid")
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index((doc_ids, tokenizer.get_vocab_dict()), show_progress=False)
     # Build in a sibling temp dir and rename: an index dir is complete or absent.
@@ -146,16 +149,32 @@ class BM25Index:
             self.pids = parquet.read(columns=["pid"]).column("pid").to_numpy(zero_copy_only=False)
 
     def search(self, texts: Sequence[str], depth: int) -> list[list[tuple[str, float]]]:
-        """Top-``depth`` (pid, score) per query, best first; passages sharing no term are left out."""
+        """Top-``depth`` (pid, score) per query, best first; passages sharing no term are left out.
+
+        A query with no term left after stopwords and stemming (empty, stopwords only, words the
+        corpus never uses) matches nothing and gets an empty list, as in Lucene/Pyserini.
+        """
         depth = min(depth, len(self.pids))
-        ids = self.tokenizer.tokenize(list(texts), update_vocab=False, return_as="ids", show_progress=False)
-        docs, scores = self.retriever.retrieve(ids, k=depth, show_progress=False, n_threads=0)
-        results = []
-        for row_docs, row_scores in zip(docs, scores):
+        # bm25s's default (allow_empty) gives a query without terms the token "", which is also the
+        # only token of every empty or stopword-only passage: such a passage then scored above 0 for
+        # every such query and ranked first. Without it an empty query has no ids, and as no query
+        # holds "" an empty passage scores 0 for every query (cut below), whatever the index holds.
+        ids = self.tokenizer.tokenize(
+            list(texts), update_vocab=False, return_as="ids", show_progress=False, allow_empty=False
+        )
+        results: list[list[tuple[str, float]]] = [[] for _ in ids]
+        # bm25s scores an empty id list like the token "" (its first id): never hand it one.
+        with_terms = [i for i, query_ids in enumerate(ids) if query_ids]
+        if not with_terms:
+            return results
+        docs, scores = self.retriever.retrieve(
+            [ids[i] for i in with_terms], k=depth, show_progress=False, n_threads=0
+        )
+        for i, row_docs, row_scores in zip(with_terms, docs, scores):
             # Sort by score desc then pid so ties are broken the same way everywhere.
             hits = [(self.pids[d], float(s)) for d, s in zip(row_docs, row_scores) if s > 0]
             hits.sort(key=lambda h: (-h[1], h[0]))
-            results.append(hits)
+            results[i] = hits
         return results
 
 

@@ -46,7 +46,7 @@ from rich.text import Text
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.precision import autocast, encoding_dtype, precision_name
 from pipeline.core.settings import EncodeSettings, default
-from pipeline.core.storage import DataError, open_parquet
+from pipeline.core.storage import DataError, check_unique_ids, open_parquet
 from pipeline.retrieval import embeddings as emb_io
 
 log = logging.getLogger("sieve.encode")
@@ -326,6 +326,10 @@ def encode_table(
     tower = openvino_tower(retriever, kind, device, amp) if backend == "openvino" else None
     id_field = "pid" if kind == "passage" else "qid"
     columns = [id_field, "title", "text"] if kind == "passage" else [id_field, "text"]
+    # Search maps embedding rows to these ids: a repeat was found only when the shards were gathered,
+    # after the whole table was encoded, naming the embedding folder. The id column alone is read.
+    with open_parquet(path, [id_field], missing="file not found") as parquet:
+        check_unique_ids(parquet.read(columns=[id_field]).column(id_field), path, id_field)
     start, end = emb_io.shard_bounds(parquet_rows(path), shard, shards)
     npy, ids = emb_io.shard_paths(out_dir, shard, shards, id_field)
     dim = retriever.query_model.config.hidden_size

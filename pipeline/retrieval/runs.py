@@ -22,7 +22,13 @@ import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import QUERIES_SCHEMA, RUN_SCHEMA
-from pipeline.core.storage import DataError, atomic_open, read_table
+from pipeline.core.storage import (
+    CONTROL_CHARACTER,
+    DataError,
+    atomic_open,
+    control_character_message,
+    read_table,
+)
 
 log = logging.getLogger("sieve.runs")
 
@@ -109,6 +115,16 @@ def write_trec(
             row = int(spaced.idxmax())
             raise DataError(
                 "id contains whitespace and cannot be written in TREC format",
+                file=file,
+                record=row,
+                field=col,
+            )
+        # Ids from a table prepare did not write: a NUL was written into the TREC file raw.
+        control = run[col].str.contains(CONTROL_CHARACTER.pattern, regex=True)
+        if control.any():
+            row = int(control.idxmax())
+            raise DataError(
+                f"{control_character_message(run.at[row, col])}: it cannot be written in TREC format",
                 file=file,
                 record=row,
                 field=col,

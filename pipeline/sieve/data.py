@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from rich.progress import Progress
 
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.storage import DataError, check_unique, open_parquet, read_table
+from pipeline.core.storage import DataError, arrow_frame, check_unique, open_parquet, read_table
 
 log = logging.getLogger("sieve.sieve_data")
 
@@ -130,7 +130,7 @@ def iter_corpus(corpus_path: str | os.PathLike, pids: Iterable[str], columns=("p
         table = pa.Table.from_batches([batch])
         kept = table.filter(pc.is_in(table.column("pid"), value_set=wanted))
         if kept.num_rows:
-            yield kept.to_pandas()
+            yield arrow_frame(kept)
 
 
 def load_passages(corpus_path: str | os.PathLike, pids: Iterable[str]) -> pd.DataFrame:

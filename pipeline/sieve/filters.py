@@ -47,7 +47,7 @@ from pipeline.core.settings import (
     add_flags,
     default,
 )
-from pipeline.core.storage import DataError, write_table
+from pipeline.core.storage import DataError, arrow_frame, write_table
 from pipeline.sieve.passage_sieve import (
     model_similarities,
     read_candidates,
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     write_table(out, table)
     if args.train_out:
         # What DPR trains on when this filter cleans its negatives (method dpr_<filter>).
-        decided = table.to_pandas()
+        decided = arrow_frame(table)
         has_answer = cands["has_answer"].reset_index(drop=True) if "has_answer" in cands else None
         train = train_negatives(decided, args.filter, has_answer, score="source_score")
         write_table(

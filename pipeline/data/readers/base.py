@@ -24,7 +24,7 @@ from typing import IO, Any, Iterable, Iterator, NamedTuple, TypeVar
 import ijson
 from rich.progress import Progress
 
-from pipeline.core.storage import DataError
+from pipeline.core.storage import DataError, control_character_message
 from pipeline.data.answers import tokenize
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -290,6 +290,9 @@ def check_id(src: Source, value: str, field: str) -> str:
             "whitespace separates",
             field=field,
         )
+    control = control_character_message(value)
+    if control is not None:
+        raise src.error(control, field=field)
     return value
 
 

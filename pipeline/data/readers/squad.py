@@ -17,7 +17,7 @@ import ijson
 from rich.progress import Progress
 
 from pipeline.core.config import ConfigError
-from pipeline.core.storage import DataError
+from pipeline.core.storage import DataError, control_character_message
 from pipeline.data.splits import assign_splits, check_train_left
 
 from .base import (
@@ -73,6 +73,10 @@ def read_squad(path: str | os.PathLike, progress: Progress | None = None) -> Ite
             title = need_str(src, article, "title")
             if not title.strip():
                 raise src.error("empty title (it names the article's paragraphs)", field="title")
+            # The title is the first part of every pid of the article's paragraphs.
+            control = control_character_message(title_key(title))
+            if control is not None:
+                raise src.error(f"title {title!r} gives pids that cannot stand: {control}", field="title")
             other, first = keys.setdefault(title_key(title), (title, a))
             if other != title:
                 raise src.error(
