@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import posixpath
 import shlex
 import sys
 import types
 from typing import Annotated, Any, Literal, Optional, Sequence, Union, get_args, get_origin
+from urllib.parse import unquote, urlparse
 
 from pydantic import (
     AfterValidator,
@@ -557,6 +559,19 @@ class UrlFile(Contract):
         if problem:
             raise ValueError(problem)
         return url
+
+    @model_validator(mode="after")
+    def _archive_name(self) -> "UrlFile":
+        # An archive is saved under its URL's last path segment (readers.sources.archive_name): '..'
+        # or '.' would make that downloads/<dataset> itself, which Snakemake then deletes as an output.
+        if self.member is not None:
+            name = posixpath.basename(unquote(urlparse(self.url).path))
+            if name in (".", ".."):
+                raise ValueError(
+                    f"{self.url!r}: an archive URL must end in a file name, not {name!r} "
+                    "(it names the downloaded archive)"
+                )
+        return self
 
 
 class PathFile(Contract):
