@@ -185,3 +185,83 @@ def test_an_archive_url_ending_in_dot_dot_is_a_config_error():
     }
     with pytest.raises(ConfigError, match=r"datasets\.d.*'\.\.'"):
         validate_config(config)
+
+
+# ---- item 9: a partial last log line or a damaged fingerprint no longer blocks every resume --------
+
+
+@pytest.fixture(scope="module")
+def train_setup(tmp_path_factory, make_train_files, tiny_model_dir):
+    from pipeline.training.data import TrainData
+
+    root = tmp_path_factory.mktemp("resume39")
+    paths = make_train_files(root / "data")
+    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
+    return tiny_model_dir(root), data
+
+
+def _same_weights(a, b) -> bool:
+    import torch
+
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_a_partial_last_log_line_is_dropped_and_the_resume_is_exact(
+    resume_config, train_setup, tmp_path, tiny_retriever, crash_after, caplog
+):
+    from pipeline.training.loop import LOG_FILE, train
+
+    model_dir, data = train_setup
+    cfg = resume_config()
+    reference = tiny_retriever(model_dir)
+    train(reference, data, cfg, checkpoint_dir=tmp_path / "ref.ckpt")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(
+            tiny_retriever(model_dir),
+            data,
+            cfg,
+            checkpoint_dir=tmp_path / "run.ckpt",
+            on_step_end=crash_after(4),
+        )
+    log_path = tmp_path / "run.ckpt" / LOG_FILE
+    with open(log_path, "a", encoding="utf-8") as handle:
+        handle.write('{"step": 5, "epoch": 0, "lo')  # the disk filled during step 5's append
+    resumed = tiny_retriever(model_dir)
+    with caplog.at_level(logging.WARNING):
+        summary = train(resumed, data, cfg, checkpoint_dir=tmp_path / "run.ckpt")
+    assert summary["start_step"] == 3
+    assert "incomplete" in caplog.text and LOG_FILE in caplog.text
+    assert _same_weights(reference, resumed)
+    ref_log = [json.loads(line) for line in (tmp_path / "ref.ckpt" / LOG_FILE).open()]
+    res_log = [json.loads(line) for line in log_path.open()]
+    assert [(r["step"], r["loss"]) for r in res_log] == [(r["step"], r["loss"]) for r in ref_log]
+
+
+def test_damage_before_the_last_log_line_is_one_line_naming_it(tmp_path):
+    from pipeline.training.loop import truncate_log
+
+    path = tmp_path / "train_log.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"train_log\.jsonl: line 2 is not a step record"):
+        truncate_log(path, 3)
+
+
+@pytest.mark.parametrize("damage", ['{"config": {"lr"', "", "[1, 2]", "\xff\xfe"])
+def test_a_damaged_fingerprint_starts_afresh_never_resumes(
+    resume_config, train_setup, tmp_path, tiny_retriever, crash_after, caplog, damage
+):
+    from pipeline.training.loop import FINGERPRINT_FILE, train
+
+    model_dir, data = train_setup
+    cfg = resume_config()
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "c", on_step_end=crash_after(4))
+    fingerprint = tmp_path / "c" / FINGERPRINT_FILE
+    fingerprint.write_bytes(damage.encode("latin-1"))
+    with caplog.at_level(logging.WARNING):
+        summary = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "c")
+    # Which settings made the checkpoint cannot be known: it is not resumed.
+    assert summary["start_step"] == 0
+    assert FINGERPRINT_FILE in caplog.text and "starting afresh" in caplog.text
+    assert json.loads(fingerprint.read_text())["config"]["lr"] == cfg.lr
