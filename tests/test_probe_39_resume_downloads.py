@@ -4,6 +4,7 @@ promised. Each test broke its promise before the fix."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -265,3 +266,196 @@ def test_a_damaged_fingerprint_starts_afresh_never_resumes(
     assert summary["start_step"] == 0
     assert FINGERPRINT_FILE in caplog.text and "starting afresh" in caplog.text
     assert json.loads(fingerprint.read_text())["config"]["lr"] == cfg.lr
+
+
+# ---- item 10: one line naming file, record or key, not a traceback --------------------------------
+
+
+def test_a_seed_numpy_refuses_is_a_config_error_at_validation():
+    from pipeline.core.config import ConfigError, load_config, validate_config
+    from pipeline.core.seeding import seed_everything
+
+    for key, value in (("seed", 4294967296), ("seeds", [0, 4294967296])):
+        config = load_config(validate=False)
+        config[key] = value
+        with pytest.raises(ConfigError, match=rf"config key '{key}.*4294967295"):
+            validate_config(config)
+    with pytest.raises(ConfigError, match="seed 4294967296"):  # a stage's own --seed
+        seed_everything(2**32)
+
+
+@pytest.mark.parametrize(
+    "text,key",
+    [
+        ('{"base": "minilm", "pooling": "mean", "temp', None),
+        ('{"base": "minilm", "temprature": 0.05}', "temprature"),
+        ('{"temperature": -1}', "temperature"),
+        ('{"temperature": NaN}', "temperature"),
+        ('{"temperature": "0.05"}', "temperature"),
+        ('["minilm"]', None),
+    ],
+    ids=["truncated", "unknown key", "negative temperature", "NaN temperature", "text temperature", "a list"],
+)
+def test_a_bad_retriever_json_is_one_data_error_naming_file_and_key(tmp_path, text, key):
+    from pipeline.retrieval.model import Retriever
+
+    (tmp_path / "retriever.json").write_text(text, encoding="utf-8")
+    with pytest.raises(DataError) as exc:
+        Retriever.load(tmp_path)
+    assert exc.value.file == str(tmp_path / "retriever.json") and exc.value.field == key
+    assert "\n" not in str(exc.value)
+
+
+def test_a_model_whose_config_needs_remote_code_is_one_line(tmp_path):
+    from pipeline.retrieval.model import Retriever, make_tiny_encoder
+
+    folder = make_tiny_encoder(tmp_path / "m")
+    (folder / "checksums.json").unlink()  # as a downloaded folder: no digests
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="custom", auto_map={"AutoConfig": "c.C", "AutoModel": "m.M"})
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DataError, match="trust_remote_code") as exc:
+        Retriever.load(folder)
+    assert exc.value.file == str(folder / "config.json") and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("value", ["-3", "0"])
+def test_inspector_sample_must_be_positive(capsys, value):
+    from pipeline.sieve.inspect_negatives import main as inspect_main
+
+    with pytest.raises(SystemExit) as exc:
+        inspect_main(["--dataset", "synthkb", "--sample", value])
+    assert exc.value.code == 2 and "--sample" in capsys.readouterr().err
+
+
+def test_a_corpus_without_any_negative_is_a_data_error(tmp_path):
+    import pandas as pd
+
+    from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+    from pipeline.core.storage import write_table
+    from pipeline.training.data import TrainData
+
+    write_table(
+        tmp_path / "c.parquet",
+        pd.DataFrame({"pid": ["p1"], "title": ["t"], "text": ["river"]}),
+        CORPUS_SCHEMA,
+    )
+    write_table(
+        tmp_path / "q.parquet",
+        pd.DataFrame({"qid": ["q1", "q2"], "text": ["river", "stone"], "answers": [["river"], ["stone"]]}),
+        QUERIES_SCHEMA,
+    )
+    write_table(
+        tmp_path / "r.parquet",
+        pd.DataFrame({"qid": ["q1", "q2"], "pid": ["p1", "p1"], "relevance": [1, 1]}),
+        QRELS_SCHEMA,
+    )
+    write_table(tmp_path / "n.parquet", MINED_NEGATIVES_SCHEMA.empty_table(), MINED_NEGATIVES_SCHEMA)
+    data = TrainData(
+        tmp_path / "q.parquet",
+        tmp_path / "r.parquet",
+        tmp_path / "n.parquet",
+        tmp_path / "c.parquet",
+        depth=5,
+        seed=0,
+    )
+    with pytest.raises(DataError, match="no train query has a hard-negative candidate") as exc:
+        data.batch([0, 1], 1, 0)
+    assert exc.value.file == str(tmp_path / "n.parquet")
+    assert len(data.batch([0, 1], 0, 0).passage_texts) == 2  # in-batch negatives only still work
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")  # as a failed write(): no file named
+
+
+def _one_line_naming(capsys, path) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err, err
+    return err
+
+
+def test_disk_full_while_building_the_bm25_index_leaves_no_index_tmp(tmp_path, capsys, monkeypatch):
+    import bm25s
+    import pandas as pd
+
+    from pipeline.core.schemas import CORPUS_SCHEMA
+    from pipeline.core.storage import write_table
+    from pipeline.retrieval import bm25
+
+    write_table(
+        tmp_path / "c.parquet",
+        pd.DataFrame({"pid": ["p1", "p2"], "title": ["", ""], "text": ["river", "stone"]}),
+        CORPUS_SCHEMA,
+    )
+    real_save = bm25s.BM25.save
+
+    def save_then_fill(self, folder, **kwargs):
+        real_save(self, folder, **kwargs)
+        _disk_full()
+
+    monkeypatch.setattr(bm25s.BM25, "save", save_then_fill)
+    with pytest.raises(SystemExit) as exc:
+        run_main(
+            bm25.main,
+            ["index", "--corpus", str(tmp_path / "c.parquet"), "--out-dir", str(tmp_path / "index")],
+        )
+    assert exc.value.code == 2
+    assert "No space left" in _one_line_naming(capsys, tmp_path / "index")
+    assert not (tmp_path / "index.tmp").exists() and not (tmp_path / "index").exists()
+
+
+def test_disk_full_while_writing_a_table_is_one_line_and_leaves_no_temporary(tmp_path, capsys, monkeypatch):
+    import pandas as pd
+
+    from pipeline.core.schemas import CORPUS_SCHEMA
+    from pipeline.core.storage import write_table
+
+    monkeypatch.setattr("pipeline.core.storage.pq.write_table", _disk_full)
+    out = tmp_path / "data" / "corpus.parquet"
+
+    def stage(argv):  # what prepare_dataset does with each table
+        write_table(out, pd.DataFrame({"pid": ["p1"], "title": [""], "text": ["x"]}), CORPUS_SCHEMA)
+
+    with pytest.raises(SystemExit) as exc:
+        run_main(stage, [])
+    assert exc.value.code == 2 and "free space" in _one_line_naming(capsys, out)
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_disk_full_while_saving_a_model_is_one_line_naming_the_folder(tmp_path, capsys, monkeypatch):
+    from pipeline.retrieval.model import Retriever, make_tiny_encoder
+
+    retriever = Retriever.load(make_tiny_encoder(tmp_path / "base"))
+    monkeypatch.setattr(retriever.query_model, "save_pretrained", _disk_full)
+    out = tmp_path / "model"
+    with pytest.raises(SystemExit) as exc:
+        run_main(lambda argv: retriever.save(out), [])
+    assert exc.value.code == 2 and "No space left" in _one_line_naming(capsys, out)
+    assert [p.name for p in out.iterdir()] == []  # the staging folder removed
+
+
+@pytest.mark.parametrize("stage", ["bm25", "evaluate"])
+def test_a_read_only_output_folder_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, stage):
+    import tempfile
+
+    from pipeline.evaluation import evaluate
+    from pipeline.retrieval import bm25
+
+    def read_only(*args, dir=None, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(dir))
+
+    # Root writes into chmod-ed folders, so the refusal is simulated where files are created.
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    out = tmp_path / "results"
+    out.mkdir()
+    if stage == "bm25":
+        argv = ["index", "--corpus", str(tmp_path / "nosuch.parquet"), "--out-dir", str(out / "index")]
+        main_ = bm25.main
+    else:
+        argv = ["--run", "r", "--queries", "q", "--qrels", "x", "--corpus", "c", "--dataset", "d"]
+        argv += ["--method", "m", "--split", "test", "--out", str(out / "metrics.json")]
+        main_ = evaluate.main
+    with pytest.raises(SystemExit) as exc:
+        run_main(main_, argv)
+    assert exc.value.code == 2 and "Read-only" in _one_line_naming(capsys, out)

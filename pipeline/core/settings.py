@@ -69,6 +69,9 @@ def Unique(item: Any, min_length: int = 0) -> Any:  # noqa: N802  (a type, spell
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
 # A method: a name of pipeline.core.methods' table (a β sweep's methods carry their β: dpr_ccr_b0.05).
+# numpy's legacy seeding (np.random.seed, pipeline.core.seeding) takes 0 <= seed < 2**32: a larger
+# seed passed the config and -n, then stopped the first training job after its upstream jobs ran.
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 MethodName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.]+$")]
 METRIC_PATTERN = r"^((R|hit|hit_all|recall)@[1-9][0-9]*|MRR(_all)?@10)$"
 Metric = Annotated[str, Field(pattern=METRIC_PATTERN)]
@@ -413,9 +416,7 @@ class Ar2Settings(Contract):
     """AR2 rounds and the ar2* methods (docs/ar2.md)."""
 
     rounds: int = Field(2, ge=1)
-    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
-        None, description="null = the training seeds"
-    )
+    seeds: Optional[Unique(Seed, 1)] = Field(None, description="null = the training seeds")
     top_k: int = Field(30, ge=1)
     exclude_answer_match: bool = False
     negatives: int = Field(3, ge=1)
@@ -624,7 +625,7 @@ class SplitUnits(Contract):
     )
     dev: float = Field(0.0, ge=0, le=1)
     test: float = Field(0.0, ge=0, le=1)
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _fractions(self) -> "SplitUnits":
@@ -654,7 +655,7 @@ class DatasetSpec(Contract):
     entities: Optional[int] = Field(
         None, ge=10, description="synthkb only: number of entities (~7.2 passages each)"
     )
-    seed: int = Field(0, description="synthkb only: generator seed")
+    seed: Seed = Field(0, description="synthkb only: generator seed")
     positive: Literal["named_article", "source"] = Field(
         "named_article", description="synthkb only: the stating passage qrels annotates (docs/synthkb.md)"
     )
@@ -732,8 +733,8 @@ class RecipeSpec(Contract):
 class Config(Contract):
     """The whole configuration (config.yaml deep-merged with overlays)."""
 
-    seed: int = Field(0, ge=0, description="names result folders (-s<seed>, seed<seed>)")
-    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
+    seed: Seed = Field(0, description="names result folders (-s<seed>, seed<seed>)")
+    seeds: Optional[Unique(Seed, 1)] = Field(
         None,
         description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2",
     )
