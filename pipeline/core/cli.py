@@ -4,6 +4,7 @@ and clean exits."""
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -122,12 +123,43 @@ def check_writable(*outputs: str | os.PathLike | None) -> None:
         os.unlink(probe)
 
 
+# What the file system refuses: a full disk or quota, a read-only or forbidden folder. Not a bug of the
+# stage, so one line naming the path, like bad input; other OSErrors keep their traceback.
+_FILE_SYSTEM = {
+    errno.ENOSPC: "free space there and run again",
+    errno.EDQUOT: "free space (quota) there and run again",
+    errno.EFBIG: "the file system cannot hold a file this large; choose another output folder",
+    errno.EROFS: "the file system is read-only; choose another output folder",
+    errno.EACCES: "permission denied; make it accessible or choose another output folder",
+    errno.EPERM: "not permitted; make it accessible or choose another output folder",
+}
+
+
+def file_system_error(exc: OSError) -> str | None:
+    """One line for an OSError of the file system (full, read-only, forbidden), else None."""
+    advice = _FILE_SYSTEM.get(exc.errno)
+    if advice is None:
+        return None
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc} ({advice})"
+
+
 def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
-    """Run a stage's main(); bad input and bad config exit 2 with one clear message, no traceback."""
+    """Run a stage's main(); bad input, bad config and a full or read-only disk exit 2 with one clear
+    message, no traceback."""
     try:
         code = main(argv)
     except (DataError, ConfigError) as exc:
-        log.error("%s", exc)
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _fail(str(exc))
+    except OSError as exc:
+        line = file_system_error(exc)
+        if line is None:
+            raise
+        _fail(line)
     raise SystemExit(code or 0)
+
+
+def _fail(line: str) -> None:
+    log.error("%s", line)
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2) from None

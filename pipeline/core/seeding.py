@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.core.config import ConfigError
+
 
 def stable_hash(text: str) -> int:
     """A process-independent 63-bit hash (Python's hash() is salted per process)."""
@@ -26,6 +28,10 @@ def item_rng(seed: int, key: str, epoch: int = 0) -> np.random.Generator:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python, numpy's legacy generator and torch; ConfigError for a seed one of them refuses."""
+    if not 0 <= seed < 2**32:
+        # np.random.seed's range; the config contract (settings.Seed) says the same at start-up.
+        raise ConfigError(f"seed {seed} is out of range: seeds are integers from 0 to {2**32 - 1}")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

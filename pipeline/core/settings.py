@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import posixpath
 import shlex
 import sys
 import types
 from typing import Annotated, Any, Literal, Optional, Sequence, Union, get_args, get_origin
+from urllib.parse import unquote, urlparse
 
 from pydantic import (
     AfterValidator,
@@ -70,6 +72,9 @@ def Unique(item: Any, min_length: int = 0) -> Any:  # noqa: N802  (a type, spell
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
 # A method: a name of pipeline.core.methods' table (a β sweep's methods carry their β: dpr_ccr_b0.05).
+# numpy's legacy seeding (np.random.seed, pipeline.core.seeding) takes 0 <= seed < 2**32: a larger
+# seed passed the config and -n, then stopped the first training job after its upstream jobs ran.
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 MethodName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.]+$")]
 METRIC_PATTERN = r"^((R|hit|hit_all|recall)@[1-9][0-9]*|MRR(_all)?@10)$"
 Metric = Annotated[str, Field(pattern=METRIC_PATTERN)]
@@ -566,7 +571,7 @@ class Ar2Settings(Contract):
         ge=1,
         description="training rounds after round 0; each mines, (sieves), trains and re-encodes the corpus",
     )
-    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
+    seeds: Optional[Unique(Seed, 1)] = Field(
         None,
         description="AR2 runs, one per seed; null = the top-level `seeds`. Adding a seed runs only the new one",
     )
@@ -758,6 +763,19 @@ class UrlFile(Contract):
             raise ValueError(problem)
         return url
 
+    @model_validator(mode="after")
+    def _archive_name(self) -> "UrlFile":
+        # An archive is saved under its URL's last path segment (readers.sources.archive_name): '..'
+        # or '.' would make that downloads/<dataset> itself, which Snakemake then deletes as an output.
+        if self.member is not None:
+            name = posixpath.basename(unquote(urlparse(self.url).path))
+            if name in (".", ".."):
+                raise ValueError(
+                    f"{self.url!r}: an archive URL must end in a file name, not {name!r} "
+                    "(it names the downloaded archive)"
+                )
+        return self
+
 
 class PathFile(Contract):
     path: str = Field(min_length=1)
@@ -809,7 +827,7 @@ class SplitUnits(Contract):
     )
     dev: float = Field(0.0, ge=0, le=1)
     test: float = Field(0.0, ge=0, le=1)
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _fractions(self) -> "SplitUnits":
@@ -839,7 +857,7 @@ class DatasetSpec(Contract):
     entities: Optional[int] = Field(
         None, ge=10, description="synthkb only: number of entities (~7.2 passages each)"
     )
-    seed: int = Field(0, description="synthkb only: generator seed")
+    seed: Seed = Field(0, description="synthkb only: generator seed")
     positive: Literal["named_article", "source"] = Field(
         "named_article", description="synthkb only: the stating passage qrels annotates (docs/synthkb.md)"
     )
@@ -917,8 +935,8 @@ class RecipeSpec(Contract):
 class Config(Contract):
     """The whole configuration (config.yaml deep-merged with overlays)."""
 
-    seed: int = Field(0, ge=0, description="names result folders (-s<seed>, seed<seed>)")
-    seeds: Optional[Unique(Annotated[int, Field(ge=0)], 1)] = Field(
+    seed: Seed = Field(0, description="names result folders (-s<seed>, seed<seed>)")
+    seeds: Optional[Unique(Seed, 1)] = Field(
         None,
         description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2",
     )

@@ -128,16 +128,30 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path)  # a killed write's leftovers (one writer per output: Snakemake's rule)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # a read-only folder: name the output, not a random temporary
+        name_output(exc, path, exc.filename)
+        raise
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         follow_umask(tmp_path)
         os.replace(tmp_path, path)
+    except OSError as exc:
+        name_output(exc, path, tmp_path)
+        raise
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def name_output(exc: OSError, path: str | os.PathLike, *temporaries: str | os.PathLike) -> None:
+    """Make ``exc`` name ``path``: a failed write() names no file (a full disk is then
+    "[Errno 28] No space left on device" alone), and a temporary's name means nothing to a user."""
+    if exc.filename is None or str(exc.filename) in {str(t) for t in temporaries}:
+        exc.filename = str(path)
 
 
 @contextlib.contextmanager

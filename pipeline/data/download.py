@@ -52,6 +52,17 @@ NET_CHUNK = 1 << 16
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
+# requests' errors that no retry can change: a redirect to a scheme it cannot fetch (file://), a
+# redirect loop, a malformed URL or header.
+PERMANENT = (
+    requests.exceptions.InvalidSchema,
+    requests.exceptions.MissingSchema,
+    requests.exceptions.InvalidURL,
+    requests.exceptions.InvalidHeader,
+    requests.exceptions.TooManyRedirects,
+)
+
+
 class _Retryable(Exception):
     """A failure worth another attempt (network trouble, 5xx, 429, a short body)."""
 
@@ -79,12 +90,41 @@ def _meta_path(part: Path) -> Path:
     return part.with_name(part.name + ".json")
 
 
+class _Malformed(Exception):
+    """A ``.part.json`` that exists but is not the record this module writes."""
+
+
 def _read_meta(part: Path) -> dict | None:
+    """The record beside ``part``; None when there is none; _Malformed when it cannot be trusted."""
+    path = _meta_path(part)
     try:
-        meta = json.loads(_meta_path(part).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
-    return meta if isinstance(meta, dict) else None
+    except (OSError, ValueError) as exc:
+        raise _Malformed(f"unreadable ({exc})") from None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        raise _Malformed("not valid JSON") from None
+    if not isinstance(meta, dict):
+        raise _Malformed(f"a JSON {type(meta).__name__}, not an object")
+    # The validator goes into a request header as it is: an int there made requests raise on every
+    # retry, so a record of other types is refused here, once.
+    for key, kinds in (("url", (str,)), ("validator", (str, type(None))), ("size", (int, type(None)))):
+        value = meta.get(key)
+        if key == "url" and key not in meta:
+            raise _Malformed("no 'url'")
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise _Malformed(f"'{key}' is a {type(value).__name__}")
+    return meta
+
+
+def _meta_or_none(part: Path) -> dict | None:
+    try:
+        return _read_meta(part)
+    except _Malformed:
+        return None
 
 
 def _validator(headers) -> str | None:
@@ -93,6 +133,22 @@ def _validator(headers) -> str | None:
     if etag and not etag.startswith("W/"):
         return etag
     return headers.get("Last-Modified")
+
+
+def _changed_validator(recorded: str | None, headers) -> str | None:
+    """Why a 206 may not be appended to a .part recorded under ``recorded``, or None when it may."""
+    if not recorded:
+        return None  # nothing recorded to compare (a .part resumed within the run, or sha256-checked)
+    etag, modified = headers.get("ETag"), headers.get("Last-Modified")
+    if recorded in (etag, modified):
+        return None
+    now = etag or modified
+    return (
+        f"the server sent a range of another version of the file (validator {now}, the partial "
+        f"file has {recorded}; it ignored If-Range)"
+        if now
+        else f"the server sent a range without a validator to check against the partial file's {recorded}"
+    )
 
 
 def _discard(part: Path) -> None:
@@ -114,7 +170,7 @@ def _restart(part: Path, reason: str) -> None:
 
 def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> None:
     offset = part.stat().st_size if part.exists() else 0
-    meta = (_read_meta(part) or {}) if offset else {}
+    meta = (_meta_or_none(part) or {}) if offset else {}
     # identity: byte offsets must refer to the file itself, not to a compressed transfer.
     headers = {"Accept-Encoding": "identity"}
     if offset:
@@ -137,7 +193,12 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
                 if start is None or int(start.group(1)) != offset:
                     _restart(part, "the server answered a different range")
                 total = _total_from_content_range(resp.headers.get("Content-Range"))
-                # A server that ignores If-Range still betrays a changed file by its size.
+                # A server that ignores If-Range sends the range of whatever it holds now: as curl
+                # and wget do, bytes are appended only under the validator the .part began with.
+                changed = _changed_validator(meta.get("validator"), resp.headers)
+                if changed:
+                    _restart(part, changed)
+                # Without a validator a changed file still betrays itself by its size.
                 if meta.get("size") is not None and total is not None and total != meta["size"]:
                     _restart(part, f"the remote file is now {total} bytes, not {meta['size']}")
                 mode = "ab"
@@ -161,6 +222,9 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
                 for chunk in resp.raw.stream(NET_CHUNK, decode_content=False):
                     handle.write(chunk)
                     progress.advance(task, len(chunk))
+    except PERMANENT as exc:
+        # Another attempt meets the same redirect or header: fail now, naming the cause.
+        raise DataError(f"cannot download ({type(exc).__name__}: {exc})", file=url) from None
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
         raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
     size = part.stat().st_size
@@ -189,9 +253,10 @@ def fetch(
             except _Retryable as exc:
                 attempt += 1
                 if attempt > retries:
+                    # The hint only where there is something to resume.
+                    hint = f" (run again to resume from {part})" if part.exists() else ""
                     raise DataError(
-                        f"download failed after {retries} retries: {exc} (run again to resume from {part})",
-                        file=url,
+                        f"download failed after {retries} retries: {exc}{hint}", file=url
                     ) from None
                 delay = backoff * 2 ** (attempt - 1)
                 have = part.stat().st_size if part.exists() else 0
@@ -224,8 +289,14 @@ def _vet_part(url: str, part: Path, sha256: str | None) -> bool:
     if not part.exists():
         _meta_path(part).unlink(missing_ok=True)
         return False
-    meta = _read_meta(part)
     size = part.stat().st_size
+    try:
+        meta = _read_meta(part)
+    except _Malformed as exc:
+        # Not written by this module (or damaged): nothing says which file the bytes belong to.
+        log.warning("%s: %s; discarding %s and starting over", _meta_path(part), exc, part)
+        _discard(part)
+        return False
     if meta is not None and meta.get("url") == url and meta.get("validator"):
         log.info("resuming %s from %d bytes (If-Range %s)", part, size, meta["validator"])
         return False

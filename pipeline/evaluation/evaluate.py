@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.progress import Progress
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, per_query_schema
 from pipeline.core.storage import (
     DataError,
@@ -407,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     start_stage(args.log)
     if any(k < 1 for k in args.ks):
         parser.error("--ks must be positive integers")
+    check_writable(args.out, args.trec, args.per_query)
     ks = sorted(set(args.ks))
     extra = _read_info(args.info) if args.info else {}
     if args.fusion:

@@ -23,7 +23,7 @@ import pyarrow as pa
 from bm25s.tokenization import Tokenizer
 from rich.progress import Progress
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.settings import Bm25Settings, EvalSettings, default
 from pipeline.core.storage import (
@@ -102,6 +102,21 @@ def build_index(
     # Build in a sibling temp dir and rename: an index dir is complete or absent.
     tmp_dir = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp_dir, ignore_errors=True)
+    try:
+        _write_index(tmp_dir, retriever, tokenizer, pids, k1, b, stemmer, stopwords, corpus_path)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp_dir.rename(out_dir)
+    except BaseException as exc:
+        # A full disk must not keep a half-written index.tmp/ on it.
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename).startswith(str(tmp_dir))):
+            exc.filename = str(out_dir)
+        raise
+    log.info("BM25 index of %d passages -> %s", len(pids), out_dir)
+    return len(pids)
+
+
+def _write_index(tmp_dir: Path, retriever, tokenizer, pids, k1, b, stemmer, stopwords, corpus_path) -> None:
     retriever.save(tmp_dir, show_progress=False)
     tokenizer.save_vocab(tmp_dir)
     tokenizer.save_stopwords(tmp_dir)
@@ -119,10 +134,6 @@ def build_index(
     )
     # Snakemake checks only that the folder exists: the loader compares these digests instead.
     write_checksums(tmp_dir)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp_dir.rename(out_dir)
-    log.info("BM25 index of %d passages -> %s", len(pids), out_dir)
-    return len(pids)
 
 
 class BM25Index:
@@ -308,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log)
+    # A read-only output folder, found before the corpus is tokenised rather than by the last write.
+    check_writable(args.out_dir if args.command == "index" else args.out)
     none = lambda v: None if v in (None, "", "none", "null") else v  # noqa: E731
     if args.command == "index":
         build_index(

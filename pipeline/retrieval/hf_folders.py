@@ -30,21 +30,53 @@ STAGING = ".encoder."  # save_encoder's staging folder inside the target: .encod
 T = TypeVar("T")
 
 
+class SettingError(ValueError):
+    """A settings value a dataclass refuses, with the field it is in."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+# The JSON types a settings field may hold, by its annotation (a float field takes an integer too).
+_JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+
+
 def settings_from_dict(cls: type[T], data: dict, kind: str) -> T:
-    """``cls(**data)``, refusing keys that are not fields of ``cls`` (``kind`` names it in the error)."""
-    known = {f.name for f in fields(cls)}
-    unknown = set(data) - known
+    """``cls(**data)``, refusing keys that are not fields of ``cls`` (``kind`` names it in the error)
+    and values of another JSON type (SettingError naming the field)."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(data) - set(known)
     if unknown:
-        raise ValueError(f"unknown {kind} settings {sorted(unknown)} (known: {sorted(known)})")
+        raise SettingError(
+            sorted(unknown)[0], f"unknown {kind} settings {sorted(unknown)} (known: {sorted(known)})"
+        )
+    for name, value in data.items():
+        kinds = _JSON_TYPES.get(str(known[name].type))
+        # bool is an int to Python, not a number to a user writing JSON.
+        if kinds is not None and (
+            not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))
+        ):
+            raise SettingError(name, f"expected {known[name].type}, got {json.dumps(value)}")
     return cls(**data)
 
 
 def read_settings(path: str | Path, cls: type[T]) -> T | None:
-    """The settings stored at ``path``, or None where the folder has none (not one of ours)."""
+    """The settings stored at ``path``, or None where the folder has none (not one of ours). A file that
+    is not such settings is one DataError naming it (and the key where one is at fault)."""
     path = Path(path)
     if not path.exists():
         return None
-    return cls.from_dict(json.loads(path.read_text()))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:  # truncated, or not UTF-8
+        raise DataError(f"not valid JSON ({exc}): {DAMAGED_HINT}", file=path) from None
+    if not isinstance(data, dict):
+        raise DataError(f"expected a JSON object, got {type(data).__name__}: {DAMAGED_HINT}", file=path)
+    try:
+        return cls.from_dict(data)
+    except SettingError as exc:
+        raise DataError(f"{exc}: {DAMAGED_HINT}", file=path, field=exc.field) from None
 
 
 def write_settings(path: str | Path, settings: Any) -> None:
@@ -57,12 +89,29 @@ def verify_checksums(folder: str | Path) -> None:
     verify_folder_checksums(folder, DAMAGED_HINT)
 
 
+def _refused(exc: ValueError, path: str | Path) -> DataError:
+    """transformers' refusal of a config (custom code it would have to run, an unknown model type),
+    folded onto one line naming the config."""
+    if isinstance(exc, DataError):
+        return exc
+    config = Path(path) / "config.json"
+    why = " ".join(str(exc).split())
+    if "trust_remote_code" in why:
+        # Never trusted here: a model folder is data, and its code would run with the user's rights.
+        why = (
+            "its config needs code of its own (auto_map), which this pipeline never runs (trust_remote_code)"
+        )
+    return DataError(f"cannot load the model: {why}", file=config if config.exists() else path)
+
+
 def load_model(path: str | Path) -> Any:
     """A Hugging Face model from a folder (its recorded digests checked) or a hub name."""
     if Path(path).is_dir():
         verify_checksums(path)
     try:
         return AutoModel.from_pretrained(path)
+    except ValueError as exc:
+        raise _refused(exc, path) from None
     except (SafetensorError, OSError) as exc:
         # safetensors' own message ("incomplete metadata") names no file.
         weights = Path(path) / "model.safetensors"
@@ -75,7 +124,10 @@ def load_model(path: str | Path) -> Any:
 def load_encoder(path: str | Path) -> tuple[Any, Any]:
     """(tokenizer, model) of a Hugging Face folder or hub name."""
     model = load_model(path)
-    return AutoTokenizer.from_pretrained(path), model
+    try:
+        return AutoTokenizer.from_pretrained(path), model
+    except ValueError as exc:
+        raise _refused(exc, path) from None
 
 
 def recorded_names(folder: str | Path) -> set[str]:
@@ -112,6 +164,13 @@ def save_encoder(folder: str | Path, model: Any, tokenizer: Any) -> list[str]:
                 raise ValueError(f"save_pretrained wrote a folder ({name}); only files are expected")
             follow_umask(staging / name)
             os.replace(staging / name, folder / name)
+    except OSError as exc:
+        # A full disk names no file, or a staging file the user never asked for: name the folder.
+        if exc.filename is None or str(exc.filename).startswith(str(staging)):
+            exc.filename = str(folder)
+        raise
+    except SafetensorError as exc:  # safetensors' own write error (a full disk among them)
+        raise DataError(f"cannot write the model ({' '.join(str(exc).split())})", file=folder) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for name in sorted(previous - set(names)):

@@ -21,6 +21,7 @@ applied by the losses, never baked into the embeddings.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 
 from pipeline.core.config import resolve_model_path
 from pipeline.retrieval.hf_folders import (
+    SettingError,
     load_encoder,
     load_model,
     read_settings,
@@ -60,11 +62,17 @@ class RetrieverSettings:
 
     def __post_init__(self) -> None:
         if self.pooling not in ("mean", "cls"):
-            raise ValueError(f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
+            raise SettingError("pooling", f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
         if self.similarity not in ("cosine", "dot"):
-            raise ValueError(f"similarity must be 'cosine' or 'dot', got {self.similarity!r}")
-        if self.temperature <= 0:
-            raise ValueError("temperature must be > 0")
+            raise SettingError("similarity", f"similarity must be 'cosine' or 'dot', got {self.similarity!r}")
+        # Not `<= 0`: NaN passes that, and the losses would divide by it.
+        if not 0 < self.temperature < math.inf:
+            raise SettingError(
+                "temperature", f"temperature must be a finite number > 0, got {self.temperature}"
+            )
+        for name in ("query_max_len", "passage_max_len"):
+            if getattr(self, name) < 1:
+                raise SettingError(name, f"{name} must be >= 1, got {getattr(self, name)}")
 
     @classmethod
     def from_dict(cls, data: dict) -> "RetrieverSettings":

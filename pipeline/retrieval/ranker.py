@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from pipeline.core.config import resolve_model_path
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.hf_folders import (
+    SettingError,
     load_encoder,
     read_settings,
     save_encoder,
@@ -55,7 +56,7 @@ class RankerSettings:
 
     def __post_init__(self) -> None:
         if self.max_len < 8:
-            raise ValueError(f"ranker max_len must be >= 8, got {self.max_len}")
+            raise SettingError("max_len", f"ranker max_len must be >= 8, got {self.max_len}")
 
     @classmethod
     def from_dict(cls, data: dict) -> "RankerSettings":

@@ -18,6 +18,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -100,6 +101,21 @@ def select_rows(table: pd.DataFrame, kept: bool, dropped: bool, false_negatives:
         suspected = (table["fn_label_source"].astype("string").fillna("") == "suspected").to_numpy(bool)
         mask &= truth | suspected
     return table[mask]
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low`` (a negative --sample was a numpy traceback)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    return parse
 
 
 def pick_queries(rows: pd.DataFrame, qid: str | None, sample: int | None, seed: int) -> list[str]:
@@ -374,8 +390,8 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     which.add_argument("--file", default=None, help="any sieve/filter decisions Parquet")
     pick = show.add_mutually_exclusive_group()
     pick.add_argument("--qid", default=None)
-    pick.add_argument("--sample", type=int, default=None, help="show N random queries")
-    show.add_argument("--seed", type=int, default=default(Config, "seed"))
+    pick.add_argument("--sample", type=_at_least(1), default=None, help="show N random queries")
+    show.add_argument("--seed", type=_at_least(0), default=default(Config, "seed"))
     show.add_argument("--kept", action="store_true", help="only kept candidates")
     show.add_argument("--dropped", action="store_true", help="only dropped candidates")
     show.add_argument("--false-negatives", action="store_true", help="only known/suspected false negatives")

@@ -287,6 +287,7 @@ class TrainData:
             raise DataError("no train queries with a positive", file=queries_path)
         cand = load_candidates(negatives_path, queries, positives, depth, dropped)
         self.seed = seed
+        self.negatives_path = str(negatives_path)
         self.n_dropped = len(dropped)
         self.qids: list[str] = queries["qid"].tolist()
         self.query_texts: list[str] = queries["text"].tolist()
@@ -349,6 +350,14 @@ class TrainData:
         return sample_negatives(self.candidates(i), k, rng, pool=self._pool, exclude=exclude)
 
     def batch(self, indices: np.ndarray, k: int, epoch: int) -> Batch:
+        if k and len(self._pool) == 0:
+            # sample_negatives would raise a bare ValueError deep in the first step.
+            raise DataError(
+                "no train query has a hard-negative candidate (a corpus of one passage, or every "
+                f"candidate a positive): nothing to draw {k} negatives per query from; "
+                "use negatives: 0 (in-batch negatives only) or a larger corpus",
+                file=self.negatives_path,
+            )
         ids = []
         for i in indices:
             ids.append(self.positive_ids[i])

@@ -32,7 +32,7 @@ from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean, barrier
 from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.settings import Objective, TrainSettings, describe_errors
-from pipeline.core.storage import atomic_open, write_json
+from pipeline.core.storage import DataError, atomic_open, write_json
 from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.training.data import epoch_order, micro_batch_indices
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
@@ -161,7 +161,15 @@ def prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistIn
     """Start fresh when a checkpoint was written for other settings or inputs (never resume it)."""
     if dist_info.is_main:
         path = directory / FINGERPRINT_FILE
-        if path.exists() and json.loads(path.read_text()) != fingerprint:
+        recorded = _read_fingerprint(path) if path.exists() else fingerprint
+        if recorded is None:
+            # Which settings the checkpoint was made under cannot be known: resuming it could mix
+            # two configurations, so its progress is given up, as for a mismatch.
+            log.warning(
+                "%s is damaged (not the JSON this stage writes): starting afresh in %s", path, directory
+            )
+            shutil.rmtree(directory)
+        elif recorded != fingerprint:
             log.warning("checkpoint in %s was written for other settings/inputs: starting afresh", directory)
             shutil.rmtree(directory)
         if not path.exists():
@@ -169,13 +177,48 @@ def prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistIn
     barrier()
 
 
+def _read_fingerprint(path: Path) -> dict | None:
+    """The recorded fingerprint, or None when the file is not a readable JSON object."""
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
 def truncate_log(path: Path, step: int) -> None:
-    """Drop the JSONL log lines of steps after ``step``: a resumed run logs them again."""
+    """Drop the JSONL log lines of steps after ``step``: a resumed run logs them again.
+
+    A damaged last line (a full disk or a kill during the per-step append) is dropped with a warning:
+    each step's line is written before its checkpoint, so a line that did not finish belongs to a step
+    after the last checkpoint, which the resumed run logs again. Damage before the last line is not
+    what an interrupted append leaves: a DataError naming the line.
+    """
     if not path.exists():
         return
-    lines = [
-        line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step
-    ]
+    raw = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = []
+    for number, line in enumerate(raw, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            logged = record["step"]
+            if not isinstance(logged, int):
+                raise TypeError(type(logged).__name__)
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(raw):
+                log.warning(
+                    "%s: line %d is incomplete (%s); dropped, its step is logged again", path, number, exc
+                )
+                continue
+            raise DataError(
+                f"line {number} is not a step record ({type(exc).__name__}: {exc}); only the last line "
+                "can be cut short by an interrupted run: delete the checkpoint folder to start afresh",
+                file=path,
+            ) from None
+        if logged <= step:
+            lines.append(line)
     with atomic_open(path, "w", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))
 
