@@ -284,7 +284,7 @@ class HybridSettings(Contract):
     weights: Unique(Annotated[float, Field(ge=0, le=1)], 1) = Field(
         [i / 10 for i in range(11)], description="grid of dense weights w for hybrid_wsum_*"
     )
-    select_split: Name = Field("dev", description="split on which w is chosen")
+    select_split: Literal["train", "dev", "test"] = Field("dev", description="split on which w is chosen")
     select_metric: Metric = Field("R@5", description="metric that chooses w")
 
 
