@@ -51,6 +51,13 @@ def bm25_index(d):
     return f"results/{d}/bm25/index"
 
 
+def bm25_index_checksums(d):
+    """The BM25 index's declared output: the sha256 of each of its files, written last (issue 39.8: a
+    directory() output is judged by its mtime alone, so a copy of results/ reran every job after it;
+    a small file Snakemake compares by checksum once it is newer)."""
+    return f"{bm25_index(d)}/checksums.json"
+
+
 def run_dir(d, method, seed=None):
     """A method's run folder; an AR2 method has one per seed (results/{d}/{method}/seed{s})."""
     return f"results/{d}/{method}" if seed is None else f"results/{d}/{method}/seed{seed}"
