@@ -23,7 +23,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-TINY = {"format": "synthkb", "entities": 40, "seed": 0, "split": {"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}}
+TINY = {
+    "format": "synthkb",
+    "entities": 40,
+    "seed": 0,
+    "split": {"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0},
+}
 
 pytestmark = pytest.mark.slow
 
@@ -75,3 +80,92 @@ def test_a_copy_of_results_away_and_back_reruns_nothing(tmp_path):
     checksums.write_text(json.dumps({"sha256": {"other.npy": "0" * 64}}))
     out = snakemake(tmp_path, overlay, "-n", *targets)
     assert {"retrieve_bm25", "mine_bm25_negatives", "evaluate"} <= planned_rules(out), out[-3000:]
+
+
+# ---- a workspace of recorded empty outputs (as tests/test_rerun_triggers.py builds it) -------------
+
+
+def recorded_workspace(workdir: Path, overlay: dict, targets: list[str]) -> None:
+    """Every output the targets need, created empty and recorded by `snakemake --touch` (params,
+    inputs and their checksums, as a real run records them); nothing computed."""
+    out = snakemake(workdir, overlay, "--summary", "--forceall", *targets)
+    for line in out.splitlines():
+        first = line.split("\t")[0]
+        if first.startswith(("results/", "resources/", "downloads/")):
+            path = workdir / first
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+    snakemake(workdir, overlay, "--touch", "--forceall", *targets)
+    assert planned_rules(snakemake(workdir, overlay, "-n", *targets)) == set()
+
+
+def set_back(path: Path, seconds: float = 3600) -> None:
+    """Content replaced with an older mtime (cp -p, tar x)."""
+    old = time.time() - seconds
+    os.utime(path, (old, old))
+
+
+# ---- item 3: a local base folder's content is an input of what loads it ---------------------------
+
+
+def test_a_local_base_folder_with_new_weights_reruns_what_loads_it(tmp_path):
+    base = tmp_path / "my-encoder"
+    base.mkdir()
+    (base / "config.json").write_text('{"model_type": "bert"}')
+    (base / "model.safetensors").write_bytes(b"weights v1")
+    overlay = {
+        "datasets": {"tiny": TINY},
+        "methods": ["zeroshot", "dpr"],
+        "model": {"base": str(base)},
+        "sieve": {"cross_encoder": {"base": str(base)}},
+        "ar2": {"ranker": {"base": "minilm"}},  # a name: no fingerprint
+    }
+    targets = [
+        "results/tiny/models/zeroshot/retriever.json",
+        "results/tiny/models/dpr/retriever.json",
+        "results/tiny/models/cross_encoder/ranker.json",
+    ]
+    recorded_workspace(tmp_path, overlay, targets)
+    # the same content with a new mtime (a copy of the folder) reruns nothing
+    shutil.copytree(base, tmp_path / "copy")
+    shutil.rmtree(base)
+    shutil.copytree(tmp_path / "copy", base, copy_function=shutil.copy)
+    assert planned_rules(snakemake(tmp_path, overlay, "-n", *targets)) == set()
+    # new weights, an older mtime
+    (base / "model.safetensors").write_bytes(b"weights v2")
+    set_back(base / "model.safetensors")
+    out = snakemake(tmp_path, overlay, "-n", *targets)
+    assert planned_rules(out) >= {"init_zeroshot", "train_dpr", "train_cross_encoder"}, out[-3000:]
+    assert {"generate_synthkb", "index_bm25", "mine_bm25_negatives"}.isdisjoint(planned_rules(out)), out[
+        -3000:
+    ]
+
+
+# ---- item 4: a local source's content, whatever its mtime -----------------------------------------
+
+
+def test_a_source_replaced_with_an_older_mtime_reruns_its_dataset(tmp_path):
+    source = tmp_path / "data" / "toy.json"
+    source.parent.mkdir()
+    source.write_text('{"data": ["v1"]}')
+    overlay = {
+        "datasets": {
+            "toy": {
+                "format": "squad",
+                "source": "data/toy.json",
+                "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0},
+            }
+        },
+        "methods": ["bm25"],
+    }
+    targets = ["results/toy/bm25/metrics.json"]
+    recorded_workspace(tmp_path, overlay, targets)
+    # cp of the same content: a new mtime reruns nothing
+    shutil.copy(source, tmp_path / "toy.copy")
+    shutil.copy(tmp_path / "toy.copy", source)
+    assert planned_rules(snakemake(tmp_path, overlay, "-n", *targets)) == set()
+    # other content with an older mtime (cp -p, tar x)
+    source.write_text('{"data": ["v2"]}')
+    set_back(source)
+    out = snakemake(tmp_path, overlay, "-n", *targets)
+    assert {"fingerprint", "prepare_dataset", "index_bm25", "evaluate"} <= planned_rules(out), out[-3000:]

@@ -13,7 +13,8 @@ def prepare_inputs(wildcards):
 
 
 def prepare_file_args(wildcards, input):
-    return " ".join("--file " + shlex.quote(f"{role}={path}") for role, path in input.items())
+    return " ".join("--file " + shlex.quote(f"{role}={path}") for role, path in input.items()
+                    if role != "sources_sha256")
 
 
 def split_spec_arg(wildcards):
@@ -42,6 +43,7 @@ rule download_archive:
 rule download:
     input:
         lambda w: data_sources.download_input(config, w.dataset, w.role),
+        archive_sha256=source_fingerprints(member=True),  # a local archive's content (content.smk)
     output:
         download_file("{dataset}", "{role}"),
     params:
@@ -63,6 +65,7 @@ rule download:
 rule prepare_dataset:
     input:
         unpack(prepare_inputs),
+        sources_sha256=source_fingerprints(),  # the local sources' content (content.smk)
     output:
         corpus=corpus("{dataset}"),
         queries=[queries("{dataset}", split) for split in SPLITS],

@@ -152,7 +152,7 @@ rule unknown_dataset:
     wildcard_constraints:
         top="results|resources",
         # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it
-        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})/)(?!sweeps/(?!metrics\\.json$))[^/]+",
+        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)}|fingerprints)/)(?!sweeps/(?!metrics\\.json$))[^/]+",
         rest=".+",
 
 
