@@ -169,3 +169,33 @@ def test_a_source_replaced_with_an_older_mtime_reruns_its_dataset(tmp_path):
     set_back(source)
     out = snakemake(tmp_path, overlay, "-n", *targets)
     assert {"fingerprint", "prepare_dataset", "index_bm25", "evaluate"} <= planned_rules(out), out[-3000:]
+
+
+# ---- item 7: a pinned sha256 is checked against the downloaded file, not recorded -----------------
+
+
+def test_pinning_the_downloaded_files_digest_reruns_nothing_and_a_wrong_pin_is_named(tmp_path):
+    import hashlib
+
+    source = {"url": "https://example.org/toy.json"}
+    overlay = {
+        "datasets": {
+            "toy": {
+                "format": "squad",
+                "source": source,
+                "split": {"by": "article", "dev": 0.2, "test": 0.2, "seed": 0},
+            }
+        },
+        "methods": ["bm25"],
+    }
+    targets = ["results/toy/bm25/metrics.json"]
+    recorded_workspace(tmp_path, overlay, targets)
+    downloaded = tmp_path / "downloads/toy/source"
+    # docs/data.md: copy the digest of the downloaded file into the config
+    source["sha256"] = hashlib.sha256(downloaded.read_bytes()).hexdigest()
+    out = snakemake(tmp_path, overlay, "-n", *targets)
+    assert planned_rules(out) == set(), out[-3000:]
+    source["sha256"] = "0" * 64
+    out = snakemake(tmp_path, overlay, "-n", *targets, check=False)
+    assert f"downloads/toy/source has sha256 {hashlib.sha256(b'').hexdigest()}" in out, out[-3000:]
+    assert f"pins sha256 {'0' * 64}" in out, out[-3000:]

