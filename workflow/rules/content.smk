@@ -17,7 +17,7 @@ def is_local_base(name):
 
 def fingerprint_file(path):
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(path)))[:40] or "root"
-    return f"resources/fingerprints/{stem}-{hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]}.json"
+    return fingerprint_path(f"{stem}-{hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]}")
 
 
 def _base_of(c, section):
@@ -68,10 +68,10 @@ def source_fingerprints(member=False):
 
 rule fingerprint:
     output:
-        "resources/fingerprints/{name}.json",
+        fingerprint_path("{name}"),
     params:
-        path=lambda wildcards: FINGERPRINTED[f"resources/fingerprints/{wildcards.name}.json"],
-        sha256=lambda wildcards: content_digest(FINGERPRINTED[f"resources/fingerprints/{wildcards.name}.json"]),
+        path=lambda wildcards: FINGERPRINTED[fingerprint_path(wildcards.name)],
+        sha256=lambda wildcards: content_digest(FINGERPRINTED[fingerprint_path(wildcards.name)]),
     wildcard_constraints:
         name=_alternatives([re.escape(Path(f).stem) for f in sorted(FINGERPRINTED)]),
     conda:

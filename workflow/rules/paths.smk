@@ -36,6 +36,11 @@ def dataset_manifest(d):
     return f"{dataset_dir(d)}/manifest.json"
 
 
+def fingerprint_path(name):
+    """The content digest of a local base folder or source file (content.smk's rule fingerprint)."""
+    return f"resources/fingerprints/{name}.json"
+
+
 # downloads/{dataset}/: fetched sources. pipeline.data.readers.sources computes the same locations
 # for the inputs of prepare_dataset; these name the download rules' outputs.
 def download_file(d, role):
