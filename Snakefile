@@ -13,6 +13,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/content.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/synthkb.smk"
 include: "workflow/rules/bm25.smk"

@@ -63,6 +63,15 @@ def test_wrong_type_names_the_key():
         validate_config(config)
 
 
+def test_an_unknown_hybrid_select_split_is_refused_at_validation():
+    # issue 39.11: `hybrid.select_split: foo` passed validation and surfaced at DAG building as a
+    # MissingInputException for queries.foo.parquet
+    config = load_config()
+    config["hybrid"]["select_split"] = "foo"
+    with pytest.raises(ConfigError, match=r"hybrid\.select_split"):
+        validate_config(config)
+
+
 def test_dataset_needs_a_known_format_and_a_source():
     config = load_config()
     config["datasets"]["mine"] = {"format": "csv", "source": "x"}

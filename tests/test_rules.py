@@ -335,6 +335,15 @@ def test_a_target_after_configfile_is_named_as_a_target(tmp_path):
             "results/synthkbb/metrics.json",
             "results/synthkbb/metrics.json: unknown dataset 'synthkbb' (closest: synthkb)",
         ),
+        # issue 39.11: a deep target was a bare "No rule to produce"
+        (
+            "results/synthkbb/bm25/run.test.parquet",
+            "results/synthkbb/bm25/run.test.parquet: unknown dataset 'synthkbb' (closest: synthkb)",
+        ),
+        (
+            "resources/synthkbb/corpus.parquet",
+            "resources/synthkbb/corpus.parquet: unknown dataset 'synthkbb' (closest: synthkb)",
+        ),
     ],
 )
 def test_a_mistyped_target_is_named_with_the_closest_known_names(tmp_path, target, message):

@@ -394,7 +394,7 @@ class HybridSettings(Contract):
         [i / 10 for i in range(11)],
         description="grid of dense weights w for hybrid_wsum_* (0 = BM25 alone, 1 = dense alone)",
     )
-    select_split: Name = Field("dev", description="split on which w is chosen")
+    select_split: Literal["train", "dev", "test"] = Field("dev", description="split on which w is chosen")
     select_metric: Metric = Field(
         "R@5",
         description="metric that chooses w: R@k | hit@k | recall@k | MRR@10 (MS MARCO) | hit_all@k, MRR_all@10 (synthkb)",

@@ -16,9 +16,11 @@ __all__ = [
     "qrels_all",
     "shipped_negatives",
     "dataset_manifest",
+    "fingerprint_path",
     "download_file",
     "archive_file",
     "bm25_index",
+    "bm25_index_checksums",
     "run_dir",
     "run",
     "trec_qrels",
@@ -87,6 +89,11 @@ def dataset_manifest(d: str) -> str:
     return f"{dataset_dir(d)}/manifest.json"
 
 
+def fingerprint_path(name: str) -> str:
+    """The content digest of a local base folder or source file (content.smk's rule fingerprint)."""
+    return f"resources/fingerprints/{name}.json"
+
+
 # downloads/{dataset}/: fetched sources. pipeline.data.readers.sources computes the same locations
 # for the inputs of prepare_dataset; these name the download rules' outputs.
 def download_file(d: str, role: str) -> str:
@@ -100,6 +107,13 @@ def archive_file(d: str, name: str) -> str:
 # results/{dataset}/: everything derived.
 def bm25_index(d: str) -> str:
     return f"results/{d}/bm25/index"
+
+
+def bm25_index_checksums(d: str) -> str:
+    """The BM25 index's declared output: the sha256 of each of its files, written last (issue 39.8: a
+    directory() output is judged by its mtime alone, so a copy of results/ reran every job after it;
+    a small file Snakemake compares by checksum once it is newer)."""
+    return f"{bm25_index(d)}/checksums.json"
 
 
 def run_dir(d: str, method: str, seed: int | str | None = None) -> str:

@@ -224,7 +224,8 @@ def _ranker_inputs(wildcards):
     d = wildcards.dataset
     inputs = {"mined": ar2_start_file(d, "negatives.parquet"), "dev_run": ar2_start_file(d, "run.dev.parquet"),
               "retriever": retriever(d, "dpr"),
-              **_train_split(d), "dev_queries": queries(d, "dev"), "dev_qrels": qrels(d, "dev")}
+              **_train_split(d), "dev_queries": queries(d, "dev"), "dev_qrels": qrels(d, "dev"),
+              **base_input("ar2.ranker", wildcards, "base_ranker")}  # a local base folder (content.smk)
     if d in SYNTHETIC:
         inputs["dev_qrels_all"] = qrels_all(d, "dev")
     return inputs
@@ -281,6 +282,8 @@ def _train_inputs(wildcards):
         inputs["ranker"] = ranker(d, "cross_encoder")
     elif init == "listwise":
         inputs["ranker"] = ar2_trained_ranker(d, wildcards.seed)
+    else:  # round 1's ranker starts from ar2.ranker.base: a local folder's content (content.smk)
+        inputs.update(base_input("ar2.ranker", wildcards, "base_ranker"))
     return inputs
 
 

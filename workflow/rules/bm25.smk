@@ -18,7 +18,7 @@ rule index_bm25:
     input:
         corpus=corpus("{dataset}"),
     output:
-        directory(bm25_index("{dataset}")),
+        bm25_index_checksums("{dataset}"),  # the folder around it is replaced whole by the stage
     params:
         k1=_bm25_setting("k1"),
         b=_bm25_setting("b"),
@@ -33,13 +33,13 @@ rule index_bm25:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.retrieval.bm25 index --corpus {input.corpus} --out-dir {output} --k1 {params.k1}"
+        "python -m pipeline.retrieval.bm25 index --corpus {input.corpus} --out-dir $(dirname {output}) --k1 {params.k1}"
         " --b {params.b} --stemmer {params.stemmer} --stopwords {params.stopwords} --log {log}"
 
 
 rule retrieve_bm25:
     input:
-        index=bm25_index("{dataset}"),
+        index=bm25_index_checksums("{dataset}"),
         queries=queries("{dataset}", "{split}"),
     output:
         run("{dataset}", "bm25", "{split}"),
@@ -54,13 +54,13 @@ rule retrieve_bm25:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.retrieval.bm25 retrieve --index-dir {input.index} --queries {input.queries}"
+        "python -m pipeline.retrieval.bm25 retrieve --index-dir $(dirname {input.index}) --queries {input.queries}"
         " --depth {params.depth} --out {output} --log {log}"
 
 
 rule mine_bm25_negatives:
     input:
-        index=bm25_index("{dataset}"),
+        index=bm25_index_checksums("{dataset}"),
         queries=queries("{dataset}", "train"),
         qrels=qrels("{dataset}", "train"),
         corpus=corpus("{dataset}"),
@@ -79,6 +79,6 @@ rule mine_bm25_negatives:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.retrieval.bm25 mine --index-dir {input.index} --queries {input.queries}"
+        "python -m pipeline.retrieval.bm25 mine --index-dir $(dirname {input.index}) --queries {input.queries}"
         " --qrels {input.qrels} --corpus {input.corpus} --negatives {params.negatives} {params.exclude}"
         " --match {params.match} --out {output} --log {log}"

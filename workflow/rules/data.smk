@@ -8,12 +8,31 @@ from pipeline.data.readers import sources as data_sources
 
 
 def prepare_inputs(wildcards):
-    """role -> local file: the configured path, or the download target of a URL/archive member."""
+    """role -> local file: the configured path, or the download target of a URL/archive member. The
+    downloads' pins are checked here too: Snakemake uses an existing file whose producer fails."""
+    for role, source in data_sources.dataset_sources(config, wildcards.dataset).items():
+        if source.url and source.member:
+            check_pin(data_sources.archive_target(config, source.url), data_sources.archive_sha256(config, source.url))
+        elif source.url:
+            check_pin(data_sources.input_path(config, wildcards.dataset, role), source.sha256)
     return data_sources.prepare_inputs(config, wildcards.dataset)
 
 
 def prepare_file_args(wildcards, input):
-    return " ".join("--file " + shlex.quote(f"{role}={path}") for role, path in input.items())
+    return " ".join("--file " + shlex.quote(f"{role}={path}") for role, path in input.items()
+                    if role != "sources_sha256")
+
+
+def check_pin(target, pinned):
+    """A pinned sha256 is checked against the file already downloaded, not recorded as a param (which
+    re-downloaded the file and reran everything after it): a file that is not the pinned one stops
+    the plan, naming both digests. Returns no input."""
+    if pinned and os.path.isfile(target):
+        actual = file_digest(target)
+        if actual != pinned:
+            raise ValueError(f"{target} has sha256 {actual}, but its source pins sha256 {pinned}: it is not the "
+                             f"pinned file. Delete {target} to download the pinned one, or pin {actual}")
+    return []
 
 
 def split_spec_arg(wildcards):
@@ -21,10 +40,16 @@ def split_spec_arg(wildcards):
 
 
 rule download_archive:
+    input:
+        lambda w: check_pin(archive_file(w.dataset, w.archive),
+                            data_sources.pinned_sha256(config, w.dataset, archive=w.archive)),
     output:
         archive_file("{dataset}", "{archive}"),
     params:
-        args=lambda w: data_sources.archive_args(config, w.dataset, w.archive),
+        # recorded: the URL; the pinned digest reaches the command through `args` (a function of
+        # `output`, unrecorded): pinning a downloaded file reruns nothing (check_pin checks it)
+        source=lambda w: data_sources.archive_args(config, w.dataset, w.archive, pin=False),
+        args=lambda w, output: data_sources.archive_args(config, w.dataset, w.archive),
     conda:
         CPU_ENV
     log:
@@ -41,11 +66,14 @@ rule download_archive:
 
 rule download:
     input:
-        lambda w: data_sources.download_input(config, w.dataset, w.role),
+        lambda w: data_sources.download_input(config, w.dataset, w.role)
+        + check_pin(download_file(w.dataset, w.role), data_sources.pinned_sha256(config, w.dataset, w.role)),
+        archive_sha256=source_fingerprints(member=True),  # a local archive's content (content.smk)
     output:
         download_file("{dataset}", "{role}"),
     params:
-        args=lambda w: data_sources.download_args(config, w.dataset, w.role),
+        source=lambda w: data_sources.download_args(config, w.dataset, w.role, pin=False),  # as download_archive's
+        args=lambda w, output: data_sources.download_args(config, w.dataset, w.role),
     conda:
         CPU_ENV
     log:
@@ -63,6 +91,7 @@ rule download:
 rule prepare_dataset:
     input:
         unpack(prepare_inputs),
+        sources_sha256=source_fingerprints(),  # the local sources' content (content.smk)
     output:
         corpus=corpus("{dataset}"),
         queries=[queries("{dataset}", split) for split in SPLITS],

@@ -139,18 +139,21 @@ rule export_qrels:
 
 
 # A dataset name that is not declared would be a bare "no rule to produce" (the {dataset} wildcard only
-# matches declared datasets): this rule matches the others and names the closest.
+# matches declared datasets): this rule matches any file under results/<name>/ or resources/<name>/ of
+# another name (results/sweeps/ is the sweep rules', all but a metrics.json there) and names the closest.
 rule unknown_dataset:
     input:
         lambda wildcards: (_ for _ in ()).throw(ValueError(
-            f"{dataset_metrics(wildcards.name)}: unknown dataset {wildcards.name!r} "
+            f"{wildcards.top}/{wildcards.name}/{wildcards.rest}: unknown dataset {wildcards.name!r} "
             f"({closest(wildcards.name, list(DATASETS) + ['sweeps'])}); datasets are declared under `datasets` in "
             "config.yaml or an overlay")),
     output:
-        dataset_metrics("{name}"),
+        "{top}/{name}/{rest}",
     wildcard_constraints:
+        top="results|resources",
         # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it
-        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})/)[^/]+",
+        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)}|fingerprints)/)(?!sweeps/(?!metrics\\.json$))[^/]+",
+        rest=".+",
 
 
 rule gather_metrics:

@@ -85,6 +85,7 @@ use rule train_dpr_filtered as train_dpr_mined with:
         qrels=qrels("{dataset}", "train"),
         corpus=corpus("{dataset}"),
         negatives=negatives("{dataset}", "{miner}"),
+        base_model=base_fingerprint("model"),
     output:
         retriever("{dataset}", "dpr_mined_{miner}"),
     wildcard_constraints:
@@ -101,6 +102,7 @@ use rule train_dpr_filtered_seed as train_dpr_mined_seed with:
         qrels=qrels("{dataset}", "train"),
         corpus=corpus("{dataset}"),
         negatives=negatives("{dataset}", "{miner}"),
+        base_model=base_fingerprint("model"),
     output:
         retriever("{dataset}", seeded_model("dpr_mined_{miner}", "{seed}")),
     wildcard_constraints:

@@ -166,6 +166,7 @@ rule train_cross_encoder:
         qrels=qrels("{dataset}", "train"),
         queries=queries("{dataset}", "train"),
         corpus=corpus("{dataset}"),
+        base_model=base_fingerprint("sieve.cross_encoder"),  # a local base folder's content (content.smk)
     output:
         ranker("{dataset}", "cross_encoder"),
     params:

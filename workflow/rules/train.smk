@@ -68,6 +68,8 @@ _TRAIN_INPUTS = dict(
 
 
 rule init_zeroshot:
+    input:
+        base_model=base_fingerprint("model"),  # a local base folder's content (content.smk)
     output:
         retriever("{dataset}", "zeroshot"),
     params:
@@ -92,7 +94,8 @@ def _dpr_skipped(c):
 
 
 def _dpr_inputs(wildcards):
-    return {} if _dpr_skipped(cfg(wildcards.dataset)) else _TRAIN_INPUTS
+    base = base_input("model", wildcards)  # a local base folder's content (content.smk)
+    return {**({} if _dpr_skipped(cfg(wildcards.dataset)) else _TRAIN_INPUTS), **base}
 
 
 def _dpr_settings(wildcards):
@@ -168,6 +171,7 @@ rule train_dpr_filtered:
         qrels=qrels("{dataset}", "train"),
         corpus=corpus("{dataset}"),
         negatives=train_negatives("{dataset}", "{negs}"),
+        base_model=base_fingerprint("model"),
     output:
         retriever("{dataset}", dpr_on("{negs}")),
     wildcard_constraints:
@@ -206,6 +210,7 @@ rule train_dpr_rcl:
     # the paper's Table 5 "DPR + CCR". Compare with dpr. See docs/training.md "Controls".
     input:
         **_TRAIN_INPUTS,
+        base_model=base_fingerprint("model"),
     output:
         retriever("{dataset}", rcl_model("{rcl_beta}")),
     wildcard_constraints:

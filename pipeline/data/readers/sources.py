@@ -134,23 +134,37 @@ def download_input(config: dict, dataset: str, role: str) -> list[str]:
     return [archive_target(config, source.url)] if source.url else [source.path]
 
 
-def download_args(config: dict, dataset: str, role: str) -> str:
-    """Arguments of ``python -m pipeline.data.download`` that produce downloads/{dataset}/{role}."""
+def download_args(config: dict, dataset: str, role: str, pin: bool = True) -> str:
+    """Arguments of ``python -m pipeline.data.download`` that produce downloads/{dataset}/{role}
+    (without ``pin``, what the rule records: a pinned digest is checked, not recorded)."""
     source = _role(config, dataset, role)
     if source.member is not None:
         return shlex.join(["--archive", download_input(config, dataset, role)[0], "--member", source.member])
     args = ["--url", source.url]
-    if source.sha256:
+    if source.sha256 and pin:
         args += ["--sha256", source.sha256]
     return shlex.join(args)
 
 
-def archive_args(config: dict, dataset: str, archive: str) -> str:
-    """Arguments that fetch downloads/{dataset}/archives/{archive}."""
+def pinned_sha256(
+    config: dict, dataset: str, role: str | None = None, archive: str | None = None
+) -> str | None:
+    """The sha256 pinned for downloads/{dataset}/{role} (or for the archive named ``archive``)."""
+    if archive is not None:
+        for source in dataset_sources(config, dataset).values():
+            if source.url and source.member and archive_name(source.url) == archive:
+                return archive_sha256(config, source.url)
+        return None
+    source = _role(config, dataset, role)
+    return source.sha256 if source.member is None else None
+
+
+def archive_args(config: dict, dataset: str, archive: str, pin: bool = True) -> str:
+    """Arguments that fetch downloads/{dataset}/archives/{archive} (``pin``: as download_args)."""
     for source in dataset_sources(config, dataset).values():
         if source.url and source.member and archive_name(source.url) == archive:
             args = ["--url", source.url]
-            sha = archive_sha256(config, source.url)
+            sha = archive_sha256(config, source.url) if pin else None
             return shlex.join(args + ["--sha256", sha] if sha else args)
     raise ConfigError(f"datasets.{dataset}: no archive source named {archive!r}")
 

