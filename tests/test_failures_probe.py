@@ -160,11 +160,11 @@ def test_load_config_refuses_repeated_keys_in_yaml_and_json(tmp_path, text, wher
 
 def test_yaml_merge_keys_may_be_overridden_and_the_default_config_loads(tmp_path):
     # `<<: *anchor` then an own key of the same name is YAML's way of overriding: not a repeat
-    from pipeline.core.config import _load_yaml, load_config
+    from pipeline.core.config import load_config, load_mapping
 
     path = tmp_path / "overlay.yaml"
     path.write_text("_base: &b {lr: 0.5, max_steps: 3}\ndpr: {<<: *b, max_steps: 4}\n")
-    assert _load_yaml(path)["dpr"] == {"lr": 0.5, "max_steps": 4}
+    assert load_mapping(path)["dpr"] == {"lr": 0.5, "max_steps": 4}
     assert load_config()["datasets"]["synthkb"]["format"] == "synthkb"
 
 
@@ -356,10 +356,10 @@ def test_a_split_that_leaves_train_no_unit_is_refused(tmp_path):
 def test_the_overlays_give_no_key_twice():
     # config/overlays/squad/config.yaml pinned ccr.beta 0.5 in one `ccr:` block and set max_steps in a
     # second: Snakemake kept the second, so the SQuAD figures' β 0.5 silently ran at the default β
-    from pipeline.core.config import _load_yaml, load_config
+    from pipeline.core.config import load_config, load_mapping
 
     for path in sorted((REPO / "config").rglob("*.yaml")):
-        _load_yaml(path)
+        load_mapping(path)
     config = load_config([REPO / "config/overlays/squad/config.yaml"])
     assert (config["ccr"]["beta"], config["ccr"]["max_steps"]) == (0.5, 20)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from shell_settings import job_document
 
 from pipeline.core.config import ConfigError, load_config, validate_config
 from pipeline.core.methods import (
@@ -146,8 +147,12 @@ def test_two_betas_in_one_run_plan_two_models_and_two_runs_side_by_side(tmp_path
         "sieve: {betas: [0.5, 6]}\n"
         "eval: {compare: [[dpr_ccr_b6, dpr_ccr_b0.5]]}\n",
     )
-    ccr = sorted(line.split("--beta ")[1].split()[0] for line in shells if "--beta" in line)
-    assert ccr == ["0.5", "6.0"]
+    ccr = sorted(
+        job_document(line)["objective"]["beta"]
+        for line in shells
+        if "train_dense" in line and "models/dpr_ccr_b" in line
+    )
+    assert ccr == [0.5, 6]
     searched = {line.split("--out ")[1].split()[0] for line in shells if "pipeline.retrieval.search" in line}
     assert {
         "results/synthkb/dpr_ccr_b0.5/run.test.parquet",
@@ -196,9 +201,11 @@ def test_the_controls_plan_their_own_trainings(tmp_path):
         "sieve: {scorer: dpr, betas: [], filters: [none, sieve]}\n",
     )
     (rcl,) = [line for line in shells if "models/dpr_rcl_b6/" in line and "train_dense" in line]
-    assert "--beta 6.0 --scale released_code" in rcl and "--in-batch" in rcl and "--init minilm" in rcl
+    document = job_document(rcl)
+    assert document["objective"] == {"beta": 6.0, "scale": "released_code"} and document["train"]["in_batch"]
+    assert "--init minilm" in rcl
     (dpr,) = [line for line in shells if "models/dpr/retriever.json) --log" in line]
-    assert "--beta" not in dpr
+    assert "objective" not in job_document(dpr)  # NCE
     assert not any("train_dense" in line and "dpr_ccr_b" in line for line in shells)
     assert any(
         "pipeline.sieve.filters" in line and "--model results/synthkb/models/dpr " in line for line in shells
@@ -373,11 +380,9 @@ def test_ar2_sieve_init_warm_plans_the_warm_up_dpr_and_the_ccr_settings(tmp_path
         )
         assert len(tunes) == 2, tunes
         for r, (line, start) in enumerate(zip(tunes, starts), start=1):
-            assert (
-                f"--init $(dirname {start}/retriever.json)" in line
-                and "--beta 0.5" in line
-                and "--drop-queries-without-positive" in line
-            )
+            document = job_document(line)
+            assert f"--init $(dirname {start}/retriever.json)" in line
+            assert document["objective"]["beta"] == 0.5 and document["train"]["drop_queries_without_positive"]
             assert f"--out $(dirname {folder}/round{r}/sieve_model/retriever.json)" in line
         negatives = ["results/synthkb/ar2/start/negatives.parquet", f"{folder}/round2/negatives.parquet"]
         for line, mined in zip(tunes, negatives):

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shell_settings import job_document
 
 from pipeline.core.config import ConfigError, load_config
 from pipeline.core.recipes import dataset_config, dataset_configs, dataset_recipe, recipe_chain, recipe_record
-from pipeline.core.settings import TrainSettings, to_flags
+from pipeline.core.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -160,17 +161,25 @@ def test_one_plan_trains_nq_at_paper_scale_and_the_demo_as_before(tmp_path, conf
     jobs = _jobs(out)
     nq, demo = jobs[("train_dpr", "nq")], jobs[("train_dpr", "synthkb")]
     paper = dataset_config(config, "nq")
-    assert to_flags(TrainSettings, paper["dpr"]) in nq["shell"]
-    assert "--init bert-base-uncased" in nq["shell"] and "--separate-towers" in nq["shell"]
+    train_fields = list(TrainSettings.model_fields)
+    assert job_document(nq["shell"])["train"] == {k: paper["dpr"][k] for k in train_fields}
+    assert (
+        "--init bert-base-uncased" in nq["shell"]
+        and not job_document(nq["shell"])["retriever"]["shared_towers"]
+    )
     assert "--recipe paper" in nq["shell"] and "torchrun --standalone --nproc_per_node=4" not in demo["shell"]
     assert re.search(r"\bgpus=4\b", nq["resources"]) and re.search(r"\bmem_mb=64000\b", nq["resources"])
     assert nq["threads"] == 16
     # the demo: exactly the top-level sections, on CPU
-    assert to_flags(TrainSettings, config["dpr"]) in demo["shell"] and "--init minilm" in demo["shell"]
+    assert job_document(demo["shell"])["train"] == {k: config["dpr"][k] for k in train_fields}
+    assert "--init minilm" in demo["shell"]
     assert "--recipe demo" in demo["shell"]
     assert re.search(r"\bgpus=0\b", demo["resources"]) and demo["threads"] == config["dpr"]["threads"]
     ccr = jobs[("train_ccr", "nq")]
-    assert "--lr 1e-07" in ccr["shell"] and "--epochs 1" in ccr["shell"]
+    assert (
+        job_document(ccr["shell"])["train"]["lr"] == 1e-07
+        and job_document(ccr["shell"])["train"]["epochs"] == 1
+    )
     assert ("ar2_round", "nq") in jobs and ("ar2_round", "synthkb") in jobs
     assert "--recipe paper" in jobs[("ar2_round", "nq")]["shell"]
     assert "--recipe demo" in jobs[("init_zeroshot", "synthkb")]["shell"]
@@ -183,11 +192,8 @@ def test_the_users_slurm_command_plans_paper_dpr_on_gpus(tmp_path):
         tmp_path, "--cores", "32", "--profile", str(REPO / "profiles" / "slurm"), "results/nq/metrics.json"
     )
     dpr = _jobs(out)[("train_dpr", "nq")]
-    assert (
-        "--epochs 40" in dpr["shell"]
-        and "--batch-size 128" in dpr["shell"]
-        and "--max-steps 0" in dpr["shell"]
-    )
+    train = job_document(dpr["shell"])["train"]
+    assert (train["epochs"], train["batch_size"], train["max_steps"]) == (40, 128, 0)
     assert re.search(r"\bgpu=4\b", dpr["resources"]) and re.search(r"\bgpus=4\b", dpr["resources"])
     # AR2 (16 rounds per variant and seed): every round's corpus encoding is encode.shards parallel
     # GPU jobs of encode_corpus's rule, gathered; the training job encodes no corpus.

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 
 import pytest
 
+from pipeline.core.config import load_config
+from pipeline.core.methods import method_table
+from pipeline.core.recipes import dataset_configs
 from pipeline.core.settings import (
     Ar2Settings,
     Bm25Settings,
@@ -25,6 +29,7 @@ from pipeline.core.settings import (
     TrainSettings,
     default,
 )
+from pipeline.workflow.training import as_json, train_job
 
 SEED = (Config, "seed")
 MATCH = (EvalSettings, "match")
@@ -128,25 +133,20 @@ def test_a_stage_run_by_hand_defaults_to_the_contracts(module_name, monkeypatch,
 @pytest.mark.parametrize("section,contract", [("dpr", DprSettings), ("ccr", CcrSettings)])
 def test_train_dense_trains_as_the_section_it_is_given(section, contract):
     # The CCR example of train_dense's docstring once trained with DPR's lr and step count.
-    from pipeline.training.train_dense import build_parser
+    from pipeline.training.train_dense import build_parser, job_settings
 
-    args = build_parser(section).parse_args(
-        ["--out", "x"] + ([] if section == "dpr" else ["--section", "ccr"])
-    )
-    for name in TrainSettings.model_fields:
-        assert getattr(args, name) == default(contract, name), name
-    objective = contract if section == "ccr" else Objective
-    assert args.beta == default(objective, "beta") and args.scale == default(objective, "scale")
-    assert args.base == default(ModelSettings, "base") and args.seed == default(Config, "seed")
+    argv = ["--out", "x"] + ([] if section == "dpr" else ["--section", "ccr"])
+    args = build_parser().parse_args(argv)
+    train, objective, retriever = job_settings(args).resolved()
+    assert train == {name: default(contract, name) for name in TrainSettings.model_fields}
+    source = contract if section == "ccr" else Objective
+    assert objective == {name: default(source, name) for name in Objective.model_fields}
+    assert retriever == {} and args.base == default(ModelSettings, "base")
+    assert job_settings(args).seed == default(Config, "seed")
 
 
-def test_train_dense_reads_the_section_before_the_other_flags(monkeypatch):
-    from pipeline.training import train_dense
-
-    seen = {}
-    monkeypatch.setattr(train_dense, "_train", lambda args, dist_info: seen.setdefault("args", args) and 0)
-    monkeypatch.setattr(train_dense, "start_stage", lambda *a, **k: None)
-    argv = [
+def _argv(*extra: str) -> list[str]:
+    return [
         "--init",
         "i",
         "--queries",
@@ -159,7 +159,51 @@ def test_train_dense_reads_the_section_before_the_other_flags(monkeypatch):
         "c",
         "--out",
         "o",
+        *extra,
     ]
-    train_dense.main(["--", *argv, "--section", "ccr", "--lr", "3e-5", "--device", "cpu"])
-    args = seen["args"]
-    assert args.lr == 3e-5 and args.max_steps == default(CcrSettings, "max_steps") and not args.in_batch
+
+
+def _trained_with(monkeypatch, argv: list[str]):
+    from pipeline.training import train_dense
+
+    seen = {}
+    monkeypatch.setattr(train_dense, "_train", lambda args, job, dist_info: seen.setdefault("job", job) and 0)
+    monkeypatch.setattr(train_dense, "start_stage", lambda *a, **k: None)
+    train_dense.main(["--", *argv, "--device", "cpu"])
+    return seen["job"]
+
+
+def test_the_flags_go_over_the_settings_document(monkeypatch, tmp_path):
+    document = {"section": "ccr", "seed": 4, "train": {"max_steps": 7}, "objective": {"beta": 0.5}}
+    (tmp_path / "job.json").write_text(json.dumps(document))
+    job = _trained_with(monkeypatch, _argv("--settings", str(tmp_path / "job.json"), "--lr", "3e-5"))
+    train, objective, _ = job.resolved()
+    assert train["lr"] == 3e-5 and train["max_steps"] == 7 and not train["in_batch"]  # ccr's default
+    assert objective == {"beta": 0.5, "scale": "paper"} and job.seed == 4
+
+
+def test_the_workflow_document_trains_what_the_job_trains(monkeypatch):
+    # What a train_ccr job passes (--settings-json) is what a hand run reads from a file.
+    config = dataset_configs(load_config(), methods=method_table)["synthkb"]
+    document = train_job(config, "ccr", seed=0)
+    job = _trained_with(monkeypatch, _argv("--settings-json", as_json(document)))
+    train, objective, retriever = job.resolved()
+    assert train == document["train"] and objective["beta"] == config["ccr"]["beta"]
+    assert retriever == document["retriever"]
+
+
+@pytest.mark.parametrize(
+    "document,message",
+    [
+        ({"section": "ccr", "train": {"learning_rate": 1}}, r"'train': unknown key\(s\) 'learning_rate'"),
+        ({"train": {"lr": -1}}, r"'train.lr': Input should be greater than 0"),
+        ({"objective": {"beta": "six"}}, r"'objective.beta'"),
+        ({"retriever": {"pooling": "max"}}, r"'retriever.pooling'"),
+        ({"seed": 2**32}, r"'settings.seed'"),
+    ],
+)
+def test_a_bad_settings_document_is_one_line_naming_the_key(monkeypatch, document, message):
+    from pipeline.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _trained_with(monkeypatch, _argv("--settings-json", json.dumps(document)))

@@ -148,5 +148,5 @@ def test_a_non_finite_learning_rate_is_a_config_error_naming_the_flag(inputs, tm
             main, ["--init", str(tiny), *_data_args(paths), "--out", str(tmp_path / "m"), f"--lr={value}"]
         )
     assert exc.value.code == 2
-    assert "config key 'lr': Input should be a finite number" in capsys.readouterr().err
+    assert "config key 'train.lr': Input should be a finite number" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()

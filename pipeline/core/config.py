@@ -75,7 +75,9 @@ def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def _load_yaml(path: str | os.PathLike) -> dict:
+def load_mapping(path: str | os.PathLike) -> dict:
+    """A JSON or YAML file's top-level mapping (a config file, a settings document); a missing file,
+    bad text or a key given twice is a ConfigError naming the file."""
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -152,16 +154,16 @@ def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
     """Read each config file as ``load_config`` does, for what Snakemake's own reading lets pass: a
     key given twice in one mapping (ConfigError naming the file, the line and the key)."""
     for path in dict.fromkeys(str(p) for p in paths):
-        _load_yaml(path)
+        load_mapping(path)
 
 
 def load_config(
     overlays: Iterable[str | os.PathLike] = (), base: str | os.PathLike | None = None, validate: bool = True
 ) -> dict:
     """config.yaml deep-merged with each overlay in order, validated."""
-    config = _load_yaml(base or DEFAULT_CONFIG)
+    config = load_mapping(base or DEFAULT_CONFIG)
     for overlay in overlays:
-        config = deep_merge(config, _load_yaml(overlay))
+        config = deep_merge(config, load_mapping(overlay))
     if validate:
         validate_config(config)
     return config

@@ -319,6 +319,56 @@ class ModelSettings(Contract):
 RETRIEVER_KEYS = ("pooling", "similarity", "temperature", "query_max_len", "passage_max_len")
 
 
+class TrainJob(Contract):
+    """One train_dense run's settings as one document: what the workflow's job hands the stage (its
+    recorded param, as JSON) and what a run by hand reads (``--settings FILE``). A key it leaves out
+    takes the default of config section ``section``; ``retriever`` overrides the settings of the
+    folder training starts from (a key left out keeps the folder's)."""
+
+    section: Literal["dpr", "ccr"] = Field("dpr", description="the config section the run trains as")
+    seed: Seed = Field(0, description="training seed: sampling, dropout, shuffling")
+    train: dict[str, Any] = Field({}, description="the section's training settings (TrainSettings' keys)")
+    objective: dict[str, Any] = Field(
+        {}, description="the loss (Objective's keys): NCE for dpr unless given (dpr.rcl), ccr's beta for ccr"
+    )
+    retriever: dict[str, Any] = Field(
+        {}, description="model settings (RETRIEVER_KEYS and shared_towers) over those of the start"
+    )
+
+    def resolved(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(training settings, objective, retriever overrides), each complete and validated by its
+        contract: unknown keys and bad values are a ConfigError naming them."""
+        contract = DprSettings if self.section == "dpr" else CcrSettings
+        objective_defaults = Objective if self.section == "dpr" else CcrSettings
+        train = _complete(contract, tuple(TrainSettings.model_fields), self.train, "train")
+        objective = _complete(objective_defaults, tuple(Objective.model_fields), self.objective, "objective")
+        retriever = _checked(ModelSettings, (*RETRIEVER_KEYS, "shared_towers"), self.retriever, "retriever")
+        return train, objective, retriever
+
+
+def _checked(
+    cls: type[Contract], names: tuple[str, ...], given: dict[str, Any], where: str
+) -> dict[str, Any]:
+    """``given`` (keys of ``names`` only), validated by ``cls`` over its defaults."""
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"settings key '{where}': unknown key(s) {', '.join(map(repr, unknown))} "
+            f"(allowed keys: {', '.join(sorted(names))})"
+        )
+    validated = from_dict(cls, dict(given), where)
+    return {name: getattr(validated, name) for name in names if name in given}
+
+
+def _complete(
+    cls: type[Contract], names: tuple[str, ...], given: dict[str, Any], where: str
+) -> dict[str, Any]:
+    """Every key of ``names``: ``given``'s, else ``cls``'s default; validated by ``cls``."""
+    _checked(cls, names, given, where)
+    validated = from_dict(cls, {**{n: default(cls, n) for n in names}, **given}, where)
+    return {name: getattr(validated, name) for name in names}
+
+
 class EncodeSettings(Contract):
     """Corpus encoding, scattered over shards and gathered (docs/encoding.md)."""
 

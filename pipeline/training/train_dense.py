@@ -11,12 +11,18 @@ Examples::
         --corpus resources/squad/corpus.parquet --out results/squad/models/dpr --lr 2e-5 --max-steps 60
 
     # CCR: continue from DPR with l(p+) - beta * mean l(p), cosine similarity; --section ccr takes
-    # config section ccr's defaults (lr 1e-5, 20 steps, k 5, no in-batch negatives, beta 6), as the
-    # workflow's train_ccr job does, so only what differs is given
+    # config section ccr's defaults (lr 1e-5, 20 steps, k 5, no in-batch negatives, beta 6), so only
+    # what differs is given
     python -m pipeline.training.train_dense --section ccr --init results/squad/models/dpr ... --beta 0.5 \\
         --similarity cosine --temperature 1 --out results/squad/models/dpr_ccr_b0.5
 
-Without --section the training flags default to config section dpr's settings (NCE).
+    # exactly what a workflow job trained: its settings document (the job's `settings` param, or
+    # python -m pipeline.workflow.training synthkb ccr > ccr.json), then the same inputs
+    python -m pipeline.training.train_dense --settings ccr.json --init ... --out ...
+
+The settings come from a document (--settings FILE, or --settings-json as the rules pass it; schema:
+pipeline.core.settings.TrainJob), each flag over it; what neither gives is config section dpr's default
+(ccr's with --section ccr or a ccr document): docs/config.md.
 
 Under ``torchrun --nproc_per_node=N -m pipeline.training.train_dense -- ARGS`` it trains with DDP (the ``--``
 stops torchrun from reading our flags as abbreviations of its own, e.g. ``--log`` as ``--log-dir``). Checkpoints go to
@@ -27,6 +33,7 @@ The output folder gets ``train_log.jsonl``, ``train_info.json`` and the retrieve
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import sys
@@ -36,21 +43,20 @@ from pathlib import Path
 import torch
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
-from pipeline.core.config import ConfigError
+from pipeline.core.config import ConfigError, load_mapping
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.fingerprint import file_id
 from pipeline.core.seeding import seed_everything
 from pipeline.core.settings import (
     RETRIEVER_KEYS,
-    CcrSettings,
     Config,
-    DprSettings,
     ModelSettings,
     Objective,
+    TrainJob,
     TrainSettings,
     add_flags,
     default,
-    pick,
+    from_dict,
 )
 from pipeline.core.storage import DataError, atomic_path, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
@@ -62,20 +68,21 @@ RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipelin
 log = logging.getLogger("sieve.train_dense")
 
 
-# The config section a run trains as: its contract gives the training flags their defaults.
-SECTIONS = {"dpr": DprSettings, "ccr": CcrSettings}
-
-
-def build_parser(section: str = "dpr") -> argparse.ArgumentParser:
-    contract = SECTIONS[section]
+def build_parser() -> argparse.ArgumentParser:
     ap = stage_parser("pipeline.training.train_dense", __doc__)
+    ap.add_argument("--out", required=True, help="retriever folder to write")
+    ap.add_argument(
+        "--settings",
+        help="the run's settings document (JSON or YAML; pipeline.core.settings.TrainJob): section, seed, "
+        "train, objective, retriever. The workflow's job passes the same document (--settings-json); "
+        "the flags below override it",
+    )
+    ap.add_argument("--settings-json", help="the settings document inline (what the rules pass)")
     ap.add_argument(
         "--section",
-        choices=sorted(SECTIONS),
-        default=section,
-        help="the config section whose defaults the training flags take (default dpr)",
+        choices=("dpr", "ccr"),
+        help="the config section whose defaults the training settings take (default: the document's, else dpr)",
     )
-    ap.add_argument("--out", required=True, help="retriever folder to write")
     ap.add_argument(
         "--init-only",
         action="store_true",
@@ -100,19 +107,17 @@ def build_parser(section: str = "dpr") -> argparse.ArgumentParser:
         action="store_true",
         help="separate query/passage encoders (only when starting from a base encoder)",
     )
-    # One flag per field of the dpr/ccr contract (pipeline.core.settings); the rules spell the same
-    # fields with settings.to_flags, so a setting has one name and one default everywhere.
+    # One flag per field of the dpr/ccr contract (pipeline.core.settings), each over the document; what
+    # neither gives is the section's default (docs/config.md).
     add_flags(
-        ap.add_argument_group(f"training (config section {section})"),
-        contract,
-        names=list(TrainSettings.model_fields),
+        ap.add_argument_group("training (over the document; default: config section dpr, or ccr)"),
+        TrainSettings,
+        override=True,
     )
-    # DPR trains with NCE (Objective's beta 0) unless dpr.rcl's flags are given; CCR with ccr's beta.
-    objective = contract if section == "ccr" else Objective
-    add_flags(
-        ap.add_argument_group("objective: NCE (beta 0) or CCR"), objective, names=list(Objective.model_fields)
+    add_flags(ap.add_argument_group("objective: NCE (beta 0) or CCR"), Objective, override=True)
+    ap.add_argument(
+        "--seed", type=int, help=f"training seed (default: the document's, else {default(Config, 'seed')})"
     )
-    ap.add_argument("--seed", type=int, default=default(Config, "seed"))
     ap.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda"],
@@ -125,19 +130,57 @@ def build_parser(section: str = "dpr") -> argparse.ArgumentParser:
     return ap
 
 
-def _section_parser() -> argparse.ArgumentParser:
-    # Read first, alone: the section decides the defaults of the parser that reads the rest.
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--section", choices=sorted(SECTIONS), default="dpr")
-    return ap
+def _document(args: argparse.Namespace) -> dict:
+    if args.settings and args.settings_json:
+        raise ConfigError("--settings and --settings-json: give the settings document once")
+    if args.settings_json:
+        try:
+            return json.loads(args.settings_json)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"--settings-json: not JSON ({err})") from None
+    if args.settings:
+        return load_mapping(args.settings)
+    return {}
+
+
+def job_settings(args: argparse.Namespace) -> TrainJob:
+    """The run's settings: the document (--settings/--settings-json), the flags over it, validated."""
+    document = _document(args)
+    if not isinstance(document, dict):
+        raise ConfigError(f"settings document: a mapping is needed, got {type(document).__name__}")
+    section = document.get("section", args.section or "dpr")
+    if args.section and args.section != section:
+        raise ConfigError(f"--section {args.section}: the settings document is section {section!r}")
+    flagged = {
+        name: value for name in TrainSettings.model_fields if (value := getattr(args, name)) is not None
+    }
+    objective = {name: value for name in Objective.model_fields if (value := getattr(args, name)) is not None}
+    retriever = {**document.get("retriever", {}), **_overrides(args)}
+    if args.separate_towers:
+        retriever["shared_towers"] = False
+    seed = args.seed if args.seed is not None else document.get("seed", default(Config, "seed"))
+    merged = {
+        **document,
+        "section": section,
+        "seed": seed,
+        "train": {**document.get("train", {}), **flagged},
+        "objective": {**document.get("objective", {}), **objective},
+        "retriever": retriever,
+    }
+    job = from_dict(TrainJob, merged, "settings")
+    job.resolved()  # every part validated by its contract now, before any work
+    return job
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in RETRIEVER_KEYS if getattr(args, name) is not None}
 
 
-def init_only(args: argparse.Namespace) -> None:
-    settings = RetrieverSettings(base=args.base, shared_towers=not args.separate_towers, **_overrides(args))
+def init_only(args: argparse.Namespace, job: TrainJob) -> None:
+    _, _, retriever_settings = job.resolved()
+    overrides = {k: v for k, v in retriever_settings.items() if k != "shared_towers"}
+    shared = retriever_settings.get("shared_towers", True)
+    settings = RetrieverSettings(base=args.base, shared_towers=shared, **overrides)
     retriever = Retriever.from_pretrained(args.base, settings)
     out = Path(args.out)
     (out / SETTINGS_FILE).unlink(missing_ok=True)
@@ -172,37 +215,39 @@ def main(argv: list[str] | None = None) -> int:
         # `torchrun ... -m pipeline.training.train_dense -- ARGS`: the separator keeps torchrun's own parser
         # (which accepts abbreviations: --log would be read as its --log-dir) off our flags.
         argv = argv[1:]
-    section, _ = _section_parser().parse_known_args(argv)
-    args = build_parser(section.section).parse_args(argv)
+    args = build_parser().parse_args(argv)
+    job = job_settings(args)  # before any work: a bad document or flag is one line
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible to torch")
     dist_info = init_from_env(prefer_cuda=args.device != "cpu")
     start_stage(args.log, args.threads, main_process=dist_info.is_main)
     try:
         if args.init_only:
-            seed_everything(args.seed)  # training seeds in train_retriever
+            seed_everything(job.seed)  # training seeds in train_retriever
             if dist_info.is_main:
-                init_only(args)
+                init_only(args, job)
             return 0
         missing = [
             f"--{n}" for n in ("init", "queries", "qrels", "negatives", "corpus") if getattr(args, n) is None
         ]
         if missing:
-            build_parser(args.section).error(f"training needs {', '.join(missing)} (or use --init-only)")
-        return _train(args, dist_info)
+            build_parser().error(f"training needs {', '.join(missing)} (or use --init-only)")
+        return _train(args, job, dist_info)
     finally:
         shutdown()
 
 
-def _train(args: argparse.Namespace, dist_info: DistInfo) -> int:
-    cfg = TrainConfig(**pick(TrainSettings, args), **pick(Objective, args), seed=args.seed)
+def _train(args: argparse.Namespace, job: TrainJob, dist_info: DistInfo) -> int:
+    train, objective, retriever_settings = job.resolved()
+    cfg = TrainConfig(**train, **objective, seed=job.seed)
+    overrides = {k: v for k, v in retriever_settings.items() if k != "shared_towers"}
     train_retriever(
         args.init,
         TrainInputs(args.queries, args.qrels, args.negatives, args.corpus),
         args.out,
         cfg,
-        overrides=_overrides(args),
-        separate_towers=args.separate_towers,
+        overrides=overrides,
+        separate_towers=not retriever_settings.get("shared_towers", True),
         checkpoint_dir=args.checkpoint_dir,
         keep_checkpoint=args.keep_checkpoint,
         dist_info=dist_info,

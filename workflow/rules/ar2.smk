@@ -213,7 +213,7 @@ use rule train_ccr as ar2_train_sieve_model with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=train_flags("ccr", drop_queries_without_positive=True),
+        settings=train_settings("ccr", drop_queries_without_positive=True),
     log:
         "logs/ar2_train_sieve_model/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:

@@ -4,14 +4,12 @@
 import shlex
 
 from pipeline.core.recipes import dataset_recipe
-from pipeline.core.settings import RETRIEVER_KEYS, ModelSettings, Objective, TrainSettings, to_flags
+from pipeline.workflow.training import as_json, init_job, train_job
 
 
-def retriever_flags(c, **overrides):
-    """The retriever settings of `model` in config ``c`` as train_dense flags (CCR overrides
-    similarity and τ)."""
-    m = {**c["model"], **overrides}
-    return " ".join([to_flags(ModelSettings, m, RETRIEVER_KEYS)] + ([] if m["shared_towers"] else ["--separate-towers"]))
+def settings_flag(document):
+    """The job's settings document (pipeline.core.settings.TrainJob) as train_dense reads it."""
+    return "--settings-json " + shlex.quote(as_json(document))
 
 
 # The β tags of the CCR models the config asks for (ccr.beta and sieve.betas of every dataset).
@@ -20,24 +18,15 @@ CCR_TAGS = _alternatives([re.escape(tag) for tag in sorted({t for d in DATASETS 
 RCL_TAGS = {d: beta_tag(cfg(d)["dpr"]["rcl"]["beta"]) for d in DATASETS}
 
 
-def train_flags(section, **fixed):
-    """params function: train_dense flags from section `dpr` or `ccr` of the job's dataset (its
-    recipe): one per field of the contract (pipeline.core.settings), spelled as the CLI's parser
-    reads them. A CCR model's β is the one its tag stands for (CCR_BETAS), its seed the one of its path
-    (default: the top-level seed)."""
-    def flags(wildcards):
-        c = cfg(wildcards.dataset)
-        s = {**c[section], **fixed}
-        if "beta" in wildcards.keys():  # a CCR model of the β sweep: its β, looked up by its tag
-            s["beta"] = CCR_BETAS[wildcards.dataset][wildcards.beta]
+def train_settings(section, **fixed):
+    """params function: the settings document of a `dpr` or `ccr` training job of the job's dataset
+    (pipeline.workflow.training.train_job), recorded and passed whole. A CCR model of the β sweep
+    trains at the β its folder's tag stands for (CCR_BETAS); a seeded model at its path's seed."""
+    def settings(wildcards):
+        beta = CCR_BETAS[wildcards.dataset][wildcards.beta] if "beta" in wildcards.keys() else None
         seed = wildcards["seed"] if "seed" in wildcards.keys() else config["seed"]
-        out = [f"--seed {int(seed)}", to_flags(TrainSettings, s)]
-        if section == "ccr":
-            out += [to_flags(Objective, s), retriever_flags(c, similarity="cosine", temperature=s["temperature"])]
-        else:
-            out.append(retriever_flags(c))
-        return " ".join(out)
-    return flags
+        return settings_flag(train_job(cfg(wildcards.dataset), section, seed=int(seed), beta=beta, **fixed))
+    return settings
 
 
 def recipe_label(wildcards, output):
@@ -74,7 +63,7 @@ rule init_zeroshot:
         retriever("{dataset}", "zeroshot"),
     params:
         base=_base,
-        settings=lambda wildcards: retriever_flags(cfg(wildcards.dataset)),
+        settings=lambda wildcards: settings_flag(init_job(cfg(wildcards.dataset))),
         recipe=recipe_label,
     conda:
         CPU_ENV
@@ -103,8 +92,8 @@ def _dpr_settings(wildcards):
     is (dpr.skip) or DPR training."""
     c = cfg(wildcards.dataset)
     if _dpr_skipped(c):
-        return f"--init-only --base {_base(wildcards)} {retriever_flags(c)}"
-    return f"--init {_base(wildcards)} {train_flags('dpr')(wildcards)}"
+        return f"--init-only --base {_base(wildcards)} {settings_flag(init_job(c))}"
+    return f"--init {_base(wildcards)} {train_settings('dpr')(wildcards)}"
 
 
 def _dpr_files(wildcards, input):
@@ -145,7 +134,7 @@ rule train_ccr:
     wildcard_constraints:
         beta=CCR_TAGS,
     params:
-        settings=train_flags("ccr"),
+        settings=train_settings("ccr"),
         recipe=recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("ccr", "threads")
@@ -178,7 +167,7 @@ rule train_dpr_filtered:
         negs=FILTERED_NEGS_RE,
     params:
         base=_base,
-        settings=train_flags("dpr"),
+        settings=train_settings("dpr"),
         recipe=recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
@@ -202,7 +191,8 @@ def _rcl_settings(wildcards):
     if wildcards.rcl_beta != tag:
         raise ValueError(f"{rcl_model(wildcards.rcl_beta)} of dataset {wildcards.dataset!r}: its dpr.rcl.beta is "
                          f"{c['dpr']['rcl']['beta']} (folder {rcl_model(tag)}); set dpr.rcl.beta to build another")
-    return f"{train_flags('dpr')(wildcards)} {to_flags(Objective, c['dpr']['rcl'])}"
+    seed = wildcards["seed"] if "seed" in wildcards.keys() else config["seed"]
+    return settings_flag(train_job(c, "dpr", seed=int(seed), objective=c["dpr"]["rcl"]))
 
 
 rule train_dpr_rcl:
