@@ -1055,6 +1055,11 @@ def build_report(
         "actions": {a: int(v) for a, v in table["action"].value_counts().items()},
         "judged_by_filter": judged,
         "distinct_judged": int(len(cands)),
+        "distinct_passages": int(
+            cands["pid"].nunique() + cands.drop_duplicates("qid")["positive_pid"].nunique()
+        )
+        if len(cands)
+        else 0,
         "sieve_out_rate": dropped / judged if judged else None,
         "flagged_rate": (dropped + int(counts.get("duplicate_of_positive", 0))) / len(table)
         if len(table)
