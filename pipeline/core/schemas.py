@@ -137,6 +137,31 @@ FILTER_DECISIONS_SCHEMA = pa.schema(
 )
 """sieve/{filter}/decisions.parquet: what a competing filter decided per candidate."""
 
+CLEAN_DECISIONS_SCHEMA = pa.schema(
+    [
+        ("row", pa.int64()),
+        ("slot", pa.string()),
+        ("qid", pa.string()),
+        ("query", pa.string()),
+        ("docid", pa.string()),
+        ("text", pa.string()),
+        ("pid", pa.string()),
+        ("rank", pa.int32()),
+        ("source_score", pa.float64()),
+        ("score", pa.float64()),
+        ("similarity", pa.float64()),
+        ("duplicate_jaccard", pa.float64()),
+        ("decision", pa.string()),
+        ("reason", pa.string()),
+        ("action", pa.string()),
+        ("kept", pa.bool_()),
+        ("fallback", pa.bool_()),
+        ("is_false_negative", pa.bool_()),
+        ("fn_label_source", pa.string()),
+    ]
+)
+"""clean/decisions.parquet: every negative of a cleaned dataset (pipeline.sieve.clean), its verdict."""
+
 AR2_NEGATIVES_SCHEMA = pa.schema(
     [
         ("qid", pa.string()),
@@ -236,6 +261,13 @@ TABLES: tuple[Table, ...] = (
         "sieve/{filter}/decisions.parquet",
         "FILTER_DECISIONS_SCHEMA",
         "a competing filter's decision (and its score) for every candidate",
+    ),
+    Table(
+        "results",
+        "clean/decisions.parquet",
+        "CLEAN_DECISIONS_SCHEMA",
+        "`pipeline.sieve.clean`: each negative of a cleaned dataset (its file row and slot), its score, "
+        "decision (kept, dropped, duplicate_of_positive), reason and what was written (action)",
     ),
     Table("results", "{method}/run.{split}.parquet", "RUN_SCHEMA", "a retrieval run; rank is 1-based"),
     Table(

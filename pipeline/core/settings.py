@@ -961,6 +961,65 @@ class DatasetSpec(Contract):
         return self
 
 
+# ---- cleaning a user's hard-negative dataset (pipeline.sieve.clean, docs/clean.md) ----------------
+
+CLEAN_FORMATS = ("triplet", "n_tuple", "labeled_pair", "labeled_list", "tevatron", "flagembedding")
+# The filters that judge a file of (query, positive, negatives) rows; answer_match needs answer
+# strings, which none of these formats carries, and sieve_no_ccr is the sieve with another --model.
+CLEAN_FILTERS = ("none", "sieve", "positive_aware", "rank_window", "cross_encoder", "oracle")
+CLEAN_MODES = ("drop", "relabel", "mark")
+CLEAN_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+class CleanSpec(Contract):
+    """One hard-negative dataset of your own to clean (rule clean_negatives): the file, its filter and
+    model; the filters' own settings are section sieve's (rank_window, positive_aware, cross_encoder,
+    strict, fallback, batch_size)."""
+
+    source: str = Field(
+        min_length=1,
+        description="the dataset file (.jsonl, .json, .parquet or .csv; relative to the repository root)",
+    )
+    format: Literal[("auto", *CLEAN_FORMATS)] = Field(
+        "auto", description="its schema; auto = detected from the columns (docs/clean.md)"
+    )
+    filter: Literal[CLEAN_FILTERS] = Field("sieve", description="the false-negative filter")
+    model: str = Field(
+        "minilm",
+        min_length=1,
+        description="retriever (sieve, positive_aware) or cross-encoder folder (cross_encoder) that scores "
+        "the negatives; minilm = the offline all-MiniLM-L6-v2",
+    )
+    mode: Literal[CLEAN_MODES] = Field(
+        "drop",
+        description="what happens to a suspected false negative: drop it, relabel it as a positive "
+        "(formats with several positives), or mark it (a verdict column)",
+    )
+    labels: Optional[str] = Field(
+        None,
+        min_length=1,
+        description="known truth: every relevant passage of the queries it lists (columns query, passage); "
+        "null = none (no recall or precision)",
+    )
+    near_duplicate: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="a negative whose word 3-gram Jaccard with a positive is at least this is "
+        "duplicate_of_positive, before any model runs",
+    )
+
+    @field_validator("source")
+    @classmethod
+    def _suffix(cls, source: str) -> str:
+        if not source.endswith(CLEAN_SUFFIXES):
+            raise ValueError(
+                f"{source!r}: the workflow cleans {', '.join(CLEAN_SUFFIXES)} files (a datasets folder: "
+                "python -m pipeline.sieve.clean, or Dataset.to_parquet first)"
+            )
+        return source
+
+
 RECIPE_SECTIONS = ("model", "bm25", "dpr", "ccr", "sieve", "ar2", "hybrid")
 
 
@@ -997,6 +1056,9 @@ class Config(Contract):
         {"demo": {}}, description="named training recipes (docs/recipes.md)"
     )
     datasets: Annotated[dict[Name, DatasetSpec], Field(min_length=1)]
+    clean: dict[Name, CleanSpec] = Field(
+        {}, description="hard-negative datasets of your own to clean: results/<name>/clean/ (docs/clean.md)"
+    )
     eval: EvalSettings = EvalSettings()
     bm25: Bm25Settings = Bm25Settings()
     model: ModelSettings = ModelSettings()
@@ -1030,7 +1092,7 @@ SECTIONS: dict[str, type[Contract]] = {
     )
 }
 TOP_LEVEL_DEFAULTS: dict[str, Any] = {
-    key: Config.model_fields[key].default for key in ("seed", "seeds", "recipes")
+    key: Config.model_fields[key].default for key in ("seed", "seeds", "recipes", "clean")
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import annotated_types
 from pydantic.fields import FieldInfo
 
-from pipeline.core.settings import SECTIONS, Config, Contract
+from pipeline.core.settings import SECTIONS, CleanSpec, Config, Contract
 
 HEADER = """\
 # Configuration reference
@@ -95,9 +95,8 @@ def _rows(cls: type[Contract], prefix: str) -> list[str]:
         kind = _type_name(hint)
         bounds = _bounds(field)
         shown = f"{kind} ({bounds})" if bounds else kind
-        rows.append(
-            f"| `{key}` | {_default(field.default)} | {_cell(shown)} | {_cell(field.description or '')} |"
-        )
+        shown_default = "required" if field.is_required() else _default(field.default)
+        rows.append(f"| `{key}` | {shown_default} | {_cell(shown)} | {_cell(field.description or '')} |")
     return rows
 
 
@@ -117,6 +116,7 @@ def reference() -> str:
     out += [
         "| `datasets` | required | mapping | datasets by name: format, source, split (docs/data.md) |",
         '| `recipes` | `{"demo": {}}` | mapping | named training recipes (docs/recipes.md) |',
+        f"| `clean` | `{{}}` | mapping | {_cell(Config.model_fields['clean'].description or '')} |",
         "",
     ]
     for name, cls in SECTIONS.items():
@@ -124,6 +124,8 @@ def reference() -> str:
         if cls.__doc__ and cls.__doc__ is not Contract.__doc__:
             out += [_doc(cls), ""]
         out += ["| key | default | type | meaning |", "|---|---|---|---|", *_rows(cls, f"{name}."), ""]
+    out += ["## clean.<name>", "", _doc(CleanSpec), ""]
+    out += ["| key | default | type | meaning |", "|---|---|---|---|", *_rows(CleanSpec, "clean.<name>."), ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -50,6 +50,8 @@ __all__ = [
     "tradeoff",
     "figure",
     "sieve_figure",
+    "cleaned",
+    "clean_file",
     "ar2_seed_dir",
     "ar2_round_dir",
     "ar2_start_file",
@@ -246,6 +248,17 @@ def figure(d: str, name: str) -> str:
 def sieve_figure(d: str, name: str, tag: str) -> str:
     """Figure 1 and the sieve's other figures, per sieve setting (sieve_figures writes them together)."""
     return f"results/{d}/figures{tag}/{name}"
+
+
+# results/{name}/clean/: a hard-negative dataset of the user's, cleaned (config clean.<name>, docs/clean.md).
+def cleaned(name: str, ext: str) -> str:
+    """The cleaned dataset, in its source's container (``ext``: jsonl, json, parquet, csv)."""
+    return f"results/{name}/clean/cleaned.{ext}"
+
+
+def clean_file(name: str, ext: str, what: str) -> str:
+    """Beside it: ``decisions.parquet`` (every negative's verdict), ``report.json``, ``report.md``."""
+    return f"{cleaned(name, ext)}.{what}"
 
 
 def ar2_seed_dir(d: str, variant: str, seed: int | str) -> str:

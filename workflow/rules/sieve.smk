@@ -333,3 +333,62 @@ rule sieve_tradeoff:
     shell:
         "python -m pipeline.sieve.tradeoff --decisions {params.decisions} --reference {params.reference}"
         " --out-json {output.json} --out-png {output.png} --log {log}"
+
+
+# ---- a hard-negative dataset of the user's, cleaned (config clean.<name>; docs/clean.md) ------------
+#   results/{clean}/clean/cleaned.{ext}   the same schema back; .decisions.parquet, .report.{json,md} beside
+
+from pipeline.core.settings import CLEAN_SUFFIXES, CleanSpec
+
+CLEAN = config["clean"]  # validated above
+
+
+def clean_spec(wildcards):
+    """The entry, its defaults filled in; the path's extension must be its source's."""
+    spec = CleanSpec.model_validate(CLEAN[wildcards.clean]).model_dump()
+    if not spec["source"].endswith("." + wildcards.ext):
+        raise ValueError(f"clean {wildcards.clean!r}: its source {spec['source']!r} is not a .{wildcards.ext} file: "
+                         f"ask for {cleaned(wildcards.clean, spec['source'].rsplit('.', 1)[1])}")
+    return spec
+
+
+def _clean_inputs(wildcards):
+    spec = clean_spec(wildcards)
+    return {"source": spec["source"], **({"labels": spec["labels"]} if spec["labels"] else {})}
+
+
+def _clean_settings(wildcards):
+    spec, c = clean_spec(wildcards), config["sieve"]
+    return " ".join([to_flags(CleanSpec, spec, ("format", "filter", "model", "mode", "near_duplicate")),
+                     to_flags(RankWindowSettings, c["rank_window"], prefix="rank_window"),
+                     to_flags(PositiveAwareSettings, c["positive_aware"], prefix="positive_aware"),
+                     to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",), prefix="cross_encoder"),
+                     to_flags(SieveSettings, c, SIEVE_DECISION_KEYS), f"--seed {config['seed']}"])
+
+
+rule clean_negatives:
+    input:
+        unpack(_clean_inputs),
+    output:
+        cleaned=cleaned("{clean}", "{ext}"),
+        decisions=clean_file("{clean}", "{ext}", "decisions.parquet"),
+        report=clean_file("{clean}", "{ext}", "report.json"),
+        markdown=clean_file("{clean}", "{ext}", "report.md"),
+    wildcard_constraints:
+        clean="|".join(CLEAN) or "(?!x)x",
+        ext="|".join(s.lstrip(".") for s in CLEAN_SUFFIXES),
+    params:
+        settings=_clean_settings,
+        labels=lambda wildcards: f"--labels {clean_spec(wildcards)['labels']}" if clean_spec(wildcards)["labels"] else "",
+    threads: 2
+    resources:
+        mem_mb=4000,
+    conda:
+        CPU_ENV
+    log:
+        "logs/clean_negatives/{clean}.{ext}.log",
+    benchmark:
+        "benchmarks/clean_negatives/{clean}.{ext}.tsv"
+    shell:
+        "python -m pipeline.sieve.clean --input {input.source} --out {output.cleaned} {params.settings}"
+        " {params.labels} --decisions {output.decisions} --report {output.report} --threads {threads} --log {log}"

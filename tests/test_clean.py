@@ -1,0 +1,502 @@
+"""pipeline.sieve.clean: users' hard-negative files in, the same files out (issue 42).
+
+The sentence-transformers files are written by its own ``mine_hard_negatives`` on a slice of SQuAD-36
+(the offline all-MiniLM-L6-v2). That function needs the ``datasets`` package only as a container
+(``Dataset.from_dict``, ``column_names``, ``to_pandas``, column access), and ``datasets`` is not a
+dependency here: a pandas-backed stand-in with those four members is put in its place, and the
+mining itself is sentence-transformers' code. What it returns is saved as Parquet, as
+``Dataset.to_parquet`` would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import types
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.core.config import resolve_model_path
+from pipeline.core.storage import DataError
+from pipeline.sieve import candidates as fn_labels
+from pipeline.sieve import clean
+from pipeline.sieve import passage_sieve as sv
+from pipeline.sieve.report import detection_report
+from tests.squad_data import squad36
+
+N_QUESTIONS = 36
+N_NEGATIVES = 5
+
+
+class _Dataset:
+    """What mine_hard_negatives uses of datasets.Dataset."""
+
+    def __init__(self, data: dict[str, list]):
+        self.data = data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, list]) -> "_Dataset":
+        return cls({k: list(v) for k, v in data.items()})
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.data)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values())))
+
+    def __getitem__(self, column: str) -> list:
+        return self.data[column]
+
+    def to_pandas(self) -> pd.DataFrame:
+        return pd.DataFrame(self.data)
+
+    def to_parquet(self, path) -> None:
+        pq.write_table(pa.table(self.data), path)
+
+
+@pytest.fixture(scope="module")
+def squad_pairs() -> tuple[list[str], list[str], list[str]]:
+    """(questions, their paragraphs, every paragraph of the same articles): a SQuAD-36 slice."""
+    path, _ = squad36()
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        articles = json.load(handle)["data"]
+    questions, positives, corpus = [], [], []
+    for article in articles[:2]:
+        for paragraph in article["paragraphs"]:
+            corpus.append(paragraph["context"])
+            for qa in paragraph["qas"][:1]:
+                questions.append(qa["question"])
+                positives.append(paragraph["context"])
+    step = max(1, len(questions) // N_QUESTIONS)
+    return questions[::step][:N_QUESTIONS], positives[::step][:N_QUESTIONS], corpus
+
+
+@pytest.fixture(scope="module")
+def mined(tmp_path_factory, squad_pairs):
+    """format name -> Parquet file written from mine_hard_negatives' output."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import hard_negatives
+
+    questions, positives, corpus = squad_pairs
+    root = tmp_path_factory.mktemp("mined")
+    fake = types.ModuleType("datasets")
+    fake.Dataset = _Dataset
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "datasets", fake)
+        mp.setattr(hard_negatives, "is_datasets_available", lambda: True)
+        model = SentenceTransformer(resolve_model_path("minilm"), device="cpu")
+        pairs = _Dataset.from_dict({"anchor": questions, "positive": positives})
+        files = {}
+        for output_format in ("triplet", "n-tuple", "labeled-pair", "labeled-list"):
+            for scores in (False, True):
+                if output_format == "labeled-pair" and scores:
+                    continue  # scores replace the labels: no way to tell the positive (refused below)
+                out = hard_negatives.mine_hard_negatives(
+                    pairs,
+                    model,
+                    corpus=corpus,
+                    num_negatives=N_NEGATIVES,
+                    output_format=output_format,
+                    output_scores=scores,
+                    cache_folder=str(root / "cache"),
+                    verbose=False,
+                )
+                name = f"{output_format}{'-scores' if scores else ''}"
+                out.to_parquet(root / f"{name}.parquet")
+                files[name] = root / f"{name}.parquet"
+    return files
+
+
+def _run(source, out, **settings) -> tuple[dict, pd.DataFrame]:
+    fmt = settings.pop("fmt", "auto")
+    labels = settings.pop("labels", None)
+    report = clean.clean_dataset(source, out, fmt=fmt, settings=clean.Settings(**settings), labels=labels)
+    return report, pd.read_parquet(out.with_name(out.name.split(".")[0] + ".decisions.parquet"))
+
+
+def _removed(decisions: pd.DataFrame) -> pd.DataFrame:
+    return decisions[decisions["action"] == "removed"]
+
+
+EXPECTED_FORMAT = {
+    "triplet": "triplet",
+    "triplet-scores": "triplet",
+    "n-tuple": "n_tuple",
+    "n-tuple-scores": "n_tuple",
+    "labeled-pair": "labeled_pair",
+    "labeled-list": "labeled_list",
+    "labeled-list-scores": "labeled_list",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FORMAT))
+def test_sentence_transformers_files_round_trip(mined, tmp_path, name):
+    # rank_window (no model) drops the top 2 of each set: what the test checks is the file, not a model.
+    source = mined[name]
+    out = tmp_path / "cleaned.parquet"
+    start = 0 if name.startswith("n-tuple") else 2  # an n-tuple row with a dropped negative goes whole
+    report, decisions = _run(source, out, filter="rank_window", rank_window_start=start)
+    assert report["format"] == EXPECTED_FORMAT[name]
+    raw, cleaned = pq.read_table(source), pq.read_table(out)
+    assert cleaned.schema == raw.schema  # columns, order, types
+    rows = raw.to_pylist()
+    removed = _removed(decisions)
+    if name.startswith("labeled-list"):
+        expected = []
+        for r, record in enumerate(rows):
+            gone = {int(s.split("[")[1][:-1]) for s in removed.loc[removed["row"] == r, "slot"]}
+            expected.append(
+                {
+                    k: [v for i, v in enumerate(record[k]) if i not in gone]
+                    if isinstance(record[k], list)
+                    else record[k]
+                    for k in record
+                }
+            )
+    else:
+        gone_rows = set(removed["row"])
+        expected = [record for r, record in enumerate(rows) if r not in gone_rows]
+    assert cleaned.to_pylist() == expected
+    assert report["negatives"] == len(decisions) > 0
+    assert report["decisions"]["dropped"] + report["decisions"]["duplicate_of_positive"] == len(removed)
+    if start:
+        assert set(decisions.loc[decisions["decision"] == "dropped", "rank"]) <= {1, 2}
+        assert report["decisions"]["dropped"] > 0
+
+
+def test_scores_are_read_as_each_negatives_source_score(mined, tmp_path):
+    _, decisions = _run(mined["n-tuple-scores"], tmp_path / "c.parquet", filter="none")
+    raw = pq.read_table(mined["n-tuple-scores"]).to_pylist()
+    first = decisions[decisions["row"] == 0].sort_values("rank")
+    assert first["source_score"].tolist() == pytest.approx(raw[0]["scores"][1:])
+    assert first["slot"].tolist() == [f"negative_{i}" for i in range(1, N_NEGATIVES + 1)]
+
+
+def test_the_sieve_scores_mined_triplets_with_minilm(mined, tmp_path):
+    report, decisions = _run(mined["triplet"], tmp_path / "c.parquet", filter="sieve", model="minilm")
+    judged = decisions[decisions["decision"] != "duplicate_of_positive"]
+    assert judged["similarity"].notna().all() and judged["score"].notna().all()
+    assert 0 < report["sieve_out_rate"] < 1
+    # The rule, per (anchor, positive) set: kept iff loss >= the set's mean loss (or the fallback).
+    assert ((judged["decision"] == "kept") | ~judged["fallback"]).all()
+    assert report["detection"] is None  # no labels
+
+
+def test_mark_keeps_every_negative_with_its_verdict(mined, tmp_path):
+    out = tmp_path / "c.parquet"
+    _, decisions = _run(mined["n-tuple"], out, filter="rank_window", rank_window_start=2, mode="mark")
+    cleaned = pq.read_table(out)
+    raw = pq.read_table(mined["n-tuple"])
+    assert cleaned.column_names == raw.column_names + ["sieve_verdicts"]
+    assert cleaned.drop(["sieve_verdicts"]).to_pylist() == raw.to_pylist()
+    verdicts = cleaned.column("sieve_verdicts").to_pylist()[0]
+    assert verdicts[:2] == ["dropped", "dropped"] or "duplicate_of_positive" in verdicts[:2]
+    assert set(decisions["action"]) == {"marked"}
+
+
+def test_relabel_is_refused_where_a_row_holds_one_positive(mined, tmp_path):
+    with pytest.raises(DataError, match="relabel"):
+        _run(mined["triplet"], tmp_path / "c.parquet", filter="none", mode="relabel")
+
+
+def test_labeled_pairs_with_scores_are_refused(tmp_path):
+    path = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({"anchor": ["q"], "positive": ["p"], "score": [0.5]}), path)
+    with pytest.raises(DataError, match="which document is the positive"):
+        _run(path, tmp_path / "c.parquet", filter="none")
+
+
+def test_labeled_pair_relabel_sets_label_one(mined, tmp_path):
+    out = tmp_path / "c.parquet"
+    _, decisions = _run(mined["labeled-pair"], out, filter="rank_window", rank_window_start=1, mode="relabel")
+    rows = pq.read_table(out).to_pylist()
+    relabelled = set(decisions.loc[decisions["action"] == "relabelled", "row"])
+    assert relabelled and all(rows[r]["label"] == 1 for r in relabelled if r < len(rows))
+
+
+# ---- Tevatron and FlagEmbedding ---------------------------------------------------------------
+
+
+def _tevatron_rows(questions, positives, corpus, n=N_NEGATIVES):
+    rows = []
+    for i, (q, p) in enumerate(zip(questions, positives)):
+        negs = [c for c in corpus if c != p][i % 7 : i % 7 + n]
+        rows.append(
+            {
+                "query_id": f"q{i}",
+                "query": q,
+                "positive_passages": [{"docid": f"d{corpus.index(p)}", "title": "", "text": p}],
+                "negative_passages": [{"docid": f"d{corpus.index(c)}", "title": "", "text": c} for c in negs],
+            }
+        )
+    # A negative that is the positive again under another docid, one that differs in case and
+    # punctuation only, and one that nearly equals it (one word changed).
+    rows[0]["negative_passages"].append({"docid": "copy", "title": "", "text": positives[0]})
+    rows[1]["negative_passages"].append({"docid": "case", "title": "", "text": positives[1].upper() + " !!"})
+    words = positives[2].split()
+    rows[2]["negative_passages"].append(
+        {"docid": "near", "title": "", "text": " ".join(words[:-1] + ["zebra"])}
+    )
+    return rows
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_tevatron_round_trip_and_duplicates_first(squad_pairs, tmp_path):
+    rows = _tevatron_rows(*squad_pairs)
+    source, out = tmp_path / "train.jsonl", tmp_path / "cleaned.jsonl"
+    _write_jsonl(source, rows)
+    report, decisions = _run(source, out, filter="none")
+    assert report["format"] == "tevatron"
+    dups = decisions[decisions["decision"] == "duplicate_of_positive"].set_index("docid")
+    assert {"copy", "case", "near"} <= set(dups.index)
+    assert dups.loc["copy", "duplicate_jaccard"] == dups.loc["case", "duplicate_jaccard"] == 1.0
+    assert 0.9 <= dups.loc["near", "duplicate_jaccard"] < 1.0
+    assert report["duplicates"]["exact"] >= 2 and report["duplicates"]["near"] >= 1
+    cleaned = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(cleaned) == len(rows)
+    for r, (raw, new) in enumerate(zip(rows, cleaned)):
+        assert list(new) == list(raw)  # keys and their order
+        gone = set(decisions.loc[(decisions["row"] == r) & (decisions["action"] == "removed"), "slot"])
+        kept = [n for i, n in enumerate(raw["negative_passages"]) if f"negative_passages[{i}]" not in gone]
+        assert new["negative_passages"] == kept
+        assert new["positive_passages"] == raw["positive_passages"]
+
+
+def test_tevatron_relabel_moves_suspects_to_the_positives(squad_pairs, tmp_path):
+    rows = _tevatron_rows(*squad_pairs)
+    source, out = tmp_path / "train.jsonl", tmp_path / "cleaned.jsonl"
+    _write_jsonl(source, rows)
+    _, decisions = _run(source, out, filter="rank_window", rank_window_start=1, mode="relabel")
+    cleaned = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    for raw, new in zip(rows, cleaned):
+        first = raw["negative_passages"][0]
+        assert new["positive_passages"] == raw["positive_passages"] + [first]
+        assert first not in new["negative_passages"]
+    assert (decisions.loc[decisions["rank"] == 1, "action"] == "relabelled").all()
+
+
+def test_flagembedding_round_trip_with_scores(squad_pairs, tmp_path):
+    questions, positives, corpus = squad_pairs
+    rows = []
+    for i, (q, p) in enumerate(zip(questions, positives)):
+        negs = [c for c in corpus if c != p][i % 5 : i % 5 + 4]
+        rows.append(
+            {
+                "query": q,
+                "pos": [p],
+                "neg": negs,
+                "pos_scores": [0.9],
+                "neg_scores": [0.5, 0.4, 0.3, 0.2],
+                "prompt": "Represent this sentence for searching relevant passages: ",
+                "type": "normal",
+            }
+        )
+    source = tmp_path / "fe.jsonl"
+    _write_jsonl(source, rows)
+    out = tmp_path / "cleaned.jsonl"
+    report, decisions = _run(source, out, filter="none")
+    assert report["format"] == "flagembedding"
+    assert [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()] == rows  # nothing flagged
+    out2 = tmp_path / "relabelled.jsonl"
+    _run(
+        source,
+        out2,
+        filter="oracle",
+        mode="relabel",
+        labels=_labels(
+            tmp_path, [(r["query"], r["pos"][0]) for r in rows] + [(rows[0]["query"], rows[0]["neg"][1])]
+        ),
+    )
+    new = [json.loads(x) for x in out2.read_text(encoding="utf-8").splitlines()]
+    assert new[0]["pos"] == rows[0]["pos"] + [rows[0]["neg"][1]] and new[0]["pos_scores"] == [0.9, 0.4]
+    assert new[0]["neg_scores"] == [0.5, 0.3, 0.2] and new[1:] == rows[1:]
+
+
+def _labels(tmp_path, pairs):
+    path = tmp_path / "labels.jsonl"
+    _write_jsonl(path, [{"query": q, "passage": p} for q, p in pairs])
+    return path
+
+
+def test_flagembedding_refuses_rank_window(tmp_path):
+    source = tmp_path / "fe.jsonl"
+    _write_jsonl(source, [{"query": "q", "pos": ["p"], "neg": ["n"]}])
+    with pytest.raises(DataError, match="not a rank"):
+        _run(source, tmp_path / "c.jsonl", filter="rank_window")
+
+
+def test_answer_match_is_not_applicable(tmp_path):
+    source = tmp_path / "fe.jsonl"
+    _write_jsonl(source, [{"query": "q", "pos": ["p"], "neg": ["n"]}])
+    with pytest.raises(DataError, match="answer strings"):
+        _run(source, tmp_path / "c.jsonl", filter="answer_match")
+
+
+def test_csv_triplets_round_trip_cell_for_cell(tmp_path):
+    source, out = tmp_path / "t.csv", tmp_path / "c.csv"
+    source.write_text(
+        'anchor,positive,negative,scores\nq1,p one,n one,"[0.9, 0.5]"\nq1,p one,p one,"[0.9, 0.9]"\n'
+        'q2,p two,n 2,"[0.8, 0.1]"\n',
+        encoding="utf-8",
+    )
+    report, decisions = _run(source, out, filter="none")
+    assert report["format"] == "triplet" and report["duplicates"]["exact"] == 1
+    assert out.read_text(encoding="utf-8") == (
+        'anchor,positive,negative,scores\nq1,p one,n one,"[0.9, 0.5]"\nq2,p two,n 2,"[0.8, 0.1]"\n'
+    )
+    assert decisions["source_score"].tolist() == [0.5, 0.9, 0.1]
+
+
+# ---- malformed rows ----------------------------------------------------------------------------
+
+
+def test_a_malformed_tevatron_row_names_file_row_and_field(tmp_path):
+    rows = [
+        {
+            "query_id": "1",
+            "query": "q",
+            "positive_passages": [{"docid": "a", "text": "p"}],
+            "negative_passages": [{"docid": "b", "text": "n"}],
+        },
+        {
+            "query_id": "2",
+            "query": "q2",
+            "positive_passages": [{"docid": "a", "text": "p"}],
+            "negative_passages": [{"docid": "b", "text": "n"}, {"docid": "c", "title": "t"}],
+        },
+    ]
+    source = tmp_path / "bad.jsonl"
+    _write_jsonl(source, rows)
+    with pytest.raises(DataError) as err:
+        _run(source, tmp_path / "c.jsonl", filter="none")
+    assert err.value.file == str(source)
+    assert err.value.record == "1 (line 2)"
+    assert err.value.field == "negative_passages[1].text"
+
+
+def test_a_null_negative_in_parquet_names_file_row_and_column(tmp_path):
+    source = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"anchor": ["q", "q"], "positive": ["p", "p"], "negative": ["n", None]}), source)
+    with pytest.raises(DataError) as err:
+        _run(source, tmp_path / "c.parquet", filter="none")
+    assert (err.value.file, err.value.record, err.value.field) == (str(source), 1, "negative")
+    assert "found null" in str(err.value)
+
+
+def test_a_line_that_is_not_json_is_named(tmp_path):
+    source = tmp_path / "bad.jsonl"
+    source.write_text('{"query": "q", "pos": ["p"], "neg": ["n"]}\n{"query": \n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"record 1 \(line 2\): not JSON"):
+        _run(source, tmp_path / "c.jsonl", filter="none")
+
+
+# ---- the same decisions as the project's own sieve ---------------------------------------------------
+
+
+def test_sieve_decisions_and_fn_recall_equal_the_projects_own_sieve(
+    tmp_path, make_sieve_dataset, make_retriever
+):
+    paths = make_sieve_dataset(tmp_path / "data")
+    model = make_retriever(tmp_path / "model")
+    cands_path = tmp_path / "candidates.parquet"
+    fn_labels.main(
+        [
+            "--negatives",
+            str(paths["negatives"]),
+            "--qrels",
+            str(paths["qrels"]),
+            "--qrels-all",
+            str(paths["qrels_all"]),
+            "--queries",
+            str(paths["queries"]),
+            "--corpus",
+            str(paths["corpus"]),
+            "--candidates",
+            "8",
+            "--pool",
+            "10",
+            "--out",
+            str(cands_path),
+        ]
+    )
+    sieve_out = tmp_path / "sieve.parquet"
+    sv.main(
+        [
+            "--candidates",
+            str(cands_path),
+            "--corpus",
+            str(paths["corpus"]),
+            "--queries",
+            str(paths["queries"]),
+            "--model",
+            str(model),
+            "--out",
+            str(sieve_out),
+        ]
+    )
+    own = pd.read_parquet(sieve_out)
+
+    # The same candidates as a Tevatron file, and qrels_all as a labels file.
+    cands = sv.read_candidates(cands_path)
+    corpus = pd.read_parquet(paths["corpus"]).set_index("pid")
+    queries = pd.read_parquet(paths["queries"]).set_index("qid")
+    passage = lambda pid: {"docid": pid, "title": corpus.at[pid, "title"], "text": corpus.at[pid, "text"]}  # noqa: E731
+    rows = [
+        {
+            "query_id": qid,
+            "query": queries.at[qid, "text"],
+            "positive_passages": [passage(group["positive_pid"].iat[0])],
+            "negative_passages": [passage(p) for p in group["pid"]],
+        }
+        for qid, group in cands.groupby("qid", sort=True)
+    ]
+    source = tmp_path / "toy.jsonl"
+    _write_jsonl(source, rows)
+    qrels_all = pd.read_parquet(paths["qrels_all"])
+    labels = _labels(
+        tmp_path,
+        [(queries.at[q, "text"], corpus.at[p, "text"]) for q, p in zip(qrels_all["qid"], qrels_all["pid"])],
+    )
+    report, decisions = _run(
+        source, tmp_path / "cleaned.jsonl", filter="sieve", model=str(model), labels=labels
+    )
+
+    assert report["decisions"]["duplicate_of_positive"] == 0
+    mine = decisions.set_index(["qid", "docid"]).sort_index()
+    theirs = own.set_index(["qid", "pid"]).sort_index()
+    assert mine.index.tolist() == theirs.index.tolist()
+    assert (mine["kept"].to_numpy() == theirs["kept"].to_numpy()).all()
+    assert np.allclose(mine["score"], theirs["nce_loss"]) and np.allclose(
+        mine["similarity"], theirs["similarity"]
+    )
+    assert (mine["is_false_negative"].to_numpy(bool) == theirs["is_false_negative"].to_numpy(bool)).all()
+    expected = detection_report(own)
+    assert expected["n_false_negatives"] > 0
+    for key in ("recall", "precision", "true_negative_retention", "sieve_out_rate", "n_false_negatives"):
+        assert report["detection"][key] == pytest.approx(expected[key]), key
+    # The CLI writes the same report.
+    clean.main(
+        [
+            "--input",
+            str(source),
+            "--out",
+            str(tmp_path / "cli.jsonl"),
+            "--model",
+            str(model),
+            "--labels",
+            str(labels),
+        ]
+    )
+    cli_report = json.loads((tmp_path / "cli.report.json").read_text())
+    assert cli_report["detection"]["recall"] == pytest.approx(expected["recall"])
+    assert (tmp_path / "cli.report.md").exists()
