@@ -37,15 +37,7 @@ from pipeline.core.settings import Ar2Settings, check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
 from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint
-from pipeline.training.engine import (
-    LOG_FILE,
-    Engine,
-    adamw,
-    check_finite_weights,
-    fix_advice,
-    linear_schedule,
-    step_seed,
-)
+from pipeline.training.engine import LOG_FILE, Engine, adamw, fix_advice, linear_schedule, step_seed
 
 log = logging.getLogger("sieve.ar2_train")
 
@@ -158,12 +150,10 @@ def train_round(
     temperature = retriever.settings.temperature
     k1 = settings.negatives + 1
 
-    engine = Engine(
+    engine = Engine.from_settings(
+        settings,
         device=device,
-        precision=settings.precision,
-        max_grad_norm=settings.max_grad_norm,
         checkpoint_dir=ckpt,
-        checkpoint_every=settings.checkpoint_every,
         log_path=round_dir / LOG_FILE,
         save_final=True,  # write_carry hands the final optimizer state to the next round
         scale_fp16=False,
@@ -278,8 +268,8 @@ def train_round(
                 on_step_end(done)
     retriever.eval()
     ranker.eval()
-    check_finite_weights(retriever, total, _advice(settings, RETRIEVER))
-    check_finite_weights(ranker, total, _advice(settings, RANKER))
+    # One advice for both: what made either diverge is in the log, phase by phase.
+    engine.check_weights([retriever, ranker], total, _advice(settings, RETRIEVER))
     summary["top1"] = top1_by_phase(engine.log_path, round_index)
     return summary
 

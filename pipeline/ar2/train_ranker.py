@@ -60,7 +60,6 @@ from pipeline.training.engine import (
     LOG_FILE,
     Engine,
     adamw,
-    check_finite_weights,
     fix_advice,
     linear_schedule,
     prepare_checkpoint_dir,
@@ -79,15 +78,9 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
     lw = settings.listwise
     batches = from_dict(Ar2Settings, {"batch_size": lw.batch_size, "negatives": lw.negatives})
     k1 = lw.negatives + 1
-    engine = Engine(
-        device=device,
-        precision=settings.precision,
-        max_grad_norm=settings.max_grad_norm,
-        checkpoint_dir=ckpt,
-        checkpoint_every=settings.checkpoint_every,
-        # A job killed between the last step and the saved folder resumes with nothing left to train.
-        save_final=True,
-        scale_fp16=False,
+    # save_final: a job killed between the last step and the saved folder has nothing left to train.
+    engine = Engine.from_settings(
+        settings, device=device, checkpoint_dir=ckpt, save_final=True, scale_fp16=False
     )
     opt = adamw(ranker, lw.lr, settings.weight_decay)
     sched = linear_schedule(opt, lw.steps, lw.warmup_ratio)
@@ -121,7 +114,7 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
             eps = run.rate(len(batch.qids))
             run.end(done, record, lr=lr, eps=eps, note=f" top1 {parts['ranker_top1']:.2f}")
     ranker.eval()
-    check_finite_weights(ranker, lw.steps, advice)
+    engine.check_weights([ranker], lw.steps, advice)
     return {"steps": lw.steps, "start_step": start, "compute_precision": engine.compute_precision}
 
 

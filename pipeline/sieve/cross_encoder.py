@@ -41,7 +41,7 @@ from pipeline.core.settings import (
 )
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
-from pipeline.training.engine import Engine, adamw, check_finite_weights, fix_advice, linear_schedule
+from pipeline.training.engine import Engine, adamw, fix_advice, linear_schedule
 
 log = logging.getLogger("sieve.cross_encoder_filter")
 
@@ -133,7 +133,7 @@ def train_cross_encoder(
             history.append(float(loss.detach()))
             used = engine.step(step, optim, sched, {"loss": history[-1]}, model=ranker, advice=advice)
             run.end(step, {"step": step, "loss": history[-1], "lr": used}, lr=used, eps=run.rate(len(batch)))
-    check_finite_weights(ranker, steps, advice)
+    engine.check_weights([ranker], steps, advice)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     info = {

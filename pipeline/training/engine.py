@@ -31,7 +31,7 @@ import shutil
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 import numpy as np
 import torch
@@ -265,6 +265,14 @@ def progress_bar(enabled: bool = True) -> Progress:
 # ---- the engine ------------------------------------------------------------------------------------
 
 
+class EngineSettings(Protocol):
+    """What a config section gives the engine (dpr/ccr's TrainSettings, ar2's Ar2Settings)."""
+
+    precision: str
+    max_grad_norm: float
+    checkpoint_every: int
+
+
 class Engine:
     """One training run's machinery: precision, the update of an optimizer step, the checkpoint folder.
 
@@ -303,6 +311,25 @@ class Engine:
             log_path = self.checkpoint_dir / LOG_FILE
         self.log_path = Path(log_path) if log_path is not None else None
         self.modules: dict[str, Any] = {}
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: EngineSettings,
+        *,
+        device: torch.device | str,
+        checkpoint_dir: str | Path,
+        **options: Any,
+    ) -> Engine:
+        """An engine with a config section's precision, clipping and checkpoint cadence."""
+        return cls(
+            device=device,
+            precision=settings.precision,
+            max_grad_norm=settings.max_grad_norm,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=settings.checkpoint_every,
+            **options,
+        )
 
     def autocast(self) -> AbstractContextManager:
         """Autocast for the encoder forwards; what runs outside it stays fp32."""
@@ -361,6 +388,11 @@ class Engine:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         return lr
+
+    def check_weights(self, models: Iterable[torch.nn.Module], step: int, advice: str) -> None:
+        """Refuse to hand on trained weights that are not finite (see check_finite_weights)."""
+        for model in models:
+            check_finite_weights(model, step, advice)
 
     def run(self, start: int, total: int, label: str) -> Run:
         """The steps ``start`` .. ``total`` - 1 of this run, as a context: log file and progress open."""

@@ -29,14 +29,7 @@ from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean
 from pipeline.core.settings import Objective, TrainSettings, describe_errors
 from pipeline.training.data import epoch_order, micro_batch_indices
-from pipeline.training.engine import (
-    Engine,
-    adamw,
-    check_finite_weights,
-    fix_advice,
-    linear_schedule,
-    step_seed,
-)
+from pipeline.training.engine import Engine, adamw, fix_advice, linear_schedule, step_seed
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
 from pipeline.training.losses import ContrastiveLoss, loss_for, positive_columns, similarity_scores
 
@@ -176,14 +169,7 @@ def train(
             cfg.train_layers,
             frozen,
         )
-    engine = Engine(
-        device=device,
-        precision=cfg.precision,
-        max_grad_norm=cfg.max_grad_norm,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=cfg.checkpoint_every,
-        dist_info=dist_info,
-    )
+    engine = Engine.from_settings(cfg, device=device, checkpoint_dir=checkpoint_dir, dist_info=dist_info)
     optimizer = adamw(retriever, cfg.lr, cfg.weight_decay)
     scheduler = linear_schedule(optimizer, total, cfg.warmup_ratio)
 
@@ -263,7 +249,7 @@ def train(
             summary.update(last=record)
             if on_step_end is not None:
                 on_step_end(done)
-    check_finite_weights(retriever, total, advice)
+    engine.check_weights([retriever], total, advice)
     return summary
 
 
