@@ -51,8 +51,8 @@ from recipe_inputs import (
 
 from pipeline.core.seeding import seed_everything
 from pipeline.training.data import epoch_order
+from pipeline.training.engine import LOG_FILE
 from pipeline.training.loop import (
-    LOG_FILE,
     TrainConfig,
     schedule,
     train,

@@ -51,7 +51,8 @@ from train_budget import demo_train_data  # noqa: E402
 from pipeline.core.precision import autocast, autocast_dtype, cpu_has_native_bf16  # noqa: E402
 from pipeline.retrieval.encode import encode_buffer, tokenize_buffer  # noqa: E402
 from pipeline.retrieval.model import Retriever, RetrieverSettings  # noqa: E402
-from pipeline.training.loop import DualEncoder, adamw  # noqa: E402
+from pipeline.training.engine import adamw  # noqa: E402
+from pipeline.training.loop import DualEncoder  # noqa: E402
 from pipeline.training.losses import NCELoss, positive_columns, similarity_scores  # noqa: E402
 
 HIDDEN, FFN = 384, 1536  # all-MiniLM-L6-v2

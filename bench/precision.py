@@ -37,7 +37,8 @@ from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.retrieval.encode import encode_buffer
 from pipeline.retrieval.model import Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, TrainConfig, train
+from pipeline.training.engine import LOG_FILE
+from pipeline.training.loop import TrainConfig, train
 
 SETTINGS = RetrieverSettings(query_max_len=32, passage_max_len=128)
 

@@ -32,7 +32,8 @@ from pipeline.retrieval.bm25 import main as bm25
 from pipeline.retrieval.model import Retriever, RetrieverSettings
 from pipeline.synthkb.generate import main as generate_synthkb
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, TrainConfig, train
+from pipeline.training.engine import LOG_FILE
+from pipeline.training.loop import TrainConfig, train
 
 
 def demo_train_data(work: Path, entities: int) -> tuple[TrainData, Path]:

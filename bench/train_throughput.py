@@ -28,7 +28,7 @@ negative of the batch. Both sides get:
 Sentence-transformers is set up not to do more than ours: no evaluation, saving, logging or progress
 bar (ours keeps its JSONL log and progress lines, as it always runs). Its optimizer is the trainer's
 default (``adamw_torch_fused`` on torch >= 2.8), since that is what a user of it gets; ours is the
-same fused kernel (``pipeline.training.loop.adamw``); ``--st-optim adamw_torch`` gives the trainer the
+same fused kernel (``pipeline.training.engine.adamw``); ``--st-optim adamw_torch`` gives the trainer the
 per-tensor loop instead.
 
 What is timed: each side runs in a fresh subprocess (so peak RSS is per side: VmHWM, model, data and
@@ -174,7 +174,8 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
 
 def run_ours(work: Path, steps: int, precision: str, no_dropout: bool) -> dict:
     from pipeline.retrieval.model import Retriever, RetrieverSettings
-    from pipeline.training.loop import LOG_FILE, TrainConfig, adamw, train
+    from pipeline.training.engine import LOG_FILE, adamw
+    from pipeline.training.loop import TrainConfig, train
 
     data = load_train_data(work)
     retriever = Retriever.from_pretrained(

@@ -21,7 +21,8 @@ from pipeline.retrieval import encode
 from pipeline.retrieval.search import search_torch
 from pipeline.training.checkpoint import STATE_FILE, read_checkpoint
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, train
+from pipeline.training.engine import LOG_FILE
+from pipeline.training.loop import train
 
 pytestmark = [
     pytest.mark.cuda,

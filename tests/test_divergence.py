@@ -25,7 +25,8 @@ from pipeline.retrieval import index as I
 from pipeline.retrieval import search as S
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, TrainConfig, train
+from pipeline.training.engine import LOG_FILE
+from pipeline.training.loop import TrainConfig, train
 from pipeline.training.train_dense import main as train_main
 
 

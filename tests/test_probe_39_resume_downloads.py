@@ -211,7 +211,8 @@ def _same_weights(a, b) -> bool:
 def test_a_partial_last_log_line_is_dropped_and_the_resume_is_exact(
     resume_config, train_setup, tmp_path, tiny_retriever, crash_after, caplog
 ):
-    from pipeline.training.loop import LOG_FILE, train
+    from pipeline.training.engine import LOG_FILE
+    from pipeline.training.loop import train
 
     model_dir, data = train_setup
     cfg = resume_config()
@@ -240,7 +241,7 @@ def test_a_partial_last_log_line_is_dropped_and_the_resume_is_exact(
 
 
 def test_damage_before_the_last_log_line_is_one_line_naming_it(tmp_path):
-    from pipeline.training.loop import truncate_log
+    from pipeline.training.engine import truncate_log
 
     path = tmp_path / "train_log.jsonl"
     path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n', encoding="utf-8")
@@ -252,7 +253,8 @@ def test_damage_before_the_last_log_line_is_one_line_naming_it(tmp_path):
 def test_a_damaged_fingerprint_starts_afresh_never_resumes(
     resume_config, train_setup, tmp_path, tiny_retriever, crash_after, caplog, damage
 ):
-    from pipeline.training.loop import FINGERPRINT_FILE, train
+    from pipeline.training.engine import FINGERPRINT_FILE
+    from pipeline.training.loop import train
 
     model_dir, data = train_setup
     cfg = resume_config()

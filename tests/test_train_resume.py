@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, train
+from pipeline.training.engine import LOG_FILE
+from pipeline.training.loop import train
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +175,7 @@ def test_training_logs_a_plain_progress_line_every_tenth_of_the_run(
 
 
 def test_progress_lines_come_every_n_steps_or_after_a_pause():
-    from pipeline.training.loop import ProgressLines
+    from pipeline.training.engine import ProgressLines
 
     lines = ProgressLines(start=10, total=110)  # a resumed run: a tenth of the 100 steps left
     assert [step for step in range(11, 111) if lines(step, 1.0, 1e-5, 3.0)] == list(range(20, 111, 10))
@@ -185,7 +186,7 @@ def test_progress_lines_come_every_n_steps_or_after_a_pause():
 def test_adamw_is_fused_and_keeps_decay_off_biases_and_layernorm():
     """One fused pass over the parameters (bench/train_throughput.py: the per-tensor loop cost 4-6% of a
     step), with the BERT recipe's groups; on the fused path it computes AdamW as the loop does."""
-    from pipeline.training.loop import adamw
+    from pipeline.training.engine import adamw
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from transformers import get_linear_schedule_with_warmup
 
 from pipeline.ar2.losses import RetrieverLoss, candidate_logits, positive_top1
 from pipeline.ar2.sampling import (
@@ -35,17 +32,16 @@ from pipeline.ar2.sampling import (
     query_batch,
     step_negatives,
 )
-from pipeline.core.precision import autocast, autocast_dtype, precision_name
+from pipeline.core.precision import autocast
 from pipeline.core.settings import Ar2Settings, check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
-from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint, save_checkpoint
-from pipeline.training.loop import adamw, check_finite_step, grad_total_norm, truncate_log
+from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint
+from pipeline.training.engine import LOG_FILE, Engine, adamw, fix_advice, linear_schedule, step_seed
 
 log = logging.getLogger("sieve.ar2_train")
 
 CKPT_DIR = "train.ckpt"
-LOG_FILE = "train_log.jsonl"
 RANKER_WARMUP = "ranker_warmup"
 
 
@@ -73,10 +69,6 @@ class RoundData:
     positive_logit: dict[str, float]
     pools: dict[str, tuple[np.ndarray, np.ndarray]]
     passages: dict[str, tuple[str, str]]  # pid -> (title, text)
-
-
-def step_seed(seed: int, round_index: int, step: int) -> int:
-    return int(np.random.SeedSequence([seed, round_index, step]).generate_state(1)[0])
 
 
 @dataclass
@@ -158,37 +150,48 @@ def train_round(
     temperature = retriever.settings.temperature
     k1 = settings.negatives + 1
 
+    engine = Engine.from_settings(
+        settings,
+        device=device,
+        checkpoint_dir=ckpt,
+        log_path=round_dir / LOG_FILE,
+        save_final=True,  # write_carry hands the final optimizer state to the next round
+        scale_fp16=False,
+    )
+    # Two optimizers, one per model, whose schedules span all rounds (total steps = rounds x steps),
+    # and round 1's warm-up optimizer for the ranker over the warm-up steps alone.
+    tot_d, tot_g = total_steps(settings)
     opt_g = adamw(retriever, settings.retriever_lr, settings.weight_decay)
     opt_d = adamw(ranker, settings.ranker_lr, settings.weight_decay)
-    tot_d, tot_g = total_steps(settings)
-    sched_g = get_linear_schedule_with_warmup(opt_g, int(settings.warmup_ratio * tot_g), max(tot_g, 1))
-    sched_d = get_linear_schedule_with_warmup(opt_d, int(settings.warmup_ratio * tot_d), max(tot_d, 1))
     modules = {
         "retriever": retriever,
         "ranker": ranker,
         "opt_retriever": opt_g,
         "opt_ranker": opt_d,
-        "sched_retriever": sched_g,
-        "sched_ranker": sched_d,
+        "sched_retriever": linear_schedule(opt_g, tot_g, settings.warmup_ratio),
+        "sched_ranker": linear_schedule(opt_d, tot_d, settings.warmup_ratio),
+    }
+    optimizers = {
+        RETRIEVER: (retriever, opt_g, modules["sched_retriever"]),
+        RANKER: (ranker, opt_d, modules["sched_ranker"]),
     }
     if n_warm:
         opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr, settings.weight_decay)
-        sched_w = get_linear_schedule_with_warmup(opt_w, int(settings.warmup_ratio * n_warm), n_warm)
+        sched_w = linear_schedule(opt_w, n_warm, settings.warmup_ratio)
         modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
-    resumed = load_checkpoint(ckpt, modules=modules, restore_rng=False)
-    start = resumed["step"] if resumed else 0
-    if resumed is None and previous_ckpt is not None:
+        optimizers[RANKER_WARMUP] = (ranker, opt_w, sched_w)
+    # Each step re-seeds torch itself, so the checkpoint's RNG streams are not restored.
+    start = engine.resume(modules, restore_rng=False)
+    if start == 0 and previous_ckpt is not None:
         carried = {name: modules[name] for name in CARRIED}
         # The previous round's state cannot be replaced by a fresh start: unreadable is an error.
         if load_checkpoint(previous_ckpt, modules=carried, restore_rng=False, unreadable="error") is None:
             raise FileNotFoundError(
                 f"{previous_ckpt}: no checkpoint of the previous round to carry the optimizer state from"
             )
-    log_path = round_dir / LOG_FILE
-    truncate_log(log_path, start)
     if start:
         log.info("round %d: resuming at step %d of %d", round_index, start, total)
-    amp_dtype = autocast_dtype(device, settings.precision)
+    amp_dtype = engine.amp_dtype
     log.info(
         "round %d: %d ranker steps (+%d warm-up) then %d retriever steps, %d queries x %d "
         "candidates, lambda=%g, sampling=%s, computing in %s",
@@ -200,7 +203,7 @@ def train_round(
         k1,
         settings.adv_lambda,
         sampling,
-        precision_name(amp_dtype),
+        engine.compute_precision,
     )
 
     summary: dict = {
@@ -209,19 +212,11 @@ def train_round(
         "ranker_steps": n_warm + n_rank,
         "retriever_steps": n_ret,
         "start_step": start,
-        "compute_precision": precision_name(amp_dtype),
+        "compute_precision": engine.compute_precision,
     }
-    columns = (
-        TextColumn("[bold]AR2 round {task.fields[r]} {task.fields[phase]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4f}"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns) as progress, open(log_path, "a", encoding="utf-8") as log_file:
-        task = progress.add_task("ar2", total=total, completed=start, r=round_index, phase="", loss=0.0)
+    with engine.run(start, total, f"AR2 round {round_index}") as run:
         for step in range(start, total):
-            tick = time.perf_counter()
+            run.begin()
             phase = phase_at(step, n_warm + n_rank, n_ret)
             if phase == RANKER and step < n_warm:
                 phase = RANKER_WARMUP
@@ -231,8 +226,6 @@ def train_round(
             if phase != RETRIEVER:
                 retriever.eval()
                 loss, parts = ranker_step(ranker, batch, k1, device, amp_dtype, prior)
-                params = ranker.parameters()
-                opt, sched = (opt_w, sched_w) if phase == RANKER_WARMUP else (opt_d, sched_d)
             else:
                 loss, parts = _retriever_step(
                     retriever,
@@ -247,43 +240,43 @@ def train_round(
                     device,
                     amp_dtype,
                 )
-                params, opt, sched = retriever.parameters(), opt_g, sched_g
-            loss.backward()
+            engine.backward(loss)
             done = step + 1
-            grad_norm = grad_total_norm(params, settings.max_grad_norm)
-            # Before opt.step(): a NaN loss or gradient would otherwise poison every later step.
-            check_finite_step(
-                done,
-                {"loss": float(loss.detach()), **parts},
-                grad_norm=grad_norm,
-                advice=_advice(settings, phase),
-                log_file=log_path,
-            )
-            opt.step()
-            lr = sched.get_last_lr()[0]
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            model, opt, sched = optimizers[phase]
+            values = {"loss": float(loss.detach()), **parts}
+            lr = engine.step(done, opt, sched, values, model=model, advice=_advice(settings, phase))
+            eps = run.rate(len(batch.qids))
             record = {
                 "round": round_index,
                 "step": done,
                 "phase": phase,
-                "loss": float(loss.detach()),
-                **parts,
+                **values,
                 "lr": lr,
-                "examples_per_s": round(len(batch.qids) / max(time.perf_counter() - tick, 1e-9), 3),
+                "examples_per_s": round(eps, 3),
             }
-            log_file.write(json.dumps(record, allow_nan=False) + "\n")  # strict JSON
-            log_file.flush()
-            progress.update(task, completed=done, phase=phase, loss=record["loss"])
-            if done == total or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
-                save_checkpoint(ckpt, step=done, modules=modules, extra={"round": round_index})
+            run.end(
+                done,
+                record,
+                lr=lr,
+                eps=eps,
+                label=f"AR2 round {round_index} {phase}",
+                note=_top1_note(parts),
+                extra={"round": round_index},
+            )
             summary["last"] = record
             if on_step_end is not None:
                 on_step_end(done)
     retriever.eval()
     ranker.eval()
-    summary["top1"] = top1_by_phase(log_path, round_index)
+    # One advice for both: what made either diverge is in the log, phase by phase.
+    engine.check_weights([retriever, ranker], total, _advice(settings, RETRIEVER))
+    summary["top1"] = top1_by_phase(engine.log_path, round_index)
     return summary
+
+
+def _top1_note(parts: dict[str, float]) -> str:
+    """The step's top-1 accuracies for the plain progress line."""
+    return "".join(f" {key} {parts[key]:.2f}" for key in ("ranker_top1", "retriever_top1") if key in parts)
 
 
 def top1_by_phase(log_path: Path, round_index: int) -> dict[str, dict[str, float]]:
@@ -310,12 +303,12 @@ def _advice(settings: Ar2Settings, phase: str) -> str:
         RANKER: ("ranker_lr", settings.ranker_lr),
         RANKER_WARMUP: ("ranker_warmup_lr", settings.ranker_warmup_lr or settings.ranker_lr),
     }[phase]
-    tips = [f"lower ar2.{key} (now {lr:g})"]
-    if settings.max_grad_norm <= 0:
-        tips.append("clip gradients (ar2.max_grad_norm > 0; now off)")
-    if settings.precision == "fp16":
-        tips.append("use ar2.precision bf16 or fp32 instead of fp16")
-    return f"To fix it ({phase} phase): " + "; ".join(tips) + "."
+    return fix_advice(
+        f"lower ar2.{key} (now {lr:g})",
+        clip="ar2.max_grad_norm" if settings.max_grad_norm <= 0 else None,
+        fp16="ar2.precision" if settings.precision == "fp16" else None,
+        scope=f" ({phase} phase)",
+    )
 
 
 # Autocast covers the encoder forwards only: embeddings, logits, losses and softmaxes stay fp32

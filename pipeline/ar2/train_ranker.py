@@ -21,7 +21,6 @@ says which ranks better. Checkpoints and resume as every training stage (``<out>
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import time
@@ -30,10 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from transformers import get_linear_schedule_with_warmup
 
 from pipeline.ar2.round_data import base_ranker, load_round_data
-from pipeline.ar2.train import batch_prior, build_batch, ranker_step, step_seed
+from pipeline.ar2.train import batch_prior, build_batch, ranker_step
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
@@ -57,19 +55,19 @@ from pipeline.retrieval.model import RetrieverSettings
 from pipeline.retrieval.ranker import Ranker
 from pipeline.retrieval.runs import read_run
 from pipeline.sieve.data import load_passages
-from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.training.data import load_queries_with_positives
-from pipeline.training.loop import (
+from pipeline.training.engine import (
+    LOG_FILE,
+    Engine,
     adamw,
-    check_finite_step,
-    grad_total_norm,
+    fix_advice,
+    linear_schedule,
     prepare_checkpoint_dir,
-    truncate_log,
+    step_seed,
 )
 
 log = logging.getLogger("sieve.ar2_ranker")
 
-LOG_FILE = "train_log.jsonl"
 RERANK_FILE = "rerank.dev.json"
 # Training only: steps are drawn like AR2's rounds, from a stream of their own.
 _ROUND = 0
@@ -80,63 +78,44 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
     lw = settings.listwise
     batches = from_dict(Ar2Settings, {"batch_size": lw.batch_size, "negatives": lw.negatives})
     k1 = lw.negatives + 1
+    # save_final: a job killed between the last step and the saved folder has nothing left to train.
+    engine = Engine.from_settings(
+        settings, device=device, checkpoint_dir=ckpt, save_final=True, scale_fp16=False
+    )
     opt = adamw(ranker, lw.lr, settings.weight_decay)
-    sched = get_linear_schedule_with_warmup(opt, int(lw.warmup_ratio * lw.steps), lw.steps)
-    modules = {"ranker": ranker, "opt": opt, "sched": sched}
-    resumed = load_checkpoint(ckpt, modules=modules, restore_rng=False)
-    start = resumed["step"] if resumed else 0
-    log_path = ckpt / LOG_FILE
-    truncate_log(log_path, start)
-    amp_dtype = autocast_dtype(device, settings.precision)
+    sched = linear_schedule(opt, lw.steps, lw.warmup_ratio)
+    start = engine.resume({"ranker": ranker, "opt": opt, "sched": sched}, restore_rng=False)
     log.info(
         "listwise ranker: %d steps of %d queries x %d candidates, lr %g, computing in %s%s",
         lw.steps,
         lw.batch_size,
         k1,
         lw.lr,
-        precision_name(amp_dtype),
+        engine.compute_precision,
         f", resuming at step {start}" if start else "",
     )
-    every = max(1, lw.steps // 20)
-    tick = time.perf_counter()
-    with open(log_path, "a", encoding="utf-8") as log_file:
+    advice = fix_advice(
+        f"lower ar2.listwise.lr (now {lw.lr:g})",
+        clip="ar2.max_grad_norm" if settings.max_grad_norm <= 0 else None,
+        fp16="ar2.precision" if settings.precision == "fp16" else None,
+    )
+    with engine.run(start, lw.steps, "listwise ranker") as run:
         for step in range(start, lw.steps):
+            run.begin()
             torch.manual_seed(step_seed(seed, _ROUND, step))
             batch = build_batch(data, batches, "uniform", seed, _ROUND, step)
             prior = batch_prior(batch, k1, device) if settings.ranker_prior == "retriever" else None
-            loss, parts = ranker_step(ranker, batch, k1, device, amp_dtype, prior)
-            loss.backward()
+            loss, parts = ranker_step(ranker, batch, k1, device, engine.amp_dtype, prior)
+            engine.backward(loss)
             done = step + 1
-            grad_norm = grad_total_norm(ranker.parameters(), settings.max_grad_norm)
-            check_finite_step(
-                done,
-                {"loss": float(loss.detach()), **parts},
-                grad_norm=grad_norm,
-                advice="To fix it: lower ar2.listwise.lr, or clip gradients (ar2.max_grad_norm > 0).",
-                log_file=log_path,
-            )
-            opt.step()
-            lr = sched.get_last_lr()[0]
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            record = {"step": done, "loss": float(loss.detach()), **parts, "lr": lr}
-            log_file.write(json.dumps(record, allow_nan=False) + "\n")
-            log_file.flush()
-            if done % every == 0 or done == lw.steps:
-                rate = (done - start) / max(time.perf_counter() - tick, 1e-9)
-                log.info(
-                    "step %d/%d loss %.4f top1 %.2f (%.2f steps/s, ETA %.0f s)",
-                    done,
-                    lw.steps,
-                    record["loss"],
-                    parts["ranker_top1"],
-                    rate,
-                    (lw.steps - done) / max(rate, 1e-9),
-                )
-            if done == lw.steps or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
-                save_checkpoint(ckpt, step=done, modules=modules)
+            values = {"loss": float(loss.detach()), **parts}
+            lr = engine.step(done, opt, sched, values, model=ranker, advice=advice)
+            record = {"step": done, **values, "lr": lr}
+            eps = run.rate(len(batch.qids))
+            run.end(done, record, lr=lr, eps=eps, note=f" top1 {parts['ranker_top1']:.2f}")
     ranker.eval()
-    return {"steps": lw.steps, "start_step": start, "compute_precision": precision_name(amp_dtype)}
+    engine.check_weights([ranker], lw.steps, advice)
+    return {"steps": lw.steps, "start_step": start, "compute_precision": engine.compute_precision}
 
 
 def rerank_run(

@@ -48,7 +48,7 @@ from pipeline.core.storage import write_json
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.ranker import Ranker
 from pipeline.training.data import load_queries_with_positives
-from pipeline.training.loop import prepare_checkpoint_dir
+from pipeline.training.engine import prepare_checkpoint_dir
 
 log = logging.getLogger("sieve.ar2_train_round")
 

@@ -29,7 +29,6 @@ import torch
 from rich.progress import Progress
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
-from pipeline.core.precision import autocast, autocast_dtype, precision_name
 from pipeline.core.seeding import item_rng, seed_everything
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
@@ -42,7 +41,7 @@ from pipeline.core.settings import (
 )
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
-from pipeline.training.loop import ProgressLines
+from pipeline.training.engine import Engine, adamw, fix_advice, linear_schedule
 
 log = logging.getLogger("sieve.cross_encoder_filter")
 
@@ -92,8 +91,6 @@ def train_cross_encoder(
     precision: str = "bf16",
     recipe: str | None = None,
 ) -> dict:
-    from transformers import get_linear_schedule_with_warmup
-
     from pipeline.retrieval.ranker import Ranker, RankerSettings
 
     check_writable(out)  # before the training, not by the save at its end
@@ -109,33 +106,34 @@ def train_cross_encoder(
     passages = load_passages(corpus, {p for batch in plan for _, p, _ in batch})
     ranker = Ranker.from_pretrained(base, RankerSettings(base=base, max_len=max_len), seed=seed)
     ranker.train()
-    amp_dtype = autocast_dtype(ranker.device, precision)
-    optim = torch.optim.AdamW(ranker.parameters(), lr=lr, weight_decay=0.01)
-    sched = get_linear_schedule_with_warmup(optim, int(warmup_ratio * steps), steps)
+    # No checkpoint: a run is minutes. Clipping at 1.0 is RocketQA's, not a setting. Decay on every
+    # weight and dropout from the seeded global stream: this trainer's recipe since it was written.
+    engine = Engine(device=ranker.device, precision=precision, max_grad_norm=1.0, scale_fp16=False)
+    optim = adamw(ranker, lr, 0.01, bert_groups=False)
+    sched = linear_schedule(optim, steps, warmup_ratio)
+    advice = fix_advice(
+        f"lower sieve.cross_encoder.lr (now {lr:g})",
+        fp16="sieve.cross_encoder.precision" if precision == "fp16" else None,
+    )
     loss_fn = torch.nn.BCEWithLogitsLoss()
     history = []
-    lines = ProgressLines(0, steps)  # the rich bar draws only on a terminal: plain lines in the log too
-    with Progress(transient=True) as progress:
-        task = progress.add_task("cross-encoder: training", total=steps)
+    with engine.run(0, steps, "cross-encoder: training") as run:
         for step, batch in enumerate(plan, start=1):
-            tick = time.perf_counter()
+            run.begin()
             qids, pids, labels = zip(*batch)
             enc = ranker.tokenize(
                 [texts[q] for q in qids],
                 passages.loc[list(pids), "title"].tolist(),
                 passages.loc[list(pids), "text"].tolist(),
             )
-            with autocast(ranker.device, amp_dtype):  # the encoder only: Ranker's head runs in fp32
+            with engine.autocast():  # the encoder only: Ranker's head runs in fp32
                 logits = ranker({k: v.to(ranker.device) for k, v in enc.items()})
             loss = loss_fn(logits.float(), torch.tensor(labels, device=logits.device))
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(ranker.parameters(), 1.0)
-            optim.step()
-            sched.step()
+            engine.backward(loss)
             history.append(float(loss.detach()))
-            progress.advance(task)
-            lines(step, history[-1], sched.get_last_lr()[0], len(batch) / (time.perf_counter() - tick))
+            used = engine.step(step, optim, sched, {"loss": history[-1]}, model=ranker, advice=advice)
+            run.end(step, {"step": step, "loss": history[-1], "lr": used}, lr=used, eps=run.rate(len(batch)))
+    engine.check_weights([ranker], steps, advice)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     info = {
@@ -145,7 +143,7 @@ def train_cross_encoder(
         "lr": lr,
         "max_len": max_len,
         "seed": seed,
-        "compute_precision": precision_name(amp_dtype),
+        "compute_precision": engine.compute_precision,
         "objective": "pointwise BCE: (q, positive)=1, (q, BM25 negative)=0",
         "loss_first_10": float(np.mean(history[:10])),
         "loss_last_10": float(np.mean(history[-10:])),

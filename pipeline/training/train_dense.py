@@ -61,7 +61,8 @@ from pipeline.core.settings import (
 from pipeline.core.storage import DataError, atomic_path, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
-from pipeline.training.loop import LOG_FILE, TrainConfig, train
+from pipeline.training.engine import LOG_FILE
+from pipeline.training.loop import TrainConfig, train
 
 RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
 

@@ -1,0 +1,470 @@
+"""The training engine every trainer shares: DPR/CCR (training.loop), AR2's rounds and listwise ranker
+(ar2.train, ar2.train_ranker) and the cross-encoder filter (sieve.cross_encoder).
+
+A trainer brings its batches, its loss and its step's randomness; the engine owns the rest, written
+once: AdamW (fused, the BERT decay groups), the linear warm-up/decay schedule, autocast in the
+configured precision (with fp16's GradScaler), gradient clipping, the finite checks with advice in
+config terms, the checkpoint folder (fingerprint, atomic ``state.pt``, resume), the per-step JSONL log
+(cut back to the checkpoint on resume, a half-written last line tolerated) and progress (a rich bar on
+a terminal, plain log lines everywhere else).
+
+A trainer's loop then reads::
+
+    engine = Engine(device=..., precision=..., max_grad_norm=..., checkpoint_dir=ckpt)
+    optimizer = adamw(model, lr, weight_decay); scheduler = linear_schedule(optimizer, total, ratio)
+    start = engine.resume({"model": model, "optimizer": optimizer, "scheduler": scheduler})
+    with engine.run(start, total, "train") as run:
+        for step in range(start, total):
+            run.begin()
+            loss, parts = ...                                  # the trainer's batch and loss
+            engine.backward(loss)
+            lr = engine.step(step + 1, optimizer, scheduler, {"loss": ..., **parts}, model=model, advice=...)
+            run.end(step + 1, {"step": step + 1, ...}, lr=lr, eps=run.rate(examples))
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from transformers import get_linear_schedule_with_warmup
+
+from pipeline.core.config import ConfigError
+from pipeline.core.distributed import DistInfo, barrier
+from pipeline.core.precision import autocast, autocast_dtype, precision_name
+from pipeline.core.storage import DataError, atomic_open, write_json
+from pipeline.training.checkpoint import load_checkpoint, save_checkpoint
+
+log = logging.getLogger("sieve.trainer")
+
+FINGERPRINT_FILE = "fingerprint.json"
+LOG_FILE = "train_log.jsonl"
+
+
+# ---- optimizer, schedule, step randomness ----------------------------------------------------------
+
+
+def adamw(
+    model: torch.nn.Module, lr: float, weight_decay: float, *, bert_groups: bool = True
+) -> torch.optim.Optimizer:
+    """AdamW without weight decay on biases and LayerNorm weights (the BERT recipe), fused.
+
+    ``bert_groups=False``: decay on every parameter and torch's default (unfused) kernel, the
+    cross-encoder filter's optimizer since it was written; kept so that its models stay the same.
+    """
+    if not bert_groups:
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # torch's fused kernel updates every parameter in one pass instead of a loop over tensors: on the
+    # project's CPU 14 ms against 81 ms a step for MiniLM's 22.7M parameters, 4-6% of a DPR step
+    # (bench/train_throughput.py; sentence-transformers' trainer uses it by default).
+    params = decay + no_decay
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=lr, fused=fused or None)
+
+
+def linear_schedule(
+    optimizer: torch.optim.Optimizer, total: int, warmup_ratio: float
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over ``warmup_ratio`` of ``total`` steps, then linear decay to 0 at ``total``."""
+    # max(total, 1): a horizon of 0 steps (an AR2 phase switched off) would divide by zero.
+    return get_linear_schedule_with_warmup(optimizer, int(warmup_ratio * total), max(total, 1))
+
+
+def step_seed(*keys: int) -> int:
+    """The torch seed of one step (dropout), from e.g. (seed, step, rank) or (seed, round, step): a
+    step's randomness then does not depend on where a run started, so a resumed run replays it."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
+
+
+# ---- finite checks ---------------------------------------------------------------------------------
+
+
+def grad_total_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> float:
+    """The gradients' total L2 norm, clipped to ``max_norm`` when it is > 0.
+
+    Without clipping the norm is still computed (max_norm inf: the gradients are multiplied by
+    exactly 1.0), so a non-finite gradient is seen before the optimizer applies it.
+    """
+    limit = max_norm if max_norm > 0 else float("inf")
+    return float(torch.nn.utils.clip_grad_norm_(parameters, limit))
+
+
+def check_finite_step(
+    step: int,
+    parts: dict[str, float],
+    *,
+    grad_norm: float | None,
+    advice: str,
+    log_file: str | Path | None = None,
+) -> None:
+    """Raise ConfigError when a loss part or the gradient norm of optimizer step ``step`` (1-based,
+    as in the log) is NaN or infinite: training has diverged and every later step would be NaN.
+
+    Called before the optimizer step, so the diverged step's update is never applied or saved.
+    """
+    bad_grad = grad_norm is not None and not math.isfinite(grad_norm)
+    if all(math.isfinite(value) for value in parts.values()) and not bad_grad:
+        return
+    shown = ", ".join(f"{name} {value:.6g}" for name, value in parts.items())
+    if grad_norm is not None:
+        shown += f", gradient norm {grad_norm:.6g}"
+    where = f"; {log_file} holds the steps before it" if log_file is not None else ""
+    raise ConfigError(
+        f"training diverged at step {step} ({shown}): nothing of this step was "
+        f"applied or saved{where}. {advice}"
+    )
+
+
+def check_finite_weights(model: torch.nn.Module, step: int, advice: str) -> None:
+    """Refuse to hand on weights that hold NaN/inf (e.g. an update that overflowed float32)."""
+    for name, param in model.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            raise ConfigError(
+                f"training diverged: weight {name!r} is not finite after step "
+                f"{step}; the model was not saved. {advice}"
+            )
+
+
+def fix_advice(lr: str, *, clip: str | None = None, fp16: str | None = None, scope: str = "") -> str:
+    """What to change after a divergence, in the trainer's config terms: ``lr`` names the learning
+    rate to lower; ``clip`` the max_grad_norm setting when clipping is off; ``fp16`` the precision
+    setting when it is fp16."""
+    tips = [lr]
+    if clip:
+        tips.append(f"clip gradients ({clip} > 0; now off)")
+    if fp16:
+        tips.append(f"use {fp16} bf16 or fp32 instead of fp16")
+    return f"To fix it{scope}: " + "; ".join(tips) + "."
+
+
+# ---- checkpoint folder and log ---------------------------------------------------------------------
+
+
+def prepare_checkpoint_dir(directory: Path, fingerprint: dict, dist_info: DistInfo) -> None:
+    """Start fresh when a checkpoint was written for other settings or inputs (never resume it)."""
+    if dist_info.is_main:
+        path = directory / FINGERPRINT_FILE
+        recorded = _read_fingerprint(path) if path.exists() else fingerprint
+        if recorded is None:
+            # Which settings the checkpoint was made under cannot be known: resuming it could mix
+            # two configurations, so its progress is given up, as for a mismatch.
+            log.warning(
+                "%s is damaged (not the JSON this stage writes): starting afresh in %s", path, directory
+            )
+            shutil.rmtree(directory)
+        elif recorded != fingerprint:
+            log.warning("checkpoint in %s was written for other settings/inputs: starting afresh", directory)
+            shutil.rmtree(directory)
+        if not path.exists():
+            write_json(path, fingerprint)
+    barrier()
+
+
+def _read_fingerprint(path: Path) -> dict | None:
+    """The recorded fingerprint, or None when the file is not a readable JSON object."""
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def truncate_log(path: Path, step: int) -> None:
+    """Drop the JSONL log lines of steps after ``step``: a resumed run logs them again.
+
+    A damaged last line (a full disk or a kill during the per-step append) is dropped with a warning:
+    each step's line is written before its checkpoint, so a line that did not finish belongs to a step
+    after the last checkpoint, which the resumed run logs again. Damage before the last line is not
+    what an interrupted append leaves: a DataError naming the line.
+    """
+    if not path.exists():
+        return
+    raw = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = []
+    for number, line in enumerate(raw, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            logged = record["step"]
+            if not isinstance(logged, int):
+                raise TypeError(type(logged).__name__)
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(raw):
+                log.warning(
+                    "%s: line %d is incomplete (%s); dropped, its step is logged again", path, number, exc
+                )
+                continue
+            raise DataError(
+                f"line {number} is not a step record ({type(exc).__name__}: {exc}); only the last line "
+                "can be cut short by an interrupted run: delete the checkpoint folder to start afresh",
+                file=path,
+            ) from None
+        if logged <= step:
+            lines.append(line)
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+# ---- progress --------------------------------------------------------------------------------------
+
+
+class ProgressLines:
+    """A plain log line every ``every`` steps or ``seconds`` (step, loss, lr, examples/s, ETA): the rich
+    bar draws only on a terminal, so a job under Snakemake or SLURM would print nothing for minutes."""
+
+    def __init__(self, start: int, total: int, every: int | None = None, seconds: float = 60.0):
+        self.start, self.total = start, total
+        self.every = every or max(1, (total - start) // 10)
+        self.seconds = seconds
+        self.began = self.last = time.perf_counter()
+
+    def __call__(self, done: int, loss: float, lr: float, eps: float, note: str = "") -> str | None:
+        now = time.perf_counter()
+        if not (
+            done == self.total or (done - self.start) % self.every == 0 or now - self.last >= self.seconds
+        ):
+            return None
+        self.last = now
+        rate = (now - self.began) / max(done - self.start, 1)
+        eta = rate * (self.total - done)
+        line = (
+            f"step {done}/{self.total} ({100 * done / max(self.total, 1):.0f}%) loss {loss:.4f}{note} "
+            f"lr {lr:.2e} {eps:.1f} ex/s, {rate:.2f} s/step, ETA {int(eta // 60)}m{int(eta % 60):02d}s"
+        )
+        log.info(line)
+        return line
+
+
+def progress_bar(enabled: bool = True) -> Progress:
+    """The engine's rich bar: the run's label (its description), steps, loss, lr and examples/s."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f} lr {task.fields[lr]:.2e} {task.fields[eps]:.1f} ex/s"),
+        TimeRemainingColumn(),
+        disable=not enabled,
+    )
+
+
+# ---- the engine ------------------------------------------------------------------------------------
+
+
+class EngineSettings(Protocol):
+    """What a config section gives the engine (dpr/ccr's TrainSettings, ar2's Ar2Settings)."""
+
+    precision: str
+    max_grad_norm: float
+    checkpoint_every: int
+
+
+class Engine:
+    """One training run's machinery: precision, the update of an optimizer step, the checkpoint folder.
+
+    ``checkpoint_dir`` None: no checkpoint and no JSONL log (a run that is short enough to redo).
+    ``log_path``: the JSONL log, by default ``checkpoint_dir/train_log.jsonl``.
+    ``checkpoint_every`` N > 0: ``state.pt`` after every N-th step; ``save_final`` also after the last
+    one (AR2 carries the final optimizer state into the next round; a stage that writes its model
+    right after training has no use for it). Under DDP only the main rank writes.
+    ``scale_fp16``: fp16 autocast with a GradScaler (the retriever loop); the AR2 and cross-encoder
+    trainers have always run fp16 unscaled, and a scaler would change what they compute.
+    """
+
+    def __init__(
+        self,
+        *,
+        device: torch.device | str,
+        precision: str,
+        max_grad_norm: float,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int = 0,
+        save_final: bool = False,
+        log_path: str | Path | None = None,
+        dist_info: DistInfo | None = None,
+        scale_fp16: bool = True,
+    ) -> None:
+        self.device = torch.device(device)
+        self.dist = dist_info or DistInfo(device=self.device)
+        self.amp_dtype = autocast_dtype(self.device, precision)
+        self.compute_precision = precision_name(self.amp_dtype)
+        self.scaler = torch.amp.GradScaler("cuda") if scale_fp16 and self.amp_dtype == torch.float16 else None
+        self.max_grad_norm = max_grad_norm
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.checkpoint_every = checkpoint_every
+        self.save_final = save_final
+        if log_path is None and self.checkpoint_dir is not None:
+            log_path = self.checkpoint_dir / LOG_FILE
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.modules: dict[str, Any] = {}
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: EngineSettings,
+        *,
+        device: torch.device | str,
+        checkpoint_dir: str | Path,
+        **options: Any,
+    ) -> Engine:
+        """An engine with a config section's precision, clipping and checkpoint cadence."""
+        return cls(
+            device=device,
+            precision=settings.precision,
+            max_grad_norm=settings.max_grad_norm,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=settings.checkpoint_every,
+            **options,
+        )
+
+    def autocast(self) -> AbstractContextManager:
+        """Autocast for the encoder forwards; what runs outside it stays fp32."""
+        return autocast(self.device, self.amp_dtype)
+
+    def prepare(self, fingerprint: dict) -> None:
+        """Discard a checkpoint written for another fingerprint, then record this one."""
+        assert self.checkpoint_dir is not None, "prepare() needs a checkpoint_dir"
+        prepare_checkpoint_dir(self.checkpoint_dir, fingerprint, self.dist)
+
+    def resume(self, modules: dict[str, Any], *, restore_rng: bool = True) -> int:
+        """Restore ``modules`` (saved by name with every checkpoint; the GradScaler joins them) from the
+        checkpoint, cut the log back to its step; return the step to start from (0: none)."""
+        self.modules = {**modules, "scaler": self.scaler} if self.scaler is not None else dict(modules)
+        if self.checkpoint_dir is None:
+            return 0
+        resumed = load_checkpoint(self.checkpoint_dir, modules=self.modules, restore_rng=restore_rng)
+        start = resumed["step"] if resumed else 0
+        if self.dist.is_main:
+            truncate_log(self.log_path, start)
+        return start
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(
+        self,
+        done: int,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        parts: dict[str, float],
+        *,
+        model: torch.nn.Module,
+        advice: str,
+    ) -> float:
+        """Clip ``model``'s gradients, check the step (``parts``: its loss values) and apply it; return
+        the learning rate it used. ``done``: the step's number, 1-based."""
+        if self.scaler:
+            self.scaler.unscale_(optimizer)
+        grad_norm = grad_total_norm(model.parameters(), self.max_grad_norm)
+        # Before the update: a NaN loss or gradient would otherwise poison every later step. fp16's
+        # GradScaler skips steps with inf gradients by design; the loss still must be finite.
+        check_finite_step(
+            done,
+            parts,
+            grad_norm=None if self.scaler else grad_norm,
+            advice=advice,
+            log_file=self.log_path,
+        )
+        if self.scaler:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        else:
+            optimizer.step()
+        lr = scheduler.get_last_lr()[0]
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return lr
+
+    def check_weights(self, models: Iterable[torch.nn.Module], step: int, advice: str) -> None:
+        """Refuse to hand on trained weights that are not finite (see check_finite_weights)."""
+        for model in models:
+            check_finite_weights(model, step, advice)
+
+    def run(self, start: int, total: int, label: str) -> Run:
+        """The steps ``start`` .. ``total`` - 1 of this run, as a context: log file and progress open."""
+        return Run(self, start, total, label)
+
+    def save(self, step: int, extra: dict[str, Any] | None = None) -> None:
+        assert self.checkpoint_dir is not None
+        if self.dist.is_main:
+            save_checkpoint(self.checkpoint_dir, step=step, modules=self.modules, extra=extra)
+        barrier()
+
+
+class Run:
+    """The per-step bookkeeping of one run: the JSONL log, progress, the checkpoint cadence."""
+
+    def __init__(self, engine: Engine, start: int, total: int, label: str) -> None:
+        self.engine, self.start, self.total, self.label = engine, start, total, label
+        self.tick = time.perf_counter()
+
+    def __enter__(self) -> Run:
+        main = self.engine.dist.is_main
+        path = self.engine.log_path
+        self._log = open(path, "a", encoding="utf-8") if path is not None and main else None
+        self._progress = progress_bar(main)
+        self._progress.__enter__()
+        self._task = self._progress.add_task(
+            self.label, total=self.total, completed=self.start, loss=0.0, lr=0.0, eps=0.0
+        )
+        self._lines = ProgressLines(self.start, self.total) if main else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(*exc)
+        if self._log is not None:
+            self._log.close()
+
+    def begin(self) -> None:
+        """A step starts (its examples/s are measured from here)."""
+        self.tick = time.perf_counter()
+
+    def rate(self, examples: int) -> float:
+        """Examples per second of the step so far."""
+        return examples / max(time.perf_counter() - self.tick, 1e-9)
+
+    def end(
+        self,
+        done: int,
+        record: dict[str, Any],
+        *,
+        lr: float,
+        eps: float,
+        label: str | None = None,
+        note: str = "",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Log step ``done``'s ``record``, show progress, and checkpoint when it is due (``extra``: kept
+        in the checkpoint beside the modules). ``label`` renames the bar (e.g. an AR2 phase);
+        ``note`` adds to the plain progress line."""
+        if self._log is not None:
+            # allow_nan=False: the log stays strict JSON (the finite checks keep it finite). Written
+            # before the checkpoint, so a line cut short is always of a step the resume replays.
+            self._log.write(json.dumps(record, allow_nan=False) + "\n")
+            self._log.flush()
+        loss = float(record["loss"])
+        self._progress.update(
+            self._task, completed=done, loss=loss, lr=lr, eps=eps, description=label or self.label
+        )
+        if self._lines is not None:
+            self._lines(done, loss, lr, eps, note)
+        engine = self.engine
+        every = engine.checkpoint_every
+        if engine.checkpoint_dir is not None and (
+            (every and done % every == 0 and done < self.total) or (engine.save_final and done == self.total)
+        ):
+            engine.save(done, extra)
