@@ -419,6 +419,8 @@ def every_setting() -> set[str]:
     names = {f"{section}.{leaf}" for section, cls in SECTIONS.items() for leaf in _leaves(defaults(cls))}
     top = set(Config.model_fields) - set(SECTIONS) - {"datasets"}
     assert set(TOP_LEVEL_DEFAULTS) <= top
+    # clean.<name>: a user's hard-negative files, each with its own settings (docs/clean.md), like datasets
+    top -= {"clean"}
     dataset_keys = set(DatasetSpec.model_fields)
     synthkb_only = {"entities", "seed", "positive", "fn_share", "fn_paraphrase"}
     declared_only = {"source", "empty_positives"}
@@ -587,6 +589,7 @@ def test_the_workspace_holds_every_rule_and_the_table_every_rule_with_settings(w
                 "all",
                 "unknown_dataset",  # the guard never runs
                 "fingerprint",  # only with a local base or source: tests/test_rerun_content.py
+                "clean_negatives",  # only with a declared clean.<name>: tests/test_clean.py
             }
     finally:
         os.chdir(cwd)

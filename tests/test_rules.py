@@ -209,6 +209,11 @@ def test_gpu_capable_rules_follow_their_gpus(workflow):
         "ar2_search_dev_start",
         "ar2_search",
         "search_for_mining",
+        # the sieve's own stages (issue 38.1: they ran on CPU threads while the GPU idled)
+        "sieve_negatives",
+        "filter_candidates",
+        "train_cross_encoder",
+        "ar2_sieve",
     }
     for rule in workflow.rules:
         if _runs_python(rule):

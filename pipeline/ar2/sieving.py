@@ -41,6 +41,7 @@ from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_par
 from pipeline.core.schemas import SIEVE_SCHEMA
 from pipeline.core.settings import AR2_SIEVE_KEYS, EvalSettings, SieveSettings, add_flags, default, pick
 from pipeline.core.storage import DataError, write_json, write_table
+from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import Retriever
 from pipeline.sieve.candidates import build_candidates
 from pipeline.sieve.data import normalize_rows, read_queries
@@ -64,6 +65,7 @@ def cached_similarities(
     *,
     batch_size: int = 64,
     temperature: float | None = None,
+    device: str = "auto",
 ) -> Similarities:
     """Cosine similarities of candidates and positives from a model's stored corpus embeddings.
 
@@ -71,7 +73,7 @@ def cached_similarities(
     without re-encoding any passage.
     """
     qids, offsets = query_offsets(cands["qid"].to_numpy())
-    retriever = Retriever.load(model_dir)
+    retriever = Retriever.load(model_dir).to(resolve_device(device))
     if temperature is None:
         temperature = retriever.settings.temperature if retriever.settings.similarity == "cosine" else 1.0
     query_table = read_queries(queries_path, qids)
@@ -96,6 +98,7 @@ def sieve_round(
     qrels_all: str | os.PathLike | None = None,
     suspect_same_article: bool = False,
     match: str = "string",
+    device: str = "auto",
 ) -> dict:
     """Sieve a round's negatives into ``out`` (SIEVE_SCHEMA), after its statistics (``stats_path``);
     return them.
@@ -122,7 +125,13 @@ def sieve_round(
     temperature = sieve_cfg.get("temperature")
     if model_embeddings is not None:
         sims = cached_similarities(
-            cands, model_dir, model_embeddings, queries, batch_size=batch_size, temperature=temperature
+            cands,
+            model_dir,
+            model_embeddings,
+            queries,
+            batch_size=batch_size,
+            temperature=temperature,
+            device=device,
         )
         table = sieve_table(
             cands, sims, strict=bool(sieve_cfg["strict"]), fallback=sieve_cfg["fallback"], seed=seed
@@ -131,7 +140,14 @@ def sieve_round(
         out_dir = Path(out).parent
         with tempfile.TemporaryDirectory(prefix=".sieve-", dir=out_dir) as work:
             sims = model_similarities(
-                cands, model_dir, corpus, queries, work, batch_size=batch_size, temperature=temperature
+                cands,
+                model_dir,
+                corpus,
+                queries,
+                work,
+                batch_size=batch_size,
+                temperature=temperature,
+                device=device,
             )
             table = sieve_table(
                 cands, sims, strict=bool(sieve_cfg["strict"]), fallback=sieve_cfg["fallback"], seed=seed
@@ -181,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(ap.add_argument_group("config section sieve"), SieveSettings, names=AR2_SIEVE_KEYS)
     ap.add_argument("--suspect-same-article", action="store_true")
     ap.add_argument("--match", default=default(EvalSettings, "match"), choices=["string", "regex"])
-    add_job_flags(ap, device=False)
+    add_job_flags(ap)
     return ap
 
 
@@ -202,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         qrels_all=args.qrels_all,
         suspect_same_article=args.suspect_same_article,
         match=args.match,
+        device=args.device,
     )
     return 0
 

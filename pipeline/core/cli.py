@@ -60,6 +60,25 @@ def quiet_weight_loading() -> None:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
+def confine_to(device: str | None) -> None:
+    """A job told to compute on the CPU sees no GPU: CUDA_VISIBLE_DEVICES is emptied before anything
+    initialises CUDA (torch does it lazily), so a job that holds no GPU never opens a CUDA context on a
+    node it shares with GPU jobs. JAX, which bm25s imports when installed, is kept on the CPU for every
+    job by the package itself (pipeline/__init__.py)."""
+    if device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def device_flag(argv: Sequence[str]) -> str | None:
+    """The value of --device in a command line (``--device cpu`` or ``--device=cpu``), else None."""
+    for i, word in enumerate(argv):
+        if word == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--device="):
+            return word.split("=", 1)[1]
+    return None
+
+
 def start_stage(
     log_file: str | None,
     threads: int | None = None,
@@ -146,7 +165,10 @@ def file_system_error(exc: OSError) -> str | None:
 
 def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
     """Run a stage's main(); bad input, bad config and a full or read-only disk exit 2 with one clear
-    message, no traceback."""
+    message, no traceback. A stage run as a program (``argv`` None: its command line) with
+    ``--device cpu`` sees no GPU (confine_to); a call in-process leaves its caller's devices alone."""
+    if argv is None:
+        confine_to(device_flag(sys.argv[1:]))
     try:
         code = main(argv)
     except (DataError, ConfigError) as exc:

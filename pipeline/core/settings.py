@@ -523,6 +523,8 @@ FILTER_NAMES = (
     "sieve",
     "sieve_no_ccr",
 )
+# The filters that run a model (a retriever or the cross-encoder): their jobs take sieve.gpus.
+MODEL_FILTERS = ("positive_aware", "cross_encoder", "sieve", "sieve_no_ccr")
 
 
 class SieveSettings(Contract):
@@ -579,6 +581,18 @@ class SieveSettings(Contract):
     rank_window: RankWindowSettings = RankWindowSettings()
     positive_aware: PositiveAwareSettings = PositiveAwareSettings()
     cross_encoder: CrossEncoderFilterSettings = CrossEncoderFilterSettings()
+    threads: int = Field(
+        2,
+        ge=1,
+        description="CPU threads of the jobs that run a model: the sieve, positive_aware, cross_encoder",
+    )
+    mem_mb: int = Field(4000, ge=1, description="memory those jobs reserve (MB)")
+    gpus: int = Field(
+        0,
+        ge=0,
+        description="GPUs of those jobs (the sieve's scoring, the model-based filters, the cross-encoder's "
+        "training); the paper recipe: 1. AR2's own sieve takes ar2.gpus",
+    )
 
 
 class SimansSettings(Contract):

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from rich.progress import Progress
 
-from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.seeding import item_rng, seed_everything
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
@@ -90,7 +90,9 @@ def train_cross_encoder(
     warmup_ratio: float = 0.1,
     precision: str = "bf16",
     recipe: str | None = None,
+    device: str = "auto",
 ) -> dict:
+    from pipeline.retrieval.encode import resolve_device
     from pipeline.retrieval.ranker import Ranker, RankerSettings
 
     check_writable(out)  # before the training, not by the save at its end
@@ -105,7 +107,7 @@ def train_cross_encoder(
     texts = read_queries(queries, used_q).set_index("qid")["text"]
     passages = load_passages(corpus, {p for batch in plan for _, p, _ in batch})
     ranker = Ranker.from_pretrained(base, RankerSettings(base=base, max_len=max_len), seed=seed)
-    ranker.train()
+    ranker.to(resolve_device(device)).train()
     # No checkpoint: a run is minutes. Clipping at 1.0 is RocketQA's, not a setting. Decay on every
     # weight and dropout from the seeded global stream: this trainer's recipe since it was written.
     engine = Engine(device=ranker.device, precision=precision, max_grad_norm=1.0, scale_fp16=False)
@@ -163,11 +165,13 @@ def score_candidates(
     queries: str | os.PathLike,
     batch_size: int = 64,
     chunk: int = 4096,
+    device: str = "auto",
 ) -> np.ndarray:
-    """sigmoid(cross-encoder logit) of every candidate row, float64 in row order."""
+    """sigmoid(cross-encoder logit) of every candidate row, float64 in row order, scored on ``device``."""
+    from pipeline.retrieval.encode import resolve_device
     from pipeline.retrieval.ranker import Ranker
 
-    ranker = Ranker.load(model)
+    ranker = Ranker.load(model).to(resolve_device(device))
     texts = read_queries(queries, cands["qid"].unique()).set_index("qid")["text"]
     passages = load_passages(corpus, set(cands["pid"]))
     out = np.empty(len(cands), dtype=np.float64)
@@ -213,9 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         names=CROSS_ENCODER_TRAINING,
     )
     parser.add_argument("--seed", type=int, default=default(Config, "seed"))
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--recipe", help="the config recipe in force (recorded in train_info.json)")
-    parser.add_argument("--log", default=None)
+    add_job_flags(parser)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
     # The flags' types let nan, inf or 0 through; the contract (lr > 0, finite) does not.
@@ -238,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         precision=args.precision,
         recipe=args.recipe,
+        device=args.device,
     )
     return 0
 

@@ -34,10 +34,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.settings import (
     FILTER_NAMES,
+    MODEL_FILTERS,
     SIEVE_DECISION_KEYS,
     Config,
     CrossEncoderFilterSettings,
@@ -68,6 +69,7 @@ class FilterInputs:
     queries: str | os.PathLike
     work_dir: Path  # scratch space (embedding cache)
     batch_size: int = 64
+    device: str = "auto"  # where a filter's model computes (the job's --device)
 
 
 class CandidateFilter(abc.ABC):
@@ -211,6 +213,7 @@ class PositiveAwareFilter(CandidateFilter):
             inputs.queries,
             inputs.work_dir,
             batch_size=inputs.batch_size,
+            device=inputs.device,
         )
         s_pos = np.repeat(sims.positive, np.diff(sims.offsets))
         keep = positive_aware_keep(sims.candidate, s_pos, self.mode, self.margin)
@@ -229,7 +232,12 @@ class CrossEncoderFilter(CandidateFilter):
         from pipeline.sieve.cross_encoder import score_candidates
 
         prob = score_candidates(
-            inputs.candidates, self.model, inputs.corpus, inputs.queries, batch_size=inputs.batch_size
+            inputs.candidates,
+            self.model,
+            inputs.corpus,
+            inputs.queries,
+            batch_size=inputs.batch_size,
+            device=inputs.device,
         )
         return pd.DataFrame({"score": prob, "kept": prob < self.threshold})
 
@@ -261,6 +269,7 @@ class SieveFilter(CandidateFilter):
             inputs.work_dir,
             batch_size=inputs.batch_size,
             temperature=self.temperature,
+            device=inputs.device,
         )
         return sieve_table(
             inputs.candidates, sims, strict=self.strict, fallback=self.fallback, seed=self.seed
@@ -268,8 +277,7 @@ class SieveFilter(CandidateFilter):
 
 
 def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
-    needs_model = {"positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"}
-    if name in needs_model and not args.model:
+    if name in MODEL_FILTERS and not args.model:
         raise DataError(f"filter {name!r} needs --model", field="model")
     if name == "none":
         return NoFilter()
@@ -320,11 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         names=SIEVE_DECISION_KEYS,
     )
     parser.add_argument("--seed", type=int, default=default(Config, "seed"))
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument(
         "--train-out", default=None, help="kept negatives in the bm25.parquet layout (DPR training input)"
     )
-    parser.add_argument("--log", default=None)
+    add_job_flags(parser)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
     the_filter = make_filter(args.filter, args)
@@ -333,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".filter-", dir=out.parent) as work:
         table = the_filter.decisions(
-            FilterInputs(cands, args.corpus, args.queries, Path(work), args.batch_size)
+            FilterInputs(cands, args.corpus, args.queries, Path(work), args.batch_size, args.device)
         )
     write_table(out, table)
     if args.train_out:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.settings import SIEVE_DECISION_KEYS, Config, SieveSettings, add_flags, default
@@ -206,12 +206,16 @@ def model_similarities(
     extra_pids: set[str] = frozenset(),
     batch_size: int = 64,
     temperature: float | None = None,
+    device: str = "auto",
 ) -> Similarities:
-    """Cosine similarity of every candidate and positive, each distinct passage encoded once."""
-    from pipeline.retrieval.model import Retriever  # torch/transformers load only when a model is used
+    """Cosine similarity of every candidate and positive, each distinct passage encoded once, by the
+    model on ``device`` (auto: a visible GPU, else the CPU)."""
+    # torch/transformers load only when a model is used
+    from pipeline.retrieval.encode import resolve_device
+    from pipeline.retrieval.model import Retriever
 
     qids, offsets = query_offsets(cands["qid"].to_numpy())
-    retriever = Retriever.load(model_dir)
+    retriever = Retriever.load(model_dir).to(resolve_device(device))
     if temperature is None:
         temperature = retriever.settings.temperature if retriever.settings.similarity == "cosine" else 1.0
     log.info("sieve model %s (%s, tau %.4g)", model_dir, retriever.settings.similarity, temperature)
@@ -350,8 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         names=("in_batch", "figure_queries", *SIEVE_DECISION_KEYS),
     )
     parser.add_argument("--seed", type=int, default=default(Config, "seed"))
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--log", default=None)
+    add_job_flags(parser)
     args = parser.parse_args(argv)
     start_stage(args.log, args.threads)
     run_sieve(args)
@@ -373,6 +376,7 @@ def run_sieve(args: argparse.Namespace) -> dict:
             work,
             batch_size=args.batch_size,
             temperature=args.temperature,
+            device=args.device,
         )
         table = sieve_table(cands, sims, strict=args.strict, fallback=args.fallback, seed=args.seed)
         losses = None

@@ -180,9 +180,12 @@ rule ar2_sieve:
     params:
         files=_sieve_files,
         settings=_sieve_flags,
+        device=job_device,
     threads: dataset_setting("ar2", "threads")
+    resources:
+        **gpu_resources("ar2"),
     conda:
-        CPU_ENV
+        job_env
     log:
         "logs/ar2_sieve/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
@@ -190,7 +193,7 @@ rule ar2_sieve:
     shell:
         "python -m pipeline.ar2.sieving --negatives {input.negatives} --queries {input.queries}"
         " --qrels {input.qrels} --corpus {input.corpus} {params.files} {params.settings}"
-        " --out {output.sieve} --threads {threads} --log {log}"
+        " --out {output.sieve} --device {params.device} --threads {threads} --log {log}"
 
 
 def _sieve_model_start(wildcards):

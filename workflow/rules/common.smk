@@ -172,12 +172,12 @@ def seeded_model(model, seed):
 # environment therefore follow the job's resources, never the config alone: a GPU the profile reserved
 # is used, and a job without GPUs never grabs one it happens to see.
 
-def gpu_resources(section, used=lambda c: True):
-    """Resources of a rule sized by `<section>.gpus` of the job's dataset (0 where ``used(config)``
-    says the rule will not train), and its `<section>.mem_mb`."""
+def gpu_resources(section, used=lambda c, wildcards: True):
+    """Resources of a rule sized by `<section>.gpus` of the job's dataset (0 where ``used(config,
+    wildcards)`` says the job runs no model on it), and its `<section>.mem_mb`."""
     def gpus(wildcards):
         c = cfg(wildcards.dataset)
-        return c[section]["gpus"] if used(c) else 0
+        return c[section]["gpus"] if used(c, wildcards) else 0
     # `gpus`: the project's resource name (`--resources gpus=1` serialises GPU jobs);
     # `gpu`: what the SLURM executor plugin turns into sbatch --gpus.
     return {"mem_mb": dataset_setting(section, "mem_mb"), "gpus": gpus, "gpu": gpus}

@@ -13,7 +13,7 @@
 # training, the sieve and what reads it, never the mining or DPR training. {stag} is the sieve settings that
 # differ from their defaults (methods.sieve_tag, '' at the defaults): a second setting builds beside the first.
 
-from pipeline.core.settings import (CROSS_ENCODER_TRAINING, CrossEncoderFilterSettings, EvalSettings, InjectionSettings,
+from pipeline.core.settings import (CROSS_ENCODER_TRAINING, MODEL_FILTERS, CrossEncoderFilterSettings, EvalSettings, InjectionSettings,
                                     PositiveAwareSettings, RankWindowSettings, SIEVE_DECISION_KEYS, SieveSettings,
                                     to_flags)
 
@@ -144,11 +144,12 @@ rule sieve_negatives:
     params:
         source_tag=sieve_name("{beta}") + "{stag}",
         settings=_sieve_settings,
-    threads: 2
+        device=job_device,
+    threads: dataset_setting("sieve", "threads")
     resources:
-        mem_mb=4000,
+        **gpu_resources("sieve"),
     conda:
-        CPU_ENV
+        job_env
     log:
         "logs/sieve_negatives/{dataset}.b{beta}{stag}.log",
     benchmark:
@@ -157,7 +158,7 @@ rule sieve_negatives:
         "python -m pipeline.sieve.passage_sieve --candidates {input.candidates} --corpus {input.corpus}"
         " --queries {input.queries} --model $(dirname {input.model}) --out {output.sieve}"
         " --train-out {output.train} --source-tag {params.source_tag} --losses-out {output.losses}"
-        " {params.settings} --threads {threads} --log {log}"
+        " {params.settings} --device {params.device} --threads {threads} --log {log}"
 
 
 rule train_cross_encoder:
@@ -173,11 +174,12 @@ rule train_cross_encoder:
         args=lambda wildcards: to_flags(CrossEncoderFilterSettings, sieve_config(wildcards.dataset)["cross_encoder"],
                                         CROSS_ENCODER_TRAINING),
         recipe=recipe_label,
-    threads: 2
+        device=job_device,
+    threads: dataset_setting("sieve", "threads")
     resources:
-        mem_mb=4000,
+        **gpu_resources("sieve"),
     conda:
-        CPU_ENV
+        job_env
     log:
         "logs/train_cross_encoder/{dataset}.log",
     benchmark:
@@ -185,7 +187,7 @@ rule train_cross_encoder:
     shell:
         "python -m pipeline.sieve.cross_encoder --negatives {input.negatives} --qrels {input.qrels}"
         " --queries {input.queries} --corpus {input.corpus} {params.args} {params.recipe} --seed " + str(config["seed"]) +
-        " --threads {threads} --out $(dirname {output}) --log {log}"
+        " --device {params.device} --threads {threads} --out $(dirname {output}) --log {log}"
 
 
 def _filter_inputs(wildcards):
@@ -232,11 +234,14 @@ rule filter_candidates:
     params:
         model=_filter_model,
         settings=_filter_settings,
-    threads: 2
+        device=job_device,
+    threads: dataset_setting("sieve", "threads")
     resources:
-        mem_mb=4000,
+        # sieve.gpus only for a filter that runs a model (a profile's set-resources would give every
+        # filter job the same, so the count comes from the config)
+        **gpu_resources("sieve", used=lambda c, wildcards: wildcards.filter in MODEL_FILTERS),
     conda:
-        CPU_ENV
+        job_env
     log:
         "logs/filter_candidates/{dataset}.{filter}{stag}.log",
     benchmark:
@@ -244,7 +249,7 @@ rule filter_candidates:
     shell:
         "python -m pipeline.sieve.filters --filter {wildcards.filter} --candidates {input.candidates}"
         " --corpus {input.corpus} --queries {input.queries} {params.model} {params.settings}"
-        " --threads {threads} --out {output.decisions} --train-out {output.train} --log {log}"
+        " --device {params.device} --threads {threads} --out {output.decisions} --train-out {output.train} --log {log}"
 
 
 rule sieve_report:

@@ -74,7 +74,7 @@ rule init_zeroshot:
     resources:
         mem_mb=2000,
     shell:
-        "python -m pipeline.training.train_dense --init-only --base {params.base} {params.settings} {params.recipe}"
+        "python -m pipeline.training.train_dense --device cpu --init-only --base {params.base} {params.settings} {params.recipe}"
         " --out $(dirname {output}) --log {log}"
 
 
@@ -114,7 +114,7 @@ rule train_dpr:
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
     resources:
-        **gpu_resources("dpr", used=lambda c: not _dpr_skipped(c)),
+        **gpu_resources("dpr", used=lambda c, wildcards: not _dpr_skipped(c)),
     conda:
         job_env
     log:
