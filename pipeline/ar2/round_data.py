@@ -10,23 +10,12 @@ import numpy as np
 import pandas as pd
 
 from pipeline.ar2.train import RoundData
-from pipeline.core.methods import AR2_VARIANTS
 from pipeline.core.schemas import AR2_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.storage import DataError, read_table
 from pipeline.retrieval.model import Retriever
 from pipeline.sieve.data import load_passages
 
 log = logging.getLogger("sieve.ar2_round_data")
-
-# variant -> its method (pipeline.core.methods.AR2_VARIANTS read the other way)
-VARIANT_METHODS = {variant: method for method, variant in AR2_VARIANTS.items()}
-
-
-def method_of(variant: str) -> str:
-    try:
-        return VARIANT_METHODS[variant]
-    except KeyError:
-        raise ValueError(f"unknown AR2 variant {variant!r} (known: {', '.join(VARIANT_METHODS)})") from None
 
 
 def base_ranker(settings, seed: int):

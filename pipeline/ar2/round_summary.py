@@ -19,9 +19,9 @@ import json
 import logging
 from pathlib import Path
 
-from pipeline.ar2.round_data import VARIANT_METHODS, method_of
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.methods import VARIANT_METHODS, method_of
 from pipeline.core.storage import DataError, write_json
 
 log = logging.getLogger("sieve.ar2_round")

@@ -26,9 +26,9 @@ import torch
 
 from pipeline.ar2.data import run_table, search
 from pipeline.ar2.learning_curve import plot, read_rounds
-from pipeline.ar2.round_data import method_of
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.methods import method_of
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import EvalSettings, default
 from pipeline.core.storage import DataError, read_table, write_json, write_table

@@ -39,6 +39,18 @@ AR2_VARIANTS = {
     "ar2_simans": "simans",
     "ar2_simans_sieve": "simans_sieve",
 }
+# AR2 variant folder -> its method (AR2_VARIANTS read the other way).
+VARIANT_METHODS = {variant: method for method, variant in AR2_VARIANTS.items()}
+
+
+def method_of(variant: str) -> str:
+    """The AR2 method whose runs live in variant folder ``variant``."""
+    try:
+        return VARIANT_METHODS[variant]
+    except KeyError:
+        raise ValueError(f"unknown AR2 variant {variant!r} (known: {', '.join(VARIANT_METHODS)})") from None
+
+
 # How each AR2 variant draws a step's negatives from its pool.
 AR2_SAMPLING = {"plain": "uniform", "sieve": "uniform", "simans": "simans", "simans_sieve": "simans"}
 # Methods with nothing random in them: one run, whatever the seeds (a baseline of every seed's pair).
