@@ -53,6 +53,20 @@ def sieve_files(results: Path, settings: str = "") -> dict[str, Path]:
     return found
 
 
+def sieve_outputs(results: Path, settings: str = "") -> dict[str, tuple[Path, object]]:
+    """Every sieve output built from the candidates tagged ``settings``, by a label naming its scorer:
+    ``sieve_b<β> (CCR β <β>)`` (negatives/sieve_b<β>.parquet) and ``sieve_no_ccr (models/dpr)``
+    (sieve/sieve_no_ccr/decisions.parquet: sieve.scorer dpr, the demo's), with each file's schema."""
+    found: dict[str, tuple[Path, object]] = {
+        f"sieve_b{tag} (CCR β {tag.split('_')[0]})": (path, SIEVE_SCHEMA)
+        for tag, path in sieve_files(results, settings).items()
+    }
+    no_ccr = results / "sieve" / f"sieve_no_ccr{settings}" / "decisions.parquet"
+    if no_ccr.is_file():
+        found["sieve_no_ccr (models/dpr)"] = (no_ccr, FILTER_DECISIONS_SCHEMA)
+    return found
+
+
 def report_paths(results: Path, settings: str = "") -> list[Path]:
     """The filters' reports on the candidates tagged ``settings``."""
     names = "|".join(re.escape(name) for name in (*FILTER_NAMES, "sieve"))
@@ -288,7 +302,8 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     )
     truth = cands["is_false_negative"].astype("boolean")
     src = cands["fn_label_source"].astype("string").fillna("none")
-    console.rule(f"[b]{args.dataset}[/b]: sieve candidates")
+    console.print(Text(f"summary of {results}/: the sieve's candidates, its outputs, the filters' reports"))
+    console.rule(f"[b]{args.dataset}[/b]: sieve candidates ({cand_path})")
     console.print(
         f"queries {cands['qid'].nunique()}, candidates {len(cands)} "
         f"({len(cands) / max(cands['qid'].nunique(), 1):.1f} per query), distinct passages "
@@ -296,40 +311,63 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     )
     console.print(
         f"false negatives {int(truth.fillna(False).sum())}, known true negatives "
-        f"{int((truth == False).sum())}, label sources: {src.value_counts().to_dict()}"  # noqa: E712
+        f"{int((truth == False).sum())}; labels from: "  # noqa: E712
+        + ", ".join(f"{name} {count}" for name, count in src.value_counts().items())
     )
-    files = sieve_files(results, args.settings)
+    files = sieve_outputs(results, args.settings)
+    if not files:
+        console.print(
+            Text(
+                f"no sieve output: neither {results}/negatives/sieve_b<β>{args.settings}.parquet (the sieve "
+                f"scored by a CCR model) nor {results}/sieve/sieve_no_ccr{args.settings}/decisions.parquet "
+                "(scored by models/dpr: the demo's) exists yet",
+                style="dim",
+            )
+        )
     if files:
-        table = Table(title="sieve outputs")
+        table = Table(title="sieve outputs (its decisions on the candidates above)")
         # A filter that dropped the same share at random would drop that share of the false negatives:
         # "chance" is FN recall's floor, the number to read it against.
         for name in (
-            "β",
+            "sieve (scored by)",
             "candidates",
             "kept",
-            "keep rate",
+            "sieve-out",
             "fallback queries",
+            "precision",
             "FN recall",
             "chance",
             "TN kept",
         ):
             table.add_column(name, justify="right")
-        for tag, path in files.items():
-            s = read_table(path, ["kept", "is_false_negative", "fallback"], schema=SIEVE_SCHEMA)
+        sentences = []
+        for label, (path, schema) in files.items():
+            columns = ["kept", "is_false_negative"] + (["fallback"] if schema is SIEVE_SCHEMA else [])
+            s = read_table(path, columns, schema=schema)
             kept = s["kept"].to_numpy(bool)
             t = s["is_false_negative"].astype("boolean")
             fn, tn = t.fillna(False).to_numpy(bool), (t == False).fillna(False).to_numpy(bool)  # noqa: E712
+            dropped = int((~kept).sum())
+            precision = _rate(int((fn & ~kept).sum()), dropped)
+            recall = _rate(int((fn & ~kept).sum()), int(fn.sum()))
             table.add_row(
-                tag,
+                Text(label),
                 str(len(s)),
                 str(int(kept.sum())),
-                _rate(int(kept.sum()), len(s)),
-                str(int(s["fallback"].sum())),
-                _rate(int((fn & ~kept).sum()), int(fn.sum())),
-                _rate(int((~kept).sum()), len(s)),
+                _rate(dropped, len(s)),
+                str(int(s["fallback"].sum())) if "fallback" in s else "–",
+                precision,
+                recall,
+                _rate(dropped, len(s)),
                 _rate(int((tn & kept).sum()), int(tn.sum())),
             )
+            sentences.append(
+                f"{label}: of its {dropped} drops, a share of {precision} were true false negatives "
+                f"(precision); it dropped {recall} of the false negatives (FN recall)."
+            )
         console.print(table)
+        for sentence in sentences:
+            console.print(Text(sentence))
     reports = report_paths(results, args.settings)
     if reports:
         table = Table(
@@ -357,8 +395,9 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     if files or reports:
         console.print(
             Text(
-                "FN recall: share of the known false negatives dropped; a filter dropping the same share "
-                "at random (its sieve-out rate, 'chance') would reach that much.",
+                "precision: share of the drops that were known false negatives; FN recall: share of the known "
+                "false negatives dropped; a filter dropping the same share at random (its sieve-out rate, "
+                "'chance') would reach that much recall, and the candidates' false-negative share as precision.",
                 style="dim",
             )
         )
