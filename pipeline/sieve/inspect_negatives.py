@@ -369,6 +369,14 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
         for sentence in sentences:
             console.print(Text(sentence))
     reports = report_paths(results, args.settings)
+    if not reports:
+        console.print(
+            Text(
+                f"no filter report ({results}/sieve/<filter>/report.json; the demo builds none): e.g. "
+                f"snakemake --cores 2 {results}/sieve/sieve_no_ccr/report.json",
+                style="dim",
+            )
+        )
     if reports:
         table = Table(
             title="filters (results/{dataset}/sieve/<filter>/report.json)".replace("{dataset}", args.dataset)
