@@ -676,6 +676,8 @@ def test_controls_are_marked_and_never_best():
     assert by_name["dpr"][4] == "**0.577**"
     md = gather_metrics.markdown_table(gathered)
     assert "Best by it, controls left out: **bm25 (0.698)**." in md
+    page = gather_metrics.html_table(gathered)
+    assert "Best by it, controls left out: bm25 (0.698)." in page and "Control: uses the true" in page
     assert "- dpr_oracle: " in md and "**Control**: uses the true false-negative labels" in md
     assert "**Control**: the same CCR fine-tune at β 0" in md
 

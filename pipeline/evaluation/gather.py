@@ -674,7 +674,10 @@ def html_table(gathered: dict) -> str:
         "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
         f"</style><h3>{escape(gathered['dataset'])}: retrieval metrics</h3>"
+        + "".join(f"<p>{escape(line.replace('**', ''))}</p>" for line in primary_lines(gathered) if line)
         + section(*table_rows(gathered), [FOOTNOTE])
+        + "<h4>Methods</h4>"
+        + "".join(f"<p>{escape(line.replace('**', ''))}</p>" for line in method_lines(gathered))
     )
     header, rows, notes = comparison_rows(gathered)
     if rows:
