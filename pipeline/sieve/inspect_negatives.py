@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -54,16 +55,16 @@ def sieve_files(results: Path, settings: str = "") -> dict[str, Path]:
 
 
 def sieve_outputs(results: Path, settings: str = "") -> dict[str, tuple[Path, object]]:
-    """Every sieve output built from the candidates tagged ``settings``, by a label naming its scorer:
-    ``sieve_b<β> (CCR β <β>)`` (negatives/sieve_b<β>.parquet) and ``sieve_no_ccr (models/dpr)``
-    (sieve/sieve_no_ccr/decisions.parquet: sieve.scorer dpr, the demo's), with each file's schema."""
+    """Every sieve output built from the candidates tagged ``settings``, by name: ``sieve_b<β>``
+    (negatives/sieve_b<β>.parquet: scored by the CCR model at β) and ``sieve_no_ccr``
+    (sieve/sieve_no_ccr/decisions.parquet: sieve.scorer dpr, scored by models/dpr: the demo's), with
+    each file's schema."""
     found: dict[str, tuple[Path, object]] = {
-        f"sieve_b{tag} (CCR β {tag.split('_')[0]})": (path, SIEVE_SCHEMA)
-        for tag, path in sieve_files(results, settings).items()
+        f"sieve_b{tag}": (path, SIEVE_SCHEMA) for tag, path in sieve_files(results, settings).items()
     }
     no_ccr = results / "sieve" / f"sieve_no_ccr{settings}" / "decisions.parquet"
     if no_ccr.is_file():
-        found["sieve_no_ccr (models/dpr)"] = (no_ccr, FILTER_DECISIONS_SCHEMA)
+        found["sieve_no_ccr"] = (no_ccr, FILTER_DECISIONS_SCHEMA)
     return found
 
 
@@ -302,7 +303,7 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     )
     truth = cands["is_false_negative"].astype("boolean")
     src = cands["fn_label_source"].astype("string").fillna("none")
-    console.print(Text(f"summary of {results}/: the sieve's candidates, its outputs, the filters' reports"))
+    console.print(Text(f"summary of {results}/: sieve candidates, outputs, filter reports"))
     console.rule(f"[b]{args.dataset}[/b]: sieve candidates ({cand_path})")
     console.print(
         f"queries {cands['qid'].nunique()}, candidates {len(cands)} "
@@ -325,20 +326,12 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
             )
         )
     if files:
-        table = Table(title="sieve outputs (its decisions on the candidates above)")
-        # A filter that dropped the same share at random would drop that share of the false negatives:
-        # "chance" is FN recall's floor, the number to read it against.
-        for name in (
-            "sieve (scored by)",
-            "candidates",
-            "kept",
-            "sieve-out",
-            "fallback queries",
-            "precision",
-            "FN recall",
-            "chance",
-            "TN kept",
-        ):
+        table = Table(title=f"sieve outputs: decisions on the {len(cands)} candidates", box=box.SIMPLE_HEAD)
+        # A filter that dropped the same share at random would drop that share of the false negatives
+        # (FN recall = its sieve-out) at the candidates' false-negative share as precision: the note
+        # below the table gives both floors.
+        table.add_column("sieve", no_wrap=True)
+        for name in ("kept", "sieve-out", "fallback", "precision", "FN recall", "TN kept"):
             table.add_column(name, justify="right")
         sentences = []
         for label, (path, schema) in files.items():
@@ -352,18 +345,17 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
             recall = _rate(int((fn & ~kept).sum()), int(fn.sum()))
             table.add_row(
                 Text(label),
-                str(len(s)),
                 str(int(kept.sum())),
                 _rate(dropped, len(s)),
                 str(int(s["fallback"].sum())) if "fallback" in s else "–",
                 precision,
                 recall,
-                _rate(dropped, len(s)),
                 _rate(int((tn & kept).sum()), int(tn.sum())),
             )
+            scorer = "models/dpr" if label.startswith("sieve_no_ccr") else f"the CCR model at β {label[7:]}"
             sentences.append(
-                f"{label}: of its {dropped} drops, a share of {precision} were true false negatives "
-                f"(precision); it dropped {recall} of the false negatives (FN recall)."
+                f"{label} (scored by {scorer}): of its {dropped} drops, a share of {precision} were true "
+                f"false negatives (precision); it dropped {recall} of the false negatives (FN recall)."
             )
         console.print(table)
         for sentence in sentences:
@@ -404,8 +396,9 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
         console.print(
             Text(
                 "precision: share of the drops that were known false negatives; FN recall: share of the known "
-                "false negatives dropped; a filter dropping the same share at random (its sieve-out rate, "
-                "'chance') would reach that much recall, and the candidates' false-negative share as precision.",
+                "false negatives dropped. A filter dropping the same share at random reaches its sieve-out "
+                f"rate as FN recall and the candidates' false-negative share ({_rate(int(truth.fillna(False).sum()), len(cands))}) "
+                "as precision: the numbers to read them against.",
                 style="dim",
             )
         )
