@@ -215,6 +215,10 @@ def show_query(
     score = "sim" if has_loss else "score"
     if console.width < WIDE:
         passage_width = min(width, max(console.width - 6, 20))
+        # the columns' names once per query: rank, decision, label, figures, passage id
+        console.print(
+            Text(f"rank decision  label  {score}{'  loss  thr' if has_loss else ''}  pid", style="dim")
+        )
         for _, row in rows.iterrows():
             figures = [f"{score} {_num(row['similarity'] if has_loss else row.get('score'))}"]
             if has_loss:
@@ -282,7 +286,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         resources / "queries.train.parquet", ["qid", "text", "answers"], schema=QUERIES_SCHEMA
     ).set_index("qid")
     passages = load_passages(resources / "corpus.parquet", set(rows["pid"]) | set(rows["positive_pid"]))
-    console.print(Text(str(path), style="dim"))
+    console.print(Text(f"decisions: {path}", style="dim"))
     if "nce_loss" in table:
         console.print(Text(f"rule: {SIEVE_RULE}", style="dim"))
     for qid in qids:
