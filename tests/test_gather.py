@@ -34,6 +34,11 @@ def _method_file(tmp: Path, method: str, metrics: dict, **extra) -> Path:
     return path
 
 
+def _paired_section(md: str) -> str:
+    """The paired-difference section of a metrics.md (after the headline, Methods and All metrics)."""
+    return next(part for part in md.split("\n## ") if part.startswith("Paired differences"))
+
+
 def test_gather_metrics_json_and_markdown(tmp_path, capsys):
     a = _method_file(tmp_path, "bm25", {"hit@5": 0.5, "MRR@10": 0.25, "R@20": 0.75, "R@5": 0.6}, depth=100)
     b = _method_file(
@@ -183,7 +188,7 @@ def test_gather_paired_comparisons(tmp_path):
     assert r1 == pytest.approx({"diff": 0.02, "std": 0.01, "ci_low": 0.02 - half, "ci_high": 0.02 + half})
     assert sieve_vs_ar2["metrics"]["MRR@10"] == {"diff": 0.0, "std": 0.0, "ci_low": 0.0, "ci_high": 0.0}
     md = out_md.read_text(encoding="utf-8")
-    assert md.split("\n## ")[2] == (
+    assert _paired_section(md) == (
         "Paired differences (method − baseline), 95% CI over seeds\n\n"
         "| method − baseline | n (seeds) | R@1 | MRR@10 |\n"
         "|---|---|---:|---:|\n"
@@ -195,7 +200,8 @@ def test_gather_paired_comparisons(tmp_path):
         + "\n"
     )
     # the headline, then the full table (unchanged by the comparison), then the comparison
-    assert md.startswith("# tiny: retrieval metrics\n\n| method | seeds | R@1 | MRR@10 |")
+    assert md.startswith("# tiny: retrieval metrics\n\nPrimary metric: **R@1**, the share of test queries")
+    assert "\n\n| method | seeds | R@1 | MRR@10 |" in md.split("## Methods")[0]
     assert "## All metrics\n\n| method | split | queries | R@1 | MRR@10 |" in md
     page = out_html.read_text(encoding="utf-8")
     assert page.index("<h4>Paired differences") > page.index("<td>ar2_sieve</td>")
@@ -492,7 +498,7 @@ def test_one_seed_pairs_get_a_paired_test_over_queries(tmp_path):
         }
     )
     md = out_md.read_text(encoding="utf-8")
-    section = md.split("\n## ")[2]
+    section = _paired_section(md)
     assert section.startswith(
         "Paired differences (method − baseline), 95% CI over seeds, or over test queries where marked (queries)\n"
     )
@@ -620,3 +626,168 @@ def test_per_query_argument_is_method_at_seed_equals_path(tmp_path, capsys):
         with pytest.raises(SystemExit):
             gather_metrics.main([*_outputs(tmp_path, a), "--per-query", bad])
         assert "METHOD@SEED=PATH" in capsys.readouterr().err
+
+
+# ---- issue 40: who won, by which metric, and what each row is ----------------------------------------
+
+
+def _demo_like() -> dict:
+    """A metrics.json shaped like the demo's (its recipe settings name the methods; every other setting
+    at the contracts' defaults: ccr.beta 6, sieve.scorer dpr): the controls score highest on some
+    columns, every trained method but the oracle ends below zeroshot on hit_all@1."""
+
+    def entry(hit1, hit5, mrr, **extra):
+        return {
+            "split": "test",
+            "n_queries": 537,
+            **extra,
+            "metrics": {"hit_all@1": hit1, "hit_all@5": hit5, "MRR@10": mrr},
+        }
+
+    one = {"seeds": [0], "notes": "seed 0"}
+    return {
+        "dataset": "synthkb",
+        "methods": {
+            "bm25": entry(0.698, 0.885, 0.300),
+            "zeroshot": entry(0.639, 0.883, 0.225),
+            "dpr": entry(0.531, 0.880, 0.577, **one),
+            "dpr_none": entry(0.520, 0.870, 0.560, **one),
+            "dpr_ccr": entry(0.540, 0.860, 0.570, run="dpr_ccr_b6", **one),
+            "dpr_ccr_b0": entry(0.500, 0.850, 0.590, **one),
+            "dpr_sieve": entry(0.618, 0.900, 0.470, run="dpr_sieve_no_ccr", **one),
+            "dpr_oracle": entry(0.650, 0.930, 0.500, **one),
+        },
+        "comparisons": [],
+        "recipe": {"settings": {"methods": ["bm25", "zeroshot", "dpr", "dpr_none", "dpr_ccr", "dpr_ccr_b0"]}},
+    }
+
+
+def test_controls_are_marked_and_never_best():
+    """dpr_oracle (true labels) tops hit_all@5 and dpr_ccr_b0 (β 0) MRR@10: neither is bold; bm25 is
+    the best of hit_all@1, dpr_sieve of hit_all@5, dpr of MRR@10 among the rest."""
+    gathered = _demo_like()
+    header, rows = gather_metrics.headline_rows(gathered)
+    assert header == ["method", "seeds", "hit_all@1", "hit_all@5", "MRR@10"]
+    by_name = {row[0]: row for row in rows}
+    assert set(by_name) >= {"dpr_oracle (control)", "dpr_ccr_b0 (control)", "dpr_none (control)", "dpr_sieve"}
+    assert not any("**" in cell for name, row in by_name.items() if "(control)" in name for cell in row)
+    assert by_name["bm25"][2] == "**0.698**"
+    assert by_name["dpr_sieve"][3] == "**0.900**"
+    assert by_name["dpr"][4] == "**0.577**"
+    md = gather_metrics.markdown_table(gathered)
+    assert "Best by it, controls left out: **bm25 (0.698)**." in md
+    page = gather_metrics.html_table(gathered)
+    assert "Best by it, controls left out: bm25 (0.698)." in page and "Control: uses the true" in page
+    assert "- dpr_oracle: " in md and "**Control**: uses the true false-negative labels" in md
+    assert "**Control**: the same CCR fine-tune at β 0" in md
+
+
+def test_the_primary_metric_is_named_and_defined_with_why_mrr_disagrees():
+    gathered = _demo_like()
+    md = gather_metrics.markdown_table(gathered)
+    head = md.split("## Methods")[0]
+    assert head.startswith("# synthkb: retrieval metrics\n\nPrimary metric: **hit_all@1**, the share of test")
+    assert "any passage that states it counts (qrels_all)" in head
+    assert "- hit_all@k: share of queries with any passage stating" in head
+    assert "- MRR@10: mean reciprocal rank of the annotated positive" in head
+    assert "Why MRR@10 and hit_all@1 can rank the methods in opposite orders" in head
+    # the primary column comes first in the headline even where another would be preferred
+    assert gather_metrics.primary_metric(gathered) == "hit_all@1"
+    # without qrels_all: answer match; without answers either: the annotated positives
+    assert (
+        gather_metrics.primary_metric({"methods": {"a": {"metrics": {"R@1": 0.1, "MRR@10": 0.2}}}}) == "R@1"
+    )
+    assert (
+        gather_metrics.primary_metric({"methods": {"a": {"metrics": {"MRR@10": 0.2, "hit@1": 0.1}}}})
+        == "MRR@10"
+    )
+
+
+def test_a_trained_method_below_the_model_it_started_from_is_said_in_words():
+    md = gather_metrics.markdown_table(_demo_like())
+    assert "- dpr_sieve (0.618) is below zeroshot (0.639), the model it was trained from." in md
+    assert "- dpr_ccr (0.540) is below dpr (0.531)" not in md  # CCR starts from dpr and ends above it
+    assert "- dpr_ccr_b0 (0.500) is below dpr (0.531), the model it was trained from." in md
+    assert "- dpr_oracle" not in md.split("| method |")[0]  # 0.650 ≥ 0.639
+
+
+def test_each_methods_row_says_where_its_files_are_and_what_it_is():
+    md = gather_metrics.markdown_table(_demo_like())
+    methods = md.split("## Methods\n\n")[1].split("\n\n")[0].splitlines()
+    assert len(methods) == 8
+    assert (
+        "- dpr_sieve: DPR from the base on the negatives the sieve kept, scored by models/dpr (sieve.scorer "
+        "dpr: no CCR); files results/synthkb/dpr_sieve_no_ccr/, model results/synthkb/models/dpr_sieve_no_ccr/."
+    ) in methods
+    assert (
+        "- dpr_ccr: CCR fine-tuning of models/dpr at β 6; files results/synthkb/dpr_ccr_b6/, "
+        "model results/synthkb/models/dpr_ccr_b6/."
+    ) in methods
+    assert "- bm25: BM25 (no training); files results/synthkb/bm25/." in methods
+
+
+def test_one_plus_minus_convention_the_95_percent_half_width_everywhere():
+    """The full table used to print mean ± sample std, the headline mean ± 95% half-width."""
+    gathered = {
+        "dataset": "toy",
+        "methods": {
+            "dpr": {
+                "split": "test",
+                "n_queries": 10,
+                "seeds": [0, 1, 2],
+                "metrics": {"R@5": 0.6},
+                "metrics_std": {"R@5": 0.1},
+            }
+        },
+    }
+    md = gather_metrics.markdown_table(gathered)
+    # t(0.975, 2) · 0.1 / √3 = 0.248 in both tables; the std 0.100 nowhere
+    assert md.count("0.600 ± 0.248") == 2 and "± 0.100" not in md
+    assert "sample std" not in md and md.count("95% Student-t half-width over seeds") == 2
+
+
+def test_the_figure_starts_at_zero_and_greys_the_controls():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.evaluation.plot_methods import methods_figure
+
+    fig = methods_figure(_demo_like(), ["hit_all@1", "hit_all@5"])
+    try:
+        for ax in fig.axes:
+            assert ax.get_xlim()[0] == 0.0 and ax.get_xlim()[1] >= 1.0
+            ticks = list(ax.get_yticks())
+            names = dict(zip(ticks, ax.yaxis.get_major_formatter().format_ticks(ticks)))
+            assert "dpr_oracle (control)" in names.values() and "dpr_sieve" in names.values()
+            colors = {
+                names[line.get_ydata()[0]]: matplotlib.colors.to_hex(line.get_color())
+                for line in ax.get_lines()
+                if line.get_marker() == "o"
+            }
+            red = [name for name, c in colors.items() if c == matplotlib.colors.to_hex("C3")]
+            assert red == (["bm25"] if ax.get_title() == "hit_all@1" else ["dpr_sieve"])
+            assert colors["dpr_oracle (control)"] == matplotlib.colors.to_hex("0.6")
+    finally:
+        plt.close(fig)
+
+
+def test_metrics_json_keeps_its_keys_and_values(tmp_path):
+    """Issue 40 changes metrics.md and metrics.png only: the gathered JSON has the keys it had."""
+    a = _method_file(tmp_path, "bm25", {"hit_all@1": 0.7, "MRR@10": 0.3})
+    b = _method_file(tmp_path, "dpr_oracle", {"hit_all@1": 0.8, "MRR@10": 0.5}, seed=0)
+    gathered = gather_metrics.gather("tiny", [a, b])
+    assert gathered == {
+        "dataset": "tiny",
+        "methods": {
+            "bm25": {"split": "test", "n_queries": 6, "metrics": {"hit_all@1": 0.7, "MRR@10": 0.3}},
+            "dpr_oracle": {
+                "split": "test",
+                "n_queries": 6,
+                "seed": 0,
+                "metrics": {"hit_all@1": 0.8, "MRR@10": 0.5},
+            },
+        },
+        "comparisons": [],
+    }

@@ -5,9 +5,11 @@ from __future__ import annotations
 import shutil
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
-from pipeline.core.storage import DataError
+from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA
+from pipeline.core.storage import DataError, write_table
 from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import filters
 from pipeline.sieve import inspect_negatives as inspect
@@ -97,8 +99,8 @@ def workspace(tmp_path_factory, make_sieve_dataset, make_retriever):
     return root
 
 
-def run(workspace, capsys, monkeypatch, *argv):
-    monkeypatch.setenv("COLUMNS", "220")
+def run(workspace, capsys, monkeypatch, *argv, columns: int = 220):
+    monkeypatch.setenv("COLUMNS", str(columns))
     assert (
         inspect.main(
             [
@@ -267,3 +269,33 @@ def test_passage_text_that_looks_like_markup_is_printed_as_it_is(columns):
         # the passage line is as wide as the terminal allows, not a sliver of a table column
         passage_line = next(line for line in out.splitlines() if "Lore [i]" in line)
         assert len(passage_line.strip()) >= min(columns - 8, 60)
+
+
+def test_summary_finds_the_sieve_scored_by_dpr_and_states_its_precision(workspace, capsys, monkeypatch):
+    """Issue 40.5: the demo's sieve (sieve.scorer dpr) is sieve/sieve_no_ccr/decisions.parquet, with no
+    sieve_b<β> file; the summary used to skip it silently. Now it is a row, labelled by its scorer, with
+    the share of its drops that were true false negatives (precision), said in words too."""
+    results = workspace / "results" / "toy"
+    no_ccr = results / "sieve" / "sieve_no_ccr"
+    no_ccr.mkdir(parents=True)
+    table = pd.read_parquet(results / "negatives" / "sieve_b0.5.parquet")
+    decisions = table.reindex(columns=list(FILTER_DECISIONS_SCHEMA.names))
+    write_table(
+        no_ccr / "decisions.parquet",
+        pa.Table.from_pandas(decisions, FILTER_DECISIONS_SCHEMA, preserve_index=False),
+    )
+    try:
+        out = run(workspace, capsys, monkeypatch, "summary", columns=80)
+    finally:
+        shutil.rmtree(no_ccr)
+    assert out.splitlines()[0].startswith("summary of ")
+    rows = [line.split() for line in out.splitlines()]
+    assert ["sieve", "kept", "sieve-out", "fallback", "precision", "FN", "recall", "TN", "kept"] in rows
+    assert {"sieve_no_ccr", "sieve_b0.5"} <= {row[0] for row in rows if row}  # not cut at 80 columns
+    dropped = ~table["kept"].astype(bool)
+    fn = table["is_false_negative"].astype("boolean").fillna(False).astype(bool)
+    precision = f"{(fn & dropped).sum() / dropped.sum():.3f}"
+    assert (
+        f"sieve_no_ccr (scored by models/dpr): of its {int(dropped.sum())} drops, a share of {precision} were true "
+        "false negatives (precision)"
+    ) in " ".join(out.split())

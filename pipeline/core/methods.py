@@ -285,3 +285,78 @@ def closest(name: str, known: list[str] | tuple[str, ...] | set[str], n: int = 3
     """ "did you mean" text: the ``n`` known names closest to ``name`` (or all when none is close)."""
     near = difflib.get_close_matches(name, sorted(known), n=n, cutoff=0.5)
     return f"closest: {', '.join(near)}" if near else f"known: {', '.join(sorted(known))}"
+
+
+# ---- what a method is, in words (metrics.md, the README's results) -------------------------------------
+
+
+def control_reason(m: Method) -> str | None:
+    """Why ``m`` is a control (a method that isolates an effect, not a candidate for "best"), or None.
+    dpr_oracle uses the dataset's true false-negative labels, which real data does not have; dpr_none
+    trains on the filters' candidate pool with nothing dropped; a β-0 run (dpr_ccr_b0, dpr_sieve_b0) is
+    the same training without CCR's regulariser."""
+    if m.filter == "oracle":
+        return "uses the true false-negative labels (qrels_all), which real data does not have"
+    if m.filter == "none":
+        return "the filters' candidate pool with nothing dropped: isolates the filter from the pool"
+    if m.beta == 0 and m.trains == "ccr":
+        return "the same CCR fine-tune at β 0 (no regulariser): isolates β"
+    if m.beta == 0 and m.filter is not None:
+        return "the sieve scored by the CCR model at β 0: isolates β"
+    return None
+
+
+def started_from(m: Method) -> str | None:
+    """The run of the model ``m``'s retriever was trained from: the pretrained base (``zeroshot``) for
+    every DPR trained from scratch (dpr, dpr_rcl, the filters' and miners' DPRs), ``dpr`` for a CCR
+    fine-tune and for AR2 (its rounds start from models/dpr); None for what is not trained."""
+    if m.kind == "ar2" or m.trains == "ccr":
+        return "dpr"
+    if m.trains in ("dpr", "rcl"):
+        return "zeroshot"
+    return None
+
+
+def _scorer(m: Method) -> str:
+    """What scored the sieve whose negatives ``m`` (a filtered DPR) trains on."""
+    if m.filter is not None and m.filter.startswith("sieve_no_ccr"):
+        return "scored by models/dpr (sieve.scorer dpr: no CCR)"
+    return f"scored by models/{ccr_model(beta_tag(m.beta))} (CCR at β {beta_tag(m.beta)})"
+
+
+def describe(m: Method) -> str:
+    """What ``m`` is, in one line: its training and, for a DPR on filtered negatives, what chose them."""
+    if m.kind == "bm25":
+        return "BM25 (no training)"
+    if m.kind == "hybrid":
+        return f"BM25 fused ({m.fusion}) with the run of {m.base}"
+    if m.kind == "ar2":
+        sieve = ", the sieve dropping each round's negatives" if m.variant.endswith("sieve") else ""
+        return f"AR2 rounds (retriever + ranker, {AR2_SAMPLING[m.variant]} negatives) from models/dpr{sieve}"
+    if m.trains is None:
+        return "the pretrained base model, not trained here"
+    if m.trains == "ccr":
+        return f"CCR fine-tuning of models/dpr at β {beta_tag(m.beta)}"
+    if m.trains == "rcl":
+        return f"DPR with CCR's regulariser in its own loss (β {beta_tag(m.beta)})"
+    if m.miner is not None:
+        return f"DPR from the base on the negatives the run of {m.miner} mined"
+    if m.filter is None:
+        return "DPR (NCE) from the base on BM25's negatives"
+    if m.filter.startswith(("sieve_b", "sieve_no_ccr")):
+        return f"DPR from the base on the negatives the sieve kept, {_scorer(m)}"
+    if m.filter == "oracle":
+        return "DPR from the base on the candidates without the true false negatives"
+    if m.filter == "none":
+        return "DPR from the base on the sieve's candidate pool, nothing dropped"
+    return f"DPR from the base on the negatives filter {m.filter} kept"
+
+
+def folders(m: Method, dataset: str) -> str:
+    """Where ``m``'s files are: its run folder (metrics.json, run.*.parquet), and its model or AR2 folder."""
+    run = f"results/{dataset}/{m.run}/"
+    if m.model is not None:
+        return f"{run}, model results/{dataset}/models/{m.model}/"
+    if m.kind == "ar2":
+        return f"{run} (a folder per seed), rounds results/{dataset}/ar2/{m.variant_dir}/"
+    return run

@@ -29,6 +29,15 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
+from pipeline.evaluation.method_notes import (
+    DEFINITIONS,
+    DISAGREE,
+    PLUS_MINUS,
+    below_start,
+    best,
+    method_notes,
+    primary_metric,
+)
 from pipeline.evaluation.metrics import metric_sort_key
 from pipeline.evaluation.plot_methods import plot_methods
 from pipeline.evaluation.query_tests import (
@@ -337,13 +346,17 @@ def _num(value, sign: str = "") -> str:
     return f"{value:{sign}.3f}"
 
 
-def _cell(value, std=None) -> str:
-    return _num(value) if std is None or value is None else f"{_num(value)} ± {_num(std)}"
+def _cell(value, std=None, seeds: int = 0) -> str:
+    """A mean, with its 95% t half-width over ``seeds`` seeds when there are several (the one ±
+    convention of metrics.md)."""
+    half = t_half_width(std, seeds, LEVEL)
+    return _num(value) if half is None or value is None else f"{_num(value)} ± {_num(half)}"
 
 
 FOOTNOTE = (
-    "R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: qrels (see "
-    "docs/evaluation.md). – = not defined for this method/split. a ± b: mean ± sample std over seeds."
+    "R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: qrels; hit_all@k, "
+    "MRR_all@10: qrels_all (see docs/evaluation.md). – = not defined for this method/split. "
+    f"{PLUS_MINUS}."
 )
 
 
@@ -354,9 +367,10 @@ def table_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
     rows = []
     for method, entry in methods.items():
         std = entry.get("metrics_std") or {}
+        seeds = len([s for s in entry.get("seeds") or [] if s is not None])
         rows.append(
             [method, str(entry["split"]), str(entry["n_queries"])]
-            + [_cell(entry["metrics"].get(name), std.get(name)) for name in columns]
+            + [_cell(entry["metrics"].get(name), std.get(name), seeds) for name in columns]
         )
     notes = [f"{method}: {entry['notes']}" for method, entry in methods.items() if entry.get("notes")]
     return ["method", "split", "queries", *columns], rows, notes
@@ -383,9 +397,10 @@ HEADLINE_PREFERENCE = (
 )
 HEADLINE_COLUMNS = 5
 HEADLINE_FOOTNOTE = (
-    "The metrics that tell these methods apart (a metric equal for every method, or equal to another "
-    f"column for every method, is left out: the full table below has them). a ± h: mean and {LEVEL:.0%} "
-    "t half-width over seeds; bold: the best mean of the column."
+    "The primary metric first, then the metrics that tell these methods apart (a metric equal for every "
+    "method, or equal to another column for every method, is left out: the full table below has them). "
+    f"{PLUS_MINUS}. Bold: the best mean of the column among the methods that are not controls; "
+    "(control): a method that isolates an effect (see Methods), never marked best."
 )
 
 
@@ -406,9 +421,12 @@ def headline_columns(gathered: dict, most: int = HEADLINE_COLUMNS) -> list[str]:
     methods = list(gathered["methods"].values())
     taken: list[str] = []
     seen: set[tuple] = set()
-    for name in HEADLINE_PREFERENCE:
+    primary = primary_metric(gathered)
+    for name in ([primary] if primary else []) + [n for n in HEADLINE_PREFERENCE if n != primary]:
         values = tuple(_num(entry["metrics"].get(name)) for entry in methods)
-        if len(methods) > 1 and len(set(values)) == 1 or values in seen or all(v == "–" for v in values):
+        if name == primary and any(v != "–" for v in values):
+            pass  # the primary metric is shown, even where it does not separate the methods
+        elif len(methods) > 1 and len(set(values)) == 1 or values in seen or all(v == "–" for v in values):
             continue
         taken.append(name)
         seen.add(values)
@@ -427,13 +445,74 @@ def figure_fallback(gathered: dict) -> list[str]:
     return list(methods[0]["metrics"])[:1]
 
 
+PRIMARY_TEXT = {
+    "hit_all@1": "the share of test queries whose top-ranked passage states the answer's fact; any passage "
+    "that states it counts (qrels_all), not only the annotated one",
+    "R@1": "the share of test queries whose top-ranked passage contains an answer string (answer match)",
+    "R@5": "the share of test queries with a passage containing an answer string in the top 5",
+    "R@20": "the share of test queries with a passage containing an answer string in the top 20",
+    "MRR@10": "the mean reciprocal rank of the annotated positive in the top 10 (qrels; this dataset has "
+    "neither qrels_all nor answers)",
+}
+
+
+def primary_lines(gathered: dict) -> list[str]:
+    """The paragraph above the headline: the primary metric, defined; the best method by it (controls
+    left out); each trained method that ends below the model it started from."""
+    primary = primary_metric(gathered)
+    if primary is None:
+        return []
+    text = PRIMARY_TEXT.get(primary, primary)
+    lines = [f"Primary metric: **{primary}**, {text}."]
+    top = best(gathered, primary)
+    if top is not None:
+        lines[0] += f" Best by it, controls left out: **{top[0]} ({top[1]:.3f})**."
+    below = below_start(gathered, primary)
+    if below:
+        lines += ["", *[f"- {sentence}." for sentence in below]]
+    return [*lines, ""]
+
+
+def definition_lines(gathered: dict) -> list[str]:
+    """The metrics' definitions next to the table, and why annotated and exact relevance can disagree
+    (when the dataset has both)."""
+    names = {n.partition("@")[0] for e in gathered["methods"].values() for n in e["metrics"]}
+    lines = ["Metrics (k = the cut-off):", ""]
+    for label, text in DEFINITIONS.items():
+        if any(part.partition("@")[0] in names for part in label.split(" / ")):
+            lines.append(f"- {label}: {text}.")
+    lines.append("")
+    if "hit_all" in names and "MRR" in names:
+        lines += [DISAGREE, ""]
+    return lines
+
+
+def method_lines(gathered: dict) -> list[str]:
+    """One line per method: what it is and where its files are; a control says why it is one."""
+    lines = []
+    for name, note in method_notes(gathered).items():
+        if note.what is None:
+            lines.append(f"- {name}: not a method of the method table (files: see its metrics.json)")
+            continue
+        control = f" **Control**: {note.control}." if note.control else ""
+        lines.append(f"- {name}: {note.what}; files {note.where}.{control}")
+    return lines
+
+
 def headline_rows(gathered: dict) -> tuple[list[str], list[list[str]]]:
-    """(header, one row per method): the headline_columns with intervals over seeds, best in bold."""
+    """(header, one row per method): the headline_columns with intervals over seeds, the best of each
+    column among the methods that are not controls in bold; a control's name says so."""
     columns = headline_columns(gathered)
     methods = gathered["methods"]
+    notes = method_notes(gathered)
     best = {
         name: max(
-            (e["metrics"][name] for e in methods.values() if e["metrics"].get(name) is not None), default=None
+            (
+                e["metrics"][name]
+                for m, e in methods.items()
+                if e["metrics"].get(name) is not None and notes[m].control is None
+            ),
+            default=None,
         )
         for name in columns
     }
@@ -446,8 +525,10 @@ def headline_rows(gathered: dict) -> tuple[list[str], list[list[str]]]:
             value = entry["metrics"].get(name)
             half = t_half_width(std.get(name), len(seeds), LEVEL)
             text = _num(value) if half is None or value is None else f"{_num(value)} ± {_num(half)}"
-            cells.append(f"**{text}**" if value is not None and _num(value) == _num(best[name]) else text)
-        rows.append([method, str(len(seeds)) if len(seeds) > 1 else "1", *cells])
+            top = value is not None and best[name] is not None and _num(value) == _num(best[name])
+            cells.append(f"**{text}**" if top and notes[method].control is None else text)
+        label = f"{method} (control)" if notes[method].control else method
+        rows.append([label, str(len(seeds)) if len(seeds) > 1 else "1", *cells])
     return ["method", "seeds", *columns], rows
 
 
@@ -557,10 +638,12 @@ def _markdown_grid(header: list[str], rows: list[list[str]], left: int) -> list[
 def markdown_table(gathered: dict) -> str:
     """Methods as rows, metrics as columns (fixed order), 3 decimals; notes listed below; then the
     paired differences, when there are comparisons."""
-    lines = [f"# {gathered['dataset']}: retrieval metrics", ""]
+    lines = [f"# {gathered['dataset']}: retrieval metrics", "", *primary_lines(gathered)]
     header, rows = headline_rows(gathered)
     if len(header) > 2:
-        lines += [*_markdown_grid(header, rows, 2), "", headline_footnote(gathered), "", "## All metrics", ""]
+        lines += [*_markdown_grid(header, rows, 2), "", headline_footnote(gathered), ""]
+        lines += [*definition_lines(gathered), "## Methods", "", *method_lines(gathered), ""]
+        lines += ["## All metrics", ""]
     header, rows, notes = table_rows(gathered)
     lines += _markdown_grid(header, rows, 3)
     if notes:
@@ -591,7 +674,10 @@ def html_table(gathered: dict) -> str:
         "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
         f"</style><h3>{escape(gathered['dataset'])}: retrieval metrics</h3>"
+        + "".join(f"<p>{escape(line.replace('**', ''))}</p>" for line in primary_lines(gathered) if line)
         + section(*table_rows(gathered), [FOOTNOTE])
+        + "<h4>Methods</h4>"
+        + "".join(f"<p>{escape(line.replace('**', ''))}</p>" for line in method_lines(gathered))
     )
     header, rows, notes = comparison_rows(gathered)
     if rows:

@@ -1,7 +1,8 @@
 """The methods side by side in one figure (metrics.png beside metrics.md): for the metrics that tell the
 methods apart (gather.headline_columns), one point per method with its 95% t-interval over
 training seeds where it ran with several. A one-seed run gets no error bar: the paired tests over
-queries in metrics.md compare such runs, not this figure."""
+queries in metrics.md compare such runs, not this figure. The x-axes start at 0 (a metric's own zero:
+a cropped axis magnified the gaps); controls are grey and labelled, never the red "best"."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from pipeline.core.storage import write_png
+from pipeline.evaluation.method_notes import method_notes
 from pipeline.evaluation.seed_stats import t_half_width
 
 LEVEL = 0.95
@@ -56,6 +58,7 @@ def methods_figure(gathered: dict, metrics: list[str]):
         raise ValueError("no metric to plot: every method has the same values (metrics.md lists them)")
     panels = {metric: {v.method: v for v in method_values(gathered, metric)} for metric in metrics}
     names = [name for name in gathered["methods"] if any(name in values for values in panels.values())]
+    controls = {name for name, note in method_notes(gathered).items() if note.control}
     # one row per method, the first on top, shared by the panels: each panel used to number its own
     # methods, and with the y-axis shared the last panel's names labelled the others' points
     row = {name: len(names) - 1 - i for i, name in enumerate(names)}
@@ -68,15 +71,15 @@ def methods_figure(gathered: dict, metrics: list[str]):
     )
     seeds = set()
     for ax, (metric, values) in zip(axes[0], panels.items()):
-        best = max((v.mean for v in values.values()), default=None)
+        best = max((v.mean for v in values.values() if v.method not in controls), default=None)
         for name, v in values.items():
             y = row[name]
             seeds.add(v.seeds)
-            color = "C3" if v.mean == best else "C0"
+            color = "0.6" if name in controls else "C3" if v.mean == best else "C0"
             err = None
             if v.low is not None:
                 err = [[v.mean - v.low], [v.high - v.mean]]
-            # points, not bars: the axis starts near the values, where a bar's length would mislead
+            # points with their values written beside them; the axis starts at 0
             ax.errorbar(v.mean, y, xerr=err, fmt="o", color=color, capsize=3, linewidth=1, markersize=6)
             # beside the bar's end or its error bar, whichever reaches further
             ax.text(v.high if v.high is not None else v.mean, y, f" {v.mean:.3f}", va="center", fontsize=8)
@@ -84,11 +87,11 @@ def methods_figure(gathered: dict, metrics: list[str]):
         for name in names:
             if name not in values:
                 ax.text(0.02, row[name], "no value", transform=on_left, va="center", fontsize=8, color="0.5")
-        ax.set_yticks([row[name] for name in names], names, fontsize=9)
-        if values:
-            lows = [v.low if v.low is not None else v.mean for v in values.values()]
-            highs = [v.high if v.high is not None else v.mean for v in values.values()]
-            ax.set_xlim(max(0.0, min(lows) - 0.03), max(highs) + 0.06)
+        labels = [f"{name} (control)" if name in controls else name for name in names]
+        ax.set_yticks([row[name] for name in names], labels, fontsize=9)
+        highs = [v.high if v.high is not None else v.mean for v in values.values()]
+        # from 0 to a little past 1 (room for the value beside a point at 1), or past the largest value
+        ax.set_xlim(0.0, max([1.0, *highs]) * 1.12)
         ax.set_ylim(-0.6, len(names) - 0.4)
         ax.set_title(metric, fontsize=10)
         ax.grid(alpha=0.3)
@@ -100,7 +103,10 @@ def methods_figure(gathered: dict, metrics: list[str]):
     )
     bars += "; paired differences: metrics.md"
     split = next(iter(gathered["methods"].values())).get("split", "test")
-    fig.suptitle(f"{gathered.get('dataset', '')}: {split} split, best in red; {bars}", fontsize=9)
+    fig.suptitle(
+        f"{gathered.get('dataset', '')}: {split} split, best in red (controls in grey, never best); {bars}",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 

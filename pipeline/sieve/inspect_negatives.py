@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -50,6 +51,20 @@ def sieve_files(results: Path, settings: str = "") -> dict[str, Path]:
         match = pattern.match(path.name)
         if match:
             found[match.group("beta") + match.group("rule")] = path
+    return found
+
+
+def sieve_outputs(results: Path, settings: str = "") -> dict[str, tuple[Path, object]]:
+    """Every sieve output built from the candidates tagged ``settings``, by name: ``sieve_b<β>``
+    (negatives/sieve_b<β>.parquet: scored by the CCR model at β) and ``sieve_no_ccr``
+    (sieve/sieve_no_ccr/decisions.parquet: sieve.scorer dpr, scored by models/dpr: the demo's), with
+    each file's schema."""
+    found: dict[str, tuple[Path, object]] = {
+        f"sieve_b{tag}": (path, SIEVE_SCHEMA) for tag, path in sieve_files(results, settings).items()
+    }
+    no_ccr = results / "sieve" / f"sieve_no_ccr{settings}" / "decisions.parquet"
+    if no_ccr.is_file():
+        found["sieve_no_ccr"] = (no_ccr, FILTER_DECISIONS_SCHEMA)
     return found
 
 
@@ -200,6 +215,10 @@ def show_query(
     score = "sim" if has_loss else "score"
     if console.width < WIDE:
         passage_width = min(width, max(console.width - 6, 20))
+        # the columns' names once per query: rank, decision, label, figures, passage id
+        console.print(
+            Text(f"rank decision  label  {score}{'  loss  thr' if has_loss else ''}  pid", style="dim")
+        )
         for _, row in rows.iterrows():
             figures = [f"{score} {_num(row['similarity'] if has_loss else row.get('score'))}"]
             if has_loss:
@@ -267,7 +286,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         resources / "queries.train.parquet", ["qid", "text", "answers"], schema=QUERIES_SCHEMA
     ).set_index("qid")
     passages = load_passages(resources / "corpus.parquet", set(rows["pid"]) | set(rows["positive_pid"]))
-    console.print(Text(str(path), style="dim"))
+    console.print(Text(f"decisions: {path}", style="dim"))
     if "nce_loss" in table:
         console.print(Text(f"rule: {SIEVE_RULE}", style="dim"))
     for qid in qids:
@@ -288,7 +307,8 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     )
     truth = cands["is_false_negative"].astype("boolean")
     src = cands["fn_label_source"].astype("string").fillna("none")
-    console.rule(f"[b]{args.dataset}[/b]: sieve candidates")
+    console.print(Text(f"summary of {results}/: sieve candidates, outputs, filter reports"))
+    console.rule(f"[b]{args.dataset}[/b]: sieve candidates ({cand_path})")
     console.print(
         f"queries {cands['qid'].nunique()}, candidates {len(cands)} "
         f"({len(cands) / max(cands['qid'].nunique(), 1):.1f} per query), distinct passages "
@@ -296,41 +316,63 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     )
     console.print(
         f"false negatives {int(truth.fillna(False).sum())}, known true negatives "
-        f"{int((truth == False).sum())}, label sources: {src.value_counts().to_dict()}"  # noqa: E712
+        f"{int((truth == False).sum())}; labels from: "  # noqa: E712
+        + ", ".join(f"{name} {count}" for name, count in src.value_counts().items())
     )
-    files = sieve_files(results, args.settings)
+    files = sieve_outputs(results, args.settings)
+    if not files:
+        console.print(
+            Text(
+                f"no sieve output: neither {results}/negatives/sieve_b<β>{args.settings}.parquet (the sieve "
+                f"scored by a CCR model) nor {results}/sieve/sieve_no_ccr{args.settings}/decisions.parquet "
+                "(scored by models/dpr: the demo's) exists yet",
+                style="dim",
+            )
+        )
     if files:
-        table = Table(title="sieve outputs")
-        # A filter that dropped the same share at random would drop that share of the false negatives:
-        # "chance" is FN recall's floor, the number to read it against.
-        for name in (
-            "β",
-            "candidates",
-            "kept",
-            "keep rate",
-            "fallback queries",
-            "FN recall",
-            "chance",
-            "TN kept",
-        ):
+        table = Table(title=f"sieve outputs: decisions on the {len(cands)} candidates", box=box.SIMPLE_HEAD)
+        # A filter that dropped the same share at random would drop that share of the false negatives
+        # (FN recall = its sieve-out) at the candidates' false-negative share as precision: the note
+        # below the table gives both floors.
+        table.add_column("sieve", no_wrap=True)
+        for name in ("kept", "sieve-out", "fallback", "precision", "FN recall", "TN kept"):
             table.add_column(name, justify="right")
-        for tag, path in files.items():
-            s = read_table(path, ["kept", "is_false_negative", "fallback"], schema=SIEVE_SCHEMA)
+        sentences = []
+        for label, (path, schema) in files.items():
+            columns = ["kept", "is_false_negative"] + (["fallback"] if schema is SIEVE_SCHEMA else [])
+            s = read_table(path, columns, schema=schema)
             kept = s["kept"].to_numpy(bool)
             t = s["is_false_negative"].astype("boolean")
             fn, tn = t.fillna(False).to_numpy(bool), (t == False).fillna(False).to_numpy(bool)  # noqa: E712
+            dropped = int((~kept).sum())
+            precision = _rate(int((fn & ~kept).sum()), dropped)
+            recall = _rate(int((fn & ~kept).sum()), int(fn.sum()))
             table.add_row(
-                tag,
-                str(len(s)),
+                Text(label),
                 str(int(kept.sum())),
-                _rate(int(kept.sum()), len(s)),
-                str(int(s["fallback"].sum())),
-                _rate(int((fn & ~kept).sum()), int(fn.sum())),
-                _rate(int((~kept).sum()), len(s)),
+                _rate(dropped, len(s)),
+                str(int(s["fallback"].sum())) if "fallback" in s else "–",
+                precision,
+                recall,
                 _rate(int((tn & kept).sum()), int(tn.sum())),
             )
+            scorer = "models/dpr" if label.startswith("sieve_no_ccr") else f"the CCR model at β {label[7:]}"
+            sentences.append(
+                f"{label} (scored by {scorer}): of its {dropped} drops, a share of {precision} were true "
+                f"false negatives (precision); it dropped {recall} of the false negatives (FN recall)."
+            )
         console.print(table)
+        for sentence in sentences:
+            console.print(Text(sentence))
     reports = report_paths(results, args.settings)
+    if not reports:
+        console.print(
+            Text(
+                f"no filter report ({results}/sieve/<filter>/report.json; the demo builds none): e.g. "
+                f"snakemake --cores 2 {results}/sieve/sieve_no_ccr/report.json",
+                style="dim",
+            )
+        )
     if reports:
         table = Table(
             title="filters (results/{dataset}/sieve/<filter>/report.json)".replace("{dataset}", args.dataset)
@@ -357,8 +399,10 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     if files or reports:
         console.print(
             Text(
-                "FN recall: share of the known false negatives dropped; a filter dropping the same share "
-                "at random (its sieve-out rate, 'chance') would reach that much.",
+                "precision: share of the drops that were known false negatives; FN recall: share of the known "
+                "false negatives dropped. A filter dropping the same share at random reaches its sieve-out "
+                f"rate as FN recall and the candidates' false-negative share ({_rate(int(truth.fillna(False).sum()), len(cands))}) "
+                "as precision: the numbers to read them against.",
                 style="dim",
             )
         )

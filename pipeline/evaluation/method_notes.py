@@ -1,0 +1,116 @@
+"""What metrics.md (and the README's results) say about the gathered methods besides their numbers:
+the primary metric and its definition, which methods are controls (never "best"), where each
+method's files are and what it is, and where a trained method ends below the model it started from.
+
+Everything here is read from metrics.json as gather writes it: the method records come from the
+recipe settings it keeps (``recipe.settings``: methods, ccr, sieve, ...), else from the contracts'
+defaults, through pipeline.core.methods. Nothing here changes metrics.json.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from pipeline.core.methods import Method, control_reason, describe, folders, method_table, started_from
+from pipeline.core.settings import apply_defaults
+
+# The primary metric: the first of these that a gathered method has. hit_all@1 where the dataset marks
+# every passage that states the answer (qrels_all: synthkb); else R@1, the answer string in the top
+# passage (datasets with answers: NQ, SQuAD; R@5 or R@20 when the evaluation's ks leave out 1); else
+# MRR@10 over the annotated positives (qrels only: MS MARCO, BEIR).
+# The first two count any passage that answers, so an unlabelled relevant passage ranked first (a false
+# negative of the annotation) is no miss; MRR@10 is the fallback where nothing else is known.
+PRIMARY_ORDER = ("hit_all@1", "R@1", "R@5", "R@20", "MRR@10")
+
+DEFINITIONS = {
+    "hit_all@k": "share of queries with any passage stating the answer's fact in the top k (qrels_all: "
+    "every such passage of the corpus, known exactly on synthkb)",
+    "MRR_all@10": "mean reciprocal rank of the first such passage in the top 10",
+    "R@k": "share of queries with a passage containing an answer string in the top k (answer match)",
+    "MRR@10": "mean reciprocal rank of the annotated positive (qrels: one passage per query) in the top 10",
+    "hit@k / recall@k": "the annotated positives (qrels) in the top k: any of them / the share of them",
+}
+
+DISAGREE = (
+    "Why MRR@10 and hit_all@1 can rank the methods in opposite orders: MRR@10 credits only the annotated "
+    "positive, hit_all@1 any passage that states the fact. DPR-style training (and everything trained "
+    "from it) learns to put the annotated passage first, so it gains MRR@10; BM25 and the zero-shot "
+    "model never saw the annotation and often put another stating passage first, a hit for hit_all@1 "
+    "and a miss for MRR@10. The primary metric counts what a user is served: a passage that answers."
+)
+
+PLUS_MINUS = "a ± h: mean over seeds and the 95% Student-t half-width over seeds (n − 1 degrees of freedom)"
+
+
+@dataclass(frozen=True)
+class MethodNote:
+    name: str
+    where: str | None  # its folders; None when the method table does not know the name
+    what: str | None
+    control: str | None  # why it is a control; None: a method or baseline (may be "best")
+    start: str | None  # the gathered method whose model it was trained from
+
+
+def primary_metric(gathered: dict) -> str | None:
+    """The metric that decides (PRIMARY_ORDER's first that any gathered method has), else None."""
+    methods = gathered["methods"].values()
+    return next((m for m in PRIMARY_ORDER if any(m in e["metrics"] for e in methods)), None)
+
+
+def _table(gathered: dict) -> dict[str, Method]:
+    settings = (gathered.get("recipe") or {}).get("settings") or {}
+    try:
+        return method_table(apply_defaults(copy.deepcopy(settings)))
+    except (KeyError, TypeError, ValueError):  # a hand-made metrics.json: the contracts' defaults
+        return method_table(apply_defaults({}))
+
+
+def method_notes(gathered: dict) -> dict[str, MethodNote]:
+    """One note per gathered method, in metrics.json's order."""
+    table = _table(gathered)
+    dataset = gathered["dataset"]
+    by_run = {entry.get("run", name): name for name, entry in gathered["methods"].items()}
+    by_run.update({name: name for name in gathered["methods"] if name not in by_run})
+    notes = {}
+    for name in gathered["methods"]:
+        m = table.get(name)
+        if m is None:
+            notes[name] = MethodNote(name, None, None, None, None)
+            continue
+        start = started_from(m)
+        start_name = by_run.get(table[start].run) if start in table else None
+        notes[name] = MethodNote(name, folders(m, dataset), describe(m), control_reason(m), start_name)
+    return notes
+
+
+def is_control(gathered: dict, name: str) -> bool:
+    return method_notes(gathered)[name].control is not None
+
+
+def best(gathered: dict, metric: str) -> tuple[str, float] | None:
+    """The highest ``metric`` among the methods that are not controls (first in order on a tie)."""
+    notes = method_notes(gathered)
+    values = [
+        (name, float(e["metrics"][metric]))
+        for name, e in gathered["methods"].items()
+        if notes[name].control is None and e["metrics"].get(metric) is not None
+    ]
+    return max(values, key=lambda item: item[1]) if values else None
+
+
+def below_start(gathered: dict, metric: str) -> list[str]:
+    """A sentence for each trained method whose ``metric`` ends below the model it started from's
+    (to 3 decimals), e.g. "dpr_sieve (0.618) is below zeroshot (0.639), the model it was trained from"."""
+    sentences = []
+    methods = gathered["methods"]
+    for name, note in method_notes(gathered).items():
+        if note.start is None or note.start == name:
+            continue
+        value, start = methods[name]["metrics"].get(metric), methods[note.start]["metrics"].get(metric)
+        if value is None or start is None or round(value, 3) >= round(start, 3):
+            continue
+        sentences.append(
+            f"{name} ({value:.3f}) is below {note.start} ({start:.3f}), the model it was trained from"
+        )
+    return sentences
