@@ -112,6 +112,23 @@ def make_retriever() -> Callable[..., Path]:
     return _sieve_retriever
 
 
+def _sieve_candidates(paths: dict[str, Path], out: Path) -> Path:
+    """The candidates of a make_sieve_dataset folder (8 per query from the top 10), labelled by qrels_all."""
+    from pipeline.sieve import candidates
+
+    files = ("negatives", "qrels", "qrels_all", "queries", "corpus")
+    candidates.main(
+        [arg for name in files for arg in (f"--{name.replace('_', '-')}", str(paths[name]))]
+        + ["--candidates", "8", "--pool", "10", "--out", str(out)]
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def make_sieve_candidates() -> Callable[..., Path]:
+    return _sieve_candidates
+
+
 # ---- the training tests ---------------------------------------------------------------------------
 
 

@@ -23,7 +23,6 @@ import pytest
 
 from pipeline.core.config import resolve_model_path
 from pipeline.core.storage import DataError
-from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import clean
 from pipeline.sieve import passage_sieve as sv
 from pipeline.sieve.report import detection_report
@@ -404,31 +403,11 @@ def test_a_line_that_is_not_json_is_named(tmp_path):
 
 
 def test_sieve_decisions_and_fn_recall_equal_the_projects_own_sieve(
-    tmp_path, make_sieve_dataset, make_retriever
+    tmp_path, make_sieve_dataset, make_retriever, make_sieve_candidates
 ):
     paths = make_sieve_dataset(tmp_path / "data")
     model = make_retriever(tmp_path / "model")
-    cands_path = tmp_path / "candidates.parquet"
-    fn_labels.main(
-        [
-            "--negatives",
-            str(paths["negatives"]),
-            "--qrels",
-            str(paths["qrels"]),
-            "--qrels-all",
-            str(paths["qrels_all"]),
-            "--queries",
-            str(paths["queries"]),
-            "--corpus",
-            str(paths["corpus"]),
-            "--candidates",
-            "8",
-            "--pool",
-            "10",
-            "--out",
-            str(cands_path),
-        ]
-    )
+    cands_path = make_sieve_candidates(paths, tmp_path / "candidates.parquet")
     sieve_out = tmp_path / "sieve.parquet"
     sv.main(
         [

@@ -243,31 +243,11 @@ def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path, make_
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
+def toy(tmp_path_factory, make_sieve_dataset, make_retriever, make_sieve_candidates):
     root = tmp_path_factory.mktemp("sieve")
     paths = make_sieve_dataset(root / "data")
     paths["model"] = make_retriever(root / "model")
-    paths["candidates"] = root / "candidates.parquet"
-    fn_labels.main(
-        [
-            "--negatives",
-            str(paths["negatives"]),
-            "--qrels",
-            str(paths["qrels"]),
-            "--qrels-all",
-            str(paths["qrels_all"]),
-            "--queries",
-            str(paths["queries"]),
-            "--corpus",
-            str(paths["corpus"]),
-            "--candidates",
-            "8",
-            "--pool",
-            "10",
-            "--out",
-            str(paths["candidates"]),
-        ]
-    )
+    paths["candidates"] = make_sieve_candidates(paths, root / "candidates.parquet")
     return paths
 
 
