@@ -61,7 +61,7 @@ def test_mismatched_seeds_are_refused():
         aggregate_seeds([_metrics("ar2", 0.4, 0.8)] * 2, [_info(0)], ["a", "b"])
 
 
-def test_cli_and_gathered_table_show_mean_and_std(tmp_path):
+def test_cli_and_gathered_table_show_mean_and_the_95_half_width(tmp_path):
     paths, infos = [], []
     for seed, r1 in ((0, 0.4), (1, 0.6)):
         m = tmp_path / f"m{seed}.json"
@@ -75,10 +75,12 @@ def test_cli_and_gathered_table_show_mean_and_std(tmp_path):
     data = json.loads(out.read_text())
     assert data["metrics"]["R@1"] == pytest.approx(0.5)
     assert data["metrics_std"]["R@1"] == pytest.approx(math.sqrt(0.02))
+    # metrics.json keeps the std; the tables show the 95% Student-t half-width over the seeds, as every
+    # ± of metrics.md does: t(0.975, 1 df) = 12.706 times sqrt(0.02) / sqrt(2)
     table = markdown_table(gather("d", [out]))
-    assert "0.500 ± 0.141" in table and "0.900 ± 0.000" in table
+    assert "0.500 ± 1.271" in table and "0.900 ± 0.000" in table
     page = html_table(gather("d", [out]))
-    assert "<td>ar2_sieve</td>" in page and "<td>0.500 ± 0.141</td>" in page
+    assert "<td>ar2_sieve</td>" in page and "<td>0.500 ± 1.271</td>" in page
 
 
 def test_info_without_seed_names_the_file(tmp_path):
