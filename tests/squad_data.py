@@ -7,6 +7,7 @@ with `source: ../shared/data/squad/...` (relative to the repository root), and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,5 +26,10 @@ def squad36() -> tuple[Path, dict]:
     source = Path(sources.prepare_inputs(config, DATASET)["source"])
     path = source if source.is_absolute() else REPO / source
     if not path.exists():
-        pytest.fail(f"{path} not found: the shared SQuAD data must sit beside the checkout (../shared)")
+        # A clone of the public repository has no ../shared: its tests skip. CI has it, and there a
+        # missing sample is a failure, so those tests can never pass by not running.
+        message = f"{path} not found: the shared SQuAD data must sit beside the checkout (../shared)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
     return path, config["datasets"][DATASET]
