@@ -14,8 +14,8 @@ true-negative retention where the truth is known), next to the paper's "a little
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import re
 from pathlib import Path
 from statistics import fmean
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.plotting import palette_color, span_limits
-from pipeline.core.storage import read_json, write_png
+from pipeline.core.storage import DataError, read_json, read_json_object, write_png
 
 log = logging.getLogger("sieve.learning_curve")
 
@@ -78,11 +78,50 @@ def mean_series(members: list[list[dict]], value: Callable[[dict], Any]) -> tupl
 
 def read_rounds(variant_dir: str | Path, rounds: int) -> list[dict]:
     """round.json of rounds 0..rounds (all must exist)."""
+    if rounds < 0:
+        raise DataError(f"must be >= 0, got {rounds}", field="--rounds")
     out = []
     for r in range(rounds + 1):
         path = Path(variant_dir) / f"round{r}" / "round.json"
-        out.append(read_json(path, missing="round summary not found (did the round finish?)"))
+        out.append(
+            check_round(read_json(path, missing="round summary not found (did the round finish?)"), r, path)
+        )
     return out
+
+
+def check_round(data: Any, expected: int, path: Path) -> dict:
+    """A round.json as the readers use it: an object for round ``expected`` whose ``dev`` (where
+    present) maps metric names to finite numbers (issue 39's own probe: a list, a missing ``round``, a
+    text or NaN metric were tracebacks, or a NaN round was selected)."""
+    if not isinstance(data, dict):
+        raise DataError(f"must be a JSON object, got {type(data).__name__}", file=path)
+    if data.get("round") != expected or isinstance(data.get("round"), bool):
+        raise DataError(
+            f"must be {expected} (the round of this folder), got {data.get('round')!r}",
+            file=path,
+            field="round",
+        )
+    dev = data.get("dev")
+    if dev is not None and not isinstance(dev, dict):
+        raise DataError(
+            f"must be an object of metric -> number, got {type(dev).__name__}", file=path, field="dev"
+        )
+    for name, value in (dev or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise DataError(f"must be a finite number, got {value!r}", file=path, field=f"dev.{name}")
+    return data
+
+
+def read_selection(path: Path) -> dict:
+    """selection.json (written by ar2_select): an object whose ``selected_round`` is an integer."""
+    selection = read_json_object(path, keys=("selected_round",))
+    if isinstance(selection["selected_round"], bool) or not isinstance(selection["selected_round"], int):
+        raise DataError(
+            f"must be an integer, got {selection['selected_round']!r}", file=path, field="selected_round"
+        )
+    if selection.get("reason") is not None and not isinstance(selection["reason"], str):
+        raise DataError(f"must be a text, got {selection['reason']!r}", file=path, field="reason")
+    return selection
 
 
 def _dev(metric: str) -> Callable[[dict], Any]:
@@ -253,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         curves[name] = read_rounds(folder, args.rounds)
         sel = Path(folder) / "selection.json"
         if sel.exists():
-            selection = json.loads(sel.read_text())
+            selection = read_selection(sel)
             selected[name] = selection["selected_round"]
             if selection.get("reason") and selection["reason"] not in reasons:
                 reasons.append(selection["reason"])

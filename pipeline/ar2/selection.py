@@ -18,7 +18,6 @@ evaluator owns, so it can be passed to ``pipeline.evaluation.evaluate --info``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
@@ -26,12 +25,12 @@ import torch
 
 from pipeline.ar2.data import run_table, search
 from pipeline.ar2.learning_curve import plot, read_rounds
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.methods import method_of
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import EvalSettings, default
-from pipeline.core.storage import DataError, read_table, write_json, write_table
+from pipeline.core.storage import DataError, read_json_object, read_table, write_json, write_table
 from pipeline.retrieval.model import Retriever
 
 log = logging.getLogger("sieve.ar2_select")
@@ -91,6 +90,8 @@ def summarize(rounds: list[dict], selected: int, metric: str, reason: str) -> di
 
 def cmd_select(args: argparse.Namespace) -> int:
     variant_dir = Path(args.variant_dir)
+    # selection.json is written first: a read-only folder of the later outputs left it alone behind
+    check_writable(variant_dir / SELECTION_FILE, args.figure, args.info_out)
     rounds = read_rounds(variant_dir, args.rounds)
     selected, reason = select_round(rounds, args.metric)
     info = summarize(rounds, selected, args.metric, reason)
@@ -114,13 +115,15 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     info_path = Path(args.info)
-    try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-        retriever_dir, emb_dir = info["retriever"], info["embeddings"]
-    except FileNotFoundError:
-        raise DataError("file not found (did ar2_select run?)", file=info_path) from None
-    except (ValueError, KeyError) as exc:
-        raise DataError(f"not an AR2 selection ({exc})", file=info_path) from None
+    info = read_json_object(
+        info_path, missing="file not found (did ar2_select run?)", keys=("retriever", "embeddings")
+    )
+    retriever_dir, emb_dir = info["retriever"], info["embeddings"]
+    for key in ("retriever", "embeddings"):
+        if not isinstance(info[key], str) or not info[key]:
+            raise DataError(
+                f"not an AR2 selection: must be a folder path, got {info[key]!r}", file=info_path, field=key
+            )
     retriever = Retriever.load(retriever_dir)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     retriever.to(torch.device(device))

@@ -39,6 +39,7 @@ def aggregate_seeds(
     infos: Sequence[dict] | None,
     sources: Sequence[str],
     seeds: Sequence[int] | None = None,
+    sources_of_infos: Sequence[str] | None = None,
 ) -> dict:
     """One metrics.json for a method evaluated once per seed. Each file's seed comes from its AR2
     selection (``infos``, aligned: metrics[i] ~ infos[i]) or, without one, from ``seeds`` (same order)."""
@@ -47,6 +48,9 @@ def aggregate_seeds(
             raise DataError(
                 f"need one info.json per metrics.json (got {len(metrics)} and {len(infos)})", field="--infos"
             )
+        for info, src in zip(infos, sources_of_infos or [None] * len(infos)):
+            if isinstance(info["seed"], bool) or not isinstance(info["seed"], int):
+                raise DataError(f"must be an integer, got {info['seed']!r}", file=src, field="seed")
         seeds = [int(info["seed"]) for info in infos]
     elif seeds is None:
         raise DataError("the seeds are unknown: give --infos or --seeds", field="--seeds")
@@ -57,6 +61,9 @@ def aggregate_seeds(
     else:
         seeds = [int(seed) for seed in seeds]
     first = metrics[0]
+    negative = [seed for seed in seeds if not 0 <= seed < 2**32]
+    if negative:
+        raise DataError(f"seeds are integers from 0 to 2^32 - 1, got {negative[0]}", field="seed")
     if len(set(seeds)) != len(seeds):
         raise DataError(f"duplicate seeds {seeds}", field="seed")
     for data, src in zip(metrics, sources):
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     start_stage(args.log)
     metrics = [read_metrics(p) for p in args.metrics]
     infos = [_read_info(p) for p in args.infos] if args.infos else None
-    out = aggregate_seeds(metrics, infos, args.metrics, args.seeds)
+    out = aggregate_seeds(metrics, infos, args.metrics, args.seeds, args.infos)
     write_json(args.out, out)
     log.info("%s: %s", out["method"], out["notes"])
     return 0

@@ -37,7 +37,16 @@ log = logging.getLogger("sieve.sweep")
 
 def per_seed(metrics: dict, method: str, metric: str, file: str) -> dict:
     """seed -> value of ``metric`` for ``method`` in a gathered metrics.json (one run: seed None)."""
-    entry = metrics.get("methods", {}).get(method)
+    methods = metrics.get("methods", {})
+    if not isinstance(methods, dict):
+        raise DataError(
+            f"must be an object of method -> entry, got {type(methods).__name__}", file=file, field="methods"
+        )
+    entry = methods.get(method)
+    if entry is not None and not isinstance(entry, dict):
+        raise DataError(
+            f"must be an object, got {type(entry).__name__}", file=file, field=f"methods.{method}"
+        )
     if entry is None:
         raise DataError(
             f"method {method!r} is not in the gathered metrics (add it to `methods`)",
@@ -45,11 +54,32 @@ def per_seed(metrics: dict, method: str, metric: str, file: str) -> dict:
             field="methods",
         )
     rows = entry.get("per_seed") or [{"seed": None, "metrics": entry.get("metrics", {})}]
+    if not isinstance(rows, list):
+        raise DataError(
+            f"must be a list of runs, got {type(rows).__name__}",
+            file=file,
+            field=f"methods.{method}.per_seed",
+        )
     out = {}
-    for row in rows:
+    for i, row in enumerate(rows):
+        where = f"methods.{method}.per_seed"
+        if not isinstance(row, dict) or not isinstance(row.get("metrics"), dict):
+            raise DataError("must be an object with a 'metrics' object", file=file, record=i, field=where)
         if metric not in row["metrics"]:
             raise DataError(f"{method} has no {metric}", file=file, field=metric)
-        out[row["seed"]] = float(row["metrics"][metric])
+        value = row["metrics"][metric]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise DataError(
+                f"must be a finite number, got {value!r}",
+                file=file,
+                record=i,
+                field=f"{where}.metrics.{metric}",
+            )
+        if row.get("seed") in out:
+            raise DataError(
+                f"seed {row.get('seed')!r} given twice", file=file, record=i, field=f"{where}.seed"
+            )
+        out[row.get("seed")] = float(value)
     return out
 
 
@@ -69,13 +99,24 @@ def dataset_point(
 ) -> dict:
     metrics = read_json_object(metrics_path)
     manifest = read_json_object(manifest_path)
-    measured = (manifest.get("false_negatives") or {}).get("measured")
-    if not measured or "share" not in measured:
+    false_negatives = manifest.get("false_negatives") or {}
+    measured = false_negatives.get("measured") if isinstance(false_negatives, dict) else None
+    if not isinstance(measured, dict) or "share" not in measured:
         raise DataError(
             "no measured false-negative share (a synthkb manifest written by this version)",
             file=manifest_path,
             field="false_negatives",
         )
+    for key in ("share", "string_free_share"):
+        value = measured.get(key)
+        if (value is not None or key == "share") and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
+            raise DataError(
+                f"must be a finite number, got {value!r}",
+                file=manifest_path,
+                field=f"false_negatives.measured.{key}",
+            )
     values = {m: per_seed(metrics, m, metric, metrics_path) for m in methods}
     point: dict = {
         "dataset": name,

@@ -186,9 +186,20 @@ def container_of(path: Path) -> str:
 
 
 def read_dataset(path: str | os.PathLike) -> Dataset:
+    """The rows of a dataset; a file that cannot be decoded (bytes that are not UTF-8, a damaged
+    Parquet file, a CSV without a header) is one DataError naming it (issue 39's own probe: tracebacks)."""
     path = Path(path)
     if not path.exists():
         raise DataError("file not found", file=path)
+    try:
+        return _read_dataset(path)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text ({exc.reason})", file=path) from None
+    except (pa.ArrowException, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise DataError(f"not a readable {container_of(path)} file ({exc})", file=path) from None
+
+
+def _read_dataset(path: Path) -> Dataset:
     kind = container_of(path)
     if kind == "jsonl":
         records, columns = [], []
@@ -1170,6 +1181,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
+    if not (0 <= args.near_duplicate <= 1):  # also NaN
+        parser.error(f"argument --near-duplicate: must be from 0 to 1, got {args.near_duplicate}")
+    if args.batch_size is not None and args.batch_size < 1:
+        parser.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
     start_stage(args.log, args.threads)
     settings = Settings(
         filter=args.filter,

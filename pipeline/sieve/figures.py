@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import pandas as pd  # noqa: E402
 
 from pipeline.core.cli import run_main, stage_parser, start_stage  # noqa: E402
 from pipeline.core.schemas import SIEVE_LOSSES_SCHEMA  # noqa: E402
-from pipeline.core.storage import DataError, read_table, write_json, write_png  # noqa: E402
+from pipeline.core.storage import DataError, read_json_object, read_table, write_json, write_png  # noqa: E402
 from pipeline.sieve.report import auc_greater, detection_metrics, read_decisions  # noqa: E402
 
 log = logging.getLogger("sieve.sieve_figures")
@@ -54,6 +53,29 @@ def parse_keyed(items: list[str], flag: str) -> list[tuple[float, str]]:
             raise DataError(f"expected BETA=PATH, got {item!r}", field=flag)
         out.append((beta, path))
     return sorted(out)
+
+
+def read_comparison(path: str | Path) -> dict:
+    """comparison.json (pipeline.sieve.report compare) as plot_filters reads it."""
+    comparison = read_json_object(path, keys=("dataset", "filters"))
+    if not isinstance(comparison["filters"], list):
+        raise DataError(
+            f"must be a list of filter rows, got {type(comparison['filters']).__name__}",
+            file=path,
+            field="filters",
+        )
+    for i, row in enumerate(comparison["filters"]):
+        if not isinstance(row, dict) or not isinstance(row.get("filter"), str):
+            raise DataError("must be an object with a text 'filter'", file=path, record=i, field="filters")
+        for key in ("precision", "recall", "true_negative_retention"):
+            value = row.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value)
+            ):
+                raise DataError(
+                    f"must be a finite number or null, got {value!r}", file=path, record=i, field=key
+                )
+    return comparison
 
 
 def figure1_groups(losses: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -86,6 +108,14 @@ def plot_figure1(losses: list[tuple[float, str]], out_dir: Path) -> dict:
     stats, panels = {}, []
     for beta, path in losses:
         table = read_table(path, ["group", "nce_loss"], schema=SIEVE_LOSSES_SCHEMA)
+        if table.empty:
+            raise DataError("no rows (Figure 1 needs the losses of the sieve's passages)", file=path)
+        finite = np.isfinite(table["nce_loss"].to_numpy(np.float64))
+        if not finite.all():
+            bad = int(np.argmin(finite))
+            raise DataError(
+                f"must be finite, got {table['nce_loss'].iloc[bad]}", file=path, record=bad, field="nce_loss"
+            )
         groups = figure1_groups(table)
         stats[f"{beta:g}"] = separation(groups)
         panels.append((beta, groups))
@@ -124,6 +154,8 @@ def sieve_rates(sieves: list[tuple[float, str]]) -> list[dict]:
     rows = []
     for beta, path in sieves:
         table = read_decisions(path)
+        if table.empty:
+            raise DataError("no rows (no candidate was judged)", file=path)
         kept = table["kept"].to_numpy(bool)
         metrics = detection_metrics(kept, table["is_false_negative"])
         rows.append(
@@ -188,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     start_stage(args.log)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stats = plot_figure1(parse_keyed(args.losses, "losses"), out_dir)
-    rates = sieve_rates(parse_keyed(args.sieve, "sieve"))
+    # Every input is read before the first figure is written: a bad comparison.json left Figure 1 and
+    # the sieve-out figure behind, beside no JSON.
+    losses, sieves = parse_keyed(args.losses, "losses"), parse_keyed(args.sieve, "sieve")
+    comparison = read_comparison(args.comparison)
+    rates = sieve_rates(sieves)
+    stats = plot_figure1(losses, out_dir)
     plot_sieve_out(rates, out_dir)
-    try:
-        comparison = json.loads(Path(args.comparison).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"cannot read comparison ({exc})", file=args.comparison) from None
     plot_filters(comparison, out_dir)
     write_json(
         out_dir / FIGURE1_JSON,

@@ -26,17 +26,16 @@ rows (SQuAD) are reported on their own and never as truth.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
+import math
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA
-from pipeline.core.storage import DataError, atomic_open, read_table, write_json
+from pipeline.core.storage import DataError, atomic_open, read_json_object, read_table, write_json
 
 log = logging.getLogger("sieve.sieve_report")
 
@@ -245,6 +244,38 @@ def build_report(
     }
 
 
+REPORT_KEYS = (
+    "dataset",
+    "filter",
+    "candidates_digest",
+    "n_candidates",
+    "n_queries",
+    "n_false_negatives",
+    "n_true_negatives",
+)
+
+
+def read_report(path: str | os.PathLike) -> dict:
+    """A filter's report.json as ``compare`` reads it: an object with the keys it copies, texts and
+    counts where they belong and the table's rates finite numbers or null (issue 39's own probe: a
+    list, a missing key or bad UTF-8 were tracebacks, a text rate went into the table)."""
+    report = read_json_object(path, missing="cannot read report (file not found)", keys=REPORT_KEYS)
+    for key in ("dataset", "filter", "candidates_digest"):
+        if not isinstance(report[key], str):
+            raise DataError(f"must be a text, got {report[key]!r}", file=path, field=key)
+    for key in ("n_candidates", "n_queries", "n_false_negatives", "n_true_negatives"):
+        value = report[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise DataError(f"must be a count (an integer >= 0), got {value!r}", file=path, field=key)
+    for key, _ in TABLE_COLUMNS[1:]:
+        value = report.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
+            raise DataError(f"must be a finite number or null, got {value!r}", file=path, field=key)
+    return report
+
+
 def compare(reports: list[dict], sources: list[str]) -> dict:
     """One row per filter; all reports must be about the same candidates."""
     if not reports:
@@ -355,12 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
         )
         return 0
-    reports = []
-    for path in args.reports:
-        try:
-            reports.append(json.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"cannot read report ({exc})", file=path) from None
+    reports = [read_report(path) for path in args.reports]
     comp = compare(reports, args.reports)
     if comp["dataset"] != args.dataset:
         raise DataError(

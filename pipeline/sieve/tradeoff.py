@@ -42,17 +42,27 @@ from pipeline.core.storage import DataError, read_table, write_json, write_png
 log = logging.getLogger("sieve.tradeoff")
 
 
+def _check_finite(values: np.ndarray, path: str | Path, field: str) -> None:
+    """A NaN or infinite score (a nce_loss or threshold too, issue 39's own probe) sorted anywhere and
+    gave a curve, exit 0."""
+    finite = np.isfinite(values)
+    if not finite.all():
+        bad = int(np.argmin(finite))
+        raise DataError(f"must be a finite number, got {values[bad]}", file=path, record=bad, field=field)
+
+
 def suspicion(name: str, decisions: pd.DataFrame, path: str | Path = "") -> np.ndarray:
     """The continuous score a filter drops on (higher = dropped first); see the module doc."""
     if name.startswith("sieve"):
         for col in ("nce_loss", "threshold"):
             if col not in decisions:
                 raise DataError("a sieve's decisions need nce_loss and threshold", file=path, field=col)
+        for col in ("nce_loss", "threshold"):
+            _check_finite(decisions[col].to_numpy(np.float64), path, col)
         return (decisions["threshold"] - decisions["nce_loss"]).to_numpy(np.float64)
     if name in ("positive_aware", "cross_encoder"):
         score = decisions["score"].to_numpy(np.float64)
-        if np.isnan(score).any():
-            raise DataError("NaN score", file=path, record=int(np.argmax(np.isnan(score))), field="score")
+        _check_finite(score, path, "score")
         return score
     raise DataError(
         f"filter {name!r} has no continuous score (use sieve*, positive_aware, cross_encoder)",
@@ -135,6 +145,17 @@ def build_tradeoff(decisions: dict[str, str], reference: str = "sieve", points: 
                 "sieve.injection); this dataset has unlabelled candidates",
                 file=path,
                 field="is_false_negative",
+            )
+        if df.empty:
+            raise DataError("no rows (no candidate was judged)", file=path)
+        pairs = df.duplicated(["qid", "pid"]).to_numpy()
+        if pairs.any():
+            row = int(np.argmax(pairs))
+            raise DataError(
+                f"candidate ({df['qid'].iloc[row]}, {df['pid'].iloc[row]}) judged twice",
+                file=path,
+                record=row,
+                field="pid",
             )
         tables[name] = (df, path)
     keys = {
@@ -225,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out-png", required=True)
     parser.add_argument("--log")
     args = parser.parse_args(argv)
+    if args.points < 2:
+        parser.error(f"argument --points: must be >= 2 (a curve's two ends), got {args.points}")
     start_stage(args.log)
     decisions = {}
     for item in args.decisions:

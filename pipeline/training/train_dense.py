@@ -131,12 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are unique: json.loads keeps the last of a repeated key silently (the
+    config files are checked the same way)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"--settings-json: key {key!r} given twice in one object")
+        out[key] = value
+    return out
+
+
 def _document(args: argparse.Namespace) -> dict:
     if args.settings and args.settings_json:
         raise ConfigError("--settings and --settings-json: give the settings document once")
     if args.settings_json:
         try:
-            return json.loads(args.settings_json)
+            return json.loads(args.settings_json, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as err:
             raise ConfigError(f"--settings-json: not JSON ({err})") from None
     if args.settings:
@@ -149,6 +160,11 @@ def job_settings(args: argparse.Namespace) -> TrainJob:
     document = _document(args)
     if not isinstance(document, dict):
         raise ConfigError(f"settings document: a mapping is needed, got {type(document).__name__}")
+    for key in ("train", "objective", "retriever"):
+        if not isinstance(document.get(key, {}), dict):
+            raise ConfigError(
+                f"config key 'settings.{key}': a mapping is needed, got {type(document[key]).__name__}"
+            )
     section = document.get("section", args.section or "dpr")
     if args.section and args.section != section:
         raise ConfigError(f"--section {args.section}: the settings document is section {section!r}")
