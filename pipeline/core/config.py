@@ -66,7 +66,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 _ONLY_THE_LAST = "only the last would count (YAML and JSON readers drop the first): merge the two"
 
 
-def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
+def unique_json_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads' object_pairs_hook for a JSON object whose keys are unique: json.loads alone keeps the
+    last of a repeated key silently."""
     out: dict = {}
     for key, value in pairs:
         if key in out:
@@ -89,7 +91,7 @@ def load_mapping(path: str | os.PathLike) -> dict:
     # JSON first, as Snakemake reads config files (a JSON overlay PyYAML would misread stays JSON).
     try:
         try:
-            data = json.loads(text, object_pairs_hook=_json_pairs)
+            data = json.loads(text, object_pairs_hook=unique_json_pairs)
         except ConfigError:
             raise
         except ValueError:

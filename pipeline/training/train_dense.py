@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
-from pipeline.core.config import ConfigError, load_mapping
+from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.fingerprint import file_id
 from pipeline.core.seeding import seed_everything
@@ -131,25 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """A JSON object whose keys are unique: json.loads keeps the last of a repeated key silently (the
-    config files are checked the same way)."""
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise ConfigError(f"--settings-json: key {key!r} given twice in one object")
-        out[key] = value
-    return out
-
-
 def _document(args: argparse.Namespace) -> dict:
     if args.settings and args.settings_json:
         raise ConfigError("--settings and --settings-json: give the settings document once")
     if args.settings_json:
         try:
-            return json.loads(args.settings_json, object_pairs_hook=_unique_keys)
+            return json.loads(args.settings_json, object_pairs_hook=unique_json_pairs)
         except json.JSONDecodeError as err:
             raise ConfigError(f"--settings-json: not JSON ({err})") from None
+        except ConfigError as err:  # a key given twice
+            raise ConfigError(f"--settings-json: {err}") from None
     if args.settings:
         return load_mapping(args.settings)
     return {}
