@@ -1,7 +1,13 @@
 # sieve workflow. Rules live in workflow/rules/; each calls one `python -m pipeline.<family>.<stage>` CLI.
 # Main target: results/{dataset}/metrics.json (every method in config `methods`, gathered).
 import os
+import sys
 import warnings
+
+# Jobs call `python -m pipeline...` (and torchrun): the interpreter that runs Snakemake comes first on
+# their PATH, so `.venv/bin/snakemake` works without activating the venv. A conda environment
+# (--software-deployment-method conda) is activated inside the job and still comes first.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 # With a profile's default-resources, Snakemake adds its own `disk` (and `mem`) default,
 # max(2*input.size_mb, 1000): evaluated while the DAG is built inside Snakemake's event loop, input.size_mb

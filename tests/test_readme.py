@@ -1,12 +1,12 @@
 """Issue 40: what the README says is what a user's own run shows.
 
 Every shell block of README.md runs as written in a copy of the repository's files (no ../shared, no
-results of an earlier run), with the commands that would build or train intercepted: `snakemake` runs
-as a dry run (`-n`), `make` prints its recipe (`-n`), and `python -m MODULE ...` checks that the module
-exists and its command line parses (`--help`), except the README's own results script, which runs on the
-demo's metrics.json. `. .venv/bin/activate` activates the interpreter running the tests (the copy has no
-venv of its own; `make demo` creates it). The demo's results block must equal what that script prints
-from docs/data/demo/metrics.json, and every relative link resolves inside the repository.
+results of an earlier run, no activated venv), with the commands that would build or train
+intercepted: the copy's `.venv/bin/snakemake` runs a dry run (`-n`), `make` prints its recipe (`-n`),
+and `.venv/bin/python -m MODULE ...` checks that the module exists and its command line parses
+(`--help`), except the README's own results script, which runs on the demo's metrics.json. The demo's
+results block must equal what that script prints from docs/data/demo/metrics.json, and every relative
+link resolves inside the repository.
 """
 
 from __future__ import annotations
@@ -31,15 +31,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 # Bash functions that stand in for the commands that would build or train (see the module docstring).
 STANDINS = r"""
-snakemake() { command snakemake -n "$@"; }
 make() { command make -n "$@" >/dev/null; }
-python() {
-    if [ "$1" = "-m" ] && [ "$2" != "pipeline.evaluation.readme_results" ]; then
-        command python -m "$2" --help >/dev/null
-    else
-        command python "$@"
-    fi
-}
 """
 
 
@@ -65,9 +57,20 @@ def _repository_copy(root: Path) -> Path:
             shutil.copy2(source, clone / name)
     (clone / "results" / "synthkb").mkdir(parents=True)
     shutil.copy2(DEMO_METRICS, clone / "results" / "synthkb" / "metrics.json")
-    activate = clone / ".venv" / "bin" / "activate"
-    activate.parent.mkdir(parents=True)
-    activate.write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n', encoding="utf-8")
+    # The venv `make demo` creates, as stand-ins run by the interpreter running the tests.
+    bin_dir = clone / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    stand_ins = {
+        "snakemake": f'exec "{sys.executable}" -m snakemake -n "$@"',
+        "python": (
+            'if [ "$1" = "-m" ] && [ "$2" != "pipeline.evaluation.readme_results" ]; then\n'
+            f'    exec "{sys.executable}" -m "$2" --help >/dev/null\nfi\nexec "{sys.executable}" "$@"'
+        ),
+        "sieve-clean": f'exec "{sys.executable}" -m pipeline.sieve.clean --help >/dev/null',
+    }
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n", encoding="utf-8")
+        (bin_dir / name).chmod(0o755)
     return clone
 
 
@@ -80,22 +83,22 @@ def test_the_readme_shows_shell_commands_and_no_shared_paths():
     text = README.read_text(encoding="utf-8")
     assert "../shared" not in text
     commands = "\n".join(_blocks("bash"))
-    for expected in ("make demo", "make test", ". .venv/bin/activate", "--profile profiles/slurm"):
+    for expected in ("make demo", "make test", ".venv/bin/snakemake", "--profile profiles/slurm"):
         assert expected in commands
+    # every command runs from a plain clone as written: none needs the venv activated first
+    assert "activate" not in commands
 
 
 @pytest.mark.parametrize("index", range(len(_blocks("bash"))))
 def test_each_shell_block_of_the_readme_runs_as_written(clone, index):
-    """The blocks in order (the activation first), each with the earlier blocks' state: a block that
-    needs the venv starts from `. .venv/bin/activate`, as a reader's shell would."""
+    """Each block in a fresh shell whose PATH has no venv: the README calls the venv's tools by path."""
     blocks = _blocks("bash")
-    script = "set -euo pipefail\n" + STANDINS
-    if index > 0 and ". .venv/bin/activate" not in blocks[index]:
-        script += ". .venv/bin/activate\n"
-    script += blocks[index]
+    script = "set -euo pipefail\n" + STANDINS + blocks[index]
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PYTHONPATH"] = str(clone)
-    env["PATH"] = os.environ["PATH"]
+    env["PATH"] = os.pathsep.join(
+        p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != Path(sys.executable).parent
+    )
     result = subprocess.run(
         ["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=300
     )
@@ -144,3 +147,22 @@ def test_every_relative_link_resolves_in_the_repository(page):
         if "://" not in target and not target.startswith("mailto:") and not (path.parent / target).exists()
     ]
     assert not missing, f"{page}: links that do not resolve in a clone: {missing}"
+
+
+def test_jobs_run_with_the_interpreter_running_snakemake(tmp_path):
+    # `.venv/bin/snakemake` without an activated venv: the jobs' `python -m pipeline...` must still be
+    # the venv's, so the Snakefile puts the interpreter running Snakemake first on their PATH.
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from snakemake.api import SnakemakeApi\n"
+        "from snakemake.settings.types import OutputSettings, ResourceSettings\n"
+        "with SnakemakeApi(OutputSettings(quiet={'all'})) as api:\n"
+        f"    api.workflow(resource_settings=ResourceSettings(), snakefile=Path({str(REPO / 'Snakefile')!r}),"
+        f" workdir=Path({str(tmp_path)!r}))._workflow\n"
+        "print(os.environ['PATH'].split(os.pathsep)[0] == os.path.dirname(sys.executable))\n"
+    )
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("True")

@@ -5,7 +5,8 @@
 prints the Markdown between the README's ``<!-- demo results -->`` markers: the primary metric and
 the best method by it (controls left out), the trained methods that end below the model they started
 from, the headline table of metrics.md, and every paired difference on the primary metric with the
-interval it has (over the test queries for the demo's one seed). tests/test_readme.py checks that the
+interval it has (over the test queries for the demo's one seed). The metrics' definitions stay in
+metrics.md: the README is read in two minutes. tests/test_readme.py checks that the
 README's block equals what this prints from docs/data/demo/metrics.json, the committed copy of a
 `make demo` run's metrics.json; ``--check README.md`` does the same from the command line, and
 ``--write README.md`` puts the block in.
@@ -21,7 +22,6 @@ from pipeline.core.storage import read_json_object
 from pipeline.evaluation.gather import (
     _diff_cell,
     _markdown_grid,
-    definition_lines,
     headline_rows,
     primary_lines,
 )
@@ -32,10 +32,9 @@ END = "<!-- end of demo results -->"
 
 
 TABLE_NOTE = (
-    f"The primary metric first, then the metrics that tell the methods apart ({PLUS_MINUS}, where a "
-    "method ran with several seeds). Bold: a column's best among the methods that are not controls; "
-    "(control): a method that isolates an effect, never marked best. Every metric, what each method is "
-    "and where its files are: results/synthkb/metrics.md."
+    f"{PLUS_MINUS}, where a method ran with several seeds. Bold: a column's best among the methods that "
+    "are not controls; (control): a method that isolates an effect, never marked best. Every metric "
+    "defined, and what each method is and where its files are: results/synthkb/metrics.md."
 )
 
 
@@ -84,7 +83,7 @@ def results_block(gathered: dict) -> str:
         *primary_lines(gathered),
     ]
     header, rows = headline_rows(gathered)
-    lines += [*_markdown_grid(header, rows, 2), "", TABLE_NOTE, "", *definition_lines(gathered)]
+    lines += [*_markdown_grid(header, rows, 2), "", TABLE_NOTE, ""]
     pairs = [c for c in gathered.get("comparisons") or [] if metric in c["metrics"]]
     if pairs:
         lines += [f"| method − baseline | {metric}, d [95% interval] |", "|---|---:|"]
