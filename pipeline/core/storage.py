@@ -513,6 +513,17 @@ def check_unique_ids(ids: pa.Array | pa.ChunkedArray, file: str | os.PathLike, f
         first[value] = row
 
 
+def first_repeat(df: pd.DataFrame, columns: list[str]) -> tuple[int, int] | None:
+    """(row, row of its first occurrence) of the first row whose ``columns`` repeat an earlier row's,
+    by position; None when every row is distinct."""
+    dup = df.duplicated(columns, keep="first").to_numpy()
+    if not dup.any():
+        return None
+    row = int(np.argmax(dup))
+    same = (df[columns] == df[columns].iloc[row]).all(axis=1).to_numpy()
+    return row, int(np.argmax(same))
+
+
 def check_unique(df: pd.DataFrame, column: str, file: str | os.PathLike) -> None:
     dup = df[column].duplicated(keep="first")
     if dup.any():

@@ -587,7 +587,9 @@ def _p_value(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}"
 
 
-def _diff_cell(diff: dict | None, interval: str | None = "seeds") -> str:
+def diff_cell(diff: dict | None, interval: str | None = "seeds") -> str:
+    """A paired difference as a table cell: d [lo, hi] and its p-value, marked (queries) when the
+    interval is over the test queries."""
     if diff is None:
         return "–"
     d = _num(diff["diff"], "+")
@@ -613,7 +615,7 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
         if c.get("baseline_fixed") and c["n"]:
             seeds += f"; {c['baseline']} seed-free"
         interval = c.get("interval", "seeds")
-        rows.append([label, seeds] + [_diff_cell(c["metrics"].get(name), interval) for name in columns])
+        rows.append([label, seeds] + [diff_cell(c["metrics"].get(name), interval) for name in columns])
         if not c["n"]:
             notes.append(
                 f"{label}: no common seed ({c['method']}: {_seed_list(c['only_method'])}; "
@@ -628,7 +630,8 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
     return ["method − baseline", "n (seeds)", *columns], rows, notes
 
 
-def _markdown_grid(header: list[str], rows: list[list[str]], left: int) -> list[str]:
+def markdown_grid(header: list[str], rows: list[list[str]], left: int) -> list[str]:
+    """A Markdown table whose first ``left`` columns align left, the others right (numbers)."""
     return [
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|",
@@ -641,17 +644,17 @@ def markdown_table(gathered: dict) -> str:
     lines = [f"# {gathered['dataset']}: retrieval metrics", "", *primary_lines(gathered)]
     header, rows = headline_rows(gathered)
     if len(header) > 2:
-        lines += [*_markdown_grid(header, rows, 2), "", headline_footnote(gathered), ""]
+        lines += [*markdown_grid(header, rows, 2), "", headline_footnote(gathered), ""]
         lines += [*definition_lines(gathered), "## Methods", "", *method_lines(gathered), ""]
         lines += ["## All metrics", ""]
     header, rows, notes = table_rows(gathered)
-    lines += _markdown_grid(header, rows, 3)
+    lines += markdown_grid(header, rows, 3)
     if notes:
         lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
     lines += ["", FOOTNOTE]
     header, rows, notes = comparison_rows(gathered)
     if rows:
-        lines += ["", f"## {comparison_title(gathered)}", "", *_markdown_grid(header, rows, 2)]
+        lines += ["", f"## {comparison_title(gathered)}", "", *markdown_grid(header, rows, 2)]
         if notes:
             lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
         for paragraph in comparison_footnotes(gathered):
@@ -794,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("gathered %d methods for %s -> %s", len(gathered["methods"]), args.dataset, args.out_md)
     # The headline as plain text on stdout: through the logger it was wrapped to the terminal's width.
     header, rows = headline_rows(gathered)
-    sys.stdout.write("\n".join(_markdown_grid(header, rows, 2)).replace("**", "") + "\n")
+    sys.stdout.write("\n".join(markdown_grid(header, rows, 2)).replace("**", "") + "\n")
     return 0
 
 

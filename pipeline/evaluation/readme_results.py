@@ -20,9 +20,9 @@ from pathlib import Path
 
 from pipeline.core.storage import read_json_object
 from pipeline.evaluation.gather import (
-    _diff_cell,
-    _markdown_grid,
+    diff_cell,
     headline_rows,
+    markdown_grid,
     primary_lines,
 )
 from pipeline.evaluation.method_notes import PLUS_MINUS, primary_metric
@@ -83,12 +83,12 @@ def results_block(gathered: dict) -> str:
         *primary_lines(gathered),
     ]
     header, rows = headline_rows(gathered)
-    lines += [*_markdown_grid(header, rows, 2), "", TABLE_NOTE, ""]
+    lines += [*markdown_grid(header, rows, 2), "", TABLE_NOTE, ""]
     pairs = [c for c in gathered.get("comparisons") or [] if metric in c["metrics"]]
     if pairs:
         lines += [f"| method − baseline | {metric}, d [95% interval] |", "|---|---:|"]
         for c in pairs:
-            cell = _diff_cell(c["metrics"][metric], c.get("interval", "seeds"))
+            cell = diff_cell(c["metrics"][metric], c.get("interval", "seeds"))
             lines.append(f"| {c['method']} − {c['baseline']} | {cell} |")
         lines.append("")
         lines.append(

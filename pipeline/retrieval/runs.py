@@ -27,6 +27,7 @@ from pipeline.core.storage import (
     DataError,
     atomic_open,
     control_character_message,
+    first_repeat,
     read_table,
 )
 
@@ -48,11 +49,10 @@ def validate_run(
         nulls = df[col].isna()
         if nulls.any():
             raise DataError("null value", file=file, record=int(nulls.idxmax()), field=col)
-    dup = df.duplicated(["qid", "pid"], keep="first")
-    if dup.any():
-        row = int(dup.idxmax())
+    repeat = first_repeat(df, ["qid", "pid"])
+    if repeat:
+        row, first = repeat
         qid, pid = df.at[row, "qid"], df.at[row, "pid"]
-        first = int(df.index[(df["qid"] == qid) & (df["pid"] == pid)][0])
         raise DataError(
             f"duplicate (qid, pid) = ({qid!r}, {pid!r}); first seen at row {first}",
             file=file,

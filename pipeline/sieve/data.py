@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from rich.progress import Progress
 
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.storage import DataError, arrow_frame, check_unique, open_parquet, read_table
+from pipeline.core.storage import DataError, arrow_frame, check_unique, first_repeat, open_parquet, read_table
 
 log = logging.getLogger("sieve.sieve_data")
 
@@ -59,9 +59,9 @@ def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
         raise DataError(
             f"rank {df['rank'].iat[row]} < 1 (ranks are 1-based)", file=path, record=row, field="rank"
         )
-    dup = df.duplicated(["qid", "pid"]).to_numpy()
-    if dup.any():
-        row = int(np.argmax(dup))
+    repeat = first_repeat(df, ["qid", "pid"])
+    if repeat:
+        row = repeat[0]
         raise DataError(
             f"duplicate (qid, pid) = ({df['qid'].iat[row]!r}, {df['pid'].iat[row]!r})",
             file=path,

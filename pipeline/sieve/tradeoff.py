@@ -37,7 +37,7 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.plotting import palette_color
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, SIEVE_SCHEMA
-from pipeline.core.storage import DataError, read_table, write_json, write_png
+from pipeline.core.storage import DataError, first_repeat, read_table, write_json, write_png
 
 log = logging.getLogger("sieve.tradeoff")
 
@@ -148,9 +148,9 @@ def build_tradeoff(decisions: dict[str, str], reference: str = "sieve", points: 
             )
         if df.empty:
             raise DataError("no rows (no candidate was judged)", file=path)
-        pairs = df.duplicated(["qid", "pid"]).to_numpy()
-        if pairs.any():
-            row = int(np.argmax(pairs))
+        repeat = first_repeat(df, ["qid", "pid"])
+        if repeat:
+            row = repeat[0]
             raise DataError(
                 f"candidate ({df['qid'].iloc[row]}, {df['pid'].iloc[row]}) judged twice",
                 file=path,

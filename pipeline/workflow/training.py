@@ -6,9 +6,14 @@ or a path tag on the way.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from typing import Any
 
+from pipeline.core.config import load_config, validate_config
+from pipeline.core.methods import method_table
+from pipeline.core.recipes import dataset_configs
 from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
 
 
@@ -66,13 +71,6 @@ def as_json(document: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the settings document the workflow's job would pass, to train by hand with --settings."""
-    import argparse
-    import sys
-
-    from pipeline.core.config import load_config, validate_config
-    from pipeline.core.methods import method_table
-    from pipeline.core.recipes import dataset_configs
-
     ap = argparse.ArgumentParser(prog="python -m pipeline.workflow.training", description=main.__doc__)
     ap.add_argument("dataset", help="a dataset of the config")
     ap.add_argument(
@@ -101,6 +99,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.core.cli import run_main
+    from pipeline.core.cli import run_main  # cli imports the logging set-up a rule file does not need
 
     run_main(main)
