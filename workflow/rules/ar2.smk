@@ -21,75 +21,20 @@
 # Per seed, ar2_select picks the round by a dev metric -> {method}/seed{seed}/info.json, ar2_search writes
 # that round's run and evaluate scores it; ar2_seeds averages the seeds into {method}/metrics.json (mean,
 # std, per-seed values). Adding a seed to ar2.seeds only runs the new seed. Details: docs/ar2.md.
-import shlex
 
-from pipeline.core.settings import (AR2_MINE_KEYS, AR2_RANKER_KEYS, AR2_SIEVE_KEYS, Ar2Settings, SieveSettings,
-                                    ar2_recorded_settings, to_flags)
-from pipeline.core.methods import AR2_SAMPLING
+from pipeline.workflow.ar2 import MINED_ROUND, TRAINED_ROUND, Ar2Jobs
 
-
-def ar2_config(wildcards):
-    """Section ar2 of the job's dataset (its recipe)."""
-    return cfg(wildcards.dataset)["ar2"]
-
-
-def ar2_record(d, folder):
-    """The AR2 method whose rounds live in results/{d}/ar2/<folder>/."""
-    (record,) = [m for m in RUNS[d].values() if m.kind == "ar2" and m.variant_dir == folder]
-    return record
-
-
-def _ar2_sieves(d, folder):
-    return ar2_record(d, folder).variant.endswith("sieve")
-
-
-# Every AR2 variant folder the datasets' configs name (the {variant} wildcard of the round rules).
-AR2_FOLDERS = _alternatives(sorted({re.escape(m.variant_dir) for d in DATASETS for m in RUNS[d].values()
-                                    if m.kind == "ar2"}))
-AR2_RUNS = _alternatives(sorted({re.escape(run) for run in runs_of("ar2")}))
-TRAINED_ROUND = r"[1-9]\d*"
-MINED_ROUND = r"[2-9]|[1-9]\d+"  # round 1 trains on ar2/start/negatives.parquet
-ROUND_WILDCARDS = dict(variant=AR2_FOLDERS, seed=r"\d+")
-# The optimizer state a round hands to the next: kept only where a dataset's config asks for it.
-KEEP_CARRY = any(cfg(d)["ar2"]["keep_checkpoints"] for d in DATASETS)
-
-
-def _round(wildcards, r=None):
-    """The round folder of the job's variant and seed (round ``r``, default the job's round)."""
-    r = wildcards.r if r is None else r
-    return ar2_round_dir(wildcards.dataset, wildcards.variant, wildcards.seed, r)
-
-
-def _round_model(wildcards, r):
-    """retriever.json of round ``r`` of the job's variant and seed; round 0 is the DPR start."""
-    return retriever(wildcards.dataset, "dpr") if int(r) == 0 else f"{_round(wildcards, r)}/retriever/retriever.json"
-
-
-def _round_embeddings(wildcards, r):
-    return embeddings(wildcards.dataset, "dpr") if int(r) == 0 else f"{_round(wildcards, r)}/embeddings/manifest.json"
-
-
-def _round_negatives(wildcards):
-    if int(wildcards.r) == 1:
-        return ar2_start_file(wildcards.dataset, "negatives.parquet")
-    return f"{_round(wildcards)}/negatives.parquet"
-
-
-def _train_split(d):
-    return {"queries": queries(d, "train"), "qrels": qrels(d, "train"), "corpus": corpus(d)}
-
-
-def _mine_flags(wildcards):
-    """What mining reads: ar2's top_k, answer-match exclusion and retriever overrides, eval.match."""
-    return (to_flags(Ar2Settings, ar2_config(wildcards), AR2_MINE_KEYS)
-            + f" --match {config['eval']['match']}")
+# The rules' functions (input files, flags, wildcard constraints): pipeline/workflow/ar2.py, over
+# common.smk's tables; content.smk's base_input finds a local ar2.ranker.base folder's fingerprint.
+A = Ar2Jobs(W, base_input)
+AR2_FOLDERS, AR2_RUNS, ROUND_WILDCARDS, KEEP_CARRY = A.folders, A.runs, A.round_wildcards, A.keep_carry
 
 
 rule ar2_mine:
     input:
-        model=lambda wildcards: _round_model(wildcards, int(wildcards.r) - 1),
-        embeddings=lambda wildcards: _round_embeddings(wildcards, int(wildcards.r) - 1),
-        **_train_split("{dataset}"),
+        model=A.previous_model,
+        embeddings=A.previous_embeddings,
+        **A.train_split("{dataset}"),
     output:
         negatives=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/negatives.parquet",
         stats=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/negatives.stats.json",
@@ -97,8 +42,8 @@ rule ar2_mine:
         r=MINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=_mine_flags,
-        source=lambda wildcards: f"ar2/{wildcards.variant}/round{wildcards.r}",
+        settings=A.mine_flags,
+        source=A.mine_source,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -119,7 +64,7 @@ use rule ar2_mine as ar2_mine_start with:
     input:
         model=retriever("{dataset}", "dpr"),
         embeddings=embeddings("{dataset}", "dpr"),
-        **_train_split("{dataset}"),
+        **A.train_split("{dataset}"),
     output:
         negatives=ar2_start_file("{dataset}", "negatives.parquet"),
         stats=ar2_start_file("{dataset}", "negatives.stats.json"),
@@ -131,46 +76,9 @@ use rule ar2_mine as ar2_mine_start with:
         "benchmarks/ar2_mine/{dataset}.start.tsv"
 
 
-def _sieve_model(wildcards):
-    """The model a sieve variant's round judges with (ar2.sieve_init), and its embeddings when stored."""
-    d, c = wildcards.dataset, cfg(wildcards.dataset)
-    if c["ar2"]["sieve_init"] == "initial":
-        model = ccr_model(beta_tag(c["ccr"]["beta"])) if c["sieve"]["scorer"] == "ccr" else "dpr"
-        return {"model": retriever(d, model), "model_embeddings": embeddings(d, model)}
-    return {"model": f"{_round(wildcards)}/sieve_model/retriever.json"}
-
-
-def _sieve_inputs(wildcards):
-    d = wildcards.dataset
-    inputs = {"negatives": _round_negatives(wildcards), **_train_split(d), **_sieve_model(wildcards)}
-    if d in SYNTHETIC:
-        inputs["qrels_all"] = qrels_all(d, "train")
-    return inputs
-
-
-def _sieve_files(wildcards, input):
-    out = ["--model", os.path.dirname(input.model)]
-    if "model_embeddings" in input.keys():
-        out += ["--embeddings", os.path.dirname(input.model_embeddings)]
-    if "qrels_all" in input.keys():
-        out += ["--qrels-all", input.qrels_all]
-    return " ".join(shlex.quote(x) for x in out)
-
-
-def _sieve_flags(wildcards):
-    """What the round's sieve decides with: config sieve's candidates, pool and decision keys, the seed,
-    and how answers are matched. The sieve model's own settings ride on its input files."""
-    d = wildcards.dataset
-    out = [to_flags(SieveSettings, cfg(d)["sieve"], AR2_SIEVE_KEYS), f"--seed {int(wildcards.seed)}",
-           f"--match {config['eval']['match']}"]
-    if DATASETS[d]["format"] == "squad":
-        out.append("--suspect-same-article")
-    return " ".join(out)
-
-
 rule ar2_sieve:
     input:
-        unpack(_sieve_inputs),
+        unpack(A.sieve_inputs),
     output:
         sieve=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/sieve.parquet",
         stats=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/sieve.stats.json",
@@ -178,8 +86,8 @@ rule ar2_sieve:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        files=_sieve_files,
-        settings=_sieve_flags,
+        files=A.sieve_files,
+        settings=A.sieve_flags,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -196,20 +104,13 @@ rule ar2_sieve:
         " --out {output.sieve} --device {params.device} --threads {threads} --log {log}"
 
 
-def _sieve_model_start(wildcards):
-    """sieve_init warm: the warm-up DPR (the authors' scripts); current: round r-1's retriever."""
-    if ar2_config(wildcards)["sieve_init"] == "warm":
-        return retriever(wildcards.dataset, "dpr")
-    return _round_model(wildcards, int(wildcards.r) - 1)
-
-
 # CCR fine-tuning exactly as train_ccr (config ccr, the run's seed), from the model sieve_init names, on
 # the round's negatives; a query whose positives fell out of them is dropped, not an error.
 use rule train_ccr as ar2_train_sieve_model with:
     input:
-        init=_sieve_model_start,
-        negatives=_round_negatives,
-        **_train_split("{dataset}"),
+        init=A.sieve_model_start,
+        negatives=A.round_negatives,
+        **A.train_split("{dataset}"),
     output:
         ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/sieve_model/retriever.json",
     wildcard_constraints:
@@ -223,37 +124,18 @@ use rule train_ccr as ar2_train_sieve_model with:
         "benchmarks/ar2_train_sieve_model/{dataset}.{variant}.seed{seed}.round{r}.tsv"
 
 
-def _ranker_inputs(wildcards):
-    d = wildcards.dataset
-    inputs = {"mined": ar2_start_file(d, "negatives.parquet"), "dev_run": ar2_start_file(d, "run.dev.parquet"),
-              "retriever": retriever(d, "dpr"),
-              **_train_split(d), "dev_queries": queries(d, "dev"), "dev_qrels": qrels(d, "dev"),
-              **base_input("ar2.ranker", wildcards, "base_ranker")}  # a local base folder (content.smk)
-    if d in SYNTHETIC:
-        inputs["dev_qrels_all"] = qrels_all(d, "dev")
-    return inputs
-
-
-def _ranker_flags(wildcards):
-    """What the listwise ranker reads of config ar2, the seed, and the dev metrics it is scored by."""
-    ks = " ".join(str(k) for k in config["eval"]["ks"])
-    return (f"{to_flags(Ar2Settings, ar2_config(wildcards), AR2_RANKER_KEYS)} --seed {int(wildcards.seed)}"
-            f" --ks {ks} --match {config['eval']['match']}")
-
-
 rule ar2_train_ranker:
     input:
-        unpack(_ranker_inputs),
+        unpack(A.ranker_inputs),
     output:
         ar2_trained_ranker("{dataset}", "{seed}"),
     wildcard_constraints:
         seed=r"\d+",
     params:
-        settings=_ranker_flags,
-        dev_qrels_all=lambda wildcards, input: (f"--dev-qrels-all {input.dev_qrels_all}"
-                                                if "dev_qrels_all" in input.keys() else ""),
+        settings=A.ranker_flags,
+        dev_qrels_all=A.dev_qrels_all_flag,
         # Only which metric the log line compares: a function of `output`, so not recorded.
-        metric=lambda wildcards, output: shlex.quote(ar2_config(wildcards)["select_metric"]),
+        metric=A.select_metric,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -271,47 +153,9 @@ rule ar2_train_ranker:
         " --out $(dirname {output}) --device {params.device} --threads {threads} --log {log}"
 
 
-def _train_inputs(wildcards):
-    d, r = wildcards.dataset, int(wildcards.r)
-    inputs = {"negatives": _round_negatives(wildcards), **_train_split(d),
-              "retriever": _round_model(wildcards, r - 1)}
-    if _ar2_sieves(d, wildcards.variant):
-        inputs["sieve"] = f"{_round(wildcards)}/sieve.parquet"
-    init = ar2_config(wildcards)["ranker_init"]
-    if r > 1:
-        inputs["ranker"] = f"{_round(wildcards, r - 1)}/ranker/ranker.json"
-        inputs["carry"] = f"{_round(wildcards, r - 1)}/carry/state.pt"
-    elif init == "cross_encoder":
-        inputs["ranker"] = ranker(d, "cross_encoder")
-    elif init == "listwise":
-        inputs["ranker"] = ar2_trained_ranker(d, wildcards.seed)
-    else:  # round 1's ranker starts from ar2.ranker.base: a local folder's content (content.smk)
-        inputs.update(base_input("ar2.ranker", wildcards, "base_ranker"))
-    return inputs
-
-
-def _train_files(wildcards, input):
-    out = ["--retriever", os.path.dirname(input.retriever)]
-    for name in ("sieve",):
-        if name in input.keys():
-            out += [f"--{name}", input[name]]
-    for name in ("ranker", "carry"):
-        if name in input.keys():
-            out += [f"--{name}", os.path.dirname(input[name])]
-    return " ".join(shlex.quote(x) for x in out)
-
-
-def _train_flags(wildcards):
-    """Every ar2 key the round's training reads (ar2_recorded_settings), the variant's sampling and the
-    seed: a changed one reruns this round's training and everything after it."""
-    sampling = AR2_SAMPLING[ar2_record(wildcards.dataset, wildcards.variant).variant]
-    recorded = ar2_recorded_settings(ar2_config(wildcards), sampling)
-    return f"{to_flags(Ar2Settings, recorded)} --sampling {sampling} --seed {int(wildcards.seed)}"
-
-
 rule ar2_train:
     input:
-        unpack(_train_inputs),
+        unpack(A.train_inputs),
     output:
         retriever=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/retriever/retriever.json",
         ranker=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/ranker/ranker.json",
@@ -322,9 +166,9 @@ rule ar2_train:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        files=_train_files,
-        settings=_train_flags,
-        round_dir=lambda wildcards: _round(wildcards),
+        files=A.train_files,
+        settings=A.train_flags,
+        round_dir=A.round_dir,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -341,27 +185,23 @@ rule ar2_train:
         " {params.files} {params.settings} --device {params.device} --threads {threads} --log {log}"
 
 
-def _round_shard(ext):
-    return ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + f"/embeddings/shard{{shard}}of{ENCODE_SHARDS}.{ext}"
-
-
 # The round's corpus encoding: encode_corpus's shard jobs, at ar2.encode_batch_size and ar2.precision.
 use rule encode_corpus as ar2_encode_corpus with:
     input:
         model=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/retriever/retriever.json",
         corpus=corpus("{dataset}"),
     output:
-        emb=_round_shard("npy"),
-        pids=_round_shard("pids.parquet"),
+        emb=A.round_shard("npy"),
+        pids=A.round_shard("pids.parquet"),
     wildcard_constraints:
         r=TRAINED_ROUND,
         shard="|".join(str(i) for i in range(ENCODE_SHARDS)),
         **ROUND_WILDCARDS,
     params:
-        model=lambda wildcards: f"{_round(wildcards)}/retriever",
-        out_dir=lambda wildcards: f"{_round(wildcards)}/embeddings",
+        model=A.retriever_folder,
+        out_dir=A.embeddings_folder,
         batch_size=dataset_setting("ar2", "encode_batch_size"),
-        amp=lambda wildcards: "--no-amp" if ar2_config(wildcards)["precision"] == "fp32" else "",
+        amp=A.amp_flag,
     log:
         "logs/ar2_encode_corpus/{dataset}.{variant}.seed{seed}.round{r}.{shard}.log",
     benchmark:
@@ -372,15 +212,14 @@ use rule gather_embeddings as ar2_gather_embeddings with:
     input:
         model=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/retriever/retriever.json",
         corpus=corpus("{dataset}"),
-        shards=[_round_shard(ext).replace("{shard}", str(i)) for i in range(ENCODE_SHARDS)
-                for ext in ("npy", "pids.parquet")],
+        shards=A.round_shards(),
     output:
         ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/embeddings/manifest.json",
     wildcard_constraints:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        model=lambda wildcards: f"{_round(wildcards)}/retriever",
+        model=A.retriever_folder,
     log:
         "logs/ar2_gather_embeddings/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
@@ -423,20 +262,9 @@ use rule ar2_search_dev as ar2_search_dev_start with:
         "benchmarks/ar2_search_dev/{dataset}.start.tsv"
 
 
-def _dev_inputs(folder):
-    def inputs(wildcards):
-        d = wildcards.dataset
-        out = {"run": f"{folder(wildcards)}/run.dev.parquet", "queries": queries(d, "dev"), "qrels": qrels(d, "dev"),
-               "corpus": corpus(d)}
-        if d in SYNTHETIC:
-            out["qrels_all"] = qrels_all(d, "dev")
-        return out
-    return inputs
-
-
 use rule evaluate as ar2_evaluate_dev with:
     input:
-        unpack(_dev_inputs(_round)),
+        unpack(A.round_dev_inputs),
     output:
         metrics=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/metrics.json",
         per_query=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/per_query.dev.parquet",
@@ -444,7 +272,7 @@ use rule evaluate as ar2_evaluate_dev with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        method=lambda wildcards: ar2_record(wildcards.dataset, wildcards.variant).name,
+        method=A.method_name,
         split="dev",
         fusion="",
         missing="",
@@ -456,7 +284,7 @@ use rule evaluate as ar2_evaluate_dev with:
 
 use rule ar2_evaluate_dev as ar2_evaluate_dev_start with:
     input:
-        unpack(_dev_inputs(lambda wildcards: os.path.dirname(ar2_start_file(wildcards.dataset, "x")))),
+        unpack(A.start_dev_inputs),
     output:
         metrics=ar2_start_file("{dataset}", "metrics.dev.json"),
         per_query=ar2_start_file("{dataset}", "per_query.dev.parquet"),
@@ -468,43 +296,18 @@ use rule ar2_evaluate_dev as ar2_evaluate_dev_start with:
         "benchmarks/ar2_evaluate_dev/{dataset}.start.tsv"
 
 
-def _round_record_inputs(wildcards):
-    d, r = wildcards.dataset, int(wildcards.r)
-    if r == 0:
-        return {"metrics": ar2_start_file(d, "metrics.dev.json"), "start_model": retriever(d, "dpr"),
-                "start_embeddings": embeddings(d, "dpr")}
-    folder = _round(wildcards)
-    inputs = {"metrics": f"{folder}/metrics.json", "train_summary": f"{folder}/train.summary.json",
-              "negatives_stats": (ar2_start_file(d, "negatives.stats.json") if r == 1
-                                  else f"{folder}/negatives.stats.json")}
-    if _ar2_sieves(d, wildcards.variant):
-        inputs["sieve_stats"] = f"{folder}/sieve.stats.json"
-    return inputs
-
-
-def _round_record_files(wildcards, input):
-    out = []
-    for name in ("negatives_stats", "sieve_stats", "train_summary"):
-        if name in input.keys():
-            out += ["--" + name.replace("_", "-"), input[name]]
-    if "start_model" in input.keys():
-        out += ["--start-retriever", os.path.dirname(input.start_model),
-                "--start-embeddings", os.path.dirname(input.start_embeddings)]
-    return " ".join(shlex.quote(x) for x in out)
-
-
 rule ar2_round:
     input:
-        unpack(_round_record_inputs),
+        unpack(A.round_record_inputs),
     output:
         ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}"),
     wildcard_constraints:
         r=r"\d+",
         **ROUND_WILDCARDS,
     params:
-        files=_round_record_files,
+        files=A.round_record_files,
         recipe=recipe_label,
-        variant=lambda wildcards: ar2_record(wildcards.dataset, wildcards.variant).variant,
+        variant=A.variant,
     conda:
         CPU_ENV
     log:
@@ -515,15 +318,9 @@ rule ar2_round:
         " {params.recipe} --out {output} --log {log}"
 
 
-def _ar2_rounds(wildcards):
-    variant = RUNS[wildcards.dataset][wildcards.method].variant_dir
-    return [ar2_round_json(wildcards.dataset, variant, wildcards.seed, r)
-            for r in range(ar2_config(wildcards)["rounds"] + 1)]
-
-
 rule ar2_select:
     input:
-        _ar2_rounds,
+        A.seed_rounds,
     output:
         info=ar2_info("{dataset}", "{method}", "{seed}"),
         figure=report(figure("{dataset}", "{method}_seed{seed}_rounds.png"), category="AR2"),
@@ -531,9 +328,8 @@ rule ar2_select:
         method=AR2_RUNS,
         seed=r"\d+",
     params:
-        variant_dir=lambda wildcards: ar2_seed_dir(wildcards.dataset, RUNS[wildcards.dataset][wildcards.method].variant_dir,
-                                                   wildcards.seed),
-        variant=lambda wildcards: RUNS[wildcards.dataset][wildcards.method].variant,
+        variant_dir=A.seed_dir,
+        variant=A.method_variant,
         rounds=dataset_setting("ar2", "rounds"),
         metric=dataset_setting("ar2", "select_metric"),
     conda:
@@ -581,10 +377,8 @@ ruleorder: ar2_seeds > evaluate
 
 rule ar2_seeds:
     input:
-        metrics=lambda wildcards: [method_metrics(wildcards.dataset, wildcards.method, seed)
-                                   for seed in method_seeds(wildcards.dataset, wildcards.method)],
-        infos=lambda wildcards: [ar2_info(wildcards.dataset, wildcards.method, seed)
-                                 for seed in method_seeds(wildcards.dataset, wildcards.method)],
+        metrics=A.seed_metrics,
+        infos=A.seed_infos,
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
@@ -598,26 +392,14 @@ rule ar2_seeds:
         " --out {output} --log {log}"
 
 
-def _ar2_curves(wildcards):
-    """(label, round folder parent, info.json) per configured AR2 method and seed."""
-    d = wildcards.dataset
-    records = [METHODS[d][m] for m in cfg(d)["methods"] if m in AR2_VARIANTS] or [
-        METHODS[d]["ar2"], METHODS[d]["ar2_sieve"]]
-    seeds = ar2_seeds(d)
-    return [(m.variant if len(seeds) == 1 else f"{m.variant}/seed{s}",
-             ar2_seed_dir(d, m.variant_dir, s), ar2_info(d, m.run, s))
-            for m in records for s in seeds]
-
-
 # All configured AR2 variants (and seeds) in one figure (not needed by metrics.json; ask for it or use `all`).
 rule ar2_learning_curve:
     input:
-        lambda wildcards: [info for _, _, info in _ar2_curves(wildcards)],
+        A.curve_infos,
     output:
         report(figure("{dataset}", "ar2_learning_curve.png"), category="AR2"),
     params:
-        args=lambda wildcards: " ".join(f"--variant {label}={folder}"
-                                        for label, folder, _ in _ar2_curves(wildcards)),
+        args=A.curve_args,
         rounds=dataset_setting("ar2", "rounds"),
     conda:
         CPU_ENV
