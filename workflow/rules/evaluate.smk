@@ -5,77 +5,17 @@
 import json
 
 from pipeline.core.recipes import recipe_record
+from pipeline.workflow.evaluation import RUN_FOLDER, EvaluationRules, fusion_arg, fusion_choice, qrels_all_arg
 
-RUN_FOLDER = r"[A-Za-z0-9_.]+(/seed\d+)?"
-
-
-def check_run(dataset, run):
-    """A run folder asked for by a target names a run of the method table, or says which it meant."""
-    if run in RUNS[dataset]:
-        return
-    if run in METHODS[dataset]:
-        real = METHODS[dataset][run].run
-        raise ValueError(f"{run_dir(dataset, run)}/: method {run}'s run folder is {real} (what tells its runs "
-                         f"apart is in the name): ask for {method_metrics(dataset, real)}")
-    raise ValueError(f"{run_dir(dataset, run)}/: unknown method or run {run!r} of dataset {dataset!r} "
-                     f"({closest(run, set(RUNS[dataset]) | set(METHODS[dataset]))})")
-
-
-def evaluate_inputs(wildcards):
-    """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
-    dataset, split = wildcards.dataset, eval_split(wildcards.dataset)
-    check_run(dataset, wildcards.run.partition("/seed")[0])
-    inputs = {
-        "run": run(dataset, wildcards.run, split),
-        "queries": queries(dataset, split),
-        "qrels": qrels(dataset, split),
-        "corpus": corpus(dataset),
-    }
-    if dataset in SYNTHETIC:
-        inputs["qrels_all"] = qrels_all(dataset, split)
-    method, _, seed = wildcards.run.partition("/seed")
-    if method in RUNS[dataset] and RUNS[dataset][method].fusion == "wsum":
-        inputs["fusion"] = fusion_choice(dataset, method, split, seed or None)  # w goes in metrics.json
-    return inputs
-
-
-def qrels_all_arg(wildcards, input):
-    return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
-
-
-def fusion_arg(wildcards, input):
-    return f"--fusion {input.fusion}" if "fusion" in input.keys() else ""
-
-
-def method_seeds(d, run):
-    """The seed of each of a run's folders: one per seed for AR2 methods (ar2.smk) and, with several
-    training seeds, for the trained dense methods; else None (results/{d}/{run}/)."""
-    if RUNS[d][run].kind == "ar2":
-        return ar2_seeds(d)
-    return training_seeds() if run in seeded_runs(d) else [None]
-
-
-def trec_exports(wildcards):
-    """run.{split}.trec of every method (every seed), when config eval.trec_export asks for them."""
-    if not config["eval"]["trec_export"]:
-        return []
-    split = eval_split(wildcards.dataset)
-    d = wildcards.dataset
-    judged = [trec_qrels(d, split)] + ([trec_qrels(d, split, "qrels_all")] if d in SYNTHETIC else [])
-    return judged + [trec_run(d, run, split, seed) for run in {run_of(d, m): None for m in cfg(d)["methods"]}
-                     for seed in method_seeds(d, run)]
-
-
-def query_values(d):
-    """(method, seed, per-query file) of every run of every gathered method: gather_metrics tests a
-    pair with one common seed over the queries of its two runs (seed None: the method's one run)."""
-    return [(m, seed, per_query(d, run_of(d, m), seed))
-            for m in cfg(d)["methods"] for seed in method_seeds(d, run_of(d, m))]
+# The evaluation's lookups (pipeline/workflow/evaluation.py): a run folder's inputs and seeds, the
+# TREC exports, every run's per-query file. method_seeds is ar2.smk's too.
+E = EvaluationRules(W)
+method_seeds = E.method_seeds
 
 
 rule evaluate:
     input:
-        unpack(evaluate_inputs),
+        unpack(E.evaluate_inputs),
     output:
         metrics=method_metrics("{dataset}", "{run}"),
         per_query=per_query("{dataset}", "{run}"),
@@ -83,7 +23,7 @@ rule evaluate:
         run=RUN_FOLDER,
     params:
         method=lambda wildcards: wildcards.run.split("/")[0],
-        split=lambda wildcards: eval_split(wildcards.dataset),
+        split=E.split,
         ks=" ".join(str(k) for k in config["eval"]["ks"]),
         match=config["eval"]["match"],
         qrels_all=qrels_all_arg,
@@ -158,10 +98,9 @@ rule unknown_dataset:
 
 rule gather_metrics:
     input:
-        metrics=lambda wildcards: [method_metrics(wildcards.dataset, run_of(wildcards.dataset, m))
-                                   for m in cfg(wildcards.dataset)["methods"]],
-        trec=trec_exports,
-        per_query=lambda wildcards: [path for _, _, path in query_values(wildcards.dataset)],
+        metrics=E.gathered_metrics,
+        trec=E.trec_exports,
+        per_query=E.per_query_files,
     output:
         json=dataset_metrics("{dataset}", "json"),
         md=dataset_metrics("{dataset}", "md"),
@@ -170,14 +109,12 @@ rule gather_metrics:
         png=report(dataset_metrics("{dataset}", "png"), caption="../report/metrics.rst", category="Metrics"),
     params:
         # each method's metrics under the name `methods` lists (its run folder may carry its β)
-        inputs=lambda wildcards, input: " ".join(
-            f"{m}={path}" for m, path in zip(cfg(wildcards.dataset)["methods"], input.metrics)),
+        inputs=E.gather_inputs_arg,
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
         compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
         fixed=lambda wildcards: " ".join(seed_free_methods(wildcards.dataset)),
         # every run's per-query values: a pair with one common seed is tested over the queries
-        per_query=lambda wildcards: " ".join(f"{m}={path}" if seed is None else f"{m}@{seed}={path}"
-                                             for m, seed, path in query_values(wildcards.dataset)),
+        per_query=E.per_query_arg,
         # the recipe in force and its settings, recorded in metrics.json
         recipe=lambda wildcards: json.dumps(recipe_record(config, wildcards.dataset), sort_keys=True),
     conda:
@@ -197,12 +134,11 @@ ruleorder: dense_seeds > evaluate
 
 rule dense_seeds:
     input:
-        lambda wildcards: [method_metrics(wildcards.dataset, wildcards.method, seed)
-                           for seed in training_seeds()],
+        E.seed_metrics,
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method=_alternatives(sorted({re.escape(r) for d in DATASETS for r in seeded_runs(d)})),
+        method=_alternatives(E.seeded_methods()),
     params:
         seeds=" ".join(str(s) for s in training_seeds()),
     conda:

@@ -1,0 +1,203 @@
+"""What the evaluation and fusion rules (workflow/rules/evaluate.smk, hybrid.smk) look up: a run folder's
+inputs and seeds, the TREC exports, every run's per-query file, and a hybrid's runs and weighted-sum
+settings. Built on a ``WorkflowTables``, so that it is unit-tested and linted here rather than inside the
+rule files (issue 43.3).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pipeline.core.methods import closest
+from pipeline.workflow.paths import (
+    corpus,
+    method_metrics,
+    per_query,
+    qrels,
+    qrels_all,
+    queries,
+    run,
+    run_dir,
+    trec_qrels,
+    trec_run,
+)
+from pipeline.workflow.tables import Wildcards, WorkflowTables
+
+# A run folder: a method's, or one seed's of a seeded method ({method}/seed{s}).
+RUN_FOLDER = r"[A-Za-z0-9_.]+(/seed\d+)?"
+
+
+def qrels_all_arg(wildcards: Wildcards, input: Any) -> str:
+    """params function: --qrels-all where the job has exact labels (synthetic data)."""
+    return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
+
+
+def fusion_arg(wildcards: Wildcards, input: Any) -> str:
+    """params function: the weighted sum's chosen w, recorded in metrics.json."""
+    return f"--fusion {input.fusion}" if "fusion" in input.keys() else ""
+
+
+def fusion_choice(d: str, method: str, split: str, seed: int | str | None = None) -> str:
+    """The weighted-sum hybrid's choice of w (chosen on hybrid.select_split) for its run of ``split``."""
+    return f"{run_dir(d, method, seed)}/fusion.{split}.json"
+
+
+def weighted_io(wildcards: Wildcards, input: Any, output: Any) -> str:
+    """params function: fuse_weighted's dev files (those it has) and where its choice goes."""
+    keys = ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus", "dev_qrels_all")
+    args = [f"--{key.replace('_', '-')} {input[key]}" for key in keys if key in input.keys()]
+    return " ".join(args + [f"--choice-out {output.choice}"])
+
+
+def weighted_settings(config: dict, h: dict) -> str:
+    """fuse_weighted's flags: section hybrid ``h`` of the dataset and the top-level eval's depth, match."""
+    return (
+        f"--metric {h['select_metric']} --select-split {h['select_split']} --depth {config['eval']['depth']}"
+        f" --match {config['eval']['match']} --grid " + " ".join(f"{w:g}" for w in h["weights"])
+    )
+
+
+class EvaluationRules:
+    """The evaluation's lookups of one config (``w``): one per workflow, built in evaluate.smk."""
+
+    def __init__(self, w: WorkflowTables):
+        self.w = w
+        self.config = w.config
+
+    # ---- evaluate ------------------------------------------------------------------------------------
+
+    def check_run(self, dataset: str, name: str) -> None:
+        """A run folder asked for by a target names a run of the method table, or says which it meant."""
+        runs, methods = self.w.runs[dataset], self.w.methods[dataset]
+        if name in runs:
+            return
+        if name in methods:
+            real = methods[name].run
+            raise ValueError(
+                f"{run_dir(dataset, name)}/: method {name}'s run folder is {real} (what tells its runs "
+                f"apart is in the name): ask for {method_metrics(dataset, real)}"
+            )
+        raise ValueError(
+            f"{run_dir(dataset, name)}/: unknown method or run {name!r} of dataset {dataset!r} "
+            f"({closest(name, set(runs) | set(methods))})"
+        )
+
+    def evaluate_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
+        dataset, split = wildcards.dataset, self.w.eval_split(wildcards.dataset)
+        self.check_run(dataset, wildcards.run.partition("/seed")[0])
+        inputs = {
+            "run": run(dataset, wildcards.run, split),
+            "queries": queries(dataset, split),
+            "qrels": qrels(dataset, split),
+            "corpus": corpus(dataset),
+        }
+        if dataset in self.w.synthetic:
+            inputs["qrels_all"] = qrels_all(dataset, split)
+        method, _, seed = wildcards.run.partition("/seed")
+        runs = self.w.runs[dataset]
+        if method in runs and runs[method].fusion == "wsum":
+            inputs["fusion"] = fusion_choice(dataset, method, split, seed or None)  # w goes in metrics.json
+        return inputs
+
+    def split(self, wildcards: Wildcards) -> str:
+        """params function: the evaluated split of the job's dataset."""
+        return self.w.eval_split(wildcards.dataset)
+
+    # ---- seeds, TREC exports, gathering ----------------------------------------------------------------
+
+    def method_seeds(self, d: str, name: str) -> list[int | None]:
+        """The seed of each of a run's folders: one per seed for AR2 methods (ar2.smk) and, with several
+        training seeds, for the trained dense methods; else None (results/{d}/{run}/)."""
+        if self.w.runs[d][name].kind == "ar2":
+            return list(self.w.ar2_seeds(d))
+        return list(self.w.training_seeds()) if name in self.w.seeded_runs(d) else [None]
+
+    def trec_exports(self, wildcards: Wildcards) -> list[str]:
+        """run.{split}.trec of every method (every seed), when config eval.trec_export asks for them."""
+        if not self.config["eval"]["trec_export"]:
+            return []
+        d = wildcards.dataset
+        split = self.w.eval_split(d)
+        judged = [trec_qrels(d, split)] + (
+            [trec_qrels(d, split, "qrels_all")] if d in self.w.synthetic else []
+        )
+        # a dict, not a set: each run once, in the order of `methods`
+        folders = {self.w.run_of(d, m): None for m in self.w.cfg(d)["methods"]}
+        return judged + [trec_run(d, r, split, seed) for r in folders for seed in self.method_seeds(d, r)]
+
+    def query_values(self, d: str) -> list[tuple[str, int | None, str]]:
+        """(method, seed, per-query file) of every run of every gathered method: gather_metrics tests a
+        pair with one common seed over the queries of its two runs (seed None: the method's one run)."""
+        return [
+            (m, seed, per_query(d, self.w.run_of(d, m), seed))
+            for m in self.w.cfg(d)["methods"]
+            for seed in self.method_seeds(d, self.w.run_of(d, m))
+        ]
+
+    def gathered_metrics(self, wildcards: Wildcards) -> list[str]:
+        """gather_metrics' input: the metrics.json of each method of `methods` (its run folder)."""
+        d = wildcards.dataset
+        return [method_metrics(d, self.w.run_of(d, m)) for m in self.w.cfg(d)["methods"]]
+
+    def per_query_files(self, wildcards: Wildcards) -> list[str]:
+        """gather_metrics' per-query input: query_values' files."""
+        return [path for _, _, path in self.query_values(wildcards.dataset)]
+
+    def gather_inputs_arg(self, wildcards: Wildcards, input: Any) -> str:
+        """params function: each method's metrics under the name `methods` lists (its run folder may
+        carry its β)."""
+        return " ".join(
+            f"{m}={path}" for m, path in zip(self.w.cfg(wildcards.dataset)["methods"], input.metrics)
+        )
+
+    def per_query_arg(self, wildcards: Wildcards) -> str:
+        """params function: every run's per-query values (method@seed where the method has seeds)."""
+        return " ".join(
+            f"{m}={path}" if seed is None else f"{m}@{seed}={path}"
+            for m, seed, path in self.query_values(wildcards.dataset)
+        )
+
+    def seed_metrics(self, wildcards: Wildcards) -> list[str]:
+        """dense_seeds' input: the method's metrics.json of each training seed."""
+        return [method_metrics(wildcards.dataset, wildcards.method, seed) for seed in self.w.training_seeds()]
+
+    def seeded_methods(self) -> list[str]:
+        """dense_seeds' method constraint: the seeded runs of every dataset, escaped."""
+        return sorted({re.escape(r) for d in self.w.datasets for r in self.w.seeded_runs(d)})
+
+    # ---- hybrids (hybrid.smk) ----------------------------------------------------------------------------
+
+    def hybrid_methods(self, fusion: str) -> list[str]:
+        """Hybrid method names of every dataset with this fusion (wildcard constraints)."""
+        return [re.escape(r) for r in self.w.runs_of("hybrid", lambda m: m.fusion == fusion)]
+
+    def hybrid_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """Both runs of the evaluated split; for the weighted sum also both dev runs and dev's judgements."""
+        d, split = wildcards.dataset, wildcards.split
+        record = self.w.runs[d][wildcards.method]
+        fusion, base = record.fusion, record.base
+        seed = getattr(wildcards, "seed", None)
+        inputs = {"sparse": run(d, "bm25", split), "dense": run(d, base, split, seed)}
+        if fusion == "wsum":
+            dev = self.w.cfg(d)["hybrid"]["select_split"]
+            if dev == split:
+                raise ValueError(
+                    f"{wildcards.method}: hybrid.select_split ({dev}) is the evaluated split of "
+                    f"{d}; choose w on another split (e.g. dev with eval.split test)"
+                )
+            inputs.update(
+                dev_sparse=run(d, "bm25", dev),
+                dev_dense=run(d, base, dev, seed),
+                dev_queries=queries(d, dev),
+                dev_qrels=qrels(d, dev),
+                corpus=corpus(d),
+            )
+            if d in self.w.synthetic:
+                inputs["dev_qrels_all"] = qrels_all(d, dev)
+        return inputs
+
+    def weighted_settings(self, wildcards: Wildcards) -> str:
+        """params function: fuse_weighted's flags for the job's dataset."""
+        return weighted_settings(self.config, self.w.cfg(wildcards.dataset)["hybrid"])

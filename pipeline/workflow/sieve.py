@@ -1,0 +1,275 @@
+"""What the sieve's rules (workflow/rules/sieve.smk) look up: the candidates' inputs, each filter's
+decisions file and settings, the comparison's rows, the β sweep and the clean.<name> entries. Built on a
+``WorkflowTables``, so that it is unit-tested and linted here rather than inside the rule file (issue 43.3).
+
+A rule's settings are params of the wildcards only: a params function taking ``input`` is not recorded
+by Snakemake, so a changed setting would not rerun it. Settings reach each stage as the flags its parser
+generates from the same contract fields (pipeline.core.settings: add_flags in the stage, to_flags here).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
+from pipeline.core.settings import (
+    CROSS_ENCODER_TRAINING,
+    SIEVE_DECISION_KEYS,
+    CleanSpec,
+    CrossEncoderFilterSettings,
+    EvalSettings,
+    InjectionSettings,
+    PositiveAwareSettings,
+    RankWindowSettings,
+    SieveSettings,
+    to_flags,
+)
+from pipeline.workflow.paths import (
+    candidates,
+    cleaned,
+    corpus,
+    filter_decisions,
+    filter_report,
+    negatives,
+    qrels,
+    qrels_all,
+    queries,
+    ranker,
+    retriever,
+    sieve_losses,
+)
+from pipeline.workflow.tables import Wildcards, WorkflowTables
+
+
+def filter_model_arg(wildcards: Wildcards, input: Any) -> str:
+    """params function: the filter's model folder, for the filters that run one (_filter_inputs)."""
+    return f"--model {os.path.dirname(input.model)}" if "model" in input.keys() else ""
+
+
+def pairs_arg(names: list[str], paths: Any) -> str:
+    """``name=path`` of each input, in the order the input function listed them (the stage's syntax)."""
+    return " ".join(f"{name}={path}" for name, path in zip(names, paths))
+
+
+class SieveRules:
+    """The sieve's lookups of one config (``w``): one per workflow, built in sieve.smk."""
+
+    def __init__(self, w: WorkflowTables):
+        self.w = w
+        self.config = w.config
+        self.clean = w.config["clean"]  # validated at start-up (common.smk)
+
+    # ---- the dataset's sieve settings ---------------------------------------------------------------
+
+    def sieve_config(self, d: str) -> dict:
+        """Section sieve of dataset ``d`` (its recipe)."""
+        return self.w.cfg(d)["sieve"]
+
+    def check_sources(self) -> None:
+        """A DPR trained on filtered candidates needs the sieve's candidates first, which would surface
+        as a cyclic DAG that does not name the setting: refused at start-up instead. Any other name is a
+        negatives file: built by a rule (bm25, a mining model) or brought by the user."""
+        for d in self.w.datasets:
+            source = self.sieve_config(d)["source"]
+            if filtered_candidates(self.w.methods[d], source):
+                raise ValueError(
+                    f"sieve.source of dataset {d!r} is {source!r}, a DPR trained on "
+                    "filtered candidates: it needs the sieve's own candidates first (a cycle). Use bm25, "
+                    "a model trained without them (zeroshot, dpr, dpr_ccr) or your own negatives file"
+                )
+
+    def main_tag(self, d: str) -> str:
+        """The β tag of the dataset's ccr.beta (the sieve dpr_sieve trains on, with scorer ccr)."""
+        return beta_tag(self.w.cfg(d)["ccr"]["beta"])
+
+    def sweep_tags(self, d: str, wildcards: Wildcards | None = None) -> list[str]:
+        """β tags of the sweep (Figure 1, sieve-out per β), in increasing β. With a job's ``wildcards``,
+        its path's sieve tag is checked against the config's first."""
+        if wildcards is not None:
+            self.w.check_sieve_tag(wildcards, decision=True)
+        return [beta_tag(b) for b in sorted(self.sieve_config(d)["betas"] or [self.w.cfg(d)["ccr"]["beta"]])]
+
+    def decisions(self, dataset: str, name: str) -> str:
+        """The decisions table a filter name stands for under the dataset's sieve settings (`sieve` = the
+        sieve dpr_sieve trains on: at the dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
+        if name == "sieve":
+            name = self.w.methods[dataset]["dpr_sieve"].filter
+        files = self.w.filter_files_name(dataset, name)
+        if name.startswith(sieve_name("")):
+            return negatives(dataset, files)
+        return filter_decisions(dataset, files)
+
+    def filter_names(self, d: str, wildcards: Wildcards | None = None) -> list[str]:
+        """Rows of the comparison table: sieve.filters, then the β sweep (minus the duplicate of `sieve`).
+        With a job's ``wildcards``, its path's sieve tag is checked against the config's first."""
+        if wildcards is not None:
+            self.w.check_sieve_tag(wildcards, decision=True)
+        names = list(self.sieve_config(d)["filters"])
+        same_as_sieve = self.sieve_config(d)["scorer"] == "ccr" and "sieve" in names
+        for tag in self.sweep_tags(d):
+            if not (same_as_sieve and tag == self.main_tag(d)):
+                names.append(sieve_name(tag))
+        return names
+
+    def tradeoff_filters(self, d: str, wildcards: Wildcards | None = None) -> list[str]:
+        """The comparison's filters that decide on a continuous score."""
+        return [
+            n
+            for n in self.filter_names(d, wildcards)
+            if n in ("positive_aware", "cross_encoder") or n.startswith("sieve")
+        ]
+
+    def tradeoff_reference(self, wildcards: Wildcards) -> str:
+        """params function: the filter the trade-off plot marks (`sieve` where the comparison has it)."""
+        d = wildcards.dataset
+        return "sieve" if "sieve" in self.sieve_config(d)["filters"] else sieve_name(self.main_tag(d))
+
+    # ---- sieve_candidates, sieve_negatives ----------------------------------------------------------
+
+    def candidate_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """sieve_candidates' input: the source's negatives and the train split (+ qrels_all, synthetic)."""
+        d = wildcards.dataset
+        self.w.check_sieve_tag(wildcards)
+        inputs = {
+            "negatives": negatives(d, self.w.sieve_source(d)),
+            "qrels": qrels(d, "train"),
+            "queries": queries(d, "train"),
+            "corpus": corpus(d),
+        }
+        if d in self.w.synthetic:
+            inputs["qrels_all"] = qrels_all(d, "train")
+        return inputs
+
+    def candidate_settings(self, wildcards: Wildcards) -> str:
+        """params function: sieve_candidates' flags."""
+        c = self.sieve_config(wildcards.dataset)
+        args = [
+            to_flags(SieveSettings, c, ("candidates", "pool", "max_queries")),
+            to_flags(InjectionSettings, c["injection"], prefix="injection"),
+            to_flags(EvalSettings, self.config["eval"], ("match",)),
+            f"--seed {self.config['seed']}",
+        ]
+        if self.w.datasets[wildcards.dataset]["format"] == "squad":
+            args.append("--suspect-same-article")
+        return " ".join(args)
+
+    def sieve_settings(self, wildcards: Wildcards) -> str:
+        """params function: sieve_negatives' flags (the decision keys, in-batch, figure queries)."""
+        c = self.sieve_config(wildcards.dataset)
+        keys = SIEVE_DECISION_KEYS + ("in_batch", "figure_queries")
+        return f"{to_flags(SieveSettings, c, keys)} --seed {self.config['seed']}"
+
+    def candidates(self, wildcards: Wildcards) -> str:
+        """The candidates under the dataset's sieve settings (a path's tag that is not theirs is refused)."""
+        self.w.check_sieve_tag(wildcards, decision=getattr(wildcards, "filter", "sieve").startswith("sieve"))
+        return candidates(wildcards.dataset, self.w.sieve_tags(wildcards.dataset))
+
+    def source_negatives(self, wildcards: Wildcards) -> str:
+        """The negatives the sieve reads (train_cross_encoder trains on them too)."""
+        return negatives(wildcards.dataset, self.w.sieve_source(wildcards.dataset))
+
+    def cross_encoder_args(self, wildcards: Wildcards) -> str:
+        """params function: train_cross_encoder's training flags."""
+        c = self.sieve_config(wildcards.dataset)["cross_encoder"]
+        return to_flags(CrossEncoderFilterSettings, c, CROSS_ENCODER_TRAINING)
+
+    # ---- filter_candidates, sieve_report, the comparison and the figures -----------------------------
+
+    def filter_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """filter_candidates' input: the candidates, and the model of a filter that runs one."""
+        d, name = wildcards.dataset, wildcards.filter
+        if name == "oracle" and d not in self.w.synthetic:
+            # Caught while planning, not after the candidates are built: only synthkb knows the truth.
+            raise ValueError(
+                f"filter/method oracle needs exact false-negative labels (qrels_all), which "
+                f"dataset {d!r} does not have; use answer_match (method dpr_answer_match)"
+            )
+        inputs = {
+            "candidates": self.candidates(wildcards),
+            "corpus": corpus(d),
+            "queries": queries(d, "train"),
+        }
+        if name in ("positive_aware", "sieve_no_ccr"):
+            inputs["model"] = retriever(d, "dpr")
+        elif name == "cross_encoder":
+            inputs["model"] = ranker(d, "cross_encoder")
+        return inputs
+
+    def filter_settings(self, wildcards: Wildcards) -> str:
+        """The flags of the filter's own settings (a changed setting of another filter reruns nothing)."""
+        name, c = wildcards.filter, self.sieve_config(wildcards.dataset)
+        args = [f"--seed {self.config['seed']}", to_flags(SieveSettings, c, ("batch_size",))]
+        if name == "rank_window":
+            args.append(to_flags(RankWindowSettings, c["rank_window"]))
+        elif name == "positive_aware":
+            args.append(to_flags(PositiveAwareSettings, c["positive_aware"]))
+        elif name == "cross_encoder":
+            args.append(to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",)))
+        elif name == "sieve_no_ccr":
+            args.append(to_flags(SieveSettings, c, SIEVE_DECISION_KEYS[:-1]))
+        return " ".join(args)
+
+    def comparison_reports(self, wildcards: Wildcards) -> list[str]:
+        """sieve_comparison's input: the report of each row of the comparison."""
+        d = wildcards.dataset
+        return [
+            filter_report(d, self.w.filter_files_name(d, name)) for name in self.filter_names(d, wildcards)
+        ]
+
+    def figure_losses(self, wildcards: Wildcards) -> list[str]:
+        """sieve_figures' losses: the sieve's per-candidate losses at each β of the sweep."""
+        d = wildcards.dataset
+        return [
+            sieve_losses(d, self.w.filter_files_name(d, sieve_name(tag)))
+            for tag in self.sweep_tags(d, wildcards)
+        ]
+
+    def figure_sieves(self, wildcards: Wildcards) -> list[str]:
+        """sieve_figures' sieves: the sieve's decisions at each β of the sweep."""
+        return [
+            self.decisions(wildcards.dataset, sieve_name(tag)) for tag in self.sweep_tags(wildcards.dataset)
+        ]
+
+    def tradeoff_decisions(self, wildcards: Wildcards) -> list[str]:
+        """sieve_tradeoff's input: the decisions of each filter that decides on a continuous score."""
+        d = wildcards.dataset
+        return [self.decisions(d, name) for name in self.tradeoff_filters(d, wildcards)]
+
+    # ---- clean.<name>: a hard-negative dataset of the user's (docs/clean.md) --------------------------
+
+    def clean_spec(self, wildcards: Wildcards) -> dict[str, Any]:
+        """The entry, its defaults filled in; the path's extension must be its source's."""
+        spec = CleanSpec.model_validate(self.clean[wildcards.clean]).model_dump()
+        if not spec["source"].endswith("." + wildcards.ext):
+            raise ValueError(
+                f"clean {wildcards.clean!r}: its source {spec['source']!r} is not a .{wildcards.ext} file: "
+                f"ask for {cleaned(wildcards.clean, spec['source'].rsplit('.', 1)[1])}"
+            )
+        return spec
+
+    def clean_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """clean_negatives' input: the source, and its labels when the entry has them."""
+        spec = self.clean_spec(wildcards)
+        return {"source": spec["source"], **({"labels": spec["labels"]} if spec["labels"] else {})}
+
+    def clean_settings(self, wildcards: Wildcards) -> str:
+        """params function: the entry's flags, then every filter's settings from the top-level sieve."""
+        spec, c = self.clean_spec(wildcards), self.config["sieve"]
+        return " ".join(
+            [
+                to_flags(CleanSpec, spec, ("format", "filter", "model", "mode", "near_duplicate")),
+                to_flags(RankWindowSettings, c["rank_window"], prefix="rank_window"),
+                to_flags(PositiveAwareSettings, c["positive_aware"], prefix="positive_aware"),
+                to_flags(
+                    CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",), prefix="cross_encoder"
+                ),
+                to_flags(SieveSettings, c, SIEVE_DECISION_KEYS),
+                f"--seed {self.config['seed']}",
+            ]
+        )
+
+    def clean_labels(self, wildcards: Wildcards) -> str:
+        """params function: --labels of an entry that has them."""
+        labels = self.clean_spec(wildcards)["labels"]
+        return f"--labels {labels}" if labels else ""
