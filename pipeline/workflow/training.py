@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.core.config import load_config, validate_config
-from pipeline.core.methods import method_table
-from pipeline.core.recipes import dataset_configs
+from pipeline.core.methods import beta_tag, method_table, rcl_model
+from pipeline.core.recipes import dataset_configs, dataset_recipe
 from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
+from pipeline.workflow.paths import corpus, negatives, qrels, queries
+from pipeline.workflow.tables import Wildcards, WorkflowTables
 
 
 def retriever_settings(config: dict, **overrides: Any) -> dict[str, Any]:
@@ -67,6 +70,97 @@ def as_json(document: dict[str, Any]) -> str:
     """The document as the rule records and passes it: JSON with sorted keys, so equal settings give
     equal params (Snakemake reruns a job whose params change)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def settings_flag(document: dict[str, Any]) -> str:
+    """A job's settings document as train_dense reads it."""
+    return "--settings-json " + shlex.quote(as_json(document))
+
+
+class TrainingRules:
+    """The params and inputs of the training rules (workflow/rules/train.smk), from the lookups of
+    ``tables``; ``base_input(section, wildcards)``: content.smk's fingerprint of a local base folder."""
+
+    def __init__(self, tables: WorkflowTables, base_input: Callable[[str, Wildcards], dict]):
+        self.t, self.base_input = tables, base_input
+        # The β tag of each dataset's dpr_rcl (dpr.rcl.beta).
+        self.rcl_tags = {d: beta_tag(tables.cfg(d)["dpr"]["rcl"]["beta"]) for d in tables.datasets}
+        self.train_inputs = {
+            "queries": queries("{dataset}", "train"),
+            "qrels": qrels("{dataset}", "train"),
+            "corpus": corpus("{dataset}"),
+            "negatives": negatives("{dataset}", "bm25"),
+        }
+
+    def _seed(self, wildcards: Wildcards) -> int:
+        return int(wildcards["seed"] if "seed" in wildcards.keys() else self.t.config["seed"])
+
+    def settings(self, section: str, **fixed: Any) -> Callable[[Wildcards], str]:
+        """params function: the settings document of a `dpr` or `ccr` training job of the job's dataset
+        (train_job), recorded and passed whole. A CCR model of the β sweep trains at the β its folder's
+        tag stands for (the tag is a key of the config's β values, never parsed); a seeded model at its
+        path's seed."""
+
+        def settings(wildcards: Wildcards) -> str:
+            d = wildcards.dataset
+            beta = self.t.ccr_betas[d][wildcards.beta] if "beta" in wildcards.keys() else None
+            return settings_flag(
+                train_job(self.t.cfg(d), section, seed=self._seed(wildcards), beta=beta, **fixed)
+            )
+
+        return settings
+
+    def init_settings(self, wildcards: Wildcards) -> str:
+        """params function: the document of the zero-shot folder (the base model's settings)."""
+        return settings_flag(init_job(self.t.cfg(wildcards.dataset)))
+
+    def recipe_label(self, wildcards: Wildcards, output: Any) -> str:
+        """params function: --recipe <name>, written into the model folder (recipe.json). A label, not a
+        setting: the recipe's settings are the recorded params, so taking `output` keeps the name itself
+        unrecorded and a renamed recipe with the same settings retrains nothing."""
+        return f"--recipe {shlex.quote(dataset_recipe(self.t.config, wildcards.dataset))}"
+
+    def base(self, wildcards: Wildcards) -> str:
+        """params function: the base encoder of the job's dataset (model.base)."""
+        return shlex.quote(self.t.cfg(wildcards.dataset)["model"]["base"])
+
+    @staticmethod
+    def dpr_skipped(c: dict) -> bool:
+        """dpr.skip: dpr is the pretrained model, nothing trains."""
+        return bool(c["dpr"]["skip"])
+
+    def dpr_trains(self, c: dict, wildcards: Wildcards) -> bool:
+        """gpu_resources' `used`: train_dpr holds GPUs only when it trains."""
+        return not self.dpr_skipped(c)
+
+    def dpr_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """input function of train_dpr: the training tables (none under dpr.skip) and a local base."""
+        tables = {} if self.dpr_skipped(self.t.cfg(wildcards.dataset)) else self.train_inputs
+        return {**tables, **self.base_input("model", wildcards)}
+
+    def dpr_settings(self, wildcards: Wildcards) -> str:
+        """params function (of the wildcards only, so Snakemake records it): the pretrained model as it
+        is (dpr.skip) or DPR training."""
+        c = self.t.cfg(wildcards.dataset)
+        if self.dpr_skipped(c):
+            return f"--init-only --base {self.base(wildcards)} {settings_flag(init_job(c))}"
+        return f"--init {self.base(wildcards)} {self.settings('dpr')(wildcards)}"
+
+    @staticmethod
+    def dpr_files(wildcards: Wildcards, input: Any) -> str:
+        """params function: the training tables as flags (none when dpr.skip); tracked as inputs."""
+        keys = ("queries", "qrels", "negatives", "corpus")
+        return " ".join(f"--{key} {input[key]}" for key in keys if key in input.keys())
+
+    def rcl_settings(self, wildcards: Wildcards) -> str:
+        """params function of dpr_rcl: DPR's document with the regulariser's objective (dpr.rcl)."""
+        c, tag = self.t.cfg(wildcards.dataset), self.rcl_tags[wildcards.dataset]
+        if wildcards.rcl_beta != tag:
+            raise ValueError(
+                f"{rcl_model(wildcards.rcl_beta)} of dataset {wildcards.dataset!r}: its dpr.rcl.beta is "
+                f"{c['dpr']['rcl']['beta']} (folder {rcl_model(tag)}); set dpr.rcl.beta to build another"
+            )
+        return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), objective=c["dpr"]["rcl"]))
 
 
 def main(argv: list[str] | None = None) -> int:

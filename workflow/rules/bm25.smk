@@ -1,17 +1,12 @@
 # BM25 (bm25s): one index per dataset, evaluation runs, and mined hard negatives for training.
+from pipeline.workflow.retrieval import RetrievalRules
 
-
-def _bm25_setting(key):
-    """params function: bm25.<key> of the job's dataset, null spelled 'none'."""
-    def value(wildcards):
-        v = cfg(wildcards.dataset)["bm25"][key]
-        return "none" if v is None else v
-    return value
-
-
-def exclude_answer_match_flag(wildcards):
-    """params function: mining's --exclude-answer-match, from bm25 of the job's dataset."""
-    return "--exclude-answer-match" if cfg(wildcards.dataset)["bm25"]["exclude_answer_match"] else ""
+# The params and inputs of the retrieval rules, here and in encode.smk and mining.smk:
+# pipeline/workflow/retrieval.py.
+R = RetrievalRules(W)
+_bm25_setting, exclude_answer_match_flag = R.bm25_setting, R.exclude_answer_match_flag
+search_dense_inputs, _search_source = R.search_inputs, R.search_source
+mining_depth, mining_sources = R.mining_depth, R.mining_sources
 
 
 rule index_bm25:

@@ -99,28 +99,6 @@ rule build_index:
         " --no-progress --log {log}"
 
 
-def search_dense_inputs(wildcards):
-    model = RUNS[wildcards.dataset][wildcards.method].model
-    if "seed" in wildcards.keys():  # search_dense_seed: that seed's model
-        model = seeded_model(model, wildcards.seed)
-    d = wildcards.dataset
-    inputs = {
-        "model": retriever(d, model),
-        "queries": queries(d, wildcards.split),
-    }
-    if config["search"]["backend"] == "faiss":
-        inputs["index"] = index(d, model)
-    else:
-        inputs["embeddings"] = embeddings(d, model)
-    return inputs
-
-
-def _search_source(wildcards, input):
-    if "index" in input.keys():
-        return f"--backend faiss --index {os.path.dirname(input.index)}"
-    return f"--backend torch --embeddings {os.path.dirname(input.embeddings)}"
-
-
 rule search_dense:
     input:
         unpack(search_dense_inputs),

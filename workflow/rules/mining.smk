@@ -9,20 +9,6 @@
 # with bm25.parquet's schema, so `sieve.source: <method>` and DPR training read it like BM25's. A
 # seeded method mines with the top-level seed's model. docs/training.md "Dense negatives".
 
-def mining_depth(wildcards):
-    """search's --depth value: a floor of 1, then the flags that rank as deep as BM25 mining does (enough
-    left after a query's positives and answer matches go; the train qrels are read at run time).
-    One param, so search_dense's shell line (and the record of every evaluation search) stays as is."""
-    bm25 = cfg(wildcards.dataset)["bm25"]
-    flags = ["1", "--mining-negatives", str(bm25["negatives"]), "--mining-qrels", qrels(wildcards.dataset, "train")]
-    return " ".join(flags + (["--mining-exclude-answer-match"] if bm25["exclude_answer_match"] else []))
-
-
-def mining_sources():
-    """Dense runs that can mine: every one but the DPRs trained on mined negatives themselves."""
-    return [re.escape(r) for r in runs_of("dense", lambda m: m.miner is None)]
-
-
 use rule search_dense as search_for_mining with:
     input:
         unpack(search_dense_inputs),

@@ -1,43 +1,15 @@
 # Dense retrievers: the zero-shot base, DPR (NCE warm-up on BM25 negatives), CCR fine-tuning.
 # Each writes results/{dataset}/models/{model}/ (retriever.json last; train_log.jsonl, train_info.json);
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
-import shlex
+from pipeline.workflow.training import TrainingRules
 
-from pipeline.core.recipes import dataset_recipe
-from pipeline.workflow.training import as_json, init_job, train_job
-
-
-def settings_flag(document):
-    """The job's settings document (pipeline.core.settings.TrainJob) as train_dense reads it."""
-    return "--settings-json " + shlex.quote(as_json(document))
-
+# The params and inputs of the training rules: pipeline/workflow/training.py.
+T = TrainingRules(W, base_input)
+train_settings, recipe_label, _base = T.settings, T.recipe_label, T.base
 
 # The β tags of the CCR models the config asks for (ccr.beta and sieve.betas of every dataset).
 CCR_TAGS = _alternatives([re.escape(tag) for tag in sorted({t for d in DATASETS for t in CCR_BETAS[d]})])
-# The β tag of each dataset's dpr_rcl (dpr.rcl.beta).
-RCL_TAGS = {d: beta_tag(cfg(d)["dpr"]["rcl"]["beta"]) for d in DATASETS}
-
-
-def train_settings(section, **fixed):
-    """params function: the settings document of a `dpr` or `ccr` training job of the job's dataset
-    (pipeline.workflow.training.train_job), recorded and passed whole. A CCR model of the β sweep
-    trains at the β its folder's tag stands for (CCR_BETAS); a seeded model at its path's seed."""
-    def settings(wildcards):
-        beta = CCR_BETAS[wildcards.dataset][wildcards.beta] if "beta" in wildcards.keys() else None
-        seed = wildcards["seed"] if "seed" in wildcards.keys() else config["seed"]
-        return settings_flag(train_job(cfg(wildcards.dataset), section, seed=int(seed), beta=beta, **fixed))
-    return settings
-
-
-def recipe_label(wildcards, output):
-    """params function: --recipe <name>, written into the model folder (recipe.json). A label, not a
-    setting: the recipe's settings are the recorded params, so taking `output` keeps the name itself
-    unrecorded and a renamed recipe with the same settings retrains nothing."""
-    return f"--recipe {shlex.quote(dataset_recipe(config, wildcards.dataset))}"
-
-
-def _base(wildcards):
-    return shlex.quote(cfg(wildcards.dataset)["model"]["base"])
+RCL_TAGS = T.rcl_tags
 
 
 # One process on CPU or one GPU; torchrun DDP (one process per GPU) when more are reserved. The `--`
@@ -48,12 +20,7 @@ _LAUNCH = ('device=cpu; launch="python"; '
            'launch="torchrun --standalone --nproc_per_node={resources.gpus}"; fi; '
            '$launch -m pipeline.training.train_dense -- --device $device ')
 
-_TRAIN_INPUTS = dict(
-    queries=queries("{dataset}", "train"),
-    qrels=qrels("{dataset}", "train"),
-    corpus=corpus("{dataset}"),
-    negatives=negatives("{dataset}", "bm25"),
-)
+_TRAIN_INPUTS = T.train_inputs
 
 
 rule init_zeroshot:
@@ -63,7 +30,7 @@ rule init_zeroshot:
         retriever("{dataset}", "zeroshot"),
     params:
         base=_base,
-        settings=lambda wildcards: settings_flag(init_job(cfg(wildcards.dataset))),
+        settings=T.init_settings,
         recipe=recipe_label,
     conda:
         CPU_ENV
@@ -78,43 +45,19 @@ rule init_zeroshot:
         " --out $(dirname {output}) --log {log}"
 
 
-def _dpr_skipped(c):
-    return c["dpr"]["skip"]
-
-
-def _dpr_inputs(wildcards):
-    base = base_input("model", wildcards)  # a local base folder's content (content.smk)
-    return {**({} if _dpr_skipped(cfg(wildcards.dataset)) else _TRAIN_INPUTS), **base}
-
-
-def _dpr_settings(wildcards):
-    """params function (of the wildcards only, so Snakemake records it): the pretrained model as it
-    is (dpr.skip) or DPR training."""
-    c = cfg(wildcards.dataset)
-    if _dpr_skipped(c):
-        return f"--init-only --base {_base(wildcards)} {settings_flag(init_job(c))}"
-    return f"--init {_base(wildcards)} {train_settings('dpr')(wildcards)}"
-
-
-def _dpr_files(wildcards, input):
-    """The training tables as flags (none when dpr.skip); tracked as inputs."""
-    return " ".join(f"--{key} {input[key]}" for key in ("queries", "qrels", "negatives", "corpus")
-                    if key in input.keys())
-
-
 rule train_dpr:
     input:
-        unpack(_dpr_inputs),
+        unpack(T.dpr_inputs),
     output:
         retriever("{dataset}", "dpr"),
     params:
-        settings=_dpr_settings,
-        files=_dpr_files,
+        settings=T.dpr_settings,
+        files=T.dpr_files,
         recipe=recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
     resources:
-        **gpu_resources("dpr", used=lambda c, wildcards: not _dpr_skipped(c)),
+        **gpu_resources("dpr", used=T.dpr_trains),
     conda:
         job_env
     log:
@@ -185,16 +128,6 @@ rule train_dpr_filtered:
         " --out $(dirname {output}) --log {log}"
 
 
-def _rcl_settings(wildcards):
-    """DPR's flags plus the regulariser's (dpr.rcl): method dpr_rcl."""
-    c, tag = cfg(wildcards.dataset), RCL_TAGS[wildcards.dataset]
-    if wildcards.rcl_beta != tag:
-        raise ValueError(f"{rcl_model(wildcards.rcl_beta)} of dataset {wildcards.dataset!r}: its dpr.rcl.beta is "
-                         f"{c['dpr']['rcl']['beta']} (folder {rcl_model(tag)}); set dpr.rcl.beta to build another")
-    seed = wildcards["seed"] if "seed" in wildcards.keys() else config["seed"]
-    return settings_flag(train_job(c, "dpr", seed=int(seed), objective=c["dpr"]["rcl"]))
-
-
 rule train_dpr_rcl:
     # DPR exactly as train_dpr (same settings, seed, steps, BM25 negatives), its loss l(p+) − β·l_CCR:
     # the paper's Table 5 "DPR + CCR". Compare with dpr. See docs/training.md "Controls".
@@ -207,7 +140,7 @@ rule train_dpr_rcl:
         rcl_beta=_alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
     params:
         base=_base,
-        settings=_rcl_settings,
+        settings=T.rcl_settings,
         recipe=recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
