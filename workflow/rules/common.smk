@@ -51,11 +51,10 @@ sieve_source, sieve_tags, filter_files_name, check_sieve_tag = (W.sieve_source, 
 run_of, runs_of, training_seeds, ar2_seeds = W.run_of, W.runs_of, W.training_seeds, W.ar2_seeds
 seeded_runs, seed_free_methods, seeded_model, gpu_resources = (W.seeded_runs, W.seed_free_methods, W.seeded_model,
                                                                W.gpu_resources)
-_alternatives = alternatives
 
 
 wildcard_constraints:
-    dataset=_alternatives(list(DATASETS)),
+    dataset=alternatives(list(DATASETS)),
     split="train|dev|test",
     method="[A-Za-z0-9_.]+",
 

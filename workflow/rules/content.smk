@@ -73,7 +73,7 @@ rule fingerprint:
         path=lambda wildcards: FINGERPRINTED[fingerprint_path(wildcards.name)],
         sha256=lambda wildcards: content_digest(FINGERPRINTED[fingerprint_path(wildcards.name)]),
     wildcard_constraints:
-        name=_alternatives([re.escape(Path(f).stem) for f in sorted(FINGERPRINTED)]),
+        name=alternatives([re.escape(Path(f).stem) for f in sorted(FINGERPRINTED)]),
     conda:
         CPU_ENV
     log:

@@ -114,7 +114,7 @@ rule prepare_dataset:
         # DPR: the 21M numeric pids take ~0.5 GB; queries/qrels of MS MARCO train ~1 GB.
         mem_mb=lambda w: 16000 if DATASETS[w.dataset]["format"] in ("dpr", "msmarco") else 2000,
     wildcard_constraints:
-        dataset=_alternatives(DECLARED),
+        dataset=alternatives(DECLARED),
     shell:
         "python -m pipeline.data.prepare --dataset {wildcards.dataset} --format {params.format}"
         " {params.files} --split-spec {params.split} --empty-positives {params.empty_positives}"

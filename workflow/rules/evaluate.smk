@@ -138,7 +138,7 @@ rule dense_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method=_alternatives(E.seeded_methods()),
+        method=alternatives(E.seeded_methods()),
     params:
         seeds=" ".join(str(s) for s in training_seeds()),
     conda:

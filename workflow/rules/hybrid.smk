@@ -19,7 +19,7 @@ rule fuse_rrf:
     output:
         run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
-        method=_alternatives(E.hybrid_methods("rrf")),
+        method=alternatives(E.hybrid_methods("rrf")),
     params:
         settings=lambda wildcards: f"--k {cfg(wildcards.dataset)['hybrid']['rrf_k']} --depth {config['eval']['depth']}",
     resources:
@@ -39,7 +39,7 @@ use rule fuse_rrf as fuse_rrf_seed with:
     output:
         run("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method=_alternatives(E.hybrid_methods("rrf")),
+        method=alternatives(E.hybrid_methods("rrf")),
         seed=r"\d+",
     log:
         "logs/fuse_rrf/{dataset}.{method}.seed{seed}.{split}.log",
@@ -54,7 +54,7 @@ rule fuse_weighted:
         run=run("{dataset}", "{method}", "{split}"),
         choice=fusion_choice("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
-        method=_alternatives(E.hybrid_methods("wsum")),
+        method=alternatives(E.hybrid_methods("wsum")),
     params:
         settings=E.weighted_settings,
         io=weighted_io,
@@ -76,7 +76,7 @@ use rule fuse_weighted as fuse_weighted_seed with:
         run=run("{dataset}", "{method}", "{split}", seed="{seed}"),
         choice=fusion_choice("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method=_alternatives(E.hybrid_methods("wsum")),
+        method=alternatives(E.hybrid_methods("wsum")),
         seed=r"\d+",
     log:
         "logs/fuse_weighted/{dataset}.{method}.seed{seed}.{split}.log",

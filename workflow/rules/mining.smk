@@ -16,7 +16,7 @@ use rule search_dense as search_for_mining with:
     output:
         mining_run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
-        method=_alternatives(mining_sources()),
+        method=alternatives(mining_sources()),
         split="train",
     params:
         source=_search_source,
@@ -44,7 +44,7 @@ rule mine_dense_negatives:
     output:
         negatives("{dataset}", "{method}"),
     wildcard_constraints:
-        method=_alternatives(mining_sources()),
+        method=alternatives(mining_sources()),
     params:
         negatives=dataset_setting("bm25", "negatives"),
         exclude=exclude_answer_match_flag,
@@ -75,7 +75,7 @@ use rule train_dpr_filtered as train_dpr_mined with:
     output:
         retriever("{dataset}", "dpr_mined_{miner}"),
     wildcard_constraints:
-        miner=_alternatives(mining_sources()),
+        miner=alternatives(mining_sources()),
     log:
         "logs/train_dpr_mined/{dataset}.{miner}.log",
     benchmark:
@@ -92,7 +92,7 @@ use rule train_dpr_filtered_seed as train_dpr_mined_seed with:
     output:
         retriever("{dataset}", seeded_model("dpr_mined_{miner}", "{seed}")),
     wildcard_constraints:
-        miner=_alternatives(mining_sources()),
+        miner=alternatives(mining_sources()),
         seed=r"\d+",
     log:
         "logs/train_dpr_mined/{dataset}.{miner}.s{seed}.log",

@@ -39,6 +39,6 @@ rule generate_synthkb:
     resources:
         mem_mb=1000,  # bounded: one block of entities at a time (~300 MB at any size)
     wildcard_constraints:
-        dataset=_alternatives(SYNTHETIC),
+        dataset=alternatives(SYNTHETIC),
     shell:
         "python -m pipeline.synthkb.generate --out-dir {params.out_dir} --entities {params.entities} --seed {params.seed} {params.split} --positive {params.positive} --fn-share {params.fn_share} --fn-paraphrase {params.fn_paraphrase} --log {log}"

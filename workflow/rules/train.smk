@@ -8,7 +8,7 @@ T = TrainingRules(W, base_input)
 train_settings, recipe_label, _base = T.settings, T.recipe_label, T.base
 
 # The β tags of the CCR models the config asks for (ccr.beta and sieve.betas of every dataset).
-CCR_TAGS = _alternatives([re.escape(tag) for tag in sorted({t for d in DATASETS for t in CCR_BETAS[d]})])
+CCR_TAGS = alternatives([re.escape(tag) for tag in sorted({t for d in DATASETS for t in CCR_BETAS[d]})])
 RCL_TAGS = T.rcl_tags
 
 
@@ -137,7 +137,7 @@ rule train_dpr_rcl:
     output:
         retriever("{dataset}", rcl_model("{rcl_beta}")),
     wildcard_constraints:
-        rcl_beta=_alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
+        rcl_beta=alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
     params:
         base=_base,
         settings=T.rcl_settings,
@@ -202,7 +202,7 @@ use rule train_dpr_rcl as train_dpr_rcl_seed with:
     output:
         retriever("{dataset}", seeded_model(rcl_model("{rcl_beta}"), "{seed}")),
     wildcard_constraints:
-        rcl_beta=_alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
+        rcl_beta=alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
         seed=r"\d+",
     log:
         "logs/train_dpr_rcl/{dataset}.b{rcl_beta}.s{seed}.log",
