@@ -4,10 +4,13 @@ import os
 import sys
 import warnings
 
-# Jobs call `python -m pipeline...` (and torchrun): the interpreter that runs Snakemake comes first on
-# their PATH, so `.venv/bin/snakemake` works without activating the venv. A conda environment
-# (--software-deployment-method conda) is activated inside the job and still comes first.
-os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+# Jobs call `python -m pipeline...` (and torchrun). When the folder of the interpreter running Snakemake
+# is not on PATH (`.venv/bin/snakemake` without an activated venv) it goes first, so the jobs run in the
+# venv; a PATH that has it already is left as the user set it. A conda environment
+# (--software-deployment-method conda) is activated inside the job and comes first either way.
+_INTERPRETER_DIR = os.path.dirname(sys.executable)
+if _INTERPRETER_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([_INTERPRETER_DIR, os.environ.get("PATH", "")])
 
 # With a profile's default-resources, Snakemake adds its own `disk` (and `mem`) default,
 # max(2*input.size_mb, 1000): evaluated while the DAG is built inside Snakemake's event loop, input.size_mb
