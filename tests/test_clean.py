@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,6 +29,8 @@ from pipeline.sieve import clean
 from pipeline.sieve import passage_sieve as sv
 from pipeline.sieve.report import detection_report
 from tests.squad_data import squad36
+
+REPO = Path(__file__).resolve().parent.parent
 
 N_QUESTIONS = 36
 N_NEGATIVES = 5
@@ -479,3 +483,30 @@ def test_sieve_decisions_and_fn_recall_equal_the_projects_own_sieve(
     cli_report = json.loads((tmp_path / "cli.report.json").read_text())
     assert cli_report["detection"]["recall"] == pytest.approx(expected["recall"])
     assert (tmp_path / "cli.report.md").exists()
+
+
+# ---- in the DAG (rule clean_negatives) ---------------------------------------------------------------
+
+
+def test_the_workflow_cleans_a_declared_file_as_the_command_does(tmp_path):
+    # The rule is the command with the entry's settings: same cleaned file, its report beside it.
+    source = tmp_path / "mine.csv"
+    source.write_text(
+        "anchor,positive,negative\nq1,p one,n one\nq1,p one,p one\nq2,p two,n 2\n", encoding="utf-8"
+    )
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(f"clean: {{mine: {{source: {source}, filter: none}}}}\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--snakefile", str(REPO / "Snakefile")]
+        + ["--directory", str(tmp_path), "results/mine/clean/cleaned.csv", "--configfile", str(overlay)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    by_hand = tmp_path / "by_hand.csv"
+    _run(source, by_hand, filter="none")
+    workflow_out = tmp_path / "results" / "mine" / "clean" / "cleaned.csv"
+    assert workflow_out.read_bytes() == by_hand.read_bytes()
+    report = json.loads((workflow_out.parent / "cleaned.csv.report.json").read_text(encoding="utf-8"))
+    assert report["duplicates"]["exact"] == 1

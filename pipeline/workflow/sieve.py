@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
+    MODEL_FILTERS,
     SIEVE_DECISION_KEYS,
     CleanSpec,
     CrossEncoderFilterSettings,
@@ -268,6 +269,17 @@ class SieveRules:
                 f"--seed {self.config['seed']}",
             ]
         )
+
+    def clean_resources(self) -> dict[str, Any]:
+        """clean_negatives' resources: the top-level sieve section's memory, and its GPUs when the entry's
+        filter runs a model (a job holding none is told --device cpu and never opens CUDA)."""
+
+        def gpus(wildcards: Wildcards) -> int:
+            return (
+                self.config["sieve"]["gpus"] if self.clean_spec(wildcards)["filter"] in MODEL_FILTERS else 0
+            )
+
+        return {"mem_mb": self.config["sieve"]["mem_mb"], "gpus": gpus, "gpu": gpus}
 
     def clean_labels(self, wildcards: Wildcards) -> str:
         """params function: --labels of an entry that has them."""

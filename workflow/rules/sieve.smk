@@ -230,15 +230,17 @@ rule clean_negatives:
     params:
         settings=S.clean_settings,
         labels=S.clean_labels,
-    threads: 2
+        device=job_device,
+    threads: S.config["sieve"]["threads"]
     resources:
-        mem_mb=4000,
+        **S.clean_resources(),
     conda:
-        CPU_ENV
+        job_env
     log:
         "logs/clean_negatives/{clean}.{ext}.log",
     benchmark:
         "benchmarks/clean_negatives/{clean}.{ext}.tsv"
     shell:
         "python -m pipeline.sieve.clean --input {input.source} --out {output.cleaned} {params.settings}"
-        " {params.labels} --decisions {output.decisions} --report {output.report} --threads {threads} --log {log}"
+        " {params.labels} --decisions {output.decisions} --report {output.report} --device {params.device}"
+        " --threads {threads} --log {log}"
