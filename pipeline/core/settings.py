@@ -500,8 +500,12 @@ class TournamentSettings(Contract):
         "order: {label, oracle (null: tournament.oracle), metrics (null: tournament.metrics), skip}",
     )
     methods: Unique(MethodName) = Field([], description="the contenders (rows), in the table's order")
-    baseline: MethodName = Field("dpr_none", description="the same-pool control every contender is paired with")
-    oracle: MethodName = Field("dpr_oracle", description="the oracle whose gain over the baseline is the unit")
+    baseline: MethodName = Field(
+        "dpr_none", description="the same-pool control every contender is paired with"
+    )
+    oracle: MethodName = Field(
+        "dpr_oracle", description="the oracle whose gain over the baseline is the unit"
+    )
     start: MethodName = Field("zeroshot", description="the untrained model the contenders start from")
     metrics: Unique(Metric, 1) = Field(
         ["hit_all@1", "hit_all@5", "R@5"], description="the metrics reported; the first is the primary"

@@ -269,7 +269,9 @@ def tournament_markdown(result: dict) -> str:
     starts = "; ".join(
         f"{level['label']}: {level['start'][level['primary']]['mean']:.3f}" for level in result["levels"]
     )
-    seeds = "; ".join(f"{level['label']}: {', '.join(map(str, level['seeds']))}" for level in result["levels"])
+    seeds = "; ".join(
+        f"{level['label']}: {', '.join(map(str, level['seeds']))}" for level in result["levels"]
+    )
     lines += [
         "",
         f"Mean over seeds; in brackets the paired difference with {baseline} (the same candidate pool, "
@@ -294,8 +296,7 @@ def plot_tournament(result: dict, out: str) -> None:
     import numpy as np
 
     baseline, start = result["baseline"], result["start"]
-    methods = [m for m in result["methods"] if m != baseline]
-    levels = result["levels"]
+    methods, levels = result["methods"], result["levels"]
     panels = (("vs_baseline", f"− {baseline}"), ("vs_start", f"− {start} (the untrained start)"))
     fig, axes = plt.subplots(
         1, 2, figsize=(2.3 * len(levels) * 2 + 4.5, 0.62 * len(methods) + 2.2), squeeze=False
@@ -305,22 +306,29 @@ def plot_tournament(result: dict, out: str) -> None:
         for j, level in enumerate(levels):
             for i, m in enumerate(methods):
                 row = level["rows"][m]
-                if row["run"]:
+                if row["run"] and not (key == "vs_baseline" and m == baseline):
                     grid[i, j] = row["metrics"][level["primary"]][key]["mean"]
-        span = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
-        ax.imshow(grid, cmap="RdBu", vmin=-span or -1.0, vmax=span or 1.0, aspect="auto")
+        span = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 0.0
+        span = span or 1.0
+        ax.imshow(grid, cmap="RdBu", vmin=-span, vmax=span, aspect="auto")
         for j, level in enumerate(levels):
             for i, m in enumerate(methods):
                 row = level["rows"][m]
-                if not row["run"]:
-                    ax.text(j, i, "not run", ha="center", va="center", fontsize=7, color="grey")
+                if not row["run"] or (key == "vs_baseline" and m == baseline):
+                    word = "not run" if not row["run"] else "the baseline"
+                    ax.text(j, i, word, ha="center", va="center", fontsize=7, color="grey")
                     continue
                 cell = row["metrics"][level["primary"]]
                 text = _signed(cell[key]).replace(" [", "\n[")
-                if key == "vs_baseline" and m != level["oracle"]:
+                if m == level["oracle"]:
+                    text += "\n(the oracle)"
+                elif key == "vs_baseline":
                     share = cell["oracle_share"]["mean"]
                     text += "\n" + ("oracle gain n/a" if share is None else f"{share:.0%} of oracle")
-                ax.text(j, i, text, ha="center", va="center", fontsize=6.5)
+                dark = abs(grid[i, j]) > 0.6 * span  # white on the saturated ends of the colour map
+                ax.text(
+                    j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black"
+                )
         ax.set_xticks(range(len(levels)), [f"{lv['label']}\n{lv['primary']}" for lv in levels], fontsize=8)
         ax.set_yticks(range(len(methods)), methods, fontsize=8)
         ax.set_title(f"primary metric {title}: mean [{LEVEL:.0%} interval over seeds]", fontsize=9)
@@ -337,7 +345,9 @@ def metrics_files(settings: dict, given: Sequence[str]) -> dict[str, str]:
         if not (sep and name and path):
             raise DataError(f"expected DATASET=PATH, got {item!r}", field="--metrics")
         if name not in files:
-            raise DataError(f"{name!r} is not a dataset of tournament.levels {list(files)}", field="--metrics")
+            raise DataError(
+                f"{name!r} is not a dataset of tournament.levels {list(files)}", field="--metrics"
+            )
         files[name] = path
     return files
 
