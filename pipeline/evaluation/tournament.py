@@ -213,20 +213,21 @@ def build_tournament(settings: dict, metrics_files: Mapping[str, str]) -> dict:
 # ---- the table and the figure --------------------------------------------------------------------
 
 
-def _signed(d: dict) -> str:
+def _ranged(d: dict, spec: str, missing: str) -> str:
+    """mean [low, high] in format ``spec``; the mean alone without an interval; ``missing`` without a mean."""
     if d.get("mean") is None:
-        return "–"
+        return missing
     if d.get("ci_low") is None:
-        return f"{d['mean']:+.3f}"
-    return f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+        return format(d["mean"], spec)
+    return f"{d['mean']:{spec}} [{d['ci_low']:{spec}}, {d['ci_high']:{spec}}]"
+
+
+def _signed(d: dict) -> str:
+    return _ranged(d, "+.3f", "–")
 
 
 def _share(d: dict) -> str:
-    if d.get("mean") is None:
-        return "n/a (oracle gain not shown)"
-    if d.get("ci_low") is None:
-        return f"{d['mean']:.0%}"
-    return f"{d['mean']:.0%} [{d['ci_low']:.0%}, {d['ci_high']:.0%}]"
+    return _ranged(d, ".0%", "n/a (oracle gain not shown)")
 
 
 def _columns(result: dict) -> list[str]:
