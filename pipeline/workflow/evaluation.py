@@ -224,4 +224,4 @@ def tournament_settings(w: WorkflowTables) -> str:
         problems.append("tournament.levels and tournament.methods must not be empty")
     if problems:
         raise ValueError("tournament: " + "; ".join(problems))
-    return json.dumps(t, sort_keys=True)
+    return json.dumps(t)  # in the config's order: the levels are the table's columns
