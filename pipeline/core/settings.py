@@ -470,6 +470,48 @@ class SweepSettings(Contract):
     )
 
 
+class TournamentLevel(Contract):
+    """One column of the tournament: a declared dataset at one noise level, and what differs there."""
+
+    label: str = Field(description="the level as the table and figure name it (e.g. 30% p0.5)")
+    oracle: Optional[MethodName] = Field(
+        None,
+        description="the oracle on this dataset (null: tournament.oracle); SQuAD has no qrels_all, so "
+        "answer-match removal (dpr_answer_match) plays it there",
+    )
+    metrics: Optional[Unique(Metric, 1)] = Field(
+        None, description="the metrics reported here (null: tournament.metrics); the first is the primary"
+    )
+    skip: Unique(MethodName) = Field(
+        [],
+        description="contenders not run on this dataset (e.g. dpr_oracle where there is no qrels_all): "
+        "shown as not run, never silently",
+    )
+
+
+class TournamentSettings(Contract):
+    """The tournament (issue 41): every contender trained on the same candidate pool at every level,
+    paired with the pool's unfiltered control, the oracle and the untrained start
+    (results/sweeps/tournament.{json,md,png}; sweep.smk; config/overlays/tournament/)."""
+
+    levels: dict[Name, TournamentLevel] = Field(
+        {},
+        description="dataset of `datasets` (a synthkb dial level, SQuAD-36) -> its column, in the table's "
+        "order: {label, oracle (null: tournament.oracle), metrics (null: tournament.metrics), skip}",
+    )
+    methods: Unique(MethodName) = Field([], description="the contenders (rows), in the table's order")
+    baseline: MethodName = Field(
+        "dpr_none", description="the same-pool control every contender is paired with"
+    )
+    oracle: MethodName = Field(
+        "dpr_oracle", description="the oracle whose gain over the baseline is the unit"
+    )
+    start: MethodName = Field("zeroshot", description="the untrained model the contenders start from")
+    metrics: Unique(Metric, 1) = Field(
+        ["hit_all@1", "hit_all@5", "R@5"], description="the metrics reported; the first is the primary"
+    )
+
+
 class InjectionSettings(Contract):
     fraction: float = Field(
         0.0,
@@ -1083,6 +1125,7 @@ class Config(Contract):
     search: SearchSettings = SearchSettings()
     hybrid: HybridSettings = HybridSettings()
     sweep: SweepSettings = SweepSettings()
+    tournament: TournamentSettings = TournamentSettings()
     sieve: SieveSettings = SieveSettings()
     ar2: Ar2Settings = Ar2Settings()
 
@@ -1101,6 +1144,7 @@ SECTIONS: dict[str, type[Contract]] = {
         "search",
         "hybrid",
         "sweep",
+        "tournament",
         "sieve",
         "ar2",
     )

@@ -201,3 +201,27 @@ class EvaluationRules:
     def weighted_settings(self, wildcards: Wildcards) -> str:
         """params function: fuse_weighted's flags for the job's dataset."""
         return weighted_settings(self.config, self.w.cfg(wildcards.dataset)["hybrid"])
+
+
+def tournament_settings(w: WorkflowTables) -> str:
+    """The tournament rule's --settings (the config's tournament section as JSON), once every level is
+    a declared dataset whose `methods` build each contender it runs and the start (else the job would
+    fail after hours of training on a name it never asked for)."""
+    import json
+
+    t = w.config["tournament"]
+    problems = []
+    for d, level in t["levels"].items():
+        if d not in w.datasets:
+            problems.append(f"{d}: not a dataset of `datasets` ({closest(d, list(w.datasets))})")
+            continue
+        skip = level.get("skip") or []
+        wanted = [m for m in [*t["methods"], t["start"]] if m not in skip]
+        missing = [m for m in dict.fromkeys(wanted) if m not in w.cfg(d)["methods"]]
+        if missing:
+            problems.append(f"{d}: {', '.join(missing)} not in its methods (add them, or to its skip)")
+    if not t["levels"] or not t["methods"]:
+        problems.append("tournament.levels and tournament.methods must not be empty")
+    if problems:
+        raise ValueError("tournament: " + "; ".join(problems))
+    return json.dumps(t)  # in the config's order: the levels are the table's columns
