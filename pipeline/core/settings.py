@@ -178,6 +178,18 @@ class RclObjective(Objective):
     )
 
 
+class RelabelSettings(Contract):
+    """Methods dpr_relabel_<detector> (RLHN's relabelling): a detector's false negatives become extra
+    positives, trained with multi-positive NCE (docs/training.md "Relabel")."""
+
+    extra_positives: int = Field(
+        1,
+        ge=1,
+        description="slots per query for its relabelled positives, drawn per (seed, qid, epoch) beside its "
+        "positive and k hard negatives; a query with fewer leaves the rest empty (in no softmax)",
+    )
+
+
 class DprSettings(JobResources, TrainSettings):
     """DPR warm-up: NCE over the positive, k BM25 hard negatives and in-batch negatives -> models/dpr
     (docs/training.md)."""
@@ -187,6 +199,11 @@ class DprSettings(JobResources, TrainSettings):
         RclObjective(),
         description="method dpr_rcl (paper Table 5: DPR + CCR): the dpr settings, trained with "
         "l(p+) - beta*l_CCR instead of NCE; its folders carry beta (dpr_rcl_b<beta>)",
+    )
+    relabel: RelabelSettings = Field(
+        RelabelSettings(),
+        description="methods dpr_relabel_<detector>: the dpr settings on the detector's kept negatives, its "
+        "dropped candidates as extra positives (multi-positive NCE)",
     )
 
 
@@ -334,6 +351,17 @@ class TrainJob(Contract):
     retriever: dict[str, Any] = Field(
         {}, description="model settings (RETRIEVER_KEYS and shared_towers) over those of the start"
     )
+    relabel: Optional[dict[str, Any]] = Field(
+        None,
+        description="dpr.relabel's settings (RelabelSettings' keys): multi-positive NCE over the qrels' other "
+        "positives (dpr_relabel_<detector>); null = NCE over the first positive",
+    )
+
+    def relabel_settings(self) -> dict[str, Any] | None:
+        """dpr.relabel's settings, complete and validated, or None when the run does not relabel."""
+        if self.relabel is None:
+            return None
+        return _complete(RelabelSettings, tuple(RelabelSettings.model_fields), self.relabel, "relabel")
 
     def resolved(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(training settings, objective, retriever overrides), each complete and validated by its

@@ -261,6 +261,13 @@ def gist_exclude(guide_scores: torch.Tensor, positives: torch.Tensor) -> torch.T
     return guide_scores > own
 
 
+def own_groups(shape: tuple[int, int], group_size: int, first_query: int = 0, device=None) -> torch.Tensor:
+    """[Q, N] True on each row's own group of columns [(first_query+i)·g, (first_query+i+1)·g)."""
+    cols = torch.arange(shape[1], device=device).unsqueeze(0)
+    lo = ((torch.arange(shape[0], device=device) + first_query) * group_size).unsqueeze(1)
+    return (cols >= lo) & (cols < lo + group_size)
+
+
 def relabel_labels(
     column_ids: torch.Tensor,
     positive_sets: Sequence[Sequence[int]],
@@ -277,6 +284,7 @@ def relabel_labels(
     a passage is never pushed away from a query in the same step that pulls it toward it.
     """
     n_rows, n_cols = len(positive_sets), int(column_ids.shape[0])
+    own = own_groups((n_rows, n_cols), group_size, first_query, column_ids.device)
     positive = torch.zeros((n_rows, n_cols), dtype=torch.bool, device=column_ids.device)
     exclude = torch.zeros_like(positive)
     empty = column_ids < 0
@@ -284,21 +292,15 @@ def relabel_labels(
         mine = torch.isin(
             column_ids, torch.as_tensor(list(ids), dtype=column_ids.dtype, device=column_ids.device)
         )
-        lo = (first_query + i) * group_size
-        own = torch.zeros(n_cols, dtype=torch.bool, device=column_ids.device)
-        own[lo : lo + group_size] = True
-        positive[i] = mine & own & ~empty
-        exclude[i] = (mine & ~own) | empty
+        positive[i] = mine & own[i] & ~empty
+        exclude[i] = (mine & ~own[i]) | empty
     return ColumnLabels(positive, exclude)
 
 
 def restrict_to_groups(labels: ColumnLabels, group_size: int, first_query: int = 0) -> ColumnLabels:
     """Without in-batch negatives P is the query's own group: every other column is excluded."""
-    n_rows, n_cols = labels.positive.shape
-    cols = torch.arange(n_cols, device=labels.positive.device).unsqueeze(0)
-    lo = ((torch.arange(n_rows, device=cols.device) + first_query) * group_size).unsqueeze(1)
-    outside = (cols < lo) | (cols >= lo + group_size)
-    return ColumnLabels(labels.positive, labels.exclude | outside)
+    own = own_groups(tuple(labels.positive.shape), group_size, first_query, labels.positive.device)
+    return ColumnLabels(labels.positive, labels.exclude | ~own)
 
 
 @dataclass(frozen=True)
