@@ -520,6 +520,43 @@ class PositiveAwareSettings(Contract):
     margin: float = Field(0.95, description="the mode's margin")
 
 
+class AbsoluteMarginSettings(Contract):
+    """sentence-transformers' ``absolute_margin`` (NV-Retriever's TopK-MarginPos): the positive_aware rule
+    in its difference mode, a filter of its own so that the comparison holds it beside the relative one."""
+
+    margin: float = Field(
+        0.05,
+        ge=0,
+        description="drop a candidate scoring above s+ − margin (retriever cosine); 0.05: NV-Retriever's variant",
+    )
+
+
+class PositiveAwareDevSettings(Contract):
+    """positive_aware's relative rule (drop s_neg > margin × s+) at the margin of a grid that best separates
+    the dev queries' candidates: truth = qrels_all (synthkb), else answer match (docs/sieve.md)."""
+
+    grid_min: float = Field(0.8, gt=0, description="smallest margin of the grid")
+    grid_max: float = Field(1.0, gt=0, description="largest margin of the grid (1: drop only above s+)")
+    grid_step: float = Field(0.01, gt=0, description="spacing of the grid's margins")
+    criterion: Literal["youden", "f1"] = Field(
+        "youden",
+        description="what the margin maximises over the dev candidates: youden (false-negative recall − "
+        "true negatives dropped share) or f1 (of the dropped set as false-negative detection); ties: the "
+        "largest margin (the fewest drops)",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "PositiveAwareDevSettings":
+        if self.grid_max < self.grid_min:
+            raise ValueError(f"grid_max {self.grid_max} is below grid_min {self.grid_min}")
+        return self
+
+    def grid(self) -> list[float]:
+        """The margins: grid_min, grid_min + step, ... up to grid_max (rounded to 10 decimals)."""
+        n = int((self.grid_max - self.grid_min) / self.grid_step + 1e-9)
+        return [round(self.grid_min + i * self.grid_step, 10) for i in range(n + 1)]
+
+
 class CrossEncoderFilterSettings(Contract):
     threshold: float = Field(
         0.1,
@@ -547,12 +584,21 @@ FILTER_NAMES = (
     "oracle",
     "rank_window",
     "positive_aware",
+    "absolute_margin",
+    "positive_aware_dev",
     "cross_encoder",
     "sieve",
     "sieve_no_ccr",
 )
 # The filters that run a model (a retriever or the cross-encoder): their jobs take sieve.gpus.
-MODEL_FILTERS = ("positive_aware", "cross_encoder", "sieve", "sieve_no_ccr")
+MODEL_FILTERS = (
+    "positive_aware",
+    "absolute_margin",
+    "positive_aware_dev",
+    "cross_encoder",
+    "sieve",
+    "sieve_no_ccr",
+)
 
 
 class SieveSettings(Contract):
@@ -608,6 +654,8 @@ class SieveSettings(Contract):
     )
     rank_window: RankWindowSettings = RankWindowSettings()
     positive_aware: PositiveAwareSettings = PositiveAwareSettings()
+    absolute_margin: AbsoluteMarginSettings = AbsoluteMarginSettings()
+    positive_aware_dev: PositiveAwareDevSettings = PositiveAwareDevSettings()
     cross_encoder: CrossEncoderFilterSettings = CrossEncoderFilterSettings()
     threads: int = Field(
         2,
