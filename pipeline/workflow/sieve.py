@@ -16,10 +16,12 @@ from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
     SIEVE_DECISION_KEYS,
+    AbsoluteMarginSettings,
     CleanSpec,
     CrossEncoderFilterSettings,
     EvalSettings,
     InjectionSettings,
+    PositiveAwareDevSettings,
     PositiveAwareSettings,
     RankWindowSettings,
     SieveSettings,
@@ -29,6 +31,7 @@ from pipeline.workflow.paths import (
     candidates,
     cleaned,
     corpus,
+    dev_candidates,
     filter_decisions,
     filter_report,
     negatives,
@@ -37,14 +40,19 @@ from pipeline.workflow.paths import (
     queries,
     ranker,
     retriever,
+    run,
     sieve_losses,
 )
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 
 
 def filter_model_arg(wildcards: Wildcards, input: Any) -> str:
-    """params function: the filter's model folder, for the filters that run one (_filter_inputs)."""
-    return f"--model {os.path.dirname(input.model)}" if "model" in input.keys() else ""
+    """params function: the filter's model folder, for the filters that run one (_filter_inputs), and
+    positive_aware_dev's dev candidates and queries."""
+    args = [f"--model {os.path.dirname(input.model)}"] if "model" in input.keys() else []
+    if "dev_candidates" in input.keys():
+        args.append(f"--dev-candidates {input.dev_candidates} --dev-queries {input.dev_queries}")
+    return " ".join(args)
 
 
 def pairs_arg(names: list[str], paths: Any) -> str:
@@ -141,12 +149,37 @@ class SieveRules:
             inputs["qrels_all"] = qrels_all(d, "train")
         return inputs
 
-    def candidate_settings(self, wildcards: Wildcards) -> str:
+    def dev_candidate_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """sieve_dev_candidates' input: the source method's dev run and the dev split (+ qrels_all)."""
+        d = wildcards.dataset
+        self.w.check_sieve_tag(wildcards)
+        source = self.sieve_config(d)["source"]
+        if source not in self.w.methods[d]:
+            raise ValueError(
+                f"filter positive_aware_dev of dataset {d!r} picks its margin on the dev queries' candidates, "
+                f"drawn from the dev run of sieve.source; {source!r} is a negatives file, not a method with runs"
+            )
+        inputs = {
+            "negatives": run(d, self.w.sieve_source(d), "dev"),
+            "qrels": qrels(d, "dev"),
+            "queries": queries(d, "dev"),
+            "corpus": corpus(d),
+        }
+        if d in self.w.synthetic:
+            inputs["qrels_all"] = qrels_all(d, "dev")
+        return inputs
+
+    def dev_candidate_settings(self, wildcards: Wildcards) -> str:
+        """params function: sieve_dev_candidates' flags: the train candidates' without the injection
+        (a simulation of the train data: the dev truth is qrels_all or answer match)."""
+        return self.candidate_settings(wildcards, injection=False)
+
+    def candidate_settings(self, wildcards: Wildcards, injection: bool = True) -> str:
         """params function: sieve_candidates' flags."""
         c = self.sieve_config(wildcards.dataset)
         args = [
             to_flags(SieveSettings, c, ("candidates", "pool", "max_queries")),
-            to_flags(InjectionSettings, c["injection"], prefix="injection"),
+            to_flags(InjectionSettings, c["injection"] if injection else {}, prefix="injection"),
             to_flags(EvalSettings, self.config["eval"], ("match",)),
             f"--seed {self.config['seed']}",
         ]
@@ -190,8 +223,11 @@ class SieveRules:
             "corpus": corpus(d),
             "queries": queries(d, "train"),
         }
-        if name in ("positive_aware", "sieve_no_ccr"):
+        if name in ("positive_aware", "absolute_margin", "positive_aware_dev", "sieve_no_ccr"):
             inputs["model"] = retriever(d, "dpr")
+        if name == "positive_aware_dev":
+            inputs["dev_candidates"] = dev_candidates(d, self.w.sieve_tags(d))
+            inputs["dev_queries"] = queries(d, "dev")
         elif name == "cross_encoder":
             inputs["model"] = ranker(d, "cross_encoder")
         return inputs
@@ -204,6 +240,12 @@ class SieveRules:
             args.append(to_flags(RankWindowSettings, c["rank_window"]))
         elif name == "positive_aware":
             args.append(to_flags(PositiveAwareSettings, c["positive_aware"]))
+        elif name == "absolute_margin":
+            args.append(to_flags(AbsoluteMarginSettings, c["absolute_margin"], prefix="absolute_margin"))
+        elif name == "positive_aware_dev":
+            args.append(
+                to_flags(PositiveAwareDevSettings, c["positive_aware_dev"], prefix="positive_aware_dev")
+            )
         elif name == "cross_encoder":
             args.append(to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",)))
         elif name == "sieve_no_ccr":
