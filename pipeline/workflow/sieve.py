@@ -139,14 +139,18 @@ class SieveRules:
         """sieve_candidates' input: the source's negatives and the train split (+ qrels_all, synthetic)."""
         d = wildcards.dataset
         self.w.check_sieve_tag(wildcards)
+        return self._split_inputs(d, "train", negatives(d, self.w.sieve_source(d)))
+
+    def _split_inputs(self, d: str, split: str, source: str) -> dict[str, str]:
+        """The candidates stage's inputs for ``split``: ``source`` ranked passages, the split's tables."""
         inputs = {
-            "negatives": negatives(d, self.w.sieve_source(d)),
-            "qrels": qrels(d, "train"),
-            "queries": queries(d, "train"),
+            "negatives": source,
+            "qrels": qrels(d, split),
+            "queries": queries(d, split),
             "corpus": corpus(d),
         }
         if d in self.w.synthetic:
-            inputs["qrels_all"] = qrels_all(d, "train")
+            inputs["qrels_all"] = qrels_all(d, split)
         return inputs
 
     def dev_candidate_inputs(self, wildcards: Wildcards) -> dict[str, str]:
@@ -159,15 +163,7 @@ class SieveRules:
                 f"filter positive_aware_dev of dataset {d!r} picks its margin on the dev queries' candidates, "
                 f"drawn from the dev run of sieve.source; {source!r} is a negatives file, not a method with runs"
             )
-        inputs = {
-            "negatives": run(d, self.w.sieve_source(d), "dev"),
-            "qrels": qrels(d, "dev"),
-            "queries": queries(d, "dev"),
-            "corpus": corpus(d),
-        }
-        if d in self.w.synthetic:
-            inputs["qrels_all"] = qrels_all(d, "dev")
-        return inputs
+        return self._split_inputs(d, "dev", run(d, self.w.sieve_source(d), "dev"))
 
     def dev_candidate_settings(self, wildcards: Wildcards) -> str:
         """params function: sieve_dev_candidates' flags: the train candidates' without the injection

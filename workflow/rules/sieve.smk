@@ -56,7 +56,7 @@ rule sieve_dev_candidates:
         dev_candidates("{dataset}", "{stag}"),
     params:
         settings=S.dev_candidate_settings,
-        qrels_all=lambda wildcards, input: f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else "",
+        qrels_all=qrels_all_arg,
     conda:
         CPU_ENV
     log:
