@@ -397,3 +397,81 @@ def test_per_query_separation_by_hand_and_free_of_tau():
         sieve_report.auc_greater(loss[~is_fn], loss[is_fn])
     )
     assert sieve_report.per_query_auc(qids[:1], loss[:1], is_fn[:1], ~is_fn[:1]) == (None, 0)
+
+
+# ---- absolute_margin and positive_aware_dev (issue 41) ---------------------------------------------
+
+
+def test_pick_margin_by_hand():
+    # Statistic s_neg/s_pos of six dev candidates, two of them false negatives (0.96, 0.97).
+    stat = np.array([0.5, 0.6, 0.7, 0.96, 0.97, 0.99])
+    truth = np.array([False, False, False, True, True, False])
+    choice = filters.pick_margin(stat, truth, [0.55, 0.65, 0.95, 0.955, 0.98], "youden")
+    by_margin = {r["margin"]: r for r in choice["grid"]}
+    # 0.55 drops 0.6..0.99: recall 1, 3 of 4 TN dropped -> J 0.25, F1 4/7; 0.65: J 0.5, F1 4/6;
+    # 0.95 and 0.955 drop 0.96, 0.97, 0.99: J 0.75, F1 0.8 (a tie: the larger margin wins); 0.98: J -0.25.
+    assert by_margin[0.55]["youden"] == pytest.approx(0.25) and by_margin[0.55]["f1"] == pytest.approx(4 / 7)
+    assert by_margin[0.65]["youden"] == pytest.approx(0.5) and by_margin[0.65]["f1"] == pytest.approx(4 / 6)
+    assert by_margin[0.95]["youden"] == pytest.approx(0.75) and by_margin[0.95]["f1"] == pytest.approx(0.8)
+    assert by_margin[0.98]["youden"] == pytest.approx(-0.25) and by_margin[0.98]["f1"] == 0.0
+    assert choice["margin"] == 0.955 and (choice["n_fn"], choice["n_tn"]) == (2, 4)
+    # F1 and Youden disagree when dropping one more true negative buys recall: 0.65 has the better J.
+    stat2 = np.array([0.7, 0.8, 0.9, 0.95])
+    truth2 = np.array([False, True, False, True])
+    # 0.75: drop 0.8, 0.9, 0.95: recall 1, TN dropped 1/2 -> J 0.5, F1 4/5; 0.92: drop 0.95 -> J 0.5, F1 2/3.
+    assert filters.pick_margin(stat2, truth2, [0.75, 0.92], "f1")["margin"] == 0.75
+    assert filters.pick_margin(stat2, truth2, [0.75, 0.92], "youden")["margin"] == 0.92  # tie: larger
+    with pytest.raises(ValueError, match="cannot be chosen"):
+        filters.pick_margin(stat, np.zeros(6, bool), [0.9], "f1")
+
+
+def test_dev_grid_and_truth():
+    from pipeline.core.settings import PositiveAwareDevSettings
+
+    assert PositiveAwareDevSettings(grid_min=0.9, grid_max=1.0, grid_step=0.05).grid() == [0.9, 0.95, 1.0]
+    assert len(PositiveAwareDevSettings().grid()) == 21
+    with pytest.raises(ValueError, match="below grid_min"):
+        PositiveAwareDevSettings(grid_min=0.9, grid_max=0.8)
+    exact = pd.DataFrame(
+        {"qid": ["q"] * 2, "pid": ["a", "b"], "fn_label_source": ["qrels_all"] * 2,
+         "is_false_negative": [True, False], "has_answer": [False, False]}
+    )  # fmt: skip
+    assert filters.dev_truth(exact, "dev.parquet")[0].tolist() == [True, False]
+    squad = exact.assign(fn_label_source=[None, "suspected"], is_false_negative=[None, None])
+    truth, name = filters.dev_truth(squad, "dev.parquet")
+    assert truth.tolist() == [False, False] and name.startswith("answer match")
+    with pytest.raises(DataError, match="qid q, pid b"):
+        filters.dev_truth(squad.assign(has_answer=[False, None]), "dev.parquet")
+
+
+def test_absolute_margin_and_positive_aware_dev_filters(toy, tmp_path):
+    _, sv_ = run_filter(toy, "sieve_no_ccr", model=toy["model"])
+    s_neg, s_pos = sv_["similarity"].to_numpy(), sv_["positive_similarity"].to_numpy()
+    _, am = run_filter(toy, "absolute_margin", "--absolute-margin-margin", "0.05", model=toy["model"])
+    assert am["kept"].tolist() == (~(s_neg > s_pos - 0.05)).tolist()
+    np.testing.assert_allclose(am["score"].to_numpy(), s_neg - s_pos, rtol=1e-12)
+    # The toy's own candidates serve as the dev candidates: the margin is then the one that best
+    # separates them by hand, and the train decisions are the relative rule at it.
+    grid = ["--positive-aware-dev-grid-min", "0.5", "--positive-aware-dev-grid-max", "1.0"]
+    dev = ["--dev-candidates", str(toy["candidates"]), "--dev-queries", str(toy["queries"])]
+    out, pad = run_filter(toy, "positive_aware_dev", *grid, "--positive-aware-dev-grid-step", "0.05", *dev,
+                          model=toy["model"])  # fmt: skip
+    cands = pd.read_parquet(toy["candidates"])
+    expected = filters.pick_margin(
+        s_neg / s_pos,
+        cands["is_false_negative"].astype(bool).to_numpy(),
+        [0.5 + 0.05 * i for i in range(11)],
+        "youden",
+    )
+    choice = sieve_report.dev_margin(out)["dev_margin"]
+    assert choice["margin"] == pytest.approx(expected["margin"]) and choice["criterion"] == "youden"
+    assert choice["truth"].startswith("exact") and len(choice["grid"]) == 11
+    assert pad["kept"].tolist() == (~(s_neg > choice["margin"] * s_pos)).tolist()
+    rep = tmp_path / "pad.json"
+    sieve_report.main(
+        ["report", "--decisions", str(out), "--candidates", str(toy["candidates"]), "--dataset", "toy",
+         "--filter", "positive_aware_dev", "--out", str(rep)]
+    )  # fmt: skip
+    assert json.loads(rep.read_text())["dev_margin"]["margin"] == choice["margin"]
+    with pytest.raises(DataError, match="--dev-candidates"):
+        run_filter(toy, "positive_aware_dev", model=toy["model"])

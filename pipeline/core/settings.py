@@ -178,6 +178,18 @@ class RclObjective(Objective):
     )
 
 
+class RelabelSettings(Contract):
+    """Methods dpr_relabel_<detector> (RLHN's relabelling): a detector's false negatives become extra
+    positives, trained with multi-positive NCE (docs/training.md "Relabel")."""
+
+    extra_positives: int = Field(
+        1,
+        ge=1,
+        description="slots per query for its relabelled positives, drawn per (seed, qid, epoch) beside its "
+        "positive and k hard negatives; a query with fewer leaves the rest empty (in no softmax)",
+    )
+
+
 class DprSettings(JobResources, TrainSettings):
     """DPR warm-up: NCE over the positive, k BM25 hard negatives and in-batch negatives -> models/dpr
     (docs/training.md)."""
@@ -187,6 +199,11 @@ class DprSettings(JobResources, TrainSettings):
         RclObjective(),
         description="method dpr_rcl (paper Table 5: DPR + CCR): the dpr settings, trained with "
         "l(p+) - beta*l_CCR instead of NCE; its folders carry beta (dpr_rcl_b<beta>)",
+    )
+    relabel: RelabelSettings = Field(
+        RelabelSettings(),
+        description="methods dpr_relabel_<detector>: the dpr settings on the detector's kept negatives, its "
+        "dropped candidates as extra positives (multi-positive NCE)",
     )
 
 
@@ -334,6 +351,17 @@ class TrainJob(Contract):
     retriever: dict[str, Any] = Field(
         {}, description="model settings (RETRIEVER_KEYS and shared_towers) over those of the start"
     )
+    relabel: Optional[dict[str, Any]] = Field(
+        None,
+        description="dpr.relabel's settings (RelabelSettings' keys): multi-positive NCE over the qrels' other "
+        "positives (dpr_relabel_<detector>); null = NCE over the first positive",
+    )
+
+    def relabel_settings(self) -> dict[str, Any] | None:
+        """dpr.relabel's settings, complete and validated, or None when the run does not relabel."""
+        if self.relabel is None:
+            return None
+        return _complete(RelabelSettings, tuple(RelabelSettings.model_fields), self.relabel, "relabel")
 
     def resolved(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(training settings, objective, retriever overrides), each complete and validated by its
@@ -534,6 +562,43 @@ class PositiveAwareSettings(Contract):
     margin: float = Field(0.95, description="the mode's margin")
 
 
+class AbsoluteMarginSettings(Contract):
+    """sentence-transformers' ``absolute_margin`` (NV-Retriever's TopK-MarginPos): the positive_aware rule
+    in its difference mode, a filter of its own so that the comparison holds it beside the relative one."""
+
+    margin: float = Field(
+        0.05,
+        ge=0,
+        description="drop a candidate scoring above s+ − margin (retriever cosine); 0.05: NV-Retriever's variant",
+    )
+
+
+class PositiveAwareDevSettings(Contract):
+    """positive_aware's relative rule (drop s_neg > margin × s+) at the margin of a grid that best separates
+    the dev queries' candidates: truth = qrels_all (synthkb), else answer match (docs/sieve.md)."""
+
+    grid_min: float = Field(0.8, gt=0, description="smallest margin of the grid")
+    grid_max: float = Field(1.0, gt=0, description="largest margin of the grid (1: drop only above s+)")
+    grid_step: float = Field(0.01, gt=0, description="spacing of the grid's margins")
+    criterion: Literal["youden", "f1"] = Field(
+        "youden",
+        description="what the margin maximises over the dev candidates: youden (false-negative recall − "
+        "true negatives dropped share) or f1 (of the dropped set as false-negative detection); ties: the "
+        "largest margin (the fewest drops)",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "PositiveAwareDevSettings":
+        if self.grid_max < self.grid_min:
+            raise ValueError(f"grid_max {self.grid_max} is below grid_min {self.grid_min}")
+        return self
+
+    def grid(self) -> list[float]:
+        """The margins: grid_min, grid_min + step, ... up to grid_max (rounded to 10 decimals)."""
+        n = int((self.grid_max - self.grid_min) / self.grid_step + 1e-9)
+        return [round(self.grid_min + i * self.grid_step, 10) for i in range(n + 1)]
+
+
 class CrossEncoderFilterSettings(Contract):
     threshold: float = Field(
         0.1,
@@ -561,12 +626,14 @@ FILTER_NAMES = (
     "oracle",
     "rank_window",
     "positive_aware",
+    "absolute_margin",
+    "positive_aware_dev",
     "cross_encoder",
     "sieve",
     "sieve_no_ccr",
 )
 # The filters that run a model (a retriever or the cross-encoder): their jobs take sieve.gpus.
-MODEL_FILTERS = ("positive_aware", "cross_encoder", "sieve", "sieve_no_ccr")
+MODEL_FILTERS = tuple(n for n in FILTER_NAMES if n not in ("none", "answer_match", "oracle", "rank_window"))
 
 
 class SieveSettings(Contract):
@@ -622,6 +689,8 @@ class SieveSettings(Contract):
     )
     rank_window: RankWindowSettings = RankWindowSettings()
     positive_aware: PositiveAwareSettings = PositiveAwareSettings()
+    absolute_margin: AbsoluteMarginSettings = AbsoluteMarginSettings()
+    positive_aware_dev: PositiveAwareDevSettings = PositiveAwareDevSettings()
     cross_encoder: CrossEncoderFilterSettings = CrossEncoderFilterSettings()
     threads: int = Field(
         2,

@@ -32,6 +32,7 @@ __all__ = [
     "negatives",
     "mining_run",
     "train_negatives",
+    "relabel_qrels",
     "model_dir",
     "retriever",
     "ranker",
@@ -42,6 +43,7 @@ __all__ = [
     "index",
     "sieve_dir",
     "candidates",
+    "dev_candidates",
     "filter_decisions",
     "filter_report",
     "sieve_losses",
@@ -170,6 +172,11 @@ def train_negatives(d: str, source: str) -> str:
     return f"results/{d}/negatives/{source}.train.parquet"
 
 
+def relabel_qrels(d: str, source: str) -> str:
+    """The train qrels with the candidates a detector dropped as extra positives (dpr_relabel_<detector>)."""
+    return f"results/{d}/negatives/{source}.relabel.qrels.parquet"
+
+
 def model_dir(d: str, name: str) -> str:
     return f"results/{d}/models/{name}"
 
@@ -212,6 +219,12 @@ def candidates(d: str, tag: str) -> str:
     """The candidates every filter judges, with their false-negative labels. ``tag``: the sieve
     settings they were drawn with (pipeline.core.methods.sieve_tag; '' at the defaults)."""
     return f"{sieve_dir(d)}/candidates{tag}.parquet"
+
+
+def dev_candidates(d: str, tag: str) -> str:
+    """The dev queries' candidates, drawn as the train ones from the source's dev run: where
+    positive_aware_dev picks its margin."""
+    return f"{sieve_dir(d)}/candidates{tag}.dev.parquet"
 
 
 # A filter's files are named by its negatives' name: the filter plus its sieve tag (filter_negatives).

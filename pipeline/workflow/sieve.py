@@ -17,10 +17,12 @@ from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
     MODEL_FILTERS,
     SIEVE_DECISION_KEYS,
+    AbsoluteMarginSettings,
     CleanSpec,
     CrossEncoderFilterSettings,
     EvalSettings,
     InjectionSettings,
+    PositiveAwareDevSettings,
     PositiveAwareSettings,
     RankWindowSettings,
     SieveSettings,
@@ -30,6 +32,7 @@ from pipeline.workflow.paths import (
     candidates,
     cleaned,
     corpus,
+    dev_candidates,
     filter_decisions,
     filter_report,
     negatives,
@@ -38,14 +41,19 @@ from pipeline.workflow.paths import (
     queries,
     ranker,
     retriever,
+    run,
     sieve_losses,
 )
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 
 
 def filter_model_arg(wildcards: Wildcards, input: Any) -> str:
-    """params function: the filter's model folder, for the filters that run one (_filter_inputs)."""
-    return f"--model {os.path.dirname(input.model)}" if "model" in input.keys() else ""
+    """params function: the filter's model folder, for the filters that run one (_filter_inputs), and
+    positive_aware_dev's dev candidates and queries."""
+    args = [f"--model {os.path.dirname(input.model)}"] if "model" in input.keys() else []
+    if "dev_candidates" in input.keys():
+        args.append(f"--dev-candidates {input.dev_candidates} --dev-queries {input.dev_queries}")
+    return " ".join(args)
 
 
 def pairs_arg(names: list[str], paths: Any) -> str:
@@ -132,22 +140,43 @@ class SieveRules:
         """sieve_candidates' input: the source's negatives and the train split (+ qrels_all, synthetic)."""
         d = wildcards.dataset
         self.w.check_sieve_tag(wildcards)
+        return self._split_inputs(d, "train", negatives(d, self.w.sieve_source(d)))
+
+    def _split_inputs(self, d: str, split: str, source: str) -> dict[str, str]:
+        """The candidates stage's inputs for ``split``: ``source`` ranked passages, the split's tables."""
         inputs = {
-            "negatives": negatives(d, self.w.sieve_source(d)),
-            "qrels": qrels(d, "train"),
-            "queries": queries(d, "train"),
+            "negatives": source,
+            "qrels": qrels(d, split),
+            "queries": queries(d, split),
             "corpus": corpus(d),
         }
         if d in self.w.synthetic:
-            inputs["qrels_all"] = qrels_all(d, "train")
+            inputs["qrels_all"] = qrels_all(d, split)
         return inputs
 
-    def candidate_settings(self, wildcards: Wildcards) -> str:
+    def dev_candidate_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """sieve_dev_candidates' input: the source method's dev run and the dev split (+ qrels_all)."""
+        d = wildcards.dataset
+        self.w.check_sieve_tag(wildcards)
+        source = self.sieve_config(d)["source"]
+        if source not in self.w.methods[d]:
+            raise ValueError(
+                f"filter positive_aware_dev of dataset {d!r} picks its margin on the dev queries' candidates, "
+                f"drawn from the dev run of sieve.source; {source!r} is a negatives file, not a method with runs"
+            )
+        return self._split_inputs(d, "dev", run(d, self.w.sieve_source(d), "dev"))
+
+    def dev_candidate_settings(self, wildcards: Wildcards) -> str:
+        """params function: sieve_dev_candidates' flags: the train candidates' without the injection
+        (a simulation of the train data: the dev truth is qrels_all or answer match)."""
+        return self.candidate_settings(wildcards, injection=False)
+
+    def candidate_settings(self, wildcards: Wildcards, injection: bool = True) -> str:
         """params function: sieve_candidates' flags."""
         c = self.sieve_config(wildcards.dataset)
         args = [
             to_flags(SieveSettings, c, ("candidates", "pool", "max_queries")),
-            to_flags(InjectionSettings, c["injection"], prefix="injection"),
+            to_flags(InjectionSettings, c["injection"] if injection else {}, prefix="injection"),
             to_flags(EvalSettings, self.config["eval"], ("match",)),
             f"--seed {self.config['seed']}",
         ]
@@ -191,8 +220,11 @@ class SieveRules:
             "corpus": corpus(d),
             "queries": queries(d, "train"),
         }
-        if name in ("positive_aware", "sieve_no_ccr"):
+        if name in ("positive_aware", "absolute_margin", "positive_aware_dev", "sieve_no_ccr"):
             inputs["model"] = retriever(d, "dpr")
+        if name == "positive_aware_dev":
+            inputs["dev_candidates"] = dev_candidates(d, self.w.sieve_tags(d))
+            inputs["dev_queries"] = queries(d, "dev")
         elif name == "cross_encoder":
             inputs["model"] = ranker(d, "cross_encoder")
         return inputs
@@ -205,6 +237,12 @@ class SieveRules:
             args.append(to_flags(RankWindowSettings, c["rank_window"]))
         elif name == "positive_aware":
             args.append(to_flags(PositiveAwareSettings, c["positive_aware"]))
+        elif name == "absolute_margin":
+            args.append(to_flags(AbsoluteMarginSettings, c["absolute_margin"], prefix="absolute_margin"))
+        elif name == "positive_aware_dev":
+            args.append(
+                to_flags(PositiveAwareDevSettings, c["positive_aware_dev"], prefix="positive_aware_dev")
+            )
         elif name == "cross_encoder":
             args.append(to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",)))
         elif name == "sieve_no_ccr":
