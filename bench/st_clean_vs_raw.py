@@ -65,6 +65,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import cpu_model_name
+from st_trainer import quiet_cpu_arguments
 
 from pipeline.core.precision import cpu_has_native_bf16
 from pipeline.core.schemas import RUN_SCHEMA
@@ -223,30 +224,21 @@ def load_model():
 def train(triplets: Path, seed: int, steps: int, batch: int, bf16: bool, work: Path):
     """A fresh all-MiniLM-L6-v2 trained with MNRL on ``triplets``; returns (model, seconds)."""
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers import SentenceTransformerTrainer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     dataset = Dataset(pq.read_table(triplets))
     model = load_model()
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(work / f"trainer-{time.monotonic_ns()}"),
-        per_device_train_batch_size=batch,
-        max_steps=steps,
-        learning_rate=LR,
-        lr_scheduler_type="linear",
-        warmup_steps=int(WARMUP_RATIO * steps),
-        weight_decay=0.0,
+    args = quiet_cpu_arguments(
+        work / f"trainer-{time.monotonic_ns()}",
+        batch,
+        steps,
+        LR,
+        WARMUP_RATIO,
         bf16=bf16,
         batch_sampler="no_duplicates",
-        eval_strategy="no",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
         seed=seed,
         data_seed=seed,
-        use_cpu=True,
     )
     loss = MultipleNegativesRankingLoss(model, scale=SCALE)
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
