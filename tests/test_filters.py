@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from stage_args import flags
 
 from pipeline.core.storage import DataError
 from pipeline.sieve import candidates as fn_labels
@@ -106,44 +107,14 @@ def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
     p["base"] = make_tiny_encoder(root / "tiny-base", seed=1)
     p["candidates"] = root / "candidates.parquet"
     p["root"] = root
-    fn_labels.main(
-        [
-            "--negatives",
-            str(p["negatives"]),
-            "--qrels",
-            str(p["qrels"]),
-            "--qrels-all",
-            str(p["qrels_all"]),
-            "--queries",
-            str(p["queries"]),
-            "--corpus",
-            str(p["corpus"]),
-            "--candidates",
-            "8",
-            "--pool",
-            "12",
-            "--out",
-            str(p["candidates"]),
-        ]
-    )
+    tables = ("negatives", "qrels", "qrels_all", "queries", "corpus")
+    fn_labels.main(flags(p, *tables, candidates=8, pool=12, out=p["candidates"]))
     return p
 
 
 def run_filter(toy, name, *extra, model=None):
     out = toy["root"] / name / "decisions.parquet"
-    args = [
-        "--filter",
-        name,
-        "--candidates",
-        str(toy["candidates"]),
-        "--corpus",
-        str(toy["corpus"]),
-        "--queries",
-        str(toy["queries"]),
-        "--out",
-        str(out),
-        *extra,
-    ]
+    args = [*flags(toy, "candidates", "corpus", "queries", filter=name, out=out), *extra]
     if model is not None:
         args += ["--model", str(model)]
     filters.main(args)
@@ -243,31 +214,13 @@ def test_cross_encoder_training_plan_and_filter(toy):
             assert (pid == pos[qid][0]) == (label == 1.0)
             assert label == 1.0 or pid in negs[qid]
     model = toy["root"] / "cross_encoder"
+    log = toy["root"] / "cross_encoder.log"
     cef.main(
-        [
-            "--negatives",
-            str(toy["negatives"]),
-            "--qrels",
-            str(toy["qrels"]),
-            "--queries",
-            str(toy["queries"]),
-            "--corpus",
-            str(toy["corpus"]),
-            "--base",
-            str(toy["base"]),
-            "--steps",
-            "3",
-            "--batch-size",
-            "2",
-            "--out",
-            str(model),
-            "--log",
-            str(toy["root"] / "cross_encoder.log"),
-        ]
+        _cross_encoder_argv(toy, "--steps", "3", "--batch-size", "2", "--out", str(model), "--log", str(log))
     )
     assert (model / "ranker.json").exists()
     # Under Snakemake the log file, not the rich bar, shows progress: a plain line per step here.
-    assert "step 3/3 (100%) loss " in (toy["root"] / "cross_encoder.log").read_text()
+    assert "step 3/3 (100%) loss " in log.read_text()
     _, ce = run_filter(toy, "cross_encoder", "--threshold", "0.5", model=model)
     assert ((ce["score"] > 0) & (ce["score"] < 1)).all()
     assert ce["kept"].tolist() == (ce["score"] < 0.5).tolist()
@@ -275,17 +228,7 @@ def test_cross_encoder_training_plan_and_filter(toy):
 
 def _cross_encoder_argv(toy, *extra: str) -> list[str]:
     """pipeline.sieve.cross_encoder's arguments on the toy data, plus ``extra``."""
-    files = [
-        ("--negatives", "negatives"),
-        ("--qrels", "qrels"),
-        ("--queries", "queries"),
-        ("--corpus", "corpus"),
-    ]
-    return [arg for flag, key in files for arg in (flag, str(toy[key]))] + [
-        "--base",
-        str(toy["base"]),
-        *extra,
-    ]
+    return [*flags(toy, "negatives", "qrels", "queries", "corpus", "base"), *extra]
 
 
 def test_cross_encoder_output_that_cannot_be_written_is_refused_before_training(
@@ -345,38 +288,18 @@ def test_oracle_drops_exactly_the_hand_made_qrels_all_and_writes_training_negati
 
 def test_oracle_refuses_candidates_without_exact_labels(toy, tmp_path):
     unlabelled = tmp_path / "candidates.parquet"
-    fn_labels.main(
-        [
-            "--negatives",
-            str(toy["negatives"]),
-            "--qrels",
-            str(toy["qrels"]),
-            "--queries",
-            str(toy["queries"]),
-            "--corpus",
-            str(toy["corpus"]),
-            "--candidates",
-            "8",
-            "--pool",
-            "12",
-            "--out",
-            str(unlabelled),
-        ]
-    )
+    tables = ("negatives", "qrels", "queries", "corpus")
+    fn_labels.main(flags(toy, *tables, candidates=8, pool=12, out=unlabelled))
     with pytest.raises(DataError, match="exact false-negative labels"):
         filters.main(
-            [
-                "--filter",
-                "oracle",
-                "--candidates",
-                str(unlabelled),
-                "--corpus",
-                str(toy["corpus"]),
-                "--queries",
-                str(toy["queries"]),
-                "--out",
-                str(tmp_path / "d.parquet"),
-            ]
+            flags(
+                dict(toy, candidates=unlabelled),
+                "candidates",
+                "corpus",
+                "queries",
+                filter="oracle",
+                out=tmp_path / "d.parquet",
+            )
         )
     assert not (tmp_path / "d.parquet").exists()
 

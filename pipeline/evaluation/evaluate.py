@@ -44,7 +44,7 @@ from pipeline.evaluation.metrics import (
     qrels_metrics_per_query,
     top_k_accuracy_per_query,
 )
-from pipeline.retrieval.runs import ranked_lists, read_run, write_trec
+from pipeline.retrieval.runs import ranked_lists, read_run, refuse_first, write_trec
 
 log = logging.getLogger("sieve.evaluate")
 
@@ -86,11 +86,9 @@ def load_qrels(path: str | os.PathLike, known_qids: set[str]) -> dict[str, set[s
             f"relevance must be an integer, got {df['relevance'].dtype}", file=path, field="relevance"
         )
     unknown = ~df["qid"].isin(known_qids)
-    if unknown.any():
-        row = int(unknown.idxmax())
-        raise DataError(
-            f"qid {df.at[row, 'qid']!r} is not in the evaluated queries", file=path, record=row, field="qid"
-        )
+    refuse_first(
+        unknown, lambda row: f"qid {df.at[row, 'qid']!r} is not in the evaluated queries", path, "qid"
+    )
     positive = df[df["relevance"] >= 1]
     return {qid: set(group) for qid, group in positive.groupby("qid", sort=False)["pid"]}
 
@@ -283,14 +281,14 @@ def evaluate(
     needed = set(run["pid"])
     found = load_corpus(corpus_path, needed, matcher)
     if len(found) < len(needed):
-        missing = ~run["pid"].isin(found)
-        row = int(missing.idxmax())
-        raise DataError(
-            f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
-            f"({len(needed) - len(found)} unknown pids)",
-            file=run_path,
-            record=row,
-            field="pid",
+        refuse_first(
+            ~run["pid"].isin(found),
+            lambda row: (
+                f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
+                f"({len(needed) - len(found)} unknown pids)"
+            ),
+            run_path,
+            "pid",
         )
     # After the inputs' own checks, so a bad answer or pid is reported as such first.
     unranked = check_ranked_queries(run, answers, run_path, queries_path, allow_missing_queries)

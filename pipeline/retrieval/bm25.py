@@ -37,7 +37,7 @@ from pipeline.core.storage import (
     write_json,
     write_table,
 )
-from pipeline.retrieval.mining import load_matcher, mining_depth, negatives_table, read_positives
+from pipeline.retrieval.mining import load_matcher, mining_depth, negatives_table, train_positives
 
 log = logging.getLogger("sieve.bm25")
 
@@ -239,15 +239,7 @@ def mine_negatives(
     """
     index = BM25Index(index_dir)
     queries = read_table(queries_path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
-    positives = read_positives(qrels_path)
-    missing = [q for q in queries["qid"] if q not in positives]
-    if missing:
-        log.warning(
-            "%d train queries have no positive in %s (first: %s); their negatives are still mined",
-            len(missing),
-            qrels_path,
-            missing[0],
-        )
+    positives, missing = train_positives(queries["qid"], qrels_path)
     depth = mining_depth(n_negatives, positives, exclude_answer_match)
     candidates = []
     for chunk, results in _batched_search(index, queries, depth, "BM25: mining negatives"):

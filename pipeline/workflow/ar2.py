@@ -304,16 +304,7 @@ class Ar2Jobs:
     # ---- dev evaluation and the round record --------------------------------------------------------
 
     def _dev_inputs(self, wildcards: Wildcards, folder: str) -> dict[str, str]:
-        d = wildcards.dataset
-        out = {
-            "run": f"{folder}/run.dev.parquet",
-            "queries": queries(d, "dev"),
-            "qrels": qrels(d, "dev"),
-            "corpus": corpus(d),
-        }
-        if d in self.w.synthetic:
-            out["qrels_all"] = qrels_all(d, "dev")
-        return out
+        return {"run": f"{folder}/run.dev.parquet", **self.w.split_tables(wildcards.dataset, "dev")}
 
     def round_dev_inputs(self, wildcards: Wildcards) -> dict[str, str]:
         """input (unpacked): what evaluating the round's dev run reads."""

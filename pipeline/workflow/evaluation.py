@@ -87,14 +87,7 @@ class EvaluationRules:
         """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
         dataset, split = wildcards.dataset, self.w.eval_split(wildcards.dataset)
         self.check_run(dataset, wildcards.run.partition("/seed")[0])
-        inputs = {
-            "run": run(dataset, wildcards.run, split),
-            "queries": queries(dataset, split),
-            "qrels": qrels(dataset, split),
-            "corpus": corpus(dataset),
-        }
-        if dataset in self.w.synthetic:
-            inputs["qrels_all"] = qrels_all(dataset, split)
+        inputs = {"run": run(dataset, wildcards.run, split), **self.w.split_tables(dataset, split)}
         method, _, seed = wildcards.run.partition("/seed")
         runs = self.w.runs[dataset]
         if method in runs and runs[method].fusion == "wsum":
