@@ -153,7 +153,7 @@ def entry_flops_per_s(data: dict, entry: dict) -> float:
     """The achieved FLOP/s a throughput entry stands for."""
     if entry["kind"] == "search":
         return entry["value"] * 2.0 * entry["passages"] * entry["dim"]
-    arch = architecture(data, entry["model"])
+    arch = entry.get("arch") or architecture(data, entry["model"])  # a GPU check's entries carry theirs
     if entry["kind"] == "infer":
         return entry["value"] * forward_flops(arch, entry["tokens"])
     step = sum(n * forward_flops(arch, t) for n, t in entry["step"])
@@ -404,12 +404,12 @@ def _throughput(data: dict, cost: JobCost) -> str:
 
 
 def stage_costs(data: dict, costs: list[JobCost]) -> list[StageCost]:
-    """Per rule, in plan order: jobs, GPUs each, one job's work, the throughput, GPU-h, longest wall."""
+    """Per rule, by name: jobs, GPUs each, one job's work, the throughput, GPU-h, longest wall."""
     by_rule: dict[str, list[JobCost]] = {}
     for c in costs:
         by_rule.setdefault(c.work.rule, []).append(c)
     out = []
-    for rule, group in by_rule.items():
+    for rule, group in sorted(by_rule.items()):  # by name: a dry run's job order is not stable
         longest = max(group, key=lambda c: c.wall_h)
         out.append(
             StageCost(
