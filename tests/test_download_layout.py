@@ -138,7 +138,11 @@ def _old_download(url: str, body: bytes, logged_url: str) -> tuple[Path, Path]:
     Path("downloads/nq/corpus.sha256").write_text("x  corpus\n")
     log = Path("logs/download/nq/corpus.log")
     log.parent.mkdir(parents=True)
-    log.write_text(f"resuming ...\ndownloaded {logged_url} -> {old} ({len(body)} bytes)\n")
+    # as pipeline.core.cli.setup_logging writes a stage's log file
+    log.write_text(
+        f"2026-01-02 03:04:05,678 INFO sieve.download: resuming {old}.part\n"
+        f"2026-01-02 03:04:06,789 INFO sieve.download: downloaded {logged_url} -> {old} ({len(body)} bytes)\n"
+    )
     return old, log
 
 

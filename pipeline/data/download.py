@@ -328,9 +328,12 @@ def _logged_download(log_file: Path, url: str, old: Path) -> bool:
         lines = log_file.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return False
+    # A line of the file is "<time> INFO sieve.download: <message>" (pipeline.core.cli.setup_logging).
     marker = f" -> {old} ("
-    last = next((line for line in reversed(lines) if line.startswith("downloaded ") and marker in line), None)
-    return last == f"downloaded {url} -> {old} ({old.stat().st_size} bytes)"
+    last = next((line for line in reversed(lines) if " downloaded " in line and marker in line), None)
+    return last is not None and last.endswith(
+        f"{log.name}: downloaded {url} -> {old} ({old.stat().st_size} bytes)"
+    )
 
 
 def _adopt(url: str, out: Path, candidates: Sequence[tuple[str, str]], sha256: str | None) -> str | None:
