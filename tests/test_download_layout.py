@@ -14,23 +14,19 @@ import copy
 import hashlib
 import io
 import logging
-import os
-import subprocess
-import sys
 import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
+from test_rerun_content import snakemake
 
 from pipeline.core.config import ConfigError, load_config
 from pipeline.data import download as dl
 from pipeline.data.readers import sources
 
 REPO = Path(__file__).resolve().parent.parent
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 MARCO = REPO / "tests" / "fixtures" / "msmarco"
 DPR_CORPUS = "https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz"
 
@@ -251,17 +247,6 @@ def marco_server():
     yield srv
     srv.httpd.shutdown()
     srv.httpd.server_close()
-
-
-def snakemake(workdir: Path, overlay: dict, *args: str) -> str:
-    (workdir / "overlay.yaml").write_text(yaml.safe_dump(overlay))
-    cmd = [str(SNAKEMAKE), *args, "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2"]
-    cmd += ["--configfile", str(workdir / "overlay.yaml")]
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    proc = subprocess.run(cmd, check=False, cwd=workdir, env=env, capture_output=True, text=True)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{out[-4000:]}"
-    return out
 
 
 @pytest.mark.slow
