@@ -461,20 +461,24 @@ def test_assign_splits_small_and_invalid():
 def test_sources_of_the_default_config():
     config = load_config()
     nq, tq = sources.prepare_inputs(config, "nq"), sources.prepare_inputs(config, "tq")
-    assert nq == {r: f"downloads/nq/{r}" for r in ("corpus", "train", "dev", "test")}
-    assert tq["corpus"] == "downloads/nq/corpus"  # the shared 13 GB TSV is fetched once
+    assert nq == {r: sources.url_file(config["datasets"]["nq"]["source"][r]["url"]) for r in nq}
+    assert tq["corpus"] == nq["corpus"]  # the shared 13 GB TSV is fetched once
     assert (
-        sources.download_args(config, "nq", "corpus")
+        sources.download_args(config, nq["corpus"]).split(" --adopt ")[0]
         == "--url https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz"
     )
-    archive = "downloads/msmarco/archives/collectionandqueries.tar.gz"
-    assert sources.download_input(config, "msmarco", "qrels_test") == [archive]
+    marco = sources.prepare_inputs(config, "msmarco")
+    archive = sources.url_file(config["datasets"]["msmarco"]["source"]["corpus"]["url"])
+    assert archive.endswith("/collectionandqueries.tar.gz")
+    assert sources.archive_input(config, marco["qrels_test"]) == archive
     assert (
-        sources.download_args(config, "msmarco", "qrels_test")
+        sources.download_args(config, marco["qrels_test"])
         == f"--archive {archive} --member qrels.dev.small.tsv"
     )
-    assert sources.archive_args(config, "msmarco", "collectionandqueries.tar.gz").startswith("--url https://")
-    assert sources.prepare_inputs(config, "squad") == {"source": "downloads/squad/source"}
+    assert sources.download_args(config, archive).startswith("--url https://")
+    assert sources.prepare_inputs(config, "squad") == {
+        "source": sources.url_file("https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v1.1.json")
+    }
 
 
 def test_schema_knows_empty_positives(tmp_path):
@@ -500,11 +504,12 @@ def test_sources_local_paths_checksums_and_errors():
         },
     }
     assert sources.prepare_inputs(config, "mine") == {"source": "data/my.json"}
-    assert sources.prepare_inputs(config, "arch")["corpus"] == "downloads/arch/corpus"
-    assert sources.download_input(config, "arch", "corpus") == ["data/b.tar.gz"]
-    assert sources.download_args(config, "arch", "queries_test").endswith(f"--sha256 {sha}")
-    with pytest.raises(ConfigError, match="nothing to download"):
-        sources.download_args(config, "mine", "source")
+    arch = sources.prepare_inputs(config, "arch")
+    assert arch["corpus"].startswith("downloads/by-path/") and arch["corpus"].endswith("/corpus.jsonl")
+    assert sources.archive_input(config, arch["corpus"]) == "data/b.tar.gz"
+    assert f"--sha256 {sha} " in sources.download_args(config, arch["queries_test"])
+    with pytest.raises(ConfigError, match="no declared dataset downloads or extracts"):
+        sources.download_args(config, "data/my.json")
     config["datasets"]["bad"] = {"format": "msmarco", "source": {"corpus": "c.tsv", "qrels": "q"}}
     with pytest.raises(ConfigError, match="unknown role"):
         sources.prepare_inputs(config, "bad")

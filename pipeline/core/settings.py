@@ -940,8 +940,8 @@ class UrlFile(Contract):
 
     @model_validator(mode="after")
     def _archive_name(self) -> "UrlFile":
-        # An archive is saved under its URL's last path segment (readers.sources.archive_name): '..'
-        # or '.' would make that downloads/<dataset> itself, which Snakemake then deletes as an output.
+        # An archive URL ending in '..' or '.' names no file: surely a typo (it named downloads/<dataset>
+        # itself before downloads were keyed by URL; readers.sources.file_name now names it 'download').
         if self.member is not None:
             name = posixpath.basename(unquote(urlparse(self.url).path))
             if name in (".", ".."):
@@ -960,7 +960,7 @@ class PathFile(Contract):
 
 
 # A local path (relative to the repository root; plain or gzipped), a URL (downloaded to
-# downloads/{dataset}/{role}, resumable), or one member of a .tar/.tar.gz/.zip archive. docs/data.md.
+# downloads/by-url/<key>/<name>, resumable), or one member of a .tar/.tar.gz/.zip archive. docs/data.md.
 FileSpec = Annotated[
     Union[
         Annotated[Annotated[str, Field(min_length=1)], Tag("file-name")],

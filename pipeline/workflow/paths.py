@@ -17,8 +17,8 @@ __all__ = [
     "shipped_negatives",
     "dataset_manifest",
     "fingerprint_path",
-    "download_file",
-    "archive_file",
+    "source_file",
+    "archive_member",
     "bm25_index",
     "bm25_index_checksums",
     "run_dir",
@@ -98,14 +98,19 @@ def fingerprint_path(name: str) -> str:
     return f"resources/fingerprints/{name}.json"
 
 
-# downloads/{dataset}/: fetched sources. pipeline.data.readers.sources computes the same locations
-# for the inputs of prepare_dataset; these name the download rules' outputs.
-def download_file(d: str, role: str) -> str:
-    return f"downloads/{d}/{role}"
+# downloads/: fetched sources, keyed by what they are, never by the dataset that declared them first
+# (pipeline.data.readers.sources computes the keys and names; docs/data.md "Downloads").
+def source_file(origin: str, key: str, name: str) -> str:
+    """origin ``by-url``: the file at a URL (key, the first 16 hex digits of the URL's sha256; name,
+    its last segment). ``by-path``: where a local archive (``path`` + ``member``) stands in the
+    layout, keyed by its path; only its members are written beside it, the archive is read in place."""
+    return f"downloads/{origin}/{key}/{name}"
 
 
-def archive_file(d: str, name: str) -> str:
-    return f"downloads/{d}/archives/{name}"
+def archive_member(archive: str, key: str, name: str) -> str:
+    """A member extracted from ``archive`` (a source_file); key, of the member's path
+    in the archive (two members may share a file name)."""
+    return f"{archive}.d/{key}/{name}"
 
 
 # results/{dataset}/: everything derived.
