@@ -5,6 +5,7 @@ import shlex
 
 from pipeline.core.storage import SPLITS
 from pipeline.data.readers import sources as data_sources
+from pipeline.workflow.data import prepare_settings
 
 
 def prepare_inputs(wildcards):
@@ -33,10 +34,6 @@ def check_pin(target, pinned):
             raise ValueError(f"{target} has sha256 {actual}, but its source pins sha256 {pinned}: it is not the "
                              f"pinned file. Delete {target} to download the pinned one, or pin {actual}")
     return []
-
-
-def split_spec_arg(wildcards):
-    return shlex.quote(json.dumps(DATASETS[wildcards.dataset].get("split", "none")))
 
 
 rule download_archive:
@@ -100,10 +97,8 @@ rule prepare_dataset:
         manifest=dataset_manifest("{dataset}"),
     params:
         out_dir=dataset_dir("{dataset}"),
-        format=lambda w: DATASETS[w.dataset]["format"],
+        settings=prepare_settings(W),  # format, split, empty_positives: one document (pipeline/workflow/data.py)
         files=prepare_file_args,
-        split=split_spec_arg,
-        empty_positives=lambda w: DATASETS[w.dataset].get("empty_positives", "error"),
     conda:
         CPU_ENV
     log:
@@ -116,6 +111,4 @@ rule prepare_dataset:
     wildcard_constraints:
         dataset=alternatives(DECLARED),
     shell:
-        "python -m pipeline.data.prepare --dataset {wildcards.dataset} --format {params.format}"
-        " {params.files} --split-spec {params.split} --empty-positives {params.empty_positives}"
-        " --out-dir {params.out_dir} --log {log}"
+        "python -m pipeline.data.prepare {params.settings} {params.files} --out-dir {params.out_dir} --log {log}"
