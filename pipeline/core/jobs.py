@@ -38,9 +38,8 @@ def add_settings_flags(
             item = _strip(get_args(field.annotation)[0])
             group.add_argument(flag_name(name), dest=name, nargs="+", type=item, help=field.description)
         elif kind == "json":
-            group.add_argument(
-                flag_name(name), dest=name, type=_json_or_word, help=f"{field.description} (JSON)"
-            )
+            spellings = [flag_name(name), *([aliases[name]] if aliases and name in aliases else [])]
+            group.add_argument(*spellings, dest=name, type=_json_or_word, help=f"{field.description} (JSON)")
 
 
 def _kind(cls: type[Contract], name: str) -> str:
