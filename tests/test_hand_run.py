@@ -167,7 +167,7 @@ def test_a_hand_run_with_the_job_s_document_writes_the_job_s_bytes(workflow_run,
     by_hand = commands[stage].replace(inline, f"--settings {stage}.json")
     expected = {}
     for out in outputs:
-        expected[out] = {name: _comparable(name, data) for name, data in _files(work / out).items()}
+        expected[out] = {name: _comparable(name or out, data) for name, data in _files(work / out).items()}
         assert expected[out], f"{out}: the job wrote nothing"
         target = work / out
         shutil.rmtree(target) if target.is_dir() else target.unlink()  # the hand run writes them anew
@@ -176,7 +176,7 @@ def test_a_hand_run_with_the_job_s_document_writes_the_job_s_bytes(workflow_run,
     )
     subprocess.run(["bash", "-c", by_hand], cwd=work, env=env, check=True, capture_output=True)
     for out in outputs:
-        written = {name: _comparable(name, data) for name, data in _files(work / out).items()}
+        written = {name: _comparable(name or out, data) for name, data in _files(work / out).items()}
         assert written.keys() == expected[out].keys(), out
         differ = [name or out for name in written if written[name] != expected[out][name]]
         assert not differ, f"{stage}: the hand run wrote other bytes to {differ}"
