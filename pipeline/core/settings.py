@@ -37,6 +37,7 @@ from pydantic import (
     Tag,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -1487,6 +1488,99 @@ def _flag_tokens(
         elif field.default is not None:
             out += [flag, "none"]
     return out
+
+
+# ---- one job's settings document (issue 43) ------------------------------------------------------
+# What a rule hands its stage as one JSON document (--settings-json) and a run by hand reads from a file
+# (--settings FILE; pipeline.core.jobs): that job's settings only, so a changed setting reruns the jobs
+# that read it and nothing else. Each field is its section's own (type, range, default and help taken
+# from that contract, never restated); pipeline/workflow/*.py builds the documents from a dataset's
+# resolved config. train_dense's document is TrainJob (above).
+
+
+def fields_of(cls: type[Contract], *names: str) -> dict[str, tuple[Any, Any]]:
+    """The fields ``names`` of ``cls`` as create_model takes them: (type, the field itself)."""
+    return {
+        name: (cls.model_fields[name].annotation, copy.deepcopy(cls.model_fields[name])) for name in names
+    }
+
+
+def job_contract(name: str, doc: str, **fields: tuple[Any, Any]) -> type[Contract]:
+    """A job document's contract: ``fields`` (fields_of), unknown keys and bad values refused."""
+    return create_model(name, __base__=Contract, __doc__=doc, __module__=__name__, **fields)
+
+
+# A synthkb dataset's split where its config gives none (the workflow's and a hand run's).
+SYNTHKB_SPLIT: dict[str, Any] = {"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}
+GenerateJob = job_contract(
+    "GenerateJob",
+    "pipeline.synthkb.generate: the generator settings of a synthkb dataset (datasets.<name>).",
+    **fields_of(DatasetSpec, "entities", "seed", "positive", "fn_share", "fn_paraphrase"),
+    split=(
+        Split,
+        Field(
+            SYNTHKB_SPLIT,
+            validate_default=True,
+            description="the dataset's split; a synthkb dataset without one splits so",
+        ),
+    ),
+)
+PrepareJob = job_contract(
+    "PrepareJob",
+    "pipeline.data.prepare: how a declared dataset's sources become the canonical tables (datasets.<name>).",
+    dataset=(Name, Field(description="the dataset's name (messages, manifest)")),
+    **fields_of(DatasetSpec, "format", "split", "empty_positives"),
+)
+Bm25IndexJob = job_contract(
+    "Bm25IndexJob",
+    "pipeline.retrieval.bm25 index: the index's scoring and tokenisation (section bm25).",
+    **fields_of(Bm25Settings, "k1", "b", "stemmer", "stopwords"),
+)
+Bm25RetrieveJob = job_contract(
+    "Bm25RetrieveJob",
+    "pipeline.retrieval.bm25 retrieve: run depth (eval.depth).",
+    **fields_of(EvalSettings, "depth"),
+)
+Bm25MineJob = job_contract(
+    "Bm25MineJob",
+    "pipeline.retrieval.bm25 mine: negatives per train query (section bm25) and answer matching (eval.match).",
+    **fields_of(Bm25Settings, "negatives", "exclude_answer_match"),
+    **fields_of(EvalSettings, "match"),
+)
+SieveJob = job_contract(
+    "SieveJob",
+    "pipeline.sieve.passage_sieve: the decision's settings and Figure 1's losses (section sieve), the seed.",
+    **fields_of(SieveSettings, *SIEVE_DECISION_KEYS, "in_batch", "figure_queries"),
+    **fields_of(Config, "seed"),
+)
+Ar2MineJob = job_contract(
+    "Ar2MineJob",
+    "pipeline.ar2.mine: what a round's mining reads of section ar2, and answer matching (eval.match).",
+    **fields_of(Ar2Settings, *AR2_MINE_KEYS),
+    **fields_of(EvalSettings, "match"),
+)
+EvaluateJob = job_contract(
+    "EvaluateJob",
+    "pipeline.evaluation.evaluate: what a run is scored with (section eval) and the labels metrics.json carries.",
+    dataset=(Name, Field(description="the dataset's name, written into metrics.json")),
+    method=(
+        MethodName,
+        Field(description="the method (its run folder's first part), written into metrics.json"),
+    ),
+    split=(
+        EvalSettings.model_fields["split"].annotation,
+        Field(description="the evaluated split (datasets.<name>.eval_split, else eval.split)"),
+    ),
+    **fields_of(EvalSettings, "ks", "match"),
+    allow_missing_queries=(
+        bool,
+        Field(
+            False,
+            description="the run's lists are result sets (BM25): a query absent from it counts as a miss, and "
+            "a list shorter than the cut-offs is accepted (fewer passages matched); else either is an error",
+        ),
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ The output folder gets ``train_log.jsonl``, ``train_info.json`` and the retrieve
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import sys
@@ -43,9 +42,10 @@ from pathlib import Path
 import torch
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
-from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
+from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.fingerprint import file_id
+from pipeline.core.jobs import read_document
 from pipeline.core.seeding import seed_everything
 from pipeline.core.settings import (
     RETRIEVER_KEYS,
@@ -142,26 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _document(args: argparse.Namespace) -> dict:
-    if args.settings and args.settings_json:
-        raise ConfigError("--settings and --settings-json: give the settings document once")
-    if args.settings_json:
-        try:
-            return json.loads(args.settings_json, object_pairs_hook=unique_json_pairs)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"--settings-json: not JSON ({err})") from None
-        except ConfigError as err:  # a key given twice
-            raise ConfigError(f"--settings-json: {err}") from None
-    if args.settings:
-        return load_mapping(args.settings)
-    return {}
-
-
 def job_settings(args: argparse.Namespace) -> TrainJob:
     """The run's settings: the document (--settings/--settings-json), the flags over it, validated."""
-    document = _document(args)
-    if not isinstance(document, dict):
-        raise ConfigError(f"settings document: a mapping is needed, got {type(document).__name__}")
+    document = read_document(args)
     for key in ("train", "objective", "retriever"):
         if not isinstance(document.get(key, {}), dict):
             raise ConfigError(

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from pipeline.core.methods import closest
+from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import (
     corpus,
     method_metrics,
@@ -58,6 +59,22 @@ def weighted_settings(config: dict, h: dict) -> str:
     )
 
 
+def evaluate_job(
+    w: WorkflowTables, d: str, method: str, split: str | None = None, allow_missing_queries: bool = False
+) -> dict[str, Any]:
+    """The document of an evaluate job of dataset ``d`` (pipeline.core.settings.EvaluateJob): the labels
+    metrics.json carries (``method``), the evaluated split (default: the dataset's), eval's cut-offs and
+    matching, and whether the run may miss a query."""
+    return {
+        "dataset": d,
+        "method": method,
+        "split": split or w.eval_split(d),
+        "ks": list(w.cfg(d)["eval"]["ks"]),
+        "match": w.cfg(d)["eval"]["match"],
+        "allow_missing_queries": allow_missing_queries,
+    }
+
+
 class EvaluationRules:
     """The evaluation's lookups of one config (``w``): one per workflow, built in evaluate.smk."""
 
@@ -94,9 +111,12 @@ class EvaluationRules:
             inputs["fusion"] = fusion_choice(dataset, method, split, seed or None)  # w goes in metrics.json
         return inputs
 
-    def split(self, wildcards: Wildcards) -> str:
-        """params function: the evaluated split of the job's dataset."""
-        return self.w.eval_split(wildcards.dataset)
+    def settings(self, wildcards: Wildcards) -> str:
+        """params function: the evaluate job's document (evaluate_job), recorded and passed whole."""
+        # BM25 leaves out a query that shares no term with the corpus (a miss); a dense run missing a
+        # query is a broken search and stops the evaluation.
+        method, bm25 = wildcards.run.split("/")[0], wildcards.run == "bm25"
+        return settings_flag(evaluate_job(self.w, wildcards.dataset, method, allow_missing_queries=bm25))
 
     # ---- seeds, TREC exports, gathering ----------------------------------------------------------------
 

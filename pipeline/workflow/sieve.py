@@ -3,8 +3,9 @@ decisions file and settings, the comparison's rows, the β sweep and the clean.<
 ``WorkflowTables``, so that it is unit-tested and linted here rather than inside the rule file (issue 43.3).
 
 A rule's settings are params of the wildcards only: a params function taking ``input`` is not recorded
-by Snakemake, so a changed setting would not rerun it. Settings reach each stage as the flags its parser
-generates from the same contract fields (pipeline.core.settings: add_flags in the stage, to_flags here).
+by Snakemake, so a changed setting would not rerun it. The passage sieve gets its settings as one document
+(sieve_job, validated by the stage's SieveJob); the other stages as the flags their parsers generate from
+the same contract fields (pipeline.core.settings: add_flags in the stage, to_flags here).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from pipeline.core.settings import (
     PositiveAwareDevSettings,
     PositiveAwareSettings,
     RankWindowSettings,
+    SieveJob,
     SieveSettings,
     to_flags,
 )
+from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import (
     candidates,
     cleaned,
@@ -59,6 +62,13 @@ def filter_model_arg(wildcards: Wildcards, input: Any) -> str:
 def pairs_arg(names: list[str], paths: Any) -> str:
     """``name=path`` of each input, in the order the input function listed them (the stage's syntax)."""
     return " ".join(f"{name}={path}" for name, path in zip(names, paths))
+
+
+def sieve_job(config: dict, seed: int) -> dict[str, Any]:
+    """The document of a passage_sieve job (pipeline.core.settings.SieveJob) of a dataset whose resolved
+    config is ``config``: section sieve's decision keys, in-batch negatives and figure queries, the seed."""
+    keys = [key for key in SieveJob.model_fields if key != "seed"]
+    return {**{key: config["sieve"][key] for key in keys}, "seed": seed}
 
 
 class SieveRules:
@@ -185,10 +195,8 @@ class SieveRules:
         return " ".join(args)
 
     def sieve_settings(self, wildcards: Wildcards) -> str:
-        """params function: sieve_negatives' flags (the decision keys, in-batch, figure queries)."""
-        c = self.sieve_config(wildcards.dataset)
-        keys = SIEVE_DECISION_KEYS + ("in_batch", "figure_queries")
-        return f"{to_flags(SieveSettings, c, keys)} --seed {self.config['seed']}"
+        """params function: sieve_negatives' document (sieve_job), recorded and passed whole."""
+        return settings_flag(sieve_job(self.w.cfg(wildcards.dataset), int(self.config["seed"])))
 
     def candidates(self, wildcards: Wildcards) -> str:
         """The candidates under the dataset's sieve settings (a path's tag that is not theirs is refused)."""

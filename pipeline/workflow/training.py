@@ -16,6 +16,7 @@ from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import beta_tag, method_table, rcl_model, relabel_model
 from pipeline.core.recipes import dataset_configs, dataset_recipe
 from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
+from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import (
     corpus,
     filter_decisions,
@@ -76,17 +77,6 @@ def init_job(config: dict) -> dict[str, Any]:
     """The document of a retriever folder saved untrained (zero-shot, dpr.skip): its model settings.
     No seed: nothing random happens, and a seed would rebuild zero-shot whenever the seed changes."""
     return {"retriever": retriever_settings(config)}
-
-
-def as_json(document: dict[str, Any]) -> str:
-    """The document as the rule records and passes it: JSON with sorted keys, so equal settings give
-    equal params (Snakemake reruns a job whose params change)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def settings_flag(document: dict[str, Any]) -> str:
-    """A job's settings document as train_dense reads it."""
-    return "--settings-json " + shlex.quote(as_json(document))
 
 
 class TrainingRules:

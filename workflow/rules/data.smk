@@ -1,10 +1,10 @@
 # Data: fetch each declared dataset's sources, then convert them to the canonical tables.
 # Formats, roles, checks and checksums: docs/data.md. Synthetic data: synthkb.smk.
-import json
 import shlex
 
 from pipeline.core.storage import SPLITS
 from pipeline.data.readers import sources as data_sources
+from pipeline.workflow.data import prepare_settings
 
 
 def prepare_inputs(wildcards):
@@ -44,10 +44,6 @@ def member_inputs(wildcards):
     if data_sources.download_source(config, target).url:
         return {"archive": archive}
     return {"archive": archive, "archive_sha256": fingerprint_file(archive)}
-
-
-def split_spec_arg(wildcards):
-    return shlex.quote(json.dumps(DATASETS[wildcards.dataset].get("split", "none")))
 
 
 # Every download is keyed by its URL (pipeline/data/readers/sources.py): one file whichever datasets
@@ -115,10 +111,8 @@ rule prepare_dataset:
         manifest=dataset_manifest("{dataset}"),
     params:
         out_dir=dataset_dir("{dataset}"),
-        format=lambda w: DATASETS[w.dataset]["format"],
+        settings=prepare_settings(W),  # format, split, empty_positives: one document (pipeline/workflow/data.py)
         files=prepare_file_args,
-        split=split_spec_arg,
-        empty_positives=lambda w: DATASETS[w.dataset].get("empty_positives", "error"),
     conda:
         CPU_ENV
     log:
@@ -131,6 +125,4 @@ rule prepare_dataset:
     wildcard_constraints:
         dataset=alternatives(DECLARED),
     shell:
-        "python -m pipeline.data.prepare --dataset {wildcards.dataset} --format {params.format}"
-        " {params.files} --split-spec {params.split} --empty-positives {params.empty_positives}"
-        " --out-dir {params.out_dir} --log {log}"
+        "python -m pipeline.data.prepare {params.settings} {params.files} --out-dir {params.out_dir} --log {log}"
