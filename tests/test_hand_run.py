@@ -32,7 +32,7 @@ from pipeline.core.settings import (
     default,
 )
 from pipeline.workflow import paths
-from pipeline.workflow.jobs import as_json
+from pipeline.workflow.documents import as_json
 
 pytestmark = pytest.mark.slow
 

@@ -64,6 +64,11 @@ BASE = {
         "hybrid_wsum_dpr",
         "dpr_mined_dpr",
         "dpr_rcl",
+        # issue 41's contenders: two more filters, in-loss masking and relabel (rank_window detects)
+        "dpr_absolute_margin",
+        "dpr_positive_aware_dev",
+        "dpr_gist_zeroshot",
+        "dpr_relabel_rank_window",
     ],
     "datasets": {
         "toy": {
@@ -88,10 +93,18 @@ BASE = {
         "methods": ["dpr", "dpr_sieve", "dpr_rank_window"],
         "oracle": "dpr_rank_window",
     },
+    # the tournament over the one synthkb level, the same stand-in oracle
+    "tournament": {
+        "levels": {"synthkb": {"label": "demo"}},
+        "methods": ["dpr", "dpr_rank_window", "dpr_absolute_margin"],
+        "baseline": "dpr",
+        "oracle": "dpr_rank_window",
+    },
 }
 # {stag}: the overlay's sieve settings as its paths carry them (methods.sieve_tag; '' at the defaults).
 TARGETS = [
     "results/sweeps/noise.json",
+    "results/sweeps/tournament.json",
     "results/synthkb/metrics.json",
     "results/synthkb/sieve/comparison{stag}.md",
     "results/synthkb/sieve/tradeoff{stag}.json",
@@ -111,7 +124,12 @@ DPR = (
     "train_dpr_mined_seed",
     "train_dpr_rcl",
     "train_dpr_rcl_seed",
+    "train_dpr_gist",
+    "train_dpr_gist_seed",
+    "train_dpr_relabel",
+    "train_dpr_relabel_seed",
 )
+RELABEL = ("train_dpr_relabel", "train_dpr_relabel_seed")
 RCL = ("train_dpr_rcl", "train_dpr_rcl_seed")
 CCR = ("train_ccr", "train_ccr_seed")
 RETRIEVERS = ("init_zeroshot", *DPR, *CCR)  # every rule that builds a retriever from `model`
@@ -227,6 +245,7 @@ SETTINGS: dict[str, tuple] = {
     "dpr.drop_queries_without_positive": (True, DPR),
     "dpr.train_layers": (2, DPR),
     "dpr.skip": (True, ("train_dpr", "train_dpr_seed")),
+    "dpr.relabel.extra_positives": (2, RELABEL, ("train_dpr", "train_dpr_gist", "relabel_qrels")),
     "dpr.rcl.beta": (6.0, RCL, ("train_dpr", "train_ccr", "sieve_negatives")),
     "dpr.rcl.scale": ("released_code", RCL, ("train_dpr", "train_ccr")),
     "ccr.beta": (
@@ -274,6 +293,11 @@ SETTINGS: dict[str, tuple] = {
     "search.nprobe": (8, (*ANY_SEARCH, *AR2_DEV)),
     "search.ef_search": (64, (*ANY_SEARCH, *AR2_DEV)),
     "search.chunk_rows": (1024, (*ANY_SEARCH, *AR2_DEV)),
+    "tournament.methods": (["dpr", "dpr_rank_window"], ("tournament",), ("noise_sweep",)),
+    "tournament.baseline": ("dpr_absolute_margin", ("tournament",)),
+    "tournament.oracle": ("dpr_absolute_margin", ("tournament",)),
+    "tournament.start": ("bm25", ("tournament",)),
+    "tournament.metrics": (["R@5", "hit_all@1"], ("tournament",), ("evaluate",)),
     "sweep.datasets": ([], ("noise_sweep",)),
     "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),
     "sweep.baseline": ("dpr_sieve", ("noise_sweep",)),
@@ -287,7 +311,7 @@ SETTINGS: dict[str, tuple] = {
     "sieve.source": ("custom", ("sieve_candidates", "train_cross_encoder")),
     "sieve.candidates": (
         20,
-        ("sieve_candidates", "ar2_sieve"),
+        ("sieve_candidates", "sieve_dev_candidates", "ar2_sieve"),
         ("train_dpr", "train_ccr", "index_bm25", "mine_bm25_negatives"),
     ),
     "sieve.scorer": (
@@ -317,6 +341,11 @@ SETTINGS: dict[str, tuple] = {
     "sieve.rank_window.start": (5, ("filter_candidates",)),
     "sieve.positive_aware.mode": ("absolute", ("filter_candidates",)),
     "sieve.positive_aware.margin": (0.9, ("filter_candidates",)),
+    "sieve.absolute_margin.margin": (0.1, ("filter_candidates",)),
+    "sieve.positive_aware_dev.criterion": ("f1", ("filter_candidates",), ("sieve_dev_candidates",)),
+    "sieve.positive_aware_dev.grid_min": (0.85, ("filter_candidates",), ("sieve_dev_candidates",)),
+    "sieve.positive_aware_dev.grid_max": (0.99, ("filter_candidates",), ("sieve_dev_candidates",)),
+    "sieve.positive_aware_dev.grid_step": (0.02, ("filter_candidates",), ("sieve_dev_candidates",)),
     "sieve.cross_encoder.threshold": (0.2, ("filter_candidates",), ("train_cross_encoder",)),
     "sieve.cross_encoder.base": ("other-encoder", ("train_cross_encoder",)),
     "sieve.cross_encoder.max_len": (64, ("train_cross_encoder",)),
@@ -400,7 +429,7 @@ NOT_CHANGED = {
     "datasets.toy.format": "another reader needs other source roles; prepare_dataset records `format`",
 }
 # Rules without settings of their own: what they compute follows from their inputs.
-NO_SETTINGS = {"sieve_report", "sieve_comparison", "ar2_seeds", "export_qrels", "ar2_round"}
+NO_SETTINGS = {"sieve_report", "sieve_comparison", "ar2_seeds", "export_qrels", "ar2_round", "relabel_qrels"}
 
 
 pytestmark = pytest.mark.slow

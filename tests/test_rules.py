@@ -216,6 +216,7 @@ def test_gpu_capable_rules_follow_their_gpus(workflow):
         "filter_candidates",
         "train_cross_encoder",
         "ar2_sieve",
+        "clean_negatives",  # a user's file cleaned by a model filter
     }
     for rule in workflow.rules:
         if _runs_python(rule):

@@ -40,7 +40,7 @@ from pipeline.core.settings import (
     TrainSettings,
     default,
 )
-from pipeline.workflow.jobs import as_json
+from pipeline.workflow.documents import as_json
 from pipeline.workflow.training import train_job
 
 SEED = (Config, "seed")

@@ -264,3 +264,10 @@ def test_the_overlay_holds_every_contender_of_issue_41():
         "dpr_relabel_sieve_b6",
         "dpr_relabel_oracle",
     }
+
+
+def test_the_default_metrics_files_are_the_workflows_layout():
+    from pipeline.workflow.paths import dataset_metrics
+
+    files = tournament.metrics_files({"levels": {"kb30": {}, "squad36": {}}}, [])
+    assert files == {d: dataset_metrics(d) for d in ("kb30", "squad36")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from types import SimpleNamespace
@@ -94,9 +95,9 @@ def test_round_shards(a):
 
 
 def test_mine_and_ranker_flags(a):
-    flags = shlex.split(a.mine_flags(wc(dataset="nq")))
-    assert flags[-2:] == ["--match", "string"] and "--top-k" in flags
-    assert flags[flags.index("--top-k") + 1] == "100"
+    flag, document = shlex.split(a.mine_flags(wc(dataset="nq")))
+    assert flag == "--settings-json"  # one document, recorded and passed whole (issue 43)
+    assert json.loads(document)["match"] == "string" and json.loads(document)["top_k"] == 100
     ranker = a.ranker_flags(wc(seed="3"))
     assert "--seed 3 --ks 1 5 20 100 --match string" in ranker
     assert a.select_metric(wc(dataset="msmarco"), None) == "MRR@10"

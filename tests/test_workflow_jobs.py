@@ -30,6 +30,7 @@ from pipeline.core.settings import (
 from pipeline.workflow import jobs
 from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job
 from pipeline.workflow.data import prepare_job
+from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job
 from pipeline.workflow.retrieval import bm25_job
 from pipeline.workflow.sieve import SieveRules, sieve_job
@@ -75,7 +76,7 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
     }
     for contract, document in documents.items():
         assert set(document) == set(contract.model_fields), contract.__name__  # every setting, no other
-        from_dict(contract, json.loads(jobs.as_json(document)), "settings")
+        from_dict(contract, json.loads(as_json(document)), "settings")
     assert documents[Bm25IndexJob]["k1"] == 1.2 and documents[Bm25RetrieveJob] == {"depth": 40}
     assert documents[Bm25MineJob] == {"negatives": 7, "exclude_answer_match": True, "match": "regex"}
     assert (

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from rich.logging import RichHandler
 
-from pipeline.core.config import ConfigError
+from pipeline.core.settings import ConfigError
 from pipeline.core.storage import DataError
 
 log = logging.getLogger("sieve")

@@ -202,7 +202,7 @@ def resolve_model_path(name_or_path: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Check config files before Snakemake reads them."""
-    from pipeline.core.cli import stage_parser  # here: pipeline.core.cli imports this module
+    from pipeline.core.cli import stage_parser  # here: the logging set-up is not for every config reader
 
     parser = stage_parser("pipeline.core.config", CHECK_HELP)
     parser.add_argument("files", nargs="+", help="config files, in the order given to --configfile")

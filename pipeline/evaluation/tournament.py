@@ -29,7 +29,6 @@ from pipeline.core.settings import TournamentSettings, from_dict, section
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference, t_quantile
 from pipeline.evaluation.sweep import per_seed
-from pipeline.workflow.paths import dataset_metrics
 
 log = logging.getLogger("sieve.tournament")
 
@@ -340,7 +339,9 @@ def plot_tournament(result: dict, out: str) -> None:
 def metrics_files(settings: dict, given: Sequence[str]) -> dict[str, str]:
     """dataset -> gathered metrics.json: results/<dataset>/metrics.json unless ``given`` names another
     (DATASET=PATH)."""
-    files = {dataset: dataset_metrics(dataset) for dataset in settings["levels"]}
+    # the workflow's layout (pipeline.workflow.paths.dataset_metrics; tests/test_tournament.py holds
+    # them equal): the evaluation family is below the workflow's glue
+    files = {dataset: f"results/{dataset}/metrics.json" for dataset in settings["levels"]}
     for item in given:
         name, sep, path = item.partition("=")
         if not (sep and name and path):

@@ -22,8 +22,8 @@ from pipeline.core.settings import (
     ar2_recorded_settings,
     to_flags,
 )
+from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.evaluation import evaluate_job
-from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import (
     ar2_info,
     ar2_round_dir,

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from pipeline.core.methods import closest
-from pipeline.workflow.jobs import settings_flag
+from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     corpus,
     method_metrics,

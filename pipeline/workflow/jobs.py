@@ -1,4 +1,4 @@
-"""A job's settings document as the rules pass it, and the printer of any job's document.
+"""The printer of any job's settings document (built by pipeline/workflow/documents.py's helpers).
 
 Each family's glue (pipeline/workflow/synthkb.py, data.py, retrieval.py, sieve.py, ar2.py, evaluation.py,
 training.py) builds its jobs' documents from a dataset's resolved config; the rule passes the document
@@ -15,43 +15,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-from typing import Any, Callable, Sequence
+from typing import Callable
 
-from pipeline.core.settings import Contract, default
+from pipeline.workflow.ar2 import ar2_mine_job
+from pipeline.workflow.data import prepare_job
+from pipeline.workflow.evaluation import evaluate_job
+from pipeline.workflow.retrieval import bm25_job
+from pipeline.workflow.sieve import sieve_job
+from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
-
-
-def as_json(document: dict[str, Any]) -> str:
-    """The document as the rule records and passes it: JSON with sorted keys, so equal settings give
-    equal params (Snakemake reruns a job whose params change)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def settings_flag(document: dict[str, Any]) -> str:
-    """A job's settings document as its stage reads it."""
-    return "--settings-json " + shlex.quote(as_json(document))
-
-
-def from_entry(
-    cls: type[Contract], entry: dict[str, Any], keys: Sequence[str] | None = None
-) -> dict[str, Any]:
-    """The fields ``keys`` of contract ``cls`` (default: all) as a config entry gives them, else the
-    contract's defaults (a dataset's entry in the config has its defaults left out)."""
-    return {key: entry[key] if key in entry else default(cls, key) for key in keys or cls.model_fields}
 
 
 def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
     """stage -> the document of that stage's job for (dataset, the printer's arguments)."""
-    # Imported here: each of these modules imports settings_flag from this one.
-    from pipeline.workflow.ar2 import ar2_mine_job
-    from pipeline.workflow.data import prepare_job
-    from pipeline.workflow.evaluation import evaluate_job
-    from pipeline.workflow.retrieval import bm25_job
-    from pipeline.workflow.sieve import sieve_job
-    from pipeline.workflow.synthkb import generate_job
-
     seed = int(tables.config["seed"])
     return {
         "generate": lambda d, args: generate_job(tables.datasets[d]),

@@ -8,6 +8,10 @@ the rules. Paths are relative to Snakemake's working directory.
 
 from __future__ import annotations
 
+# The download layout is the data family's (pipeline.data.readers.sources): the readers need it below
+# the workflow, and the rules name it from here with every other path.
+from pipeline.data.readers.sources import archive_member, source_file  # noqa: F401
+
 __all__ = [
     "dataset_dir",
     "corpus",
@@ -100,19 +104,6 @@ def fingerprint_path(name: str) -> str:
 
 # downloads/: fetched sources, keyed by what they are, never by the dataset that declared them first
 # (pipeline.data.readers.sources computes the keys and names; docs/data.md "Downloads").
-def source_file(origin: str, key: str, name: str) -> str:
-    """origin ``by-url``: the file at a URL (key, the first 16 hex digits of the URL's sha256; name,
-    its last segment). ``by-path``: where a local archive (``path`` + ``member``) stands in the
-    layout, keyed by its path; only its members are written beside it, the archive is read in place."""
-    return f"downloads/{origin}/{key}/{name}"
-
-
-def archive_member(archive: str, key: str, name: str) -> str:
-    """A member extracted from ``archive`` (a source_file); key, of the member's path
-    in the archive (two members may share a file name)."""
-    return f"{archive}.d/{key}/{name}"
-
-
 # results/{dataset}/: everything derived.
 def bm25_index(d: str) -> str:
     return f"results/{d}/bm25/index"

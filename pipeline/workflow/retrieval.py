@@ -7,7 +7,7 @@ import os
 import re
 from typing import Any, Callable
 
-from pipeline.workflow.jobs import settings_flag
+from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import embeddings, index, qrels, queries, retriever
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 

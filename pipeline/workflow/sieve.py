@@ -30,7 +30,7 @@ from pipeline.core.settings import (
     SieveSettings,
     to_flags,
 )
-from pipeline.workflow.jobs import settings_flag
+from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     candidates,
     cleaned,

@@ -16,7 +16,7 @@ from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import beta_tag, method_table, rcl_model, relabel_model
 from pipeline.core.recipes import dataset_configs, dataset_recipe
 from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
-from pipeline.workflow.jobs import settings_flag
+from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     corpus,
     filter_decisions,

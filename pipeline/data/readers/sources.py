@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 from pipeline.core.config import ConfigError, dataset_config
-from pipeline.workflow.paths import archive_member, source_file
 
 from . import check_roles
 
@@ -37,6 +36,22 @@ class SourceSpec:
     path: str | None = None
     sha256: str | None = None
     member: str | None = None
+
+
+# ---- the layout: downloads/<origin>/<key>/<name> (pipeline/workflow/paths.py names it for the rules) ----
+
+
+def source_file(origin: str, key: str, name: str) -> str:
+    """origin ``by-url``: the file at a URL (key, the first 16 hex digits of the URL's sha256; name,
+    its last segment). ``by-path``: where a local archive (``path`` + ``member``) stands in the
+    layout, keyed by its path; only its members are written beside it, the archive is read in place."""
+    return f"downloads/{origin}/{key}/{name}"
+
+
+def archive_member(archive: str, key: str, name: str) -> str:
+    """A member extracted from ``archive`` (a source_file); key, of the member's path
+    in the archive (two members may share a file name)."""
+    return f"{archive}.d/{key}/{name}"
 
 
 def _spec(role: str, value: object, where: str) -> SourceSpec:
