@@ -1,0 +1,385 @@
+"""Every non-neural stage of the workflow at a given synthkb size: wall and peak RSS per job.
+
+    python bench/scale.py run --entities 14000 --work-dir /tmp/sieve-scale/e14000
+    python bench/scale.py table /tmp/sieve-scale/e14000/scale.json /tmp/sieve-scale/e140000/scale.json \
+        --out scale_table.json
+
+``run`` runs the workflow's own jobs: Snakemake, from this checkout, in ``--work-dir`` with an overlay
+that sets ``datasets.synthkb.entities`` (and, unless ``--dial``, the generator's own false-negative
+rates, ``fn_share: null``: ~7.2 passages and ~8.6 questions per entity, so 140,000 entities give
+~1.01M passages, as config.yaml's comment says), on the targets of the non-neural stages:
+
+    generate_synthkb      generation; for synthkb it is also the preparation (it writes the canonical
+                          tables prepare_dataset writes for downloaded datasets)
+    index_bm25            BM25 index of the corpus
+    mine_bm25_negatives   BM25 hard negatives of every train question (bm25.negatives each)
+    retrieve_bm25         the test questions' BM25 run (eval.depth)
+    evaluate              BM25's metrics on the test questions
+    sieve_candidates      the sieve's candidates (sieve.candidates of the top sieve.pool, per train question)
+
+Jobs run one at a time (``--cores 1``), so a job's figures are its own. Each job's command starts
+``python -m pipeline...``; a ``python`` first on the jobs' PATH (a shim written into the work folder)
+runs the real interpreter as its child (``probe``) and records, per job: wall seconds, the kernel's
+peak resident set of the job's largest process (``ru_maxrss`` from ``wait4``: exact, not sampled), and
+the largest sum of RSS over the job's process tree sampled every 0.2 s (only differs for jobs with
+worker processes). Snakemake's own ``benchmark:`` files are read too (their ``max_rss`` is sampled
+every 30 s after the first 15 s, so it can miss a peak: kept as a cross-check, not used for the table).
+
+Work grows with passages for the index, with questions for the rest: the table says which, with its
+count. ``--max-queries N`` bounds the sieve's candidates to a seeded sample of N train questions
+(``sieve.max_queries``; the mining itself always covers every train question): the table then says so.
+
+``table`` (pure: ``build_table``, ``markdown``) turns two or more runs into one row per stage and
+size, with the ratio of the largest run to the smallest (peak RSS, wall, CPU seconds, work) per
+stage, printed as markdown and written as JSON. Peak RSS there is the larger of the two measures
+above; CPU seconds (user + system of the job) are shown beside wall because the wall of a job on
+shared cores also counts the others' load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from machine import cpu_model_name  # noqa: E402
+
+DATASET = "synthkb"
+RECORDS = "jobs.jsonl"
+
+# stage -> (what its work grows with, the dataset count that measures it); in the order they run
+STAGES: dict[str, tuple[str, str]] = {
+    "generate_synthkb": ("entities", "entities"),
+    "index_bm25": ("passages", "passages"),
+    "mine_bm25_negatives": ("train questions", "queries.train"),
+    "retrieve_bm25": ("test questions", "queries.test"),
+    "evaluate": ("test questions", "queries.test"),
+    "sieve_candidates": ("train questions", "queries.train"),
+}
+TARGETS = (
+    f"results/{DATASET}/bm25/metrics.json",  # generate, index, retrieve (test), evaluate
+    f"results/{DATASET}/negatives/bm25.parquet",  # mining
+)
+
+
+# ---- probe: what the jobs' `python` runs --------------------------------------------------------
+
+
+def _tree_rss_bytes(pid: int) -> int:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def probe(record: Path, python: str, args: list[str]) -> int:
+    """Run ``python args`` as a child; append its wall, kernel peak RSS and sampled tree RSS to ``record``."""
+    start = time.perf_counter()
+    child = subprocess.Popen([python, *args])
+    tree_peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal tree_peak
+        while not done.wait(0.2):
+            tree_peak = max(tree_peak, _tree_rss_bytes(child.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped above: Popen must not wait again
+    line = {
+        "argv": args,
+        "log": args[args.index("--log") + 1] if "--log" in args[:-1] else None,
+        "wall_s": round(wall, 3),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # KiB on Linux
+        "tree_rss_sampled_mib": round(tree_peak / 2**20, 1),
+        "user_s": round(usage.ru_utime, 2),
+        "system_s": round(usage.ru_stime, 2),
+        "exit": child.returncode,
+    }
+    with open(record, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+    return child.returncode
+
+
+# ---- run: the workflow's jobs at one size ---------------------------------------------------------
+
+
+def overlay(entities: int, dial: bool, max_queries: int | None) -> dict:
+    synthkb: dict = {"entities": entities}
+    if not dial:
+        synthkb |= {"fn_share": None, "fn_paraphrase": 0.0}  # the generator's own rates (docs/synthkb.md)
+    config: dict = {"datasets": {DATASET: synthkb}}
+    if max_queries is not None:
+        config["sieve"] = {"max_queries": max_queries}
+    return config
+
+
+def stage_of(log_path: str | None) -> str | None:
+    """The rule of a job from its ``--log logs/<rule>/...`` argument (every rule passes one)."""
+    if not log_path:
+        return None
+    parts = Path(log_path).parts
+    return parts[1] if len(parts) > 2 and parts[0] == "logs" else None
+
+
+def read_benchmark(path: Path) -> dict | None:
+    """Snakemake's benchmark file of a job: its wall ``s`` and sampled ``max_rss`` (MiB)."""
+    if not path.exists():
+        return None
+    header, values = path.read_text().splitlines()[:2]
+    row = dict(zip(header.split("\t"), values.split("\t")))
+    number = lambda v: None if v in ("NA", "-", "") else float(v)  # noqa: E731
+    return {"s": number(row.get("s", "NA")), "max_rss_mib": number(row.get("max_rss", "NA"))}
+
+
+def candidates_target(overlay_file: Path) -> str:
+    """sieve_candidates' output under the overlay: a non-default sieve setting (``--max-queries``) tags
+    its path (pipeline.core.methods.sieve_tag), asked of the package in a fresh process so the bench's
+    own imports stay light."""
+    script = (
+        "import sys\n"
+        "from pipeline.core.config import load_config\n"
+        "from pipeline.core.methods import sieve_tag\n"
+        "print(sieve_tag(load_config([sys.argv[1]])['sieve']))\n"
+    )
+    tag = subprocess.run(
+        [sys.executable, "-c", script, str(overlay_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    ).stdout.strip()
+    return f"results/{DATASET}/sieve/candidates{tag}.parquet"
+
+
+def run(args: argparse.Namespace) -> dict:
+    work = args.work_dir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    records = work / RECORDS
+    if records.exists():
+        records.unlink()
+    config_overlay = overlay(args.entities, args.dial, args.max_queries)
+    overlay_file = work / "overlay.yaml"
+    overlay_file.write_text(json.dumps(config_overlay, indent=1) + "\n")  # JSON is YAML
+    python = sys.executable
+    shim_dir = work / "shim"
+    shim_dir.mkdir(exist_ok=True)
+    shim = shim_dir / "python"
+    shim.write_text(
+        f'#!/bin/sh\nexec "{python}" "{Path(__file__).resolve()}" probe --record "{records}" '
+        f'--python "{python}" -- "$@"\n'
+    )
+    shim.chmod(0o755)
+    targets = [*TARGETS, candidates_target(overlay_file)]
+    command = [
+        str(Path(python).parent / "snakemake"),
+        "--cores",
+        "1",
+        "--directory",
+        str(work),
+        *targets,
+        "--configfile",
+        str(overlay_file),
+    ]
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join([str(shim_dir), str(Path(python).parent), os.environ.get("PATH", "")]),
+        PYTHONPATH=str(ROOT),
+    )
+    print("running:", " ".join(command), flush=True)
+    start = time.perf_counter()
+    with open(work / "snakemake.log", "w", encoding="utf-8") as log:
+        code = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    total = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"snakemake failed (exit {code}); see {work / 'snakemake.log'}")
+    manifest = json.loads((work / "resources" / DATASET / "manifest.json").read_text())
+    counts = {
+        k: v
+        for k, v in manifest["counts"].items()
+        if k in ("entities", "passages") or k.startswith("queries.")
+    }
+    jobs = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    stages = []
+    for job in jobs:
+        stage = stage_of(job["log"])
+        if stage not in STAGES:
+            continue
+        log_name = Path(job["log"]).relative_to(Path("logs") / stage)
+        bench = read_benchmark(work / "benchmarks" / stage / log_name.with_suffix(".tsv"))
+        stages.append(
+            {"stage": stage, **{k: job[k] for k in job if k != "log"}, "snakemake_benchmark": bench}
+        )
+    missing = set(STAGES) - {s["stage"] for s in stages}
+    if missing:
+        raise SystemExit(
+            f"no job record for {sorted(missing)} in {records}: were their outputs already there?"
+        )
+    result = {
+        "entities": args.entities,
+        "dial": args.dial,
+        "overlay": config_overlay,
+        "counts": counts,
+        "notes": notes(config_overlay, counts),
+        "snakemake_wall_s": round(total, 1),
+        "command": " ".join(command),
+        "machine": {
+            "cpu": cpu_model_name(),
+            "cores": os.cpu_count(),
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "python": platform.python_version(),
+        },
+        "stages": stages,
+    }
+    out = args.out or work / "scale.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(build_table([result])))
+    print(f"wrote {out}")
+    return result
+
+
+def notes(config_overlay: dict, counts: dict) -> dict[str, str]:
+    """Per stage, what bounds its work in this run (shown in the table, never left implicit)."""
+    max_queries = config_overlay.get("sieve", {}).get("max_queries")
+    if max_queries is not None and max_queries < counts.get("queries.train", 0):
+        return {"sieve_candidates": f"sample of {max_queries:,} train questions (sieve.max_queries)"}
+    return {}
+
+
+# ---- table: pure -------------------------------------------------------------------------------
+
+
+def build_table(runs: list[dict]) -> list[dict]:
+    """One row per (stage, run) in stage order then size, plus the largest/smallest ratios per stage.
+
+    A run is ``run``'s JSON: ``counts`` (entities, passages, queries.<split>), ``stages`` (stage,
+    wall_s, peak_rss_mib) and ``notes`` (stage -> what bounded it). The ratios (on the largest run's
+    rows, None elsewhere) compare it with the smallest run by passages.
+    """
+    ordered = sorted(runs, key=lambda r: r["counts"]["passages"])
+    rows = []
+    for stage, (unit, count_key) in STAGES.items():
+        stage_rows = []
+        for result in ordered:
+            jobs = [s for s in result["stages"] if s["stage"] == stage]
+            if len(jobs) != 1:
+                raise ValueError(
+                    f"run at {result['counts']['passages']} passages: {len(jobs)} jobs of {stage}"
+                )
+            job = jobs[0]
+            counts = result["counts"]
+            note = result.get("notes", {}).get(stage, "")
+            work = counts[count_key]
+            if note and stage == "sieve_candidates":
+                work = min(work, result["overlay"]["sieve"]["max_queries"])
+            stage_rows.append(
+                {
+                    "stage": stage,
+                    "passages": counts["passages"],
+                    "queries": sum(v for k, v in counts.items() if k.startswith("queries.")),
+                    "work_unit": unit,
+                    "work": work,
+                    "wall_s": job["wall_s"],
+                    "cpu_s": round(job["user_s"] + job["system_s"], 1),
+                    # the kernel's peak of the largest process; a job with worker processes: their sampled sum
+                    "peak_rss_mib": max(job["peak_rss_mib"], job["tree_rss_sampled_mib"]),
+                    "note": note,
+                    "rss_ratio": None,
+                    "wall_ratio": None,
+                    "cpu_ratio": None,
+                    "work_ratio": None,
+                }
+            )
+        if len(stage_rows) > 1:
+            small, large = stage_rows[0], stage_rows[-1]
+            large["rss_ratio"] = round(large["peak_rss_mib"] / small["peak_rss_mib"], 2)
+            large["wall_ratio"] = round(large["wall_s"] / small["wall_s"], 2)
+            large["cpu_ratio"] = round(large["cpu_s"] / small["cpu_s"], 2)
+            large["work_ratio"] = round(large["work"] / small["work"], 2)
+        rows += stage_rows
+    return rows
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}×"
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = [
+        "| stage | passages | queries | work (unit) | wall s | CPU s | peak RSS MiB | RSS ratio | CPU ratio "
+        "| work ratio |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        work = f"{row['work']:,} {row['work_unit']}" + (f" ({row['note']})" if row["note"] else "")
+        lines.append(
+            f"| `{row['stage']}` | {row['passages']:,} | {row['queries']:,} | {work} | {row['wall_s']:.1f} "
+            f"| {row['cpu_s']:.1f} | {row['peak_rss_mib']:.0f} | {_ratio(row['rss_ratio'])} "
+            f"| {_ratio(row['cpu_ratio'])} | {_ratio(row['work_ratio'])} |"
+        )
+    return "\n".join(lines)
+
+
+def table(args: argparse.Namespace) -> list[dict]:
+    runs = [json.loads(Path(p).read_text()) for p in args.runs]
+    rows = build_table(runs)
+    print(markdown(rows))
+    if args.out:
+        machine = runs[0]["machine"]
+        args.out.write_text(json.dumps({"machine": machine, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run the non-neural jobs at one size")
+    p_run.add_argument("--entities", type=int, required=True)
+    p_run.add_argument("--work-dir", type=Path, required=True, help="Snakemake's --directory (outputs, logs)")
+    p_run.add_argument("--dial", action="store_true", help="keep config.yaml's fn_share/fn_paraphrase")
+    p_run.add_argument("--max-queries", type=int, default=None, help="sieve.max_queries for sieve_candidates")
+    p_run.add_argument("--out", type=Path, default=None, help="result JSON (default <work-dir>/scale.json)")
+    p_table = sub.add_parser("table", help="table of two or more runs, with ratios")
+    p_table.add_argument("runs", nargs="+", help="run JSON files")
+    p_table.add_argument("--out", type=Path, default=None, help="table JSON")
+    p_probe = sub.add_parser("probe", help="(internal) what the jobs' python shim runs")
+    p_probe.add_argument("--record", type=Path, required=True)
+    p_probe.add_argument("--python", required=True)
+    p_probe.add_argument("args", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    if args.command == "probe":
+        return probe(args.record, args.python, args.args[1:] if args.args[:1] == ["--"] else args.args)
+    if args.command == "run":
+        run(args)
+    else:
+        table(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""bench/scale.py: the table of the non-neural stages at two sizes (pure part) and the jobs' probe."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_scale", REPO / "bench" / "scale.py")
+scale = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(scale)
+
+
+def _run(
+    entities: int, passages: int, train: int, test: int, figures: dict, notes=None, max_queries=None
+) -> dict:
+    """A run's JSON as ``scale.py run`` writes it, with (wall, user, system, peak, tree) per stage."""
+    overlay = {"datasets": {"synthkb": {"entities": entities}}}
+    if max_queries is not None:
+        overlay["sieve"] = {"max_queries": max_queries}
+    return {
+        "counts": {
+            "entities": entities,
+            "passages": passages,
+            "queries.train": train,
+            "queries.dev": 10,
+            "queries.test": test,
+        },
+        "overlay": overlay,
+        "notes": notes or {},
+        "stages": [
+            {
+                "stage": stage,
+                "wall_s": wall,
+                "user_s": user,
+                "system_s": system,
+                "peak_rss_mib": peak,
+                "tree_rss_sampled_mib": tree,
+            }
+            for stage, (wall, user, system, peak, tree) in figures.items()
+        ],
+    }
+
+
+SMALL = {stage: (10.0, 8.0, 1.0, 200.0, 190.0) for stage in scale.STAGES}
+LARGE = {stage: (50.0, 40.0, 5.0, 300.0, 290.0) for stage in scale.STAGES}
+LARGE["mine_bm25_negatives"] = (400.0, 350.0, 10.0, 2000.0, 2100.0)  # sampled tree above the kernel's peak
+
+
+def test_table_rows_and_ratios_from_given_numbers():
+    # given in the wrong order: the table sorts by passages
+    rows = scale.build_table([_run(1000, 7000, 800, 200, LARGE), _run(100, 700, 80, 20, SMALL)])
+    assert [r["stage"] for r in rows] == [s for s in scale.STAGES for _ in range(2)]
+    small, large = rows[0], rows[1]  # generate_synthkb
+    assert (small["passages"], large["passages"]) == (700, 7000)
+    assert (small["queries"], large["queries"]) == (110, 1010)  # train + dev + test
+    assert small["rss_ratio"] is None and small["cpu_ratio"] is None
+    assert large["work_unit"] == "entities" and (small["work"], large["work"]) == (100, 1000)
+    assert large["cpu_s"] == 45.0 and small["cpu_s"] == 9.0
+    assert large["rss_ratio"] == 1.5  # 300 / 200
+    assert large["wall_ratio"] == 5.0 and large["cpu_ratio"] == 5.0 and large["work_ratio"] == 10.0
+    mine = [r for r in rows if r["stage"] == "mine_bm25_negatives"]
+    assert mine[0]["work"] == 80 and mine[1]["work"] == 800 and mine[1]["work_unit"] == "train questions"
+    # the larger of the kernel's peak (2000) and the sampled tree (2100); the small run: its kernel peak
+    assert mine[1]["peak_rss_mib"] == 2100.0 and mine[0]["peak_rss_mib"] == 200.0
+    assert mine[1]["rss_ratio"] == 10.5 and mine[1]["cpu_ratio"] == round(360 / 9, 2)
+    index = [r for r in rows if r["stage"] == "index_bm25"]
+    assert index[1]["work_unit"] == "passages" and index[1]["work_ratio"] == 10.0
+    evaluate = [r for r in rows if r["stage"] == "evaluate"]
+    assert (evaluate[0]["work"], evaluate[1]["work"]) == (20, 200)
+
+
+def test_a_sampled_stage_counts_its_sample_and_says_so():
+    config = {"sieve": {"max_queries": 300}}
+    counts = {"queries.train": 800}
+    note = scale.notes(config, counts)
+    assert note == {"sieve_candidates": "sample of 300 train questions (sieve.max_queries)"}
+    assert scale.notes(config, {"queries.train": 300}) == {}  # a sample of everything is no bound
+    rows = scale.build_table(
+        [_run(100, 700, 80, 20, SMALL), _run(1000, 7000, 800, 200, LARGE, notes=note, max_queries=300)]
+    )
+    candidates = [r for r in rows if r["stage"] == "sieve_candidates"]
+    assert candidates[1]["work"] == 300 and candidates[1]["work_ratio"] == 3.75  # 300 / 80
+    table = scale.markdown(rows)
+    assert (
+        "| `sieve_candidates` | 7,000 | 1,010 | 300 train questions (sample of 300 train questions" in table
+    )
+    assert table.count("\n") == len(rows) + 1  # header, rule, one line per row
+    assert "| 1.50× |" in table
+
+
+def test_a_run_without_a_stage_is_refused():
+    figures = dict(SMALL)
+    del figures["evaluate"]
+    with pytest.raises(ValueError, match="0 jobs of evaluate"):
+        scale.build_table([_run(100, 700, 80, 20, figures)])
+
+
+def test_stage_of_reads_the_rule_from_the_log_path():
+    assert scale.stage_of("logs/retrieve_bm25/synthkb.test.log") == "retrieve_bm25"
+    assert scale.stage_of("logs/x.log") is None and scale.stage_of(None) is None
+
+
+def test_overlay_sets_the_generators_own_rates_unless_the_dial_is_kept():
+    assert scale.overlay(140000, dial=False, max_queries=None) == {
+        "datasets": {"synthkb": {"entities": 140000, "fn_share": None, "fn_paraphrase": 0.0}}
+    }
+    assert scale.overlay(10, dial=True, max_queries=5) == {
+        "datasets": {"synthkb": {"entities": 10}},
+        "sieve": {"max_queries": 5},
+    }
+
+
+def test_probe_records_the_childs_peak_and_exit(tmp_path):
+    record = tmp_path / "jobs.jsonl"
+    # the child touches 150 MiB (bytearray pages are written), then exits 3
+    child = ["-c", "import sys; b = bytearray(150 * 2**20); sys.exit(3)", "--log", "logs/x_rule/d.log"]
+    assert scale.probe(record, sys.executable, child) == 3
+    line = json.loads(record.read_text())
+    assert line["exit"] == 3 and line["log"] == "logs/x_rule/d.log" and line["argv"] == child
+    assert 150 <= line["peak_rss_mib"] < 400
