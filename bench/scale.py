@@ -9,8 +9,11 @@ that sets ``datasets.synthkb.entities`` (and, unless ``--dial``, the generator's
 rates, ``fn_share: null``: ~7.2 passages and ~8.6 questions per entity, so 140,000 entities give
 ~1.01M passages, as config.yaml's comment says), on the targets of the non-neural stages:
 
-    generate_synthkb      generation; for synthkb it is also the preparation (it writes the canonical
-                          tables prepare_dataset writes for downloaded datasets)
+    generate_synthkb      generation (for synthkb it also writes the canonical tables)
+    prepare_dataset       preparation as for a downloaded dataset: the generated corpus, queries and
+                          qrels exported as MS MARCO files (collection.tsv, queries/qrels per split;
+                          the export is not measured) and read back by the `msmarco` reader into a
+                          second dataset, `synthkb_msmarco` (without --no-prepare)
     index_bm25            BM25 index of the corpus
     mine_bm25_negatives   BM25 hard negatives of every train question (bm25.negatives each)
     retrieve_bm25         the test questions' BM25 run (eval.depth)
@@ -53,11 +56,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 from machine import cpu_model_name  # noqa: E402
 
 DATASET = "synthkb"
+PREPARED = "synthkb_msmarco"  # the same data through prepare_dataset (msmarco reader)
 RECORDS = "jobs.jsonl"
+SPLITS = ("train", "dev", "test")
 
 # stage -> (what its work grows with, the dataset count that measures it); in the order they run
 STAGES: dict[str, tuple[str, str]] = {
     "generate_synthkb": ("entities", "entities"),
+    "prepare_dataset": ("passages + questions", "passages+queries"),
     "index_bm25": ("passages", "passages"),
     "mine_bm25_negatives": ("train questions", "queries.train"),
     "retrieve_bm25": ("test questions", "queries.test"),
@@ -127,11 +133,18 @@ def probe(record: Path, python: str, args: list[str]) -> int:
 # ---- run: the workflow's jobs at one size ---------------------------------------------------------
 
 
-def overlay(entities: int, dial: bool, max_queries: int | None) -> dict:
+def overlay(entities: int, dial: bool, max_queries: int | None, export_dir: Path | None = None) -> dict:
     synthkb: dict = {"entities": entities}
     if not dial:
         synthkb |= {"fn_share": None, "fn_paraphrase": 0.0}  # the generator's own rates (docs/synthkb.md)
     config: dict = {"datasets": {DATASET: synthkb}}
+    if export_dir is not None:
+        files = {"corpus": str(export_dir / "collection.tsv")}
+        for split in SPLITS:
+            files |= {
+                f"{kind}_{split}": str(export_dir / f"{kind}.{split}.tsv") for kind in ("queries", "qrels")
+            }
+        config["datasets"][PREPARED] = {"format": "msmarco", "source": files}
     if max_queries is not None:
         config["sieve"] = {"max_queries": max_queries}
     return config
@@ -155,6 +168,41 @@ def read_benchmark(path: Path) -> dict | None:
     return {"s": number(row.get("s", "NA")), "max_rss_mib": number(row.get("max_rss", "NA"))}
 
 
+def export_msmarco(dataset_dir: Path, out_dir: Path) -> None:
+    """The generated dataset as MS MARCO files: ``pid\\ttitle text``, ``qid\\tquery``, ``qid\\t0\\tpid\\t1``.
+
+    Streamed by Parquet batches. MS MARCO has no title column, so the title goes before the text as
+    BM25 reads it. A tab or line break inside a field would shift the columns: refused, naming it.
+    """
+    import pyarrow.parquet as pq
+
+    def clean(value: str, where: str) -> str:
+        if any(c in value for c in "\t\r\n"):
+            raise ValueError(f"{where}: a tab or line break in {value[:60]!r} cannot go into a TSV field")
+        return value
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "collection.tsv", "w", encoding="utf-8") as out:
+        for batch in pq.ParquetFile(dataset_dir / "corpus.parquet").iter_batches(
+            columns=["pid", "title", "text"]
+        ):
+            for pid, title, text in zip(*(batch.column(i).to_pylist() for i in range(3))):
+                out.write(f"{clean(pid, 'corpus pid')}\t{clean(f'{title} {text}' if title else text, pid)}\n")
+    for split in SPLITS:
+        with open(out_dir / f"queries.{split}.tsv", "w", encoding="utf-8") as out:
+            for batch in pq.ParquetFile(dataset_dir / f"queries.{split}.parquet").iter_batches(
+                columns=["qid", "text"]
+            ):
+                for qid, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                    out.write(f"{clean(qid, 'qid')}\t{clean(text, qid)}\n")
+        with open(out_dir / f"qrels.{split}.tsv", "w", encoding="utf-8") as out:
+            for batch in pq.ParquetFile(dataset_dir / f"qrels.{split}.parquet").iter_batches(
+                columns=["qid", "pid"]
+            ):
+                for qid, pid in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                    out.write(f"{qid}\t0\t{pid}\t1\n")
+
+
 def candidates_target(overlay_file: Path) -> str:
     """sieve_candidates' output under the overlay: a non-default sieve setting (``--max-queries``) tags
     its path (pipeline.core.methods.sieve_tag), asked of the package in a fresh process so the bench's
@@ -176,15 +224,33 @@ def candidates_target(overlay_file: Path) -> str:
     return f"results/{DATASET}/sieve/candidates{tag}.parquet"
 
 
+def _snakemake(work: Path, targets: list[str], overlay_file: Path, env: dict, log_name: str) -> str:
+    """Run the workflow on ``targets`` in ``work``, jobs one at a time; return the command."""
+    command = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "--cores",
+        "1",
+        "--directory",
+        str(work),
+        *targets,
+        "--configfile",
+        str(overlay_file),
+    ]
+    print("running:", " ".join(command), flush=True)
+    with open(work / log_name, "w", encoding="utf-8") as log:
+        code = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise SystemExit(f"snakemake failed (exit {code}); see {work / log_name}")
+    return " ".join(command)
+
+
 def run(args: argparse.Namespace) -> dict:
+    """Run the non-neural jobs at ``args.entities`` in ``args.work_dir``. Snakemake reruns only what is
+    missing there, so the records of earlier jobs (``jobs.jsonl``) stay valid and the latest record of
+    each stage is used: delete the folder for a fresh run."""
     work = args.work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     records = work / RECORDS
-    if records.exists():
-        records.unlink()
-    config_overlay = overlay(args.entities, args.dial, args.max_queries)
-    overlay_file = work / "overlay.yaml"
-    overlay_file.write_text(json.dumps(config_overlay, indent=1) + "\n")  # JSON is YAML
     python = sys.executable
     shim_dir = work / "shim"
     shim_dir.mkdir(exist_ok=True)
@@ -194,38 +260,41 @@ def run(args: argparse.Namespace) -> dict:
         f'--python "{python}" -- "$@"\n'
     )
     shim.chmod(0o755)
-    targets = [*TARGETS, candidates_target(overlay_file)]
-    command = [
-        str(Path(python).parent / "snakemake"),
-        "--cores",
-        "1",
-        "--directory",
-        str(work),
-        *targets,
-        "--configfile",
-        str(overlay_file),
-    ]
     env = dict(
         os.environ,
         PATH=os.pathsep.join([str(shim_dir), str(Path(python).parent), os.environ.get("PATH", "")]),
         PYTHONPATH=str(ROOT),
     )
-    print("running:", " ".join(command), flush=True)
+    config_overlay = overlay(args.entities, args.dial, args.max_queries)
+    overlay_file = work / "overlay.yaml"
+    overlay_file.write_text(json.dumps(config_overlay, indent=1) + "\n")  # JSON is YAML
     start = time.perf_counter()
-    with open(work / "snakemake.log", "w", encoding="utf-8") as log:
-        code = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    commands = [
+        _snakemake(work, [*TARGETS, candidates_target(overlay_file)], overlay_file, env, "snakemake.log")
+    ]
     total = time.perf_counter() - start
-    if code != 0:
-        raise SystemExit(f"snakemake failed (exit {code}); see {work / 'snakemake.log'}")
+    if args.prepare:
+        export_dir = work / "export"
+        export_msmarco(work / "resources" / DATASET, export_dir)
+        config_overlay = overlay(args.entities, args.dial, args.max_queries, export_dir)
+        overlay_file = work / "overlay_prepare.yaml"
+        overlay_file.write_text(json.dumps(config_overlay, indent=1) + "\n")
+        start = time.perf_counter()
+        target = f"resources/{PREPARED}/manifest.json"
+        commands.append(_snakemake(work, [target], overlay_file, env, "snakemake_prepare.log"))
+        total += time.perf_counter() - start
     manifest = json.loads((work / "resources" / DATASET / "manifest.json").read_text())
     counts = {
         k: v
         for k, v in manifest["counts"].items()
         if k in ("entities", "passages") or k.startswith("queries.")
     }
-    jobs = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    latest = {}  # stage -> its latest job (a rerun in the same folder redoes only what is missing)
+    for line in records.read_text().splitlines():
+        job = json.loads(line)
+        latest[stage_of(job["log"])] = job
     stages = []
-    for job in jobs:
+    for job in latest.values():
         stage = stage_of(job["log"])
         if stage not in STAGES:
             continue
@@ -246,7 +315,7 @@ def run(args: argparse.Namespace) -> dict:
         "counts": counts,
         "notes": notes(config_overlay, counts),
         "snakemake_wall_s": round(total, 1),
-        "command": " ".join(command),
+        "commands": commands,
         "machine": {
             "cpu": cpu_model_name(),
             "cores": os.cpu_count(),
@@ -293,7 +362,12 @@ def build_table(runs: list[dict]) -> list[dict]:
             job = jobs[0]
             counts = result["counts"]
             note = result.get("notes", {}).get(stage, "")
-            work = counts[count_key]
+            work = sum(
+                sum(v for k, v in counts.items() if k.startswith("queries."))
+                if key == "queries"
+                else counts[key]
+                for key in count_key.split("+")
+            )
             if note and stage == "sieve_candidates":
                 work = min(work, result["overlay"]["sieve"]["max_queries"])
             stage_rows.append(
@@ -363,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--work-dir", type=Path, required=True, help="Snakemake's --directory (outputs, logs)")
     p_run.add_argument("--dial", action="store_true", help="keep config.yaml's fn_share/fn_paraphrase")
     p_run.add_argument("--max-queries", type=int, default=None, help="sieve.max_queries for sieve_candidates")
+    p_run.add_argument(
+        "--no-prepare",
+        dest="prepare",
+        action="store_false",
+        help="skip prepare_dataset (the MS MARCO export)",
+    )
     p_run.add_argument("--out", type=Path, default=None, help="result JSON (default <work-dir>/scale.json)")
     p_table = sub.add_parser("table", help="table of two or more runs, with ratios")
     p_table.add_argument("runs", nargs="+", help="run JSON files")
