@@ -70,6 +70,8 @@ def test_table_rows_and_ratios_from_given_numbers():
     assert mine[1]["rss_ratio"] == 10.5 and mine[1]["cpu_ratio"] == round(360 / 9, 2)
     index = [r for r in rows if r["stage"] == "index_bm25"]
     assert index[1]["work_unit"] == "passages" and index[1]["work_ratio"] == 10.0
+    prepare = [r for r in rows if r["stage"] == "prepare_dataset"]
+    assert (prepare[0]["work"], prepare[1]["work"]) == (810, 8010)  # passages + every split's questions
     evaluate = [r for r in rows if r["stage"] == "evaluate"]
     assert (evaluate[0]["work"], evaluate[1]["work"]) == (20, 200)
 
@@ -123,3 +125,41 @@ def test_probe_records_the_childs_peak_and_exit(tmp_path):
     line = json.loads(record.read_text())
     assert line["exit"] == 3 and line["log"] == "logs/x_rule/d.log" and line["argv"] == child
     assert 150 <= line["peak_rss_mib"] < 400
+
+
+def _parquet(path: Path, columns: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path)
+
+
+def test_export_msmarco_writes_the_tables_as_tsv(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    _parquet(
+        data / "corpus.parquet", {"pid": ["0-0", "0-1"], "title": ["Kelvar", ""], "text": ["A city.", "B."]}
+    )
+    for split in scale.SPLITS:
+        _parquet(data / f"queries.{split}.parquet", {"qid": [f"q{split}"], "text": [f"Where is {split}?"]})
+        _parquet(data / f"qrels.{split}.parquet", {"qid": [f"q{split}"], "pid": ["0-1"], "relevance": [1]})
+    out = tmp_path / "export"
+    scale.export_msmarco(data, out)
+    assert (out / "collection.tsv").read_text() == "0-0\tKelvar A city.\n0-1\tB.\n"  # no title: text alone
+    assert (out / "queries.dev.tsv").read_text() == "qdev\tWhere is dev?\n"
+    assert (out / "qrels.test.tsv").read_text() == "qtest\t0\t0-1\t1\n"
+    _parquet(data / "corpus.parquet", {"pid": ["0-0"], "title": ["T"], "text": ["a\tb"]})
+    with pytest.raises(ValueError, match="0-0: a tab or line break"):
+        scale.export_msmarco(data, out)
+
+
+def test_overlay_declares_the_prepared_dataset_from_the_export(tmp_path):
+    config = scale.overlay(100, dial=False, max_queries=None, export_dir=tmp_path)
+    prepared = config["datasets"][scale.PREPARED]
+    assert prepared["format"] == "msmarco" and prepared["source"]["corpus"] == str(
+        tmp_path / "collection.tsv"
+    )
+    assert prepared["source"]["qrels_train"] == str(tmp_path / "qrels.train.tsv")
+    assert sorted(prepared["source"]) == sorted(
+        ["corpus"] + [f"{kind}_{split}" for kind in ("queries", "qrels") for split in scale.SPLITS]
+    )
