@@ -398,6 +398,35 @@ def build_table(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def extrapolate(rows: list[dict], entities: dict[int, int], target: int) -> list[dict]:
+    """Expected CPU seconds and peak RSS of each stage at ``target`` entities from its two largest runs
+    (an estimate to plan a run, never a measurement): CPU as a power of the size fitted through the
+    two points (BM25 search is about quadratic: each question scores the whole corpus), RSS as a
+    line (a fixed part plus a part that grows with the data). ``entities``: passages -> entities.
+    """
+    import math
+
+    out = []
+    for stage in STAGES:
+        stage_rows = [r for r in rows if r["stage"] == stage]
+        if len(stage_rows) < 2:
+            raise ValueError(f"{stage}: two runs are needed to extrapolate, got {len(stage_rows)}")
+        small, large = stage_rows[-2], stage_rows[-1]
+        e0, e1 = entities[small["passages"]], entities[large["passages"]]
+        exponent = math.log(large["cpu_s"] / small["cpu_s"]) / math.log(e1 / e0)
+        slope = (large["peak_rss_mib"] - small["peak_rss_mib"]) / (e1 - e0)
+        out.append(
+            {
+                "stage": stage,
+                "entities": target,
+                "cpu_exponent": round(exponent, 2),
+                "cpu_s": round(large["cpu_s"] * (target / e1) ** exponent),
+                "peak_rss_mib": round(large["peak_rss_mib"] + slope * (target - e1)),
+            }
+        )
+    return out
+
+
 def _ratio(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}×"
 
@@ -422,9 +451,21 @@ def table(args: argparse.Namespace) -> list[dict]:
     runs = [json.loads(Path(p).read_text()) for p in args.runs]
     rows = build_table(runs)
     print(markdown(rows))
+    expected = None
+    if args.extrapolate:
+        entities = {r["counts"]["passages"]: r["counts"]["entities"] for r in runs}
+        expected = extrapolate(rows, entities, args.extrapolate)
+        print(f"\nexpected at {args.extrapolate:,} entities (extrapolated, not measured):")
+        for e in expected:
+            print(
+                f"  {e['stage']:20s} CPU ~{e['cpu_s']:,} s (size^{e['cpu_exponent']}), "
+                f"peak RSS ~{e['peak_rss_mib']:,} MiB"
+            )
     if args.out:
         machine = runs[0]["machine"]
-        args.out.write_text(json.dumps({"machine": machine, "rows": rows}, indent=1) + "\n")
+        args.out.write_text(
+            json.dumps({"machine": machine, "rows": rows, "expected": expected}, indent=1) + "\n"
+        )
         print(f"wrote {args.out}")
     return rows
 
@@ -447,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     p_table = sub.add_parser("table", help="table of two or more runs, with ratios")
     p_table.add_argument("runs", nargs="+", help="run JSON files")
     p_table.add_argument("--out", type=Path, default=None, help="table JSON")
+    p_table.add_argument(
+        "--extrapolate", type=int, default=None, metavar="ENTITIES", help="expected CPU and RSS at this size"
+    )
     p_probe = sub.add_parser("probe", help="(internal) what the jobs' python shim runs")
     p_probe.add_argument("--record", type=Path, required=True)
     p_probe.add_argument("--python", required=True)

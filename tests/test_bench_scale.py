@@ -163,3 +163,17 @@ def test_overlay_declares_the_prepared_dataset_from_the_export(tmp_path):
     assert sorted(prepared["source"]) == sorted(
         ["corpus"] + [f"{kind}_{split}" for kind in ("queries", "qrels") for split in scale.SPLITS]
     )
+
+
+def test_extrapolation_fits_a_power_for_cpu_and_a_line_for_memory():
+    small = {stage: (1.0, 2.0, 0.0, 100.0, 0.0) for stage in scale.STAGES}
+    large = {stage: (1.0, 20.0, 0.0, 190.0, 0.0) for stage in scale.STAGES}  # 10x the size
+    large["mine_bm25_negatives"] = (1.0, 200.0, 0.0, 1000.0, 0.0)  # quadratic CPU
+    rows = scale.build_table([_run(100, 700, 80, 20, small), _run(1000, 7000, 800, 200, large)])
+    expected = {e["stage"]: e for e in scale.extrapolate(rows, {700: 100, 7000: 1000}, 10000)}
+    assert expected["index_bm25"]["cpu_exponent"] == 1.0 and expected["index_bm25"]["cpu_s"] == 200
+    assert expected["index_bm25"]["peak_rss_mib"] == 1090  # 190 + 0.1 MiB per entity x 9000
+    mine = expected["mine_bm25_negatives"]
+    assert mine["cpu_exponent"] == 2.0 and mine["cpu_s"] == 20000 and mine["peak_rss_mib"] == 10000
+    with pytest.raises(ValueError, match="two runs are needed"):
+        scale.extrapolate(rows[:1], {700: 100}, 10000)
