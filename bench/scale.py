@@ -60,13 +60,15 @@ PREPARED = "synthkb_msmarco"  # the same data through prepare_dataset (msmarco r
 RECORDS = "jobs.jsonl"
 SPLITS = ("train", "dev", "test")
 
-# stage -> (what its work grows with, the dataset count that measures it); in the order they run
+# stage -> (what its work grows with, the dataset counts that measure it: a sum "a+b" or a product
+# "a*b"; "queries" is every split's); in the order they run
 STAGES: dict[str, tuple[str, str]] = {
     "generate_synthkb": ("entities", "entities"),
     "prepare_dataset": ("passages + questions", "passages+queries"),
     "index_bm25": ("passages", "passages"),
-    "mine_bm25_negatives": ("train questions", "queries.train"),
-    "retrieve_bm25": ("test questions", "queries.test"),
+    # BM25 search scores the whole corpus for every question (bm25s): questions x passages
+    "mine_bm25_negatives": ("train questions × passages", "queries.train*passages"),
+    "retrieve_bm25": ("test questions × passages", "queries.test*passages"),
     "evaluate": ("test questions", "queries.test"),
     "sieve_candidates": ("train questions", "queries.train"),
 }
@@ -342,6 +344,19 @@ def notes(config_overlay: dict, counts: dict) -> dict[str, str]:
 # ---- table: pure -------------------------------------------------------------------------------
 
 
+def work_count(count_key: str, counts: dict[str, int]) -> int:
+    """A stage's work from the dataset's counts: ``a+b`` sums, ``a*b`` multiplies."""
+    count = lambda key: (  # noqa: E731
+        sum(v for k, v in counts.items() if k.startswith("queries.")) if key == "queries" else counts[key]
+    )
+    if "*" in count_key:
+        product = 1
+        for key in count_key.split("*"):
+            product *= count(key)
+        return product
+    return sum(count(key) for key in count_key.split("+"))
+
+
 def build_table(runs: list[dict]) -> list[dict]:
     """One row per (stage, run) in stage order then size, plus the largest/smallest ratios per stage.
 
@@ -362,12 +377,7 @@ def build_table(runs: list[dict]) -> list[dict]:
             job = jobs[0]
             counts = result["counts"]
             note = result.get("notes", {}).get(stage, "")
-            work = sum(
-                sum(v for k, v in counts.items() if k.startswith("queries."))
-                if key == "queries"
-                else counts[key]
-                for key in count_key.split("+")
-            )
+            work = work_count(count_key, counts)
             if note and stage == "sieve_candidates":
                 work = min(work, result["overlay"]["sieve"]["max_queries"])
             stage_rows.append(
@@ -400,28 +410,29 @@ def build_table(runs: list[dict]) -> list[dict]:
 
 def extrapolate(rows: list[dict], entities: dict[int, int], target: int) -> list[dict]:
     """Expected CPU seconds and peak RSS of each stage at ``target`` entities from its two largest runs
-    (an estimate to plan a run, never a measurement): CPU as a power of the size fitted through the
-    two points (BM25 search is about quadratic: each question scores the whole corpus), RSS as a
-    line (a fixed part plus a part that grows with the data). ``entities``: passages -> entities.
+    (an estimate to plan a run, never a measurement). Both as lines through the two points: CPU in the
+    stage's work (a fixed start-up plus a cost per unit: per question × passage for BM25 search), RSS
+    in entities (a fixed part plus what grows with the data). Every count grows linearly with the
+    entities, so the work at ``target`` is the larger run's times (target / its entities) to the power
+    of the number of counts multiplied. ``entities``: passages -> entities of each run.
     """
-    import math
-
     out = []
-    for stage in STAGES:
+    for stage, (_, count_key) in STAGES.items():
         stage_rows = [r for r in rows if r["stage"] == stage]
         if len(stage_rows) < 2:
             raise ValueError(f"{stage}: two runs are needed to extrapolate, got {len(stage_rows)}")
         small, large = stage_rows[-2], stage_rows[-1]
         e0, e1 = entities[small["passages"]], entities[large["passages"]]
-        exponent = math.log(large["cpu_s"] / small["cpu_s"]) / math.log(e1 / e0)
-        slope = (large["peak_rss_mib"] - small["peak_rss_mib"]) / (e1 - e0)
+        work = large["work"] * (target / e1) ** len(count_key.split("*"))
+        per_unit = (large["cpu_s"] - small["cpu_s"]) / (large["work"] - small["work"])
+        per_entity = (large["peak_rss_mib"] - small["peak_rss_mib"]) / (e1 - e0)
         out.append(
             {
                 "stage": stage,
                 "entities": target,
-                "cpu_exponent": round(exponent, 2),
-                "cpu_s": round(large["cpu_s"] * (target / e1) ** exponent),
-                "peak_rss_mib": round(large["peak_rss_mib"] + slope * (target - e1)),
+                "work": round(work),
+                "cpu_s": round(large["cpu_s"] + per_unit * (work - large["work"])),
+                "peak_rss_mib": round(large["peak_rss_mib"] + per_entity * (target - e1)),
             }
         )
     return out
@@ -458,8 +469,7 @@ def table(args: argparse.Namespace) -> list[dict]:
         print(f"\nexpected at {args.extrapolate:,} entities (extrapolated, not measured):")
         for e in expected:
             print(
-                f"  {e['stage']:20s} CPU ~{e['cpu_s']:,} s (size^{e['cpu_exponent']}), "
-                f"peak RSS ~{e['peak_rss_mib']:,} MiB"
+                f"  {e['stage']:20s} CPU ~{e['cpu_s']:,} s (work {e['work']:,}), peak RSS ~{e['peak_rss_mib']:,} MiB"
             )
     if args.out:
         machine = runs[0]["machine"]

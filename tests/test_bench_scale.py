@@ -64,7 +64,8 @@ def test_table_rows_and_ratios_from_given_numbers():
     assert large["rss_ratio"] == 1.5  # 300 / 200
     assert large["wall_ratio"] == 5.0 and large["cpu_ratio"] == 5.0 and large["work_ratio"] == 10.0
     mine = [r for r in rows if r["stage"] == "mine_bm25_negatives"]
-    assert mine[0]["work"] == 80 and mine[1]["work"] == 800 and mine[1]["work_unit"] == "train questions"
+    assert mine[0]["work"] == 80 * 700 and mine[1]["work"] == 800 * 7000
+    assert mine[1]["work_unit"] == "train questions × passages" and mine[1]["work_ratio"] == 100.0
     # the larger of the kernel's peak (2000) and the sampled tree (2100); the small run: its kernel peak
     assert mine[1]["peak_rss_mib"] == 2100.0 and mine[0]["peak_rss_mib"] == 200.0
     assert mine[1]["rss_ratio"] == 10.5 and mine[1]["cpu_ratio"] == round(360 / 9, 2)
@@ -165,15 +166,18 @@ def test_overlay_declares_the_prepared_dataset_from_the_export(tmp_path):
     )
 
 
-def test_extrapolation_fits_a_power_for_cpu_and_a_line_for_memory():
+def test_extrapolation_fits_lines_in_work_and_entities():
     small = {stage: (1.0, 2.0, 0.0, 100.0, 0.0) for stage in scale.STAGES}
     large = {stage: (1.0, 20.0, 0.0, 190.0, 0.0) for stage in scale.STAGES}  # 10x the size
-    large["mine_bm25_negatives"] = (1.0, 200.0, 0.0, 1000.0, 0.0)  # quadratic CPU
+    large["mine_bm25_negatives"] = (1.0, 200.0, 0.0, 1000.0, 0.0)
     rows = scale.build_table([_run(100, 700, 80, 20, small), _run(1000, 7000, 800, 200, large)])
     expected = {e["stage"]: e for e in scale.extrapolate(rows, {700: 100, 7000: 1000}, 10000)}
-    assert expected["index_bm25"]["cpu_exponent"] == 1.0 and expected["index_bm25"]["cpu_s"] == 200
-    assert expected["index_bm25"]["peak_rss_mib"] == 1090  # 190 + 0.1 MiB per entity x 9000
-    mine = expected["mine_bm25_negatives"]
-    assert mine["cpu_exponent"] == 2.0 and mine["cpu_s"] == 20000 and mine["peak_rss_mib"] == 10000
+    index = expected["index_bm25"]  # passages: 7000 -> 70000; CPU 2 + 18/6300 per passage
+    assert index["work"] == 70000 and index["cpu_s"] == 20 + round(18 / 6300 * 63000)  # 200
+    assert index["peak_rss_mib"] == 1090  # 190 + 0.1 MiB per entity x 9000
+    mine = expected["mine_bm25_negatives"]  # questions x passages: 100x at 10x the entities
+    assert mine["work"] == 800 * 7000 * 100
+    per_pair = 198 / (800 * 7000 - 80 * 700)
+    assert mine["cpu_s"] == round(200 + per_pair * (800 * 7000 * 99)) and mine["peak_rss_mib"] == 10000
     with pytest.raises(ValueError, match="two runs are needed"):
         scale.extrapolate(rows[:1], {700: 100}, 10000)
