@@ -76,6 +76,9 @@ TARGETS = (
     f"results/{DATASET}/bm25/metrics.json",  # generate, index, retrieve (test), evaluate
     f"results/{DATASET}/negatives/bm25.parquet",  # mining
 )
+# --no-search: the stages whose work grows with one count only (generation, preparation, the index)
+INDEX_TARGET = f"results/{DATASET}/bm25/index/checksums.json"
+SEARCH_STAGES = ("mine_bm25_negatives", "retrieve_bm25", "evaluate", "sieve_candidates")
 
 
 # ---- probe: what the jobs' `python` runs --------------------------------------------------------
@@ -271,9 +274,8 @@ def run(args: argparse.Namespace) -> dict:
     overlay_file = work / "overlay.yaml"
     overlay_file.write_text(json.dumps(config_overlay, indent=1) + "\n")  # JSON is YAML
     start = time.perf_counter()
-    commands = [
-        _snakemake(work, [*TARGETS, candidates_target(overlay_file)], overlay_file, env, "snakemake.log")
-    ]
+    targets = [*TARGETS, candidates_target(overlay_file)] if args.search else [INDEX_TARGET]
+    commands = [_snakemake(work, targets, overlay_file, env, "snakemake.log")]
     total = time.perf_counter() - start
     if args.prepare:
         export_dir = work / "export"
@@ -298,14 +300,19 @@ def run(args: argparse.Namespace) -> dict:
     stages = []
     for job in latest.values():
         stage = stage_of(job["log"])
-        if stage not in STAGES:
+        if stage not in STAGES or (not args.search and stage in SEARCH_STAGES):
             continue
         log_name = Path(job["log"]).relative_to(Path("logs") / stage)
         bench = read_benchmark(work / "benchmarks" / stage / log_name.with_suffix(".tsv"))
         stages.append(
             {"stage": stage, **{k: job[k] for k in job if k != "log"}, "snakemake_benchmark": bench}
         )
-    missing = set(STAGES) - {s["stage"] for s in stages}
+    expected = {
+        s
+        for s in STAGES
+        if (args.search or s not in SEARCH_STAGES) and (args.prepare or s != "prepare_dataset")
+    }
+    missing = expected - {s["stage"] for s in stages}
     if missing:
         raise SystemExit(
             f"no job record for {sorted(missing)} in {records}: were their outputs already there?"
@@ -360,7 +367,7 @@ def work_count(count_key: str, counts: dict[str, int]) -> int:
 def build_table(runs: list[dict]) -> list[dict]:
     """One row per (stage, run) in stage order then size, plus the largest/smallest ratios per stage.
 
-    A run is ``run``'s JSON: ``counts`` (entities, passages, queries.<split>), ``stages`` (stage,
+    A stage a run left out has no row for that run. A run is ``run``'s JSON: ``counts`` (entities, passages, queries.<split>), ``stages`` (stage,
     wall_s, peak_rss_mib) and ``notes`` (stage -> what bounded it). The ratios (on the largest run's
     rows, None elsewhere) compare it with the smallest run by passages.
     """
@@ -370,6 +377,8 @@ def build_table(runs: list[dict]) -> list[dict]:
         stage_rows = []
         for result in ordered:
             jobs = [s for s in result["stages"] if s["stage"] == stage]
+            if not jobs:
+                continue  # a stage the run left out (--no-search, --no-prepare): no row
             if len(jobs) != 1:
                 raise ValueError(
                     f"run at {result['counts']['passages']} passages: {len(jobs)} jobs of {stage}"
@@ -488,6 +497,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--work-dir", type=Path, required=True, help="Snakemake's --directory (outputs, logs)")
     p_run.add_argument("--dial", action="store_true", help="keep config.yaml's fn_share/fn_paraphrase")
     p_run.add_argument("--max-queries", type=int, default=None, help="sieve.max_queries for sieve_candidates")
+    p_run.add_argument(
+        "--no-search",
+        dest="search",
+        action="store_false",
+        help="stop at the BM25 index: leave out mining, retrieval, evaluation and candidates",
+    )
     p_run.add_argument(
         "--no-prepare",
         dest="prepare",

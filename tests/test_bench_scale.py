@@ -96,11 +96,17 @@ def test_a_sampled_stage_counts_its_sample_and_says_so():
     assert "| 1.50× |" in table
 
 
-def test_a_run_without_a_stage_is_refused():
-    figures = dict(SMALL)
-    del figures["evaluate"]
-    with pytest.raises(ValueError, match="0 jobs of evaluate"):
-        scale.build_table([_run(100, 700, 80, 20, figures)])
+def test_a_stage_a_run_left_out_has_no_row_and_two_jobs_are_refused():
+    figures = {s: f for s, f in LARGE.items() if s not in scale.SEARCH_STAGES}  # run --no-search
+    rows = scale.build_table([_run(100, 700, 80, 20, SMALL), _run(1000, 7000, 800, 200, figures)])
+    mine = [r for r in rows if r["stage"] == "mine_bm25_negatives"]
+    assert len(mine) == 1 and mine[0]["passages"] == 700 and mine[0]["rss_ratio"] is None
+    index = [r for r in rows if r["stage"] == "index_bm25"]
+    assert [r["passages"] for r in index] == [700, 7000] and index[1]["rss_ratio"] == 1.5
+    twice = _run(100, 700, 80, 20, SMALL)
+    twice["stages"].append(dict(twice["stages"][0]))
+    with pytest.raises(ValueError, match="2 jobs of generate_synthkb"):
+        scale.build_table([twice])
 
 
 def test_stage_of_reads_the_rule_from_the_log_path():
