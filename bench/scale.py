@@ -28,9 +28,15 @@ the largest sum of RSS over the job's process tree sampled every 0.2 s (only dif
 worker processes). Snakemake's own ``benchmark:`` files are read too (their ``max_rss`` is sampled
 every 30 s after the first 15 s, so it can miss a peak: kept as a cross-check, not used for the table).
 
-Work grows with passages for the index, with questions for the rest: the table says which, with its
-count. ``--max-queries N`` bounds the sieve's candidates to a seeded sample of N train questions
-(``sieve.max_queries``; the mining itself always covers every train question): the table then says so.
+Work grows with passages (index), with questions (evaluation, candidates), with both summed
+(preparation) or multiplied (BM25 search: mining and the test run score the whole corpus for each
+question): the table names the unit and its count. ``--max-queries N`` bounds the sieve's candidates
+to a seeded sample of N train questions (``sieve.max_queries``; their work, not their memory: the
+whole negatives table is read first; the mining always covers every train question): the table then
+says so. ``--no-search`` stops at the BM25 index (generation, preparation, index).
+
+``table --extrapolate ENTITIES`` adds the expected CPU seconds and peak RSS per stage at a larger
+size (``extrapolate``: lines through the two largest runs; an estimate for planning, not a figure).
 
 ``table`` (pure: ``build_table``, ``markdown``) turns two or more runs into one row per stage and
 size, with the ratio of the largest run to the smallest (peak RSS, wall, CPU seconds, work) per
