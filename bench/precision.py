@@ -31,29 +31,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the train_budget helper beside this file
 
-from train_budget import demo_train_data
+from train_budget import bench_config, demo_train_data
 
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.retrieval.encode import encode_buffer
 from pipeline.retrieval.model import Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
 from pipeline.training.engine import LOG_FILE
-from pipeline.training.loop import TrainConfig, train
+from pipeline.training.loop import train
 
 SETTINGS = RetrieverSettings(query_max_len=32, passage_max_len=128)
 
 
 def train_variant(data: TrainData, precision: str, steps: int, work: Path) -> dict:
     retriever = Retriever.from_pretrained("minilm", SETTINGS)
-    cfg = TrainConfig(
-        lr=2e-5,
-        batch_size=16,
-        hard_negatives=1,
-        max_steps=steps,
-        checkpoint_every=0,
-        seed=0,
-        precision=precision,
-    )
+    cfg = bench_config(steps, precision=precision)
     ckpt = work / f"{precision}-{time.monotonic_ns()}"
     train(retriever, data, cfg, checkpoint_dir=ckpt)
     log = [json.loads(line) for line in (ckpt / LOG_FILE).open()]

@@ -71,17 +71,17 @@ def demo_train_data(work: Path, entities: int) -> tuple[TrainData, Path]:
     return data, skb
 
 
+def bench_config(steps: int, **variant) -> TrainConfig:
+    """DPR's NCE at lr 2e-5, batch 16, k = 1, for ``steps`` steps with no checkpoint, plus what the
+    variant changes (``train_layers`` here, ``precision`` in bench/precision.py)."""
+    return TrainConfig(
+        lr=2e-5, batch_size=16, hard_negatives=1, max_steps=steps, checkpoint_every=0, seed=0, **variant
+    )
+
+
 def run_variant(data: TrainData, train_layers: int | None, steps: int, work: Path) -> dict:
     retriever = Retriever.from_pretrained("minilm", RetrieverSettings(query_max_len=32, passage_max_len=128))
-    cfg = TrainConfig(
-        lr=2e-5,
-        batch_size=16,
-        hard_negatives=1,
-        max_steps=steps,
-        checkpoint_every=0,
-        seed=0,
-        train_layers=train_layers,
-    )
+    cfg = bench_config(steps, train_layers=train_layers)
     ckpt = work / f"layers{train_layers}-{time.monotonic_ns()}"
     tick = time.perf_counter()
     train(retriever, data, cfg, checkpoint_dir=ckpt)

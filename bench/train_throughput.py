@@ -81,6 +81,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from machine import cpu_model_name, current_rss_mib, peak_rss_mib  # noqa: E402  (bench/machine.py)
+from st_trainer import quiet_cpu_arguments  # noqa: E402  (bench/st_trainer.py)
 
 from pipeline.core.precision import cpu_has_native_bf16
 
@@ -240,7 +241,6 @@ def run_st(work: Path, steps: int, precision: str, no_dropout: bool, optim: str 
         DefaultBatchSampler,
         SentenceTransformer,
         SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
     )
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from torch.utils.data import SequentialSampler
@@ -283,26 +283,17 @@ def run_st(work: Path, steps: int, precision: str, no_dropout: bool, optim: str 
         without_dropout(model)
     loss = RecordedMNRL(model, scale=1 / TEMPERATURE)
     extra = {"optim": optim} if optim else {}
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(work / f"st-{time.monotonic_ns()}"),
-        per_device_train_batch_size=BATCH,
-        max_steps=steps,
-        learning_rate=LR,
-        lr_scheduler_type="linear",
-        warmup_steps=int(WARMUP_RATIO * steps),  # ours: int(); the trainer's ratio would round up
-        weight_decay=0.0,
+    args = quiet_cpu_arguments(
+        work / f"st-{time.monotonic_ns()}",
+        BATCH,
+        steps,
+        LR,
+        WARMUP_RATIO,
         max_grad_norm=MAX_GRAD_NORM,
         bf16=precision == "bf16",
         batch_sampler=sequential_batches,
         router_mapping={"anchor": "query", "positive": "document", "negative": "document"},
-        eval_strategy="no",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
         seed=SEED,
-        use_cpu=True,
         **extra,
     )
     clock = StepClock()

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import pytest
+from stage_args import flags
 
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.storage import write_table
@@ -102,31 +103,24 @@ def _sieve_retriever(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-def make_sieve_dataset() -> Callable[..., dict[str, Path]]:
-    return _sieve_dataset
-
-
-@pytest.fixture(scope="session")
-def make_retriever() -> Callable[..., Path]:
-    return _sieve_retriever
-
-
 def _sieve_candidates(paths: dict[str, Path], out: Path) -> Path:
     """The candidates of a make_sieve_dataset folder (8 per query from the top 10), labelled by qrels_all."""
     from pipeline.sieve import candidates
 
-    files = ("negatives", "qrels", "qrels_all", "queries", "corpus")
-    candidates.main(
-        [arg for name in files for arg in (f"--{name.replace('_', '-')}", str(paths[name]))]
-        + ["--candidates", "8", "--pool", "10", "--out", str(out)]
-    )
+    tables = ("negatives", "qrels", "qrels_all", "queries", "corpus")
+    candidates.main(flags(paths, *tables, candidates=8, pool=10, out=out))
     return out
 
 
-@pytest.fixture(scope="session")
-def make_sieve_candidates() -> Callable[..., Path]:
-    return _sieve_candidates
+def _factory(function: Callable) -> Callable:
+    """A session fixture whose value is ``function`` itself, registered under the name it is assigned
+    to: the test calls it with its own folder and sizes (so module-scoped fixtures build once)."""
+    return pytest.fixture(scope="session")(lambda: function)
+
+
+make_sieve_dataset = _factory(_sieve_dataset)
+make_retriever = _factory(_sieve_retriever)
+make_sieve_candidates = _factory(_sieve_candidates)
 
 
 # ---- the training tests ---------------------------------------------------------------------------
@@ -213,19 +207,9 @@ def _tiny_retriever(model_dir: Path, similarity: str = "cosine", dropout: bool =
     return retriever
 
 
-@pytest.fixture(scope="session")
-def make_train_files() -> Callable[..., dict[str, Path]]:
-    return _train_files
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir() -> Callable[..., Path]:
-    return _tiny_model_dir
-
-
-@pytest.fixture(scope="session")
-def tiny_retriever() -> Callable[..., object]:
-    return _tiny_retriever
+make_train_files = _factory(_train_files)
+tiny_model_dir = _factory(_tiny_model_dir)
+tiny_retriever = _factory(_tiny_retriever)
 
 
 # ---- resume tests --------------------------------------------------------------------------------
@@ -266,3 +250,16 @@ def crash_after() -> Callable[[int], Callable[[int], None]]:
         return hook
 
     return make
+
+
+@pytest.fixture(scope="session")
+def train_until_crash(crash_after) -> Callable[..., None]:
+    """train_until_crash(retriever, data, cfg, checkpoint_dir, **kw): the training loop killed once step 4
+    has finished (with the resume tests' config, its step-3 checkpoint stays); ``kw`` goes to ``train``."""
+    from pipeline.training.loop import train
+
+    def run(retriever, data, cfg, checkpoint_dir, **kw) -> None:
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train(retriever, data, cfg, checkpoint_dir=checkpoint_dir, on_step_end=crash_after(4), **kw)
+
+    return run

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
+from ar2_toy import TINY_ROUND, round_data, tiny_models
 
 from pipeline.ar2.train import RoundData, train_round
 from pipeline.core.settings import Ar2Settings
-from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
-from pipeline.retrieval.ranker import Ranker, RankerSettings
+from pipeline.retrieval.model import Retriever, make_tiny_encoder
+from pipeline.retrieval.ranker import Ranker
 
 
 class Crash(RuntimeError):
@@ -31,46 +31,13 @@ def _data() -> RoundData:
     passages = {
         f"p{i}": (words[i % 8].title(), f"{words[i % 8]} {words[(i * 3) % 8]} fact {i}") for i in range(24)
     }
-    qids = [f"q{i}" for i in range(6)]
-    rng = np.random.default_rng(0)
-    pools = {}
-    for i, q in enumerate(qids):
-        pool = np.array([f"p{j}" for j in range(24) if j != i], dtype=object)
-        pools[q] = (pool, rng.normal(size=len(pool)))
-    return RoundData(
-        qids=qids,
-        query_text={q: f"what is {words[i % 8]}" for i, q in enumerate(qids)},
-        positive={q: f"p{i}" for i, q in enumerate(qids)},
-        positive_logit={q: 0.5 for q in qids},
-        pools=pools,
-        passages=passages,
-    )
-
-
-SETTINGS = dict(
-    rounds=2,
-    batch_size=2,
-    negatives=3,
-    ranker_steps=3,
-    retriever_steps=4,
-    ranker_warmup_steps=1,
-    ranker_warmup_lr=5e-4,
-    retriever_lr=1e-3,
-    ranker_lr=1e-3,
-    checkpoint_every=2,
-    adv_lambda=0.5,
-)
+    return round_data(passages, {f"q{i}": f"what is {words[i % 8]}" for i in range(6)})
 
 
 def _models(tiny, start=None):
     if start is None:
-        retriever = Retriever.from_pretrained(
-            tiny, RetrieverSettings(base="tiny", query_max_len=16, passage_max_len=24)
-        )
-        ranker = Ranker.from_pretrained(tiny, RankerSettings(base="tiny", max_len=32), seed=0)
-    else:
-        retriever, ranker = Retriever.load(start / "retriever"), Ranker.load(start / "ranker")
-    return retriever, ranker
+        return tiny_models(tiny)
+    return Retriever.load(start / "retriever"), Ranker.load(start / "ranker")
 
 
 def _state(retriever, ranker) -> dict[str, torch.Tensor]:
@@ -86,7 +53,7 @@ def _assert_same(a: dict, b: dict) -> None:
 
 
 def _run(tiny, round_dir, round_index, prev_ckpt=None, start=None, crash_at=None, **overrides):
-    settings = Ar2Settings(**{**SETTINGS, **overrides})
+    settings = Ar2Settings(**{**TINY_ROUND, **overrides})
     retriever, ranker = _models(tiny, start)
 
     def hook(step):

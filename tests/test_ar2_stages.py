@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from stage_args import encode_corpus
 
 from pipeline.ar2 import mine, round_summary, sieving, train_round
 from pipeline.ar2 import selection as ar2_select
@@ -28,7 +29,7 @@ from pipeline.core.settings import (
 )
 from pipeline.core.storage import write_table
 from pipeline.evaluation import evaluate
-from pipeline.retrieval import encode, search
+from pipeline.retrieval import search
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.retrieval.runs import read_run
 
@@ -38,20 +39,7 @@ PLACES = ["Paris", "Lima", "Oslo", "Cairo", "Quito", "Seoul", "Perth", "Dakar", 
 
 def _encode(model: Path, corpus: Path, out: Path) -> None:
     """encode_corpus's two shard jobs, then gather_embeddings (the rules a round reuses)."""
-    for shard in (0, 1):
-        argv = ["corpus", "--model", str(model), "--corpus", str(corpus), "--out-dir", str(out)]
-        assert (
-            encode.main(
-                [*argv, "--shard", str(shard), "--shards", "2", "--batch-size", "16", "--no-progress"]
-            )
-            == 0
-        )
-    assert (
-        encode.main(
-            ["gather", "--out-dir", str(out), "--shards", "2", "--model", str(model), "--corpus", str(corpus)]
-        )
-        == 0
-    )
+    encode_corpus(model, corpus, out, 2, "--batch-size", "16", "--no-progress")
 
 
 @pytest.fixture(scope="module")

@@ -1,19 +1,18 @@
 """pipeline.sieve.clean: users' hard-negative files in, the same files out (issue 42).
 
 The sentence-transformers files are written by its own ``mine_hard_negatives`` on a slice of SQuAD-36
-(the offline all-MiniLM-L6-v2). That function needs the ``datasets`` package only as a container
-(``Dataset.from_dict``, ``column_names``, ``to_pandas``, column access), and ``datasets`` is not a
-dependency here: a pandas-backed stand-in with those four members is put in its place, and the
-mining itself is sentence-transformers' code. What it returns is saved as Parquet, as
-``Dataset.to_parquet`` would.
+(the offline all-MiniLM-L6-v2), with the real ``datasets`` package (a dev dependency: the pipeline
+itself reads a ``save_to_disk`` folder only where it is installed). Each output is saved twice, as
+``Dataset.to_parquet`` and as ``Dataset.save_to_disk`` writes it, and both are cleaned and read back.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import sys
-import types
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,35 +27,10 @@ from pipeline.sieve import passage_sieve as sv
 from pipeline.sieve.report import detection_report
 from tests.squad_data import squad36
 
+REPO = Path(__file__).resolve().parent.parent
+
 N_QUESTIONS = 36
 N_NEGATIVES = 5
-
-
-class _Dataset:
-    """What mine_hard_negatives uses of datasets.Dataset."""
-
-    def __init__(self, data: dict[str, list]):
-        self.data = data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, list]) -> "_Dataset":
-        return cls({k: list(v) for k, v in data.items()})
-
-    @property
-    def column_names(self) -> list[str]:
-        return list(self.data)
-
-    def __len__(self) -> int:
-        return len(next(iter(self.data.values())))
-
-    def __getitem__(self, column: str) -> list:
-        return self.data[column]
-
-    def to_pandas(self) -> pd.DataFrame:
-        return pd.DataFrame(self.data)
-
-    def to_parquet(self, path) -> None:
-        pq.write_table(pa.table(self.data), path)
 
 
 @pytest.fixture(scope="module")
@@ -77,40 +51,45 @@ def squad_pairs() -> tuple[list[str], list[str], list[str]]:
 
 
 @pytest.fixture(scope="module")
-def mined(tmp_path_factory, squad_pairs):
-    """format name -> Parquet file written from mine_hard_negatives' output."""
+def mined_both(tmp_path_factory, squad_pairs) -> dict[str, dict[str, object]]:
+    """container (parquet | hf) -> format name -> what mine_hard_negatives returned, saved as
+    Dataset.to_parquet writes it (a file) and as Dataset.save_to_disk writes it (a folder)."""
     pytest.importorskip("sentence_transformers")
+    import datasets  # a dev dependency (pyproject.toml): its absence is an error here, not a skip
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.util import hard_negatives
+    from sentence_transformers.util import mine_hard_negatives
 
     questions, positives, corpus = squad_pairs
     root = tmp_path_factory.mktemp("mined")
-    fake = types.ModuleType("datasets")
-    fake.Dataset = _Dataset
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "datasets", fake)
-        mp.setattr(hard_negatives, "is_datasets_available", lambda: True)
-        model = SentenceTransformer(resolve_model_path("minilm"), device="cpu")
-        pairs = _Dataset.from_dict({"anchor": questions, "positive": positives})
-        files = {}
-        for output_format in ("triplet", "n-tuple", "labeled-pair", "labeled-list"):
-            for scores in (False, True):
-                if output_format == "labeled-pair" and scores:
-                    continue  # scores replace the labels: no way to tell the positive (refused below)
-                out = hard_negatives.mine_hard_negatives(
-                    pairs,
-                    model,
-                    corpus=corpus,
-                    num_negatives=N_NEGATIVES,
-                    output_format=output_format,
-                    output_scores=scores,
-                    cache_folder=str(root / "cache"),
-                    verbose=False,
-                )
-                name = f"{output_format}{'-scores' if scores else ''}"
-                out.to_parquet(root / f"{name}.parquet")
-                files[name] = root / f"{name}.parquet"
+    model = SentenceTransformer(resolve_model_path("minilm"), device="cpu")
+    pairs = datasets.Dataset.from_dict({"anchor": questions, "positive": positives})
+    files: dict[str, dict[str, object]] = {"parquet": {}, "hf": {}}
+    for output_format in ("triplet", "n-tuple", "labeled-pair", "labeled-list"):
+        for scores in (False, True):
+            if output_format == "labeled-pair" and scores:
+                continue  # scores replace the labels: no way to tell the positive (refused below)
+            out = mine_hard_negatives(
+                pairs,
+                model,
+                corpus=corpus,
+                num_negatives=N_NEGATIVES,
+                output_format=output_format,
+                output_scores=scores,
+                cache_folder=str(root / "cache"),
+                verbose=False,
+            )
+            name = f"{output_format}{'-scores' if scores else ''}"
+            out.to_parquet(root / f"{name}.parquet")
+            out.save_to_disk(str(root / name))
+            files["parquet"][name] = root / f"{name}.parquet"
+            files["hf"][name] = root / name
     return files
+
+
+@pytest.fixture(scope="module")
+def mined(mined_both) -> dict[str, object]:
+    """format name -> Parquet file written from mine_hard_negatives' output."""
+    return mined_both["parquet"]
 
 
 def _run(source, out, **settings) -> tuple[dict, pd.DataFrame]:
@@ -135,6 +114,38 @@ EXPECTED_FORMAT = {
 }
 
 
+def _expected_rows(rows: list[dict], decisions: pd.DataFrame, name: str) -> list[dict]:
+    """The source's rows less what the decisions removed: list slots of a labeled list, whole rows
+    otherwise."""
+    removed = _removed(decisions)
+    if not name.startswith("labeled-list"):
+        gone_rows = set(removed["row"])
+        return [record for r, record in enumerate(rows) if r not in gone_rows]
+    expected = []
+    for r, record in enumerate(rows):
+        gone = {int(s.split("[")[1][:-1]) for s in removed.loc[removed["row"] == r, "slot"]}
+        expected.append(
+            {
+                k: [v for i, v in enumerate(record[k]) if i not in gone]
+                if isinstance(record[k], list)
+                else record[k]
+                for k in record
+            }
+        )
+    return expected
+
+
+def _check_report(report: dict, decisions: pd.DataFrame, name: str, start: int) -> None:
+    assert report["format"] == EXPECTED_FORMAT[name]
+    assert report["negatives"] == len(decisions) > 0
+    assert report["decisions"]["dropped"] + report["decisions"]["duplicate_of_positive"] == len(
+        _removed(decisions)
+    )
+    if start:
+        assert set(decisions.loc[decisions["decision"] == "dropped", "rank"]) <= {1, 2}
+        assert report["decisions"]["dropped"] > 0
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED_FORMAT))
 def test_sentence_transformers_files_round_trip(mined, tmp_path, name):
     # rank_window (no model) drops the top 2 of each set: what the test checks is the file, not a model.
@@ -142,32 +153,45 @@ def test_sentence_transformers_files_round_trip(mined, tmp_path, name):
     out = tmp_path / "cleaned.parquet"
     start = 0 if name.startswith("n-tuple") else 2  # an n-tuple row with a dropped negative goes whole
     report, decisions = _run(source, out, filter="rank_window", rank_window_start=start)
-    assert report["format"] == EXPECTED_FORMAT[name]
     raw, cleaned = pq.read_table(source), pq.read_table(out)
     assert cleaned.schema == raw.schema  # columns, order, types
-    rows = raw.to_pylist()
-    removed = _removed(decisions)
-    if name.startswith("labeled-list"):
-        expected = []
-        for r, record in enumerate(rows):
-            gone = {int(s.split("[")[1][:-1]) for s in removed.loc[removed["row"] == r, "slot"]}
-            expected.append(
-                {
-                    k: [v for i, v in enumerate(record[k]) if i not in gone]
-                    if isinstance(record[k], list)
-                    else record[k]
-                    for k in record
-                }
-            )
-    else:
-        gone_rows = set(removed["row"])
-        expected = [record for r, record in enumerate(rows) if r not in gone_rows]
-    assert cleaned.to_pylist() == expected
-    assert report["negatives"] == len(decisions) > 0
-    assert report["decisions"]["dropped"] + report["decisions"]["duplicate_of_positive"] == len(removed)
-    if start:
-        assert set(decisions.loc[decisions["decision"] == "dropped", "rank"]) <= {1, 2}
-        assert report["decisions"]["dropped"] > 0
+    assert cleaned.to_pylist() == _expected_rows(raw.to_pylist(), decisions, name)
+    _check_report(report, decisions, name, start)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FORMAT))
+def test_save_to_disk_folders_round_trip(mined_both, tmp_path, name):
+    """mine_hard_negatives -> Dataset.save_to_disk -> the command -> datasets.load_from_disk."""
+    import datasets
+
+    source = mined_both["hf"][name]
+    out = tmp_path / "cleaned"
+    start = 0 if name.startswith("n-tuple") else 2
+    report, decisions = _run(source, out, filter="rank_window", rank_window_start=start)
+    raw, cleaned = datasets.load_from_disk(str(source)), datasets.load_from_disk(str(out))
+    assert cleaned.column_names == raw.column_names
+    assert (
+        cleaned.features == raw.features
+    )  # the datasets types (Value("string"), List(Value("float32")), ...)
+    assert cleaned.data.table.schema == raw.data.table.schema  # and the Arrow types under them
+    assert cleaned.to_list() == _expected_rows(raw.to_list(), decisions, name)
+    assert 0 < len(cleaned) <= len(raw)
+    _check_report(report, decisions, name, start)
+
+
+def test_save_to_disk_mark_adds_the_verdicts_as_a_datasets_feature(mined_both, tmp_path):
+    import datasets
+
+    source, out = mined_both["hf"]["labeled-list-scores"], tmp_path / "marked"
+    _run(source, out, filter="rank_window", rank_window_start=2, mode="mark")
+    raw, marked = datasets.load_from_disk(str(source)), datasets.load_from_disk(str(out))
+    assert marked.column_names == raw.column_names + ["sieve_verdicts"]
+    assert marked.features["sieve_verdicts"] == datasets.List(datasets.Value("string"))
+    assert marked.remove_columns("sieve_verdicts").to_list() == raw.to_list()
+    documents = raw.column_names[1]  # (anchor, [documents], [scores]): the first document is the positive
+    for row, verdicts in zip(raw, marked["sieve_verdicts"]):
+        assert len(verdicts) == len(row[documents]) and verdicts[0] == "positive"
+    assert "dropped" in {v for verdicts in marked["sieve_verdicts"] for v in verdicts}
 
 
 def test_scores_are_read_as_each_negatives_source_score(mined, tmp_path):
@@ -392,6 +416,19 @@ def test_a_null_negative_in_parquet_names_file_row_and_column(tmp_path):
     assert "found null" in str(err.value)
 
 
+def test_a_malformed_save_to_disk_row_names_folder_row_and_field(tmp_path):
+    import datasets
+
+    source = tmp_path / "bad"
+    datasets.Dataset.from_dict(
+        {"anchor": ["q", "q", "q2"], "positive": ["p", "p", "p2"], "negative": ["n", "m", None]}
+    ).save_to_disk(str(source))
+    with pytest.raises(DataError) as err:
+        _run(source, tmp_path / "cleaned", filter="none")
+    assert (err.value.file, err.value.record, err.value.field) == (str(source), 2, "negative")
+    assert not (tmp_path / "cleaned").exists()
+
+
 def test_a_line_that_is_not_json_is_named(tmp_path):
     source = tmp_path / "bad.jsonl"
     source.write_text('{"query": "q", "pos": ["p"], "neg": ["n"]}\n{"query": \n', encoding="utf-8")
@@ -479,3 +516,30 @@ def test_sieve_decisions_and_fn_recall_equal_the_projects_own_sieve(
     cli_report = json.loads((tmp_path / "cli.report.json").read_text())
     assert cli_report["detection"]["recall"] == pytest.approx(expected["recall"])
     assert (tmp_path / "cli.report.md").exists()
+
+
+# ---- in the DAG (rule clean_negatives) ---------------------------------------------------------------
+
+
+def test_the_workflow_cleans_a_declared_file_as_the_command_does(tmp_path):
+    # The rule is the command with the entry's settings: same cleaned file, its report beside it.
+    source = tmp_path / "mine.csv"
+    source.write_text(
+        "anchor,positive,negative\nq1,p one,n one\nq1,p one,p one\nq2,p two,n 2\n", encoding="utf-8"
+    )
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(f"clean: {{mine: {{source: {source}, filter: none}}}}\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--snakefile", str(REPO / "Snakefile")]
+        + ["--directory", str(tmp_path), "results/mine/clean/cleaned.csv", "--configfile", str(overlay)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    by_hand = tmp_path / "by_hand.csv"
+    _run(source, by_hand, filter="none")
+    workflow_out = tmp_path / "results" / "mine" / "clean" / "cleaned.csv"
+    assert workflow_out.read_bytes() == by_hand.read_bytes()
+    report = json.loads((workflow_out.parent / "cleaned.csv.report.json").read_text(encoding="utf-8"))
+    assert report["duplicates"]["exact"] == 1

@@ -94,6 +94,9 @@ def test_bad_yaml_names_the_file(tmp_path):
     [
         ("seed: 1\nbm25: [unclosed\n", "line 3, column 1"),
         ('{"seed": 1,\n "bm25": {"k1" 1}}\n', "line 2, column"),
+        # a key repeated in one mapping is refused, not silently overwritten (YAML and JSON)
+        ("eval:\n  ks: [1, 5]\n  depth: 50\n  ks: [10]\n", "line 4, column 3: key 'ks' given twice"),
+        ('{"dpr": {"lr": 0.5}, "dpr": {"max_steps": 3}}', "key 'dpr' given twice in one object"),
     ],
 )
 def test_a_config_parser_error_is_one_line_with_its_position(tmp_path, text, where):

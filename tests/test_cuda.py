@@ -14,6 +14,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from stage_args import encode_corpus
 
 from pipeline.core.distributed import DistInfo
 from pipeline.retrieval import embeddings as E
@@ -41,12 +42,9 @@ def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     return root, model_dir, data, paths
 
 
-def _crash_then_resume(retriever_factory, data, cfg, folder, crash_after, resume_on: DistInfo) -> tuple:
+def _crash_then_resume(retriever_factory, data, cfg, folder, train_until_crash, resume_on: DistInfo) -> tuple:
     """Train on the GPU until step 4 ends in a crash (checkpoint at 3), then rerun on ``resume_on``."""
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(
-            retriever_factory(), data, cfg, checkpoint_dir=folder, dist_info=GPU, on_step_end=crash_after(4)
-        )
+    train_until_crash(retriever_factory(), data, cfg, folder, dist_info=GPU)
     resumed = retriever_factory()
     return resumed, train(resumed, data, cfg, checkpoint_dir=folder, dist_info=resume_on)
 
@@ -61,7 +59,7 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_training_killed_on_the_gpu_resumes_to_the_weights_of_an_uninterrupted_run(
-    resume_config, setup, tmp_path, precision, tiny_retriever, crash_after
+    resume_config, setup, tmp_path, precision, tiny_retriever, train_until_crash
 ):
     _, model_dir, data, _ = setup
     cfg = resume_config(precision=precision)
@@ -74,7 +72,7 @@ def test_training_killed_on_the_gpu_resumes_to_the_weights_of_an_uninterrupted_r
     train(again, data, cfg, checkpoint_dir=tmp_path / "again.ckpt", dist_info=GPU)
 
     resumed, summary = _crash_then_resume(
-        lambda: tiny_retriever(model_dir), data, cfg, tmp_path / "run.ckpt", crash_after, GPU
+        lambda: tiny_retriever(model_dir), data, cfg, tmp_path / "run.ckpt", train_until_crash, GPU
     )
     assert summary["start_step"] == 3
 
@@ -101,12 +99,14 @@ def test_training_killed_on_the_gpu_resumes_to_the_weights_of_an_uninterrupted_r
         assert "scaler" not in state["state"]
 
 
-def test_a_gpu_checkpoint_resumes_on_the_cpu(resume_config, setup, tmp_path, tiny_retriever, crash_after):
+def test_a_gpu_checkpoint_resumes_on_the_cpu(
+    resume_config, setup, tmp_path, tiny_retriever, train_until_crash
+):
     """A job preempted on a GPU node and rerun on a CPU node continues (fp32 on both)."""
     _, model_dir, data, _ = setup
     cfg = resume_config(precision="fp32")
     resumed, summary = _crash_then_resume(
-        lambda: tiny_retriever(model_dir), data, cfg, tmp_path / "c", crash_after, DistInfo()
+        lambda: tiny_retriever(model_dir), data, cfg, tmp_path / "c", train_until_crash, DistInfo()
     )
     assert summary["start_step"] == 3 and summary["steps"] == 6
     assert all(p.device.type == "cpu" for p in resumed.parameters())
@@ -176,29 +176,7 @@ def test_the_training_and_encoding_clis_run_on_the_gpu(setup, tmp_path):
     info = json.loads((out / "train_info.json").read_text())
     assert info["summary"]["compute_precision"] == "bf16", info
     emb = tmp_path / "emb"
-    assert (
-        encode.main(
-            ["corpus", "--model", str(out), "--corpus", str(paths["corpus"]), "--out-dir", str(emb)]
-            + ["--shard", "0", "--shards", "1", "--device", "cuda", "--no-progress"]
-        )
-        == 0
-    )
-    assert (
-        encode.main(
-            [
-                "gather",
-                "--out-dir",
-                str(emb),
-                "--shards",
-                "1",
-                "--model",
-                str(out),
-                "--corpus",
-                str(paths["corpus"]),
-            ]
-        )
-        == 0
-    )
+    encode_corpus(out, paths["corpus"], emb, 1, "--device", "cuda", "--no-progress")
     assert E.EmbeddingSet(emb).count == 48
 
 

@@ -95,10 +95,15 @@ def test_wrong_label_offset_would_be_caught():
     assert abs(right.item() - wrong.item()) > 1e-3
 
 
-def _train_worker(rank: int, port: int, root: str, tiny_retriever) -> None:
+def _train_data(paths: dict):
+    from pipeline.training.data import TrainData
+
+    return TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=0)
+
+
+def _train_worker(rank: int, port: int, root: str, paths: dict, cfg, tiny_retriever) -> None:
     from pathlib import Path
 
-    from pipeline.training.data import TrainData
     from pipeline.training.loop import train
 
     _env(rank, port)
@@ -106,52 +111,31 @@ def _train_worker(rank: int, port: int, root: str, tiny_retriever) -> None:
     info = init_from_env(prefer_cuda=False)
     try:
         root = Path(root)
-        data = TrainData(
-            root / "data/queries.train.parquet",
-            root / "data/qrels.train.parquet",
-            root / "data/bm25.parquet",
-            root / "data/corpus.parquet",
-            depth=5,
-            seed=0,
-        )
         model = tiny_retriever(root / "tiny", dropout=False)
-        train(model, data, _train_config(), checkpoint_dir=root / "ddp.ckpt", dist_info=info)
+        train(model, _train_data(paths), cfg, checkpoint_dir=root / "ddp.ckpt", dist_info=info)
         if info.is_main:
             torch.save(model.state_dict(), root / "ddp_weights.pt")
     finally:
         shutdown()
 
 
-def _train_config():
-    from pipeline.training.loop import TrainConfig
-
-    # fp32: the check is the math (labels, gathers); bf16 rounds differently per batch shape.
-    return TrainConfig(
-        lr=1e-3,
-        epochs=1,
-        batch_size=4,
-        hard_negatives=2,
-        max_steps=2,
-        checkpoint_every=0,
-        warmup_ratio=0.0,
-        seed=0,
-        beta=0.3,
-        precision="fp32",
-    )
-
-
-def test_ddp_training_matches_single_process(tmp_path, make_train_files, tiny_model_dir, tiny_retriever):
-    from pipeline.training.data import TrainData
+def test_ddp_training_matches_single_process(
+    tmp_path, make_train_files, tiny_model_dir, tiny_retriever, resume_config
+):
     from pipeline.training.loop import train
 
     paths = make_train_files(tmp_path / "data")
     tiny_model_dir(tmp_path)
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=0)
+    # The resume tests' optimiser and batches for two steps of one epoch, no warmup or weight decay;
+    # fp32: the check is the math (labels, gathers), bf16 rounds differently per batch shape.
+    no_resume = dict(epochs=1, max_steps=2, checkpoint_every=0, warmup_ratio=0.0, weight_decay=0.0)
+    cfg = resume_config(**no_resume, seed=0, beta=0.3, precision="fp32")
     single = tiny_retriever(tmp_path / "tiny", dropout=False)
-    train(single, data, _train_config(), checkpoint_dir=tmp_path / "single.ckpt")
+    train(single, _train_data(paths), cfg, checkpoint_dir=tmp_path / "single.ckpt")
 
     # The worker gets the conftest helper as an argument: a spawned process has no fixtures.
-    mp.spawn(_train_worker, args=(_free_port(), str(tmp_path), tiny_retriever), nprocs=WORLD, join=True)
+    args = (_free_port(), str(tmp_path), paths, cfg, tiny_retriever)
+    mp.spawn(_train_worker, args=args, nprocs=WORLD, join=True)
     ddp = torch.load(tmp_path / "ddp_weights.pt")
     start = tiny_retriever(tmp_path / "tiny").state_dict()
     moved = 0

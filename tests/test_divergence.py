@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from stage_args import encode_corpus, flags
 
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError
@@ -49,25 +50,8 @@ def train_inputs(tmp_path_factory, make_train_files, tiny_model_dir):
 
 
 def _train_args(paths, tiny, out: Path, *extra: str) -> list[str]:
-    return [
-        "--init",
-        str(tiny),
-        "--queries",
-        str(paths["queries"]),
-        "--qrels",
-        str(paths["qrels"]),
-        "--negatives",
-        str(paths["negatives"]),
-        "--corpus",
-        str(paths["corpus"]),
-        "--out",
-        str(out),
-        "--batch-size",
-        "4",
-        "--threads",
-        "1",
-        *extra,
-    ]
+    tables = ("queries", "qrels", "negatives", "corpus")
+    return [*flags(paths, *tables, init=tiny, out=out, batch_size=4, threads=1), *extra]
 
 
 def test_train_dense_huge_lr_stops_with_step_loss_parts_and_advice(train_inputs, tmp_path, capsys):
@@ -112,43 +96,22 @@ def test_non_finite_gradient_stops_training_before_the_update(train_inputs, tmp_
 
 
 def test_ar2_round_stops_on_divergence(tmp_path):
-    from pipeline.ar2.train import RoundData, train_round
+    from ar2_toy import TINY_ROUND, round_data, tiny_models
+
+    from pipeline.ar2.train import train_round
     from pipeline.core.settings import Ar2Settings
-    from pipeline.retrieval.ranker import Ranker, RankerSettings
 
     tiny = str(make_tiny_encoder(tmp_path / "tiny", seed=0))
     passages = {f"p{i}": (f"T{i % 3}", f"alpha beta fact {i}") for i in range(12)}
-    qids = [f"q{i}" for i in range(4)]
-    rng = np.random.default_rng(0)
-    pools = {
-        q: (np.array([f"p{j}" for j in range(12) if j != i], dtype=object), rng.normal(size=11))
-        for i, q in enumerate(qids)
-    }
-    data = RoundData(
-        qids=qids,
-        query_text={q: f"what is {q}" for q in qids},
-        positive={q: f"p{i}" for i, q in enumerate(qids)},
-        positive_logit={q: 0.5 for q in qids},
-        pools=pools,
-        passages=passages,
+    data = round_data(passages, {f"q{i}": f"what is q{i}" for i in range(4)})
+    # The tiny round with the retriever phase alone (3 steps, no checkpoint, pure distillation) and a
+    # learning rate that must blow up; ranker_warmup_lr is the default's, as no warm-up step runs.
+    only_retriever = dict(
+        rounds=1, ranker_steps=0, ranker_warmup_steps=0, ranker_warmup_lr=None, retriever_steps=3
     )
-    settings = Ar2Settings(
-        rounds=1,
-        batch_size=2,
-        negatives=3,
-        ranker_steps=0,
-        retriever_steps=3,
-        ranker_warmup_steps=0,
-        retriever_lr=1e10,
-        ranker_lr=1e-3,
-        checkpoint_every=0,
-        adv_lambda=0.0,
-        max_grad_norm=1.0,
-    )
-    retriever = Retriever.from_pretrained(
-        tiny, RetrieverSettings(base="tiny", query_max_len=16, passage_max_len=24)
-    )
-    ranker = Ranker.from_pretrained(tiny, RankerSettings(base="tiny", max_len=32), seed=0)
+    diverging = dict(retriever_lr=1e10, max_grad_norm=1.0, checkpoint_every=0, adv_lambda=0.0)
+    settings = Ar2Settings(**{**TINY_ROUND, **only_retriever, **diverging})
+    retriever, ranker = tiny_models(tiny)
     with pytest.raises(ConfigError, match=r"step \d.*retriever_lr"):
         train_round(
             retriever,
@@ -202,29 +165,11 @@ def _queries(tmp_path: Path) -> Path:
     return path
 
 
-def _encode_args(model: Path, corpus: Path, out: Path) -> list[str]:
-    return [
-        "corpus",
-        "--model",
-        str(model),
-        "--corpus",
-        str(corpus),
-        "--out-dir",
-        str(out),
-        "--shard",
-        "0",
-        "--shards",
-        "1",
-        "--device",
-        "cpu",
-        "--no-progress",
-    ]
-
-
 def test_encode_refuses_non_finite_embeddings(models, tmp_path, capsys):
     corpus = _corpus(tmp_path)
+    where = dict(model=models["diverged"], corpus=corpus, out_dir=tmp_path / "emb", device="cpu")
     with pytest.raises(SystemExit) as exc:
-        run_main(encode.main, _encode_args(models["diverged"], corpus, tmp_path / "emb"))
+        run_main(encode.main, ["corpus", *flags(**where, shard=0, shards=1), "--no-progress"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert str(models["diverged"]) in err and "non-finite" in err and "retrain" in err, err
@@ -233,23 +178,7 @@ def test_encode_refuses_non_finite_embeddings(models, tmp_path, capsys):
 
 def test_search_refuses_non_finite_query_embeddings(models, tmp_path, capsys):
     corpus = _corpus(tmp_path)
-    assert encode.main(_encode_args(models["good"], corpus, tmp_path / "emb")) == 0
-    assert (
-        encode.main(
-            [
-                "gather",
-                "--out-dir",
-                str(tmp_path / "emb"),
-                "--shards",
-                "1",
-                "--model",
-                str(models["good"]),
-                "--corpus",
-                str(corpus),
-            ]
-        )
-        == 0
-    )
+    encode_corpus(models["good"], corpus, tmp_path / "emb", 1, "--device", "cpu", "--no-progress")
     with pytest.raises(SystemExit) as exc:
         run_main(
             S.main,
@@ -328,27 +257,8 @@ def _eval_data(tmp_path: Path, run_rows) -> list[str]:
     ):
         files[name] = tmp_path / f"{name}.parquet"
         write_table(files[name], pd.DataFrame(rows, columns=schema.names), schema)
-    return [
-        "--run",
-        str(files["run"]),
-        "--queries",
-        str(files["queries"]),
-        "--qrels",
-        str(files["qrels"]),
-        "--corpus",
-        str(files["corpus"]),
-        "--dataset",
-        "tiny",
-        "--method",
-        "dpr",
-        "--split",
-        "test",
-        "--ks",
-        "1",
-        "2",
-        "--out",
-        str(tmp_path / "metrics.json"),
-    ]
+    run = flags(files, *files, dataset="tiny", method="dpr", split="test", out=tmp_path / "metrics.json")
+    return [*run, "--ks", "1", "2"]
 
 
 def test_evaluate_refuses_a_run_missing_queries(tmp_path, capsys):

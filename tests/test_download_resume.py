@@ -9,10 +9,9 @@ import hashlib
 import json
 import logging
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from range_server import RangeServer, serving
 
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, load_config, validate_config
@@ -25,64 +24,13 @@ NEW_BODY = b"".join(hashlib.sha256(f"v2-{i}".encode()).digest() for i in range(1
 LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
 
 
-class Remote:
-    """One file at /f whose content and validators a test can change between requests."""
-
-    def __init__(self) -> None:
-        self.body = BODY
-        self.etag: str | None = '"v1"'
-        self.last_modified: str | None = LAST_MODIFIED
-        self.cut_once: int | None = None  # bytes sent before dropping the connection, once
-        self.requests: list[dict] = []  # headers of each request
-        remote = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                remote.requests.append(
-                    {"Range": self.headers.get("Range"), "If-Range": self.headers.get("If-Range")}
-                )
-                data, start = remote.body, 0
-                rng, if_range = self.headers.get("Range"), self.headers.get("If-Range")
-                # If-Range: the range only if the validator still matches (strong comparison).
-                valid = if_range is None or if_range in (
-                    remote.etag if remote.etag and not remote.etag.startswith("W/") else None,
-                    remote.last_modified,
-                )
-                if rng and valid:
-                    start = int(rng.removeprefix("bytes=").split("-")[0])
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                if remote.etag:
-                    self.send_header("ETag", remote.etag)
-                if remote.last_modified:
-                    self.send_header("Last-Modified", remote.last_modified)
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                body = data[start:]
-                if remote.cut_once is not None:
-                    body, remote.cut_once = body[: remote.cut_once], None
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/f"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-
 @pytest.fixture
 def remote():
-    srv = Remote()
-    srv.thread.start()
-    yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
+    with serving(RangeServer(BODY, etag='"v1"', last_modified=LAST_MODIFIED)) as srv:
+        yield srv
 
 
-def _interrupted(remote: Remote, out, at: int = 100_000) -> bytes:
+def _interrupted(remote: RangeServer, out, at: int = 100_000) -> bytes:
     """Run a download that the connection drops after ``at`` bytes; return what .part kept."""
     remote.cut_once = at
     with pytest.raises(DataError, match="after 0 retries"):

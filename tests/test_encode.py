@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from stage_args import encode_corpus
 
 from pipeline.core.storage import DataError
 from pipeline.retrieval import embeddings as E
@@ -141,19 +142,16 @@ def test_tokenize_buffer_equals_retriever_tokenization(retriever_dir, side, monk
             np.testing.assert_array_equal(got[key], want[key].numpy(), err_msg=f"{side} {key}")
 
 
+def encode_queries_fp32(retriever, texts: list[str], **kw) -> np.ndarray:
+    """encode_buffer on queries (no titles), two per batch, fp32 on the CPU; ``kw``: on_batch, tower."""
+    cpu = dict(device=torch.device("cpu"), amp=False, dtype=torch.float32)
+    return encode.encode_buffer(retriever, texts, None, batch_size=2, **cpu, **kw)
+
+
 def test_encode_buffer_sorts_by_token_length_but_returns_input_order(retriever):
     texts = ["short", " ".join(WORDS * 3), "a b c", " ".join(WORDS)]
     seen = []
-    out = encode.encode_buffer(
-        retriever,
-        texts,
-        None,
-        batch_size=2,
-        device=torch.device("cpu"),
-        amp=False,
-        dtype=torch.float32,
-        on_batch=seen.append,
-    )
+    out = encode_queries_fp32(retriever, texts, on_batch=seen.append)
     assert seen == [2, 2]
     np.testing.assert_allclose(out, retriever.encode_queries(texts), atol=1e-5)
 
@@ -243,46 +241,8 @@ def test_manifest_records_precision_and_refuses_mixed_shards(tmp_path, retriever
 
 def test_cli_corpus_gather_and_queries(tmp_path, retriever_dir, retriever):
     df = make_corpus(tmp_path / "corpus.parquet", n=40)
-    for shard in range(2):
-        assert (
-            encode.main(
-                [
-                    "corpus",
-                    "--model",
-                    str(retriever_dir),
-                    "--corpus",
-                    str(tmp_path / "corpus.parquet"),
-                    "--out-dir",
-                    str(tmp_path / "emb"),
-                    "--shard",
-                    str(shard),
-                    "--shards",
-                    "2",
-                    "--device",
-                    "cpu",
-                    "--batch-size",
-                    "8",
-                    "--no-progress",
-                ]
-            )
-            == 0
-        )
-    assert (
-        encode.main(
-            [
-                "gather",
-                "--out-dir",
-                str(tmp_path / "emb"),
-                "--shards",
-                "2",
-                "--model",
-                str(retriever_dir),
-                "--corpus",
-                str(tmp_path / "corpus.parquet"),
-            ]
-        )
-        == 0
-    )
+    cpu = ("--device", "cpu", "--batch-size", "8", "--no-progress")
+    encode_corpus(retriever_dir, tmp_path / "corpus.parquet", tmp_path / "emb", 2, *cpu)
     manifest = json.loads((tmp_path / "emb" / "manifest.json").read_text())
     assert manifest["count"] == 40 and len(manifest["shards"]) == 2
     queries = pd.DataFrame(

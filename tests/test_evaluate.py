@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from stage_args import flags
 
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA, per_query_schema
 from pipeline.core.storage import DataError, write_table
@@ -82,28 +83,9 @@ def data(tmp_path: Path) -> dict[str, Path]:
 
 
 def _argv(data, *extra, ks=("1", "2", "3")) -> list[str]:
-    return [
-        "--run",
-        str(data["run"]),
-        "--queries",
-        str(data["queries"]),
-        "--qrels",
-        str(data["qrels"]),
-        "--corpus",
-        str(data["corpus"]),
-        "--dataset",
-        "tiny",
-        "--method",
-        "bm25",
-        "--split",
-        "test",
-        "--ks",
-        *ks,
-        "--out",
-        str(data["dir"] / "metrics.json"),
-        "--allow-missing-queries",
-        *extra,
-    ]  # RUN leaves q4 out on purpose: a miss
+    tables = ("run", "queries", "qrels", "corpus")
+    run = flags(data, *tables, dataset="tiny", method="bm25", split="test", out=data["dir"] / "metrics.json")
+    return [*run, "--ks", *ks, "--allow-missing-queries", *extra]  # RUN leaves q4 out on purpose: a miss
 
 
 def _metrics(data, *extra) -> dict:

@@ -141,23 +141,6 @@ def test_a_key_given_twice_in_an_overlay_is_refused_naming_file_line_and_key(tmp
     assert "first at line 1" in out, out
 
 
-@pytest.mark.parametrize(
-    "text, where",
-    [
-        ("eval:\n  ks: [1, 5]\n  depth: 50\n  ks: [10]\n", "line 4, column 3: key 'ks' given twice"),
-        ('{"dpr": {"lr": 0.5}, "dpr": {"max_steps": 3}}', "key 'dpr' given twice in one object"),
-    ],
-)
-def test_load_config_refuses_repeated_keys_in_yaml_and_json(tmp_path, text, where):
-    from pipeline.core.config import ConfigError, load_config
-
-    path = tmp_path / "overlay.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config([path])
-    assert str(err.value).startswith(f"{path}: {where}"), str(err.value)
-
-
 def test_yaml_merge_keys_may_be_overridden_and_the_default_config_loads(tmp_path):
     # `<<: *anchor` then an own key of the same name is YAML's way of overriding: not a repeat
     from pipeline.core.config import load_config, load_mapping

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stage_args import encode_corpus
 
 from pipeline.core.settings import Ar2Settings, ar2_recorded_settings, defaults, to_flags
 
@@ -260,7 +261,6 @@ def base(tmp_path_factory, make_train_files, tiny_model_dir) -> Path:
     embeddings/start (its gathered corpus embeddings) and ar2/start/negatives.parquet (its mined train
     candidates: what AR2's round 1 trains on)."""
     from pipeline.ar2 import mine
-    from pipeline.retrieval import encode
     from pipeline.training import train_dense
 
     root = tmp_path_factory.mktemp("faults")
@@ -285,42 +285,7 @@ def base(tmp_path_factory, make_train_files, tiny_model_dir) -> Path:
             )
             == 0
         )
-        for shard in (0, 1):
-            assert (
-                encode.main(
-                    [
-                        "corpus",
-                        "--model",
-                        "models/start",
-                        "--corpus",
-                        "data/corpus.parquet",
-                        "--out-dir",
-                        "embeddings/start",
-                        "--shard",
-                        str(shard),
-                        "--shards",
-                        "2",
-                        "--no-progress",
-                    ]
-                )
-                == 0
-            )
-        assert (
-            encode.main(
-                [
-                    "gather",
-                    "--out-dir",
-                    "embeddings/start",
-                    "--shards",
-                    "2",
-                    "--model",
-                    "models/start",
-                    "--corpus",
-                    "data/corpus.parquet",
-                ]
-            )
-            == 0
-        )
+        encode_corpus("models/start", "data/corpus.parquet", "embeddings/start", 2, "--no-progress")
         assert mine.main(MINE_START) == 0
     finally:
         os.chdir(cwd)

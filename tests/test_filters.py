@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from stage_args import flags
 
 from pipeline.core.storage import DataError
 from pipeline.sieve import candidates as fn_labels
@@ -106,44 +107,14 @@ def toy(tmp_path_factory, make_sieve_dataset, make_retriever):
     p["base"] = make_tiny_encoder(root / "tiny-base", seed=1)
     p["candidates"] = root / "candidates.parquet"
     p["root"] = root
-    fn_labels.main(
-        [
-            "--negatives",
-            str(p["negatives"]),
-            "--qrels",
-            str(p["qrels"]),
-            "--qrels-all",
-            str(p["qrels_all"]),
-            "--queries",
-            str(p["queries"]),
-            "--corpus",
-            str(p["corpus"]),
-            "--candidates",
-            "8",
-            "--pool",
-            "12",
-            "--out",
-            str(p["candidates"]),
-        ]
-    )
+    tables = ("negatives", "qrels", "qrels_all", "queries", "corpus")
+    fn_labels.main(flags(p, *tables, candidates=8, pool=12, out=p["candidates"]))
     return p
 
 
 def run_filter(toy, name, *extra, model=None):
     out = toy["root"] / name / "decisions.parquet"
-    args = [
-        "--filter",
-        name,
-        "--candidates",
-        str(toy["candidates"]),
-        "--corpus",
-        str(toy["corpus"]),
-        "--queries",
-        str(toy["queries"]),
-        "--out",
-        str(out),
-        *extra,
-    ]
+    args = [*flags(toy, "candidates", "corpus", "queries", filter=name, out=out), *extra]
     if model is not None:
         args += ["--model", str(model)]
     filters.main(args)
@@ -243,31 +214,13 @@ def test_cross_encoder_training_plan_and_filter(toy):
             assert (pid == pos[qid][0]) == (label == 1.0)
             assert label == 1.0 or pid in negs[qid]
     model = toy["root"] / "cross_encoder"
+    log = toy["root"] / "cross_encoder.log"
     cef.main(
-        [
-            "--negatives",
-            str(toy["negatives"]),
-            "--qrels",
-            str(toy["qrels"]),
-            "--queries",
-            str(toy["queries"]),
-            "--corpus",
-            str(toy["corpus"]),
-            "--base",
-            str(toy["base"]),
-            "--steps",
-            "3",
-            "--batch-size",
-            "2",
-            "--out",
-            str(model),
-            "--log",
-            str(toy["root"] / "cross_encoder.log"),
-        ]
+        _cross_encoder_argv(toy, "--steps", "3", "--batch-size", "2", "--out", str(model), "--log", str(log))
     )
     assert (model / "ranker.json").exists()
     # Under Snakemake the log file, not the rich bar, shows progress: a plain line per step here.
-    assert "step 3/3 (100%) loss " in (toy["root"] / "cross_encoder.log").read_text()
+    assert "step 3/3 (100%) loss " in log.read_text()
     _, ce = run_filter(toy, "cross_encoder", "--threshold", "0.5", model=model)
     assert ((ce["score"] > 0) & (ce["score"] < 1)).all()
     assert ce["kept"].tolist() == (ce["score"] < 0.5).tolist()
@@ -275,17 +228,7 @@ def test_cross_encoder_training_plan_and_filter(toy):
 
 def _cross_encoder_argv(toy, *extra: str) -> list[str]:
     """pipeline.sieve.cross_encoder's arguments on the toy data, plus ``extra``."""
-    files = [
-        ("--negatives", "negatives"),
-        ("--qrels", "qrels"),
-        ("--queries", "queries"),
-        ("--corpus", "corpus"),
-    ]
-    return [arg for flag, key in files for arg in (flag, str(toy[key]))] + [
-        "--base",
-        str(toy["base"]),
-        *extra,
-    ]
+    return [*flags(toy, "negatives", "qrels", "queries", "corpus", "base"), *extra]
 
 
 def test_cross_encoder_output_that_cannot_be_written_is_refused_before_training(
@@ -345,38 +288,18 @@ def test_oracle_drops_exactly_the_hand_made_qrels_all_and_writes_training_negati
 
 def test_oracle_refuses_candidates_without_exact_labels(toy, tmp_path):
     unlabelled = tmp_path / "candidates.parquet"
-    fn_labels.main(
-        [
-            "--negatives",
-            str(toy["negatives"]),
-            "--qrels",
-            str(toy["qrels"]),
-            "--queries",
-            str(toy["queries"]),
-            "--corpus",
-            str(toy["corpus"]),
-            "--candidates",
-            "8",
-            "--pool",
-            "12",
-            "--out",
-            str(unlabelled),
-        ]
-    )
+    tables = ("negatives", "qrels", "queries", "corpus")
+    fn_labels.main(flags(toy, *tables, candidates=8, pool=12, out=unlabelled))
     with pytest.raises(DataError, match="exact false-negative labels"):
         filters.main(
-            [
-                "--filter",
-                "oracle",
-                "--candidates",
-                str(unlabelled),
-                "--corpus",
-                str(toy["corpus"]),
-                "--queries",
-                str(toy["queries"]),
-                "--out",
-                str(tmp_path / "d.parquet"),
-            ]
+            flags(
+                dict(toy, candidates=unlabelled),
+                "candidates",
+                "corpus",
+                "queries",
+                filter="oracle",
+                out=tmp_path / "d.parquet",
+            )
         )
     assert not (tmp_path / "d.parquet").exists()
 
@@ -397,3 +320,81 @@ def test_per_query_separation_by_hand_and_free_of_tau():
         sieve_report.auc_greater(loss[~is_fn], loss[is_fn])
     )
     assert sieve_report.per_query_auc(qids[:1], loss[:1], is_fn[:1], ~is_fn[:1]) == (None, 0)
+
+
+# ---- absolute_margin and positive_aware_dev (issue 41) ---------------------------------------------
+
+
+def test_pick_margin_by_hand():
+    # Statistic s_neg/s_pos of six dev candidates, two of them false negatives (0.96, 0.97).
+    stat = np.array([0.5, 0.6, 0.7, 0.96, 0.97, 0.99])
+    truth = np.array([False, False, False, True, True, False])
+    choice = filters.pick_margin(stat, truth, [0.55, 0.65, 0.95, 0.955, 0.98], "youden")
+    by_margin = {r["margin"]: r for r in choice["grid"]}
+    # 0.55 drops 0.6..0.99: recall 1, 3 of 4 TN dropped -> J 0.25, F1 4/7; 0.65: J 0.5, F1 4/6;
+    # 0.95 and 0.955 drop 0.96, 0.97, 0.99: J 0.75, F1 0.8 (a tie: the larger margin wins); 0.98: J -0.25.
+    assert by_margin[0.55]["youden"] == pytest.approx(0.25) and by_margin[0.55]["f1"] == pytest.approx(4 / 7)
+    assert by_margin[0.65]["youden"] == pytest.approx(0.5) and by_margin[0.65]["f1"] == pytest.approx(4 / 6)
+    assert by_margin[0.95]["youden"] == pytest.approx(0.75) and by_margin[0.95]["f1"] == pytest.approx(0.8)
+    assert by_margin[0.98]["youden"] == pytest.approx(-0.25) and by_margin[0.98]["f1"] == 0.0
+    assert choice["margin"] == 0.955 and (choice["n_fn"], choice["n_tn"]) == (2, 4)
+    # F1 and Youden disagree when dropping one more true negative buys recall: 0.65 has the better J.
+    stat2 = np.array([0.7, 0.8, 0.9, 0.95])
+    truth2 = np.array([False, True, False, True])
+    # 0.75: drop 0.8, 0.9, 0.95: recall 1, TN dropped 1/2 -> J 0.5, F1 4/5; 0.92: drop 0.95 -> J 0.5, F1 2/3.
+    assert filters.pick_margin(stat2, truth2, [0.75, 0.92], "f1")["margin"] == 0.75
+    assert filters.pick_margin(stat2, truth2, [0.75, 0.92], "youden")["margin"] == 0.92  # tie: larger
+    with pytest.raises(ValueError, match="cannot be chosen"):
+        filters.pick_margin(stat, np.zeros(6, bool), [0.9], "f1")
+
+
+def test_dev_grid_and_truth():
+    from pipeline.core.settings import PositiveAwareDevSettings
+
+    assert PositiveAwareDevSettings(grid_min=0.9, grid_max=1.0, grid_step=0.05).grid() == [0.9, 0.95, 1.0]
+    assert len(PositiveAwareDevSettings().grid()) == 21
+    with pytest.raises(ValueError, match="below grid_min"):
+        PositiveAwareDevSettings(grid_min=0.9, grid_max=0.8)
+    exact = pd.DataFrame(
+        {"qid": ["q"] * 2, "pid": ["a", "b"], "fn_label_source": ["qrels_all"] * 2,
+         "is_false_negative": [True, False], "has_answer": [False, False]}
+    )  # fmt: skip
+    assert filters.dev_truth(exact, "dev.parquet")[0].tolist() == [True, False]
+    squad = exact.assign(fn_label_source=[None, "suspected"], is_false_negative=[None, None])
+    truth, name = filters.dev_truth(squad, "dev.parquet")
+    assert truth.tolist() == [False, False] and name.startswith("answer match")
+    with pytest.raises(DataError, match="qid q, pid b"):
+        filters.dev_truth(squad.assign(has_answer=[False, None]), "dev.parquet")
+
+
+def test_absolute_margin_and_positive_aware_dev_filters(toy, tmp_path):
+    _, sv_ = run_filter(toy, "sieve_no_ccr", model=toy["model"])
+    s_neg, s_pos = sv_["similarity"].to_numpy(), sv_["positive_similarity"].to_numpy()
+    _, am = run_filter(toy, "absolute_margin", "--absolute-margin-margin", "0.05", model=toy["model"])
+    assert am["kept"].tolist() == (~(s_neg > s_pos - 0.05)).tolist()
+    np.testing.assert_allclose(am["score"].to_numpy(), s_neg - s_pos, rtol=1e-12)
+    # The toy's own candidates serve as the dev candidates: the margin is then the one that best
+    # separates them by hand, and the train decisions are the relative rule at it.
+    grid = ["--positive-aware-dev-grid-min", "0.5", "--positive-aware-dev-grid-max", "1.0"]
+    dev = ["--dev-candidates", str(toy["candidates"]), "--dev-queries", str(toy["queries"])]
+    out, pad = run_filter(toy, "positive_aware_dev", *grid, "--positive-aware-dev-grid-step", "0.05", *dev,
+                          model=toy["model"])  # fmt: skip
+    cands = pd.read_parquet(toy["candidates"])
+    expected = filters.pick_margin(
+        s_neg / s_pos,
+        cands["is_false_negative"].astype(bool).to_numpy(),
+        [0.5 + 0.05 * i for i in range(11)],
+        "youden",
+    )
+    choice = sieve_report.dev_margin(out)["dev_margin"]
+    assert choice["margin"] == pytest.approx(expected["margin"]) and choice["criterion"] == "youden"
+    assert choice["truth"].startswith("exact") and len(choice["grid"]) == 11
+    assert pad["kept"].tolist() == (~(s_neg > choice["margin"] * s_pos)).tolist()
+    rep = tmp_path / "pad.json"
+    sieve_report.main(
+        ["report", "--decisions", str(out), "--candidates", str(toy["candidates"]), "--dataset", "toy",
+         "--filter", "positive_aware_dev", "--out", str(rep)]
+    )  # fmt: skip
+    assert json.loads(rep.read_text())["dev_margin"]["margin"] == choice["margin"]
+    with pytest.raises(DataError, match="--dev-candidates"):
+        run_filter(toy, "positive_aware_dev", model=toy["model"])

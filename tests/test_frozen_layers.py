@@ -97,19 +97,12 @@ def test_only_the_top_layers_train(frozen_config, three_layers, data, tmp_path):
 
 
 def test_killed_run_with_train_layers_resumes_to_identical_weights(
-    frozen_config, three_layers, data, tmp_path, crash_after
+    frozen_config, three_layers, data, tmp_path, train_until_crash
 ):
     reference = _retriever(three_layers)
     train(reference, data, frozen_config(), checkpoint_dir=tmp_path / "ref.ckpt")
 
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(
-            _retriever(three_layers),
-            data,
-            frozen_config(),
-            checkpoint_dir=tmp_path / "run.ckpt",
-            on_step_end=crash_after(4),
-        )
+    train_until_crash(_retriever(three_layers), data, frozen_config(), tmp_path / "run.ckpt")
     resumed = _retriever(three_layers)  # a new process: a fresh model and an empty cache
     summary = train(resumed, data, frozen_config(), checkpoint_dir=tmp_path / "run.ckpt")
     assert summary["start_step"] == 3

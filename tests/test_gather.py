@@ -711,6 +711,41 @@ def test_a_trained_method_below_the_model_it_started_from_is_said_in_words():
     assert "- dpr_oracle" not in md.split("| method |")[0]  # 0.650 ≥ 0.639
 
 
+def test_below_the_start_with_seeds_gives_the_paired_difference_and_its_interval():
+    """With 3 seeds the sentence carries the paired difference with the start and its 95% t-interval:
+    zeroshot is seed-free (its one run is every seed's start); dpr_ccr_b0 pairs with dpr seed by seed."""
+    gathered = _demo_like()
+
+    def seeded(name, values):
+        entry = gathered["methods"][name]
+        entry.pop("notes")
+        entry["seeds"] = [0, 1, 2]
+        entry["per_seed"] = [{"seed": s, "metrics": {"hit_all@1": v}} for s, v in enumerate(values)]
+        entry["metrics"]["hit_all@1"] = sum(values) / 3
+
+    seeded("dpr_sieve", [0.600, 0.610, 0.620])  # − 0.639: −0.039, −0.029, −0.019; mean −0.029, s 0.01
+    seeded("dpr", [0.530, 0.520, 0.540])
+    seeded("dpr_ccr_b0", [0.500, 0.490, 0.510])  # − dpr: −0.03 in every seed
+    seeded("dpr_none", [0.600, 0.650, 0.640])  # − 0.639: −0.039, +0.011, +0.001: the interval reaches 0
+    md = gather_metrics.markdown_table(gathered)
+    # t(0.975, 2) · 0.01 / √3 = 0.0248: −0.029 [−0.054, −0.004]
+    assert (
+        "- dpr_sieve (0.610) is below zeroshot (0.639), the model it was trained from: -0.029 [-0.054, "
+        "-0.004] over 3 seeds (paired, 95% t-interval; zeroshot has no seed, its one run is every seed's "
+        "start)." in md
+    )
+    assert (
+        "- dpr_ccr_b0 (0.500) is below dpr (0.530), the model it was trained from: -0.030 [-0.030, -0.030] "
+        "over 3 seeds (paired, 95% t-interval)." in md
+    )
+    assert "- dpr_none (0.630) is below zeroshot (0.639), the model it was trained from: -0.009 [" in md
+    assert (
+        "; the interval reaches 0: not shown beyond the seeds' spread." in md.split("- dpr_none (0.630)")[1]
+    )
+    # one run each (dpr_oracle ... are single runs): the sentence stays without an interval
+    assert "- dpr_ccr (0.540)" not in md
+
+
 def test_each_methods_row_says_where_its_files_are_and_what_it_is():
     md = gather_metrics.markdown_table(_demo_like())
     methods = md.split("## Methods\n\n")[1].split("\n\n")[0].splitlines()

@@ -41,6 +41,7 @@ MODEL_RULES = {
     "ar2_search_dev_start",
     "ar2_search_dev",
     "ar2_search",
+    "clean_negatives",
 }
 # A model-running rule that never holds a GPU: it saves the base model as a folder.
 CPU_ONLY = {"init_zeroshot"}
@@ -141,6 +142,25 @@ def _run_stage(code: str, env: dict) -> str:
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=REPO
     ).stdout.strip()
+
+
+def test_cleaning_a_users_file_holds_a_gpu_exactly_when_its_filter_runs_a_model(tmp_path):
+    for name in ("scored", "plain"):
+        (tmp_path / f"{name}.csv").write_text("anchor,positive,negative\nq,p,n\n", encoding="utf-8")
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(
+        f"sieve: {{gpus: 1}}\nclean:\n  scored: {{source: {tmp_path / 'scored.csv'}, filter: sieve}}\n"
+        f"  plain: {{source: {tmp_path / 'plain.csv'}, filter: none}}\n",
+        encoding="utf-8",
+    )
+    targets = ("results/scored/clean/cleaned.csv", "results/plain/clean/cleaned.csv")
+    jobs = {
+        job["wildcards"]: job
+        for job in _plan(tmp_path, "--cores", "2", *targets, "--configfile", str(overlay))
+    }
+    scored, plain = jobs["clean=scored, ext=csv"], jobs["clean=plain, ext=csv"]
+    assert scored["gpus"] == 1 and _device(scored["shell"]) == "cuda"
+    assert plain["gpus"] == 0 and _device(plain["shell"]) == "cpu"
 
 
 def test_a_stage_run_with_device_cpu_sees_no_gpu_before_cuda_can_start():

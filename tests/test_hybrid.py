@@ -21,6 +21,11 @@ def _run(rows) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["qid", "pid", "rank", "score"])
 
 
+def _ranked(qid: str, pids: str, scores: list[float], ranks: list[int] | None = None) -> list[tuple]:
+    """Run rows of one query: its pids (a letter each) in row order, ranked 1..n unless ``ranks``."""
+    return list(zip([qid] * len(pids), pids, ranks or range(1, len(pids) + 1), scores))
+
+
 def _as_lists(run: pd.DataFrame) -> dict[str, list[str]]:
     return {q: g.sort_values("rank")["pid"].tolist() for q, g in run.groupby("qid")}
 
@@ -48,15 +53,7 @@ def test_rrf_truncates_to_depth_per_query():
 
 
 def test_minmax_per_query_and_constant_queries():
-    run = _run(
-        [
-            ("q1", "a", 1, 3.0),
-            ("q1", "b", 2, 2.0),
-            ("q1", "c", 3, 1.0),
-            ("q2", "d", 1, 5.0),
-            ("q2", "e", 2, 5.0),
-        ]
-    )
+    run = _run(_ranked("q1", "abc", [3.0, 2.0, 1.0]) + _ranked("q2", "de", [5.0, 5.0]))
     assert fusion.minmax_per_query(run).tolist() == [1.0, 0.5, 0.0, 1.0, 1.0]
 
 
@@ -93,15 +90,7 @@ def test_the_grid_ends_reproduce_each_run(weight, source):
 )  # the dense order, then BM25-only ones
 def test_grid_ends_with_partial_overlap_and_a_query_bm25_left_out(weight, expected):
     sparse = _run([("q1", "a", 1, 3.0), ("q1", "b", 2, 2.0), ("q1", "c", 3, 1.0)])
-    dense = _run(
-        [
-            ("q1", "c", 1, 0.9),
-            ("q1", "d", 2, 0.5),
-            ("q1", "e", 3, 0.1),
-            ("q2", "y", 2, 0.1),
-            ("q2", "x", 1, 0.9),
-        ]
-    )
+    dense = _run(_ranked("q1", "cde", [0.9, 0.5, 0.1]) + _ranked("q2", "yx", [0.1, 0.9], ranks=[2, 1]))
     fused = fusion.weighted_fuse(fusion.normalised_union(sparse, dense), weight, depth=10)
     assert _as_lists(fused) == expected
 
@@ -145,16 +134,23 @@ def _write(path: Path, rows, schema) -> str:
     return str(path)
 
 
+# What the weight is chosen on, by flag name: (file name, rows, schema).
+DEV_TABLES = {
+    "corpus": ("corpus", CORPUS, CORPUS_SCHEMA),
+    "dev_queries": ("queries.dev", QUERIES, QUERIES_SCHEMA),
+    "dev_qrels": ("qrels.dev", QRELS, QRELS_SCHEMA),
+    "dev_sparse": ("bm25.dev", DEV_SPARSE, RUN_SCHEMA),
+    "dev_dense": ("dense.dev", DEV_DENSE, RUN_SCHEMA),
+}
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, str]:
-    return {
-        "corpus": _write(tmp_path / "corpus.parquet", CORPUS, CORPUS_SCHEMA),
-        "dev_queries": _write(tmp_path / "queries.dev.parquet", QUERIES, QUERIES_SCHEMA),
-        "dev_qrels": _write(tmp_path / "qrels.dev.parquet", QRELS, QRELS_SCHEMA),
-        "dev_sparse": _write(tmp_path / "bm25.dev.parquet", DEV_SPARSE, RUN_SCHEMA),
-        "dev_dense": _write(tmp_path / "dense.dev.parquet", DEV_DENSE, RUN_SCHEMA),
-        "dir": str(tmp_path),
+    tables = {
+        name: _write(tmp_path / f"{file}.parquet", rows, schema)
+        for name, (file, rows, schema) in DEV_TABLES.items()
     }
+    return {**tables, "dir": str(tmp_path)}
 
 
 # On the evaluated split BM25 is right and the dense run wrong: choosing w there would give w = 0.

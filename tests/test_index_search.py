@@ -7,6 +7,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
+from stage_args import encode_corpus
 
 from pipeline.core.config import ConfigError
 from pipeline.retrieval import embeddings as E
@@ -187,8 +188,6 @@ def test_run_table_drops_missing_and_ranks_from_one():
 
 
 def test_search_cli_backends_write_identical_valid_runs(tmp_path):
-    from pipeline.retrieval import encode
-
     make_tiny_encoder(tmp_path / "hf", seed=0)
     model = tmp_path / "model"
     Retriever.from_pretrained(str(tmp_path / "hf"), RetrieverSettings(base="tiny", passage_max_len=32)).save(
@@ -206,38 +205,7 @@ def test_search_cli_backends_write_identical_valid_runs(tmp_path):
     corpus.to_parquet(tmp_path / "corpus.parquet")
     queries = pd.DataFrame({"qid": ["q1", "q2"], "text": ["alpha beta", "omega"], "answers": [[], []]})
     queries.to_parquet(tmp_path / "queries.parquet")
-    for shard in range(2):
-        encode.main(
-            [
-                "corpus",
-                "--model",
-                str(model),
-                "--corpus",
-                str(tmp_path / "corpus.parquet"),
-                "--out-dir",
-                str(tmp_path / "emb"),
-                "--shard",
-                str(shard),
-                "--shards",
-                "2",
-                "--device",
-                "cpu",
-                "--no-progress",
-            ]
-        )
-    encode.main(
-        [
-            "gather",
-            "--out-dir",
-            str(tmp_path / "emb"),
-            "--shards",
-            "2",
-            "--model",
-            str(model),
-            "--corpus",
-            str(tmp_path / "corpus.parquet"),
-        ]
-    )
+    encode_corpus(model, tmp_path / "corpus.parquet", tmp_path / "emb", 2, "--device", "cpu", "--no-progress")
     assert (
         I.main(
             [

@@ -7,6 +7,7 @@ import shutil
 import pandas as pd
 import pyarrow as pa
 import pytest
+from stage_args import flags
 
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA
 from pipeline.core.storage import DataError, write_table
@@ -28,59 +29,23 @@ def workspace(tmp_path_factory, make_sieve_dataset, make_retriever):
     shutil.copy(data["corpus"], res / "corpus.parquet")
     shutil.copy(data["queries"], res / "queries.train.parquet")
     cands = out / "sieve" / "candidates.parquet"
-    fn_labels.main(
-        [
-            "--negatives",
-            str(data["negatives"]),
-            "--qrels",
-            str(data["qrels"]),
-            "--qrels-all",
-            str(data["qrels_all"]),
-            "--queries",
-            str(data["queries"]),
-            "--corpus",
-            str(data["corpus"]),
-            "--candidates",
-            "6",
-            "--pool",
-            "12",
-            "--out",
-            str(cands),
-        ]
-    )
+    tables = ("negatives", "qrels", "qrels_all", "queries", "corpus")
+    fn_labels.main(flags(data, *tables, candidates=6, pool=12, out=cands))
+    scored = dict(data, candidates=cands, model=model)
+    negatives = out / "negatives"
     sieve.main(
-        [
-            "--candidates",
-            str(cands),
-            "--corpus",
-            str(data["corpus"]),
-            "--queries",
-            str(data["queries"]),
-            "--model",
-            str(model),
-            "--out",
-            str(out / "negatives" / "sieve_b0.5.parquet"),
-            "--train-out",
-            str(out / "negatives" / "sieve_b0.5.train.parquet"),
-        ]
+        flags(
+            scored,
+            "candidates",
+            "corpus",
+            "queries",
+            "model",
+            out=negatives / "sieve_b0.5.parquet",
+            train_out=negatives / "sieve_b0.5.train.parquet",
+        )
     )
     dec = out / "sieve" / "rank_window" / "decisions.parquet"
-    filters.main(
-        [
-            "--filter",
-            "rank_window",
-            "--start",
-            "3",
-            "--candidates",
-            str(cands),
-            "--corpus",
-            str(data["corpus"]),
-            "--queries",
-            str(data["queries"]),
-            "--out",
-            str(dec),
-        ]
-    )
+    filters.main(flags(scored, "candidates", "corpus", "queries", filter="rank_window", start=3, out=dec))
     sieve_report.main(
         [
             "report",
@@ -101,31 +66,8 @@ def workspace(tmp_path_factory, make_sieve_dataset, make_retriever):
 
 def run(workspace, capsys, monkeypatch, *argv, columns: int = 220):
     monkeypatch.setenv("COLUMNS", str(columns))
-    assert (
-        inspect.main(
-            [
-                "--dataset",
-                "toy",
-                "--results-dir",
-                str(workspace / "results"),
-                "--resources-dir",
-                str(workspace / "resources"),
-                *argv,
-            ]
-            if argv[0] != "summary"
-            else [
-                "summary",
-                "--dataset",
-                "toy",
-                "--results-dir",
-                str(workspace / "results"),
-                "--resources-dir",
-                str(workspace / "resources"),
-                *argv[1:],
-            ]
-        )
-        == 0
-    )
+    where = flags(dataset="toy", results_dir=workspace / "results", resources_dir=workspace / "resources")
+    assert inspect.main(["summary", *where, *argv[1:]] if argv[0] == "summary" else [*where, *argv]) == 0
     return capsys.readouterr().out
 
 

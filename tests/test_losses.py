@@ -169,3 +169,120 @@ def test_loss_objects_are_the_pure_functions_the_config_names():
     assert ccr.item() == expected.item() and set(parts) == {"nce", "ccr_term"}
     with pytest.raises(ValueError, match="scale"):
         CCRLoss(beta=0.5, scale="other")
+
+
+# ---- multi-positive NCE, GIST's in-loss masking, relabelled positives -----------------------------
+
+
+def _labels(positive, exclude):
+    from pipeline.training.losses import ColumnLabels
+
+    return ColumnLabels(torch.tensor(positive), torch.tensor(exclude))
+
+
+def test_multi_positive_nce_by_hand():
+    from pipeline.training.losses import multi_positive_nce
+
+    # Row 0: exp (2, 1, 1), positives {0, 1}: -log (3/4). Row 1: exp (1, 3, 1), positive {1}, column 2
+    # excluded: softmax over (1, 3) -> -log(3/4) as well.
+    s = _scores()
+    labels = _labels(
+        [[True, True, False], [False, True, False]], [[False, False, False], [False, False, True]]
+    )
+    loss, parts = multi_positive_nce(s, labels)
+    assert loss.item() == pytest.approx(math.log(4 / 3), abs=1e-12)
+    # ccr_term: mean l(p) over the kept columns. Row 0: (ln2, ln4, ln4) -> 5ln2/3; row 1: (ln4, ln4/3).
+    ccr = (5 * LN2 / 3 + (2 * LN2 + 2 * LN2 - LN3) / 2) / 2
+    assert parts["ccr_term"].item() == pytest.approx(ccr, abs=1e-12)
+    loss.backward()
+    # d/ds of -log sum_{P+} e^s + log sum_P e^s = softmax_P - softmax restricted to P+, / 2 rows.
+    # Row 0: (1/2, 1/4, 1/4) - (2/3, 1/3, 0); row 1: (1/4, 3/4, 0) - (0, 1, 0); excluded: 0.
+    expected = torch.tensor([[-1 / 12, -1 / 24, 1 / 8], [1 / 8, -1 / 8, 0.0]], dtype=torch.float64)
+    assert torch.allclose(s.grad, expected, atol=1e-12)
+
+
+def test_multi_positive_nce_with_one_positive_is_nce_exactly():
+    from pipeline.training.losses import multi_positive_nce, one_positive
+
+    torch.manual_seed(0)
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        s = torch.randn(4, 12).to(dtype)
+        pos = positive_columns(4, 3)
+        nce, _ = contrastive_loss(s, pos, 3)
+        multi, _ = multi_positive_nce(s, one_positive((4, 12), pos))
+        assert torch.equal(multi, nce), dtype
+
+
+def test_multi_positive_nce_refuses_bad_labels():
+    from pipeline.training.losses import multi_positive_nce
+
+    s = _scores()
+    with pytest.raises(ValueError, match="at least one positive"):
+        multi_positive_nce(s, _labels([[True, False, False], [False] * 3], [[False] * 3] * 2))
+    with pytest.raises(ValueError, match="cannot be excluded"):
+        multi_positive_nce(
+            s, _labels([[True, False, False], [False, True, False]], [[True, False, False], [False] * 3])
+        )
+
+
+def test_gist_exclude_masks_what_the_guide_scores_above_the_positive():
+    from pipeline.training.losses import gist_exclude, multi_positive_nce, one_positive
+
+    # Guide: row 0's positive (column 0) 0.5; column 1 at 0.7 goes, column 3 at 0.5 (a tie) stays.
+    # Row 1's positive (column 2) 0.9: nothing above it.
+    guide = torch.tensor([[0.5, 0.7, 0.1, 0.5], [0.3, 0.95, 0.9, 0.2]])
+    exclude = gist_exclude(guide, torch.tensor([0, 2]))
+    assert exclude.tolist() == [[False, True, False, False], [False, True, False, False]]
+    # The masked loss by hand: model scores ln(1), ln(2), ln(3), ln(4) in both rows.
+    s = torch.log(torch.tensor([[1.0, 2, 3, 4], [1.0, 2, 3, 4]], dtype=torch.float64))
+    labels = one_positive((2, 4), torch.tensor([0, 2]))
+    loss, _ = multi_positive_nce(s, type(labels)(labels.positive, exclude))
+    # Row 0: -log 1/(1+3+4) = ln 8; row 1: -log 3/(1+3+4) = ln 8 - ln 3.
+    assert loss.item() == pytest.approx((2 * math.log(8) - LN3) / 2, abs=1e-12)
+
+
+def test_a_guide_that_masks_nothing_gives_nce_exactly():
+    from pipeline.training.losses import MultiPositiveNCELoss, gist_exclude, one_positive
+
+    torch.manual_seed(1)
+    s = torch.randn(3, 9, dtype=torch.float32)
+    pos = positive_columns(3, 3)
+    guide = torch.full((3, 9), -1.0)
+    guide[torch.arange(3), pos] = 1.0  # every negative below the positive
+    labels = one_positive((3, 9), pos)
+    labels = type(labels)(labels.positive, gist_exclude(guide, pos))
+    assert not labels.exclude.any()
+    loss, _ = MultiPositiveNCELoss(guide="zeroshot")(s, pos, 3, in_batch=True, labels=labels)
+    nce, _ = contrastive_loss(s, pos, 3, in_batch=True)
+    assert torch.equal(loss, nce)
+
+
+def test_relabel_labels_decide_every_column():
+    from pipeline.training.losses import relabel_labels
+
+    # Two queries, groups [pos, neg, extra]: q0 = (10, 11, 12), q1 = (20, 12, -1: an empty slot).
+    # q0's positives {10, 12}; q1's {20}. Column 4 holds 12: q1's hard negative, q0's relabelled
+    # positive: it leaves q0's softmax (q0 already has 12 in its own group) and stays q1's negative.
+    ids = torch.tensor([10, 11, 12, 20, 12, -1])
+    labels = relabel_labels(ids, [{10, 12}, {20}], group_size=3)
+    assert labels.positive.tolist() == [
+        [True, False, True, False, False, False],
+        [False, False, False, True, False, False],
+    ]
+    assert labels.exclude.tolist() == [
+        [False, False, False, False, True, True],
+        [False, False, False, False, False, True],
+    ]
+    # Rank 1 of a DDP run: its one query is global query 1.
+    mine = relabel_labels(ids, [{20}], group_size=3, first_query=1)
+    assert mine.positive.tolist() == [[False, False, False, True, False, False]]
+
+
+def test_restrict_to_groups_equals_nce_without_in_batch():
+    from pipeline.training.losses import MultiPositiveNCELoss
+
+    s = torch.log(torch.tensor([[1.0, 1, 5, 5], [5, 5, 2, 1]], dtype=torch.float64))
+    pos = positive_columns(2, 2)
+    loss, _ = MultiPositiveNCELoss()(s, pos, 2, in_batch=False)
+    # Row 0: -log 1/2; row 1: -log 2/3.
+    assert loss.item() == pytest.approx((LN2 + LN3 - LN2) / 2, abs=1e-12)

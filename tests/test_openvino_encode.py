@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_encode import encode_all, make_corpus
+from test_encode import encode_all, encode_queries_fp32, make_corpus
 
 from pipeline.retrieval import embeddings as E
 from pipeline.retrieval import encode
@@ -52,16 +52,7 @@ def test_query_tower_matches_encode_queries(retriever):
     texts = ["where is the river castle", "north bridge", "a museum in winter by the harbor lantern"]
     example = encode.tokenize_buffer(retriever, texts[:2], None)
     tower = OpenVINOTower(retriever, "query", example, "fp32", threads=1)
-    got = encode.encode_buffer(
-        retriever,
-        texts,
-        None,
-        batch_size=2,
-        device=torch.device("cpu"),
-        amp=False,
-        dtype=torch.float32,
-        tower=tower,
-    )
+    got = encode_queries_fp32(retriever, texts, tower=tower)
     np.testing.assert_allclose(got, retriever.encode_queries(texts), atol=1e-5)
 
 

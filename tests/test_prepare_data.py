@@ -53,6 +53,15 @@ def fails(capsys, out: Path, fmt: str, files: dict[str, Path], *extra: str) -> s
     return capsys.readouterr().err
 
 
+MARCO = FIX / "msmarco"
+
+
+def marco_fails(tmp_path: Path, capsys, **files: Path | str) -> str:
+    """``fails`` for the msmarco format; a file given by name is the fixture's (tests/fixtures/msmarco)."""
+    files = {role: MARCO / f if isinstance(f, str) else f for role, f in files.items()}
+    return fails(capsys, tmp_path / "out", "msmarco", files)
+
+
 DPR_FILES = {
     "corpus": FIX / "dpr" / "psgs_w100.tsv",
     "train": FIX / "dpr" / "biencoder-nq-train.json.gz",
@@ -254,19 +263,14 @@ def test_answers_not_a_list_literal(tmp_path, capsys):
 def test_empty_corpus(tmp_path, capsys):
     corpus = tmp_path / "collection.tsv"
     corpus.write_text("")
-    d = FIX / "msmarco"
-    err = fails(
-        capsys,
-        tmp_path / "out",
-        "msmarco",
-        {"corpus": corpus, "queries_train": d / "queries.train.tsv", "qrels_train": d / "qrels.train.tsv"},
+    err = marco_fails(
+        tmp_path, capsys, corpus=corpus, queries_train="queries.train.tsv", qrels_train="qrels.train.tsv"
     )
     assert "empty corpus" in err
 
 
 # ---- issue 28.3: an empty source is refused where it is read, naming the file and the role ----------
 
-MARCO = FIX / "msmarco"
 SCIFACT = FIX / "beir" / "scifact"
 TEVATRON = FIX / "beir" / "tevatron"
 EMPTY_SOURCES = {
@@ -369,18 +373,15 @@ def test_duplicate_pids(tmp_path, capsys, pids, record):
 
 
 def test_duplicate_qids_across_splits(tmp_path, capsys):
-    d = FIX / "msmarco"
-    err = fails(
+    q, r = "queries.dev.small.tsv", "qrels.dev.small.tsv"  # the same queries as train and as test
+    err = marco_fails(
+        tmp_path,
         capsys,
-        tmp_path / "out",
-        "msmarco",
-        {
-            "corpus": d / "collection.tsv",
-            "queries_train": d / "queries.dev.small.tsv",
-            "qrels_train": d / "qrels.dev.small.tsv",
-            "queries_test": d / "queries.dev.small.tsv",
-            "qrels_test": d / "qrels.dev.small.tsv",
-        },
+        corpus="collection.tsv",
+        queries_train=q,
+        qrels_train=r,
+        queries_test=q,
+        qrels_test=r,
     )
     assert "duplicate qid" in err
 
@@ -388,32 +389,31 @@ def test_duplicate_qids_across_splits(tmp_path, capsys):
 def test_qrels_to_unknown_pid(tmp_path, capsys):
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("1102400\t0\t99\t1\n")
-    d = FIX / "msmarco"
-    err = fails(
-        capsys,
-        tmp_path / "out",
-        "msmarco",
-        {"corpus": d / "collection.tsv", "queries_test": d / "queries.dev.small.tsv", "qrels_test": qrels},
+    err = marco_fails(
+        tmp_path, capsys, corpus="collection.tsv", queries_test="queries.dev.small.tsv", qrels_test=qrels
     )
     assert "'99' is not in the corpus" in err and "record 1" in err
 
 
-def test_biencoder_passage_id_not_in_corpus(tmp_path, capsys):
+def _biencoder_train(tmp_path: Path, records: list[dict]) -> Path:
+    """A DPR biencoder train file of ``records`` (question, answers, positive_ctxs, ...)."""
     train = tmp_path / "train.json"
-    train.write_text(
-        '[{"question": "q", "answers": [], "positive_ctxs": '
-        '[{"title": "", "text": "t", "passage_id": "404"}]}]'
-    )
+    train.write_text(json.dumps(records))
+    return train
+
+
+def test_biencoder_passage_id_not_in_corpus(tmp_path, capsys):
+    positive = {"title": "", "text": "t", "passage_id": "404"}
+    train = _biencoder_train(tmp_path, [{"question": "q", "answers": [], "positive_ctxs": [positive]}])
     err = fails(capsys, tmp_path / "out", "dpr", {"corpus": DPR_FILES["corpus"], "train": train})
     assert "'404' is not in the corpus" in err and "positive_ctxs[0].passage_id" in err
 
 
 def test_empty_positives_error_then_drop(tmp_path, capsys):
-    train = tmp_path / "train.json"
-    train.write_text(
-        '[{"question": "q1", "answers": ["a"], "positive_ctxs": [], '
-        '"hard_negative_ctxs": []}, {"question": "q2", "answers": ["b"], '
-        '"positive_ctxs": [{"title": "Moses", "text": "t", "passage_id": "9"}]}]'
+    no_positive = {"question": "q1", "answers": ["a"], "positive_ctxs": [], "hard_negative_ctxs": []}
+    positive = {"title": "Moses", "text": "t", "passage_id": "9"}
+    train = _biencoder_train(
+        tmp_path, [no_positive, {"question": "q2", "answers": ["b"], "positive_ctxs": [positive]}]
     )
     files = {"corpus": DPR_FILES["corpus"], "train": train}
     err = fails(capsys, tmp_path / "out", "dpr", files)
@@ -424,15 +424,9 @@ def test_empty_positives_error_then_drop(tmp_path, capsys):
 
 
 def test_role_errors(tmp_path, capsys):
-    d = FIX / "msmarco"
-    err = fails(
-        capsys,
-        tmp_path / "out",
-        "msmarco",
-        {"corpus": d / "collection.tsv", "queries_train": d / "queries.train.tsv"},
-    )
+    err = marco_fails(tmp_path, capsys, corpus="collection.tsv", queries_train="queries.train.tsv")
     assert "qrels_train" in err
-    err = fails(capsys, tmp_path / "out", "squad", {"corpus": d / "collection.tsv"})
+    err = fails(capsys, tmp_path / "out", "squad", {"corpus": MARCO / "collection.tsv"})
     assert "unknown role" in err
     err = fails(capsys, tmp_path / "out", "dpr", DPR_FILES, "--split-spec", '{"by": "query", "test": 0.5}')
     assert "only squad" in err
@@ -467,20 +461,24 @@ def test_assign_splits_small_and_invalid():
 def test_sources_of_the_default_config():
     config = load_config()
     nq, tq = sources.prepare_inputs(config, "nq"), sources.prepare_inputs(config, "tq")
-    assert nq == {r: f"downloads/nq/{r}" for r in ("corpus", "train", "dev", "test")}
-    assert tq["corpus"] == "downloads/nq/corpus"  # the shared 13 GB TSV is fetched once
+    assert nq == {r: sources.url_file(config["datasets"]["nq"]["source"][r]["url"]) for r in nq}
+    assert tq["corpus"] == nq["corpus"]  # the shared 13 GB TSV is fetched once
     assert (
-        sources.download_args(config, "nq", "corpus")
+        sources.download_args(config, nq["corpus"]).split(" --adopt ")[0]
         == "--url https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz"
     )
-    archive = "downloads/msmarco/archives/collectionandqueries.tar.gz"
-    assert sources.download_input(config, "msmarco", "qrels_test") == [archive]
+    marco = sources.prepare_inputs(config, "msmarco")
+    archive = sources.url_file(config["datasets"]["msmarco"]["source"]["corpus"]["url"])
+    assert archive.endswith("/collectionandqueries.tar.gz")
+    assert sources.archive_input(config, marco["qrels_test"]) == archive
     assert (
-        sources.download_args(config, "msmarco", "qrels_test")
+        sources.download_args(config, marco["qrels_test"])
         == f"--archive {archive} --member qrels.dev.small.tsv"
     )
-    assert sources.archive_args(config, "msmarco", "collectionandqueries.tar.gz").startswith("--url https://")
-    assert sources.prepare_inputs(config, "squad") == {"source": "downloads/squad/source"}
+    assert sources.download_args(config, archive).startswith("--url https://")
+    assert sources.prepare_inputs(config, "squad") == {
+        "source": sources.url_file("https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v1.1.json")
+    }
 
 
 def test_schema_knows_empty_positives(tmp_path):
@@ -506,11 +504,12 @@ def test_sources_local_paths_checksums_and_errors():
         },
     }
     assert sources.prepare_inputs(config, "mine") == {"source": "data/my.json"}
-    assert sources.prepare_inputs(config, "arch")["corpus"] == "downloads/arch/corpus"
-    assert sources.download_input(config, "arch", "corpus") == ["data/b.tar.gz"]
-    assert sources.download_args(config, "arch", "queries_test").endswith(f"--sha256 {sha}")
-    with pytest.raises(ConfigError, match="nothing to download"):
-        sources.download_args(config, "mine", "source")
+    arch = sources.prepare_inputs(config, "arch")
+    assert arch["corpus"].startswith("downloads/by-path/") and arch["corpus"].endswith("/corpus.jsonl")
+    assert sources.archive_input(config, arch["corpus"]) == "data/b.tar.gz"
+    assert f"--sha256 {sha} " in sources.download_args(config, arch["queries_test"])
+    with pytest.raises(ConfigError, match="no declared dataset downloads or extracts"):
+        sources.download_args(config, "data/my.json")
     config["datasets"]["bad"] = {"format": "msmarco", "source": {"corpus": "c.tsv", "qrels": "q"}}
     with pytest.raises(ConfigError, match="unknown role"):
         sources.prepare_inputs(config, "bad")

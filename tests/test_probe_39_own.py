@@ -68,6 +68,12 @@ def sweep_argv(tmp_path, metrics=None, manifest=None):
     ]  # fmt: skip
 
 
+def sweep_fails(tmp_path, capsys, name: str, document, field: str) -> None:
+    """The sweep with ``document`` as its ``name``.json (metrics or manifest) fails naming file and field."""
+    argv = sweep_argv(tmp_path, **{name: document})
+    fails(sweep.main, argv, capsys, f"{name}.json", field, outputs=[tmp_path / "out"])
+
+
 def test_sweep_valid_input_still_runs(tmp_path):
     with pytest.raises(SystemExit) as exc:
         run_main(sweep.main, [str(a) for a in sweep_argv(tmp_path)])
@@ -92,14 +98,7 @@ def test_sweep_valid_input_still_runs(tmp_path):
     ],
 )
 def test_sweep_bad_metrics(tmp_path, capsys, metrics, field):
-    fails(
-        sweep.main,
-        sweep_argv(tmp_path, metrics=metrics),
-        capsys,
-        "metrics.json",
-        field,
-        outputs=[tmp_path / "out"],
-    )
+    sweep_fails(tmp_path, capsys, "metrics", metrics, field)
 
 
 @pytest.mark.parametrize(
@@ -110,14 +109,7 @@ def test_sweep_bad_metrics(tmp_path, capsys, metrics, field):
     ],
 )
 def test_sweep_bad_manifest(tmp_path, capsys, manifest, field):
-    fails(
-        sweep.main,
-        sweep_argv(tmp_path, manifest=manifest),
-        capsys,
-        "manifest.json",
-        field,
-        outputs=[tmp_path / "out"],
-    )
+    sweep_fails(tmp_path, capsys, "manifest", manifest, field)
 
 
 # ---- figures -----------------------------------------------------------------------------------------
@@ -153,33 +145,24 @@ def figures_argv(tmp_path, losses=None, comparison=None, sieve_rows=None):
     ],
 )
 def test_figures_bad_comparison_writes_nothing(tmp_path, capsys, comparison, field):
-    argv = figures_argv(tmp_path, comparison=comparison)
-    fails(figures.main, argv, capsys, "comparison.json", field, outputs=[tmp_path / "out"])
+    figures_fail(tmp_path, capsys, "comparison.json", field, comparison=comparison)
+
+
+def figures_fail(tmp_path, capsys, name: str, field: str, **inputs) -> None:
+    """The figures stage with ``inputs`` (figures_argv's) fails naming ``name`` and ``field``, writing nothing."""
+    argv = figures_argv(tmp_path, **inputs)
+    fails(figures.main, argv, capsys, name, field, outputs=[tmp_path / "out"])
 
 
 def test_figures_empty_or_nan_losses(tmp_path, capsys):
-    fails(
-        figures.main,
-        figures_argv(tmp_path, losses=[]),
-        capsys,
-        "losses.parquet",
-        "no rows",
-        outputs=[tmp_path / "out"],
-    )
+    figures_fail(tmp_path, capsys, "losses.parquet", "no rows", losses=[])
     nan = [{"qid": "q", "pid": "p", "group": "hard_negative", "similarity": 0.1, "nce_loss": float("nan")}]
     line = fails(figures.main, figures_argv(tmp_path, losses=nan), capsys, "losses.parquet", "nce_loss")
     assert "record 0" in line
 
 
 def test_figures_empty_sieve(tmp_path, capsys):
-    fails(
-        figures.main,
-        figures_argv(tmp_path, sieve_rows=[]),
-        capsys,
-        "sieve.parquet",
-        "no rows",
-        outputs=[tmp_path / "out"],
-    )
+    figures_fail(tmp_path, capsys, "sieve.parquet", "no rows", sieve_rows=[])
 
 
 # ---- trade-off ---------------------------------------------------------------------------------------

@@ -8,10 +8,9 @@ import errno
 import hashlib
 import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from range_server import RangeServer, serving
 
 from pipeline.core.cli import run_main
 from pipeline.core.storage import DataError
@@ -21,60 +20,10 @@ V1 = b"".join(hashlib.sha256(f"v1-{i}".encode()).digest() for i in range(4_000))
 V2 = b"".join(hashlib.sha256(f"v2-{i}".encode()).digest() for i in range(4_000))  # same size
 
 
-class Server:
-    """One file at /f, a redirect to file:// at /file, a redirect loop at /loop. ``ignore_if_range``:
-    a Range is answered whatever If-Range says (the broken servers of item 5)."""
-
-    def __init__(self) -> None:
-        self.body, self.etag = V1, '"v1"'
-        self.ignore_if_range = False
-        self.cut_once: int | None = None
-        self.requests: list[dict] = []
-        srv = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                srv.requests.append(
-                    {"Range": self.headers.get("Range"), "If-Range": self.headers.get("If-Range")}
-                )
-                if self.path in ("/file", "/loop"):
-                    self.send_response(302)
-                    self.send_header("Location", "file:///etc/hostname" if self.path == "/file" else "/loop")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                rng, if_range = self.headers.get("Range"), self.headers.get("If-Range")
-                start = 0
-                if rng and (srv.ignore_if_range or if_range in (None, srv.etag)):
-                    start = int(rng.removeprefix("bytes=").split("-")[0])
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(srv.body) - 1}/{len(srv.body)}")
-                else:
-                    self.send_response(200)
-                self.send_header("ETag", srv.etag)
-                self.send_header("Content-Length", str(len(srv.body) - start))
-                self.end_headers()
-                body = srv.body[start:]
-                if srv.cut_once is not None:
-                    body, srv.cut_once = body[: srv.cut_once], None
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.url = self.base + "/f"
-
-
 @pytest.fixture
 def server():
-    srv = Server()
-    thread = threading.Thread(target=srv.httpd.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
+    with serving(RangeServer(V1, etag='"v1"')) as srv:
+        yield srv
 
 
 @pytest.fixture
@@ -209,7 +158,7 @@ def _same_weights(a, b) -> bool:
 
 
 def test_a_partial_last_log_line_is_dropped_and_the_resume_is_exact(
-    resume_config, train_setup, tmp_path, tiny_retriever, crash_after, caplog
+    resume_config, train_setup, tmp_path, tiny_retriever, train_until_crash, caplog
 ):
     from pipeline.training.engine import LOG_FILE
     from pipeline.training.loop import train
@@ -218,14 +167,7 @@ def test_a_partial_last_log_line_is_dropped_and_the_resume_is_exact(
     cfg = resume_config()
     reference = tiny_retriever(model_dir)
     train(reference, data, cfg, checkpoint_dir=tmp_path / "ref.ckpt")
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(
-            tiny_retriever(model_dir),
-            data,
-            cfg,
-            checkpoint_dir=tmp_path / "run.ckpt",
-            on_step_end=crash_after(4),
-        )
+    train_until_crash(tiny_retriever(model_dir), data, cfg, tmp_path / "run.ckpt")
     log_path = tmp_path / "run.ckpt" / LOG_FILE
     with open(log_path, "a", encoding="utf-8") as handle:
         handle.write('{"step": 5, "epoch": 0, "lo')  # the disk filled during step 5's append
@@ -251,15 +193,14 @@ def test_damage_before_the_last_log_line_is_one_line_naming_it(tmp_path):
 
 @pytest.mark.parametrize("damage", ['{"config": {"lr"', "", "[1, 2]", "\xff\xfe"])
 def test_a_damaged_fingerprint_starts_afresh_never_resumes(
-    resume_config, train_setup, tmp_path, tiny_retriever, crash_after, caplog, damage
+    resume_config, train_setup, tmp_path, tiny_retriever, train_until_crash, caplog, damage
 ):
     from pipeline.training.engine import FINGERPRINT_FILE
     from pipeline.training.loop import train
 
     model_dir, data = train_setup
     cfg = resume_config()
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "c", on_step_end=crash_after(4))
+    train_until_crash(tiny_retriever(model_dir), data, cfg, tmp_path / "c")
     fingerprint = tmp_path / "c" / FINGERPRINT_FILE
     fingerprint.write_bytes(damage.encode("latin-1"))
     with caplog.at_level(logging.WARNING):
@@ -337,33 +278,21 @@ def test_a_corpus_without_any_negative_is_a_data_error(tmp_path):
     from pipeline.core.storage import write_table
     from pipeline.training.data import TrainData
 
+    q, r, n, c = (tmp_path / f"{name}.parquet" for name in "qrnc")
+    write_table(c, pd.DataFrame({"pid": ["p1"], "title": ["t"], "text": ["river"]}), CORPUS_SCHEMA)
     write_table(
-        tmp_path / "c.parquet",
-        pd.DataFrame({"pid": ["p1"], "title": ["t"], "text": ["river"]}),
-        CORPUS_SCHEMA,
-    )
-    write_table(
-        tmp_path / "q.parquet",
+        q,
         pd.DataFrame({"qid": ["q1", "q2"], "text": ["river", "stone"], "answers": [["river"], ["stone"]]}),
         QUERIES_SCHEMA,
     )
     write_table(
-        tmp_path / "r.parquet",
-        pd.DataFrame({"qid": ["q1", "q2"], "pid": ["p1", "p1"], "relevance": [1, 1]}),
-        QRELS_SCHEMA,
+        r, pd.DataFrame({"qid": ["q1", "q2"], "pid": ["p1", "p1"], "relevance": [1, 1]}), QRELS_SCHEMA
     )
-    write_table(tmp_path / "n.parquet", MINED_NEGATIVES_SCHEMA.empty_table(), MINED_NEGATIVES_SCHEMA)
-    data = TrainData(
-        tmp_path / "q.parquet",
-        tmp_path / "r.parquet",
-        tmp_path / "n.parquet",
-        tmp_path / "c.parquet",
-        depth=5,
-        seed=0,
-    )
+    write_table(n, MINED_NEGATIVES_SCHEMA.empty_table(), MINED_NEGATIVES_SCHEMA)
+    data = TrainData(q, r, n, c, depth=5, seed=0)
     with pytest.raises(DataError, match="no train query has a hard-negative candidate") as exc:
         data.batch([0, 1], 1, 0)
-    assert exc.value.file == str(tmp_path / "n.parquet")
+    assert exc.value.file == str(n)
     assert len(data.batch([0, 1], 0, 0).passage_texts) == 2  # in-batch negatives only still work
 
 

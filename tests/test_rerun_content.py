@@ -190,12 +190,14 @@ def test_pinning_the_downloaded_files_digest_reruns_nothing_and_a_wrong_pin_is_n
     }
     targets = ["results/toy/bm25/metrics.json"]
     recorded_workspace(tmp_path, overlay, targets)
-    downloaded = tmp_path / "downloads/toy/source"
+    from pipeline.data.readers.sources import url_file
+
+    downloaded = tmp_path / url_file(source["url"])
     # docs/data.md: copy the digest of the downloaded file into the config
     source["sha256"] = hashlib.sha256(downloaded.read_bytes()).hexdigest()
     out = snakemake(tmp_path, overlay, "-n", *targets)
     assert planned_rules(out) == set(), out[-3000:]
     source["sha256"] = "0" * 64
     out = snakemake(tmp_path, overlay, "-n", *targets, check=False)
-    assert f"downloads/toy/source has sha256 {hashlib.sha256(b'').hexdigest()}" in out, out[-3000:]
+    assert f"{url_file(source['url'])} has sha256 {hashlib.sha256(b'').hexdigest()}" in out, out[-3000:]
     assert f"pins sha256 {'0' * 64}" in out, out[-3000:]

@@ -45,7 +45,7 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
 # Every rule in one DAG: several training seeds (the *_seed rules), a DPR control, AR2 with a sieve
 # variant (ccr settings reach its rounds with sieve_init current), and a declared dataset fetched
-# from an archive (download_archive, download, prepare_dataset).
+# from an archive (download, extract_member, prepare_dataset).
 BASE = {
     "seeds": [0, 1],
     "methods": [
@@ -146,7 +146,7 @@ SETTINGS: dict[str, tuple] = {
     "datasets.synthkb.eval_split": ("train", ("evaluate",), ("generate_synthkb",)),
     "datasets.toy.source": (
         {"url": "https://example.org/v2/toy.tar.gz", "member": "train.json"},
-        ("download_archive", "download"),
+        ("download", "extract_member"),
     ),
     "datasets.toy.split": ({"by": "article", "dev": 0.3, "test": 0.2, "seed": 0}, ("prepare_dataset",)),
     "datasets.toy.empty_positives": ("drop", ("prepare_dataset",)),

@@ -192,6 +192,8 @@ def test_gpu_capable_rules_follow_their_gpus(workflow):
         "train_dpr",
         "train_dpr_rcl",
         "train_dpr_filtered",
+        "train_dpr_relabel",
+        "train_dpr_gist",
         "train_dpr_mined",
         "train_ccr",
         "search_dense",

@@ -12,6 +12,9 @@ from pipeline.core.storage import DataError
 from pipeline.evaluation.gather import gather, html_table, markdown_table
 from pipeline.evaluation.seed_metrics import aggregate_seeds, main
 
+# The keys every aggregated metrics.json starts with, in this order (pipeline.evaluation.seed_metrics).
+HEAD = ["dataset", "method", "split", "n_queries", "depth", "seeds", "metrics"]
+
 
 def _metrics(method: str, r1: float, r5: float, n: int = 10) -> dict:
     return {
@@ -103,13 +106,7 @@ def test_ar2_layout_is_unchanged():
         ["a", "b"],
     )
     assert list(out) == [
-        "dataset",
-        "method",
-        "split",
-        "n_queries",
-        "depth",
-        "seeds",
-        "metrics",
+        *HEAD,
         "steps",
         "wall_time_s",
         "per_seed",
@@ -131,13 +128,7 @@ def test_seeds_without_infos(tmp_path):
     assert main(["--metrics", *paths, "--seeds", "3", "7", "5", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert list(data) == [
-        "dataset",
-        "method",
-        "split",
-        "n_queries",
-        "depth",
-        "seeds",
-        "metrics",
+        *HEAD,
         "per_seed",
         "metrics_std",
         "notes",

@@ -48,6 +48,7 @@ def test_config_yaml_and_every_overlay_validate_against_the_json_schema_too():
         [],
         ["config/overlays/squad/config.yaml"],
         ["config/overlays/sweep/noise.yaml"],
+        ["config/overlays/tournament/tournament.yaml"],
         ["config/overlays/sieve/config.yaml"],
         [f"config/overlays/ar2/{name}.yaml" for name in ("learns", "learns_long", "table2_simans")],
         ["config/overlays/squad/config.yaml"]

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.nn.functional as F
+from stage_args import flags
 
 from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA as NEGATIVES_SCHEMA
 from pipeline.core.storage import DataError
@@ -157,37 +158,20 @@ def test_malformed_negatives_file_names_file_and_field(tmp_path, change, field, 
     with pytest.raises(SystemExit) as exit_info:  # the CLI exits 2 with one clear line
         from pipeline.core.cli import run_main
 
-        run_main(
-            fn_labels.main,
-            [
-                "--negatives",
-                str(bad),
-                "--qrels",
-                str(paths["qrels"]),
-                "--queries",
-                str(paths["queries"]),
-                "--corpus",
-                str(paths["corpus"]),
-                "--out",
-                str(tmp_path / "c.parquet"),
-            ],
-        )
+        tables = ("negatives", "qrels", "queries", "corpus")
+        run_main(fn_labels.main, flags(dict(paths, negatives=bad), *tables, out=tmp_path / "c.parquet"))
     assert exit_info.value.code == 2
     assert not (tmp_path / "c.parquet").exists()
 
 
+def build_candidates(p: dict, **kw) -> pd.DataFrame:
+    """fn_labels.build_candidates on a make_sieve_dataset folder's four tables."""
+    return fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
+
+
 def test_candidates_labels_from_qrels_all(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    cands = fn_labels.build_candidates(
-        p["negatives"],
-        p["qrels"],
-        p["queries"],
-        p["corpus"],
-        n_candidates=12,
-        pool=100,
-        seed=0,
-        qrels_all=p["qrels_all"],
-    )
+    cands = build_candidates(p, n_candidates=12, pool=100, seed=0, qrels_all=p["qrels_all"])
     assert not ((cands["qid"] == "q1") & (cands["rank"] == 3)).any()  # excluded row
     assert (cands["fn_label_source"] == "qrels_all").all()
     fns = cands[cands["is_false_negative"].astype(bool)]
@@ -199,13 +183,9 @@ def test_candidates_labels_from_qrels_all(tmp_path, make_sieve_dataset):
 def test_injection_moves_positives_and_labels_them(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
     kw = dict(n_candidates=6, pool=100, seed=0)
-    plain = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
-    inj = fn_labels.build_candidates(
-        p["negatives"], p["qrels"], p["queries"], p["corpus"], injection_fraction=0.5, **kw
-    )
-    again = fn_labels.build_candidates(
-        p["negatives"], p["qrels"], p["queries"], p["corpus"], injection_fraction=0.5, **kw
-    )
+    plain = build_candidates(p, **kw)
+    inj = build_candidates(p, injection_fraction=0.5, **kw)
+    again = build_candidates(p, injection_fraction=0.5, **kw)
     pd.testing.assert_frame_equal(inj, again)
     moved = inj[inj["source"] == "injected"]
     assert len(moved) == 2  # 4 eligible queries (two positives each) x 0.5
@@ -223,16 +203,7 @@ def test_injection_moves_positives_and_labels_them(tmp_path, make_sieve_dataset)
 
 def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    cands = fn_labels.build_candidates(
-        p["negatives"],
-        p["qrels"],
-        p["queries"],
-        p["corpus"],
-        n_candidates=12,
-        pool=100,
-        seed=0,
-        suspect_same_article=True,
-    )
+    cands = build_candidates(p, n_candidates=12, pool=100, seed=0, suspect_same_article=True)
     suspected = cands[cands["fn_label_source"] == "suspected"]
     # fnK shares pos K's article and contains answerK; fillers never contain an answer.
     assert sorted(suspected["pid"]) == sorted(f"fn{k}" for k in range(8))
@@ -255,22 +226,17 @@ def run_cli(toy, out_dir, *extra):
     out = out_dir / "sieve_b0.5.parquet"
     sv.main(
         [
-            "--candidates",
-            str(toy["candidates"]),
-            "--corpus",
-            str(toy["corpus"]),
-            "--queries",
-            str(toy["queries"]),
-            "--model",
-            str(toy["model"]),
-            "--out",
-            str(out),
-            "--train-out",
-            str(out_dir / "sieve_b0.5.train.parquet"),
-            "--losses-out",
-            str(out_dir / "losses.parquet"),
-            "--in-batch",
-            "3",
+            *flags(
+                toy,
+                "candidates",
+                "corpus",
+                "queries",
+                "model",
+                out=out,
+                train_out=out_dir / "sieve_b0.5.train.parquet",
+                losses_out=out_dir / "losses.parquet",
+                in_batch=3,
+            ),
             *extra,
         ]
     )
@@ -347,9 +313,9 @@ def test_fixture_schema_matches_bm25(tmp_path, make_sieve_dataset):
 def test_max_queries_is_a_seeded_sample(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
     kw = dict(n_candidates=4, pool=100, seed=0, max_queries=3)
-    a = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
-    b = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **kw)
+    a = build_candidates(p, **kw)
+    b = build_candidates(p, **kw)
     assert a["qid"].nunique() == 3 and (a.groupby("qid").size() == 4).all()
     pd.testing.assert_frame_equal(a, b)
-    c = fn_labels.build_candidates(p["negatives"], p["qrels"], p["queries"], p["corpus"], **dict(kw, seed=5))
+    c = build_candidates(p, **dict(kw, seed=5))
     assert set(c["qid"]) != set(a["qid"])

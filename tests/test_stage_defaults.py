@@ -13,39 +13,43 @@ from pipeline.core.config import load_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
 from pipeline.core.settings import (
+    SYNTHKB_SPLIT,
+    Ar2MineJob,
     Ar2Settings,
+    Bm25IndexJob,
+    Bm25MineJob,
+    Bm25RetrieveJob,
     Bm25Settings,
     CcrSettings,
     Config,
+    DatasetSpec,
     DprSettings,
     EncodeSettings,
     EvalSettings,
+    EvaluateJob,
+    GenerateJob,
     HybridSettings,
     IndexSettings,
     ModelSettings,
     Objective,
+    PrepareJob,
     SearchSettings,
+    SieveJob,
+    SieveSettings,
     SweepSettings,
     TrainSettings,
     default,
 )
-from pipeline.workflow.training import as_json, train_job
+from pipeline.workflow.jobs import as_json
+from pipeline.workflow.training import train_job
 
 SEED = (Config, "seed")
 MATCH = (EvalSettings, "match")
 DEPTH = (EvalSettings, "depth")
 
-# module -> {(subcommand or None, flag dest): (contract, field)}
+# module -> {(subcommand or None, flag dest): (contract, field)}. The stages that take a settings document
+# (pipeline.core.jobs) are the next test's: their flags only override the document.
 STAGE_FLAGS = {
-    "pipeline.retrieval.bm25": {
-        ("index", "k1"): (Bm25Settings, "k1"),
-        ("index", "b"): (Bm25Settings, "b"),
-        ("index", "stemmer"): (Bm25Settings, "stemmer"),
-        ("index", "stopwords"): (Bm25Settings, "stopwords"),
-        ("retrieve", "depth"): DEPTH,
-        ("mine", "negatives"): (Bm25Settings, "negatives"),
-        ("mine", "match"): MATCH,
-    },
     "pipeline.retrieval.search": {
         (None, "depth"): DEPTH,
         **{
@@ -75,7 +79,6 @@ STAGE_FLAGS = {
     "pipeline.evaluation.sweep": {
         (None, name): (SweepSettings, name) for name in ("baseline", "oracle", "metric")
     },
-    "pipeline.ar2.mine": {(None, "match"): MATCH},
     "pipeline.ar2.sieving": {(None, "match"): MATCH},
     "pipeline.ar2.train_ranker": {
         (None, "ks"): (EvalSettings, "ks"),
@@ -83,11 +86,55 @@ STAGE_FLAGS = {
         (None, "compare_metric"): (Ar2Settings, "select_metric"),
     },
     "pipeline.ar2.selection": {("search", "depth"): DEPTH},
-    "pipeline.sieve.passage_sieve": {(None, "seed"): SEED},
     "pipeline.sieve.filters": {(None, "seed"): SEED},
     "pipeline.sieve.candidates": {(None, "seed"): SEED},
     "pipeline.sieve.cross_encoder": {(None, "seed"): SEED},
 }
+
+
+# A job document's contract -> {field: (the section contract it is taken from, field)}.
+JOB_FIELDS = {
+    GenerateJob: {k: (DatasetSpec, k) for k in ("entities", "seed", "positive", "fn_share", "fn_paraphrase")},
+    PrepareJob: {k: (DatasetSpec, k) for k in ("split", "empty_positives")},
+    Bm25IndexJob: {k: (Bm25Settings, k) for k in ("k1", "b", "stemmer", "stopwords")},
+    Bm25RetrieveJob: {"depth": DEPTH},
+    Bm25MineJob: {"negatives": (Bm25Settings, "negatives"), "match": MATCH},
+    SieveJob: {
+        "seed": SEED,
+        **{k: (SieveSettings, k) for k in ("strict", "fallback", "in_batch", "batch_size")},
+    },
+    Ar2MineJob: {
+        "top_k": (Ar2Settings, "top_k"),
+        "temperature": (Ar2Settings, "temperature"),
+        "match": MATCH,
+    },
+    EvaluateJob: {"ks": (EvalSettings, "ks"), "match": MATCH},
+}
+DOCUMENT_STAGES = {
+    "pipeline.synthkb.generate": GenerateJob,
+    "pipeline.data.prepare": PrepareJob,
+    "pipeline.sieve.passage_sieve": SieveJob,
+    "pipeline.ar2.mine": Ar2MineJob,
+    "pipeline.evaluation.evaluate": EvaluateJob,
+}
+
+
+@pytest.mark.parametrize("contract", sorted(JOB_FIELDS, key=lambda c: c.__name__))
+def test_a_job_document_takes_its_defaults_from_the_sections(contract):
+    # Declared once: a document's field is its section's own (default, range, help), not a copy of it.
+    for name, (section, field) in JOB_FIELDS[contract].items():
+        assert default(contract, name) == default(section, field), f"{contract.__name__}.{name}"
+        assert contract.model_fields[name].description == section.model_fields[field].description
+    assert SYNTHKB_SPLIT == default(GenerateJob, "split") != default(PrepareJob, "split") == "none"
+
+
+@pytest.mark.parametrize("module_name", sorted(DOCUMENT_STAGES))
+def test_a_document_stage_flag_only_overrides_the_document(module_name, monkeypatch, capsys):
+    defaults = flag_defaults(built_parser(module_name, monkeypatch))
+    capsys.readouterr()
+    fields = DOCUMENT_STAGES[module_name].model_fields
+    assert {(None, "settings"), (None, "settings_json")} <= set(defaults)
+    assert {name: defaults[(None, name)] for name in fields} == dict.fromkeys(fields)
 
 
 def built_parser(module_name: str, monkeypatch) -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,12 @@ def _dataset(tmp_path, name, share, values, para=0.5):
     return f"{name}={tmp_path / f'{name}.metrics.json'}:{tmp_path / f'{name}.manifest.json'}"
 
 
+def _sweep(datasets: list[str], methods: list[str], out: Path, *extra: str) -> int:
+    """sweep.main on ``datasets`` (_dataset's arguments) and ``methods``; its figure beside ``out``."""
+    argv = ["--dataset", *datasets, "--methods", *methods, "--out-json", str(out)]
+    return sweep.main([*argv, "--out-png", str(out.with_suffix(".png")), *extra])
+
+
 def test_paired_differences_and_oracle_gap(tmp_path):
     low = _dataset(
         tmp_path,
@@ -42,24 +49,7 @@ def test_paired_differences_and_oracle_gap(tmp_path):
         {"dpr": [0.60, 0.62, 0.64], "dpr_sieve": [0.65, 0.66, 0.69], "dpr_oracle": [0.70, 0.72, 0.74]},
     )
     out = tmp_path / "noise.json"
-    assert (
-        sweep.main(
-            [
-                "--dataset",
-                high,
-                low,
-                "--methods",
-                "dpr",
-                "dpr_sieve",
-                "dpr_oracle",
-                "--out-json",
-                str(out),
-                "--out-png",
-                str(tmp_path / "noise.png"),
-            ]
-        )
-        == 0
-    )
+    assert _sweep([high, low], ["dpr", "dpr_sieve", "dpr_oracle"], out) == 0
     result = json.loads(out.read_text())
     assert [p["dataset"] for p in result["points"]] == ["low", "high"]  # by requested level
     high_point = result["points"][1]
@@ -90,25 +80,15 @@ def test_pairs_with_a_same_pool_control(tmp_path):
     )
     out, md = tmp_path / "noise.json", tmp_path / "noise.md"
     assert (
-        sweep.main(
-            [
-                "--dataset",
-                high,
-                "--methods",
-                "dpr",
-                "dpr_none",
-                "dpr_sieve",
-                "dpr_oracle",
-                "--pairs",
-                "dpr_sieve:dpr_none",
-                "dpr_oracle:dpr_none",
-                "--out-json",
-                str(out),
-                "--out-png",
-                str(tmp_path / "noise.png"),
-                "--out-md",
-                str(md),
-            ]
+        _sweep(
+            [high],
+            ["dpr", "dpr_none", "dpr_sieve", "dpr_oracle"],
+            out,
+            "--pairs",
+            "dpr_sieve:dpr_none",
+            "dpr_oracle:dpr_none",
+            "--out-md",
+            str(md),
         )
         == 0
     )
@@ -119,21 +99,7 @@ def test_pairs_with_a_same_pool_control(tmp_path):
     assert point["pairs_oracle_gap_closed"]["dpr_none"]["dpr_sieve"] == pytest.approx(0.14 / 3 / 0.20)
     assert "Paired with dpr_none:" in md.read_text() and "| +0.23 |" in md.read_text()
     with pytest.raises(DataError, match="'dpr_x' must be one of the sweep's methods"):
-        sweep.main(
-            [
-                "--dataset",
-                high,
-                "--methods",
-                "dpr",
-                "dpr_oracle",
-                "--pairs",
-                "dpr_x:dpr",
-                "--out-json",
-                str(out),
-                "--out-png",
-                str(tmp_path / "noise.png"),
-            ]
-        )
+        _sweep([high], ["dpr", "dpr_oracle"], out, "--pairs", "dpr_x:dpr")
 
 
 def _report(path, n=10, labelled=10, fns=4, out=0.5, recall=0.75, kept=4 / 6, auc=0.6):
@@ -159,26 +125,7 @@ def test_sieve_rates_per_level(tmp_path):
     report = _report(tmp_path / "report.json")
     out = tmp_path / "noise.json"
     md = tmp_path / "noise.md"
-    assert (
-        sweep.main(
-            [
-                "--dataset",
-                high,
-                "--methods",
-                "dpr",
-                "dpr_oracle",
-                "--sieve",
-                f"high={report}",
-                "--out-json",
-                str(out),
-                "--out-png",
-                str(tmp_path / "noise.png"),
-                "--out-md",
-                str(md),
-            ]
-        )
-        == 0
-    )
+    assert _sweep([high], ["dpr", "dpr_oracle"], out, "--sieve", f"high={report}", "--out-md", str(md)) == 0
     assert "| high | 50.1% | 50% | 0.650 | +0.100 [+0.100, +0.100] |" in md.read_text()  # no spread
     assert "| high | 10 | 0.400 | 0.500 | 0.750 | 0.667 | 0.600 | 0.700 |" in md.read_text()
     got = json.loads(out.read_text())["points"][0]["sieve"]
@@ -193,56 +140,15 @@ def test_sieve_rates_per_level(tmp_path):
     }
     unlabelled = _report(tmp_path / "u.json", labelled=9)
     with pytest.raises(DataError, match="1 candidates without a false-negative label"):
-        sweep.main(
-            [
-                "--dataset",
-                high,
-                "--methods",
-                "dpr",
-                "dpr_oracle",
-                "--sieve",
-                f"high={unlabelled}",
-                "--out-json",
-                str(out),
-                "--out-png",
-                str(tmp_path / "noise.png"),
-            ]
-        )
+        _sweep([high], ["dpr", "dpr_oracle"], out, "--sieve", f"high={unlabelled}")
     with pytest.raises(DataError, match="not in --dataset"):
-        sweep.main(
-            [
-                "--dataset",
-                high,
-                "--methods",
-                "dpr",
-                "dpr_oracle",
-                "--sieve",
-                f"low={report}",
-                "--out-json",
-                str(out),
-                "--out-png",
-                str(tmp_path / "noise.png"),
-            ]
-        )
+        _sweep([high], ["dpr", "dpr_oracle"], out, "--sieve", f"low={report}")
 
 
 def test_a_method_missing_from_a_dataset_is_named(tmp_path):
     only = _dataset(tmp_path, "x", 0.3, {"dpr": [0.5, 0.6], "dpr_oracle": [0.6, 0.7]})
     with pytest.raises(DataError, match="'dpr_sieve' is not in the gathered metrics"):
-        sweep.main(
-            [
-                "--dataset",
-                only,
-                "--methods",
-                "dpr",
-                "dpr_sieve",
-                "dpr_oracle",
-                "--out-json",
-                str(tmp_path / "o.json"),
-                "--out-png",
-                str(tmp_path / "o.png"),
-            ]
-        )
+        _sweep([only], ["dpr", "dpr_sieve", "dpr_oracle"], tmp_path / "o.json")
 
 
 def test_the_oracle_gap_is_read_only_where_the_oracle_gain_is_shown():

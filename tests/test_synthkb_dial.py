@@ -15,26 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 from packaging.version import Version
 from test_dependencies import locked
+from test_synthkb import ENTITY_SPLIT, FILES, REPO
 
 from pipeline.core.config import ConfigError
 from pipeline.core.storage import SPLITS
 from pipeline.data.answers import string_has_answer
-from pipeline.data.splits import SplitSpec
 from pipeline.synthkb import generate as synthkb
 from pipeline.synthkb.dial import ACCEPT, knobs_at
 from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.measure import ProbeQuestion, fn_shares
 from pipeline.synthkb.questions import QuestionKnobs
 from pipeline.synthkb.world import Layout, name_space
-
-REPO = Path(__file__).resolve().parent.parent
-ENTITY_SPLIT = SplitSpec(by="entity", dev=0.1, test=0.2, seed=0)
-FILES = (
-    ["corpus", "negatives.train"]
-    + [f"queries.{s}" for s in SPLITS]
-    + [f"qrels.{s}" for s in SPLITS]
-    + [f"qrels_all.{s}" for s in SPLITS]
-)
 
 # sha256 of the files of `python -m pipeline.synthkb.generate --out-dir <tmp>/synthkb --entities 40
 # --seed 0` (default split, block size, knobs) written by the generator as it was before the dial

@@ -27,6 +27,7 @@ from pipeline.synthkb.paraphrase import (
 from pipeline.synthkb.world import GENRES as WORLD_GENRES
 from pipeline.synthkb.world import INDUSTRIES as WORLD_INDUSTRIES
 from pipeline.synthkb.world import OTHER_OCCUPATIONS, Layout, name_space
+from pipeline.workflow.synthkb import generate_job
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -128,7 +129,12 @@ def test_bad_values_are_refused_naming_the_setting(tmp_path, kwargs, key):
 def test_cli_refuses_bad_values_naming_the_flag(tmp_path, capsys, argv, flag):
     with pytest.raises(SystemExit) as exit_info:
         run_main(synthkb.main, ["--out-dir", str(tmp_path / "x"), "--entities", "20", "--seed", "0", *argv])
-    assert exit_info.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # Not a number: the parser names the flag; out of range: the contract names the setting.
+    assert exit_info.value.code == 2 and (
+        f"argument {flag}" in err or f"'settings.{flag[2:].replace('-', '_')}'" in err
+    )
+    assert not (tmp_path / "x").exists()
 
 
 def test_cli_help_shows_the_dial(capsys):
@@ -185,4 +191,7 @@ def test_schema_config_and_generator_agree():
 
 def test_the_rule_passes_the_dial():
     rule = (REPO / "workflow" / "rules" / "synthkb.smk").read_text()
-    assert "--fn-share {params.fn_share} --fn-paraphrase {params.fn_paraphrase}" in rule
+    assert "settings=generate_settings(W)" in rule and "{params.settings}" in rule
+    document = generate_job({"format": "synthkb", "entities": 10, "fn_share": 0.3, "fn_paraphrase": 0.5})
+    assert (document["fn_share"], document["fn_paraphrase"]) == (0.3, 0.5)
+    assert generate_job({"format": "synthkb", "entities": 10})["fn_share"] is None  # the generator's own

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from stage_args import flags
 
 from pipeline.core.cli import run_main
 from pipeline.retrieval.model import Retriever
@@ -17,37 +18,13 @@ def inputs(tmp_path_factory, make_train_files, tiny_model_dir):
 
 
 def _data_args(paths):
-    return [
-        "--queries",
-        str(paths["queries"]),
-        "--qrels",
-        str(paths["qrels"]),
-        "--negatives",
-        str(paths["negatives"]),
-        "--corpus",
-        str(paths["corpus"]),
-    ]
+    return flags(paths, "queries", "qrels", "negatives", "corpus")
 
 
 def test_init_only_writes_a_retriever_folder(inputs, tmp_path):
     _, _, tiny = inputs
     out = tmp_path / "zeroshot"
-    assert (
-        main(
-            [
-                "--init-only",
-                "--base",
-                str(tiny),
-                "--similarity",
-                "dot",
-                "--passage-max-len",
-                "64",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(["--init-only", *flags(base=tiny, similarity="dot", passage_max_len=64, out=out)]) == 0
     model = Retriever.load(out)
     assert model.settings.similarity == "dot" and model.settings.passage_max_len == 64
     assert not (out / "train_log.jsonl").exists()
@@ -56,61 +33,20 @@ def test_init_only_writes_a_retriever_folder(inputs, tmp_path):
 def test_dpr_then_ccr(inputs, tmp_path):
     _, paths, tiny = inputs
     dpr = tmp_path / "dpr"
-    assert (
-        main(
-            [
-                "--init",
-                str(tiny),
-                *_data_args(paths),
-                "--out",
-                str(dpr),
-                "--batch-size",
-                "4",
-                "--max-steps",
-                "3",
-                "--checkpoint-every",
-                "2",
-                "--temperature",
-                "0.1",
-                "--threads",
-                "1",
-            ]
-        )
-        == 0
+    options = flags(
+        init=tiny, out=dpr, batch_size=4, max_steps=3, checkpoint_every=2, temperature=0.1, threads=1
     )
+    assert main([*_data_args(paths), *options]) == 0
     assert (dpr / "retriever.json").exists() and not (tmp_path / "dpr.ckpt").exists()
     log = [json.loads(line) for line in (dpr / "train_log.jsonl").open()]
     assert [r["step"] for r in log] == [1, 2, 3]
     assert all(r["loss"] == pytest.approx(r["nce"]) for r in log)  # β = 0: the loss is NCE
 
     ccr = tmp_path / "dpr_ccr_b0.5"
-    assert (
-        main(
-            [
-                "--init",
-                str(dpr),
-                *_data_args(paths),
-                "--out",
-                str(ccr),
-                "--batch-size",
-                "4",
-                "--max-steps",
-                "2",
-                "--beta",
-                "0.5",
-                "--hard-negatives",
-                "3",
-                "--no-in-batch",
-                "--similarity",
-                "cosine",
-                "--temperature",
-                "1",
-                "--threads",
-                "1",
-            ]
-        )
-        == 0
+    options = flags(
+        init=dpr, out=ccr, batch_size=4, max_steps=2, beta=0.5, hard_negatives=3, similarity="cosine"
     )
+    assert main([*_data_args(paths), *options, "--no-in-batch", *flags(temperature=1, threads=1)]) == 0
     model = Retriever.load(ccr)
     assert model.settings.temperature == 1.0 and model.settings.passage_max_len == 128
     info = json.loads((ccr / "train_info.json").read_text())

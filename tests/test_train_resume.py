@@ -28,7 +28,7 @@ def _weights(model):
     "grad_accum,cpu_bf16", [(1, "0"), (2, "0"), (1, "1")], ids=["fp32", "fp32-accum2", "bf16"]
 )
 def test_killed_run_resumes_to_identical_weights(
-    resume_config, setup, tmp_path, grad_accum, cpu_bf16, tiny_retriever, crash_after, monkeypatch
+    resume_config, setup, tmp_path, grad_accum, cpu_bf16, tiny_retriever, train_until_crash, monkeypatch
 ):
     monkeypatch.setenv("SIEVE_CPU_BF16", cpu_bf16)  # "1": bf16 autocast (emulated on a CPU without it)
     _, model_dir, data = setup
@@ -39,8 +39,7 @@ def test_killed_run_resumes_to_identical_weights(
     assert summary["steps"] == 6
 
     crashed = tiny_retriever(model_dir)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(crashed, data, cfg, checkpoint_dir=tmp_path / "run.ckpt", on_step_end=crash_after(4))
+    train_until_crash(crashed, data, cfg, tmp_path / "run.ckpt")
     assert (tmp_path / "run.ckpt" / "state.pt").exists()
 
     resumed = tiny_retriever(model_dir)  # a fresh process would start from the base weights too
@@ -64,36 +63,22 @@ def test_killed_run_resumes_to_identical_weights(
 
 
 def test_checkpoint_for_other_settings_is_not_resumed(
-    resume_config, setup, tmp_path, tiny_retriever, crash_after
+    resume_config, setup, tmp_path, tiny_retriever, train_until_crash
 ):
     _, model_dir, data = setup
 
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(
-            tiny_retriever(model_dir),
-            data,
-            resume_config(),
-            checkpoint_dir=tmp_path / "c",
-            on_step_end=crash_after(4),
-        )
+    train_until_crash(tiny_retriever(model_dir), data, resume_config(), tmp_path / "c")
     summary = train(tiny_retriever(model_dir), data, resume_config(lr=5e-4), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0
 
 
 def test_checkpoint_of_another_compute_precision_is_not_resumed(
-    resume_config, setup, tmp_path, tiny_retriever, crash_after, monkeypatch
+    resume_config, setup, tmp_path, tiny_retriever, train_until_crash, monkeypatch
 ):
     """Same config, but the crashed run computed in bf16 and this host computes fp32: start afresh."""
     _, model_dir, data = setup
     monkeypatch.setenv("SIEVE_CPU_BF16", "1")
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        train(
-            tiny_retriever(model_dir),
-            data,
-            resume_config(),
-            checkpoint_dir=tmp_path / "c",
-            on_step_end=crash_after(4),
-        )
+    train_until_crash(tiny_retriever(model_dir), data, resume_config(), tmp_path / "c")
     monkeypatch.setenv("SIEVE_CPU_BF16", "0")
     summary = train(tiny_retriever(model_dir), data, resume_config(), checkpoint_dir=tmp_path / "c")
     assert summary["start_step"] == 0 and summary["compute_precision"] == "fp32"

@@ -62,7 +62,7 @@ def test_the_recipe_is_a_label_of_the_dataset(rules):
 def test_retrieval_rules_read_bm25_and_search_settings():
     r = RetrievalRules(tables())
     wild = Wild(dataset="synthkb", method="dpr", split="test")
-    assert r.bm25_setting("k1")(wild) == 0.9 and r.exclude_answer_match_flag(wild) == ""
+    assert _document(r.bm25_settings("index")(wild))["k1"] == 0.9 and r.exclude_answer_match_flag(wild) == ""
     assert r.exclude_answer_match_flag(Wild(dataset="nq")) == "--exclude-answer-match"
     inputs = r.search_inputs(wild)
     assert inputs["index"].endswith("index/dpr/index.json") and "embeddings" not in inputs

@@ -5,6 +5,13 @@
         --qrels resources/synthkb/qrels.train.parquet --corpus resources/synthkb/corpus.parquet \
         --top-k 30 --source ar2/start --out results/synthkb/ar2/start/negatives.parquet
 
+    # exactly what the workflow's job mines with: its settings document, then the same paths
+    python -m pipeline.workflow.jobs synthkb ar2_mine > mine.json
+    python -m pipeline.ar2.mine --settings mine.json --retriever ... --out ...
+
+The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
+pipeline.core.settings.Ar2MineJob), each flag over it; what neither gives is the contract's default.
+
 The DAG runs it once per dataset with the DPR start (``ar2/start/negatives.parquet``: round 1 of every
 AR2 variant and seed, and the trained ranker, read it) and once per later round with the previous
 round's retriever and its sharded-then-gathered embeddings (``round{r}/negatives.parquet``). Layout and
@@ -17,20 +24,14 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from typing import Any
 
 from pipeline.ar2.data import mine_negatives, stats_path, write_negatives
 from pipeline.ar2.round_data import load_retriever
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import (
-    AR2_MINE_KEYS,
-    RETRIEVER_OVERRIDE_KEYS,
-    Ar2Settings,
-    EvalSettings,
-    add_flags,
-    default,
-    pick,
-)
+from pipeline.core.settings import RETRIEVER_OVERRIDE_KEYS, Ar2MineJob, Ar2Settings, pick
 from pipeline.core.storage import read_table, write_json
 from pipeline.retrieval.encode import resolve_device
 from pipeline.training.data import load_queries_with_positives
@@ -38,10 +39,10 @@ from pipeline.training.data import load_queries_with_positives
 log = logging.getLogger("sieve.ar2_mine")
 
 
-def mine_round(args: argparse.Namespace) -> dict:
-    """Mine, write the stats then the table; return the stats."""
+def mine_round(args: argparse.Namespace, job: Any) -> dict:
+    """Mine with the settings ``job`` (an Ar2MineJob), write the stats then the table; return the stats."""
     device = resolve_device(args.device)
-    retriever = load_retriever(args.retriever, pick(Ar2Settings, args, names=RETRIEVER_OVERRIDE_KEYS), device)
+    retriever = load_retriever(args.retriever, pick(Ar2Settings, job, names=RETRIEVER_OVERRIDE_KEYS), device)
     tick = time.perf_counter()
     queries, positives, dropped = load_queries_with_positives(
         args.queries, args.qrels, drop_without_positive=True
@@ -62,9 +63,9 @@ def mine_round(args: argparse.Namespace) -> dict:
         pos_map,
         args.embeddings,
         args.corpus,
-        top_k=args.top_k,
-        exclude_answer_match=args.exclude_answer_match,
-        match=args.match,
+        top_k=job.top_k,
+        exclude_answer_match=job.exclude_answer_match,
+        match=job.match,
         source=args.source,
         queries_file=args.queries,
         device=device,
@@ -88,12 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--queries", required=True)
     ap.add_argument("--qrels", required=True)
     ap.add_argument("--corpus", required=True)
-    add_flags(
-        ap.add_argument_group("config section ar2"),
-        Ar2Settings,
-        names=AR2_MINE_KEYS,
-    )
-    ap.add_argument("--match", default=default(EvalSettings, "match"), choices=["string", "regex"])
+    add_settings_flags(ap, Ar2MineJob, "settings (config section ar2, eval.match)")
     ap.add_argument("--source", required=True, help="the value of the table's source column")
     ap.add_argument("--out", required=True)
     add_job_flags(ap)
@@ -102,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job = job_settings(Ar2MineJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
     check_writable(args.out)
-    mine_round(args)
+    mine_round(args, job)
     return 0
 
 

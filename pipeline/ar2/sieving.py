@@ -121,37 +121,20 @@ def sieve_round(
     )
     if cands.empty:
         raise DataError("no candidates to sieve (every mined row was excluded?)", file=negatives)
-    batch_size = int(sieve_cfg.get("batch_size", 64))
-    temperature = sieve_cfg.get("temperature")
+    scoring = dict(
+        batch_size=int(sieve_cfg.get("batch_size", 64)),
+        temperature=sieve_cfg.get("temperature"),
+        device=device,
+    )
+    rule = dict(strict=bool(sieve_cfg["strict"]), fallback=sieve_cfg["fallback"], seed=seed)
     if model_embeddings is not None:
-        sims = cached_similarities(
-            cands,
-            model_dir,
-            model_embeddings,
-            queries,
-            batch_size=batch_size,
-            temperature=temperature,
-            device=device,
-        )
-        table = sieve_table(
-            cands, sims, strict=bool(sieve_cfg["strict"]), fallback=sieve_cfg["fallback"], seed=seed
-        )
+        sims = cached_similarities(cands, model_dir, model_embeddings, queries, **scoring)
+        table = sieve_table(cands, sims, **rule)
     else:
         out_dir = Path(out).parent
         with tempfile.TemporaryDirectory(prefix=".sieve-", dir=out_dir) as work:
-            sims = model_similarities(
-                cands,
-                model_dir,
-                corpus,
-                queries,
-                work,
-                batch_size=batch_size,
-                temperature=temperature,
-                device=device,
-            )
-            table = sieve_table(
-                cands, sims, strict=bool(sieve_cfg["strict"]), fallback=sieve_cfg["fallback"], seed=seed
-            )
+            sims = model_similarities(cands, model_dir, corpus, queries, work, **scoring)
+            table = sieve_table(cands, sims, **rule)
             del sims  # release the memmap before its folder goes
     labelled = table["is_false_negative"].notna()
     stats = {

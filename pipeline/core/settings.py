@@ -37,6 +37,7 @@ from pydantic import (
     Tag,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -178,6 +179,18 @@ class RclObjective(Objective):
     )
 
 
+class RelabelSettings(Contract):
+    """Methods dpr_relabel_<detector> (RLHN's relabelling): a detector's false negatives become extra
+    positives, trained with multi-positive NCE (docs/training.md "Relabel")."""
+
+    extra_positives: int = Field(
+        1,
+        ge=1,
+        description="slots per query for its relabelled positives, drawn per (seed, qid, epoch) beside its "
+        "positive and k hard negatives; a query with fewer leaves the rest empty (in no softmax)",
+    )
+
+
 class DprSettings(JobResources, TrainSettings):
     """DPR warm-up: NCE over the positive, k BM25 hard negatives and in-batch negatives -> models/dpr
     (docs/training.md)."""
@@ -187,6 +200,11 @@ class DprSettings(JobResources, TrainSettings):
         RclObjective(),
         description="method dpr_rcl (paper Table 5: DPR + CCR): the dpr settings, trained with "
         "l(p+) - beta*l_CCR instead of NCE; its folders carry beta (dpr_rcl_b<beta>)",
+    )
+    relabel: RelabelSettings = Field(
+        RelabelSettings(),
+        description="methods dpr_relabel_<detector>: the dpr settings on the detector's kept negatives, its "
+        "dropped candidates as extra positives (multi-positive NCE)",
     )
 
 
@@ -334,6 +352,17 @@ class TrainJob(Contract):
     retriever: dict[str, Any] = Field(
         {}, description="model settings (RETRIEVER_KEYS and shared_towers) over those of the start"
     )
+    relabel: Optional[dict[str, Any]] = Field(
+        None,
+        description="dpr.relabel's settings (RelabelSettings' keys): multi-positive NCE over the qrels' other "
+        "positives (dpr_relabel_<detector>); null = NCE over the first positive",
+    )
+
+    def relabel_settings(self) -> dict[str, Any] | None:
+        """dpr.relabel's settings, complete and validated, or None when the run does not relabel."""
+        if self.relabel is None:
+            return None
+        return _complete(RelabelSettings, tuple(RelabelSettings.model_fields), self.relabel, "relabel")
 
     def resolved(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(training settings, objective, retriever overrides), each complete and validated by its
@@ -470,6 +499,48 @@ class SweepSettings(Contract):
     )
 
 
+class TournamentLevel(Contract):
+    """One column of the tournament: a declared dataset at one noise level, and what differs there."""
+
+    label: str = Field(description="the level as the table and figure name it (e.g. 30% p0.5)")
+    oracle: Optional[MethodName] = Field(
+        None,
+        description="the oracle on this dataset (null: tournament.oracle); SQuAD has no qrels_all, so "
+        "answer-match removal (dpr_answer_match) plays it there",
+    )
+    metrics: Optional[Unique(Metric, 1)] = Field(
+        None, description="the metrics reported here (null: tournament.metrics); the first is the primary"
+    )
+    skip: Unique(MethodName) = Field(
+        [],
+        description="contenders not run on this dataset (e.g. dpr_oracle where there is no qrels_all): "
+        "shown as not run, never silently",
+    )
+
+
+class TournamentSettings(Contract):
+    """The tournament (issue 41): every contender trained on the same candidate pool at every level,
+    paired with the pool's unfiltered control, the oracle and the untrained start
+    (results/sweeps/tournament.{json,md,png}; sweep.smk; config/overlays/tournament/)."""
+
+    levels: dict[Name, TournamentLevel] = Field(
+        {},
+        description="dataset of `datasets` (a synthkb dial level, SQuAD-36) -> its column, in the table's "
+        "order: {label, oracle (null: tournament.oracle), metrics (null: tournament.metrics), skip}",
+    )
+    methods: Unique(MethodName) = Field([], description="the contenders (rows), in the table's order")
+    baseline: MethodName = Field(
+        "dpr_none", description="the same-pool control every contender is paired with"
+    )
+    oracle: MethodName = Field(
+        "dpr_oracle", description="the oracle whose gain over the baseline is the unit"
+    )
+    start: MethodName = Field("zeroshot", description="the untrained model the contenders start from")
+    metrics: Unique(Metric, 1) = Field(
+        ["hit_all@1", "hit_all@5", "R@5"], description="the metrics reported; the first is the primary"
+    )
+
+
 class InjectionSettings(Contract):
     fraction: float = Field(
         0.0,
@@ -490,6 +561,43 @@ class PositiveAwareSettings(Contract):
         "(difference), or margin (absolute)",
     )
     margin: float = Field(0.95, description="the mode's margin")
+
+
+class AbsoluteMarginSettings(Contract):
+    """sentence-transformers' ``absolute_margin`` (NV-Retriever's TopK-MarginPos): the positive_aware rule
+    in its difference mode, a filter of its own so that the comparison holds it beside the relative one."""
+
+    margin: float = Field(
+        0.05,
+        ge=0,
+        description="drop a candidate scoring above s+ − margin (retriever cosine); 0.05: NV-Retriever's variant",
+    )
+
+
+class PositiveAwareDevSettings(Contract):
+    """positive_aware's relative rule (drop s_neg > margin × s+) at the margin of a grid that best separates
+    the dev queries' candidates: truth = qrels_all (synthkb), else answer match (docs/sieve.md)."""
+
+    grid_min: float = Field(0.8, gt=0, description="smallest margin of the grid")
+    grid_max: float = Field(1.0, gt=0, description="largest margin of the grid (1: drop only above s+)")
+    grid_step: float = Field(0.01, gt=0, description="spacing of the grid's margins")
+    criterion: Literal["youden", "f1"] = Field(
+        "youden",
+        description="what the margin maximises over the dev candidates: youden (false-negative recall − "
+        "true negatives dropped share) or f1 (of the dropped set as false-negative detection); ties: the "
+        "largest margin (the fewest drops)",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "PositiveAwareDevSettings":
+        if self.grid_max < self.grid_min:
+            raise ValueError(f"grid_max {self.grid_max} is below grid_min {self.grid_min}")
+        return self
+
+    def grid(self) -> list[float]:
+        """The margins: grid_min, grid_min + step, ... up to grid_max (rounded to 10 decimals)."""
+        n = int((self.grid_max - self.grid_min) / self.grid_step + 1e-9)
+        return [round(self.grid_min + i * self.grid_step, 10) for i in range(n + 1)]
 
 
 class CrossEncoderFilterSettings(Contract):
@@ -519,12 +627,14 @@ FILTER_NAMES = (
     "oracle",
     "rank_window",
     "positive_aware",
+    "absolute_margin",
+    "positive_aware_dev",
     "cross_encoder",
     "sieve",
     "sieve_no_ccr",
 )
 # The filters that run a model (a retriever or the cross-encoder): their jobs take sieve.gpus.
-MODEL_FILTERS = ("positive_aware", "cross_encoder", "sieve", "sieve_no_ccr")
+MODEL_FILTERS = tuple(n for n in FILTER_NAMES if n not in ("none", "answer_match", "oracle", "rank_window"))
 
 
 class SieveSettings(Contract):
@@ -580,6 +690,8 @@ class SieveSettings(Contract):
     )
     rank_window: RankWindowSettings = RankWindowSettings()
     positive_aware: PositiveAwareSettings = PositiveAwareSettings()
+    absolute_margin: AbsoluteMarginSettings = AbsoluteMarginSettings()
+    positive_aware_dev: PositiveAwareDevSettings = PositiveAwareDevSettings()
     cross_encoder: CrossEncoderFilterSettings = CrossEncoderFilterSettings()
     threads: int = Field(
         2,
@@ -829,8 +941,8 @@ class UrlFile(Contract):
 
     @model_validator(mode="after")
     def _archive_name(self) -> "UrlFile":
-        # An archive is saved under its URL's last path segment (readers.sources.archive_name): '..'
-        # or '.' would make that downloads/<dataset> itself, which Snakemake then deletes as an output.
+        # An archive URL ending in '..' or '.' names no file: surely a typo (it named downloads/<dataset>
+        # itself before downloads were keyed by URL; readers.sources.file_name now names it 'download').
         if self.member is not None:
             name = posixpath.basename(unquote(urlparse(self.url).path))
             if name in (".", ".."):
@@ -849,7 +961,7 @@ class PathFile(Contract):
 
 
 # A local path (relative to the repository root; plain or gzipped), a URL (downloaded to
-# downloads/{dataset}/{role}, resumable), or one member of a .tar/.tar.gz/.zip archive. docs/data.md.
+# downloads/by-url/<key>/<name>, resumable), or one member of a .tar/.tar.gz/.zip archive. docs/data.md.
 FileSpec = Annotated[
     Union[
         Annotated[Annotated[str, Field(min_length=1)], Tag("file-name")],
@@ -1083,6 +1195,7 @@ class Config(Contract):
     search: SearchSettings = SearchSettings()
     hybrid: HybridSettings = HybridSettings()
     sweep: SweepSettings = SweepSettings()
+    tournament: TournamentSettings = TournamentSettings()
     sieve: SieveSettings = SieveSettings()
     ar2: Ar2Settings = Ar2Settings()
 
@@ -1101,6 +1214,7 @@ SECTIONS: dict[str, type[Contract]] = {
         "search",
         "hybrid",
         "sweep",
+        "tournament",
         "sieve",
         "ar2",
     )
@@ -1374,6 +1488,99 @@ def _flag_tokens(
         elif field.default is not None:
             out += [flag, "none"]
     return out
+
+
+# ---- one job's settings document (issue 43) ------------------------------------------------------
+# What a rule hands its stage as one JSON document (--settings-json) and a run by hand reads from a file
+# (--settings FILE; pipeline.core.jobs): that job's settings only, so a changed setting reruns the jobs
+# that read it and nothing else. Each field is its section's own (type, range, default and help taken
+# from that contract, never restated); pipeline/workflow/*.py builds the documents from a dataset's
+# resolved config. train_dense's document is TrainJob (above).
+
+
+def fields_of(cls: type[Contract], *names: str) -> dict[str, tuple[Any, Any]]:
+    """The fields ``names`` of ``cls`` as create_model takes them: (type, the field itself)."""
+    return {
+        name: (cls.model_fields[name].annotation, copy.deepcopy(cls.model_fields[name])) for name in names
+    }
+
+
+def job_contract(name: str, doc: str, **fields: tuple[Any, Any]) -> type[Contract]:
+    """A job document's contract: ``fields`` (fields_of), unknown keys and bad values refused."""
+    return create_model(name, __base__=Contract, __doc__=doc, __module__=__name__, **fields)
+
+
+# A synthkb dataset's split where its config gives none (the workflow's and a hand run's).
+SYNTHKB_SPLIT: dict[str, Any] = {"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}
+GenerateJob = job_contract(
+    "GenerateJob",
+    "pipeline.synthkb.generate: the generator settings of a synthkb dataset (datasets.<name>).",
+    **fields_of(DatasetSpec, "entities", "seed", "positive", "fn_share", "fn_paraphrase"),
+    split=(
+        Split,
+        Field(
+            SYNTHKB_SPLIT,
+            validate_default=True,
+            description="the dataset's split; a synthkb dataset without one splits so",
+        ),
+    ),
+)
+PrepareJob = job_contract(
+    "PrepareJob",
+    "pipeline.data.prepare: how a declared dataset's sources become the canonical tables (datasets.<name>).",
+    dataset=(Name, Field(description="the dataset's name (messages, manifest)")),
+    **fields_of(DatasetSpec, "format", "split", "empty_positives"),
+)
+Bm25IndexJob = job_contract(
+    "Bm25IndexJob",
+    "pipeline.retrieval.bm25 index: the index's scoring and tokenisation (section bm25).",
+    **fields_of(Bm25Settings, "k1", "b", "stemmer", "stopwords"),
+)
+Bm25RetrieveJob = job_contract(
+    "Bm25RetrieveJob",
+    "pipeline.retrieval.bm25 retrieve: run depth (eval.depth).",
+    **fields_of(EvalSettings, "depth"),
+)
+Bm25MineJob = job_contract(
+    "Bm25MineJob",
+    "pipeline.retrieval.bm25 mine: negatives per train query (section bm25) and answer matching (eval.match).",
+    **fields_of(Bm25Settings, "negatives", "exclude_answer_match"),
+    **fields_of(EvalSettings, "match"),
+)
+SieveJob = job_contract(
+    "SieveJob",
+    "pipeline.sieve.passage_sieve: the decision's settings and Figure 1's losses (section sieve), the seed.",
+    **fields_of(SieveSettings, *SIEVE_DECISION_KEYS, "in_batch", "figure_queries"),
+    **fields_of(Config, "seed"),
+)
+Ar2MineJob = job_contract(
+    "Ar2MineJob",
+    "pipeline.ar2.mine: what a round's mining reads of section ar2, and answer matching (eval.match).",
+    **fields_of(Ar2Settings, *AR2_MINE_KEYS),
+    **fields_of(EvalSettings, "match"),
+)
+EvaluateJob = job_contract(
+    "EvaluateJob",
+    "pipeline.evaluation.evaluate: what a run is scored with (section eval) and the labels metrics.json carries.",
+    dataset=(Name, Field(description="the dataset's name, written into metrics.json")),
+    method=(
+        MethodName,
+        Field(description="the method (its run folder's first part), written into metrics.json"),
+    ),
+    split=(
+        EvalSettings.model_fields["split"].annotation,
+        Field(description="the evaluated split (datasets.<name>.eval_split, else eval.split)"),
+    ),
+    **fields_of(EvalSettings, "ks", "match"),
+    allow_missing_queries=(
+        bool,
+        Field(
+            False,
+            description="the run's lists are result sets (BM25): a query absent from it counts as a miss, and "
+            "a list shorter than the cut-offs is accepted (fewer passages matched); else either is an error",
+        ),
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import time
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Sequence
 
 import requests
 import urllib3
@@ -320,6 +321,51 @@ def _vet_part(url: str, part: Path, sha256: str | None) -> bool:
     return False
 
 
+def _logged_download(log_file: Path, url: str, old: Path) -> bool:
+    """Whether ``log_file`` (a log of this module) records ``old`` as downloaded from ``url`` the last
+    time anything was downloaded to it, with the size it has now."""
+    try:
+        lines = log_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    # A line of the file is "<time> INFO sieve.download: <message>" (pipeline.core.cli.setup_logging).
+    marker = f" -> {old} ("
+    last = next((line for line in reversed(lines) if " downloaded " in line and marker in line), None)
+    return last is not None and last.endswith(
+        f"{log.name}: downloaded {url} -> {old} ({old.stat().st_size} bytes)"
+    )
+
+
+def _adopt(url: str, out: Path, candidates: Sequence[tuple[str, str]], sha256: str | None) -> str | None:
+    """Move the file of ``url`` that the layout before downloads/by-url/ left at one of ``candidates``
+    ((file, its download log)) onto ``out``, if it provably is that file; return its sha256."""
+    for old_name, log_name in candidates:
+        old = Path(old_name)
+        if not old.is_file():
+            continue
+        if sha256 is None and not _logged_download(Path(log_name), url, old):
+            log.warning(
+                "%s: a download of the layout before downloads/by-url/, not adopted: its log %s does not "
+                "record it as the download of %s; downloading it again (delete %s)",
+                old,
+                log_name,
+                url,
+                old,
+            )
+            continue
+        digest = sha256_of(old)
+        if sha256 is not None and digest != sha256:
+            log.warning("%s: sha256 %s, not the pinned %s; not adopted (delete it)", old, digest, sha256)
+            continue
+        with atomic_open(out.with_name(out.name + ".sha256"), "w", encoding="utf-8") as handle:
+            handle.write(f"{digest}  {out.name}\n")
+        os.replace(old, out)  # downloads/ is one folder tree: a rename, not a copy of 13 GB
+        Path(f"{old}.sha256").unlink(missing_ok=True)
+        log.info("adopted %s (the layout before downloads/by-url/) as %s, sha256 %s", old, out, digest)
+        return digest
+    return None
+
+
 def download(
     url: str,
     out: str | os.PathLike,
@@ -328,13 +374,18 @@ def download(
     retries: int = 5,
     backoff: float = 2.0,
     timeout: float = 60.0,
+    adopt: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256."""
+    """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256. ``adopt``:
+    (file, log) pairs of the older layout to move onto ``out`` instead, when provably this URL's."""
     problem = unsupported_url(url)
     if problem:  # before any retry: another attempt cannot help
         raise ConfigError(f"--url {problem}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    adopted = _adopt(url, out, adopt, sha256)
+    if adopted is not None:
+        return adopted
     part = out.with_name(out.name + ".part")
     unvalidated = _vet_part(url, part, sha256)
     fetch(url, part, retries=retries, backoff=backoff, timeout=timeout)
@@ -437,6 +488,15 @@ def main(argv: list[str] | None = None) -> int:
         "--backoff", type=float, default=2.0, help="first retry delay, seconds (doubles each retry)"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="connect/read timeout, seconds")
+    parser.add_argument(
+        "--adopt",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("FILE", "LOG"),
+        help="a file of the layout before downloads/by-url/ and its download log: moved onto --out "
+        "when the pinned --sha256 or the log proves it is this URL's file",
+    )
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
     start_stage(args.log)
@@ -451,11 +511,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--archive needs --member")
         if sha is not None:
             parser.error("--sha256 applies to downloads (--url); check the archive where it is fetched")
+        if args.adopt:
+            parser.error("--adopt applies to downloads (--url)")
         extract_member(args.archive, args.member, args.out)
         return 0
     if not args.member:
         download(
-            args.url, args.out, sha256=sha, retries=args.retries, backoff=args.backoff, timeout=args.timeout
+            args.url,
+            args.out,
+            sha256=sha,
+            retries=args.retries,
+            backoff=args.backoff,
+            timeout=args.timeout,
+            adopt=[tuple(pair) for pair in args.adopt],
         )
         return 0
     archive = Path(args.out + ".archive")

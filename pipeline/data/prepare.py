@@ -4,6 +4,13 @@
         --file corpus=downloads/nq/corpus --file train=downloads/nq/train \\
         --file dev=downloads/nq/dev --file test=downloads/nq/test --out-dir resources/nq
 
+    # exactly what the workflow's job prepares: its settings document, then the same files
+    python -m pipeline.workflow.jobs nq prepare > nq.json
+    python -m pipeline.data.prepare --settings nq.json --file corpus=downloads/nq/corpus ... --out-dir resources/nq
+
+The settings (dataset, format, split, empty_positives) are a document (--settings FILE, or
+--settings-json as the rule passes it; schema: pipeline.core.settings.PrepareJob), each flag over it.
+
 Writes corpus.parquet, queries.{train,dev,test}.parquet, qrels.{train,dev,test}.parquet,
 negatives.train.parquet (empty when the source ships none) and, last, manifest.json (format, split
 rule, options, source files with sha256, counts). Formats, roles and checks: docs/data.md.
@@ -12,7 +19,6 @@ rule, options, source files with sha256, counts). Formats, roles and checks: doc
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from pathlib import Path
@@ -21,6 +27,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.jobs import add_settings_flags, merged_document
+from pipeline.core.settings import PrepareJob, SplitUnits, default, from_dict
 from pipeline.core.storage import DataError, write_json
 from pipeline.data.readers import FORMATS, BuildOptions, DatasetWriter, check_roles
 from pipeline.data.splits import parse_split_spec
@@ -101,6 +109,17 @@ def prepare(
     return manifest
 
 
+def _as_given(split: object) -> object:
+    """The split as the manifest records it: the config's value, keys in the contract's order (the
+    document's JSON has its keys sorted), nothing added; the reader takes it parsed."""
+    if not isinstance(split, dict):
+        return split
+    order = list(SplitUnits.model_fields)
+    return dict(
+        sorted(split.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order))
+    )
+
+
 def _summary(counts: dict) -> str:
     q, r = counts["queries"], counts["qrels"]
     parts = [f"{counts['corpus']:,} passages"]
@@ -114,8 +133,7 @@ def _summary(counts: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.data.prepare", __doc__)
-    parser.add_argument("--dataset", required=True, help="dataset name (for messages and manifest)")
-    parser.add_argument("--format", required=True, choices=sorted(FORMATS))
+    add_settings_flags(parser, PrepareJob, "the dataset (datasets.<name>)", {"split": "--split-spec"})
     parser.add_argument(
         "--file",
         action="append",
@@ -123,31 +141,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ROLE=PATH",
         help="a source file and its role (repeat); roles per format: docs/data.md",
     )
-    parser.add_argument(
-        "--split-spec",
-        default='"none"',
-        help='JSON: "none" (all queries test) or {"by": "article", "dev": 0.15, '
-        '"test": 0.15, "seed": 0} (squad)',
-    )
-    parser.add_argument(
-        "--empty-positives",
-        choices=["error", "drop"],
-        default="error",
-        help="a train/dev record without positives: stop (default) or drop it, "
-        "counted in the manifest (DPR's own loader drops them)",
-    )
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
+    document = merged_document(PrepareJob, args)
+    job = from_dict(PrepareJob, document, "settings")  # before any work: a bad document is one line
     start_stage(args.log)
-    try:
-        raw_split = json.loads(args.split_spec)
-    except json.JSONDecodeError:
-        raw_split = args.split_spec
-    options = BuildOptions(empty_positives=args.empty_positives, split=parse_split_spec(raw_split))
+    if job.format not in FORMATS:
+        raise ConfigError(
+            f"settings key 'format': {job.format} is not read from files (formats: {', '.join(sorted(FORMATS))})"
+        )
+    raw_split = _as_given(document.get("split", default(PrepareJob, "split")))
+    options = BuildOptions(empty_positives=job.empty_positives, split=parse_split_spec(raw_split))
     files = parse_files(args.file)
-    manifest = prepare(args.dataset, args.format, files, args.out_dir, options, raw_split)
-    log.info("%s (%s): %s", args.dataset, args.format, _summary(manifest["counts"]))
+    manifest = prepare(job.dataset, job.format, files, args.out_dir, options, raw_split)
+    log.info("%s (%s): %s", job.dataset, job.format, _summary(manifest["counts"]))
     return 0
 
 

@@ -5,6 +5,14 @@
         --corpus resources/squad/corpus.parquet --dataset squad --method bm25 --split test \
         --ks 1 5 20 100 --match string --out results/squad/bm25/metrics.json
 
+    # exactly what the workflow's job scores: its settings document, then the same paths
+    python -m pipeline.workflow.jobs squad evaluate --run bm25 > evaluate.json
+    python -m pipeline.evaluation.evaluate --settings evaluate.json --run ... --out ...
+
+The settings (dataset, method, split, ks, match, allow_missing_queries) are a document (--settings FILE,
+or --settings-json as the rule passes it; schema: pipeline.core.settings.EvaluateJob), each flag over it;
+what neither gives is config section eval's default.
+
 Writes ``{"dataset","method","split","n_queries","match","depth",...,"metrics":{...}}``. ``R@k`` is
 present only when the queries carry answers (not MS MARCO); qrels metrics only when the qrels file has
 rows (not DPR test qa.csv). Definitions: pipeline.evaluation.metrics and docs/evaluation.md.
@@ -27,7 +35,9 @@ import pyarrow.compute as pc
 from rich.progress import Progress
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, per_query_schema
+from pipeline.core.settings import EvaluateJob
 from pipeline.core.storage import (
     DataError,
     check_unique,
@@ -37,14 +47,14 @@ from pipeline.core.storage import (
     write_json,
     write_table,
 )
-from pipeline.data.answers import MATCH_MODES, AnswerMatcher
+from pipeline.data.answers import AnswerMatcher
 from pipeline.evaluation.metrics import (
     mean_of,
     order_metrics,
     qrels_metrics_per_query,
     top_k_accuracy_per_query,
 )
-from pipeline.retrieval.runs import ranked_lists, read_run, write_trec
+from pipeline.retrieval.runs import ranked_lists, read_run, refuse_first, write_trec
 
 log = logging.getLogger("sieve.evaluate")
 
@@ -86,11 +96,9 @@ def load_qrels(path: str | os.PathLike, known_qids: set[str]) -> dict[str, set[s
             f"relevance must be an integer, got {df['relevance'].dtype}", file=path, field="relevance"
         )
     unknown = ~df["qid"].isin(known_qids)
-    if unknown.any():
-        row = int(unknown.idxmax())
-        raise DataError(
-            f"qid {df.at[row, 'qid']!r} is not in the evaluated queries", file=path, record=row, field="qid"
-        )
+    refuse_first(
+        unknown, lambda row: f"qid {df.at[row, 'qid']!r} is not in the evaluated queries", path, "qid"
+    )
     positive = df[df["relevance"] >= 1]
     return {qid: set(group) for qid, group in positive.groupby("qid", sort=False)["pid"]}
 
@@ -283,14 +291,14 @@ def evaluate(
     needed = set(run["pid"])
     found = load_corpus(corpus_path, needed, matcher)
     if len(found) < len(needed):
-        missing = ~run["pid"].isin(found)
-        row = int(missing.idxmax())
-        raise DataError(
-            f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
-            f"({len(needed) - len(found)} unknown pids)",
-            file=run_path,
-            record=row,
-            field="pid",
+        refuse_first(
+            ~run["pid"].isin(found),
+            lambda row: (
+                f"pid {run.at[row, 'pid']!r} is not in the corpus {corpus_path} "
+                f"({len(needed) - len(found)} unknown pids)"
+            ),
+            run_path,
+            "pid",
         )
     # After the inputs' own checks, so a bad answer or pid is reported as such first.
     unranked = check_ranked_queries(run, answers, run_path, queries_path, allow_missing_queries)
@@ -369,22 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qrels", required=True, help="qrels Parquet (may be empty)")
     parser.add_argument("--qrels-all", help="synthkb: qrels_all Parquet -> hit_all@k, MRR_all@10")
     parser.add_argument("--corpus", required=True, help="corpus Parquet: pid, title, text")
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--method", required=True)
-    parser.add_argument("--split", required=True)
-    parser.add_argument(
-        "--ks",
-        type=int,
-        nargs="+",
-        default=[1, 5, 20, 100],
-        help="cut-offs for R@k, hit@k, recall@k (default: 1 5 20 100)",
-    )
-    parser.add_argument(
-        "--match",
-        choices=MATCH_MODES,
-        default="string",
-        help="answer match: DPR string tokens, or regex (CuratedTREC)",
-    )
+    add_settings_flags(parser, EvaluateJob, "settings (config section eval) and labels")
     parser.add_argument("--out", required=True, help="metrics JSON to write")
     parser.add_argument("--trec", help="also export the run as TREC (qid Q0 pid rank score method)")
     parser.add_argument(
@@ -396,19 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         "--fusion",
         help="a weighted-sum hybrid's fusion.{split}.json: its chosen weight is recorded under `fusion`",
     )
-    parser.add_argument(
-        "--allow-missing-queries",
-        action="store_true",
-        help="the run's lists are result sets (BM25): count queries absent from it as misses instead "
-        "of refusing it, and accept lists shorter than --ks (fewer passages matched)",
-    )
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
+    job = job_settings(EvaluateJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
-    if any(k < 1 for k in args.ks):
-        parser.error("--ks must be positive integers")
     check_writable(args.out, args.trec, args.per_query)
-    ks = sorted(set(args.ks))
+    ks = sorted(job.ks)
     extra = _read_info(args.info) if args.info else {}
     if args.fusion:
         choice = read_json_object(args.fusion, keys=FUSION_KEYS)
@@ -420,18 +406,18 @@ def main(argv: list[str] | None = None) -> int:
         args.qrels,
         args.corpus,
         ks,
-        args.match,
+        job.match,
         args.qrels_all,
-        allow_missing_queries=args.allow_missing_queries,
+        allow_missing_queries=job.allow_missing_queries,
     )
     if args.trec:
-        write_trec(run, args.trec, args.method, file=args.run)
+        write_trec(run, args.trec, job.method, file=args.run)
         log.info("wrote %s", args.trec)
     metrics = result.pop("metrics")
     out = {
-        "dataset": args.dataset,
-        "method": args.method,
-        "split": args.split,
+        "dataset": job.dataset,
+        "method": job.method,
+        "split": job.split,
         **result,
         **extra,
         "metrics": metrics,
@@ -442,9 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, out)
     log.info(
         "%s/%s (%s, %d queries): %s",
-        args.dataset,
-        args.method,
-        args.split,
+        job.dataset,
+        job.method,
+        job.split,
         out["n_queries"],
         ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pipeline.core.methods import Method, control_reason, describe, folders, method_table, started_from
 from pipeline.core.settings import apply_defaults
+from pipeline.evaluation.seed_stats import paired_difference
 
 # The primary metric: the first of these that a gathered method has. hit_all@1 where the dataset marks
 # every passage that states the answer (qrels_all: synthkb); else R@1, the answer string in the top
@@ -99,9 +100,39 @@ def best(gathered: dict, metric: str) -> tuple[str, float] | None:
     return max(values, key=lambda item: item[1]) if values else None
 
 
+def _by_seed(entry: dict, metric: str) -> dict:
+    """seed -> ``metric`` of a gathered method's runs (``per_seed``), else its one run under None."""
+    rows = entry.get("per_seed") or []
+    values = {row.get("seed"): row["metrics"].get(metric) for row in rows if isinstance(row, dict)}
+    if not values or None in values.values():
+        return {None: entry["metrics"].get(metric)}
+    return values
+
+
+def start_difference(gathered: dict, name: str, start: str, metric: str) -> str:
+    """The paired difference ``name`` − ``start`` over seeds and its 95% t-interval as words, or ''
+    where the seeds allow none (one run each, or no seed in common). A start with one run and no
+    recorded seed (zeroshot: nothing random in it) is every seed's start."""
+    methods = gathered["methods"]
+    runs, base = _by_seed(methods[name], metric), _by_seed(methods[start], metric)
+    fixed = list(base) == [None] and None not in runs
+    if fixed:
+        base = dict.fromkeys(runs, base[None])
+    d = paired_difference(runs, base)
+    if d.ci_low is None:
+        return ""
+    text = f": {d.mean:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] over {d.n} seeds (paired, 95% t-interval" + (
+        f"; {start} has no seed, its one run is every seed's start)" if fixed else ")"
+    )
+    if d.ci_high >= 0:
+        text += "; the interval reaches 0: not shown beyond the seeds' spread"
+    return text
+
+
 def below_start(gathered: dict, metric: str) -> list[str]:
     """A sentence for each trained method whose ``metric`` ends below the model it started from's
-    (to 3 decimals), e.g. "dpr_sieve (0.618) is below zeroshot (0.639), the model it was trained from"."""
+    (to 3 decimals), e.g. "dpr_sieve (0.618) is below zeroshot (0.639), the model it was trained from",
+    with the paired difference and its interval where the seeds allow one (start_difference)."""
     sentences = []
     methods = gathered["methods"]
     for name, note in method_notes(gathered).items():
@@ -112,5 +143,6 @@ def below_start(gathered: dict, metric: str) -> list[str]:
             continue
         sentences.append(
             f"{name} ({value:.3f}) is below {note.start} ({start:.3f}), the model it was trained from"
+            + start_difference(gathered, name, note.start, metric)
         )
     return sentences

@@ -25,7 +25,7 @@ import logging
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.settings import SweepSettings, default
@@ -277,57 +277,62 @@ def _interval_text(d: dict) -> str:
     return f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
 
 
-def sweep_markdown(result: dict) -> str:
-    """Two tables: each method's paired difference with the baseline per level (and the share of the
-    oracle gap closed), and, where gathered, what the sieve did to the data-prep candidates."""
-    metric, baseline, oracle = result["metric"], result["baseline"], result["oracle"]
-    points = result["points"]
-    others = [m for m in (points[0]["vs_baseline"] if points else {})]
-    head = ["dataset", "FN share", "string-free", f"{baseline} {metric}"] + [
-        f"{m} − {baseline}" for m in others
-    ]
-    closers = [m for m in others if m != oracle]
-    head += [f"{m}: oracle gap closed" for m in closers]
-    lines = [
-        f"{metric}, mean over seeds; paired differences with {baseline}, 95% t-intervals.",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
+def _paired_table(
+    points: list[dict],
+    metric: str,
+    control: str,
+    paired: list[str],
+    closers: list[str],
+    of_point: Callable[[dict], tuple[dict, dict]],
+) -> list[str]:
+    """The Markdown table of each ``paired`` method's difference with ``control`` per level, then the
+    share of the oracle gap each of ``closers`` closed; ``of_point(p)``: a point's differences and
+    gap shares against ``control``."""
+    head = ["dataset", "FN share", "string-free", f"{control} {metric}"]
+    head += [f"{m} − {control}" for m in paired] + [f"{m}: oracle gap closed" for m in closers]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in points:
         free = p["fn_string_free_share"]
         row = [
             p["dataset"],
             f"{p['fn_share']:.1%}",
             "–" if free is None else f"{free:.0%}",
-            f"{p['methods'][baseline]['mean']:.3f}",
+            f"{p['methods'][control]['mean']:.3f}",
         ]
-        row += [_interval_text(p["vs_baseline"][m]) for m in others]
-        row += [
-            "–" if p["oracle_gap_closed"].get(m) is None else f"{p['oracle_gap_closed'][m]:+.2f}"
-            for m in closers
-        ]
+        differences, closed = of_point(p)
+        row += [_interval_text(differences[m]) for m in paired]
+        row += ["–" if closed.get(m) is None else f"{closed[m]:+.2f}" for m in closers]
         lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def sweep_markdown(result: dict) -> str:
+    """Two tables: each method's paired difference with the baseline per level (and the share of the
+    oracle gap closed), and, where gathered, what the sieve did to the data-prep candidates."""
+    metric, baseline, oracle = result["metric"], result["baseline"], result["oracle"]
+    points = result["points"]
+    others = [m for m in (points[0]["vs_baseline"] if points else {})]
+    lines = [f"{metric}, mean over seeds; paired differences with {baseline}, 95% t-intervals.", ""]
+    lines += _paired_table(
+        points,
+        metric,
+        baseline,
+        others,
+        [m for m in others if m != oracle],
+        lambda p: (p["vs_baseline"], p["oracle_gap_closed"]),
+    )
     for control in dict.fromkeys(control for _, control in result.get("pairs", [])):
         paired = [m for m, c in result["pairs"] if c == control]
         closers = [m for m in paired if m != oracle and oracle in paired]
-        head = ["dataset", "FN share", "string-free", f"{control} {metric}"] + [
-            f"{m} − {control}" for m in paired
-        ]
-        head += [f"{m}: oracle gap closed" for m in closers]
-        lines += ["", f"Paired with {control}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for p in points:
-            free = p["fn_string_free_share"]
-            row = [
-                p["dataset"],
-                f"{p['fn_share']:.1%}",
-                "–" if free is None else f"{free:.0%}",
-                f"{p['methods'][control]['mean']:.3f}",
-            ]
-            row += [_interval_text(p["pairs"][control][m]) for m in paired]
-            closed = p["pairs_oracle_gap_closed"][control]
-            row += ["–" if closed.get(m) is None else f"{closed[m]:+.2f}" for m in closers]
-            lines.append("| " + " | ".join(row) + " |")
+        lines += ["", f"Paired with {control}:", ""]
+        lines += _paired_table(
+            points,
+            metric,
+            control,
+            paired,
+            closers,
+            lambda p, control=control: (p["pairs"][control], p["pairs_oracle_gap_closed"][control]),
+        )
     sieved = [p for p in points if "sieve" in p]
     if sieved:
         lines += [

@@ -4,6 +4,14 @@
     python -m pipeline.retrieval.bm25 retrieve --index-dir I --queries Q --depth 100 --out run.parquet
     python -m pipeline.retrieval.bm25 mine     --index-dir I --queries Q --qrels QR --corpus C --negatives 100 --out neg.parquet
 
+    # exactly what the workflow's job indexes with: its settings document, then the same paths
+    python -m pipeline.workflow.jobs synthkb bm25_index > index.json
+    python -m pipeline.retrieval.bm25 index --settings index.json --corpus C --out-dir results/D/bm25/index
+
+Each subcommand's settings are a document (--settings FILE, or --settings-json as the rules pass it;
+schemas: pipeline.core.settings.Bm25IndexJob, Bm25RetrieveJob, Bm25MineJob), each flag over it; what
+neither gives is the contract's default (config sections bm25 and eval).
+
 The corpus is tokenised in streamed batches into compact int32 arrays (title + " " + text), so the
 Python-object overhead does not scale with the corpus; the bm25s sparse index itself is what remains
 in memory (docs/encoding.md). Passages are scored as title + text, as in the reference numbers.
@@ -24,8 +32,9 @@ from bm25s.tokenization import Tokenizer
 from rich.progress import Progress
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
-from pipeline.core.settings import Bm25Settings, EvalSettings, default
+from pipeline.core.settings import Bm25IndexJob, Bm25MineJob, Bm25RetrieveJob
 from pipeline.core.storage import (
     DataError,
     check_unique_ids,
@@ -37,7 +46,7 @@ from pipeline.core.storage import (
     write_json,
     write_table,
 )
-from pipeline.retrieval.mining import load_matcher, mining_depth, negatives_table, read_positives
+from pipeline.retrieval.mining import load_matcher, mining_depth, negatives_table, train_positives
 
 log = logging.getLogger("sieve.bm25")
 
@@ -239,15 +248,7 @@ def mine_negatives(
     """
     index = BM25Index(index_dir)
     queries = read_table(queries_path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
-    positives = read_positives(qrels_path)
-    missing = [q for q in queries["qid"] if q not in positives]
-    if missing:
-        log.warning(
-            "%d train queries have no positive in %s (first: %s); their negatives are still mined",
-            len(missing),
-            qrels_path,
-            missing[0],
-        )
+    positives, missing = train_positives(queries["qid"], qrels_path)
     depth = mining_depth(n_negatives, positives, exclude_answer_match)
     candidates = []
     for chunk, results in _batched_search(index, queries, depth, "BM25: mining negatives"):
@@ -291,60 +292,44 @@ def main(argv: list[str] | None = None) -> int:
     p_index = sub.add_parser("index", help="build the BM25 index of a corpus")
     p_index.add_argument("--corpus", required=True)
     p_index.add_argument("--out-dir", required=True)
-    p_index.add_argument("--k1", type=float, default=default(Bm25Settings, "k1"))
-    p_index.add_argument("--b", type=float, default=default(Bm25Settings, "b"))
-    p_index.add_argument(
-        "--stemmer", default=default(Bm25Settings, "stemmer"), help="PyStemmer language; 'none' to disable"
-    )
-    p_index.add_argument(
-        "--stopwords",
-        default=default(Bm25Settings, "stopwords"),
-        help="bm25s stopword list; 'none' to disable",
-    )
     p_ret = sub.add_parser("retrieve", help="write a run Parquet for a split's queries")
     p_ret.add_argument("--index-dir", required=True)
     p_ret.add_argument("--queries", required=True)
-    p_ret.add_argument("--depth", type=int, default=default(EvalSettings, "depth"))
     p_ret.add_argument("--out", required=True)
     p_mine = sub.add_parser("mine", help="mine hard negatives for training queries")
     p_mine.add_argument("--index-dir", required=True)
     p_mine.add_argument("--queries", required=True)
     p_mine.add_argument("--qrels", required=True)
     p_mine.add_argument("--corpus", required=True)
-    p_mine.add_argument("--negatives", type=int, default=default(Bm25Settings, "negatives"))
-    p_mine.add_argument("--exclude-answer-match", action="store_true")
-    p_mine.add_argument("--match", choices=["string", "regex"], default=default(EvalSettings, "match"))
     p_mine.add_argument("--out", required=True)
-    for p in (p_index, p_ret, p_mine):
-        p.add_argument("--log", default=None)
+    for p, contract in JOBS.items():
+        add_settings_flags(sub.choices[p], contract, "settings")
+        sub.choices[p].add_argument("--log", default=None)
     args = parser.parse_args(argv)
+    job = job_settings(JOBS[args.command], args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
     # A read-only output folder, found before the corpus is tokenised rather than by the last write.
     check_writable(args.out_dir if args.command == "index" else args.out)
-    none = lambda v: None if v in (None, "", "none", "null") else v  # noqa: E731
     if args.command == "index":
-        build_index(
-            args.corpus,
-            args.out_dir,
-            k1=args.k1,
-            b=args.b,
-            stemmer=none(args.stemmer),
-            stopwords=none(args.stopwords),
-        )
+        build_index(args.corpus, args.out_dir, **job.model_dump())
     elif args.command == "retrieve":
-        retrieve_run(args.index_dir, args.queries, args.depth, args.out)
+        retrieve_run(args.index_dir, args.queries, job.depth, args.out)
     else:
         mine_negatives(
             args.index_dir,
             args.queries,
             args.qrels,
             args.corpus,
-            args.negatives,
+            job.negatives,
             args.out,
-            exclude_answer_match=args.exclude_answer_match,
-            match=args.match,
+            exclude_answer_match=job.exclude_answer_match,
+            match=job.match,
         )
     return 0
+
+
+# Each subcommand's settings document (pipeline.core.settings); the rules pass it, a hand run may too.
+JOBS = {"index": Bm25IndexJob, "retrieve": Bm25RetrieveJob, "mine": Bm25MineJob}
 
 
 if __name__ == "__main__":

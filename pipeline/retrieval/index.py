@@ -31,6 +31,8 @@ import logging
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import faiss
@@ -71,15 +73,22 @@ def shard_groups(n_embedding_shards: int, n_index_shards: int) -> list[list[int]
     return [list(range(bounds[j], bounds[j + 1])) for j in range(n_index_shards)]
 
 
-def new_index(dim: int, factory: str) -> faiss.Index:
+@contextmanager
+def faiss_config_error(message: str) -> Iterator[None]:
+    """A RuntimeError of FAISS (a C++ exception, its trace in the text) as a one-line ConfigError:
+    ``message`` and FAISS's last line, the reason."""
     try:
-        return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        yield
     except RuntimeError as exc:
         reason = str(exc).strip().splitlines()[-1]
-        raise ConfigError(
-            f"index.factory {factory!r} is not a valid FAISS index_factory string "
-            f"for dimension {dim}: {reason}"
-        ) from None
+        raise ConfigError(f"{message}: {reason}") from None
+
+
+def new_index(dim: int, factory: str) -> faiss.Index:
+    with faiss_config_error(
+        f"index.factory {factory!r} is not a valid FAISS index_factory string for dimension {dim}"
+    ):
+        return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
 
 
 def gpu_count(allowed: bool) -> int:
@@ -146,14 +155,11 @@ def build_index(
         trained_on = len(sample)
         log.info("training %s on %d vectors", factory, trained_on)
         work, on_gpu = to_gpu(template, gpu)
-        try:
+        with faiss_config_error(
+            f"index.factory {factory!r} cannot be trained on {trained_on} "
+            "vectors (index.train_size / corpus too small?)"
+        ):
             work.train(sample)
-        except RuntimeError as exc:
-            reason = str(exc).strip().splitlines()[-1]
-            raise ConfigError(
-                f"index.factory {factory!r} cannot be trained on {trained_on} "
-                f"vectors (index.train_size / corpus too small?): {reason}"
-            ) from None
         template = to_cpu(work, on_gpu)
         del sample
     entries = []

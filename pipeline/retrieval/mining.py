@@ -57,6 +57,21 @@ def read_positives(qrels_path: str | Path) -> dict[str, set[str]]:
     return qrels[qrels["relevance"] > 0].groupby("qid")["pid"].apply(set).to_dict()
 
 
+def train_positives(qids: Iterable[str], qrels_path: str | Path) -> tuple[dict[str, set[str]], list[str]]:
+    """The annotated positives of each train query (read_positives) and the queries without any, in
+    query order; those are warned about, not refused: their negatives are still mined."""
+    positives = read_positives(qrels_path)
+    missing = [q for q in qids if q not in positives]
+    if missing:
+        log.warning(
+            "%d train queries have no positive in %s (first: %s); their negatives are still mined",
+            len(missing),
+            qrels_path,
+            missing[0],
+        )
+    return positives, missing
+
+
 def mining_depth(n_negatives: int, positives: dict[str, set[str]], exclude_answer_match: bool) -> int:
     """How deep to rank so that removing positives (and answer matches) still leaves n_negatives."""
     depth = n_negatives + max((len(p) for p in positives.values()), default=0)
@@ -114,15 +129,7 @@ def mine_from_run(
     queries = read_table(queries_path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
     known = set(queries["qid"])
     run = read_run(run_path, known)
-    positives = read_positives(qrels_path)
-    missing = [q for q in queries["qid"] if q not in positives]
-    if missing:
-        log.warning(
-            "%d train queries have no positive in %s (first: %s); their negatives are still mined",
-            len(missing),
-            qrels_path,
-            missing[0],
-        )
+    positives, missing = train_positives(queries["qid"], qrels_path)
     unranked = known - set(run["qid"])
     if unranked:
         raise DataError(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Collection
+from typing import Callable, Collection
 
 import numpy as np
 import pandas as pd
@@ -61,15 +61,14 @@ def validate_run(
         )
     if known_qids is not None:
         unknown = ~df["qid"].isin(known_qids)
-        if unknown.any():
-            row = int(unknown.idxmax())
-            raise DataError(
-                f"qid {df.at[row, 'qid']!r} is not in the evaluated queries "
-                f"({int(unknown.sum())} rows in total)",
-                file=file,
-                record=row,
-                field="qid",
-            )
+        refuse_first(
+            unknown,
+            lambda row: (
+                f"qid {df.at[row, 'qid']!r} is not in the evaluated queries ({int(unknown.sum())} rows in total)"
+            ),
+            file,
+            "qid",
+        )
     ordered = df.sort_values(["qid", "rank"], kind="stable")
     expected = ordered.groupby("qid", sort=False).cumcount().to_numpy() + 1
     ranks = ordered["rank"].to_numpy()
@@ -100,6 +99,16 @@ def ranked_lists(run: pd.DataFrame) -> dict[str, list[str]]:
     return {qid: group.tolist() for qid, group in run.groupby("qid", sort=False)["pid"]}
 
 
+def refuse_first(
+    bad: pd.Series, message: Callable[[int], str], file: str | os.PathLike | None, field: str
+) -> None:
+    """Raise DataError at the first row (by index label, the file's 0-based row) where ``bad`` holds,
+    with ``message(row)`` saying what is wrong there; return when no row is bad."""
+    if bad.any():
+        row = int(bad.idxmax())
+        raise DataError(message(row), file=file, record=row, field=field)
+
+
 def write_trec(
     run: pd.DataFrame, path: str | os.PathLike, tag: str, file: str | os.PathLike | None = None
 ) -> None:
@@ -111,24 +120,19 @@ def write_trec(
         raise ValueError(f"TREC run tag must be non-empty and without whitespace, got {tag!r}")
     for col in ("qid", "pid"):
         spaced = run[col].str.contains(r"\s", regex=True)
-        if spaced.any():
-            row = int(spaced.idxmax())
-            raise DataError(
-                "id contains whitespace and cannot be written in TREC format",
-                file=file,
-                record=row,
-                field=col,
-            )
+        refuse_first(
+            spaced, lambda row: "id contains whitespace and cannot be written in TREC format", file, col
+        )
         # Ids from a table prepare did not write: a NUL was written into the TREC file raw.
         control = run[col].str.contains(CONTROL_CHARACTER.pattern, regex=True)
-        if control.any():
-            row = int(control.idxmax())
-            raise DataError(
-                f"{control_character_message(run.at[row, col])}: it cannot be written in TREC format",
-                file=file,
-                record=row,
-                field=col,
-            )
+        refuse_first(
+            control,
+            lambda row, col=col: (
+                f"{control_character_message(run.at[row, col])}: it cannot be written in TREC format"
+            ),
+            file,
+            col,
+        )
     with atomic_open(path, "w", encoding="utf-8") as handle:
         for start in range(0, len(run), _TREC_CHUNK):
             part = run.iloc[start : start + _TREC_CHUNK]

@@ -55,7 +55,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
 from pipeline.core.schemas import CLEAN_DECISIONS_SCHEMA, CORPUS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.settings import (
     CLEAN_FILTERS,
@@ -706,6 +706,7 @@ class Settings:
     temperature: float | None = default(SieveSettings, "temperature")
     batch_size: int = default(SieveSettings, "batch_size")
     seed: int = default(Config, "seed")
+    device: str = "auto"  # where a model filter computes: auto = a visible GPU, else the CPU
 
 
 def make_filter(settings: Settings, fmt: str) -> CandidateFilter:
@@ -834,6 +835,7 @@ def run_filter(
     passages: dict[str, Passage],
     work: Path,
     batch_size: int,
+    device: str = "auto",
 ) -> pd.DataFrame:
     """The filter's decisions for the candidate rows (their order), through its own ``decide`` on
     corpus and query tables written from the file."""
@@ -861,7 +863,7 @@ def run_filter(
     # The filters want the rows of a query together, in rank order (pipeline.sieve.passage_sieve).
     order = np.lexsort((cands["rank"].to_numpy(), pd.factorize(cands["qid"])[0]))
     ordered = cands.iloc[order].reset_index(drop=True)
-    decided = the_filter.decide(FilterInputs(ordered, corpus, queries, work / "cache", batch_size))
+    decided = the_filter.decide(FilterInputs(ordered, corpus, queries, work / "cache", batch_size, device))
     decided = decided.reset_index(drop=True)
     back = np.empty(len(order), dtype=np.int64)
     back[order] = np.arange(len(order))
@@ -937,7 +939,9 @@ def clean_dataset(
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".clean-", dir=out.parent) as work:
         (Path(work) / "cache").mkdir()
-        decided = run_filter(the_filter, cands, sets, passages, Path(work), settings.batch_size)
+        decided = run_filter(
+            the_filter, cands, sets, passages, Path(work), settings.batch_size, settings.device
+        )
     decided["kept"] = decided["kept"].astype(bool)
     table, actions, verdicts = _decisions(sets, duplicates, where, cands, decided, settings)
     records = []
@@ -1178,8 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument_group("sieve (config section sieve)"), SieveSettings, names=SIEVE_DECISION_KEYS
     )
     parser.add_argument("--seed", type=int, default=default(Config, "seed"))
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--log", default=None)
+    add_job_flags(parser)
     args = parser.parse_args(argv)
     if not (0 <= args.near_duplicate <= 1):  # also NaN
         parser.error(f"argument --near-duplicate: must be from 0 to 1, got {args.near_duplicate}")
@@ -1200,6 +1203,7 @@ def main(argv: list[str] | None = None) -> int:
         temperature=args.temperature,
         batch_size=args.batch_size,
         seed=args.seed,
+        device=args.device,
     )
     clean_dataset(
         args.input,

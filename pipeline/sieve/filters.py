@@ -14,6 +14,12 @@ or dropped (suspected false negative), with the ``score`` it decided on. Filters
 - ``rank_window``     FlagEmbedding: drop the top ``--start`` ranks of the source list (score = rank).
 - ``positive_aware``  NV-Retriever: drop if s_neg > margin * s_pos (``relative``), s_neg > s_pos - margin
                       (``difference``) or s_neg > margin (``absolute``), with a retriever's cosine.
+- ``absolute_margin`` sentence-transformers' ``absolute_margin``: drop if s_neg > s_pos - margin (positive_aware's
+                      difference rule under its own name and settings, so both can be compared and trained).
+- ``positive_aware_dev`` the relative rule at the margin of a grid that best separates the dev queries'
+                      candidates (``--dev-candidates``, ``--dev-queries``; truth qrels_all, else answer match)
+                      by a stated criterion; the grid, the criterion and every margin's numbers are written
+                      into the decisions' metadata and from there into the filter's report.
 - ``cross_encoder``   RocketQA: keep only if the cross-encoder's probability is < ``--threshold``.
 - ``sieve``           Algorithm 1 (pipeline.sieve.passage_sieve) scored by ``--model``; ``sieve_no_ccr`` is the same
                       rule scored by the DPR model (no CCR), written in the sieve layout.
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import json
 import logging
 import os
 import tempfile
@@ -40,13 +47,16 @@ from pipeline.core.settings import (
     FILTER_NAMES,
     MODEL_FILTERS,
     SIEVE_DECISION_KEYS,
+    AbsoluteMarginSettings,
     Config,
     CrossEncoderFilterSettings,
+    PositiveAwareDevSettings,
     PositiveAwareSettings,
     RankWindowSettings,
     SieveSettings,
     add_flags,
     default,
+    pick,
 )
 from pipeline.core.storage import DataError, arrow_frame, write_table
 from pipeline.sieve.passage_sieve import (
@@ -55,6 +65,7 @@ from pipeline.sieve.passage_sieve import (
     sieve_table,
     train_negatives,
 )
+from pipeline.sieve.report import DEV_MARGIN_KEY
 
 log = logging.getLogger("sieve.filters")
 
@@ -222,6 +233,115 @@ class PositiveAwareFilter(CandidateFilter):
         )
 
 
+class AbsoluteMarginFilter(PositiveAwareFilter):
+    """sentence-transformers' ``absolute_margin``: positive_aware's difference rule, under its own name."""
+
+    name = "absolute_margin"
+
+    def __init__(self, model: str | os.PathLike, margin: float = 0.05):
+        super().__init__(model, "difference", margin)
+
+
+EXACT_LABELS = ("qrels_all", "injected")
+
+
+def dev_truth(cands: pd.DataFrame, path: str | os.PathLike) -> tuple[np.ndarray, str]:
+    """(is a false negative, which truth) of every dev candidate: the exact labels where every row has
+    one (synthkb's qrels_all), else answer match (``has_answer``, SQuAD/NQ); a row with neither is an error."""
+    source = cands["fn_label_source"].astype("string")
+    if bool(source.isin(EXACT_LABELS).fillna(False).all()):
+        return cands["is_false_negative"].astype("boolean").to_numpy(bool), "exact labels (qrels_all)"
+    known = cands["has_answer"].astype("boolean") if "has_answer" in cands else None
+    if known is None or known.isna().any():
+        row = 0 if known is None else int(np.argmax(known.isna().to_numpy()))
+        raise DataError(
+            "positive_aware_dev needs a truth for every dev candidate: exact labels (qrels_all) for all, "
+            "or an answer match (has_answer)",
+            file=path,
+            record=f"qid {cands['qid'].iat[row]}, pid {cands['pid'].iat[row]}",
+            field="has_answer",
+        )
+    return known.to_numpy(bool), "answer match (has_answer)"
+
+
+def pick_margin(statistic: np.ndarray, truth: np.ndarray, grid: list[float], criterion: str) -> dict:
+    """The margin of ``grid`` whose rule (drop iff statistic > margin) best detects ``truth`` by
+    ``criterion``: youden = recall − share of true negatives dropped; f1 = F1 of the dropped set.
+    Ties go to the largest margin (the fewest drops). Returns the choice and every margin's numbers."""
+    truth = np.asarray(truth, bool)
+    n_fn, n_tn = int(truth.sum()), int((~truth).sum())
+    if n_fn == 0 or n_tn == 0:
+        raise ValueError(
+            f"the dev candidates hold {n_fn} false negatives and {n_tn} true negatives: a margin "
+            "cannot be chosen without both"
+        )
+    rows = []
+    for margin in grid:
+        drop = statistic > margin
+        tp, fp = int((drop & truth).sum()), int((drop & ~truth).sum())
+        recall, fpr = tp / n_fn, fp / n_tn
+        f1 = 2 * tp / (2 * tp + fp + (n_fn - tp))
+        rows.append({"margin": margin, "recall": recall, "tn_dropped": fpr, "youden": recall - fpr, "f1": f1})
+    best = max(rows, key=lambda r: (r[criterion], r["margin"]))
+    return {"margin": best["margin"], "criterion": criterion, "grid": rows, "n_fn": n_fn, "n_tn": n_tn}
+
+
+class PositiveAwareDevFilter(CandidateFilter):
+    """positive_aware's relative rule at the margin picked on the dev queries' candidates."""
+
+    name = "positive_aware_dev"
+
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        dev_candidates: str | os.PathLike,
+        dev_queries: str | os.PathLike,
+        settings: PositiveAwareDevSettings = PositiveAwareDevSettings(),
+    ):
+        self.model, self.dev_candidates, self.dev_queries = model, dev_candidates, dev_queries
+        self.settings = settings
+        self.choice: dict | None = None
+
+    def decide(self, inputs: FilterInputs) -> pd.DataFrame:
+        dev = read_candidates(self.dev_candidates)
+        truth, truth_name = dev_truth(dev, self.dev_candidates)
+        (inputs.work_dir / "dev").mkdir(exist_ok=True)
+        dev_sims = model_similarities(
+            dev,
+            self.model,
+            inputs.corpus,
+            self.dev_queries,
+            inputs.work_dir / "dev",
+            batch_size=inputs.batch_size,
+            device=inputs.device,
+        )
+        dev_stat = positive_aware_statistic(
+            dev_sims.candidate, np.repeat(dev_sims.positive, np.diff(dev_sims.offsets)), "relative"
+        )
+        choice = pick_margin(dev_stat, truth, self.settings.grid(), self.settings.criterion)
+        self.choice = {
+            **choice,
+            "truth": truth_name,
+            "dev_candidates": str(self.dev_candidates),
+            "dev_queries": int(dev["qid"].nunique()),
+            "settings": self.settings.model_dump(),
+        }
+        log.info(
+            "positive_aware_dev: margin %g (%s %.3f on %d dev candidates, truth: %s)",
+            choice["margin"],
+            choice["criterion"],
+            max(r[choice["criterion"]] for r in choice["grid"]),
+            len(dev),
+            truth_name,
+        )
+        return PositiveAwareFilter(self.model, "relative", choice["margin"]).decide(inputs)
+
+    def decisions(self, inputs: FilterInputs) -> pa.Table:
+        table = super().decisions(inputs)
+        meta = {**(table.schema.metadata or {}), DEV_MARGIN_KEY: json.dumps(self.choice).encode()}
+        return table.replace_schema_metadata(meta)
+
+
 class CrossEncoderFilter(CandidateFilter):
     name = "cross_encoder"
 
@@ -289,6 +409,15 @@ def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
         return RankWindowFilter(args.start)
     if name == "positive_aware":
         return PositiveAwareFilter(args.model, args.mode, args.margin)
+    if name == "absolute_margin":
+        return AbsoluteMarginFilter(args.model, args.absolute_margin_margin)
+    if name == "positive_aware_dev":
+        if not (args.dev_candidates and args.dev_queries):
+            raise DataError(
+                "filter 'positive_aware_dev' needs --dev-candidates and --dev-queries", field="dev"
+            )
+        settings = PositiveAwareDevSettings(**pick(PositiveAwareDevSettings, args, "positive_aware_dev"))
+        return PositiveAwareDevFilter(args.model, args.dev_candidates, args.dev_queries, settings)
     if name == "cross_encoder":
         return CrossEncoderFilter(args.model, args.threshold)
     if name in ("sieve", "sieve_no_ccr"):
@@ -317,6 +446,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     add_flags(parser.add_argument_group("rank_window (sieve.rank_window)"), RankWindowSettings)
     add_flags(parser.add_argument_group("positive_aware (sieve.positive_aware)"), PositiveAwareSettings)
+    add_flags(
+        parser.add_argument_group("absolute_margin (sieve.absolute_margin)"),
+        AbsoluteMarginSettings,
+        prefix="absolute_margin",
+    )
+    dev = parser.add_argument_group("positive_aware_dev (sieve.positive_aware_dev)")
+    add_flags(dev, PositiveAwareDevSettings, prefix="positive_aware_dev")
+    dev.add_argument(
+        "--dev-candidates", help="the dev queries' candidates (pipeline.sieve.candidates on dev)"
+    )
+    dev.add_argument("--dev-queries", help="queries.dev.parquet")
     add_flags(
         parser.add_argument_group("cross_encoder (sieve.cross_encoder)"),
         CrossEncoderFilterSettings,

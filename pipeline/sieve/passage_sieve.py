@@ -6,6 +6,13 @@
         [--train-out results/D/negatives/sieve_b0.5.train.parquet] [--losses-out L.parquet] \
         [--strict] [--fallback random_one|none] [--seed 0] [--temperature T]
 
+    # exactly what the workflow's job decides: its settings document, then the same paths
+    python -m pipeline.workflow.jobs synthkb passage_sieve > sieve.json
+    python -m pipeline.sieve.passage_sieve --settings sieve.json --candidates ... --out ...
+
+The settings are a document (--settings FILE, or --settings-json as the rule passes it; schema:
+pipeline.core.settings.SieveJob), each flag over it; what neither gives is config section sieve's default.
+
 For every training query, P = {positive} + its candidates, scored by cosine similarity with the
 (CCR-trained) retriever. ``l(p) = -s_p/tau + logsumexp_P(s/tau)``; the threshold is the mean of l
 over P; a candidate is kept as a confident negative iff ``l >= threshold`` (``--strict``: ">", the
@@ -23,16 +30,17 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.settings import SIEVE_DECISION_KEYS, Config, SieveSettings, add_flags, default
+from pipeline.core.settings import SieveJob, SieveSettings
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 
@@ -348,20 +356,17 @@ def main(argv: list[str] | None = None) -> int:
         "--source-tag", default=None, help="'source' of the training file (default: out stem)"
     )
     parser.add_argument("--losses-out", default=None, help="Figure 1 losses (with in-batch negatives)")
-    add_flags(
-        parser.add_argument_group("settings (config section sieve)"),
-        SieveSettings,
-        names=("in_batch", "figure_queries", *SIEVE_DECISION_KEYS),
-    )
-    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
+    add_settings_flags(parser, SieveJob, "settings (config section sieve, the seed)")
     add_job_flags(parser)
     args = parser.parse_args(argv)
+    job = job_settings(SieveJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
-    run_sieve(args)
+    run_sieve(args, job)
     return 0
 
 
-def run_sieve(args: argparse.Namespace) -> dict:
+def run_sieve(args: argparse.Namespace, job: Any) -> dict:
+    """Sieve ``args``' candidates with the settings ``job`` (a SieveJob); return the counts."""
     cands = read_candidates(args.candidates)
     if cands.empty:
         raise DataError("no candidates to sieve", file=args.candidates)
@@ -374,15 +379,15 @@ def run_sieve(args: argparse.Namespace) -> dict:
             args.corpus,
             args.queries,
             work,
-            batch_size=args.batch_size,
-            temperature=args.temperature,
+            batch_size=job.batch_size,
+            temperature=job.temperature,
             device=args.device,
         )
-        table = sieve_table(cands, sims, strict=args.strict, fallback=args.fallback, seed=args.seed)
+        table = sieve_table(cands, sims, strict=job.strict, fallback=job.fallback, seed=job.seed)
         losses = None
         if args.losses_out:
             losses = loss_groups(
-                cands, sims, in_batch=args.in_batch, max_queries=args.figure_queries, seed=args.seed
+                cands, sims, in_batch=job.in_batch, max_queries=job.figure_queries, seed=job.seed
             )
         del sims  # release the memmap before the temporary folder goes
     write_table(out, pa.Table.from_pandas(table, schema=SIEVE_SCHEMA, preserve_index=False))

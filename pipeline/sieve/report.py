@@ -26,12 +26,14 @@ rows (SQuAD) are reported on their own and never as truth.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA
@@ -241,7 +243,19 @@ def build_report(
         "decisions": str(decisions),
         "candidates_digest": digest,
         **detection_report(table),
+        **dev_margin(decisions),
     }
+
+
+# The key of the decisions' Parquet metadata holding positive_aware_dev's choice (pipeline.sieve.filters).
+DEV_MARGIN_KEY = b"dev_margin"
+
+
+def dev_margin(decisions: str | os.PathLike) -> dict:
+    """positive_aware_dev's choice (the margin, its grid and criterion, each margin's numbers on the dev
+    candidates) from the decisions' metadata, as {"dev_margin": ...}; {} for the other filters."""
+    meta = pq.read_schema(decisions).metadata or {}
+    return {"dev_margin": json.loads(meta[DEV_MARGIN_KEY])} if DEV_MARGIN_KEY in meta else {}
 
 
 REPORT_KEYS = (

@@ -1,8 +1,15 @@
 """synthkb: the embedded default dataset, a synthetic encyclopedia with exact relevance ground truth.
 
     python -m pipeline.synthkb.generate --out-dir resources/synthkb --entities 500 --seed 0 \\
-        --split-spec '{"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}' \\
+        [--split '{"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}'] \\
         [--positive named_article|source] [--fn-share 0.3] [--fn-paraphrase 0.5] [--log FILE]
+
+    # exactly what the workflow's job generates: its settings document, then the same folder
+    python -m pipeline.workflow.jobs synthkb generate > synthkb.json
+    python -m pipeline.synthkb.generate --settings synthkb.json --out-dir resources/synthkb
+
+The settings are a document (--settings FILE, or --settings-json as the rule passes it; schema:
+pipeline.core.settings.GenerateJob), each flag over it; what neither gives is the contract's default.
 
 Made-up people, places, organisations and works, linked by typed relations; each entity has an article
 of ~100-word passages stating its facts in varied wording amid filler prose, and facts are stated again
@@ -22,10 +29,8 @@ arguments: same arguments, byte-identical files.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
-import json
 import logging
 from collections import Counter
 from pathlib import Path
@@ -34,7 +39,9 @@ from rich.progress import Progress
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SHIPPED_NEGATIVES_SCHEMA
+from pipeline.core.settings import GenerateJob, SplitUnits
 from pipeline.core.storage import SPLITS, ParquetStreamWriter, write_json, write_table
 from pipeline.data.splits import SplitSpec, assign_splits, parse_split_spec
 from pipeline.synthkb.articles import ArticleWriter
@@ -42,7 +49,7 @@ from pipeline.synthkb.dial import ACCEPT, PROBE_ENTITIES, Dial, Search, knobs_at
 from pipeline.synthkb.draft import Knobs
 from pipeline.synthkb.measure import ProbeQuestion, fn_shares
 from pipeline.synthkb.paraphrase import Paraphraser
-from pipeline.synthkb.questions import POSITIVE_RULES, Question, QuestionKnobs, make_questions, passage_place
+from pipeline.synthkb.questions import Question, QuestionKnobs, make_questions, passage_place
 from pipeline.synthkb.world import BLOCK_SIZE, TYPES, Layout, build_block, name_space
 
 log = logging.getLogger("sieve.synthkb")
@@ -54,9 +61,9 @@ GENERATOR_VERSION = 2  # 2: qrels' positive rule (QuestionKnobs.positive)
 # ---- split ------------------------------------------------------------------------------------------
 
 
-def parse_split(text: str) -> SplitSpec | None:
-    """The config ``split`` value as JSON; synthkb splits by entity or by query (None: all test)."""
-    spec = parse_split_spec(text)
+def parse_split(split: object) -> SplitSpec | None:
+    """The config ``split`` value (or its JSON); synthkb splits by entity or by query (None: all test)."""
+    spec = parse_split_spec(split)
     if spec is not None and spec.by not in ("entity", "query"):
         raise ConfigError(
             f"split: synthkb splits by 'entity' (each entity is one article) or 'query', not {spec.by!r}"
@@ -360,24 +367,12 @@ def _fn_record(dial: Dial, knobs: Knobs, measured: dict, probe: _Probe, search: 
 
 # ---- CLI --------------------------------------------------------------------------------------------
 
-# A dataset of format synthkb without `split` in the config (schema: datasets.*.split) splits so.
-DEFAULT_SPLIT = {"by": "entity", "dev": 0.1, "test": 0.2, "seed": 0}
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.synthkb.generate", __doc__.split("\n")[0])
     parser.add_argument("--out-dir", required=True, help="e.g. resources/synthkb")
-    parser.add_argument(
-        "--entities",
-        type=int,
-        required=True,
-        help="number of entities: ~7.2 passages and ~8.6 questions each",
-    )
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument(
-        "--split-spec",
-        default=json.dumps(DEFAULT_SPLIT),
-        help='JSON: "none" or {"by": "entity"|"query", "dev", "test", "seed"}',
+    add_settings_flags(
+        parser, GenerateJob, "the dataset's generator settings (datasets.<name>)", {"split": "--split-spec"}
     )
     parser.add_argument(
         "--block-size", type=int, default=BLOCK_SIZE, help="entities per self-contained block (memory bound)"
@@ -388,64 +383,31 @@ def main(argv: list[str] | None = None) -> int:
         default=0.6,
         help="probability that a name group gets look-alike members",
     )
-    parser.add_argument(
-        "--positive",
-        choices=POSITIVE_RULES,
-        default=QuestionKnobs.positive,
-        help="which stating passage qrels annotates: the first of the article the "
-        "question names, or the one the question was generated from",
-    )
-    parser.add_argument(
-        "--fn-share",
-        type=_share_or_none,
-        default=None,
-        help="the false-negative dial: requested share of true false negatives among "
-        "the BM25 top-30 negatives of train questions, in [0, 1]; 'none' "
-        "(default): the generator's own restatement rates (7.2%% at 320 entities)",
-    )
-    parser.add_argument(
-        "--fn-paraphrase",
-        type=_share,
-        default=0.0,
-        help="requested share of those false negatives that state the answer without "
-        "its string (another name, words for a year, a synonym), in [0, 1]; "
-        "default 0: none paraphrased",
-    )
     parser.add_argument("--log", help="also log to this file")
     args = parser.parse_args(argv)
+    job = job_settings(GenerateJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
-    if args.entities < 10:
-        raise ConfigError(f"--entities must be at least 10, got {args.entities}")
+    if job.entities is None:
+        raise ConfigError(
+            "settings key 'entities': the number of entities is needed (datasets.<name>.entities)"
+        )
     if args.block_size < 10:
         raise ConfigError(f"--block-size must be at least 10, got {args.block_size}")
     if not 0 <= args.distractor_rate <= 1:
         raise ConfigError(f"--distractor-rate must be in [0, 1], got {args.distractor_rate}")
+    split = job.split.model_dump() if isinstance(job.split, SplitUnits) else job.split
     generate(
         args.out_dir,
-        args.entities,
-        args.seed,
-        parse_split(args.split_spec),
-        qknobs=QuestionKnobs(positive=args.positive),
+        job.entities,
+        job.seed,
+        parse_split(split),
+        qknobs=QuestionKnobs(positive=job.positive),
         block_size=args.block_size,
         distractor_rate=args.distractor_rate,
-        fn_share=args.fn_share,
-        fn_paraphrase=args.fn_paraphrase,
+        fn_share=job.fn_share,
+        fn_paraphrase=job.fn_paraphrase,
     )
     return 0
-
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 1:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return value
-
-
-def _share_or_none(text: str) -> float | None:
-    return None if text.lower() in ("none", "null", "") else _share(text)
 
 
 if __name__ == "__main__":

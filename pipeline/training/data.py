@@ -44,6 +44,10 @@ class Batch:
     passage_titles: list[str]
     passage_texts: list[str]
     group_size: int
+    # Only with extra positive slots (method dpr_relabel_<detector>): the store id of each passage
+    # column (-1 for an empty slot) and each query's positive ids (its qrels positives).
+    passage_ids: np.ndarray | None = None
+    positive_sets: list[list[int]] | None = None
 
 
 class PassageStore:
@@ -349,7 +353,21 @@ class TrainData:
         exclude = self._pos[self._pos_ptr[i] : self._pos_ptr[i + 1]]
         return sample_negatives(self.candidates(i), k, rng, pool=self._pool, exclude=exclude)
 
-    def batch(self, indices: np.ndarray, k: int, epoch: int) -> Batch:
+    def extra_positives(self, i: int, m: int, epoch: int) -> np.ndarray:
+        """Up to ``m`` of query i's other positives (qrels rows besides its training positive: the
+        relabelled ones), drawn per (seed, qid, epoch) without replacement; -1 fills the slots a query
+        has no positive for (an empty slot, left out of every softmax: relabel_labels)."""
+        others = self._pos[self._pos_ptr[i] : self._pos_ptr[i + 1]]
+        others = others[others != self.positive_ids[i]]
+        if len(others) > m:
+            others = item_rng(self.seed, f"relabel/{self.qids[i]}", epoch).choice(
+                others, size=m, replace=False
+            )
+        return np.concatenate([others, np.full(m - len(others), -1, dtype=np.int64)])
+
+    def batch(self, indices: np.ndarray, k: int, epoch: int, extra_positives: int = 0) -> Batch:
+        """Queries ``indices`` with their groups [positive, k hard negatives, ``extra_positives``
+        slots of other positives]: the extras come last so that a group's positive stays its first column."""
         if k and len(self._pool) == 0:
             # sample_negatives would raise a bare ValueError deep in the first step.
             raise DataError(
@@ -362,11 +380,25 @@ class TrainData:
         for i in indices:
             ids.append(self.positive_ids[i])
             ids.extend(self.negatives(int(i), k, epoch).tolist())
-        titles, texts = self.passages.get(np.asarray(ids, dtype=np.int64))
+            if extra_positives:
+                ids.extend(self.extra_positives(int(i), extra_positives, epoch).tolist())
+        ids_arr = np.asarray(ids, dtype=np.int64)
+        empty = ids_arr < 0
+        # An empty slot is encoded as an empty passage: it is in no row's softmax, so its text is moot.
+        titles, texts = self.passages.get(np.where(empty, 0, ids_arr))
+        for j in np.flatnonzero(empty):
+            titles[j], texts[j] = "", ""
+        labelled = extra_positives > 0
         return Batch(
             qids=[self.qids[i] for i in indices],
             query_texts=[self.query_texts[i] for i in indices],
             passage_titles=titles,
             passage_texts=texts,
-            group_size=k + 1,
+            group_size=k + 1 + extra_positives,
+            passage_ids=ids_arr if labelled else None,
+            positive_sets=(
+                [self._pos[self._pos_ptr[i] : self._pos_ptr[i + 1]].tolist() for i in indices]
+                if labelled
+                else None
+            ),
         )

@@ -21,17 +21,28 @@ from typing import Callable
 
 import numpy as np
 import torch
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
 from pipeline.core.config import ConfigError
-from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean
+from pipeline.core.distributed import DistInfo, all_gather, all_gather_with_grad, all_reduce_mean
 from pipeline.core.settings import Objective, TrainSettings, describe_errors
 from pipeline.training.data import epoch_order, micro_batch_indices
 from pipeline.training.engine import Engine, adamw, fix_advice, linear_schedule, step_seed
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
-from pipeline.training.losses import ContrastiveLoss, loss_for, positive_columns, similarity_scores
+from pipeline.training.losses import (
+    ColumnLabels,
+    ContrastiveLoss,
+    MultiPositiveNCELoss,
+    gist_exclude,
+    loss_for,
+    one_positive,
+    own_groups,
+    positive_columns,
+    relabel_labels,
+    similarity_scores,
+)
 
 log = logging.getLogger("sieve.trainer")
 
@@ -41,6 +52,9 @@ class TrainConfig(Objective, TrainSettings):
     Built in code, a bad value is a ConfigError naming the setting."""
 
     seed: int = 0
+    # Relabel (dpr_relabel_<detector>): slots per query for its other qrels positives, trained with
+    # multi-positive NCE; 0 = the plain layout [positive, k negatives].
+    extra_positives: int = Field(0, ge=0)
 
     def __init__(self, **values) -> None:
         try:
@@ -117,6 +131,49 @@ class StateCaches:
         return {"hidden": qh, "attention_mask": qm}, {"hidden": ph, "attention_mask": pm}
 
 
+class Guide:
+    """GISTEmbedLoss's guide (dpr_gist_<guide>): a frozen retriever folder that scores each micro-batch's
+    queries against its passages. Eval mode (no dropout) and float32 without autocast: the same batch
+    gets the same scores, so the mask is deterministic and a resumed run replays it."""
+
+    def __init__(self, folder: str | Path, device: torch.device):
+        from pipeline.retrieval.model import Retriever
+
+        self.folder = str(folder)
+        self.retriever = Retriever.load(folder).to(device).eval()
+        for param in self.retriever.parameters():
+            param.requires_grad_(False)
+        self.device = device
+
+    @torch.no_grad()
+    def scores(self, batch, in_batch: bool) -> torch.Tensor:
+        """[Q_local, N] guide scores, N = the (gathered, with in-batch negatives) passage columns."""
+        r = self.retriever
+        q = r.embed_queries({k: v.to(self.device) for k, v in r.tokenize_queries(batch.query_texts).items()})
+        tokens = r.tokenize_passages(batch.passage_titles, batch.passage_texts)
+        p = r.embed_passages({k: v.to(self.device) for k, v in tokens.items()})
+        if in_batch:
+            p = all_gather(p)
+        return similarity_scores(q.float(), p.float(), r.settings.similarity, r.settings.temperature)
+
+
+def batch_labels(
+    batch, positives: torch.Tensor, n_columns: int, first: int, *, in_batch: bool, guide: Guide | None
+) -> ColumnLabels:
+    """The columns' labels of a micro-batch: the relabelled positives of its queries (a batch with
+    extra positive slots), and the negatives the guide scores above a query's positive (guide)."""
+    labels = one_positive((len(batch.query_texts), n_columns), positives)
+    if batch.passage_ids is not None:
+        ids = torch.as_tensor(batch.passage_ids, device=positives.device)
+        labels = relabel_labels(
+            all_gather(ids) if in_batch else ids, batch.positive_sets, batch.group_size, first
+        )
+    if guide is not None:
+        above = gist_exclude(guide.scores(batch, in_batch).to(positives.device), positives)
+        labels = ColumnLabels(labels.positive, labels.exclude | (above & ~labels.positive))
+    return labels
+
+
 def schedule(n_queries: int, cfg: TrainConfig) -> tuple[int, int]:
     """(optimizer steps per epoch, total steps); incomplete trailing micro-batches are not used."""
     micro = n_queries // cfg.batch_size
@@ -140,10 +197,12 @@ def train(
     fingerprint: dict | None = None,
     on_step_end: Callable[[int], None] | None = None,
     loss: ContrastiveLoss | None = None,
+    guide: Guide | None = None,
 ) -> dict:
     """Train ``retriever`` in place on ``data`` (a TrainData) with ``loss``; return a summary.
 
-    ``loss``: the objective (pipeline.training.losses); None = the one ``cfg``'s beta/scale name.
+    ``loss``: the objective (pipeline.training.losses); None = the one ``cfg``'s beta/scale name, or
+    multi-positive NCE with ``guide`` (GIST's masking) or ``cfg.extra_positives`` (relabelled positives).
 
     Writes ``checkpoint_dir/state.pt`` every ``checkpoint_every`` steps and the JSONL log
     ``checkpoint_dir/train_log.jsonl``; resumes from them when present and the fingerprint matches.
@@ -176,7 +235,18 @@ def train(
     # What decides the result; checkpoint_every does not, and the world size only changes dropout
     # masks (and, under bf16, rounding), so a run may resume on another number of GPUs. The precision
     # actually used is part of it: a checkpoint made in bf16 is not resumed on a host computing fp32.
-    objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale)
+    labelled = guide is not None or cfg.extra_positives > 0
+    if labelled and (loss is not None or cfg.beta != 0 or cfg.scale != "paper"):
+        raise ConfigError(
+            "a guide (GIST masking) or extra_positives (relabel) trains multi-positive NCE: no other "
+            f"loss, beta 0 on the paper's scale (given beta {cfg.beta:g}, scale {cfg.scale})"
+        )
+    if labelled:
+        objective = MultiPositiveNCELoss(
+            relabel=cfg.extra_positives > 0, guide=Path(guide.folder).name if guide is not None else None
+        )
+    else:
+        objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale)
     settings = cfg.model_dump(exclude={"checkpoint_every"})
     engine.prepare(
         {
@@ -226,22 +296,27 @@ def train(
                 order_cache.clear()
                 order_cache[epoch] = epoch_order(len(data), cfg.seed, epoch)
             torch.manual_seed(step_seed(cfg.seed, step, rank))
-            totals = torch.zeros(3, device=device)
+            totals = torch.zeros(4, device=device)
             for micro in range(cfg.grad_accum):
                 idx = micro_batch_indices(
                     order_cache[epoch], position * cfg.grad_accum + micro, cfg.batch_size, rank, world
                 )
-                batch = data.batch(idx, k, epoch)
+                batch = data.batch(idx, k, epoch, cfg.extra_positives)
                 sync = micro == cfg.grad_accum - 1 or not dist_info.enabled
                 with model.no_sync() if not sync else nullcontext():
-                    value, parts = _micro_step(model, retriever, batch, cfg, objective, engine, rank, caches)
+                    value, parts = _micro_step(
+                        model, retriever, batch, cfg, objective, engine, rank, caches, guide
+                    )
                     engine.backward(value / cfg.grad_accum)
-                totals += torch.stack([value.detach(), parts["nce"], parts["ccr_term"]])
+                excluded = parts.get("excluded", torch.zeros((), device=device))
+                totals += torch.stack([value.detach(), parts["nce"], parts["ccr_term"], excluded.to(device)])
             # Reduced before the update: every rank then sees the same loss, so a divergence stops
             # all ranks at the same step (none is left waiting in a collective).
             totals = all_reduce_mean(totals / cfg.grad_accum).tolist()
             done = step + 1
             values = {"loss": totals[0], "nce": totals[1], "ccr": totals[2]}
+            if labelled:  # columns out of a query's softmax, per query: what the labels took out
+                values["excluded"] = totals[3]
             lr = engine.step(done, optimizer, scheduler, values, model=retriever, advice=advice)
             eps = run.rate(examples_per_step)
             record = {"step": done, "epoch": epoch, **values, "lr": lr, "examples_per_s": round(eps, 3)}
@@ -271,6 +346,7 @@ def _micro_step(
     engine: Engine,
     rank: int,
     caches: StateCaches | None = None,
+    guide: Guide | None = None,
 ) -> tuple[torch.Tensor, dict]:
     device = engine.device
     if caches is not None:
@@ -293,4 +369,12 @@ def _micro_step(
     settings = retriever.settings
     scores = similarity_scores(q_emb, p_emb, settings.similarity, settings.temperature)
     positives = positive_columns(n_local, batch.group_size, first, device=scores.device)
-    return objective(scores, positives, batch.group_size, in_batch=cfg.in_batch)
+    if not isinstance(objective, MultiPositiveNCELoss):
+        return objective(scores, positives, batch.group_size, in_batch=cfg.in_batch)
+    labels = batch_labels(batch, positives, scores.shape[1], first, in_batch=cfg.in_batch, guide=guide)
+    value, parts = objective(scores, positives, batch.group_size, in_batch=cfg.in_batch, labels=labels)
+    # In-batch off: the columns outside a query's group were never in its softmax (not counted).
+    excluded = labels.exclude
+    if not cfg.in_batch:
+        excluded = excluded & own_groups(tuple(excluded.shape), batch.group_size, first, excluded.device)
+    return value, {**parts, "excluded": excluded.sum(dim=1).double().mean()}

@@ -27,12 +27,26 @@ All functions average over queries; β=0 with scale "paper" is exactly NCE.
 The training loop takes a loss *object* (``ContrastiveLoss``): ``NCELoss`` or ``CCRLoss`` built from
 the config by ``loss_for``, or any callable of the same signature that a caller brings (bench/ masks
 known false negatives that way), so the loop never decides which loss it runs.
+
+Labelled columns (methods dpr_gist_<guide> and dpr_relabel_<detector>, docs/training.md): a
+``ColumnLabels`` says per query which columns are its positives (P+) and which leave its softmax
+(excluded: logit −inf). ``multi_positive_nce`` is then
+
+    l(q) = −log Σ_{p∈P+(q)} e^{s_qp} / Σ_{j∈P(q)} e^{s_qj}       P(q) = the columns not excluded
+
+MIL-NCE's form (Miech et al., CVPR 2020), the sum inside the log: the query may put its mass on any of
+its positives, so a relabelled passage that is not relevant after all (a detector's false alarm) costs
+little, where the per-positive average (SupCon's L_out, Khosla et al. 2020) would pull the query to
+each one equally. With one positive and nothing excluded it is NCE exactly (same log-softmax, and the
+log-sum-exp of one term is that term). ``gist_exclude`` is GISTEmbedLoss's rule (a guide model's score
+of a negative above the guide's score of the query's positive removes it), ``relabel_labels`` the
+relabelled positives' columns.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
@@ -194,3 +208,124 @@ def loss_for(beta: float = 0.0, scale: str = "paper") -> NCELoss | CCRLoss:
     if beta == 0 and scale == "paper":
         return NCELoss()
     return CCRLoss(beta=beta, scale=scale)
+
+
+# ---- labelled columns: several positives, columns out of the softmax -----------------------------
+
+
+@dataclass(frozen=True)
+class ColumnLabels:
+    """Per query (row) of a [Q, N] score matrix: ``positive`` [Q, N] bool, its positives P+ (at least
+    one per row); ``exclude`` [Q, N] bool, the columns left out of its softmax (never a positive)."""
+
+    positive: torch.Tensor
+    exclude: torch.Tensor
+
+
+def one_positive(shape: tuple[int, int], positives: torch.Tensor) -> ColumnLabels:
+    """The labels of plain NCE: the column ``positives[q]`` of row q, nothing excluded."""
+    positive = torch.zeros(shape, dtype=torch.bool, device=positives.device)
+    positive[torch.arange(shape[0], device=positives.device), positives] = True
+    return ColumnLabels(positive, torch.zeros_like(positive))
+
+
+def multi_positive_nce(
+    scores: torch.Tensor, labels: ColumnLabels
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """−log Σ_{p∈P+} e^{s_p} / Σ_{j not excluded} e^{s_j}, averaged over the rows (module docstring).
+
+    Returns (loss, {"nce": the loss, "ccr_term": mean l(p) over the columns not excluded}), parts detached.
+    """
+    if scores.dim() != 2 or labels.positive.shape != scores.shape or labels.exclude.shape != scores.shape:
+        raise ValueError(
+            f"expected scores [Q, N] and labels of the same shape, got {tuple(scores.shape)}, "
+            f"{tuple(labels.positive.shape)} and {tuple(labels.exclude.shape)}"
+        )
+    if not bool(labels.positive.any(dim=1).all()):
+        raise ValueError("every row needs at least one positive column")
+    if bool((labels.positive & labels.exclude).any()):
+        raise ValueError("a positive column cannot be excluded from its row's softmax")
+    minus_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=scores.device)
+    log_probs = F.log_softmax(_at_least_fp32(scores).masked_fill(labels.exclude, minus_inf), dim=1)
+    per_query = -torch.logsumexp(log_probs.masked_fill(~labels.positive, minus_inf), dim=1)
+    loss = per_query.mean()
+    kept = ~labels.exclude
+    ccr_term = -(log_probs.masked_fill(labels.exclude, 0.0).sum(dim=1) / kept.sum(dim=1)).mean()
+    return loss, {"nce": loss.detach(), "ccr_term": ccr_term.detach()}
+
+
+def gist_exclude(guide_scores: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+    """GISTEmbedLoss's rule: [Q, N] True where the guide scores a column strictly above its score of
+    the row's positive (column ``positives[q]``); the positive itself (equal, not above) never is."""
+    own = guide_scores.gather(1, positives.unsqueeze(1))
+    return guide_scores > own
+
+
+def own_groups(shape: tuple[int, int], group_size: int, first_query: int = 0, device=None) -> torch.Tensor:
+    """[Q, N] True on each row's own group of columns [(first_query+i)·g, (first_query+i+1)·g)."""
+    cols = torch.arange(shape[1], device=device).unsqueeze(0)
+    lo = ((torch.arange(shape[0], device=device) + first_query) * group_size).unsqueeze(1)
+    return (cols >= lo) & (cols < lo + group_size)
+
+
+def relabel_labels(
+    column_ids: torch.Tensor,
+    positive_sets: Sequence[Sequence[int]],
+    group_size: int,
+    first_query: int = 0,
+) -> ColumnLabels:
+    """The labels of the relabelled positives for the local queries (row i = global query
+    ``first_query + i``; its group is columns [(first_query+i)·g, (first_query+i+1)·g)).
+
+    ``column_ids`` [N]: the passage id of each column, −1 for an empty slot; ``positive_sets[i]``:
+    the ids of row i's positives (its qrels positive and the relabelled ones). Row i's positives are
+    the columns of its own group that hold one of them. Every other column holding one of them (another
+    query's positive, hard negative or relabelled slot) leaves row i's softmax, as do the empty slots:
+    a passage is never pushed away from a query in the same step that pulls it toward it.
+    """
+    n_rows, n_cols = len(positive_sets), int(column_ids.shape[0])
+    own = own_groups((n_rows, n_cols), group_size, first_query, column_ids.device)
+    positive = torch.zeros((n_rows, n_cols), dtype=torch.bool, device=column_ids.device)
+    exclude = torch.zeros_like(positive)
+    empty = column_ids < 0
+    for i, ids in enumerate(positive_sets):
+        mine = torch.isin(
+            column_ids, torch.as_tensor(list(ids), dtype=column_ids.dtype, device=column_ids.device)
+        )
+        positive[i] = mine & own[i] & ~empty
+        exclude[i] = (mine & ~own[i]) | empty
+    return ColumnLabels(positive, exclude)
+
+
+def restrict_to_groups(labels: ColumnLabels, group_size: int, first_query: int = 0) -> ColumnLabels:
+    """Without in-batch negatives P is the query's own group: every other column is excluded."""
+    own = own_groups(tuple(labels.positive.shape), group_size, first_query, labels.positive.device)
+    return ColumnLabels(labels.positive, labels.exclude | ~own)
+
+
+@dataclass(frozen=True)
+class MultiPositiveNCELoss:
+    """``multi_positive_nce`` with the labels the loop builds for each micro-batch (``labels=``):
+    the relabelled positives (``relabel``) and the guide's exclusions (``guide``). Named by what it
+    is given, for the record (fingerprint, train_info.json)."""
+
+    relabel: bool = False
+    guide: str | None = None  # the guide folder's name: what masked the negatives
+
+    def __call__(
+        self,
+        scores: torch.Tensor,
+        positives: torch.Tensor,
+        group_size: int,
+        *,
+        in_batch: bool,
+        labels: ColumnLabels | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if labels is None:
+            labels = one_positive(tuple(scores.shape), positives)
+        if not in_batch:
+            labels = restrict_to_groups(labels, group_size, int(positives[0]) // group_size)
+        return multi_positive_nce(scores, labels)
+
+    def describe(self) -> dict[str, Any]:
+        return {"loss": "multi_positive_nce", **asdict(self)}

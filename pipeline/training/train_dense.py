@@ -33,7 +33,6 @@ The output folder gets ``train_log.jsonl``, ``train_info.json`` and the retrieve
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import sys
@@ -43,9 +42,10 @@ from pathlib import Path
 import torch
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
-from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
+from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.fingerprint import file_id
+from pipeline.core.jobs import read_document
 from pipeline.core.seeding import seed_everything
 from pipeline.core.settings import (
     RETRIEVER_KEYS,
@@ -62,7 +62,7 @@ from pipeline.core.storage import DataError, atomic_path, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
 from pipeline.training.engine import LOG_FILE
-from pipeline.training.loop import TrainConfig, train
+from pipeline.training.loop import Guide, TrainConfig, train
 
 RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
 
@@ -99,6 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--qrels", help="qrels.train.parquet")
     ap.add_argument("--negatives", help="hard-negative candidates (qid, pid, rank[, excluded])")
     ap.add_argument("--corpus", help="corpus.parquet")
+    ap.add_argument(
+        "--guide",
+        help="GISTEmbedLoss's guide, a retriever folder (dpr_gist_<guide>): every negative it scores above "
+        "the query's positive leaves that query's softmax (multi-positive NCE, one positive)",
+    )
+    ap.add_argument(
+        "--relabel",
+        action="store_true",
+        help="relabel (dpr_relabel_<detector>): the qrels' other positives take dpr.relabel.extra_positives "
+        "slots per query (multi-positive NCE); the document's relabel section, or its defaults",
+    )
     ap.add_argument("--checkpoint-dir", help="default: <out>.ckpt")
     ap.add_argument("--keep-checkpoint", action="store_true", help="keep it after success")
     g = ap.add_argument_group("retriever settings (config section model; override those of --init)")
@@ -131,26 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _document(args: argparse.Namespace) -> dict:
-    if args.settings and args.settings_json:
-        raise ConfigError("--settings and --settings-json: give the settings document once")
-    if args.settings_json:
-        try:
-            return json.loads(args.settings_json, object_pairs_hook=unique_json_pairs)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"--settings-json: not JSON ({err})") from None
-        except ConfigError as err:  # a key given twice
-            raise ConfigError(f"--settings-json: {err}") from None
-    if args.settings:
-        return load_mapping(args.settings)
-    return {}
-
-
 def job_settings(args: argparse.Namespace) -> TrainJob:
     """The run's settings: the document (--settings/--settings-json), the flags over it, validated."""
-    document = _document(args)
-    if not isinstance(document, dict):
-        raise ConfigError(f"settings document: a mapping is needed, got {type(document).__name__}")
+    document = read_document(args)
     for key in ("train", "objective", "retriever"):
         if not isinstance(document.get(key, {}), dict):
             raise ConfigError(
@@ -164,6 +158,9 @@ def job_settings(args: argparse.Namespace) -> TrainJob:
     }
     objective = {name: value for name in Objective.model_fields if (value := getattr(args, name)) is not None}
     retriever = {**document.get("retriever", {}), **_overrides(args)}
+    relabel = document.get("relabel")
+    if args.relabel and relabel is None:
+        relabel = {}
     if args.separate_towers:
         retriever["shared_towers"] = False
     seed = args.seed if args.seed is not None else document.get("seed", default(Config, "seed"))
@@ -174,9 +171,11 @@ def job_settings(args: argparse.Namespace) -> TrainJob:
         "train": {**document.get("train", {}), **flagged},
         "objective": {**document.get("objective", {}), **objective},
         "retriever": retriever,
+        "relabel": relabel,
     }
     job = from_dict(TrainJob, merged, "settings")
     job.resolved()  # every part validated by its contract now, before any work
+    job.relabel_settings()
     return job
 
 
@@ -247,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace, job: TrainJob, dist_info: DistInfo) -> int:
     train, objective, retriever_settings = job.resolved()
-    cfg = TrainConfig(**train, **objective, seed=job.seed)
+    relabel = job.relabel_settings() or {"extra_positives": 0}
+    cfg = TrainConfig(**train, **objective, seed=job.seed, extra_positives=relabel["extra_positives"])
     overrides = {k: v for k, v in retriever_settings.items() if k != "shared_towers"}
     train_retriever(
         args.init,
@@ -260,6 +260,7 @@ def _train(args: argparse.Namespace, job: TrainJob, dist_info: DistInfo) -> int:
         keep_checkpoint=args.keep_checkpoint,
         dist_info=dist_info,
         recipe=args.recipe,
+        guide=args.guide,
     )
     return 0
 
@@ -286,12 +287,14 @@ def train_retriever(
     keep_checkpoint: bool = False,
     dist_info: DistInfo = DistInfo(),
     recipe: str | None = None,
+    guide: str | None = None,
 ) -> dict:
     """Train from ``init`` (a retriever folder or a base encoder) and write the retriever to ``out``.
 
     Resumes from ``<out>.ckpt/`` (or ``checkpoint_dir``) when it holds a checkpoint of the same
     settings and inputs. ``recipe``: the config recipe in force, written to ``recipe.json`` (the
-    settings themselves are in ``train_info.json``). Returns the training summary.
+    settings themselves are in ``train_info.json``). ``guide``: GISTEmbedLoss's guide retriever folder
+    (loop.Guide). Returns the training summary.
     """
     out = Path(out)
     ckpt = Path(checkpoint_dir) if checkpoint_dir else out.with_name(out.name + ".ckpt")
@@ -314,8 +317,17 @@ def train_retriever(
         "negatives_depth": cfg.negatives_depth,
         "drop_queries_without_positive": cfg.drop_queries_without_positive,
         "inputs": [file_id(p) for p in (inputs.queries, inputs.qrels, inputs.negatives, inputs.corpus)],
+        **({"guide": file_id(guide)} if guide else {}),
     }
-    summary = train(retriever, data, cfg, checkpoint_dir=ckpt, dist_info=dist_info, fingerprint=fingerprint)
+    summary = train(
+        retriever,
+        data,
+        cfg,
+        checkpoint_dir=ckpt,
+        dist_info=dist_info,
+        fingerprint=fingerprint,
+        guide=Guide(guide, dist_info.device) if guide else None,
+    )
     if dist_info.is_main:
         (out / SETTINGS_FILE).unlink(missing_ok=True)
         (out / RECIPE_FILE).unlink(missing_ok=True)
@@ -326,6 +338,7 @@ def train_retriever(
             out / "train_info.json",
             {
                 "init": init,
+                "guide": guide,
                 "config": cfg.model_dump(),
                 "negatives_depth": cfg.negatives_depth,
                 "queries": len(data),

@@ -22,6 +22,8 @@ from pipeline.core.settings import (
     ar2_recorded_settings,
     to_flags,
 )
+from pipeline.workflow.evaluation import evaluate_job
+from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import (
     ar2_info,
     ar2_round_dir,
@@ -53,6 +55,13 @@ BaseInput = Callable[[str, Wildcards, str], dict[str, str]]
 def _quoted(args: list[str]) -> str:
     """One shell word per argument: file arguments go into the shell string as they are."""
     return " ".join(shlex.quote(x) for x in args)
+
+
+def ar2_mine_job(config: dict) -> dict[str, Any]:
+    """The document of an AR2 mining job (pipeline.core.settings.Ar2MineJob) of a dataset whose resolved
+    config is ``config``: what mining reads of section ar2 (top_k, answer-match exclusion, retriever
+    overrides) and eval.match."""
+    return {**{key: config["ar2"][key] for key in AR2_MINE_KEYS}, "match": config["eval"]["match"]}
 
 
 class Ar2Jobs:
@@ -93,6 +102,14 @@ class Ar2Jobs:
     def method_name(self, wildcards: Wildcards) -> str:
         """params: the method name the job's {variant} folder belongs to."""
         return self.record(wildcards.dataset, wildcards.variant).name
+
+    def dev_settings(self, wildcards: Wildcards) -> str:
+        """params function of ar2_evaluate_dev: evaluate's document for the round's dev run."""
+        return settings_flag(evaluate_job(self.w, wildcards.dataset, self.method_name(wildcards), "dev"))
+
+    def start_dev_settings(self, wildcards: Wildcards) -> str:
+        """params function of ar2_evaluate_dev_start: evaluate's document for the DPR start's dev run."""
+        return settings_flag(evaluate_job(self.w, wildcards.dataset, "dpr", "dev"))
 
     def match(self) -> str:
         return self.config["eval"]["match"]
@@ -159,8 +176,8 @@ class Ar2Jobs:
     # ---- mining -------------------------------------------------------------------------------------
 
     def mine_flags(self, wildcards: Wildcards) -> str:
-        """What mining reads: ar2's top_k, answer-match exclusion and retriever overrides, eval.match."""
-        return to_flags(Ar2Settings, self.ar2_config(wildcards), AR2_MINE_KEYS) + f" --match {self.match()}"
+        """params function: ar2_mine's document (ar2_mine_job), recorded and passed whole."""
+        return settings_flag(ar2_mine_job(self.w.cfg(wildcards.dataset)))
 
     @staticmethod
     def mine_source(wildcards: Wildcards) -> str:
@@ -304,16 +321,7 @@ class Ar2Jobs:
     # ---- dev evaluation and the round record --------------------------------------------------------
 
     def _dev_inputs(self, wildcards: Wildcards, folder: str) -> dict[str, str]:
-        d = wildcards.dataset
-        out = {
-            "run": f"{folder}/run.dev.parquet",
-            "queries": queries(d, "dev"),
-            "qrels": qrels(d, "dev"),
-            "corpus": corpus(d),
-        }
-        if d in self.w.synthetic:
-            out["qrels_all"] = qrels_all(d, "dev")
-        return out
+        return {"run": f"{folder}/run.dev.parquet", **self.w.split_tables(wildcards.dataset, "dev")}
 
     def round_dev_inputs(self, wildcards: Wildcards) -> dict[str, str]:
         """input (unpacked): what evaluating the round's dev run reads."""

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from pipeline.core.methods import closest
+from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import (
     corpus,
     method_metrics,
@@ -58,6 +59,22 @@ def weighted_settings(config: dict, h: dict) -> str:
     )
 
 
+def evaluate_job(
+    w: WorkflowTables, d: str, method: str, split: str | None = None, allow_missing_queries: bool = False
+) -> dict[str, Any]:
+    """The document of an evaluate job of dataset ``d`` (pipeline.core.settings.EvaluateJob): the labels
+    metrics.json carries (``method``), the evaluated split (default: the dataset's), eval's cut-offs and
+    matching, and whether the run may miss a query."""
+    return {
+        "dataset": d,
+        "method": method,
+        "split": split or w.eval_split(d),
+        "ks": list(w.cfg(d)["eval"]["ks"]),
+        "match": w.cfg(d)["eval"]["match"],
+        "allow_missing_queries": allow_missing_queries,
+    }
+
+
 class EvaluationRules:
     """The evaluation's lookups of one config (``w``): one per workflow, built in evaluate.smk."""
 
@@ -87,23 +104,19 @@ class EvaluationRules:
         """The run and the canonical tables of the evaluated split (+ qrels_all for synthetic data)."""
         dataset, split = wildcards.dataset, self.w.eval_split(wildcards.dataset)
         self.check_run(dataset, wildcards.run.partition("/seed")[0])
-        inputs = {
-            "run": run(dataset, wildcards.run, split),
-            "queries": queries(dataset, split),
-            "qrels": qrels(dataset, split),
-            "corpus": corpus(dataset),
-        }
-        if dataset in self.w.synthetic:
-            inputs["qrels_all"] = qrels_all(dataset, split)
+        inputs = {"run": run(dataset, wildcards.run, split), **self.w.split_tables(dataset, split)}
         method, _, seed = wildcards.run.partition("/seed")
         runs = self.w.runs[dataset]
         if method in runs and runs[method].fusion == "wsum":
             inputs["fusion"] = fusion_choice(dataset, method, split, seed or None)  # w goes in metrics.json
         return inputs
 
-    def split(self, wildcards: Wildcards) -> str:
-        """params function: the evaluated split of the job's dataset."""
-        return self.w.eval_split(wildcards.dataset)
+    def settings(self, wildcards: Wildcards) -> str:
+        """params function: the evaluate job's document (evaluate_job), recorded and passed whole."""
+        # BM25 leaves out a query that shares no term with the corpus (a miss); a dense run missing a
+        # query is a broken search and stops the evaluation.
+        method, bm25 = wildcards.run.split("/")[0], wildcards.run == "bm25"
+        return settings_flag(evaluate_job(self.w, wildcards.dataset, method, allow_missing_queries=bm25))
 
     # ---- seeds, TREC exports, gathering ----------------------------------------------------------------
 
@@ -201,3 +214,27 @@ class EvaluationRules:
     def weighted_settings(self, wildcards: Wildcards) -> str:
         """params function: fuse_weighted's flags for the job's dataset."""
         return weighted_settings(self.config, self.w.cfg(wildcards.dataset)["hybrid"])
+
+
+def tournament_settings(w: WorkflowTables) -> str:
+    """The tournament rule's --settings (the config's tournament section as JSON), once every level is
+    a declared dataset whose `methods` build each contender it runs and the start (else the job would
+    fail after hours of training on a name it never asked for)."""
+    import json
+
+    t = w.config["tournament"]
+    problems = []
+    for d, level in t["levels"].items():
+        if d not in w.datasets:
+            problems.append(f"{d}: not a dataset of `datasets` ({closest(d, list(w.datasets))})")
+            continue
+        skip = level.get("skip") or []
+        wanted = [m for m in [*t["methods"], t["start"]] if m not in skip]
+        missing = [m for m in dict.fromkeys(wanted) if m not in w.cfg(d)["methods"]]
+        if missing:
+            problems.append(f"{d}: {', '.join(missing)} not in its methods (add them, or to its skip)")
+    if not t["levels"] or not t["methods"]:
+        problems.append("tournament.levels and tournament.methods must not be empty")
+    if problems:
+        raise ValueError("tournament: " + "; ".join(problems))
+    return json.dumps(t)  # in the config's order: the levels are the table's columns

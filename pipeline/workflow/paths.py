@@ -17,8 +17,8 @@ __all__ = [
     "shipped_negatives",
     "dataset_manifest",
     "fingerprint_path",
-    "download_file",
-    "archive_file",
+    "source_file",
+    "archive_member",
     "bm25_index",
     "bm25_index_checksums",
     "run_dir",
@@ -32,6 +32,7 @@ __all__ = [
     "negatives",
     "mining_run",
     "train_negatives",
+    "relabel_qrels",
     "model_dir",
     "retriever",
     "ranker",
@@ -42,6 +43,7 @@ __all__ = [
     "index",
     "sieve_dir",
     "candidates",
+    "dev_candidates",
     "filter_decisions",
     "filter_report",
     "sieve_losses",
@@ -96,14 +98,19 @@ def fingerprint_path(name: str) -> str:
     return f"resources/fingerprints/{name}.json"
 
 
-# downloads/{dataset}/: fetched sources. pipeline.data.readers.sources computes the same locations
-# for the inputs of prepare_dataset; these name the download rules' outputs.
-def download_file(d: str, role: str) -> str:
-    return f"downloads/{d}/{role}"
+# downloads/: fetched sources, keyed by what they are, never by the dataset that declared them first
+# (pipeline.data.readers.sources computes the keys and names; docs/data.md "Downloads").
+def source_file(origin: str, key: str, name: str) -> str:
+    """origin ``by-url``: the file at a URL (key, the first 16 hex digits of the URL's sha256; name,
+    its last segment). ``by-path``: where a local archive (``path`` + ``member``) stands in the
+    layout, keyed by its path; only its members are written beside it, the archive is read in place."""
+    return f"downloads/{origin}/{key}/{name}"
 
 
-def archive_file(d: str, name: str) -> str:
-    return f"downloads/{d}/archives/{name}"
+def archive_member(archive: str, key: str, name: str) -> str:
+    """A member extracted from ``archive`` (a source_file); key, of the member's path
+    in the archive (two members may share a file name)."""
+    return f"{archive}.d/{key}/{name}"
 
 
 # results/{dataset}/: everything derived.
@@ -170,6 +177,11 @@ def train_negatives(d: str, source: str) -> str:
     return f"results/{d}/negatives/{source}.train.parquet"
 
 
+def relabel_qrels(d: str, source: str) -> str:
+    """The train qrels with the candidates a detector dropped as extra positives (dpr_relabel_<detector>)."""
+    return f"results/{d}/negatives/{source}.relabel.qrels.parquet"
+
+
 def model_dir(d: str, name: str) -> str:
     return f"results/{d}/models/{name}"
 
@@ -212,6 +224,12 @@ def candidates(d: str, tag: str) -> str:
     """The candidates every filter judges, with their false-negative labels. ``tag``: the sieve
     settings they were drawn with (pipeline.core.methods.sieve_tag; '' at the defaults)."""
     return f"{sieve_dir(d)}/candidates{tag}.parquet"
+
+
+def dev_candidates(d: str, tag: str) -> str:
+    """The dev queries' candidates, drawn as the train ones from the source's dev run: where
+    positive_aware_dev picks its margin."""
+    return f"{sieve_dir(d)}/candidates{tag}.dev.parquet"
 
 
 # A filter's files are named by its negatives' name: the filter plus its sieve tag (filter_negatives).

@@ -7,22 +7,31 @@ import os
 import re
 from typing import Any, Callable
 
+from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import embeddings, index, qrels, queries, retriever
 from pipeline.workflow.tables import Wildcards, WorkflowTables
+
+# What each subcommand of pipeline.retrieval.bm25 reads: (config section, keys) per part of its document.
+BM25_READS = {
+    "index": (("bm25", ("k1", "b", "stemmer", "stopwords")),),
+    "retrieve": (("eval", ("depth",)),),
+    "mine": (("bm25", ("negatives", "exclude_answer_match")), ("eval", ("match",))),
+}
+
+
+def bm25_job(config: dict, command: str) -> dict[str, Any]:
+    """The document of a BM25 ``command`` job of a dataset whose resolved config is ``config``
+    (pipeline.core.settings.Bm25IndexJob, Bm25RetrieveJob, Bm25MineJob)."""
+    return {key: config[section][key] for section, keys in BM25_READS[command] for key in keys}
 
 
 class RetrievalRules:
     def __init__(self, tables: WorkflowTables):
         self.t = tables
 
-    def bm25_setting(self, key: str) -> Callable[[Wildcards], Any]:
-        """params function: bm25.<key> of the job's dataset, null spelled 'none' (the CLI's spelling)."""
-
-        def value(wildcards: Wildcards) -> Any:
-            v = self.t.cfg(wildcards.dataset)["bm25"][key]
-            return "none" if v is None else v
-
-        return value
+    def bm25_settings(self, command: str) -> Callable[[Wildcards], str]:
+        """params function of the BM25 rule running ``command`` (index, retrieve, mine): its document."""
+        return lambda wildcards: settings_flag(bm25_job(self.t.cfg(wildcards.dataset), command))
 
     def exclude_answer_match_flag(self, wildcards: Wildcards) -> str:
         """params function: mining's --exclude-answer-match, from bm25 of the job's dataset."""

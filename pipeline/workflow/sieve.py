@@ -3,8 +3,9 @@ decisions file and settings, the comparison's rows, the β sweep and the clean.<
 ``WorkflowTables``, so that it is unit-tested and linted here rather than inside the rule file (issue 43.3).
 
 A rule's settings are params of the wildcards only: a params function taking ``input`` is not recorded
-by Snakemake, so a changed setting would not rerun it. Settings reach each stage as the flags its parser
-generates from the same contract fields (pipeline.core.settings: add_flags in the stage, to_flags here).
+by Snakemake, so a changed setting would not rerun it. The passage sieve gets its settings as one document
+(sieve_job, validated by the stage's SieveJob); the other stages as the flags their parsers generate from
+the same contract fields (pipeline.core.settings: add_flags in the stage, to_flags here).
 """
 
 from __future__ import annotations
@@ -15,20 +16,26 @@ from typing import Any
 from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
+    MODEL_FILTERS,
     SIEVE_DECISION_KEYS,
+    AbsoluteMarginSettings,
     CleanSpec,
     CrossEncoderFilterSettings,
     EvalSettings,
     InjectionSettings,
+    PositiveAwareDevSettings,
     PositiveAwareSettings,
     RankWindowSettings,
+    SieveJob,
     SieveSettings,
     to_flags,
 )
+from pipeline.workflow.jobs import settings_flag
 from pipeline.workflow.paths import (
     candidates,
     cleaned,
     corpus,
+    dev_candidates,
     filter_decisions,
     filter_report,
     negatives,
@@ -37,19 +44,31 @@ from pipeline.workflow.paths import (
     queries,
     ranker,
     retriever,
+    run,
     sieve_losses,
 )
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 
 
 def filter_model_arg(wildcards: Wildcards, input: Any) -> str:
-    """params function: the filter's model folder, for the filters that run one (_filter_inputs)."""
-    return f"--model {os.path.dirname(input.model)}" if "model" in input.keys() else ""
+    """params function: the filter's model folder, for the filters that run one (_filter_inputs), and
+    positive_aware_dev's dev candidates and queries."""
+    args = [f"--model {os.path.dirname(input.model)}"] if "model" in input.keys() else []
+    if "dev_candidates" in input.keys():
+        args.append(f"--dev-candidates {input.dev_candidates} --dev-queries {input.dev_queries}")
+    return " ".join(args)
 
 
 def pairs_arg(names: list[str], paths: Any) -> str:
     """``name=path`` of each input, in the order the input function listed them (the stage's syntax)."""
     return " ".join(f"{name}={path}" for name, path in zip(names, paths))
+
+
+def sieve_job(config: dict, seed: int) -> dict[str, Any]:
+    """The document of a passage_sieve job (pipeline.core.settings.SieveJob) of a dataset whose resolved
+    config is ``config``: section sieve's decision keys, in-batch negatives and figure queries, the seed."""
+    keys = [key for key in SieveJob.model_fields if key != "seed"]
+    return {**{key: config["sieve"][key] for key in keys}, "seed": seed}
 
 
 class SieveRules:
@@ -131,22 +150,43 @@ class SieveRules:
         """sieve_candidates' input: the source's negatives and the train split (+ qrels_all, synthetic)."""
         d = wildcards.dataset
         self.w.check_sieve_tag(wildcards)
+        return self._split_inputs(d, "train", negatives(d, self.w.sieve_source(d)))
+
+    def _split_inputs(self, d: str, split: str, source: str) -> dict[str, str]:
+        """The candidates stage's inputs for ``split``: ``source`` ranked passages, the split's tables."""
         inputs = {
-            "negatives": negatives(d, self.w.sieve_source(d)),
-            "qrels": qrels(d, "train"),
-            "queries": queries(d, "train"),
+            "negatives": source,
+            "qrels": qrels(d, split),
+            "queries": queries(d, split),
             "corpus": corpus(d),
         }
         if d in self.w.synthetic:
-            inputs["qrels_all"] = qrels_all(d, "train")
+            inputs["qrels_all"] = qrels_all(d, split)
         return inputs
 
-    def candidate_settings(self, wildcards: Wildcards) -> str:
+    def dev_candidate_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """sieve_dev_candidates' input: the source method's dev run and the dev split (+ qrels_all)."""
+        d = wildcards.dataset
+        self.w.check_sieve_tag(wildcards)
+        source = self.sieve_config(d)["source"]
+        if source not in self.w.methods[d]:
+            raise ValueError(
+                f"filter positive_aware_dev of dataset {d!r} picks its margin on the dev queries' candidates, "
+                f"drawn from the dev run of sieve.source; {source!r} is a negatives file, not a method with runs"
+            )
+        return self._split_inputs(d, "dev", run(d, self.w.sieve_source(d), "dev"))
+
+    def dev_candidate_settings(self, wildcards: Wildcards) -> str:
+        """params function: sieve_dev_candidates' flags: the train candidates' without the injection
+        (a simulation of the train data: the dev truth is qrels_all or answer match)."""
+        return self.candidate_settings(wildcards, injection=False)
+
+    def candidate_settings(self, wildcards: Wildcards, injection: bool = True) -> str:
         """params function: sieve_candidates' flags."""
         c = self.sieve_config(wildcards.dataset)
         args = [
             to_flags(SieveSettings, c, ("candidates", "pool", "max_queries")),
-            to_flags(InjectionSettings, c["injection"], prefix="injection"),
+            to_flags(InjectionSettings, c["injection"] if injection else {}, prefix="injection"),
             to_flags(EvalSettings, self.config["eval"], ("match",)),
             f"--seed {self.config['seed']}",
         ]
@@ -155,10 +195,8 @@ class SieveRules:
         return " ".join(args)
 
     def sieve_settings(self, wildcards: Wildcards) -> str:
-        """params function: sieve_negatives' flags (the decision keys, in-batch, figure queries)."""
-        c = self.sieve_config(wildcards.dataset)
-        keys = SIEVE_DECISION_KEYS + ("in_batch", "figure_queries")
-        return f"{to_flags(SieveSettings, c, keys)} --seed {self.config['seed']}"
+        """params function: sieve_negatives' document (sieve_job), recorded and passed whole."""
+        return settings_flag(sieve_job(self.w.cfg(wildcards.dataset), int(self.config["seed"])))
 
     def candidates(self, wildcards: Wildcards) -> str:
         """The candidates under the dataset's sieve settings (a path's tag that is not theirs is refused)."""
@@ -190,8 +228,11 @@ class SieveRules:
             "corpus": corpus(d),
             "queries": queries(d, "train"),
         }
-        if name in ("positive_aware", "sieve_no_ccr"):
+        if name in ("positive_aware", "absolute_margin", "positive_aware_dev", "sieve_no_ccr"):
             inputs["model"] = retriever(d, "dpr")
+        if name == "positive_aware_dev":
+            inputs["dev_candidates"] = dev_candidates(d, self.w.sieve_tags(d))
+            inputs["dev_queries"] = queries(d, "dev")
         elif name == "cross_encoder":
             inputs["model"] = ranker(d, "cross_encoder")
         return inputs
@@ -204,6 +245,12 @@ class SieveRules:
             args.append(to_flags(RankWindowSettings, c["rank_window"]))
         elif name == "positive_aware":
             args.append(to_flags(PositiveAwareSettings, c["positive_aware"]))
+        elif name == "absolute_margin":
+            args.append(to_flags(AbsoluteMarginSettings, c["absolute_margin"], prefix="absolute_margin"))
+        elif name == "positive_aware_dev":
+            args.append(
+                to_flags(PositiveAwareDevSettings, c["positive_aware_dev"], prefix="positive_aware_dev")
+            )
         elif name == "cross_encoder":
             args.append(to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",)))
         elif name == "sieve_no_ccr":
@@ -268,6 +315,17 @@ class SieveRules:
                 f"--seed {self.config['seed']}",
             ]
         )
+
+    def clean_resources(self) -> dict[str, Any]:
+        """clean_negatives' resources: the top-level sieve section's memory, and its GPUs when the entry's
+        filter runs a model (a job holding none is told --device cpu and never opens CUDA)."""
+
+        def gpus(wildcards: Wildcards) -> int:
+            return (
+                self.config["sieve"]["gpus"] if self.clean_spec(wildcards)["filter"] in MODEL_FILTERS else 0
+            )
+
+        return {"mem_mb": self.config["sieve"]["mem_mb"], "gpus": gpus, "gpu": gpus}
 
     def clean_labels(self, wildcards: Wildcards) -> str:
         """params function: --labels of an entry that has them."""

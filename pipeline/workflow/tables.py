@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from pipeline.core.methods import ccr_betas, filter_negatives, method_table, runs, sieve_tag
+from pipeline.workflow.paths import corpus, qrels, qrels_all, queries
 
 Wildcards = Any  # Snakemake's wildcards / resources namespaces: attribute access only
 
@@ -40,6 +41,14 @@ class WorkflowTables:
     def eval_split(self, d: str) -> str:
         """The evaluated split of dataset ``d`` (datasets.<d>.eval_split, null = eval.split)."""
         return self.datasets[d].get("eval_split") or self.config["eval"]["split"]
+
+    def split_tables(self, d: str, split: str) -> dict[str, str]:
+        """The queries, qrels and corpus a job over ``split`` of ``d`` reads, and qrels_all (every relevant
+        passage: exact labels) where ``d`` is synthetic."""
+        tables = {"queries": queries(d, split), "qrels": qrels(d, split), "corpus": corpus(d)}
+        if d in self.synthetic:
+            tables["qrels_all"] = qrels_all(d, split)
+        return tables
 
     def dataset_setting(self, section: str, key: str) -> Callable[[Wildcards], Any]:
         """A params/resources/threads function: config ``section.key`` of the job's dataset."""

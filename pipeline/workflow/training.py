@@ -13,10 +13,19 @@ import sys
 from typing import Any, Callable
 
 from pipeline.core.config import load_config, validate_config
-from pipeline.core.methods import beta_tag, method_table, rcl_model
+from pipeline.core.methods import beta_tag, method_table, rcl_model, relabel_model
 from pipeline.core.recipes import dataset_configs, dataset_recipe
 from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
-from pipeline.workflow.paths import corpus, negatives, qrels, queries
+from pipeline.workflow.jobs import settings_flag
+from pipeline.workflow.paths import (
+    corpus,
+    filter_decisions,
+    negatives,
+    qrels,
+    queries,
+    relabel_qrels,
+    train_negatives,
+)
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 
 
@@ -34,12 +43,14 @@ def train_job(
     seed: int,
     beta: float | None = None,
     objective: dict | None = None,
+    relabel: dict | None = None,
     **fixed: Any,
 ) -> dict[str, Any]:
     """The document a ``section`` (dpr or ccr) training job of a dataset whose resolved config is
     ``config`` runs with. ``beta``: a CCR model of the β sweep (its own β instead of ccr.beta);
     ``objective``: DPR's loss when it is not NCE (dpr.rcl); ``fixed``: training settings a rule pins
-    (AR2's per-round CCR drops queries whose positives fell out of its candidates)."""
+    (AR2's per-round CCR drops queries whose positives fell out of its candidates); ``relabel``:
+    dpr.relabel's settings for a dpr_relabel_<detector> run."""
     settings = {**config[section], **fixed}
     if beta is not None:
         settings["beta"] = beta
@@ -57,6 +68,8 @@ def train_job(
         if objective is not None:
             document["objective"] = {key: objective[key] for key in Objective.model_fields}
         document["retriever"] = retriever_settings(config)
+        if relabel is not None:
+            document["relabel"] = dict(relabel)
     return document
 
 
@@ -64,17 +77,6 @@ def init_job(config: dict) -> dict[str, Any]:
     """The document of a retriever folder saved untrained (zero-shot, dpr.skip): its model settings.
     No seed: nothing random happens, and a seed would rebuild zero-shot whenever the seed changes."""
     return {"retriever": retriever_settings(config)}
-
-
-def as_json(document: dict[str, Any]) -> str:
-    """The document as the rule records and passes it: JSON with sorted keys, so equal settings give
-    equal params (Snakemake reruns a job whose params change)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def settings_flag(document: dict[str, Any]) -> str:
-    """A job's settings document as train_dense reads it."""
-    return "--settings-json " + shlex.quote(as_json(document))
 
 
 class TrainingRules:
@@ -162,13 +164,50 @@ class TrainingRules:
             )
         return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), objective=c["dpr"]["rcl"]))
 
+    def relabel_detector(self, wildcards: Wildcards) -> str:
+        """The filter whose dropped candidates a relabel job's {negs} (its kept negatives) stands for."""
+        d = wildcards.dataset
+        for m in self.t.runs[d].values():
+            if m.relabel and m.negatives == wildcards.negs:
+                return m.filter
+        raise ValueError(
+            f"{relabel_model(wildcards.negs)} of dataset {d!r}: no dpr_relabel_<detector> method of its config "
+            "trains on these negatives (its sieve settings give other names)"
+        )
+
+    def relabel_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """relabel_qrels' input: the train qrels and the detector's decisions (the sieve's own table for a
+        sieve_b<β>, a filter's decisions otherwise)."""
+        d, negs = wildcards.dataset, wildcards.negs
+        detector = self.relabel_detector(wildcards)
+        decisions = negatives(d, negs) if detector.startswith("sieve_b") else filter_decisions(d, negs)
+        return {"qrels": qrels(d, "train"), "decisions": decisions}
+
+    def relabel_train_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """train_dpr_relabel's input: the detector's kept negatives and the relabelled qrels."""
+        d, negs = wildcards.dataset, wildcards.negs
+        self.relabel_detector(wildcards)
+        return {
+            "queries": queries(d, "train"),
+            "qrels": relabel_qrels(d, negs),
+            "corpus": corpus(d),
+            "negatives": train_negatives(d, negs),
+        }
+
+    def relabel_settings(self, wildcards: Wildcards) -> str:
+        """params function of dpr_relabel_<detector>: DPR's document with dpr.relabel's settings."""
+        c = self.t.cfg(wildcards.dataset)
+        return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), relabel=c["dpr"]["relabel"]))
+
 
 def main(argv: list[str] | None = None) -> int:
     """Print the settings document the workflow's job would pass, to train by hand with --settings."""
     ap = argparse.ArgumentParser(prog="python -m pipeline.workflow.training", description=main.__doc__)
     ap.add_argument("dataset", help="a dataset of the config")
     ap.add_argument(
-        "section", choices=("dpr", "ccr", "rcl", "init"), help="the job: dpr, ccr, dpr_rcl, zero-shot"
+        "section",
+        choices=("dpr", "ccr", "rcl", "relabel", "init"),
+        help="the job: dpr (also dpr_<filter>, dpr_gist_<guide>), ccr, dpr_rcl, dpr_relabel_<detector>, zero-shot",
     )
     ap.add_argument("--beta", type=float, help="ccr: a β of the sweep (default ccr.beta)")
     ap.add_argument("--seed", type=int, help="default: the config's seed")
@@ -185,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         document = init_job(c)
     elif args.section == "rcl":
         document = train_job(c, "dpr", seed=seed, objective=c["dpr"]["rcl"])
+    elif args.section == "relabel":
+        document = train_job(c, "dpr", seed=seed, relabel=c["dpr"]["relabel"])
     else:
         document = train_job(c, args.section, seed=seed, beta=args.beta if args.section == "ccr" else None)
     json.dump(document, sys.stdout, indent=1, sort_keys=True)

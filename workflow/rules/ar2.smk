@@ -272,10 +272,8 @@ use rule evaluate as ar2_evaluate_dev with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        method=A.method_name,
-        split="dev",
+        settings=A.dev_settings,
         fusion="",
-        missing="",
     log:
         "logs/ar2_evaluate_dev/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
@@ -289,7 +287,7 @@ use rule ar2_evaluate_dev as ar2_evaluate_dev_start with:
         metrics=ar2_start_file("{dataset}", "metrics.dev.json"),
         per_query=ar2_start_file("{dataset}", "per_query.dev.parquet"),
     params:
-        method="dpr",
+        settings=A.start_dev_settings,
     log:
         "logs/ar2_evaluate_dev/{dataset}.start.log",
     benchmark:

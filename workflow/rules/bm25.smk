@@ -4,7 +4,7 @@ from pipeline.workflow.retrieval import RetrievalRules
 # The params and inputs of the retrieval rules, here and in encode.smk and mining.smk:
 # pipeline/workflow/retrieval.py.
 R = RetrievalRules(W)
-_bm25_setting, exclude_answer_match_flag = R.bm25_setting, R.exclude_answer_match_flag
+bm25_settings, exclude_answer_match_flag = R.bm25_settings, R.exclude_answer_match_flag
 search_dense_inputs, _search_source = R.search_inputs, R.search_source
 mining_depth, mining_sources = R.mining_depth, R.mining_sources
 
@@ -15,10 +15,7 @@ rule index_bm25:
     output:
         bm25_index_checksums("{dataset}"),  # the folder around it is replaced whole by the stage
     params:
-        k1=_bm25_setting("k1"),
-        b=_bm25_setting("b"),
-        stemmer=_bm25_setting("stemmer"),
-        stopwords=_bm25_setting("stopwords"),
+        settings=bm25_settings("index"),
     conda:
         CPU_ENV
     log:
@@ -28,8 +25,8 @@ rule index_bm25:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.retrieval.bm25 index --corpus {input.corpus} --out-dir $(dirname {output}) --k1 {params.k1}"
-        " --b {params.b} --stemmer {params.stemmer} --stopwords {params.stopwords} --log {log}"
+        "python -m pipeline.retrieval.bm25 index --corpus {input.corpus} --out-dir $(dirname {output})"
+        " {params.settings} --log {log}"
 
 
 rule retrieve_bm25:
@@ -39,7 +36,7 @@ rule retrieve_bm25:
     output:
         run("{dataset}", "bm25", "{split}"),
     params:
-        depth=config["eval"]["depth"],
+        settings=bm25_settings("retrieve"),
     conda:
         CPU_ENV
     log:
@@ -50,7 +47,7 @@ rule retrieve_bm25:
         mem_mb=8000,
     shell:
         "python -m pipeline.retrieval.bm25 retrieve --index-dir $(dirname {input.index}) --queries {input.queries}"
-        " --depth {params.depth} --out {output} --log {log}"
+        " {params.settings} --out {output} --log {log}"
 
 
 rule mine_bm25_negatives:
@@ -62,9 +59,7 @@ rule mine_bm25_negatives:
     output:
         negatives("{dataset}", "bm25"),
     params:
-        negatives=_bm25_setting("negatives"),
-        exclude=exclude_answer_match_flag,
-        match=config["eval"]["match"],
+        settings=bm25_settings("mine"),
     conda:
         CPU_ENV
     log:
@@ -75,5 +70,4 @@ rule mine_bm25_negatives:
         mem_mb=8000,
     shell:
         "python -m pipeline.retrieval.bm25 mine --index-dir $(dirname {input.index}) --queries {input.queries}"
-        " --qrels {input.qrels} --corpus {input.corpus} --negatives {params.negatives} {params.exclude}"
-        " --match {params.match} --out {output} --log {log}"
+        " --qrels {input.qrels} --corpus {input.corpus} {params.settings} --out {output} --log {log}"

@@ -59,10 +59,11 @@ def base_input(section, wildcards, name="base_model"):
     return {name: files[0]} if files else {}
 
 
-def source_fingerprints(member=False):
-    """input function: the fingerprints of the job's dataset's local sources (member: local archives)."""
+def source_fingerprints():
+    """input function: the fingerprints of the job's dataset's local sources read in place (a local
+    archive's is an input of the members extracted from it: data.smk's extract_member)."""
     def inputs(wildcards):
-        return sorted(fingerprint_file(path) for path in _local_sources(wildcards.dataset, member).values())
+        return sorted(fingerprint_file(path) for path in _local_sources(wildcards.dataset, False).values())
     return inputs
 
 

@@ -1,20 +1,18 @@
 # Data: fetch each declared dataset's sources, then convert them to the canonical tables.
 # Formats, roles, checks and checksums: docs/data.md. Synthetic data: synthkb.smk.
-import json
 import shlex
 
 from pipeline.core.storage import SPLITS
 from pipeline.data.readers import sources as data_sources
+from pipeline.workflow.data import prepare_settings
 
 
 def prepare_inputs(wildcards):
-    """role -> local file: the configured path, or the download target of a URL/archive member. The
+    """role -> local file: the configured path, or the download or extraction that holds it. The
     downloads' pins are checked here too: Snakemake uses an existing file whose producer fails."""
     for role, source in data_sources.dataset_sources(config, wildcards.dataset).items():
-        if source.url and source.member:
-            check_pin(data_sources.archive_target(config, source.url), data_sources.archive_sha256(config, source.url))
-        elif source.url:
-            check_pin(data_sources.input_path(config, wildcards.dataset, role), source.sha256)
+        if source.url:
+            check_pin(data_sources.url_file(source.url), data_sources.url_sha256(config, source.url))
     return data_sources.prepare_inputs(config, wildcards.dataset)
 
 
@@ -35,55 +33,68 @@ def check_pin(target, pinned):
     return []
 
 
-def split_spec_arg(wildcards):
-    return shlex.quote(json.dumps(DATASETS[wildcards.dataset].get("split", "none")))
+def member_file(w):
+    return archive_member(source_file(w.origin, w.key, w.archive), w.member, w.name)
 
 
-rule download_archive:
+def member_inputs(wildcards):
+    """The archive a member is extracted from, and a local archive's fingerprint (content.smk)."""
+    target = member_file(wildcards)
+    archive = data_sources.archive_input(config, target)
+    if data_sources.download_source(config, target).url:
+        return {"archive": archive}
+    return {"archive": archive, "archive_sha256": fingerprint_file(archive)}
+
+
+# Every download is keyed by its URL (pipeline/data/readers/sources.py): one file whichever datasets
+# declare it, so dropping one of them from the config fetches and reruns nothing for the others.
+rule download:
     input:
-        lambda w: check_pin(archive_file(w.dataset, w.archive),
-                            data_sources.pinned_sha256(config, w.dataset, archive=w.archive)),
+        lambda w: check_pin(source_file("by-url", w.key, w.name),
+                            data_sources.download_source(config, source_file("by-url", w.key, w.name)).sha256),
     output:
-        archive_file("{dataset}", "{archive}"),
+        source_file("by-url", "{key}", "{name}"),
     params:
-        # recorded: the URL; the pinned digest reaches the command through `args` (a function of
-        # `output`, unrecorded): pinning a downloaded file reruns nothing (check_pin checks it)
-        source=lambda w: data_sources.archive_args(config, w.dataset, w.archive, pin=False),
-        args=lambda w, output: data_sources.archive_args(config, w.dataset, w.archive),
+        # The path is keyed by the URL, so nothing needs recording. The pinned digest and the files of
+        # the older layout to adopt reach the command through `args`, a function of `output` (which
+        # Snakemake does not record): pinning reruns nothing, check_pin checks it.
+        args=lambda w, output: data_sources.download_args(config, output[0]),
     conda:
         CPU_ENV
     log:
-        "logs/download_archive/{dataset}/{archive}.log",
+        "logs/download/by-url/{key}/{name}.log",
     benchmark:
-        "benchmarks/download_archive/{dataset}/{archive}.tsv"
+        "benchmarks/download/by-url/{key}/{name}.tsv"
     resources:
         mem_mb=512,
     wildcard_constraints:
-        archive="[^/]+",
+        key="[0-9a-f]{16}",
+        name="[^/]+",
     shell:
         "python -m pipeline.data.download {params.args} --out {output} --log {log}"
 
 
-rule download:
+rule extract_member:
     input:
-        lambda w: data_sources.download_input(config, w.dataset, w.role)
-        + check_pin(download_file(w.dataset, w.role), data_sources.pinned_sha256(config, w.dataset, w.role)),
-        archive_sha256=source_fingerprints(member=True),  # a local archive's content (content.smk)
+        unpack(member_inputs),
     output:
-        download_file("{dataset}", "{role}"),
+        archive_member(source_file("{origin}", "{key}", "{archive}"), "{member}", "{name}"),
     params:
-        source=lambda w: data_sources.download_args(config, w.dataset, w.role, pin=False),  # as download_archive's
-        args=lambda w, output: data_sources.download_args(config, w.dataset, w.role),
+        args=lambda w, output: data_sources.download_args(config, output[0]),
     conda:
         CPU_ENV
     log:
-        "logs/download/{dataset}/{role}.log",
+        "logs/extract_member/{origin}/{key}/{archive}/{member}/{name}.log",
     benchmark:
-        "benchmarks/download/{dataset}/{role}.tsv"
+        "benchmarks/extract_member/{origin}/{key}/{archive}/{member}/{name}.tsv"
     resources:
         mem_mb=512,
     wildcard_constraints:
-        role="[a-z_]+",
+        origin="by-url|by-path",
+        key="[0-9a-f]{16}",
+        archive="[^/]+",
+        member="[0-9a-f]{16}",
+        name="[^/]+",
     shell:
         "python -m pipeline.data.download {params.args} --out {output} --log {log}"
 
@@ -100,10 +111,8 @@ rule prepare_dataset:
         manifest=dataset_manifest("{dataset}"),
     params:
         out_dir=dataset_dir("{dataset}"),
-        format=lambda w: DATASETS[w.dataset]["format"],
+        settings=prepare_settings(W),  # format, split, empty_positives: one document (pipeline/workflow/data.py)
         files=prepare_file_args,
-        split=split_spec_arg,
-        empty_positives=lambda w: DATASETS[w.dataset].get("empty_positives", "error"),
     conda:
         CPU_ENV
     log:
@@ -116,6 +125,4 @@ rule prepare_dataset:
     wildcard_constraints:
         dataset=alternatives(DECLARED),
     shell:
-        "python -m pipeline.data.prepare --dataset {wildcards.dataset} --format {params.format}"
-        " {params.files} --split-spec {params.split} --empty-positives {params.empty_positives}"
-        " --out-dir {params.out_dir} --log {log}"
+        "python -m pipeline.data.prepare {params.settings} {params.files} --out-dir {params.out_dir} --log {log}"

@@ -22,15 +22,11 @@ rule evaluate:
     wildcard_constraints:
         run=RUN_FOLDER,
     params:
-        method=lambda wildcards: wildcards.run.split("/")[0],
-        split=E.split,
-        ks=" ".join(str(k) for k in config["eval"]["ks"]),
-        match=config["eval"]["match"],
+        # dataset, method, split, eval's ks and match, and whether a query may be missing (BM25's runs):
+        # one document (pipeline/workflow/evaluation.py evaluate_job)
+        settings=E.settings,
         qrels_all=qrels_all_arg,
         fusion=fusion_arg,
-        # BM25 leaves out a query that shares no term with the corpus (a miss); a dense run missing
-        # a query is a broken search and stops the evaluation.
-        missing=lambda wildcards: "--allow-missing-queries" if wildcards.run == "bm25" else "",
     conda:
         CPU_ENV
     log:
@@ -38,7 +34,7 @@ rule evaluate:
     benchmark:
         "benchmarks/evaluate/{dataset}.{run}.tsv"
     shell:
-        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} --dataset {wildcards.dataset} --method {params.method} --split {params.split} --ks {params.ks} --match {params.match} {params.missing} {params.fusion} --out {output.metrics} --per-query {output.per_query} --log {log}"
+        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} {params.settings} {params.fusion} --out {output.metrics} --per-query {output.per_query} --log {log}"
 
 
 # A separate rule because Snakemake outputs cannot depend on a function of the wildcards

@@ -2,6 +2,7 @@
 # their detection reports, the comparison table and the figures. See docs/sieve.md.
 #
 #   results/{dataset}/sieve/candidates{stag}.parquet          candidates + labels      (sieve_candidates)
+#   results/{dataset}/sieve/candidates{stag}.dev.parquet      the dev queries' (positive_aware_dev's margin)
 #   results/{dataset}/negatives/sieve_b{beta}{stag}.parquet   the sieve's decisions    (sieve_negatives)
 #   results/{dataset}/negatives/sieve_b{beta}{stag}.train.parquet   kept negatives, bm25.parquet layout
 #   results/{dataset}/sieve/{filter}{stag}/decisions.parquet  other filters            (filter_candidates)
@@ -41,6 +42,25 @@ rule sieve_candidates:
         "logs/sieve_candidates/{dataset}{stag}.log",
     benchmark:
         "benchmarks/sieve_candidates/{dataset}{stag}.tsv"
+    shell:
+        "python -m pipeline.sieve.candidates --negatives {input.negatives} --qrels {input.qrels}"
+        " --queries {input.queries} --corpus {input.corpus} {params.qrels_all} {params.settings}"
+        " --out {output} --log {log}"
+
+
+rule sieve_dev_candidates:
+    # The dev queries' candidates, drawn as the train ones: where positive_aware_dev picks its margin.
+    input:
+        unpack(S.dev_candidate_inputs),
+    output:
+        dev_candidates("{dataset}", "{stag}"),
+    params:
+        settings=S.dev_candidate_settings,
+        qrels_all=qrels_all_arg,
+    conda:
+        CPU_ENV
+    log:
+        "logs/sieve_dev_candidates/{dataset}{stag}.log",
     shell:
         "python -m pipeline.sieve.candidates --negatives {input.negatives} --qrels {input.qrels}"
         " --queries {input.queries} --corpus {input.corpus} {params.qrels_all} {params.settings}"
@@ -230,15 +250,17 @@ rule clean_negatives:
     params:
         settings=S.clean_settings,
         labels=S.clean_labels,
-    threads: 2
+        device=job_device,
+    threads: S.config["sieve"]["threads"]
     resources:
-        mem_mb=4000,
+        **S.clean_resources(),
     conda:
-        CPU_ENV
+        job_env
     log:
         "logs/clean_negatives/{clean}.{ext}.log",
     benchmark:
         "benchmarks/clean_negatives/{clean}.{ext}.tsv"
     shell:
         "python -m pipeline.sieve.clean --input {input.source} --out {output.cleaned} {params.settings}"
-        " {params.labels} --decisions {output.decisions} --report {output.report} --threads {threads} --log {log}"
+        " {params.labels} --decisions {output.decisions} --report {output.report} --device {params.device}"
+        " --threads {threads} --log {log}"

@@ -1,6 +1,9 @@
 # The noise sweep: one synthkb dataset per level of the false-negative dial (declared in `datasets`
 # with fn_share / fn_paraphrase, listed in sweep.datasets), each run through the whole DAG, gathered
 # into results/sweeps/noise.json + noise.png + noise.md by pipeline.evaluation.sweep. docs/evaluation.md.
+import shlex
+
+from pipeline.workflow.evaluation import tournament_settings
 
 SWEEP = config["sweep"]
 
@@ -47,3 +50,26 @@ rule noise_sweep:
     shell:
         "python -m pipeline.evaluation.sweep --dataset {params.datasets} {params.sieves} {params.settings}"
         " --out-json {output.json} --out-png {output.png} --out-md {output.md} --log {log}"
+
+
+# The tournament (issue 41): every contender of tournament.methods at every level of tournament.levels
+# (datasets), paired with tournament.baseline over seeds, against the oracle's gain and the untrained
+# start -> results/sweeps/tournament.{json,md,png} by pipeline.evaluation.tournament. docs/evaluation.md.
+rule tournament:
+    input:
+        metrics=lambda wildcards: [dataset_metrics(d) for d in config["tournament"]["levels"]],
+    output:
+        json=sweep_output("tournament", "json"),
+        md=sweep_output("tournament", "md"),
+        png=report(sweep_output("tournament", "png"), category="Sweep"),
+    params:
+        settings=lambda wildcards: shlex.quote(tournament_settings(W)),
+        metrics=lambda wildcards, input: " ".join(
+            f"{d}={m}" for d, m in zip(config["tournament"]["levels"], input.metrics)),
+    conda:
+        CPU_ENV
+    log:
+        "logs/tournament.log",
+    shell:
+        "python -m pipeline.evaluation.tournament --settings {params.settings} --metrics {params.metrics}"
+        " --out-json {output.json} --out-md {output.md} --out-png {output.png} --log {log}"

@@ -1,15 +1,7 @@
 # synthkb: the embedded synthetic encyclopedia (pipeline/synthkb/generate.py, docs/synthkb.md). It writes the
 # same canonical tables as prepare_dataset, plus qrels_all.{split} (every passage stating an answer).
-import json
-import shlex
-
 from pipeline.core.storage import SPLITS
-from pipeline.synthkb.generate import DEFAULT_SPLIT as SYNTHKB_SPLIT
-
-
-def synthkb_split_arg(wildcards):
-    spec = DATASETS[wildcards.dataset].get("split", SYNTHKB_SPLIT)  # the schema's synthkb default
-    return "--split-spec " + shlex.quote(json.dumps(spec))
+from pipeline.workflow.synthkb import generate_settings
 
 
 rule generate_synthkb:
@@ -22,14 +14,7 @@ rule generate_synthkb:
         manifest=dataset_manifest("{dataset}"),
     params:
         out_dir=dataset_dir("{dataset}"),
-        entities=lambda w: DATASETS[w.dataset]["entities"],
-        seed=lambda w: DATASETS[w.dataset].get("seed", 0),
-        split=synthkb_split_arg,
-        positive=lambda w: DATASETS[w.dataset].get("positive", "named_article"),
-        # the false-negative dial (schema defaults: null, 0.0; pipeline/synthkb/dial.py)
-        fn_share=lambda w: "none" if DATASETS[w.dataset].get("fn_share") is None
-        else DATASETS[w.dataset]["fn_share"],
-        fn_paraphrase=lambda w: DATASETS[w.dataset].get("fn_paraphrase", 0.0),
+        settings=generate_settings(W),  # the generator's settings, one document (pipeline/workflow/synthkb.py)
     conda:
         CPU_ENV
     log:
@@ -41,4 +26,4 @@ rule generate_synthkb:
     wildcard_constraints:
         dataset=alternatives(SYNTHETIC),
     shell:
-        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} --entities {params.entities} --seed {params.seed} {params.split} --positive {params.positive} --fn-share {params.fn_share} --fn-paraphrase {params.fn_paraphrase} --log {log}"
+        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} {params.settings} --log {log}"

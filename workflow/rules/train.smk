@@ -1,6 +1,7 @@
 # Dense retrievers: the zero-shot base, DPR (NCE warm-up on BM25 negatives), CCR fine-tuning.
 # Each writes results/{dataset}/models/{model}/ (retriever.json last; train_log.jsonl, train_info.json);
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
+from pipeline.core.methods import GIST_GUIDES, gist_model, relabel_model
 from pipeline.workflow.training import TrainingRules
 
 # The params and inputs of the training rules: pipeline/workflow/training.py.
@@ -128,6 +129,87 @@ rule train_dpr_filtered:
         " --out $(dirname {output}) --log {log}"
 
 
+rule relabel_qrels:
+    # The train qrels with the candidates a detector dropped as extra positives (dpr_relabel_<detector>).
+    input:
+        unpack(T.relabel_inputs),
+    output:
+        relabel_qrels("{dataset}", "{negs}"),
+    wildcard_constraints:
+        negs=FILTERED_NEGS_RE,
+    conda:
+        CPU_ENV
+    log:
+        "logs/relabel_qrels/{dataset}.{negs}.log",
+    shell:
+        "python -m pipeline.sieve.relabel --qrels {input.qrels} --decisions {input.decisions} --out {output} --log {log}"
+
+
+rule train_dpr_relabel:
+    # DPR exactly as train_dpr_filtered on the detector's kept negatives, with the candidates it dropped
+    # as extra positives (multi-positive NCE, dpr.relabel). See docs/training.md "Relabel".
+    input:
+        unpack(T.relabel_train_inputs),
+        base_model=base_fingerprint("model"),
+    output:
+        retriever("{dataset}", relabel_model("{negs}")),
+    wildcard_constraints:
+        negs=FILTERED_NEGS_RE,
+    params:
+        base=_base,
+        settings=T.relabel_settings,
+        recipe=recipe_label,
+        device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
+    threads: dataset_setting("dpr", "threads")
+    resources:
+        **gpu_resources("dpr"),
+    conda:
+        job_env
+    log:
+        "logs/train_dpr_relabel/{dataset}.{negs}.log",
+    benchmark:
+        "benchmarks/train_dpr_relabel/{dataset}.{negs}.tsv"
+    shell:
+        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
+        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
+        " --out $(dirname {output}) --log {log}"
+
+
+rule train_dpr_gist:
+    # DPR exactly as train_dpr_filtered on dpr_none's negatives, every negative the guide (the main
+    # seed's models/<guide>) scores above the query's positive masked out of its softmax (GISTEmbedLoss).
+    input:
+        queries=queries("{dataset}", "train"),
+        qrels=qrels("{dataset}", "train"),
+        corpus=corpus("{dataset}"),
+        negatives=train_negatives("{dataset}", "{negs}"),
+        guide=retriever("{dataset}", "{guide}"),
+        base_model=base_fingerprint("model"),
+    output:
+        retriever("{dataset}", gist_model("{guide}", "{negs}")),
+    wildcard_constraints:
+        guide="|".join(GIST_GUIDES),
+        negs="none" + SIEVE_TAG_RE,
+    params:
+        base=_base,
+        settings=train_settings("dpr"),
+        recipe=recipe_label,
+        device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
+    threads: dataset_setting("dpr", "threads")
+    resources:
+        **gpu_resources("dpr"),
+    conda:
+        job_env
+    log:
+        "logs/train_dpr_gist/{dataset}.{guide}.{negs}.log",
+    benchmark:
+        "benchmarks/train_dpr_gist/{dataset}.{guide}.{negs}.tsv"
+    shell:
+        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
+        " --negatives {input.negatives} --corpus {input.corpus} --guide $(dirname {input.guide}) {params.settings}"
+        " {params.recipe} --threads {threads} --out $(dirname {output}) --log {log}"
+
+
 rule train_dpr_rcl:
     # DPR exactly as train_dpr (same settings, seed, steps, BM25 negatives), its loss l(p+) − β·l_CCR:
     # the paper's Table 5 "DPR + CCR". Compare with dpr. See docs/training.md "Controls".
@@ -208,3 +290,28 @@ use rule train_dpr_rcl as train_dpr_rcl_seed with:
         "logs/train_dpr_rcl/{dataset}.b{rcl_beta}.s{seed}.log",
     benchmark:
         "benchmarks/train_dpr_rcl/{dataset}.b{rcl_beta}.s{seed}.tsv"
+
+
+use rule train_dpr_relabel as train_dpr_relabel_seed with:
+    output:
+        retriever("{dataset}", seeded_model(relabel_model("{negs}"), "{seed}")),
+    wildcard_constraints:
+        negs=FILTERED_NEGS_RE,
+        seed=r"\d+",
+    log:
+        "logs/train_dpr_relabel/{dataset}.{negs}.s{seed}.log",
+    benchmark:
+        "benchmarks/train_dpr_relabel/{dataset}.{negs}.s{seed}.tsv"
+
+
+use rule train_dpr_gist as train_dpr_gist_seed with:
+    output:
+        retriever("{dataset}", seeded_model(gist_model("{guide}", "{negs}"), "{seed}")),
+    wildcard_constraints:
+        guide="|".join(GIST_GUIDES),
+        negs="none" + SIEVE_TAG_RE,
+        seed=r"\d+",
+    log:
+        "logs/train_dpr_gist/{dataset}.{guide}.{negs}.s{seed}.log",
+    benchmark:
+        "benchmarks/train_dpr_gist/{dataset}.{guide}.{negs}.s{seed}.tsv"

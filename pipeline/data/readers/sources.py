@@ -1,20 +1,31 @@
 """Where each source file of a declared dataset comes from: the workflow's view of ``source``.
 
-A role is a local path (used in place), a URL (downloaded to ``downloads/{dataset}/{role}``), or a
-member of an archive (the archive is fetched once to ``downloads/{dataset}/archives/{name}``, each
-member extracted to ``downloads/{dataset}/{role}``). A download shared by several datasets or roles
-(NQ and TriviaQA share DPR's 13 GB Wikipedia TSV; MS MARCO's five files share one tarball) is
-fetched once: every user points at the target of the first dataset/role that declares it.
+A role is a local path (read in place), a URL, or a member of an archive (at a URL or a local path).
+A download is keyed by what it is, never by the dataset that declared it first, as pip's and the
+Hugging Face hub's caches key theirs: a URL is fetched once to ``downloads/by-url/<key>/<name>``
+(key: the first 16 hex digits of the URL's sha256; name: its last path segment, for people), and a
+member is extracted once to ``<archive>.d/<key of the member>/<name>`` beside its archive, where a
+local archive stands for ``downloads/by-path/<key of its path>/<name>``. NQ and TriviaQA read DPR's
+13 GB corpus from one file whichever of them is declared, and MS MARCO's five roles one tarball;
+dropping a dataset from the config leaves every other dataset's downloads and inputs as they were.
+
+A pinned ``sha256`` is not part of the key: pinning a downloaded file must not fetch it again.
+Downloads of the layout before this one (``downloads/<dataset>/<role>``, ``.../archives/<name>``)
+are adopted by the download job when their own log proves the URL (``legacy_locations``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 from pipeline.core.config import ConfigError, dataset_config
+from pipeline.workflow.paths import archive_member, source_file
 
 from . import check_roles
 
@@ -26,10 +37,6 @@ class SourceSpec:
     path: str | None = None
     sha256: str | None = None
     member: str | None = None
-
-    @property
-    def key(self) -> tuple[str | None, str | None, str | None]:
-        return self.url, self.path, self.member
 
 
 def _spec(role: str, value: object, where: str) -> SourceSpec:
@@ -64,47 +71,72 @@ def _declared(config: dict):
             yield name, dataset_sources(config, name)
 
 
-def _download_owner(config: dict, source: SourceSpec) -> tuple[str, str]:
-    for name, sources in _declared(config):
-        for role, other in sources.items():
-            if other.key == source.key:
-                return name, role
-    raise ConfigError(f"source {source.key} is not declared")  # unreachable for declared sources
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def archive_name(url: str) -> str:
-    name = posixpath.basename(unquote(urlparse(url).path))
-    return name or "archive"
+def file_name(text: str) -> str:
+    """A file name for people from a URL path or a member: its last segment, percent-decoded, with
+    only letters, digits and ``._+-`` kept (no leading dot: never ``..``), at most 100 characters.
+    The key folder above it makes the file unique; the name only says what it is."""
+    name = posixpath.basename(unquote(text).rstrip("/"))
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", name).lstrip(".")[:100]
+    return name or "download"
 
 
-def _archive_owner(config: dict, url: str) -> str:
-    for name, sources in _declared(config):
-        if any(s.url == url and s.member for s in sources.values()):
-            return name
-    raise ConfigError(f"no dataset declares an archive at {url}")
+def url_file(url: str) -> str:
+    """Where ``url`` is downloaded, whoever declares it."""
+    return source_file("by-url", _key(url), file_name(urlparse(url).path))
 
 
-def archive_target(config: dict, url: str) -> str:
-    owner = _archive_owner(config, url)
-    target = f"downloads/{owner}/archives/{archive_name(url)}"
-    for name, sources in _declared(config):
-        for role, s in sources.items():
-            if (
-                s.url
-                and s.member
-                and s.url != url
-                and _archive_owner(config, s.url) == owner
-                and archive_name(s.url) == archive_name(url)
-            ):
-                raise ConfigError(
-                    f"datasets.{name}.source.{role}: archives {s.url} and {url} "
-                    f"would both be saved as {target}; rename one"
-                )
-    return target
+def member_file(source: SourceSpec) -> str:
+    """Where the member of a source's archive (at its URL, else its local path) is extracted to."""
+    if source.url:
+        archive = url_file(source.url)
+    else:
+        # the local archive's own key folder: the same file under two spellings (./a, a) is one archive
+        archive = source_file("by-path", _key(os.path.normpath(source.path)), file_name(source.path))
+    return archive_member(archive, _key(source.member), file_name(source.member))
 
 
-def archive_sha256(config: dict, url: str) -> str | None:
-    """The sha256 configured for an archive URL (any role may carry it; they must agree)."""
+def input_path(config: dict, dataset: str, role: str) -> str:
+    """The local file prepare_data reads for ``role``."""
+    source = dataset_sources(config, dataset)[role]
+    if source.member is not None:
+        return member_file(source)
+    return url_file(source.url) if source.url else source.path
+
+
+def prepare_inputs(config: dict, dataset: str) -> dict[str, str]:
+    return {role: input_path(config, dataset, role) for role in dataset_sources(config, dataset)}
+
+
+def downloads(config: dict) -> dict[str, SourceSpec]:
+    """Every file the declared datasets download or extract -> what it is (a URL's file carries the
+    sha256 pinned for that URL; a member, its archive's URL or path and the member)."""
+    found: dict[str, SourceSpec] = {}
+    for _, sources in _declared(config):
+        for source in sources.values():
+            if source.url:
+                target = url_file(source.url)
+                found[target] = SourceSpec(target, url=source.url, sha256=url_sha256(config, source.url))
+            if source.member is not None:
+                target = member_file(source)
+                found[target] = SourceSpec(target, url=source.url, path=source.path, member=source.member)
+    return found
+
+
+def download_source(config: dict, target: str) -> SourceSpec:
+    """What ``target`` (a path under downloads/) is a download or an extraction of."""
+    source = downloads(config).get(target)
+    if source is None:
+        raise ConfigError(f"{target}: no declared dataset downloads or extracts this file")
+    return source
+
+
+def url_sha256(config: dict, url: str) -> str | None:
+    """The sha256 pinned for the file at ``url`` (any role declaring the URL may carry it, as a file
+    or as the archive of a member; they must agree: it is one file)."""
     found = {
         s.sha256 for _, sources in _declared(config) for s in sources.values() if s.url == url and s.sha256
     }
@@ -113,69 +145,37 @@ def archive_sha256(config: dict, url: str) -> str | None:
     return found.pop() if found else None
 
 
-def input_path(config: dict, dataset: str, role: str) -> str:
-    """The local file prepare_data reads for ``role``."""
-    source = dataset_sources(config, dataset)[role]
-    if source.url is None and source.member is None:
-        return source.path
-    owner, owner_role = _download_owner(config, source)
-    return f"downloads/{owner}/{owner_role}"
+def archive_input(config: dict, target: str) -> str:
+    """The archive an extracted member ``target`` is read from: the URL's download or the local file."""
+    source = download_source(config, target)
+    return url_file(source.url) if source.url else source.path
 
 
-def prepare_inputs(config: dict, dataset: str) -> dict[str, str]:
-    return {role: input_path(config, dataset, role) for role in dataset_sources(config, dataset)}
-
-
-def download_input(config: dict, dataset: str, role: str) -> list[str]:
-    """What the download of ``role`` reads first: the archive holding its member, else nothing."""
-    source = _role(config, dataset, role)
-    if source.member is None:
-        return []
-    return [archive_target(config, source.url)] if source.url else [source.path]
-
-
-def download_args(config: dict, dataset: str, role: str, pin: bool = True) -> str:
-    """Arguments of ``python -m pipeline.data.download`` that produce downloads/{dataset}/{role}
-    (without ``pin``, what the rule records: a pinned digest is checked, not recorded)."""
-    source = _role(config, dataset, role)
+def download_args(config: dict, target: str) -> str:
+    """Arguments of ``python -m pipeline.data.download`` that produce ``target``: the URL with its
+    pinned sha256 and where the layout before by-url kept its file, or the archive and member."""
+    source = download_source(config, target)
     if source.member is not None:
-        return shlex.join(["--archive", download_input(config, dataset, role)[0], "--member", source.member])
+        return shlex.join(["--archive", archive_input(config, target), "--member", source.member])
     args = ["--url", source.url]
-    if source.sha256 and pin:
+    if source.sha256:
         args += ["--sha256", source.sha256]
+    for old, old_log in legacy_locations(config, source.url):
+        args += ["--adopt", old, old_log]
     return shlex.join(args)
 
 
-def pinned_sha256(
-    config: dict, dataset: str, role: str | None = None, archive: str | None = None
-) -> str | None:
-    """The sha256 pinned for downloads/{dataset}/{role} (or for the archive named ``archive``)."""
-    if archive is not None:
-        for source in dataset_sources(config, dataset).values():
-            if source.url and source.member and archive_name(source.url) == archive:
-                return archive_sha256(config, source.url)
-        return None
-    source = _role(config, dataset, role)
-    return source.sha256 if source.member is None else None
-
-
-def archive_args(config: dict, dataset: str, archive: str, pin: bool = True) -> str:
-    """Arguments that fetch downloads/{dataset}/archives/{archive} (``pin``: as download_args)."""
-    for source in dataset_sources(config, dataset).values():
-        if source.url and source.member and archive_name(source.url) == archive:
-            args = ["--url", source.url]
-            sha = archive_sha256(config, source.url) if pin else None
-            return shlex.join(args + ["--sha256", sha] if sha else args)
-    raise ConfigError(f"datasets.{dataset}: no archive source named {archive!r}")
-
-
-def _role(config: dict, dataset: str, role: str) -> SourceSpec:
-    sources = dataset_sources(config, dataset)
-    if role not in sources:
-        raise ConfigError(f"datasets.{dataset}.source: no role {role!r} (roles: {', '.join(sources)})")
-    source = sources[role]
-    if source.url is None and source.member is None:
-        raise ConfigError(
-            f"datasets.{dataset}.source.{role} is the local file {source.path}; there is nothing to download"
-        )
-    return source
+def legacy_locations(config: dict, url: str) -> list[tuple[str, str]]:
+    """(file, its download log) wherever the layout before downloads/by-url/ put ``url`` for a dataset
+    of this config: downloads/<dataset>/<role>, or downloads/<dataset>/archives/<name> for an archive."""
+    found = []
+    for name, sources in _declared(config):
+        for role, source in sources.items():
+            if source.url != url:
+                continue
+            if source.member is None:
+                found.append((f"downloads/{name}/{role}", f"logs/download/{name}/{role}.log"))
+            else:
+                old = posixpath.basename(unquote(urlparse(url).path)) or "archive"
+                found.append((f"downloads/{name}/archives/{old}", f"logs/download_archive/{name}/{old}.log"))
+    return list(dict.fromkeys(found))

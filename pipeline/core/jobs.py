@@ -1,0 +1,96 @@
+"""A stage's settings as one document: what the workflow's job passes (``--settings-json``, built by
+pipeline/workflow/*.py from the dataset's resolved config) and what a run by hand reads from a file
+(``--settings FILE``, printed by ``python -m pipeline.workflow.jobs DATASET STAGE``), each flag of the
+stage's contract over it. The contract (pipeline.core.settings: GenerateJob, SieveJob, ...) validates the
+result, so a hand run and the workflow's job compute with the same settings; a key neither gives takes
+the contract's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Literal, get_args, get_origin
+
+from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
+from pipeline.core.settings import Contract, _strip, add_flags, flag_name, from_dict
+
+
+def add_settings_flags(
+    ap: argparse.ArgumentParser, cls: type[Contract], title: str, aliases: dict[str, str] | None = None
+) -> None:
+    """--settings FILE, --settings-json TEXT, and one flag per field of ``cls`` over the document (no
+    default: a flag not given keeps the document's value). A list field takes several values; a field
+    of another shape (a dataset's split) takes JSON. ``aliases``: field -> an older spelling of its
+    flag that a hand-written command may still use (--split-spec)."""
+    ap.add_argument(
+        "--settings",
+        help=f"the job's settings document (JSON or YAML; pipeline.core.settings.{cls.__name__}), as the "
+        "workflow's job gets it: python -m pipeline.workflow.jobs DATASET STAGE > FILE",
+    )
+    ap.add_argument("--settings-json", help="the settings document inline (what the rules pass)")
+    group = ap.add_argument_group(f"{title} (over the document; default: the contract's)")
+    scalar = [name for name in cls.model_fields if _kind(cls, name) == "scalar"]
+    add_flags(group, cls, names=scalar, override=True)
+    for name, field in cls.model_fields.items():
+        kind = _kind(cls, name)
+        if kind == "list":
+            item = _strip(get_args(field.annotation)[0])
+            group.add_argument(flag_name(name), dest=name, nargs="+", type=item, help=field.description)
+        elif kind == "json":
+            spellings = [flag_name(name), *([aliases[name]] if aliases and name in aliases else [])]
+            group.add_argument(*spellings, dest=name, type=_json_or_word, help=f"{field.description} (JSON)")
+
+
+def _kind(cls: type[Contract], name: str) -> str:
+    """scalar (a flag of add_flags: a type, a Literal, either or None), list, or json (any other shape)."""
+    hint = cls.model_fields[name].annotation
+    if get_origin(hint) is list and _strip(get_args(hint)[0]) in (int, float, str):
+        return "list"
+    options = (
+        [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) is not Literal else [hint]
+    )
+    if get_origin(hint) is None or all(
+        a in (int, float, str, bool) or get_origin(a) is Literal for a in options
+    ):
+        return "scalar"
+    return "json"
+
+
+def _json_or_word(text: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=unique_json_pairs)
+    except json.JSONDecodeError:
+        return text  # a bare word such as none
+
+
+def read_document(args: argparse.Namespace) -> dict:
+    """The document --settings (a file) or --settings-json (inline) gives; {} when neither."""
+    if args.settings and args.settings_json:
+        raise ConfigError("--settings and --settings-json: give the settings document once")
+    if args.settings_json:
+        try:
+            document = json.loads(args.settings_json, object_pairs_hook=unique_json_pairs)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"--settings-json: not JSON ({err})") from None
+        except ConfigError as err:  # a key given twice
+            raise ConfigError(f"--settings-json: {err}") from None
+    elif args.settings:
+        document = load_mapping(args.settings)
+    else:
+        document = {}
+    if not isinstance(document, dict):
+        raise ConfigError(f"settings document: a mapping is needed, got {type(document).__name__}")
+    return document
+
+
+def merged_document(cls: type[Contract], args: argparse.Namespace) -> dict:
+    """The document with each flag of ``cls`` that was given over it (unvalidated)."""
+    flagged = {name: value for name in cls.model_fields if (value := getattr(args, name, None)) is not None}
+    return {**read_document(args), **flagged}
+
+
+def job_settings(cls: type[Contract], args: argparse.Namespace) -> Any:
+    """The run's settings: the document, the flags over it, validated by ``cls`` (a bad or unknown key
+    is one line naming it)."""
+    return from_dict(cls, merged_document(cls, args), "settings")

@@ -1,0 +1,400 @@
+"""The tournament (issue 41): which false-negative filter should a user run? Every contender trained on
+the same candidate pool at every noise level, paired over seeds with the pool's unfiltered control
+(``dpr_none``), measured against the oracle's gain and against the untrained model it started from.
+
+    python -m pipeline.evaluation.tournament --configfile config.yaml config/overlays/tournament/tournament.yaml \
+        --out-json results/sweeps/tournament.json --out-md results/sweeps/tournament.md \
+        --out-png results/sweeps/tournament.png
+
+Everything comes from the config's ``tournament`` section (the levels, the contenders, the baseline,
+the oracle, the start and the metrics; pipeline.core.settings.TournamentSettings) and each level's
+gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another file). Per level
+× contender × metric: the mean over seeds with its 95% t-interval; the paired difference with the
+baseline; the share of the oracle's gain, (m − baseline) / (oracle − baseline), with Fieller's interval
+over the same seeds; and the paired difference with the start (seed-free: its one run against each
+seed). A contender, seed or metric that is missing is an error naming the level and its file, except a
+contender listed in the level's ``skip`` (not run there, e.g. the oracle on SQuAD, which has no
+qrels_all): the table says "not run". The outputs are deterministic (same inputs, same bytes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.settings import TournamentSettings, from_dict, section
+from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
+from pipeline.evaluation.seed_stats import paired_difference, t_quantile
+from pipeline.evaluation.sweep import per_seed
+from pipeline.workflow.paths import dataset_metrics
+
+log = logging.getLogger("sieve.tournament")
+
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Share:
+    """The share of the oracle's gain, (ā / b̄) for the per-seed gains a (method) and b (oracle) over
+    the baseline, and its interval; ``ratio`` None where the oracle's gain is not shown."""
+
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+
+
+def _covariance(x: Sequence[float], y: Sequence[float]) -> float:
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    return math.fsum((a - mx) * (b - my) for a, b in zip(x, y)) / (len(x) - 1)
+
+
+def oracle_share(gain: Mapping, oracle_gain: Mapping, level: float = LEVEL) -> Share:
+    """(mean gain) / (mean oracle gain) over the seeds both have, with Fieller's interval: the ρ whose
+    paired difference gain_s − ρ · oracle_gain_s has a t-interval (n − 1 df, the one of seed_stats)
+    that contains 0. It is bounded exactly when the oracle's own gain is shown (its t-interval lies
+    above 0); otherwise the share is None (as the noise sweep's oracle_gap_closed). With one seed:
+    the ratio of the two differences, no interval."""
+    seeds = [s for s in gain if s in oracle_gain]
+    n = len(seeds)
+    if n == 0:
+        return Share(None, None, None, 0)
+    a = [float(gain[s]) for s in seeds]
+    b = [float(oracle_gain[s]) for s in seeds]
+    mean_a, mean_b = math.fsum(a) / n, math.fsum(b) / n
+    if n == 1:
+        return Share(mean_a / mean_b if mean_b > 0 else None, None, None, 1)
+    q2 = t_quantile(level, n - 1) ** 2 / n
+    s_aa, s_bb, s_ab = _covariance(a, a), _covariance(b, b), _covariance(a, b)
+    # (ā − ρ b̄)² ≤ q² (s_aa − 2ρ s_ab + ρ² s_bb) / n, a quadratic A ρ² − 2 B ρ + C ≤ 0
+    quad_a = mean_b**2 - q2 * s_bb
+    quad_b = mean_a * mean_b - q2 * s_ab
+    quad_c = mean_a**2 - q2 * s_aa
+    if mean_b <= 0 or quad_a <= 0:  # the oracle's interval reaches 0: the unit itself is not shown
+        return Share(None, None, None, n)
+    root = math.sqrt(max(quad_b**2 - quad_a * quad_c, 0.0))  # ≥ 0 when A > 0; rounding aside
+    return Share(mean_a / mean_b, (quad_b - root) / quad_a, (quad_b + root) / quad_a, n)
+
+
+def _interval(d) -> dict:
+    return {"mean": d.mean, "ci_low": d.ci_low, "ci_high": d.ci_high, "n": d.n}
+
+
+def _own_interval(values: Mapping) -> dict:
+    """The mean over seeds and its t-interval (the method's spread; no pairing)."""
+    return _interval(paired_difference(values, dict.fromkeys(values, 0.0), LEVEL))
+
+
+def _level_settings(dataset: str, level: dict, settings: dict) -> dict:
+    return {
+        "dataset": dataset,
+        "label": level["label"],
+        "oracle": level.get("oracle") or settings["oracle"],
+        "metrics": list(level.get("metrics") or settings["metrics"]),
+        "skip": list(level.get("skip") or []),
+    }
+
+
+def check_settings(settings: dict) -> None:
+    """What the tournament needs of its section: contenders, levels, and the controls among the
+    contenders wherever they are used (a stale or skipped control would pair with nothing)."""
+    if not settings["methods"]:
+        raise DataError("no contenders: set tournament.methods", field="tournament.methods")
+    if not settings["levels"]:
+        raise DataError("no levels: set tournament.levels", field="tournament.levels")
+    for dataset, raw in settings["levels"].items():
+        level = _level_settings(dataset, raw, settings)
+        where = f"tournament.levels.{dataset}"
+        unknown = [m for m in level["skip"] if m not in settings["methods"]]
+        if unknown:
+            raise DataError(f"skips {unknown}, which are not contenders", field=f"{where}.skip")
+        for role, name in (("baseline", settings["baseline"]), ("oracle", level["oracle"])):
+            if name not in settings["methods"] or name in level["skip"]:
+                raise DataError(
+                    f"the {role} {name!r} must be a contender run on {level['dataset']}", field=where
+                )
+
+
+def _values(metrics: dict, method: str, metric: str, file: str, seeds: list | None) -> dict:
+    """seed -> value of ``method``'s runs; with ``seeds`` (the baseline's), exactly those seeds."""
+    values = per_seed(metrics, method, metric, file)
+    if seeds is not None and list(values) != seeds:
+        missing = [s for s in seeds if s not in values]
+        extra = [s for s in values if s not in seeds]
+        raise DataError(
+            f"{method} was run with seeds {list(values)}, the baseline with {seeds}"
+            + (f": missing {missing}" if missing else "")
+            + (f", not in the baseline {extra}" if extra else ""),
+            file=file,
+            field=f"methods.{method}.per_seed",
+        )
+    return values
+
+
+def level_result(level: dict, settings: dict, metrics: dict, file: str) -> dict:
+    """One level (a column): every contender's row; ``metrics`` is the dataset's gathered metrics.json."""
+    baseline, start, oracle = settings["baseline"], settings["start"], level["oracle"]
+    run = [m for m in settings["methods"] if m not in level["skip"]]
+    gathered = metrics.get("methods") if isinstance(metrics.get("methods"), dict) else {}
+    missing = [m for m in dict.fromkeys([*run, start]) if m not in gathered]
+    if missing:
+        raise DataError(
+            f"level {level['label']!r} ({level['dataset']}) misses {', '.join(missing)}: add them to "
+            f"the dataset's methods, or to the level's skip",
+            file=file,
+            field="methods",
+        )
+    out: dict = {
+        "label": level["label"],
+        "dataset": level["dataset"],
+        "oracle": oracle,
+        "metrics": level["metrics"],
+        "primary": level["metrics"][0],
+        "skip": level["skip"],
+        "start": {},
+        "rows": {},
+    }
+    for metric in level["metrics"]:
+        base = _values(metrics, baseline, metric, file, None)
+        seeds = list(base)
+        if None in seeds:
+            raise DataError(
+                f"the baseline {baseline} has no per-seed runs (per_seed): nothing to pair over seeds",
+                file=file,
+                field=f"methods.{baseline}",
+            )
+        start_values = per_seed(metrics, start, metric, file)
+        if list(start_values) == [None]:  # seed-free (zeroshot): its one run is every seed's start
+            start_values = dict.fromkeys(seeds, start_values[None])
+        elif list(start_values) != seeds:
+            _values(metrics, start, metric, file, seeds)
+        out["start"][metric] = _own_interval(start_values)
+        out["seeds"] = seeds
+        values = {m: _values(metrics, m, metric, file, seeds) for m in run}
+        oracle_gain = {s: values[oracle][s] - base[s] for s in seeds}
+        for m in settings["methods"]:
+            row = out["rows"].setdefault(m, {"run": m in run, "metrics": {}})
+            if m not in run:
+                continue
+            gain = {s: values[m][s] - base[s] for s in seeds}
+            share = oracle_share(gain, oracle_gain)
+            row["metrics"][metric] = {
+                **_own_interval(values[m]),
+                "vs_baseline": _interval(paired_difference(values[m], base, LEVEL)),
+                "oracle_share": {"mean": share.ratio, "ci_low": share.ci_low, "ci_high": share.ci_high},
+                "vs_start": _interval(paired_difference(values[m], start_values, LEVEL)),
+            }
+    return out
+
+
+def build_tournament(settings: dict, metrics_files: Mapping[str, str]) -> dict:
+    """Every level of ``settings`` (the config's tournament section, defaults filled) from its
+    dataset's gathered metrics (``metrics_files``: dataset -> path)."""
+    check_settings(settings)
+    levels = []
+    for dataset, raw in settings["levels"].items():
+        level = _level_settings(dataset, raw, settings)
+        path = metrics_files[level["dataset"]]
+        metrics = read_json_object(path, missing="file not found (did gather_metrics run for this dataset?)")
+        levels.append(level_result(level, settings, metrics, str(path)))
+    return {
+        "methods": list(settings["methods"]),
+        "baseline": settings["baseline"],
+        "start": settings["start"],
+        "level": LEVEL,
+        "interval": "95% Student-t over seeds (paired by seed); oracle share: Fieller's interval",
+        "levels": levels,
+    }
+
+
+# ---- the table and the figure --------------------------------------------------------------------
+
+
+def _ranged(d: dict, spec: str, missing: str) -> str:
+    """mean [low, high] in format ``spec``; the mean alone without an interval; ``missing`` without a mean."""
+    if d.get("mean") is None:
+        return missing
+    if d.get("ci_low") is None:
+        return format(d["mean"], spec)
+    return f"{d['mean']:{spec}} [{d['ci_low']:{spec}}, {d['ci_high']:{spec}}]"
+
+
+def _signed(d: dict) -> str:
+    return _ranged(d, "+.3f", "–")
+
+
+def _share(d: dict) -> str:
+    return _ranged(d, ".0%", "n/a (oracle gain not shown)")
+
+
+def _columns(result: dict) -> list[str]:
+    """Every level's metrics, in order of first appearance (tournament.metrics first)."""
+    return list(dict.fromkeys(m for level in result["levels"] for m in level["metrics"]))
+
+
+def tournament_markdown(result: dict) -> str:
+    """One table: a row per level × contender. Per metric the mean over seeds and the paired
+    difference with the baseline; on the level's primary metric the share of the oracle's gain and
+    the difference with the start."""
+    baseline, start = result["baseline"], result["start"]
+    columns = _columns(result)
+    head = ["level (primary)", "method", *[f"{m}: mean (− {baseline})" for m in columns]]
+    head += [f"primary: share of the oracle's gain over {baseline}", f"primary: − {start}"]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|",
+    ]
+    for level in result["levels"]:
+        primary = level["primary"]
+        label = f"{level['label']} ({primary})"
+        for method, row in level["rows"].items():
+            name = f"{method} (oracle)" if method == level["oracle"] else method
+            if not row["run"]:
+                lines.append("| " + " | ".join([label, name, *["not run"] * (len(head) - 2)]) + " |")
+                continue
+            cells = []
+            for metric in columns:
+                cell = row["metrics"].get(metric)
+                if cell is None:
+                    cells.append("–")
+                else:
+                    diff = "" if method == baseline else f" ({_signed(cell['vs_baseline'])})"
+                    cells.append(f"{cell['mean']:.3f}{diff}")
+            top = row["metrics"][primary]
+            cells.append("–" if method in (baseline, level["oracle"]) else _share(top["oracle_share"]))
+            cells.append(_signed(top["vs_start"]))
+            lines.append("| " + " | ".join([label, name, *cells]) + " |")
+    starts = "; ".join(
+        f"{level['label']}: {level['start'][level['primary']]['mean']:.3f}" for level in result["levels"]
+    )
+    seeds = "; ".join(
+        f"{level['label']}: {', '.join(map(str, level['seeds']))}" for level in result["levels"]
+    )
+    lines += [
+        "",
+        f"Mean over seeds; in brackets the paired difference with {baseline} (the same candidate pool, "
+        f"nothing dropped) over the same seeds and its {LEVEL:.0%} Student-t interval. Share of the "
+        f"oracle's gain: (method − {baseline}) / (oracle − {baseline}) on the level's primary metric, "
+        "with Fieller's interval over the seeds; n/a where the oracle's own gain is not shown (its "
+        f"interval reaches 0). − {start}: the paired difference with the untrained model the DPRs start "
+        f"from (seed-free: its one run against each seed); below 0, the method ends below its start. "
+        f"{start} on the primary metric: {starts}. Seeds: {seeds}. Every metric's share and difference "
+        "with the start are in the JSON. not run: listed in the level's skip (tournament.levels).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_tournament(result: dict, out: str) -> None:
+    """Two heatmaps, contenders × levels, on each level's primary metric: the paired difference with
+    the baseline (annotated with its interval and the share of the oracle's gain) and with the start."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    baseline, start = result["baseline"], result["start"]
+    methods, levels = result["methods"], result["levels"]
+    panels = (("vs_baseline", f"− {baseline}"), ("vs_start", f"− {start} (the untrained start)"))
+    fig, axes = plt.subplots(
+        1, 2, figsize=(2.3 * len(levels) * 2 + 4.5, 0.62 * len(methods) + 2.2), squeeze=False
+    )
+    for ax, (key, title) in zip(axes[0], panels):
+        grid = np.full((len(methods), len(levels)), np.nan)
+        for j, level in enumerate(levels):
+            for i, m in enumerate(methods):
+                row = level["rows"][m]
+                if row["run"] and not (key == "vs_baseline" and m == baseline):
+                    grid[i, j] = row["metrics"][level["primary"]][key]["mean"]
+        span = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 0.0
+        span = span or 1.0
+        ax.imshow(grid, cmap="RdBu", vmin=-span, vmax=span, aspect="auto")
+        for j, level in enumerate(levels):
+            for i, m in enumerate(methods):
+                row = level["rows"][m]
+                if not row["run"] or (key == "vs_baseline" and m == baseline):
+                    word = "not run" if not row["run"] else "the baseline"
+                    ax.text(j, i, word, ha="center", va="center", fontsize=7, color="grey")
+                    continue
+                cell = row["metrics"][level["primary"]]
+                text = _signed(cell[key]).replace(" [", "\n[")
+                if m == level["oracle"]:
+                    text += "\n(the oracle)"
+                elif key == "vs_baseline":
+                    share = cell["oracle_share"]["mean"]
+                    text += "\n" + ("oracle gain n/a" if share is None else f"{share:.0%} of oracle")
+                dark = abs(grid[i, j]) > 0.6 * span  # white on the saturated ends of the colour map
+                ax.text(
+                    j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black"
+                )
+        ax.set_xticks(range(len(levels)), [f"{lv['label']}\n{lv['primary']}" for lv in levels], fontsize=8)
+        ax.set_yticks(range(len(methods)), methods, fontsize=8)
+        ax.set_title(f"primary metric {title}: mean [{LEVEL:.0%} interval over seeds]", fontsize=9)
+    fig.tight_layout()
+    write_png(out, fig, metadata={"Software": None})
+
+
+def metrics_files(settings: dict, given: Sequence[str]) -> dict[str, str]:
+    """dataset -> gathered metrics.json: results/<dataset>/metrics.json unless ``given`` names another
+    (DATASET=PATH)."""
+    files = {dataset: dataset_metrics(dataset) for dataset in settings["levels"]}
+    for item in given:
+        name, sep, path = item.partition("=")
+        if not (sep and name and path):
+            raise DataError(f"expected DATASET=PATH, got {item!r}", field="--metrics")
+        if name not in files:
+            raise DataError(
+                f"{name!r} is not a dataset of tournament.levels {list(files)}", field="--metrics"
+            )
+        files[name] = path
+    return files
+
+
+def settings_from(args) -> dict:
+    """The tournament section: from the config files (by hand) or as JSON (the rule passes it)."""
+    import json
+
+    if args.settings is not None:
+        return from_dict(TournamentSettings, json.loads(args.settings), "tournament").model_dump()
+    from pipeline.core.config import load_config
+
+    config = load_config(args.configfile[1:], base=args.configfile[0])  # validated, defaults filled
+    return section(config, "tournament").model_dump()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = stage_parser("pipeline.evaluation.tournament", __doc__)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--configfile", nargs="+", help="config.yaml, then the overlays, in order")
+    source.add_argument("--settings", help="the tournament section as JSON (what the rule passes)")
+    parser.add_argument("--metrics", nargs="*", default=[], metavar="DATASET=PATH")
+    parser.add_argument("--out-json", required=True)
+    parser.add_argument("--out-md", required=True)
+    parser.add_argument("--out-png", required=True)
+    parser.add_argument("--log")
+    args = parser.parse_args(argv)
+    start_stage(args.log, libraries=())
+    settings = settings_from(args)
+    result = build_tournament(settings, metrics_files(settings, args.metrics))
+    write_json(args.out_json, result)
+    with atomic_open(args.out_md, "w", encoding="utf-8") as handle:
+        handle.write(tournament_markdown(result))
+    plot_tournament(result, args.out_png)
+    for level in result["levels"]:
+        p = level["primary"]
+        log.info(
+            "%s (%s): %s",
+            level["label"],
+            p,
+            ", ".join(
+                f"{m} {_signed(r['metrics'][p]['vs_baseline'])}" for m, r in level["rows"].items() if r["run"]
+            ),
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,114 @@
+"""A job's settings document as the rules pass it, and the printer of any job's document.
+
+Each family's glue (pipeline/workflow/synthkb.py, data.py, retrieval.py, sieve.py, ar2.py, evaluation.py,
+training.py) builds its jobs' documents from a dataset's resolved config; the rule passes the document
+whole (``--settings-json``, a recorded param: a changed setting reruns the job), the stage validates it
+with its contract (pipeline.core.settings) and a run by hand reads the same document from a file::
+
+    python -m pipeline.workflow.jobs synthkb passage_sieve > sieve.json
+    python -m pipeline.sieve.passage_sieve --settings sieve.json --candidates ... --out ...
+
+No setting travels as a flag or a path tag on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any, Callable, Sequence
+
+from pipeline.core.settings import Contract, default
+from pipeline.workflow.tables import WorkflowTables
+
+
+def as_json(document: dict[str, Any]) -> str:
+    """The document as the rule records and passes it: JSON with sorted keys, so equal settings give
+    equal params (Snakemake reruns a job whose params change)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def settings_flag(document: dict[str, Any]) -> str:
+    """A job's settings document as its stage reads it."""
+    return "--settings-json " + shlex.quote(as_json(document))
+
+
+def from_entry(
+    cls: type[Contract], entry: dict[str, Any], keys: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The fields ``keys`` of contract ``cls`` (default: all) as a config entry gives them, else the
+    contract's defaults (a dataset's entry in the config has its defaults left out)."""
+    return {key: entry[key] if key in entry else default(cls, key) for key in keys or cls.model_fields}
+
+
+def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
+    """stage -> the document of that stage's job for (dataset, the printer's arguments)."""
+    # Imported here: each of these modules imports settings_flag from this one.
+    from pipeline.workflow.ar2 import ar2_mine_job
+    from pipeline.workflow.data import prepare_job
+    from pipeline.workflow.evaluation import evaluate_job
+    from pipeline.workflow.retrieval import bm25_job
+    from pipeline.workflow.sieve import sieve_job
+    from pipeline.workflow.synthkb import generate_job
+
+    seed = int(tables.config["seed"])
+    return {
+        "generate": lambda d, args: generate_job(tables.datasets[d]),
+        "prepare": lambda d, args: prepare_job(d, tables.datasets[d]),
+        "bm25_index": lambda d, args: bm25_job(tables.cfg(d), "index"),
+        "bm25_retrieve": lambda d, args: bm25_job(tables.cfg(d), "retrieve"),
+        "bm25_mine": lambda d, args: bm25_job(tables.cfg(d), "mine"),
+        "passage_sieve": lambda d, args: sieve_job(tables.cfg(d), seed),
+        "ar2_mine": lambda d, args: ar2_mine_job(tables.cfg(d)),
+        "evaluate": lambda d, args: evaluate_job(
+            tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the settings document the workflow's job of a stage would pass, to run it by hand with
+    --settings (training's jobs: python -m pipeline.workflow.training)."""
+    from pipeline.core.config import load_config, validate_config
+    from pipeline.core.methods import method_table
+    from pipeline.core.recipes import dataset_configs
+
+    ap = argparse.ArgumentParser(prog="python -m pipeline.workflow.jobs", description=main.__doc__)
+    ap.add_argument("dataset", help="a dataset of the config")
+    ap.add_argument("stage", help="the job's stage: " + ", ".join(STAGES))
+    ap.add_argument("--run", default="bm25", help="evaluate: the run folder scored (default bm25)")
+    ap.add_argument("--configfile", nargs="*", default=[], help="overlays, as given to snakemake")
+    args = ap.parse_args(argv)
+    if args.stage not in STAGES:
+        ap.error(f"unknown stage {args.stage!r} (stages: {', '.join(STAGES)})")
+    config = load_config(args.configfile)
+    validate_config(config, methods=lambda: method_table(config))
+    tables = WorkflowTables(config, dataset_configs(config, methods=method_table))
+    if args.dataset not in tables.datasets:
+        ap.error(f"unknown dataset {args.dataset!r} (declared: {', '.join(sorted(tables.datasets))})")
+    synthetic = args.dataset in tables.synthetic
+    if args.stage in ("generate", "prepare") and synthetic != (args.stage == "generate"):
+        ap.error(f"dataset {args.dataset!r} is {'generated' if synthetic else 'prepared'}, not {args.stage}d")
+    document = stage_documents(tables)[args.stage](args.dataset, args)
+    json.dump(document, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+STAGES = (
+    "generate",
+    "prepare",
+    "bm25_index",
+    "bm25_retrieve",
+    "bm25_mine",
+    "passage_sieve",
+    "ar2_mine",
+    "evaluate",
+)
+
+
+if __name__ == "__main__":
+    from pipeline.core.cli import run_main  # cli imports the logging set-up a rule file does not need
+
+    run_main(main)

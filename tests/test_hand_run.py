@@ -1,0 +1,182 @@
+"""A stage run by hand with the workflow's settings document writes byte-identical output to the
+workflow's job (issue 43's acceptance), for one stage of each family: synthkb generate, data prepare,
+retrieval (BM25 index), the passage sieve, AR2 mining, evaluation.
+
+The workflow runs once on tiny data (40 synthkb entities, the DPR fixture, DPR untrained, 2 CCR steps)
+under an overlay that sets, for every stage, a setting away from its contract default, so a hand run that
+fell back on defaults would write other bytes. Each job's command is taken from Snakemake's printout; its
+inline document must be exactly what ``python -m pipeline.workflow.jobs DATASET STAGE`` prints, and the
+same command with ``--settings <that printout>`` instead rewrites the job's outputs byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_workflow import snakemake
+
+from pipeline.core.settings import (
+    Ar2MineJob,
+    Bm25IndexJob,
+    EvaluateJob,
+    GenerateJob,
+    PrepareJob,
+    SieveJob,
+    default,
+)
+from pipeline.workflow import paths
+from pipeline.workflow.jobs import as_json
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+DPR = REPO / "tests" / "fixtures" / "dpr"
+OVERLAY = {
+    "methods": ["bm25"],
+    "datasets": {
+        "synthkb": {"entities": 40, "positive": "source"},
+        "nqfix": {
+            "format": "dpr",
+            "empty_positives": "drop",
+            "source": {
+                "corpus": str(DPR / "psgs_w100.tsv"),
+                "train": str(DPR / "biencoder-nq-train.json.gz"),
+                "dev": str(DPR / "biencoder-nq-dev.json"),
+                "test": str(DPR / "nq-test.qa.csv"),
+            },
+        },
+    },
+    "bm25": {"k1": 1.2, "b": 0.75, "negatives": 20},
+    "eval": {"ks": [1, 3, 10], "depth": 50},
+    "dpr": {"skip": True},
+    "ccr": {"max_steps": 2},
+    "sieve": {"in_batch": 5, "figure_queries": 40, "temperature": 0.5},
+    "ar2": {"top_k": 10},
+    "encode": {"shards": 1},
+}
+SIEVE = paths.negatives("synthkb", "sieve_b6")
+# stage (the printer's name) -> (dataset, the stage's module and its first word, its outputs, a setting
+# the overlay moves off its contract default: (contract, key, value))
+STAGES = {
+    "generate": (
+        "synthkb",
+        "pipeline.synthkb.generate",
+        [paths.dataset_dir("synthkb")],
+        (GenerateJob, "positive", "source"),
+    ),
+    "prepare": (
+        "nqfix",
+        "pipeline.data.prepare",
+        [paths.dataset_dir("nqfix")],
+        (PrepareJob, "empty_positives", "drop"),
+    ),
+    "bm25_index": (
+        "synthkb",
+        "pipeline.retrieval.bm25 index",
+        [os.path.dirname(paths.bm25_index_checksums("synthkb"))],
+        (Bm25IndexJob, "k1", 1.2),
+    ),
+    "passage_sieve": (
+        "synthkb",
+        "pipeline.sieve.passage_sieve",
+        [SIEVE, paths.train_negatives("synthkb", "sieve_b6"), paths.sieve_losses("synthkb", "sieve_b6")],
+        (SieveJob, "in_batch", 5),
+    ),
+    "ar2_mine": (
+        "synthkb",
+        "pipeline.ar2.mine",
+        [
+            paths.ar2_start_file("synthkb", "negatives.parquet"),
+            paths.ar2_start_file("synthkb", "negatives.stats.json"),
+        ],
+        (Ar2MineJob, "top_k", 10),
+    ),
+    "evaluate": (
+        "synthkb",
+        "pipeline.evaluation.evaluate",
+        [paths.method_metrics("synthkb", "bm25"), paths.per_query("synthkb", "bm25")],
+        (EvaluateJob, "ks", [1, 3, 10]),
+    ),
+}
+# Measured, not computed: how long the job took.
+TIMINGS = {"wall_s"}
+
+
+@pytest.fixture(scope="module")
+def workflow_run(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
+    """(work folder, stage -> the job's shell command, the overlay file) after one run of the workflow."""
+    work = tmp_path_factory.mktemp("hand_run")
+    targets = [
+        paths.dataset_manifest("nqfix"),
+        paths.method_metrics("synthkb", "bm25"),
+        SIEVE,
+        paths.ar2_start_file("synthkb", "negatives.parquet"),
+    ]
+    proc = snakemake(work, *targets, "-p", overlay=OVERLAY)
+    commands: dict[str, str] = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if not line.startswith("Shell command: python -m "):
+            continue
+        command = line.removeprefix("Shell command: ")
+        for stage, (_, module, _, _) in STAGES.items():
+            if command.startswith(f"python -m {module} ") and (stage != "evaluate" or "bm25/run." in command):
+                assert stage not in commands, f"two {stage} jobs ran"
+                commands[stage] = command
+    assert set(commands) == set(STAGES), f"jobs not run: {set(STAGES) - set(commands)}"
+    return work, commands, work / "overlay.yaml"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    if root.is_file():
+        return {"": root.read_bytes()}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _comparable(name: str, data: bytes) -> object:
+    if name.endswith(".stats.json"):
+        return {k: v for k, v in json.loads(data).items() if k not in TIMINGS}
+    return data
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_a_hand_run_with_the_job_s_document_writes_the_job_s_bytes(workflow_run, stage):
+    work, commands, overlay = workflow_run
+    dataset, module, outputs, (contract, key, value) = STAGES[stage]
+    printed = subprocess.run(
+        [sys.executable, "-m", "pipeline.workflow.jobs", dataset, stage, "--configfile", str(overlay)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    document = json.loads(printed)
+    # The overlay's value, not the default: a hand run on defaults would write other bytes.
+    assert document[key] == value != default(contract, key)
+    inline = "--settings-json " + shlex.quote(as_json(document))
+    assert commands[stage].count(inline) == 1, (
+        f"the job's document is not the printed one:\n{commands[stage]}"
+    )
+    (work / f"{stage}.json").write_text(printed)
+    by_hand = commands[stage].replace(inline, f"--settings {stage}.json")
+    expected = {}
+    for out in outputs:
+        expected[out] = {name: _comparable(name or out, data) for name, data in _files(work / out).items()}
+        assert expected[out], f"{out}: the job wrote nothing"
+        target = work / out
+        shutil.rmtree(target) if target.is_dir() else target.unlink()  # the hand run writes them anew
+    env = dict(
+        os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", PYTHONPATH=str(REPO)
+    )
+    subprocess.run(["bash", "-c", by_hand], cwd=work, env=env, check=True, capture_output=True)
+    for out in outputs:
+        written = {name: _comparable(name or out, data) for name, data in _files(work / out).items()}
+        assert written.keys() == expected[out].keys(), out
+        differ = [name or out for name in written if written[name] != expected[out][name]]
+        assert not differ, f"{stage}: the hand run wrote other bytes to {differ}"

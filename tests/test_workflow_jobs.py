@@ -1,0 +1,201 @@
+"""The settings documents of single jobs: built from a dataset's resolved config by pipeline/workflow/*.py
+(what the rules pass), printed by python -m pipeline.workflow.jobs (what a hand run reads), validated by
+the stage's contract with its flags over it (pipeline.core.jobs). The byte-identical outputs of a hand run
+and the workflow's job: tests/test_hand_run.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from types import SimpleNamespace
+
+import pytest
+from test_workflow_tables import tables
+
+from pipeline.core.config import ConfigError
+from pipeline.core.jobs import add_settings_flags, job_settings, merged_document
+from pipeline.core.settings import (
+    SYNTHKB_SPLIT,
+    Ar2MineJob,
+    Bm25IndexJob,
+    Bm25MineJob,
+    Bm25RetrieveJob,
+    EvaluateJob,
+    GenerateJob,
+    PrepareJob,
+    SieveJob,
+    from_dict,
+)
+from pipeline.workflow import jobs
+from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job
+from pipeline.workflow.data import prepare_job
+from pipeline.workflow.evaluation import EvaluationRules, evaluate_job
+from pipeline.workflow.retrieval import bm25_job
+from pipeline.workflow.sieve import SieveRules, sieve_job
+from pipeline.workflow.synthkb import generate_job
+
+
+class Wild(SimpleNamespace):
+    def keys(self):
+        return vars(self).keys()
+
+
+OVERLAY = {
+    "bm25": {"k1": 1.2, "negatives": 7, "exclude_answer_match": True},
+    "eval": {"ks": [1, 3], "match": "regex", "depth": 40},
+    "sieve": {"strict": True, "in_batch": 4},
+    "ar2": {"top_k": 9, "temperature": 0.1},
+    "seed": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def w():
+    return tables(OVERLAY)
+
+
+def _document(flag: str) -> dict:
+    words = shlex.split(flag)
+    assert words[0] == "--settings-json" and len(words) == 2
+    return json.loads(words[1])
+
+
+def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w):
+    c = w.cfg("synthkb")
+    documents = {
+        GenerateJob: generate_job(w.datasets["synthkb"]),
+        PrepareJob: prepare_job("squad", w.datasets["squad"]),
+        Bm25IndexJob: bm25_job(c, "index"),
+        Bm25RetrieveJob: bm25_job(c, "retrieve"),
+        Bm25MineJob: bm25_job(c, "mine"),
+        SieveJob: sieve_job(c, 3),
+        Ar2MineJob: ar2_mine_job(c),
+        EvaluateJob: evaluate_job(w, "synthkb", "bm25", allow_missing_queries=True),
+    }
+    for contract, document in documents.items():
+        assert set(document) == set(contract.model_fields), contract.__name__  # every setting, no other
+        from_dict(contract, json.loads(jobs.as_json(document)), "settings")
+    assert documents[Bm25IndexJob]["k1"] == 1.2 and documents[Bm25RetrieveJob] == {"depth": 40}
+    assert documents[Bm25MineJob] == {"negatives": 7, "exclude_answer_match": True, "match": "regex"}
+    assert (
+        documents[SieveJob]["strict"]
+        and documents[SieveJob]["in_batch"] == 4
+        and documents[SieveJob]["seed"] == 3
+    )
+    assert documents[Ar2MineJob]["top_k"] == 9 and documents[Ar2MineJob]["temperature"] == 0.1
+    assert documents[EvaluateJob] == {
+        "dataset": "synthkb",
+        "method": "bm25",
+        "split": "test",
+        "ks": [1, 3],
+        "match": "regex",
+        "allow_missing_queries": True,
+    }
+    assert documents[PrepareJob] == {
+        "dataset": "squad",
+        "format": "squad",
+        "split": w.datasets["squad"]["split"],
+        "empty_positives": "error",
+    }
+
+
+def test_a_dataset_entry_leaves_out_what_takes_the_contract_default():
+    document = generate_job({"format": "synthkb", "entities": 12})
+    assert document == {
+        "entities": 12,
+        "seed": 0,
+        "positive": "named_article",
+        "fn_share": None,
+        "fn_paraphrase": 0.0,
+        "split": SYNTHKB_SPLIT,
+    }
+    assert prepare_job("x", {"format": "dpr", "source": "a"})["split"] == "none"
+
+
+def test_the_rules_pass_the_documents_whole(w):
+    wild = Wild(dataset="synthkb", run="bm25")
+    assert _document(EvaluationRules(w).settings(wild))["allow_missing_queries"]
+    dense = _document(EvaluationRules(w).settings(Wild(dataset="synthkb", run="ar2/seed1")))
+    assert dense["method"] == "ar2" and not dense["allow_missing_queries"]
+    assert _document(SieveRules(w).sieve_settings(wild)) == sieve_job(w.cfg("synthkb"), 3)
+    ar2 = Ar2Jobs(w, lambda section, wildcards: {})
+    assert _document(ar2.mine_flags(wild)) == ar2_mine_job(w.cfg("synthkb"))
+    assert _document(ar2.start_dev_settings(wild))["split"] == "dev"
+
+
+def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(json.dumps(OVERLAY))
+    assert jobs.main(["synthkb", "passage_sieve", "--configfile", str(overlay)]) == 0
+    assert json.loads(capsys.readouterr().out) == sieve_job(tables(OVERLAY).cfg("synthkb"), 3)
+    assert jobs.main(["squad", "prepare"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "squad"
+    for argv, message in ((["squad", "generate"], "is prepared"), (["synthkb", "train"], "unknown stage")):
+        with pytest.raises(SystemExit):
+            jobs.main(argv)
+        assert message in capsys.readouterr().err
+
+
+def _parse(contract, *argv: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    add_settings_flags(ap, contract, "settings", {"split": "--split-spec"})
+    return ap.parse_args(argv)
+
+
+def test_flags_go_over_the_document_and_a_file_is_read_as_the_inline_json(tmp_path):
+    document = {"k1": 1.5, "b": 0.3, "stemmer": None, "stopwords": "en"}
+    (tmp_path / "index.json").write_text(json.dumps(document))
+    from_file = job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings", str(tmp_path / "index.json")))
+    inline = job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings-json", json.dumps(document)))
+    assert from_file == inline and from_file.model_dump() == document
+    flagged = job_settings(
+        Bm25IndexJob, _parse(Bm25IndexJob, "--settings-json", json.dumps(document), "--b", "0.9")
+    )
+    assert flagged.b == 0.9 and flagged.k1 == 1.5
+    assert job_settings(Bm25IndexJob, _parse(Bm25IndexJob)).model_dump() == Bm25IndexJob().model_dump()
+    listed = job_settings(
+        EvaluateJob,
+        _parse(EvaluateJob, "--dataset", "d", "--method", "m", "--split", "dev", "--ks", "5", "1"),
+    )
+    assert listed.ks == [5, 1]
+    args = _parse(
+        PrepareJob, "--dataset", "d", "--format", "squad", "--split-spec", '{"by": "article", "test": 0.5}'
+    )
+    assert merged_document(PrepareJob, args)["split"] == {"by": "article", "test": 0.5}
+    assert _parse(PrepareJob, "--split", "none").split == "none"
+
+
+@pytest.mark.parametrize(
+    "contract,document,message",
+    [
+        (
+            Bm25IndexJob,
+            {"k_one": 1},
+            r"'settings': unknown key\(s\) 'k_one' \(allowed keys: b, k1, stemmer, stopwords\)",
+        ),
+        (Bm25IndexJob, {"k1": -1}, r"'settings.k1': Input should be greater than 0"),
+        (SieveJob, {"fallback": "all"}, r"'settings.fallback'"),
+        (GenerateJob, {"entities": 5}, r"'settings.entities'"),
+        (GenerateJob, {"split": {"by": "entity", "dev": 0.6, "test": 0.6}}, r"'settings.split'"),
+        (
+            EvaluateJob,
+            {"dataset": "d", "method": "m", "split": "test", "ks": [1, 1]},
+            r"'settings.ks': 1 is listed twice",
+        ),
+        (EvaluateJob, {"method": "m", "split": "test"}, r"'settings.dataset': required key is missing"),
+    ],
+)
+def test_a_bad_document_is_one_line_naming_the_key(contract, document, message):
+    with pytest.raises(ConfigError, match=message):
+        job_settings(contract, _parse(contract, "--settings-json", json.dumps(document)))
+
+
+def test_the_document_is_given_once_and_as_a_mapping(tmp_path):
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="give the settings document once"):
+        job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings", "a", "--settings-json", "{}"))
+    with pytest.raises(ConfigError, match="list.json: top level must be a mapping, got list"):
+        job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings", str(tmp_path / "list.json")))
+    with pytest.raises(ConfigError, match="not JSON"):
+        job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings-json", "{k1"))
