@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -235,7 +236,9 @@ def candidates_target(overlay_file: Path) -> str:
     return f"results/{DATASET}/sieve/candidates{tag}.parquet"
 
 
-def _snakemake(work: Path, targets: list[str], overlay_file: Path, env: dict, log_name: str) -> str:
+def _snakemake(
+    work: Path, targets: list[str], overlay_file: Path, env: dict, log_name: str, extra: Sequence[str] = ()
+) -> str:
     """Run the workflow on ``targets`` in ``work``, jobs one at a time; return the command."""
     command = [
         str(Path(sys.executable).parent / "snakemake"),
@@ -246,6 +249,7 @@ def _snakemake(work: Path, targets: list[str], overlay_file: Path, env: dict, lo
         *targets,
         "--configfile",
         str(overlay_file),
+        *extra,
     ]
     print("running:", " ".join(command), flush=True)
     with open(work / log_name, "w", encoding="utf-8") as log:
@@ -281,9 +285,19 @@ def run(args: argparse.Namespace) -> dict:
     overlay_file.write_text(json.dumps(config_overlay, indent=1) + "\n")  # JSON is YAML
     start = time.perf_counter()
     targets = [*TARGETS, candidates_target(overlay_file)] if args.search else [INDEX_TARGET]
-    commands = [_snakemake(work, targets, overlay_file, env, "snakemake.log")]
+    extra: list[str] = []
+    if args.stages:
+        # Only these jobs, again, in a folder an earlier run filled: what they read is reused as it is
+        # (mtime alone decides, so a changed command line upstream does not regenerate the data).
+        outputs = {
+            "mine_bm25_negatives": TARGETS[1],
+            "sieve_candidates": candidates_target(overlay_file),
+        }
+        targets = [outputs[s] for s in args.stages]
+        extra = ["--forcerun", *args.stages, "--rerun-triggers", "mtime"]
+    commands = [_snakemake(work, targets, overlay_file, env, "snakemake.log", extra)]
     total = time.perf_counter() - start
-    if args.prepare:
+    if args.prepare and not args.stages:
         export_dir = work / "export"
         export_msmarco(work / "resources" / DATASET, export_dir)
         config_overlay = overlay(args.entities, args.dial, args.max_queries, export_dir)
@@ -318,6 +332,9 @@ def run(args: argparse.Namespace) -> dict:
         for s in STAGES
         if (args.search or s not in SEARCH_STAGES) and (args.prepare or s != "prepare_dataset")
     }
+    if args.stages:
+        expected = set(args.stages)
+        stages = [s for s in stages if s["stage"] in expected]
     missing = expected - {s["stage"] for s in stages}
     if missing:
         raise SystemExit(
@@ -514,6 +531,14 @@ def main(argv: list[str] | None = None) -> int:
         dest="prepare",
         action="store_false",
         help="skip prepare_dataset (the MS MARCO export)",
+    )
+    p_run.add_argument(
+        "--stages",
+        nargs="+",
+        choices=("mine_bm25_negatives", "sieve_candidates"),
+        default=None,
+        help="rerun only these jobs in a work dir an earlier run filled (their inputs reused as they are); "
+        "the result JSON holds only them",
     )
     p_run.add_argument("--out", type=Path, default=None, help="result JSON (default <work-dir>/scale.json)")
     p_table = sub.add_parser("table", help="table of two or more runs, with ratios")
