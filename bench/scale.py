@@ -259,6 +259,133 @@ def _snakemake(
     return " ".join(command)
 
 
+# stage -> the split whose questions --search-sample samples (these stages run by hand on the sample)
+SAMPLED = {
+    "mine_bm25_negatives": "train",
+    "sieve_candidates": "train",
+    "retrieve_bm25": "test",
+    "evaluate": "test",
+}
+SAMPLE_DIR = "sample"
+
+
+def sample_qids(qids: list[str], n: int, seed: int = 0) -> set[str]:
+    """A seeded sample of ``n`` question ids, independent of their order (sha256 of seed/qid)."""
+    import hashlib
+
+    ranked = sorted(qids, key=lambda q: (hashlib.sha256(f"{seed}/search-sample/{q}".encode()).digest(), q))
+    return set(ranked[:n])
+
+
+def write_sample(dataset_dir: Path, out_dir: Path, split: str, n: int) -> int:
+    """The split's queries, qrels and qrels_all restricted to a seeded sample of ``n`` questions (file
+    order kept); returns how many were sampled."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    queries = pq.read_table(dataset_dir / f"queries.{split}.parquet")
+    keep = pa_array(sorted(sample_qids(queries.column("qid").to_pylist(), n)))
+    for kind in ("queries", "qrels", "qrels_all"):
+        path = dataset_dir / f"{kind}.{split}.parquet"
+        if path.exists():
+            table = pq.read_table(path)
+            pq.write_table(table.filter(pc.is_in(table.column("qid"), value_set=keep)), out_dir / path.name)
+    return len(keep)
+
+
+def pa_array(values: list[str]):
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
+
+
+def workflow_commands(work: Path, targets: list[str], overlay_file: Path, env: dict) -> dict[str, list[str]]:
+    """The workflow's own command line of each sampled stage (``snakemake --dry-run --printshellcmds``
+    on ``targets``), split into arguments after ``python``."""
+    import shlex
+
+    dry = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "snakemake"),
+            "--dry-run",
+            "--printshellcmds",
+            "--cores",
+            "1",
+            "--directory",
+            str(work),
+            *targets,
+            "--configfile",
+            str(overlay_file),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    commands = {}
+    for line in dry.splitlines():
+        words = shlex.split(line.strip()) if line.strip().startswith("python -m pipeline") else []
+        stage = stage_of(words[words.index("--log") + 1]) if "--log" in words[:-1] else None
+        if stage in SAMPLED:
+            commands[stage] = words[1:]
+    missing = set(SAMPLED) - set(commands)
+    if missing:
+        raise SystemExit(f"the dry run printed no command for {sorted(missing)}")
+    return commands
+
+
+def swap(argv: list[str], **flags: str) -> list[str]:
+    """``argv`` with the value after each ``--flag`` replaced (underscores in names are dashes)."""
+    argv = list(argv)
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if flag not in argv[:-1]:
+            raise SystemExit(f"no {flag} in {' '.join(argv)}")
+        argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def run_sampled(work: Path, commands: dict[str, list[str]], n: int, env: dict) -> dict[str, int]:
+    """The search stages by hand, through the probe, on seeded samples of ``n`` train and ``n`` test
+    questions against the whole corpus and index: the workflow's commands with the questions (and
+    what the sample's stages read and write) swapped. Returns the questions sampled per split."""
+    sample = work / SAMPLE_DIR
+    dataset_dir = work / "resources" / DATASET
+    sampled = {split: write_sample(dataset_dir, sample, split, n) for split in ("train", "test")}
+    s = lambda name: str(sample / name)  # noqa: E731
+    argvs = {
+        "mine_bm25_negatives": swap(
+            commands["mine_bm25_negatives"],
+            queries=s("queries.train.parquet"),
+            out=s("negatives.bm25.parquet"),
+        ),
+        "sieve_candidates": swap(
+            commands["sieve_candidates"], negatives=s("negatives.bm25.parquet"), out=s("candidates.parquet")
+        ),
+        "retrieve_bm25": swap(
+            commands["retrieve_bm25"], queries=s("queries.test.parquet"), out=s("run.test.parquet")
+        ),
+        "evaluate": swap(
+            commands["evaluate"],
+            run=s("run.test.parquet"),
+            queries=s("queries.test.parquet"),
+            qrels=s("qrels.test.parquet"),
+            qrels_all=s("qrels_all.test.parquet"),
+            out=s("metrics.json"),
+            per_query=s("per_query.parquet"),
+        ),
+    }
+    for stage, argv in argvs.items():
+        argv = swap(argv, log=f"logs/{stage}/{SAMPLE_DIR}.log")
+        print("running:", "python", " ".join(argv), flush=True)
+        code = subprocess.run(["python", *argv], cwd=work, env=env).returncode  # the shim: recorded
+        if code != 0:
+            raise SystemExit(f"{stage} failed (exit {code}); see {work / 'logs' / stage}")
+    return sampled
+
+
 def run(args: argparse.Namespace) -> dict:
     """Run the non-neural jobs at ``args.entities`` in ``args.work_dir``. Snakemake reruns only what is
     missing there, so the records of earlier jobs (``jobs.jsonl``) stay valid and the latest record of
@@ -285,6 +412,9 @@ def run(args: argparse.Namespace) -> dict:
     overlay_file.write_text(json.dumps(config_overlay, indent=1) + "\n")  # JSON is YAML
     start = time.perf_counter()
     targets = [*TARGETS, candidates_target(overlay_file)] if args.search else [INDEX_TARGET]
+    sampled = None
+    if args.search_sample:
+        search_targets, targets = targets, [INDEX_TARGET]
     extra: list[str] = []
     if args.stages:
         # Only these jobs, again, in a folder an earlier run filled: what they read is reused as it is
@@ -296,6 +426,11 @@ def run(args: argparse.Namespace) -> dict:
         targets = [outputs[s] for s in args.stages]
         extra = ["--forcerun", *args.stages, "--rerun-triggers", "mtime"]
     commands = [_snakemake(work, targets, overlay_file, env, "snakemake.log", extra)]
+    if args.search_sample:
+        sampled = run_sampled(
+            work, workflow_commands(work, search_targets, overlay_file, env), args.search_sample, env
+        )
+        commands.append(f"by hand through the probe on seeded samples: {sampled}")
     total = time.perf_counter() - start
     if args.prepare and not args.stages:
         export_dir = work / "export"
@@ -345,7 +480,8 @@ def run(args: argparse.Namespace) -> dict:
         "dial": args.dial,
         "overlay": config_overlay,
         "counts": counts,
-        "notes": notes(config_overlay, counts),
+        "notes": notes(config_overlay, counts, sampled),
+        "sampled": sampled,
         "snakemake_wall_s": round(total, 1),
         "commands": commands,
         "machine": {
@@ -363,12 +499,19 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def notes(config_overlay: dict, counts: dict) -> dict[str, str]:
+def notes(config_overlay: dict, counts: dict, sampled: dict[str, int] | None = None) -> dict[str, str]:
     """Per stage, what bounds its work in this run (shown in the table, never left implicit)."""
+    out = {}
+    for stage, split in SAMPLED.items():
+        if sampled and sampled[split] < counts.get(f"queries.{split}", 0):
+            out[stage] = (
+                f"seeded sample of {sampled[split]:,} of {counts[f'queries.{split}']:,} {split} questions, "
+                "whole corpus (--search-sample); the full run's time is extrapolated, not measured"
+            )
     max_queries = config_overlay.get("sieve", {}).get("max_queries")
     if max_queries is not None and max_queries < counts.get("queries.train", 0):
-        return {"sieve_candidates": f"sample of {max_queries:,} train questions (sieve.max_queries)"}
-    return {}
+        out["sieve_candidates"] = f"sample of {max_queries:,} train questions (sieve.max_queries)"
+    return out
 
 
 # ---- table: pure -------------------------------------------------------------------------------
@@ -409,9 +552,15 @@ def build_table(runs: list[dict]) -> list[dict]:
             job = jobs[0]
             counts = result["counts"]
             note = result.get("notes", {}).get(stage, "")
-            work = work_count(count_key, counts)
-            if note and stage == "sieve_candidates":
-                work = min(work, result["overlay"]["sieve"]["max_queries"])
+            sampled = result.get("sampled") or {}
+            work = full_work = work_count(count_key, counts)
+            if stage in SAMPLED and SAMPLED[stage] in sampled:  # --search-sample: the sample's questions
+                split = SAMPLED[stage]
+                work = work_count(count_key, counts | {f"queries.{split}": sampled[split]})
+            max_queries = result["overlay"].get("sieve", {}).get("max_queries")
+            if stage == "sieve_candidates" and max_queries is not None:
+                work = min(work, max_queries)
+            cpu_s = round(job["user_s"] + job["system_s"], 1)
             stage_rows.append(
                 {
                     "stage": stage,
@@ -420,10 +569,14 @@ def build_table(runs: list[dict]) -> list[dict]:
                     "work_unit": unit,
                     "work": work,
                     "wall_s": job["wall_s"],
-                    "cpu_s": round(job["user_s"] + job["system_s"], 1),
+                    "cpu_s": cpu_s,
                     # the kernel's peak of the largest process; a job with worker processes: their sampled sum
                     "peak_rss_mib": max(job["peak_rss_mib"], job["tree_rss_sampled_mib"]),
                     "note": note,
+                    # a sampled stage: its CPU at the whole work, in proportion (start-up counted in full)
+                    "full_cpu_s_extrapolated": (
+                        round(cpu_s * full_work / work) if work and full_work != work else None
+                    ),
                     "rss_ratio": None,
                     "wall_ratio": None,
                     "cpu_ratio": None,
@@ -482,6 +635,8 @@ def markdown(rows: list[dict]) -> str:
     ]
     for row in rows:
         work = f"{row['work']:,} {row['work_unit']}" + (f" ({row['note']})" if row["note"] else "")
+        if row.get("full_cpu_s_extrapolated"):
+            work += f"; all questions: ~{row['full_cpu_s_extrapolated']:,} CPU s (extrapolated)"
         lines.append(
             f"| `{row['stage']}` | {row['passages']:,} | {row['queries']:,} | {work} | {row['wall_s']:.1f} "
             f"| {row['cpu_s']:.1f} | {row['peak_rss_mib']:.0f} | {_ratio(row['rss_ratio'])} "
@@ -531,6 +686,14 @@ def main(argv: list[str] | None = None) -> int:
         dest="prepare",
         action="store_false",
         help="skip prepare_dataset (the MS MARCO export)",
+    )
+    p_run.add_argument(
+        "--search-sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="generate and index everything, then run mining, candidates, the test run and evaluation by "
+        "hand on seeded samples of N train and N test questions (whole corpus and index)",
     )
     p_run.add_argument(
         "--stages",

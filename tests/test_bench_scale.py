@@ -96,6 +96,44 @@ def test_a_sampled_stage_counts_its_sample_and_says_so():
     assert "| 1.50× |" in table
 
 
+def test_search_sample_counts_the_sampled_questions_and_extrapolates_all():
+    counts = {"queries.train": 800, "queries.test": 200}
+    sampled = {"train": 80, "test": 200}  # the test split was smaller than the sample: all of it
+    note = scale.notes({}, counts, sampled)
+    assert set(note) == {"mine_bm25_negatives", "sieve_candidates"}
+    assert note["mine_bm25_negatives"].startswith("seeded sample of 80 of 800 train questions, whole corpus")
+    large = _run(1000, 7000, 800, 200, LARGE, notes=note)
+    large["sampled"] = sampled
+    rows = scale.build_table([_run(100, 700, 80, 20, SMALL), large])
+    by_stage = {r["stage"]: r for r in rows if r["passages"] == 7000}
+    mine = by_stage["mine_bm25_negatives"]
+    assert mine["work"] == 80 * 7000 and mine["full_cpu_s_extrapolated"] == 3600  # 360 CPU s x 10
+    assert by_stage["sieve_candidates"]["work"] == 80
+    assert by_stage["retrieve_bm25"]["work"] == 200 * 7000
+    assert by_stage["retrieve_bm25"]["full_cpu_s_extrapolated"] is None  # nothing left out
+    assert "all questions: ~3,600 CPU s (extrapolated)" in scale.markdown(rows)
+
+
+def test_sample_qids_is_seeded_and_order_free_and_swap_replaces_values():
+    qids = [f"q{i}" for i in range(50)]
+    sample = scale.sample_qids(qids, 10)
+    assert len(sample) == 10 and sample == scale.sample_qids(list(reversed(qids)), 10)
+    assert sample != scale.sample_qids(qids, 10, seed=1)
+    argv = ["-m", "x", "--queries", "a", "--per-query", "b", "--log", "c"]
+    assert scale.swap(argv, per_query="B", log="C") == [
+        "-m",
+        "x",
+        "--queries",
+        "a",
+        "--per-query",
+        "B",
+        "--log",
+        "C",
+    ]
+    with pytest.raises(SystemExit, match="no --out"):
+        scale.swap(argv, out="o")
+
+
 def test_a_stage_a_run_left_out_has_no_row_and_two_jobs_are_refused():
     figures = {s: f for s, f in LARGE.items() if s not in scale.SEARCH_STAGES}  # run --no-search
     rows = scale.build_table([_run(100, 700, 80, 20, SMALL), _run(1000, 7000, 800, 200, figures)])
