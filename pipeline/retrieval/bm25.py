@@ -60,9 +60,10 @@ log = logging.getLogger("sieve.bm25")
 CORPUS_BATCH = 20_000
 DAMAGED_INDEX = "delete the BM25 index folder and rerun index_bm25 (the rule that builds it)"
 QUERY_BATCH = 4_096
-# Train queries mined per pass (mine_negatives). A chunk's rankings are held until it is written: at
-# depth ~100, ~100 B per (pid, score) tuple, ~160 MB, plus the passages it ranked in the answer matcher;
-# each chunk streams the corpus once for those passages (~1 s per 100k passages).
+# Train queries mined per pass (mine_negatives). A chunk's rankings are held until it is written (at
+# depth ~100, ~100 B per (pid, score) tuple: ~160 MB) and the passages it ranked sit in the answer
+# matcher (at most chunk x depth, ~1.7M, of ~600 B each, whatever the corpus); each chunk streams the
+# corpus once to find them, so a smaller chunk costs corpus passes.
 MINE_CHUNK = 16_384
 
 
