@@ -303,8 +303,6 @@ def pa_array(values: list[str]):
 def workflow_commands(work: Path, targets: list[str], overlay_file: Path, env: dict) -> dict[str, list[str]]:
     """The workflow's own command line of each sampled stage (``snakemake --dry-run --printshellcmds``
     on ``targets``), split into arguments after ``python``."""
-    import shlex
-
     dry = subprocess.run(
         [
             str(Path(sys.executable).parent / "snakemake"),
@@ -320,13 +318,15 @@ def workflow_commands(work: Path, targets: list[str], overlay_file: Path, env: d
         ],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         check=True,
     ).stdout
     commands = {}
     for line in dry.splitlines():
-        words = shlex.split(line.strip()) if line.strip().startswith("python -m pipeline") else []
+        line = line.strip().removeprefix("Shell command:").strip()  # Snakemake 9 prefixes the line
+        words = shell_words(line) if line.startswith("python -m pipeline") else []
         stage = stage_of(words[words.index("--log") + 1]) if "--log" in words[:-1] else None
         if stage in SAMPLED:
             commands[stage] = words[1:]
@@ -334,6 +334,20 @@ def workflow_commands(work: Path, targets: list[str], overlay_file: Path, env: d
     if missing:
         raise SystemExit(f"the dry run printed no command for {sorted(missing)}")
     return commands
+
+
+def shell_words(line: str) -> list[str]:
+    """A printed shell command's words, ``$(dirname PATH)`` (the rules' one substitution) evaluated."""
+    import shlex
+
+    words = shlex.split(line)
+    out: list[str] = []
+    for word in words:
+        if out and out[-1] == "$(dirname" and word.endswith(")"):
+            out[-1] = str(Path(word[:-1]).parent)
+        else:
+            out.append(word)
+    return out
 
 
 def swap(argv: list[str], **flags: str) -> list[str]:
