@@ -26,6 +26,7 @@ import os
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import CANDIDATES_SCHEMA
@@ -176,7 +177,9 @@ def build_candidates(
     pos_sets = {q: set(p) for q, p in positives.items()}
 
     def annotated(rows: pd.DataFrame) -> np.ndarray:
-        return np.array([p in pos_sets.get(q, ()) for q, p in zip(rows["qid"], rows["pid"])], dtype=bool)
+        # object arrays: iterating Arrow-backed string columns costs ~0.6 us a value (a third of the time)
+        qids, pids = rows["qid"].to_numpy(dtype=object), rows["pid"].to_numpy(dtype=object)
+        return np.fromiter((p in pos_sets.get(q, ()) for q, p in zip(qids, pids)), bool, len(rows))
 
     negs_file = NegativesFile(negatives)
     last_row: dict[str, int] = {}
@@ -184,7 +187,7 @@ def build_candidates(
     no_positive: set[str] = set()
     n_annotated = 0
     for part in negs_file.batches(["qid", "pid", "excluded"]):
-        last_row.update(zip(part["qid"], part.index))  # rows ascend: each query's last one stays
+        last_row.update(zip(part["qid"].to_numpy(dtype=object), part.index))  # the last row stays
         if "excluded" in part:
             part = part[~part["excluded"].astype(bool)]
         marked = annotated(part)
@@ -208,10 +211,11 @@ def build_candidates(
         keep = sorted(sieved, key=lambda q: (stable_hash(f"{seed}/sieve-queries/{q}"), q))
         sieved = set(keep[:max_queries])
         log.info("max_queries: sieving a seeded sample of %d queries", max_queries)
+    sieved_ids = pa.array(sorted(sieved), pa.string())  # once: Series.isin rebuilds its set per call
     parts = []
     for negs in negs_file.queries(last_row):
         negs = negs[~annotated(negs)]
-        negs = negs[negs["qid"].isin(sieved)]
+        negs = negs[pc.is_in(pa.array(negs["qid"], pa.string()), value_set=sieved_ids).to_numpy(False)]
         parts.append(select_candidates(negs, n_candidates=n_candidates, pool=pool, seed=seed))
     # Each query's rows come from one piece, in (rank, pid) order: the final sort gives the one order.
     parts = [p for p in parts if len(p)] or parts[:1]

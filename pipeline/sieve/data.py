@@ -122,10 +122,11 @@ class NegativesFile:
 
     def queries(self, last_row: dict[str, int]) -> Iterator[pd.DataFrame]:
         """read_negatives' rows in pieces of whole queries (``last_row``: qid -> its last row)."""
+        last = pd.Series(last_row, dtype=np.int64)  # once: map() turns a dict into a Series per call
         waiting = None
         for part in self.batches(self.columns):
             waiting = part if waiting is None else pd.concat([waiting, part])
-            done = waiting["qid"].map(last_row).to_numpy() <= part.index[-1]
+            done = waiting["qid"].map(last).to_numpy() <= part.index[-1]
             if done.any():
                 yield _checked_negatives(waiting[done], self.path)
                 waiting = waiting[~done]
