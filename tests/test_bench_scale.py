@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -166,7 +167,10 @@ def test_probe_records_the_childs_peak_and_exit(tmp_path):
     record = tmp_path / "jobs.jsonl"
     # the child touches 150 MiB (bytearray pages are written), then exits 3
     child = ["-c", "import sys; b = bytearray(150 * 2**20); sys.exit(3)", "--log", "logs/x_rule/d.log"]
-    assert scale.probe(record, sys.executable, child) == 3
+    # from a small process, as the jobs' shim runs it: a child started by a large one (pytest after
+    # torch was imported) inherits the parent's RSS in its ru_maxrss up to its exec
+    probe = [sys.executable, str(REPO / "bench" / "scale.py"), "probe", "--record", str(record)]
+    assert subprocess.run([*probe, "--python", sys.executable, "--", *child]).returncode == 3
     line = json.loads(record.read_text())
     assert line["exit"] == 3 and line["log"] == "logs/x_rule/d.log" and line["argv"] == child
     assert 150 <= line["peak_rss_mib"] < 400
