@@ -35,6 +35,11 @@ to a seeded sample of N train questions (``sieve.max_queries``; their work, not 
 whole negatives table is read first; the mining always covers every train question): the table then
 says so. ``--no-search`` stops at the BM25 index (generation, preparation, index).
 
+``run --stages mine_bm25_negatives sieve_candidates`` reruns only those jobs in a folder an earlier
+run filled; ``table`` given both JSON files (earlier first) uses the rerun's records for its stages.
+``run --search-sample N`` runs mining, candidates, the test run and evaluation on seeded samples of N
+train / N test questions against the whole corpus (docs/cluster.md §9: the 1M run).
+
 ``table --extrapolate ENTITIES`` adds the expected CPU seconds and peak RSS per stage at a larger
 size (``extrapolate``: lines through the two largest runs; an estimate for planning, not a figure).
 
@@ -659,8 +664,26 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def merge_runs(runs: list[dict]) -> list[dict]:
+    """One run per size: a later run of the same counts (``run --stages``) replaces its stages' records
+    in the earlier one."""
+    merged: dict[tuple, dict] = {}
+    for result in runs:
+        key = tuple(sorted(result["counts"].items()))
+        if key not in merged:
+            merged[key] = dict(result, stages=list(result["stages"]))
+            continue
+        base = merged[key]
+        newer = {s["stage"] for s in result["stages"]}
+        base["stages"] = [s for s in base["stages"] if s["stage"] not in newer] + result["stages"]
+        base["notes"] = {k: v for k, v in base.get("notes", {}).items() if k not in newer} | result.get(
+            "notes", {}
+        )
+    return list(merged.values())
+
+
 def table(args: argparse.Namespace) -> list[dict]:
-    runs = [json.loads(Path(p).read_text()) for p in args.runs]
+    runs = merge_runs([json.loads(Path(p).read_text()) for p in args.runs])
     rows = build_table(runs)
     print(markdown(rows))
     expected = None
@@ -719,7 +742,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_run.add_argument("--out", type=Path, default=None, help="result JSON (default <work-dir>/scale.json)")
     p_table = sub.add_parser("table", help="table of two or more runs, with ratios")
-    p_table.add_argument("runs", nargs="+", help="run JSON files")
+    p_table.add_argument(
+        "runs",
+        nargs="+",
+        help="run JSON files (a later one of the same size replaces its stages: run --stages)",
+    )
     p_table.add_argument("--out", type=Path, default=None, help="table JSON")
     p_table.add_argument(
         "--extrapolate", type=int, default=None, metavar="ENTITIES", help="expected CPU and RSS at this size"

@@ -115,6 +115,18 @@ def test_search_sample_counts_the_sampled_questions_and_extrapolates_all():
     assert "all questions: ~3,600 CPU s (extrapolated)" in scale.markdown(rows)
 
 
+def test_a_rerun_of_some_stages_replaces_their_records_at_its_size():
+    first = _run(1000, 7000, 800, 200, LARGE)
+    rerun = _run(1000, 7000, 800, 200, {"sieve_candidates": (5.0, 4.0, 1.0, 99.0, 98.0)})
+    other = _run(100, 700, 80, 20, SMALL)
+    merged = scale.merge_runs([first, other, rerun])
+    assert len(merged) == 2 and len(merged[0]["stages"]) == len(scale.STAGES)
+    by_stage = {s["stage"]: s for s in merged[0]["stages"]}
+    assert by_stage["sieve_candidates"]["peak_rss_mib"] == 99.0
+    assert by_stage["mine_bm25_negatives"]["peak_rss_mib"] == 2000.0
+    assert len(first["stages"]) == len(scale.STAGES)  # the inputs are left as they were
+
+
 def test_sample_qids_is_seeded_and_order_free_and_swap_replaces_values():
     qids = [f"q{i}" for i in range(50)]
     sample = scale.sample_qids(qids, 10)
