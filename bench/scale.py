@@ -241,11 +241,11 @@ def candidates_target(overlay_file: Path) -> str:
     return f"results/{DATASET}/sieve/candidates{tag}.parquet"
 
 
-def _snakemake(
-    work: Path, targets: list[str], overlay_file: Path, env: dict, log_name: str, extra: Sequence[str] = ()
-) -> str:
-    """Run the workflow on ``targets`` in ``work``, jobs one at a time; return the command."""
-    command = [
+def snakemake_command(
+    work: Path, targets: list[str], overlay_file: Path, extra: Sequence[str] = ()
+) -> list[str]:
+    """Snakemake from this interpreter's environment on ``targets`` in ``work``, one job at a time."""
+    return [
         str(Path(sys.executable).parent / "snakemake"),
         "--cores",
         "1",
@@ -256,6 +256,13 @@ def _snakemake(
         str(overlay_file),
         *extra,
     ]
+
+
+def _snakemake(
+    work: Path, targets: list[str], overlay_file: Path, env: dict, log_name: str, extra: Sequence[str] = ()
+) -> str:
+    """Run the workflow on ``targets`` in ``work``, jobs one at a time; return the command."""
+    command = snakemake_command(work, targets, overlay_file, extra)
     print("running:", " ".join(command), flush=True)
     with open(work / log_name, "w", encoding="utf-8") as log:
         code = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -309,18 +316,7 @@ def workflow_commands(work: Path, targets: list[str], overlay_file: Path, env: d
     """The workflow's own command line of each sampled stage (``snakemake --dry-run --printshellcmds``
     on ``targets``), split into arguments after ``python``."""
     dry = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "snakemake"),
-            "--dry-run",
-            "--printshellcmds",
-            "--cores",
-            "1",
-            "--directory",
-            str(work),
-            *targets,
-            "--configfile",
-            str(overlay_file),
-        ],
+        snakemake_command(work, targets, overlay_file, ["--dry-run", "--printshellcmds"]),
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
