@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.storage import DataError, read_table, write_table
+from pipeline.core import storage
+from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
+from pipeline.core.storage import DataError, ParquetTableWriter, read_table, write_table
 from pipeline.retrieval import bm25
 
 CORPUS = [
@@ -83,6 +85,85 @@ def test_mine_excludes_positives_and_flags_answers(dataset):
     assert len(q1) == 2 and set(q1["pid"]) <= {"p2", "p4"}
     assert (neg["source"] == "bm25").all() and not neg["excluded"].any()
     assert stats["exclude_answer_match"] is False
+
+
+@pytest.mark.parametrize("rows", [0, 5, 23])
+def test_table_writer_writes_write_tables_bytes(tmp_path, monkeypatch, rows):
+    """Pieces appended (3 rows each) give the file pq.write_table gives the whole table: one row group
+    when it fits, and at a row-group length of 4 the same 4-row groups (the last shorter); an empty
+    table too (one empty row group)."""
+    table = pa.table(
+        {
+            "qid": [f"q{i // 3}" for i in range(rows)],
+            "pid": [f"p{i}" for i in range(rows)],
+            "rank": [i % 3 + 1 for i in range(rows)],
+            "score": [i / 7 for i in range(rows)],
+            "source": ["bm25"] * rows,
+            "has_answer": [i % 2 == 0 for i in range(rows)],
+            "excluded": [False] * rows,
+        },
+        schema=MINED_NEGATIVES_SCHEMA,
+    )
+    for group in (None, 4):
+        if group:
+            monkeypatch.setattr(storage, "ROW_GROUP_ROWS", group)
+        pq.write_table(table, tmp_path / "whole.parquet", row_group_size=group)
+        with ParquetTableWriter(tmp_path / "pieces.parquet", MINED_NEGATIVES_SCHEMA) as writer:
+            for start in range(0, rows, 3):
+                writer.append(table.slice(start, 3))
+        assert writer.rows == rows
+        assert (tmp_path / "pieces.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+        groups = pq.ParquetFile(tmp_path / "pieces.parquet").metadata.num_row_groups
+        assert groups == (max(1, -(-rows // group)) if group else 1)
+
+
+def test_table_writer_leaves_nothing_when_aborted(tmp_path):
+    out = tmp_path / "neg.parquet"
+    with pytest.raises(RuntimeError):
+        with ParquetTableWriter(out, MINED_NEGATIVES_SCHEMA) as writer:
+            writer.append(MINED_NEGATIVES_SCHEMA.empty_table())
+            raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_mine_in_chunks_writes_the_same_bytes(dataset, monkeypatch):
+    """Queries mined one at a time (chunk 1 < 3 queries), with row groups of 4 rows, give the file
+    of one chunk."""
+    write_table(
+        dataset / "queries.train.parquet",
+        pd.DataFrame(
+            [*QUERIES, ("q3", "Climbers and the summit of Mount Keltra", ["two days"])],
+            columns=["qid", "text", "answers"],
+        ),
+        QUERIES_SCHEMA,
+    )
+    paths = [dataset / f"{n}.parquet" for n in ("one", "chunks")]
+    for chunk, out in zip((bm25.MINE_CHUNK, 1), paths):
+        bm25.mine_negatives(
+            dataset / "index",
+            dataset / "queries.train.parquet",
+            dataset / "qrels.train.parquet",
+            dataset / "corpus.parquet",
+            2,
+            out,
+            chunk=chunk,
+        )
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    # q2's only match is its positive: its chunk appends no rows
+    assert read_table(paths[0])["qid"].drop_duplicates().tolist() == ["q1", "q3"]
+    monkeypatch.setattr(storage, "ROW_GROUP_ROWS", 4)
+    bm25.mine_negatives(
+        dataset / "index",
+        dataset / "queries.train.parquet",
+        dataset / "qrels.train.parquet",
+        dataset / "corpus.parquet",
+        2,
+        paths[1],
+        chunk=1,
+    )
+    whole = dataset / "whole.parquet"
+    pq.write_table(pq.read_table(paths[0]), whole, row_group_size=4)
+    assert paths[1].read_bytes() == whole.read_bytes()
 
 
 def test_mine_answer_exclusion_goes_deeper(tmp_path):

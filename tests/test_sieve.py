@@ -319,3 +319,28 @@ def test_max_queries_is_a_seeded_sample(tmp_path, make_sieve_dataset):
     pd.testing.assert_frame_equal(a, b)
     c = build_candidates(p, **dict(kw, seed=5))
     assert set(c["qid"]) != set(a["qid"])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(qrels_all=True),
+        dict(injection_fraction=0.5, suspect_same_article=True),
+        dict(max_queries=3, qrels_all=True),
+    ],
+)
+def test_candidates_read_in_pieces_equal_one_read(tmp_path, make_sieve_dataset, monkeypatch, options):
+    """The negatives streamed 3 rows at a time, also with each query's rows scattered over the file
+    (rows ordered by rank: every query open until the end), give the table of one read."""
+    p = make_sieve_dataset(tmp_path / "d")
+    kw = dict(n_candidates=4, pool=100, seed=0, **options)
+    if kw.pop("qrels_all", False):
+        kw["qrels_all"] = p["qrels_all"]
+    whole = build_candidates(p, **kw)
+    monkeypatch.setattr("pipeline.sieve.data.NEGATIVES_BATCH", 3)
+    pd.testing.assert_frame_equal(build_candidates(p, **kw), whole)
+    table = pq.read_table(p["negatives"])
+    scattered = table.sort_by([("rank", "descending"), ("qid", "ascending")])
+    assert scattered["qid"][0] != scattered["qid"][1]
+    pq.write_table(scattered, p["negatives"])
+    pd.testing.assert_frame_equal(build_candidates(p, **kw), whole)

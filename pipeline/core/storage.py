@@ -241,6 +241,54 @@ class ParquetStreamWriter(StreamedOutput):
         self._writer.close()
 
 
+# pq.write_table's row group length when it is given none (pyarrow: min(rows, 1024 * 1024)).
+ROW_GROUP_ROWS = 1024 * 1024
+
+
+class ParquetTableWriter(StreamedOutput):
+    """Tables appended piece by piece, written as ``write_table`` writes their concatenation.
+
+    Rows are held until a row group of ``ROW_GROUP_ROWS`` is full and then written as one contiguous
+    table, so the row groups (and, pyarrow's writer being deterministic, the bytes) are those of one
+    ``pq.write_table`` call on all the rows, while memory holds at most one row group. For stages whose
+    output grows with the number of queries (mined negatives: ~100 rows per train question).
+    """
+
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema):
+        super().__init__(path)
+        self.schema = schema
+        self._writer = pq.ParquetWriter(self._tmp, schema)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._groups = 0
+        self.rows = 0
+
+    def append(self, table: pa.Table) -> None:
+        if not table.schema.equals(self.schema):  # metadata included: it is part of the file's bytes
+            raise ValueError(f"table schema {table.schema} is not the writer's {self.schema}")
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        rows = pa.concat_tables(self._pending or [self.schema.empty_table()]).combine_chunks()
+        full = rows.num_rows if final else rows.num_rows - rows.num_rows % ROW_GROUP_ROWS
+        if full or (final and not self._groups):  # write_table of no rows writes one empty row group
+            self._writer.write_table(rows.slice(0, full))
+            self._groups += 1
+        self._pending = [rows.slice(full)] if full < rows.num_rows else []
+        self._pending_rows = rows.num_rows - full
+
+    def close(self) -> None:
+        self._flush(final=True)
+        super().close()
+
+    def _release(self) -> None:
+        self._writer.close()
+
+
 # ---- column types ---------------------------------------------------------------------------------
 
 _FLOAT_NAMES = {"halffloat": "float16", "float": "float32", "double": "float64"}

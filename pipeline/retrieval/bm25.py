@@ -33,10 +33,17 @@ from rich.progress import Progress
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
-from pipeline.core.schemas import CORPUS_SCHEMA, PASSAGE_IDS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
+from pipeline.core.schemas import (
+    CORPUS_SCHEMA,
+    MINED_NEGATIVES_SCHEMA,
+    PASSAGE_IDS_SCHEMA,
+    QUERIES_SCHEMA,
+    RUN_SCHEMA,
+)
 from pipeline.core.settings import Bm25IndexJob, Bm25MineJob, Bm25RetrieveJob
 from pipeline.core.storage import (
     DataError,
+    ParquetTableWriter,
     check_unique_ids,
     open_parquet,
     read_json_object,
@@ -53,6 +60,11 @@ log = logging.getLogger("sieve.bm25")
 CORPUS_BATCH = 20_000
 DAMAGED_INDEX = "delete the BM25 index folder and rerun index_bm25 (the rule that builds it)"
 QUERY_BATCH = 4_096
+# Train queries mined per pass (mine_negatives). A chunk's rankings are held until it is written (at
+# depth ~100, ~100 B per (pid, score) tuple: ~160 MB) and the passages it ranked sit in the answer
+# matcher (at most chunk x depth, ~1.7M, of ~600 B each, whatever the corpus); each chunk streams the
+# corpus once to find them, so a smaller chunk costs corpus passes.
+MINE_CHUNK = 16_384
 
 
 def make_tokenizer(stemmer: str | None, stopwords: str | None) -> Tokenizer:
@@ -239,43 +251,56 @@ def mine_negatives(
     *,
     exclude_answer_match: bool = False,
     match: str = "string",
+    chunk: int = MINE_CHUNK,
 ) -> dict:
     """Top ``n_negatives`` BM25 candidates per train query that are not its annotated positives.
 
     The rule shared with dense mining (pipeline.retrieval.mining): with ``exclude_answer_match`` (DPR
     recipe) candidates containing an answer are marked ``excluded`` and the list goes deeper until
     ``n_negatives`` usable ones are found; every row keeps ``has_answer`` so the choice stays auditable.
+
+    Queries are mined ``chunk`` at a time (retrieved, answer-matched against the passages that chunk
+    ranked, appended to the output), so memory holds one chunk's rankings and one Parquet row group,
+    whatever the number of queries; the file is the one a single pass would write, byte for byte
+    (ParquetTableWriter), and appears only when every query is mined.
     """
     index = BM25Index(index_dir)
     queries = read_table(queries_path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
     positives, missing = train_positives(queries["qid"], qrels_path)
     depth = mining_depth(n_negatives, positives, exclude_answer_match)
-    candidates = []
-    for chunk, results in _batched_search(index, queries, depth, "BM25: mining negatives"):
-        for (qid, answers), hits in zip(chunk[["qid", "answers"]].itertuples(index=False), results):
-            pos = positives.get(qid, set())
-            candidates.append(
-                (
-                    qid,
-                    list(answers) if answers is not None else [],
-                    [(pid, s) for pid, s in hits if pid not in pos],
-                )
+    totals = {"answer_matches": 0}
+    with ParquetTableWriter(out, MINED_NEGATIVES_SCHEMA) as writer:
+        for start in range(0, len(queries), chunk):
+            part = queries.iloc[start : start + chunk]
+            candidates = []
+            for batch, results in _batched_search(index, part, depth, "BM25: mining negatives"):
+                for (qid, answers), hits in zip(batch[["qid", "answers"]].itertuples(index=False), results):
+                    pos = positives.get(qid, set())
+                    candidates.append(
+                        (
+                            qid,
+                            list(answers) if answers is not None else [],
+                            [(pid, s) for pid, s in hits if pid not in pos],
+                        )
+                    )
+            # One corpus pass per chunk: the matcher holds only the passages this chunk ranked.
+            needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
+            matcher = load_matcher(corpus_path, needed, match)
+            table, counts = negatives_table(
+                candidates,
+                matcher,
+                n_negatives,
+                exclude_answer_match=exclude_answer_match,
+                source="bm25",
+                queries_path=queries_path,
             )
-    needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
-    matcher = load_matcher(corpus_path, needed, match)
-    table, counts = negatives_table(
-        candidates,
-        matcher,
-        n_negatives,
-        exclude_answer_match=exclude_answer_match,
-        source="bm25",
-        queries_path=queries_path,
-    )
-    write_table(out, table)
+            writer.append(table)
+            totals["answer_matches"] += counts["answer_matches"]
+            log.info("mined %d of %d queries", min(start + chunk, len(queries)), len(queries))
     stats = {
         "queries": len(queries),
-        "rows": table.num_rows,
-        "answer_matches": counts["answer_matches"],
+        "rows": writer.rows,
+        "answer_matches": totals["answer_matches"],
         "queries_without_positive": len(missing),
         "exclude_answer_match": exclude_answer_match,
     }

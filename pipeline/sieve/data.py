@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,29 +35,25 @@ def _first_null(df: pd.DataFrame, columns: Iterable[str], path: Path) -> None:
     for col in columns:
         nulls = df[col].isna().to_numpy()
         if nulls.any():
-            raise DataError("null value", file=path, record=int(np.argmax(nulls)), field=col)
+            raise DataError("null value", file=path, record=int(df.index[np.argmax(nulls)]), field=col)
 
 
-def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
-    """A negatives table (bm25.parquet layout), validated; rows marked ``excluded`` are removed.
+NEGATIVES_COLUMNS = ["qid", "pid", "rank", "score", "source", "has_answer", "excluded"]
+NEGATIVES_OPTIONAL = ("source", "has_answer", "excluded")
+NEGATIVES_BATCH = 65_536  # rows per streamed piece (NegativesFile)
 
-    Required: qid, pid (string), rank (integer >= 1), score (number); optional: excluded (bool),
-    has_answer (bool), source (string; default: the file's stem). A wrong type, a null, a rank < 1 or a duplicate (qid, pid) raises a DataError
-    naming the file, the 0-based row and the column.
-    """
-    path = Path(path)
-    df = read_table(
-        path,
-        ["qid", "pid", "rank", "score", "source", "has_answer", "excluded"],
-        schema=MINED_NEGATIVES_SCHEMA,
-        optional=("source", "has_answer", "excluded"),
-    )
+
+def _checked_negatives(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """read_negatives' checks and rows for ``df``, whose index is the file's row numbers."""
     _first_null(df, [c for c in ("qid", "pid", "rank", "score", "excluded") if c in df], path)
     bad_rank = (df["rank"] < 1).to_numpy()
     if bad_rank.any():
         row = int(np.argmax(bad_rank))
         raise DataError(
-            f"rank {df['rank'].iat[row]} < 1 (ranks are 1-based)", file=path, record=row, field="rank"
+            f"rank {df['rank'].iat[row]} < 1 (ranks are 1-based)",
+            file=path,
+            record=int(df.index[row]),
+            field="rank",
         )
     repeat = first_repeat(df, ["qid", "pid"])
     if repeat:
@@ -65,7 +61,7 @@ def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
         raise DataError(
             f"duplicate (qid, pid) = ({df['qid'].iat[row]!r}, {df['pid'].iat[row]!r})",
             file=path,
-            record=row,
+            record=int(df.index[row]),
             field="pid",
         )
     if "excluded" in df:
@@ -79,7 +75,64 @@ def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
         else pd.array([pd.NA] * len(df), dtype="boolean")
     )
     out["source"] = df["source"].fillna(path.stem).astype(str) if "source" in df else path.stem
-    return out.reset_index(drop=True)
+    return out
+
+
+def read_negatives(path: str | os.PathLike) -> pd.DataFrame:
+    """A negatives table (bm25.parquet layout), validated; rows marked ``excluded`` are removed.
+
+    Required: qid, pid (string), rank (integer >= 1), score (number); optional: excluded (bool),
+    has_answer (bool), source (string; default: the file's stem). A wrong type, a null, a rank < 1 or a duplicate (qid, pid) raises a DataError
+    naming the file, the 0-based row and the column.
+    """
+    path = Path(path)
+    df = read_table(path, NEGATIVES_COLUMNS, schema=MINED_NEGATIVES_SCHEMA, optional=NEGATIVES_OPTIONAL)
+    return _checked_negatives(df, path).reset_index(drop=True)
+
+
+class NegativesFile:
+    """A negatives table read in pieces, never whole (at NQ scale ~100 rows per train question).
+
+    ``batches`` streams columns; ``queries`` streams read_negatives' rows (same checks, same
+    errors) in pieces that each hold every row of their queries, given where each query's last row
+    is (``batches`` of qid tells): a query's rows need not be contiguous, a piece is handed out once
+    the file has been read past the last row of each of its queries, so memory holds a piece and
+    the rows of queries still open (for the miners' files, whose queries are contiguous: one piece).
+    """
+
+    def __init__(self, path: str | os.PathLike, batch_rows: int | None = None):
+        self.path = Path(path)
+        self.batch_rows = batch_rows or NEGATIVES_BATCH
+        with open_parquet(
+            self.path, NEGATIVES_COLUMNS, schema=MINED_NEGATIVES_SCHEMA, optional=NEGATIVES_OPTIONAL
+        ) as parquet:
+            self.columns = [c for c in NEGATIVES_COLUMNS if c in parquet.schema_arrow.names]
+
+    def batches(self, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
+        """The file's ``columns`` (those present) in pieces indexed by the file's row numbers."""
+        start = 0
+        with open_parquet(self.path) as parquet:
+            for batch in parquet.iter_batches(
+                batch_size=self.batch_rows, columns=[c for c in columns if c in self.columns]
+            ):
+                frame = arrow_frame(pa.Table.from_batches([batch]))
+                frame.index = pd.RangeIndex(start, start + len(frame))
+                start += len(frame)
+                yield frame
+
+    def queries(self, last_row: dict[str, int]) -> Iterator[pd.DataFrame]:
+        """read_negatives' rows in pieces of whole queries (``last_row``: qid -> its last row)."""
+        last = pd.Series(last_row, dtype=np.int64)  # once: map() turns a dict into a Series per call
+        waiting = None
+        for part in self.batches(self.columns):
+            waiting = part if waiting is None else pd.concat([waiting, part])
+            done = waiting["qid"].map(last).to_numpy() <= part.index[-1]
+            if done.any():
+                yield _checked_negatives(waiting[done], self.path)
+                waiting = waiting[~done]
+        if waiting is None:  # no rows: one empty piece, typed as read_negatives' rows
+            empty = MINED_NEGATIVES_SCHEMA.empty_table().select(self.columns)
+            yield _checked_negatives(arrow_frame(empty), self.path)
 
 
 def read_positives(path: str | os.PathLike) -> dict[str, list[str]]:
