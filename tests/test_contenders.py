@@ -101,7 +101,8 @@ def test_dev_margin_lookups(w):
     assert dev["negatives"] == "results/synthkb/bm25/run.dev.parquet" and dev["qrels_all"].endswith(
         "qrels_all.dev.parquet"
     )
-    assert "--injection" not in s.dev_candidate_settings(job(dataset="synthkb", stag=""))
+    dev_settings = json.loads(shlex.split(s.dev_candidate_settings(job(dataset="synthkb", stag="")))[1])
+    assert dev_settings["injection_fraction"] == 0.0
 
 
 def test_relabelled_qrels_by_hand(tmp_path):

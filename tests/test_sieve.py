@@ -171,7 +171,7 @@ def build_candidates(p: dict, **kw) -> pd.DataFrame:
 
 def test_candidates_labels_from_qrels_all(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    cands = build_candidates(p, n_candidates=12, pool=100, seed=0, qrels_all=p["qrels_all"])
+    cands = build_candidates(p, candidates=12, pool=100, seed=0, qrels_all=p["qrels_all"])
     assert not ((cands["qid"] == "q1") & (cands["rank"] == 3)).any()  # excluded row
     assert (cands["fn_label_source"] == "qrels_all").all()
     fns = cands[cands["is_false_negative"].astype(bool)]
@@ -182,7 +182,7 @@ def test_candidates_labels_from_qrels_all(tmp_path, make_sieve_dataset):
 
 def test_injection_moves_positives_and_labels_them(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    kw = dict(n_candidates=6, pool=100, seed=0)
+    kw = dict(candidates=6, pool=100, seed=0)
     plain = build_candidates(p, **kw)
     inj = build_candidates(p, injection_fraction=0.5, **kw)
     again = build_candidates(p, injection_fraction=0.5, **kw)
@@ -203,7 +203,7 @@ def test_injection_moves_positives_and_labels_them(tmp_path, make_sieve_dataset)
 
 def test_suspected_are_same_article_answer_matches_and_not_truth(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    cands = build_candidates(p, n_candidates=12, pool=100, seed=0, suspect_same_article=True)
+    cands = build_candidates(p, candidates=12, pool=100, seed=0, suspect_same_article=True)
     suspected = cands[cands["fn_label_source"] == "suspected"]
     # fnK shares pos K's article and contains answerK; fillers never contain an answer.
     assert sorted(suspected["pid"]) == sorted(f"fn{k}" for k in range(8))
@@ -312,7 +312,7 @@ def test_fixture_schema_matches_bm25(tmp_path, make_sieve_dataset):
 
 def test_max_queries_is_a_seeded_sample(tmp_path, make_sieve_dataset):
     p = make_sieve_dataset(tmp_path / "d")
-    kw = dict(n_candidates=4, pool=100, seed=0, max_queries=3)
+    kw = dict(candidates=4, pool=100, seed=0, max_queries=3)
     a = build_candidates(p, **kw)
     b = build_candidates(p, **kw)
     assert a["qid"].nunique() == 3 and (a.groupby("qid").size() == 4).all()
@@ -333,7 +333,7 @@ def test_candidates_read_in_pieces_equal_one_read(tmp_path, make_sieve_dataset, 
     """The negatives streamed 3 rows at a time, also with each query's rows scattered over the file
     (rows ordered by rank: every query open until the end), give the table of one read."""
     p = make_sieve_dataset(tmp_path / "d")
-    kw = dict(n_candidates=4, pool=100, seed=0, **options)
+    kw = dict(candidates=4, pool=100, seed=0, **options)
     if kw.pop("qrels_all", False):
         kw["qrels_all"] = p["qrels_all"]
     whole = build_candidates(p, **kw)

@@ -20,6 +20,7 @@ from pipeline.core.settings import (
     Bm25MineJob,
     Bm25RetrieveJob,
     Bm25Settings,
+    CandidatesJob,
     CcrSettings,
     Config,
     DatasetSpec,
@@ -30,6 +31,7 @@ from pipeline.core.settings import (
     GenerateJob,
     HybridSettings,
     IndexSettings,
+    InjectionSettings,
     ModelSettings,
     Objective,
     PrepareJob,
@@ -87,7 +89,6 @@ STAGE_FLAGS = {
     },
     "pipeline.ar2.selection": {("search", "depth"): DEPTH},
     "pipeline.sieve.filters": {(None, "seed"): SEED},
-    "pipeline.sieve.candidates": {(None, "seed"): SEED},
     "pipeline.sieve.cross_encoder": {(None, "seed"): SEED},
 }
 
@@ -109,11 +110,18 @@ JOB_FIELDS = {
         "match": MATCH,
     },
     EvaluateJob: {"ks": (EvalSettings, "ks"), "match": MATCH},
+    CandidatesJob: {
+        **{k: (SieveSettings, k) for k in ("candidates", "pool", "max_queries")},
+        "injection_fraction": (InjectionSettings, "fraction"),
+        "match": MATCH,
+        "seed": SEED,
+    },
 }
 DOCUMENT_STAGES = {
     "pipeline.synthkb.generate": GenerateJob,
     "pipeline.data.prepare": PrepareJob,
     "pipeline.sieve.passage_sieve": SieveJob,
+    "pipeline.sieve.candidates": CandidatesJob,
     "pipeline.ar2.mine": Ar2MineJob,
     "pipeline.evaluation.evaluate": EvaluateJob,
 }

@@ -21,6 +21,7 @@ from pipeline.core.settings import (
     Bm25IndexJob,
     Bm25MineJob,
     Bm25RetrieveJob,
+    CandidatesJob,
     EvaluateJob,
     GenerateJob,
     PrepareJob,
@@ -33,7 +34,7 @@ from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job
 from pipeline.workflow.retrieval import bm25_job
-from pipeline.workflow.sieve import SieveRules, sieve_job
+from pipeline.workflow.sieve import SieveRules, candidates_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 
 
@@ -45,7 +46,7 @@ class Wild(SimpleNamespace):
 OVERLAY = {
     "bm25": {"k1": 1.2, "negatives": 7, "exclude_answer_match": True},
     "eval": {"ks": [1, 3], "match": "regex", "depth": 40},
-    "sieve": {"strict": True, "in_batch": 4},
+    "sieve": {"strict": True, "in_batch": 4, "pool": 40, "injection": {"fraction": 0.3}},
     "ar2": {"top_k": 9, "temperature": 0.1},
     "seed": 3,
 }
@@ -71,6 +72,7 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         Bm25RetrieveJob: bm25_job(c, "retrieve"),
         Bm25MineJob: bm25_job(c, "mine"),
         SieveJob: sieve_job(c, 3),
+        CandidatesJob: candidates_job(c, 3, "synthkb"),
         Ar2MineJob: ar2_mine_job(c),
         EvaluateJob: evaluate_job(w, "synthkb", "bm25", allow_missing_queries=True),
     }
@@ -84,6 +86,21 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         and documents[SieveJob]["in_batch"] == 4
         and documents[SieveJob]["seed"] == 3
     )
+    assert documents[CandidatesJob] == {
+        "candidates": 30,
+        "pool": 40,
+        "max_queries": None,
+        "injection_fraction": 0.3,
+        "match": "regex",
+        "seed": 3,
+        "suspect_same_article": False,
+    }
+    # the dev queries' candidates: none injected (sieve.injection reruns the train candidates only)
+    assert candidates_job(c, 3, "squad", injection=False) == {
+        **documents[CandidatesJob],
+        "injection_fraction": 0.0,
+        "suspect_same_article": True,
+    }
     assert documents[Ar2MineJob]["top_k"] == 9 and documents[Ar2MineJob]["temperature"] == 0.1
     assert documents[EvaluateJob] == {
         "dataset": "synthkb",
@@ -120,6 +137,9 @@ def test_the_rules_pass_the_documents_whole(w):
     dense = _document(EvaluationRules(w).settings(Wild(dataset="synthkb", run="ar2/seed1")))
     assert dense["method"] == "ar2" and not dense["allow_missing_queries"]
     assert _document(SieveRules(w).sieve_settings(wild)) == sieve_job(w.cfg("synthkb"), 3)
+    assert _document(SieveRules(w).candidate_settings(wild)) == candidates_job(w.cfg("synthkb"), 3, "synthkb")
+    dev = candidates_job(w.cfg("synthkb"), 3, "synthkb", injection=False)
+    assert _document(SieveRules(w).dev_candidate_settings(wild)) == dev
     ar2 = Ar2Jobs(w, lambda section, wildcards: {})
     assert _document(ar2.mine_flags(wild)) == ar2_mine_job(w.cfg("synthkb"))
     assert _document(ar2.start_dev_settings(wild))["split"] == "dev"
@@ -130,6 +150,10 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
     overlay.write_text(json.dumps(OVERLAY))
     assert jobs.main(["synthkb", "passage_sieve", "--configfile", str(overlay)]) == 0
     assert json.loads(capsys.readouterr().out) == sieve_job(tables(OVERLAY).cfg("synthkb"), 3)
+    assert jobs.main(["squad", "sieve_dev_candidates", "--configfile", str(overlay)]) == 0
+    assert json.loads(capsys.readouterr().out) == candidates_job(
+        tables(OVERLAY).cfg("squad"), 3, "squad", injection=False
+    )
     assert jobs.main(["squad", "prepare"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "squad"
     for argv, message in ((["squad", "generate"], "is prepared"), (["synthkb", "train"], "unknown stage")):

@@ -70,9 +70,9 @@ def test_candidates_read_the_sources_negatives_with_exact_labels_on_synthkb(s):
 
 
 def test_settings_carry_the_seed_and_the_squad_flag(s, w):
-    seed = f"--seed {w.config['seed']}"
-    assert seed in s.candidate_settings(job(dataset="synthkb"))
-    assert "--suspect-same-article" not in s.candidate_settings(job(dataset="synthkb"))
+    candidates = json.loads(shlex.split(s.candidate_settings(job(dataset="synthkb")))[1])
+    assert candidates["seed"] == w.config["seed"] and not candidates["suspect_same_article"]
+    assert json.loads(shlex.split(s.candidate_settings(job(dataset="squad")))[1])["suspect_same_article"]
     flag, document = shlex.split(s.sieve_settings(job(dataset="synthkb")))
     assert flag == "--settings-json" and json.loads(document)["seed"] == w.config["seed"]
     assert s.cross_encoder_args(job(dataset="synthkb"))

@@ -112,7 +112,7 @@ def sieve_round(
         qrels,
         queries,
         corpus,
-        n_candidates=int(sieve_cfg["candidates"]),
+        candidates=int(sieve_cfg["candidates"]),
         pool=int(sieve_cfg["pool"]),
         seed=seed,
         qrels_all=qrels_all,

@@ -1498,10 +1498,12 @@ def _flag_tokens(
 # resolved config. train_dense's document is TrainJob (above).
 
 
-def fields_of(cls: type[Contract], *names: str) -> dict[str, tuple[Any, Any]]:
-    """The fields ``names`` of ``cls`` as create_model takes them: (type, the field itself)."""
+def fields_of(cls: type[Contract], *names: str, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """The fields ``names`` of ``cls`` as create_model takes them: (type, the field itself); ``prefix``:
+    a nested section's key, so that its field keeps the name of its flag (injection -> injection_fraction)."""
     return {
-        name: (cls.model_fields[name].annotation, copy.deepcopy(cls.model_fields[name])) for name in names
+        _dest(name, prefix): (cls.model_fields[name].annotation, copy.deepcopy(cls.model_fields[name]))
+        for name in names
     }
 
 
@@ -1552,6 +1554,22 @@ SieveJob = job_contract(
     "pipeline.sieve.passage_sieve: the decision's settings and Figure 1's losses (section sieve), the seed.",
     **fields_of(SieveSettings, *SIEVE_DECISION_KEYS, "in_batch", "figure_queries"),
     **fields_of(Config, "seed"),
+)
+CandidatesJob = job_contract(
+    "CandidatesJob",
+    "pipeline.sieve.candidates: how the candidates are drawn (section sieve; the injection a simulation of the "
+    "train queries only), answer matching (eval.match), the seed.",
+    **fields_of(SieveSettings, "candidates", "pool", "max_queries"),
+    **fields_of(InjectionSettings, "fraction", prefix="injection"),
+    **fields_of(EvalSettings, "match"),
+    **fields_of(Config, "seed"),
+    suspect_same_article=(
+        bool,
+        Field(
+            False,
+            description="label same-article answer-bearing candidates 'suspected' (a dataset of format squad)",
+        ),
+    ),
 )
 Ar2MineJob = job_contract(
     "Ar2MineJob",

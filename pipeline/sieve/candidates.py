@@ -1,10 +1,14 @@
 """The candidate set every filter judges, with false-negative labels where the truth is known.
 
-    python -m pipeline.sieve.candidates --negatives results/D/negatives/bm25.parquet \
+    python -m pipeline.workflow.jobs D sieve_candidates > candidates.json
+    python -m pipeline.sieve.candidates --settings candidates.json \
+        --negatives results/D/negatives/bm25.parquet \
         --qrels resources/D/qrels.train.parquet [--qrels-all resources/D/qrels_all.train.parquet] \
         --queries resources/D/queries.train.parquet --corpus resources/D/corpus.parquet \
-        --candidates 30 --pool 100 --seed 0 [--injection-fraction 0.1] [--suspect-same-article] \
-        [--max-queries N] --out results/D/sieve/candidates.parquet
+        [--candidates 30 --pool 100 ...: over the document] --out results/D/sieve/candidates.parquet
+
+The settings (pipeline.core.settings.CandidatesJob) come as one document, the workflow's job's
+(``--settings-json``) or a file (``--settings``), each flag over it.
 
 Labels (``is_false_negative``, ``fn_label_source``), first rule that applies wins:
 
@@ -29,9 +33,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CANDIDATES_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.settings import Config, EvalSettings, InjectionSettings, SieveSettings, add_flags, default
+from pipeline.core.settings import CandidatesJob
 from pipeline.core.storage import DataError, write_table
 from pipeline.data.answers import AnswerMatcher
 from pipeline.sieve.data import NegativesFile, iter_corpus, load_passages, read_positives, read_queries
@@ -157,7 +162,7 @@ def build_candidates(
     queries: str | os.PathLike,
     corpus: str | os.PathLike,
     *,
-    n_candidates: int,
+    candidates: int,
     pool: int,
     seed: int,
     qrels_all: str | os.PathLike | None = None,
@@ -216,7 +221,7 @@ def build_candidates(
     for negs in negs_file.queries(last_row):
         negs = negs[~annotated(negs)]
         negs = negs[pc.is_in(pa.array(negs["qid"], pa.string()), value_set=sieved_ids).to_numpy(False)]
-        parts.append(select_candidates(negs, n_candidates=n_candidates, pool=pool, seed=seed))
+        parts.append(select_candidates(negs, n_candidates=candidates, pool=pool, seed=seed))
     # Each query's rows come from one piece, in (rank, pid) order: the final sort gives the one order.
     parts = [p for p in parts if len(p)] or parts[:1]
     cands = pd.concat(parts).reset_index(drop=True) if len(parts) > 1 else parts[0]
@@ -258,35 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qrels-all", default=None, help="qrels_all.train.parquet (exact truth)")
     parser.add_argument("--queries", required=True)
     parser.add_argument("--corpus", required=True)
-    settings = parser.add_argument_group("settings (config section sieve; --match: eval.match)")
-    add_flags(settings, SieveSettings, names=("candidates", "pool", "max_queries"))
-    add_flags(settings, InjectionSettings, prefix="injection")
-    add_flags(settings, EvalSettings, names=("match",))
-    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
-    parser.add_argument(
-        "--suspect-same-article",
-        action="store_true",
-        help="label same-article answer-bearing candidates 'suspected' (SQuAD)",
-    )
+    add_settings_flags(parser, CandidatesJob, "settings (config section sieve; --match: eval.match)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
+    job = job_settings(CandidatesJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
-    if args.candidates < 1 or args.pool < 1:
-        raise DataError("--candidates and --pool must be >= 1", field="sieve.candidates")
     cands = build_candidates(
-        args.negatives,
-        args.qrels,
-        args.queries,
-        args.corpus,
-        n_candidates=args.candidates,
-        pool=args.pool,
-        seed=args.seed,
-        qrels_all=args.qrels_all,
-        injection_fraction=args.injection_fraction,
-        suspect_same_article=args.suspect_same_article,
-        match=args.match,
-        max_queries=args.max_queries,
+        args.negatives, args.qrels, args.queries, args.corpus, qrels_all=args.qrels_all, **job.model_dump()
     )
     write_table(args.out, candidates_table(cands))
     counts = cands["fn_label_source"].value_counts(dropna=False).to_dict()

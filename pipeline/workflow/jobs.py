@@ -22,7 +22,7 @@ from pipeline.workflow.ar2 import ar2_mine_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job
 from pipeline.workflow.retrieval import bm25_job
-from pipeline.workflow.sieve import sieve_job
+from pipeline.workflow.sieve import candidates_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
 
@@ -36,6 +36,10 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
         "bm25_index": lambda d, args: bm25_job(tables.cfg(d), "index"),
         "bm25_retrieve": lambda d, args: bm25_job(tables.cfg(d), "retrieve"),
         "bm25_mine": lambda d, args: bm25_job(tables.cfg(d), "mine"),
+        "sieve_candidates": lambda d, args: candidates_job(tables.cfg(d), seed, tables.datasets[d]["format"]),
+        "sieve_dev_candidates": lambda d, args: candidates_job(
+            tables.cfg(d), seed, tables.datasets[d]["format"], injection=False
+        ),
         "passage_sieve": lambda d, args: sieve_job(tables.cfg(d), seed),
         "ar2_mine": lambda d, args: ar2_mine_job(tables.cfg(d)),
         "evaluate": lambda d, args: evaluate_job(
@@ -79,6 +83,8 @@ STAGES = (
     "bm25_index",
     "bm25_retrieve",
     "bm25_mine",
+    "sieve_candidates",
+    "sieve_dev_candidates",
     "passage_sieve",
     "ar2_mine",
     "evaluate",

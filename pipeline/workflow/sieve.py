@@ -21,8 +21,6 @@ from pipeline.core.settings import (
     AbsoluteMarginSettings,
     CleanSpec,
     CrossEncoderFilterSettings,
-    EvalSettings,
-    InjectionSettings,
     PositiveAwareDevSettings,
     PositiveAwareSettings,
     RankWindowSettings,
@@ -69,6 +67,21 @@ def sieve_job(config: dict, seed: int) -> dict[str, Any]:
     config is ``config``: section sieve's decision keys, in-batch negatives and figure queries, the seed."""
     keys = [key for key in SieveJob.model_fields if key != "seed"]
     return {**{key: config["sieve"][key] for key in keys}, "seed": seed}
+
+
+def candidates_job(config: dict, seed: int, data_format: str, injection: bool = True) -> dict[str, Any]:
+    """The document of a sieve_candidates job (pipeline.core.settings.CandidatesJob) of a dataset whose
+    resolved config is ``config`` and whose format is ``data_format``. ``injection`` False: the dev
+    queries' (sieve_dev_candidates), none injected: the injection simulates noise in the train data, the
+    dev truth is qrels_all or answer match, so sieve.injection does not rerun that job."""
+    c = config["sieve"]
+    return {
+        **{key: c[key] for key in ("candidates", "pool", "max_queries")},
+        "injection_fraction": c["injection"]["fraction"] if injection else 0.0,
+        "match": config["eval"]["match"],
+        "seed": seed,
+        "suspect_same_article": data_format == "squad",
+    }
 
 
 class SieveRules:
@@ -177,22 +190,17 @@ class SieveRules:
         return self._split_inputs(d, "dev", run(d, self.w.sieve_source(d), "dev"))
 
     def dev_candidate_settings(self, wildcards: Wildcards) -> str:
-        """params function: sieve_dev_candidates' flags: the train candidates' without the injection
-        (a simulation of the train data: the dev truth is qrels_all or answer match)."""
-        return self.candidate_settings(wildcards, injection=False)
+        """params function: sieve_dev_candidates' document (candidates_job without the injection)."""
+        return settings_flag(self._candidates_job(wildcards.dataset, injection=False))
 
-    def candidate_settings(self, wildcards: Wildcards, injection: bool = True) -> str:
-        """params function: sieve_candidates' flags."""
-        c = self.sieve_config(wildcards.dataset)
-        args = [
-            to_flags(SieveSettings, c, ("candidates", "pool", "max_queries")),
-            to_flags(InjectionSettings, c["injection"] if injection else {}, prefix="injection"),
-            to_flags(EvalSettings, self.config["eval"], ("match",)),
-            f"--seed {self.config['seed']}",
-        ]
-        if self.w.datasets[wildcards.dataset]["format"] == "squad":
-            args.append("--suspect-same-article")
-        return " ".join(args)
+    def candidate_settings(self, wildcards: Wildcards) -> str:
+        """params function: sieve_candidates' document (candidates_job), recorded and passed whole."""
+        return settings_flag(self._candidates_job(wildcards.dataset, injection=True))
+
+    def _candidates_job(self, d: str, injection: bool) -> dict[str, Any]:
+        return candidates_job(
+            self.w.cfg(d), int(self.config["seed"]), self.w.datasets[d]["format"], injection=injection
+        )
 
     def sieve_settings(self, wildcards: Wildcards) -> str:
         """params function: sieve_negatives' document (sieve_job), recorded and passed whole."""
