@@ -259,7 +259,7 @@ def test_cross_encoder_training_settings_are_checked_by_the_contract(toy, tmp_pa
             cef.main, _cross_encoder_argv(toy, "--steps", "2", flag, "--out", str(tmp_path / "cross_encoder"))
         )
     assert exc.value.code == 2
-    assert "config key 'sieve.cross_encoder.lr'" in capsys.readouterr().err
+    assert "'settings.lr'" in capsys.readouterr().err
     assert not (tmp_path / "cross_encoder").exists()
 
 

@@ -13,6 +13,7 @@ from pipeline.core.config import load_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
 from pipeline.core.settings import (
+    CROSS_ENCODER_TRAINING,
     SYNTHKB_SPLIT,
     Ar2MineJob,
     Ar2Settings,
@@ -23,6 +24,8 @@ from pipeline.core.settings import (
     CandidatesJob,
     CcrSettings,
     Config,
+    CrossEncoderFilterSettings,
+    CrossEncoderJob,
     DatasetSpec,
     DprSettings,
     EncodeSettings,
@@ -89,7 +92,6 @@ STAGE_FLAGS = {
     },
     "pipeline.ar2.selection": {("search", "depth"): DEPTH},
     "pipeline.sieve.filters": {(None, "seed"): SEED},
-    "pipeline.sieve.cross_encoder": {(None, "seed"): SEED},
 }
 
 
@@ -116,12 +118,17 @@ JOB_FIELDS = {
         "match": MATCH,
         "seed": SEED,
     },
+    CrossEncoderJob: {
+        **{k: (CrossEncoderFilterSettings, k) for k in CROSS_ENCODER_TRAINING},
+        "seed": SEED,
+    },
 }
 DOCUMENT_STAGES = {
     "pipeline.synthkb.generate": GenerateJob,
     "pipeline.data.prepare": PrepareJob,
     "pipeline.sieve.passage_sieve": SieveJob,
     "pipeline.sieve.candidates": CandidatesJob,
+    "pipeline.sieve.cross_encoder": CrossEncoderJob,
     "pipeline.ar2.mine": Ar2MineJob,
     "pipeline.evaluation.evaluate": EvaluateJob,
 }

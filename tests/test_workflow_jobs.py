@@ -22,6 +22,7 @@ from pipeline.core.settings import (
     Bm25MineJob,
     Bm25RetrieveJob,
     CandidatesJob,
+    CrossEncoderJob,
     EvaluateJob,
     GenerateJob,
     PrepareJob,
@@ -34,7 +35,7 @@ from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job
 from pipeline.workflow.retrieval import bm25_job
-from pipeline.workflow.sieve import SieveRules, candidates_job, sieve_job
+from pipeline.workflow.sieve import SieveRules, candidates_job, cross_encoder_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 
 
@@ -46,7 +47,13 @@ class Wild(SimpleNamespace):
 OVERLAY = {
     "bm25": {"k1": 1.2, "negatives": 7, "exclude_answer_match": True},
     "eval": {"ks": [1, 3], "match": "regex", "depth": 40},
-    "sieve": {"strict": True, "in_batch": 4, "pool": 40, "injection": {"fraction": 0.3}},
+    "sieve": {
+        "strict": True,
+        "in_batch": 4,
+        "pool": 40,
+        "injection": {"fraction": 0.3},
+        "cross_encoder": {"steps": 5},
+    },
     "ar2": {"top_k": 9, "temperature": 0.1},
     "seed": 3,
 }
@@ -73,6 +80,7 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         Bm25MineJob: bm25_job(c, "mine"),
         SieveJob: sieve_job(c, 3),
         CandidatesJob: candidates_job(c, 3, "synthkb"),
+        CrossEncoderJob: cross_encoder_job(c, 3),
         Ar2MineJob: ar2_mine_job(c),
         EvaluateJob: evaluate_job(w, "synthkb", "bm25", allow_missing_queries=True),
     }
@@ -101,6 +109,7 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         "injection_fraction": 0.0,
         "suspect_same_article": True,
     }
+    assert documents[CrossEncoderJob]["steps"] == 5 and documents[CrossEncoderJob]["seed"] == 3
     assert documents[Ar2MineJob]["top_k"] == 9 and documents[Ar2MineJob]["temperature"] == 0.1
     assert documents[EvaluateJob] == {
         "dataset": "synthkb",
@@ -140,6 +149,7 @@ def test_the_rules_pass_the_documents_whole(w):
     assert _document(SieveRules(w).candidate_settings(wild)) == candidates_job(w.cfg("synthkb"), 3, "synthkb")
     dev = candidates_job(w.cfg("synthkb"), 3, "synthkb", injection=False)
     assert _document(SieveRules(w).dev_candidate_settings(wild)) == dev
+    assert _document(SieveRules(w).cross_encoder_settings(wild)) == cross_encoder_job(w.cfg("synthkb"), 3)
     ar2 = Ar2Jobs(w, lambda section, wildcards: {})
     assert _document(ar2.mine_flags(wild)) == ar2_mine_job(w.cfg("synthkb"))
     assert _document(ar2.start_dev_settings(wild))["split"] == "dev"

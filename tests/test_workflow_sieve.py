@@ -75,7 +75,8 @@ def test_settings_carry_the_seed_and_the_squad_flag(s, w):
     assert json.loads(shlex.split(s.candidate_settings(job(dataset="squad")))[1])["suspect_same_article"]
     flag, document = shlex.split(s.sieve_settings(job(dataset="synthkb")))
     assert flag == "--settings-json" and json.loads(document)["seed"] == w.config["seed"]
-    assert s.cross_encoder_args(job(dataset="synthkb"))
+    cross_encoder = json.loads(shlex.split(s.cross_encoder_settings(job(dataset="synthkb")))[1])
+    assert cross_encoder["seed"] == w.config["seed"] and "threshold" not in cross_encoder
 
 
 def test_filters_inputs_and_settings(s):

@@ -1571,6 +1571,13 @@ CandidatesJob = job_contract(
         ),
     ),
 )
+CrossEncoderJob = job_contract(
+    "CrossEncoderJob",
+    "pipeline.sieve.cross_encoder: how the cross_encoder filter's model is trained (sieve.cross_encoder; its "
+    "threshold is the filter's), the seed.",
+    **fields_of(CrossEncoderFilterSettings, *CROSS_ENCODER_TRAINING),
+    **fields_of(Config, "seed"),
+)
 Ar2MineJob = job_contract(
     "Ar2MineJob",
     "pipeline.ar2.mine: what a round's mining reads of section ar2, and answer matching (eval.match).",

@@ -1,9 +1,14 @@
 """RocketQA-style denoising cross-encoder for the ``cross_encoder`` filter: train it, then score pairs.
 
-    python -m pipeline.sieve.cross_encoder --negatives results/D/negatives/bm25.parquet \
+    python -m pipeline.workflow.jobs D train_cross_encoder > cross_encoder.json
+    python -m pipeline.sieve.cross_encoder --settings cross_encoder.json \
+        --negatives results/D/negatives/bm25.parquet \
         --qrels resources/D/qrels.train.parquet --queries resources/D/queries.train.parquet \
-        --corpus resources/D/corpus.parquet --base minilm --steps 150 --batch-size 16 \
+        --corpus resources/D/corpus.parquet [--steps 150 ...: over the document] \
         --out results/D/models/cross_encoder
+
+The settings (pipeline.core.settings.CrossEncoderJob) come as one document, the workflow's job's
+(``--settings-json``) or a file (``--settings``), each flag over it.
 
 The model is AR2's ranker architecture (pipeline.retrieval.ranker: base encoder, [CLS] -> Linear -> 1 logit),
 fine-tuned from the same base as the retrievers, but *pointwise*: binary cross-entropy on
@@ -29,16 +34,9 @@ import torch
 from rich.progress import Progress
 
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.seeding import item_rng, seed_everything
-from pipeline.core.settings import (
-    CROSS_ENCODER_TRAINING,
-    Config,
-    CrossEncoderFilterSettings,
-    add_flags,
-    default,
-    from_dict,
-    pick,
-)
+from pipeline.core.settings import CrossEncoderJob
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
 from pipeline.training.engine import Engine, adamw, fix_advice, linear_schedule
@@ -211,37 +209,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", required=True, help="cross-encoder folder (pipeline.retrieval.ranker layout)"
     )
-    add_flags(
-        parser.add_argument_group("training (config sieve.cross_encoder)"),
-        CrossEncoderFilterSettings,
-        names=CROSS_ENCODER_TRAINING,
-    )
-    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
+    add_settings_flags(parser, CrossEncoderJob, "training (config sieve.cross_encoder), the seed")
     parser.add_argument("--recipe", help="the config recipe in force (recorded in train_info.json)")
     add_job_flags(parser)
     args = parser.parse_args(argv)
+    job = job_settings(CrossEncoderJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
-    # The flags' types let nan, inf or 0 through; the contract (lr > 0, finite) does not.
-    from_dict(
-        CrossEncoderFilterSettings,
-        pick(CrossEncoderFilterSettings, args, names=CROSS_ENCODER_TRAINING),
-        "sieve.cross_encoder",
-    )
     train_cross_encoder(
         args.negatives,
         args.qrels,
         args.queries,
         args.corpus,
         args.out,
-        base=args.base,
-        max_len=args.max_len,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        precision=args.precision,
         recipe=args.recipe,
         device=args.device,
+        **job.model_dump(),
     )
     return 0
 

@@ -22,7 +22,7 @@ from pipeline.workflow.ar2 import ar2_mine_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job
 from pipeline.workflow.retrieval import bm25_job
-from pipeline.workflow.sieve import candidates_job, sieve_job
+from pipeline.workflow.sieve import candidates_job, cross_encoder_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
 
@@ -41,6 +41,7 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
             tables.cfg(d), seed, tables.datasets[d]["format"], injection=False
         ),
         "passage_sieve": lambda d, args: sieve_job(tables.cfg(d), seed),
+        "train_cross_encoder": lambda d, args: cross_encoder_job(tables.cfg(d), seed),
         "ar2_mine": lambda d, args: ar2_mine_job(tables.cfg(d)),
         "evaluate": lambda d, args: evaluate_job(
             tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
@@ -86,6 +87,7 @@ STAGES = (
     "sieve_candidates",
     "sieve_dev_candidates",
     "passage_sieve",
+    "train_cross_encoder",
     "ar2_mine",
     "evaluate",
 )

@@ -84,6 +84,12 @@ def candidates_job(config: dict, seed: int, data_format: str, injection: bool = 
     }
 
 
+def cross_encoder_job(config: dict, seed: int) -> dict[str, Any]:
+    """The document of a train_cross_encoder job (pipeline.core.settings.CrossEncoderJob): the training
+    settings of sieve.cross_encoder (not its threshold: the filter's), the seed."""
+    return {**{key: config["sieve"]["cross_encoder"][key] for key in CROSS_ENCODER_TRAINING}, "seed": seed}
+
+
 class SieveRules:
     """The sieve's lookups of one config (``w``): one per workflow, built in sieve.smk."""
 
@@ -215,10 +221,9 @@ class SieveRules:
         """The negatives the sieve reads (train_cross_encoder trains on them too)."""
         return negatives(wildcards.dataset, self.w.sieve_source(wildcards.dataset))
 
-    def cross_encoder_args(self, wildcards: Wildcards) -> str:
-        """params function: train_cross_encoder's training flags."""
-        c = self.sieve_config(wildcards.dataset)["cross_encoder"]
-        return to_flags(CrossEncoderFilterSettings, c, CROSS_ENCODER_TRAINING)
+    def cross_encoder_settings(self, wildcards: Wildcards) -> str:
+        """params function: train_cross_encoder's document (cross_encoder_job), recorded and passed whole."""
+        return settings_flag(cross_encoder_job(self.w.cfg(wildcards.dataset), int(self.config["seed"])))
 
     # ---- filter_candidates, sieve_report, the comparison and the figures -----------------------------
 

@@ -109,7 +109,7 @@ rule train_cross_encoder:
     output:
         ranker("{dataset}", "cross_encoder"),
     params:
-        args=S.cross_encoder_args,
+        settings=S.cross_encoder_settings,
         recipe=recipe_label,
         device=job_device,
     threads: dataset_setting("sieve", "threads")
@@ -123,7 +123,7 @@ rule train_cross_encoder:
         "benchmarks/train_cross_encoder/{dataset}.tsv"
     shell:
         "python -m pipeline.sieve.cross_encoder --negatives {input.negatives} --qrels {input.qrels}"
-        " --queries {input.queries} --corpus {input.corpus} {params.args} {params.recipe} --seed " + str(config["seed"]) +
+        " --queries {input.queries} --corpus {input.corpus} {params.settings} {params.recipe}"
         " --device {params.device} --threads {threads} --out $(dirname {output}) --log {log}"
 
 
