@@ -92,11 +92,15 @@ def test_dev_margin_lookups(w):
     arg = filter_model_arg(None, SimpleNamespace(keys=inputs.keys, **inputs))
     assert arg.endswith("--dev-candidates results/synthkb/sieve/candidates.dev.parquet --dev-queries "
                         "resources/synthkb/queries.dev.parquet")  # fmt: skip
-    flags = s.filter_settings(job(dataset="synthkb", filter="positive_aware_dev"))
-    assert "--positive-aware-dev-grid-min 0.8" in flags and "--positive-aware-dev-criterion youden" in flags
-    assert "--absolute-margin-margin 0.05" in s.filter_settings(
-        job(dataset="synthkb", filter="absolute_margin")
+    dev_margin = json.loads(
+        shlex.split(s.filter_settings(job(dataset="synthkb", filter="positive_aware_dev")))[1]
     )
+    assert dev_margin["positive_aware_dev_grid_min"] == 0.8
+    assert (
+        dev_margin["positive_aware_dev_criterion"] == "youden" and "absolute_margin_margin" not in dev_margin
+    )
+    absolute = json.loads(shlex.split(s.filter_settings(job(dataset="synthkb", filter="absolute_margin")))[1])
+    assert absolute["absolute_margin_margin"] == 0.05
     dev = s.dev_candidate_inputs(job(dataset="synthkb", stag=""))
     assert dev["negatives"] == "results/synthkb/bm25/run.dev.parquet" and dev["qrels_all"].endswith(
         "qrels_all.dev.parquet"

@@ -15,6 +15,7 @@ from pipeline.core.recipes import dataset_configs
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
     SYNTHKB_SPLIT,
+    AbsoluteMarginSettings,
     Ar2MineJob,
     Ar2Settings,
     Bm25IndexJob,
@@ -31,13 +32,17 @@ from pipeline.core.settings import (
     EncodeSettings,
     EvalSettings,
     EvaluateJob,
+    FilterJob,
     GenerateJob,
     HybridSettings,
     IndexSettings,
     InjectionSettings,
     ModelSettings,
     Objective,
+    PositiveAwareDevSettings,
+    PositiveAwareSettings,
     PrepareJob,
+    RankWindowSettings,
     SearchSettings,
     SieveJob,
     SieveSettings,
@@ -91,7 +96,6 @@ STAGE_FLAGS = {
         (None, "compare_metric"): (Ar2Settings, "select_metric"),
     },
     "pipeline.ar2.selection": {("search", "depth"): DEPTH},
-    "pipeline.sieve.filters": {(None, "seed"): SEED},
 }
 
 
@@ -122,6 +126,20 @@ JOB_FIELDS = {
         **{k: (CrossEncoderFilterSettings, k) for k in CROSS_ENCODER_TRAINING},
         "seed": SEED,
     },
+    FilterJob: {
+        "seed": SEED,
+        "batch_size": (SieveSettings, "batch_size"),
+        "start": (RankWindowSettings, "start"),
+        "mode": (PositiveAwareSettings, "mode"),
+        "margin": (PositiveAwareSettings, "margin"),
+        "absolute_margin_margin": (AbsoluteMarginSettings, "margin"),
+        **{
+            f"positive_aware_dev_{k}": (PositiveAwareDevSettings, k)
+            for k in PositiveAwareDevSettings.model_fields
+        },
+        "threshold": (CrossEncoderFilterSettings, "threshold"),
+        **{k: (SieveSettings, k) for k in ("strict", "fallback", "temperature")},
+    },
 }
 DOCUMENT_STAGES = {
     "pipeline.synthkb.generate": GenerateJob,
@@ -129,6 +147,7 @@ DOCUMENT_STAGES = {
     "pipeline.sieve.passage_sieve": SieveJob,
     "pipeline.sieve.candidates": CandidatesJob,
     "pipeline.sieve.cross_encoder": CrossEncoderJob,
+    "pipeline.sieve.filters": FilterJob,
     "pipeline.ar2.mine": Ar2MineJob,
     "pipeline.evaluation.evaluate": EvaluateJob,
 }

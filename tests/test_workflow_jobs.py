@@ -16,6 +16,7 @@ from test_workflow_tables import tables
 from pipeline.core.config import ConfigError
 from pipeline.core.jobs import add_settings_flags, job_settings, merged_document
 from pipeline.core.settings import (
+    FILTER_NAMES,
     SYNTHKB_SPLIT,
     Ar2MineJob,
     Bm25IndexJob,
@@ -24,6 +25,7 @@ from pipeline.core.settings import (
     CandidatesJob,
     CrossEncoderJob,
     EvaluateJob,
+    FilterJob,
     GenerateJob,
     PrepareJob,
     SieveJob,
@@ -35,7 +37,7 @@ from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job
 from pipeline.workflow.retrieval import bm25_job
-from pipeline.workflow.sieve import SieveRules, candidates_job, cross_encoder_job, sieve_job
+from pipeline.workflow.sieve import SieveRules, candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 
 
@@ -52,7 +54,8 @@ OVERLAY = {
         "in_batch": 4,
         "pool": 40,
         "injection": {"fraction": 0.3},
-        "cross_encoder": {"steps": 5},
+        "cross_encoder": {"steps": 5, "threshold": 0.3},
+        "positive_aware": {"margin": 0.5},
     },
     "ar2": {"top_k": 9, "temperature": 0.1},
     "seed": 3,
@@ -87,6 +90,17 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
     for contract, document in documents.items():
         assert set(document) == set(contract.model_fields), contract.__name__  # every setting, no other
         from_dict(contract, json.loads(as_json(document)), "settings")
+    # a filter's document: its own settings only (another filter's setting reruns nothing of it)
+    filters = {name: filter_job(c, 3, name) for name in FILTER_NAMES}
+    for document in filters.values():
+        from_dict(FilterJob, json.loads(as_json(document)), "settings")
+        assert {k: document.pop(k) for k in ("seed", "batch_size")} == {"seed": 3, "batch_size": 64}
+    assert filters["positive_aware"] == {"mode": "relative", "margin": 0.5}
+    assert filters["cross_encoder"] == {"threshold": 0.3} and filters["none"] == filters["oracle"] == {}
+    assert filters["sieve_no_ccr"] == {"strict": True, "fallback": "random_one", "temperature": None}
+    assert set(filters["positive_aware_dev"]) == {
+        "positive_aware_dev_" + k for k in ("grid_min", "grid_max", "grid_step", "criterion")
+    }
     assert documents[Bm25IndexJob]["k1"] == 1.2 and documents[Bm25RetrieveJob] == {"depth": 40}
     assert documents[Bm25MineJob] == {"negatives": 7, "exclude_answer_match": True, "match": "regex"}
     assert (
@@ -150,6 +164,10 @@ def test_the_rules_pass_the_documents_whole(w):
     dev = candidates_job(w.cfg("synthkb"), 3, "synthkb", injection=False)
     assert _document(SieveRules(w).dev_candidate_settings(wild)) == dev
     assert _document(SieveRules(w).cross_encoder_settings(wild)) == cross_encoder_job(w.cfg("synthkb"), 3)
+    rank_window = Wild(dataset="synthkb", filter="rank_window")
+    assert _document(SieveRules(w).filter_settings(rank_window)) == filter_job(
+        w.cfg("synthkb"), 3, "rank_window"
+    )
     ar2 = Ar2Jobs(w, lambda section, wildcards: {})
     assert _document(ar2.mine_flags(wild)) == ar2_mine_job(w.cfg("synthkb"))
     assert _document(ar2.start_dev_settings(wild))["split"] == "dev"
@@ -160,6 +178,13 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
     overlay.write_text(json.dumps(OVERLAY))
     assert jobs.main(["synthkb", "passage_sieve", "--configfile", str(overlay)]) == 0
     assert json.loads(capsys.readouterr().out) == sieve_job(tables(OVERLAY).cfg("synthkb"), 3)
+    assert (
+        jobs.main(["synthkb", "filter_candidates", "--filter", "cross_encoder", "--configfile", str(overlay)])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out) == filter_job(
+        tables(OVERLAY).cfg("synthkb"), 3, "cross_encoder"
+    )
     assert jobs.main(["squad", "sieve_dev_candidates", "--configfile", str(overlay)]) == 0
     assert json.loads(capsys.readouterr().out) == candidates_job(
         tables(OVERLAY).cfg("squad"), 3, "squad", injection=False

@@ -93,7 +93,8 @@ def test_filters_inputs_and_settings(s):
     )
     with pytest.raises(ValueError, match="oracle needs exact false-negative labels"):
         s.filter_inputs(job(dataset="nq", filter="oracle", stag=s.w.sieve_tags("nq")))
-    assert "--seed" in s.filter_settings(job(dataset="synthkb", filter="rank_window"))
+    rank_window = json.loads(shlex.split(s.filter_settings(job(dataset="synthkb", filter="rank_window")))[1])
+    assert rank_window == {"seed": s.config["seed"], "batch_size": 64, "start": 10}
     assert filter_model_arg(None, Namedlist(fromdict={"model": "a/b/config.json"})) == "--model a/b"
     assert filter_model_arg(None, Namedlist(fromdict={"candidates": "c"})) == ""
 

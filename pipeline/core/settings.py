@@ -1578,6 +1578,22 @@ CrossEncoderJob = job_contract(
     **fields_of(CrossEncoderFilterSettings, *CROSS_ENCODER_TRAINING),
     **fields_of(Config, "seed"),
 )
+FilterJob = job_contract(
+    "FilterJob",
+    "pipeline.sieve.filters: the seed and encoding batch size, and the settings of the filter run (section "
+    "sieve: rank_window's start, positive_aware's mode and margin, absolute_margin_*, positive_aware_dev_*, "
+    "cross_encoder's threshold, sieve_no_ccr's decision); a job's document holds its own filter's only.",
+    **fields_of(Config, "seed"),
+    **fields_of(SieveSettings, "batch_size"),
+    **fields_of(RankWindowSettings, "start"),
+    **fields_of(PositiveAwareSettings, "mode", "margin"),
+    **fields_of(AbsoluteMarginSettings, "margin", prefix="absolute_margin"),
+    **fields_of(
+        PositiveAwareDevSettings, *PositiveAwareDevSettings.model_fields, prefix="positive_aware_dev"
+    ),
+    **fields_of(CrossEncoderFilterSettings, "threshold"),
+    **fields_of(SieveSettings, *SIEVE_DECISION_KEYS[:-1]),
+)
 Ar2MineJob = job_contract(
     "Ar2MineJob",
     "pipeline.ar2.mine: what a round's mining reads of section ar2, and answer matching (eval.match).",

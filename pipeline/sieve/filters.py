@@ -1,8 +1,13 @@
 """False-negative filters behind one interface, all judging the same candidate table.
 
-    python -m pipeline.sieve.filters --filter positive_aware --candidates results/D/sieve/candidates.parquet \
+    python -m pipeline.workflow.jobs D filter_candidates --filter positive_aware > positive_aware.json
+    python -m pipeline.sieve.filters --filter positive_aware --settings positive_aware.json \
+        --candidates results/D/sieve/candidates.parquet \
         --corpus resources/D/corpus.parquet --queries resources/D/queries.train.parquet \
         --model results/D/models/dpr --out results/D/sieve/positive_aware/decisions.parquet
+
+The settings (pipeline.core.settings.FilterJob) come as one document, the workflow's job's
+(``--settings-json``: its filter's settings only) or a file (``--settings``), each flag over it.
 
 A filter reads the candidates (pipeline.sieve.candidates) and decides per row: ``kept`` (stays a negative)
 or dropped (suspected false negative), with the ``score`` it decided on. Filters:
@@ -35,27 +40,22 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.settings import (
     FILTER_NAMES,
     MODEL_FILTERS,
-    SIEVE_DECISION_KEYS,
-    AbsoluteMarginSettings,
-    Config,
-    CrossEncoderFilterSettings,
+    FilterJob,
     PositiveAwareDevSettings,
     PositiveAwareSettings,
-    RankWindowSettings,
-    SieveSettings,
-    add_flags,
-    default,
+    from_dict,
     pick,
 )
 from pipeline.core.storage import DataError, arrow_frame, write_table
@@ -396,7 +396,8 @@ class SieveFilter(CandidateFilter):
         )
 
 
-def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
+def make_filter(name: str, job: Any, args: argparse.Namespace) -> CandidateFilter:
+    """Filter ``name`` with the settings ``job`` (a FilterJob), its model and dev files from ``args``."""
     if name in MODEL_FILTERS and not args.model:
         raise DataError(f"filter {name!r} needs --model", field="model")
     if name == "none":
@@ -406,28 +407,30 @@ def make_filter(name: str, args: argparse.Namespace) -> CandidateFilter:
     if name == "oracle":
         return OracleFilter()
     if name == "rank_window":
-        return RankWindowFilter(args.start)
+        return RankWindowFilter(job.start)
     if name == "positive_aware":
-        return PositiveAwareFilter(args.model, args.mode, args.margin)
+        return PositiveAwareFilter(args.model, job.mode, job.margin)
     if name == "absolute_margin":
-        return AbsoluteMarginFilter(args.model, args.absolute_margin_margin)
+        return AbsoluteMarginFilter(args.model, job.absolute_margin_margin)
     if name == "positive_aware_dev":
         if not (args.dev_candidates and args.dev_queries):
             raise DataError(
                 "filter 'positive_aware_dev' needs --dev-candidates and --dev-queries", field="dev"
             )
-        settings = PositiveAwareDevSettings(**pick(PositiveAwareDevSettings, args, "positive_aware_dev"))
+        # the grid's order (grid_min <= grid_max) is the section's check
+        dev = pick(PositiveAwareDevSettings, job, "positive_aware_dev")
+        settings = from_dict(PositiveAwareDevSettings, dev, "settings.positive_aware_dev")
         return PositiveAwareDevFilter(args.model, args.dev_candidates, args.dev_queries, settings)
     if name == "cross_encoder":
-        return CrossEncoderFilter(args.model, args.threshold)
+        return CrossEncoderFilter(args.model, job.threshold)
     if name in ("sieve", "sieve_no_ccr"):
         return SieveFilter(
             args.model,
             name=name,
-            strict=args.strict,
-            fallback=args.fallback,
-            seed=args.seed,
-            temperature=args.temperature,
+            strict=job.strict,
+            fallback=job.fallback,
+            seed=job.seed,
+            temperature=job.temperature,
         )
     raise DataError(f"unknown filter {name!r} (known: {', '.join(FILTERS)})", field="filter")
 
@@ -444,43 +447,26 @@ def main(argv: list[str] | None = None) -> int:
         help="retriever (positive_aware, sieve*) or cross-encoder folder (cross_encoder)",
     )
     parser.add_argument("--out", required=True)
-    add_flags(parser.add_argument_group("rank_window (sieve.rank_window)"), RankWindowSettings)
-    add_flags(parser.add_argument_group("positive_aware (sieve.positive_aware)"), PositiveAwareSettings)
-    add_flags(
-        parser.add_argument_group("absolute_margin (sieve.absolute_margin)"),
-        AbsoluteMarginSettings,
-        prefix="absolute_margin",
-    )
-    dev = parser.add_argument_group("positive_aware_dev (sieve.positive_aware_dev)")
-    add_flags(dev, PositiveAwareDevSettings, prefix="positive_aware_dev")
+    add_settings_flags(parser, FilterJob, "settings (config section sieve; the filter run reads its own)")
+    dev = parser.add_argument_group("positive_aware_dev's dev queries")
     dev.add_argument(
         "--dev-candidates", help="the dev queries' candidates (pipeline.sieve.candidates on dev)"
     )
     dev.add_argument("--dev-queries", help="queries.dev.parquet")
-    add_flags(
-        parser.add_argument_group("cross_encoder (sieve.cross_encoder)"),
-        CrossEncoderFilterSettings,
-        names=("threshold",),
-    )
-    add_flags(
-        parser.add_argument_group("sieve_no_ccr and batching (config section sieve)"),
-        SieveSettings,
-        names=SIEVE_DECISION_KEYS,
-    )
-    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
     parser.add_argument(
         "--train-out", default=None, help="kept negatives in the bm25.parquet layout (DPR training input)"
     )
     add_job_flags(parser)
     args = parser.parse_args(argv)
+    job = job_settings(FilterJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
-    the_filter = make_filter(args.filter, args)
+    the_filter = make_filter(args.filter, job, args)
     cands = read_candidates(args.candidates)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".filter-", dir=out.parent) as work:
         table = the_filter.decisions(
-            FilterInputs(cands, args.corpus, args.queries, Path(work), args.batch_size, args.device)
+            FilterInputs(cands, args.corpus, args.queries, Path(work), job.batch_size, args.device)
         )
     write_table(out, table)
     if args.train_out:

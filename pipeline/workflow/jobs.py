@@ -22,7 +22,7 @@ from pipeline.workflow.ar2 import ar2_mine_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job
 from pipeline.workflow.retrieval import bm25_job
-from pipeline.workflow.sieve import candidates_job, cross_encoder_job, sieve_job
+from pipeline.workflow.sieve import candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
 
@@ -42,6 +42,7 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
         ),
         "passage_sieve": lambda d, args: sieve_job(tables.cfg(d), seed),
         "train_cross_encoder": lambda d, args: cross_encoder_job(tables.cfg(d), seed),
+        "filter_candidates": lambda d, args: filter_job(tables.cfg(d), seed, args.filter),
         "ar2_mine": lambda d, args: ar2_mine_job(tables.cfg(d)),
         "evaluate": lambda d, args: evaluate_job(
             tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dataset", help="a dataset of the config")
     ap.add_argument("stage", help="the job's stage: " + ", ".join(STAGES))
     ap.add_argument("--run", default="bm25", help="evaluate: the run folder scored (default bm25)")
+    ap.add_argument("--filter", default="none", help="filter_candidates: the filter (default none)")
     ap.add_argument("--configfile", nargs="*", default=[], help="overlays, as given to snakemake")
     args = ap.parse_args(argv)
     if args.stage not in STAGES:
@@ -88,6 +90,7 @@ STAGES = (
     "sieve_dev_candidates",
     "passage_sieve",
     "train_cross_encoder",
+    "filter_candidates",
     "ar2_mine",
     "evaluate",
 )

@@ -3,9 +3,11 @@ decisions file and settings, the comparison's rows, the β sweep and the clean.<
 ``WorkflowTables``, so that it is unit-tested and linted here rather than inside the rule file (issue 43.3).
 
 A rule's settings are params of the wildcards only: a params function taking ``input`` is not recorded
-by Snakemake, so a changed setting would not rerun it. The passage sieve gets its settings as one document
-(sieve_job, validated by the stage's SieveJob); the other stages as the flags their parsers generate from
-the same contract fields (pipeline.core.settings: add_flags in the stage, to_flags here).
+by Snakemake, so a changed setting would not rerun it. The candidates, the passage sieve, the
+cross-encoder's training and the filters get their settings as one document each (candidates_job,
+sieve_job, cross_encoder_job, filter_job, validated by the stage's contract); clean_negatives as the flags
+its parser generates from the same contract fields (pipeline.core.settings: add_flags in the stage,
+to_flags here).
 """
 
 from __future__ import annotations
@@ -18,10 +20,8 @@ from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
     MODEL_FILTERS,
     SIEVE_DECISION_KEYS,
-    AbsoluteMarginSettings,
     CleanSpec,
     CrossEncoderFilterSettings,
-    PositiveAwareDevSettings,
     PositiveAwareSettings,
     RankWindowSettings,
     SieveJob,
@@ -88,6 +88,22 @@ def cross_encoder_job(config: dict, seed: int) -> dict[str, Any]:
     """The document of a train_cross_encoder job (pipeline.core.settings.CrossEncoderJob): the training
     settings of sieve.cross_encoder (not its threshold: the filter's), the seed."""
     return {**{key: config["sieve"]["cross_encoder"][key] for key in CROSS_ENCODER_TRAINING}, "seed": seed}
+
+
+def filter_job(config: dict, seed: int, name: str) -> dict[str, Any]:
+    """The document of filter ``name``'s filter_candidates job (pipeline.core.settings.FilterJob): the
+    seed, the encoding batch size and that filter's own settings of section sieve, named as FilterJob
+    names them (absolute_margin's and positive_aware_dev's with their section as a prefix)."""
+    c = config["sieve"]
+    own: dict[str, Any] = {
+        "rank_window": c["rank_window"],
+        "positive_aware": c["positive_aware"],
+        "absolute_margin": {f"absolute_margin_{k}": v for k, v in c["absolute_margin"].items()},
+        "positive_aware_dev": {f"positive_aware_dev_{k}": v for k, v in c["positive_aware_dev"].items()},
+        "cross_encoder": {"threshold": c["cross_encoder"]["threshold"]},
+        "sieve_no_ccr": {key: c[key] for key in SIEVE_DECISION_KEYS[:-1]},
+    }
+    return {"seed": seed, "batch_size": c["batch_size"], **own.get(name, {})}
 
 
 class SieveRules:
@@ -251,24 +267,11 @@ class SieveRules:
         return inputs
 
     def filter_settings(self, wildcards: Wildcards) -> str:
-        """The flags of the filter's own settings (a changed setting of another filter reruns nothing)."""
-        name, c = wildcards.filter, self.sieve_config(wildcards.dataset)
-        args = [f"--seed {self.config['seed']}", to_flags(SieveSettings, c, ("batch_size",))]
-        if name == "rank_window":
-            args.append(to_flags(RankWindowSettings, c["rank_window"]))
-        elif name == "positive_aware":
-            args.append(to_flags(PositiveAwareSettings, c["positive_aware"]))
-        elif name == "absolute_margin":
-            args.append(to_flags(AbsoluteMarginSettings, c["absolute_margin"], prefix="absolute_margin"))
-        elif name == "positive_aware_dev":
-            args.append(
-                to_flags(PositiveAwareDevSettings, c["positive_aware_dev"], prefix="positive_aware_dev")
-            )
-        elif name == "cross_encoder":
-            args.append(to_flags(CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",)))
-        elif name == "sieve_no_ccr":
-            args.append(to_flags(SieveSettings, c, SIEVE_DECISION_KEYS[:-1]))
-        return " ".join(args)
+        """params function: filter_candidates' document (filter_job): its filter's settings only, so a
+        changed setting of another filter reruns nothing."""
+        return settings_flag(
+            filter_job(self.w.cfg(wildcards.dataset), int(self.config["seed"]), wildcards.filter)
+        )
 
     def comparison_reports(self, wildcards: Wildcards) -> list[str]:
         """sieve_comparison's input: the report of each row of the comparison."""
