@@ -1,11 +1,12 @@
 """A stage run by hand with the workflow's settings document writes byte-identical output to the
 workflow's job (issue 43's acceptance), for one stage of each family: synthkb generate, data prepare,
-retrieval (BM25 index), the passage sieve, AR2 mining, evaluation.
+retrieval (BM25 index), training (CCR), the passage sieve, AR2 mining, evaluation.
 
 The workflow runs once on tiny data (40 synthkb entities, the DPR fixture, DPR untrained, 2 CCR steps)
 under an overlay that sets, for every stage, a setting away from its contract default, so a hand run that
 fell back on defaults would write other bytes. Each job's command is taken from Snakemake's printout; its
-inline document must be exactly what ``python -m pipeline.workflow.jobs DATASET STAGE`` prints, and the
+inline document must be exactly what ``python -m pipeline.workflow.jobs DATASET STAGE`` prints (training's:
+``python -m pipeline.workflow.training DATASET ccr``), and the
 same command with ``--settings <that printout>`` instead rewrites the job's outputs byte for byte.
 """
 
@@ -25,6 +26,7 @@ from test_workflow import snakemake
 from pipeline.core.settings import (
     Ar2MineJob,
     Bm25IndexJob,
+    CcrSettings,
     EvaluateJob,
     GenerateJob,
     PrepareJob,
@@ -63,7 +65,8 @@ OVERLAY = {
 }
 SIEVE = paths.negatives("synthkb", "sieve_b6")
 # stage (the printer's name) -> (dataset, the stage's module and its first word, its outputs, a setting
-# the overlay moves off its contract default: (contract, key, value))
+# the overlay moves off its contract default: (contract, key, value); a training document nests it
+# under "train")
 STAGES = {
     "generate": (
         "synthkb",
@@ -82,6 +85,12 @@ STAGES = {
         "pipeline.retrieval.bm25 index",
         [os.path.dirname(paths.bm25_index_checksums("synthkb"))],
         (Bm25IndexJob, "k1", 1.2),
+    ),
+    "train_ccr": (
+        "synthkb",
+        "pipeline.training.train_dense",
+        [paths.model_dir("synthkb", "dpr_ccr_b6")],
+        (CcrSettings, "max_steps", 2),
     ),
     "passage_sieve": (
         "synthkb",
@@ -106,7 +115,9 @@ STAGES = {
     ),
 }
 # Measured, not computed: how long the job took.
-TIMINGS = {"wall_s"}
+TIMINGS = {"wall_s", "examples_per_s"}
+# The printer of a stage's document, when it is not pipeline.workflow.jobs.
+PRINTERS = {"train_ccr": ["pipeline.workflow.training", "synthkb", "ccr"]}
 
 
 @pytest.fixture(scope="module")
@@ -122,10 +133,14 @@ def workflow_run(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     proc = snakemake(work, *targets, "-p", overlay=OVERLAY)
     commands: dict[str, str] = {}
     for line in (proc.stdout + proc.stderr).splitlines():
-        if not line.startswith("Shell command: python -m "):
+        if not line.startswith("Shell command: "):
             continue
         command = line.removeprefix("Shell command: ")
         for stage, (_, module, _, _) in STAGES.items():
+            if stage == "train_ccr":  # the training launcher picks the interpreter and device first
+                if f"-m {module} " in command and "models/dpr_ccr_b6" in command:
+                    commands[stage] = command
+                continue
             if command.startswith(f"python -m {module} ") and (stage != "evaluate" or "bm25/run." in command):
                 assert stage not in commands, f"two {stage} jobs ran"
                 commands[stage] = command
@@ -139,9 +154,17 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _untimed(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in TIMINGS}
+    return value
+
+
 def _comparable(name: str, data: bytes) -> object:
-    if name.endswith(".stats.json"):
-        return {k: v for k, v in json.loads(data).items() if k not in TIMINGS}
+    if name.endswith((".stats.json", "train_info.json")):
+        return _untimed(json.loads(data))
+    if name.endswith("train_log.jsonl"):
+        return [_untimed(json.loads(line)) for line in data.splitlines()]
     return data
 
 
@@ -149,8 +172,9 @@ def _comparable(name: str, data: bytes) -> object:
 def test_a_hand_run_with_the_job_s_document_writes_the_job_s_bytes(workflow_run, stage):
     work, commands, overlay = workflow_run
     dataset, module, outputs, (contract, key, value) = STAGES[stage]
+    printer = PRINTERS.get(stage, ["pipeline.workflow.jobs", dataset, stage])
     printed = subprocess.run(
-        [sys.executable, "-m", "pipeline.workflow.jobs", dataset, stage, "--configfile", str(overlay)],
+        [sys.executable, "-m", *printer, "--configfile", str(overlay)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -158,7 +182,7 @@ def test_a_hand_run_with_the_job_s_document_writes_the_job_s_bytes(workflow_run,
     ).stdout
     document = json.loads(printed)
     # The overlay's value, not the default: a hand run on defaults would write other bytes.
-    assert document[key] == value != default(contract, key)
+    assert (document["train"] if stage == "train_ccr" else document)[key] == value != default(contract, key)
     inline = "--settings-json " + shlex.quote(as_json(document))
     assert commands[stage].count(inline) == 1, (
         f"the job's document is not the printed one:\n{commands[stage]}"

@@ -758,4 +758,4 @@ def test_sieve_init_warm_reruns_the_ar2_sieve_runs_and_nothing_upstream(workspac
         "ar2_seeds",
         "gather_metrics",
     }
-    assert scheduled <= downstream | {"ar2_learning_curve", "noise_sweep"}, planned.describe()
+    assert scheduled <= downstream | {"ar2_learning_curve", "noise_sweep", "tournament"}, planned.describe()
