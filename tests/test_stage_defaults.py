@@ -34,7 +34,9 @@ from pipeline.core.settings import (
     EvaluateJob,
     FilterJob,
     GenerateJob,
+    HybridRrfJob,
     HybridSettings,
+    HybridWeightedJob,
     IndexSettings,
     InjectionSettings,
     ModelSettings,
@@ -77,15 +79,6 @@ STAGE_FLAGS = {
         (None, "seed"): SEED,
     },
     "pipeline.retrieval.mining": {(None, "negatives"): (Bm25Settings, "negatives"), (None, "match"): MATCH},
-    "pipeline.evaluation.hybrid": {
-        ("rrf", "k"): (HybridSettings, "rrf_k"),
-        ("rrf", "depth"): DEPTH,
-        ("weighted", "depth"): DEPTH,
-        ("weighted", "metric"): (HybridSettings, "select_metric"),
-        ("weighted", "grid"): (HybridSettings, "weights"),
-        ("weighted", "match"): MATCH,
-        ("weighted", "select_split"): (HybridSettings, "select_split"),
-    },
     "pipeline.evaluation.sweep": {
         (None, name): (SweepSettings, name) for name in ("baseline", "oracle", "metric")
     },
@@ -116,6 +109,12 @@ JOB_FIELDS = {
         "match": MATCH,
     },
     EvaluateJob: {"ks": (EvalSettings, "ks"), "match": MATCH},
+    HybridRrfJob: {"rrf_k": (HybridSettings, "rrf_k"), "depth": DEPTH},
+    HybridWeightedJob: {
+        **{k: (HybridSettings, k) for k in ("weights", "select_split", "select_metric")},
+        "depth": DEPTH,
+        "match": MATCH,
+    },
     CandidatesJob: {
         **{k: (SieveSettings, k) for k in ("candidates", "pool", "max_queries")},
         "injection_fraction": (InjectionSettings, "fraction"),
@@ -150,6 +149,9 @@ DOCUMENT_STAGES = {
     "pipeline.sieve.filters": FilterJob,
     "pipeline.ar2.mine": Ar2MineJob,
     "pipeline.evaluation.evaluate": EvaluateJob,
+    # a stage with subcommands: each one's document
+    "pipeline.retrieval.bm25": {"index": Bm25IndexJob, "retrieve": Bm25RetrieveJob, "mine": Bm25MineJob},
+    "pipeline.evaluation.hybrid": {"rrf": HybridRrfJob, "weighted": HybridWeightedJob},
 }
 
 
@@ -166,9 +168,11 @@ def test_a_job_document_takes_its_defaults_from_the_sections(contract):
 def test_a_document_stage_flag_only_overrides_the_document(module_name, monkeypatch, capsys):
     defaults = flag_defaults(built_parser(module_name, monkeypatch))
     capsys.readouterr()
-    fields = DOCUMENT_STAGES[module_name].model_fields
-    assert {(None, "settings"), (None, "settings_json")} <= set(defaults)
-    assert {name: defaults[(None, name)] for name in fields} == dict.fromkeys(fields)
+    stages = DOCUMENT_STAGES[module_name]
+    for command, contract in stages.items() if isinstance(stages, dict) else [(None, stages)]:
+        fields = contract.model_fields
+        assert {(command, "settings"), (command, "settings_json")} <= set(defaults)
+        assert {name: defaults[(command, name)] for name in fields} == dict.fromkeys(fields)
 
 
 def built_parser(module_name: str, monkeypatch) -> argparse.ArgumentParser:

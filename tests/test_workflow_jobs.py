@@ -27,6 +27,8 @@ from pipeline.core.settings import (
     EvaluateJob,
     FilterJob,
     GenerateJob,
+    HybridRrfJob,
+    HybridWeightedJob,
     PrepareJob,
     SieveJob,
     from_dict,
@@ -35,7 +37,7 @@ from pipeline.workflow import jobs
 from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
-from pipeline.workflow.evaluation import EvaluationRules, evaluate_job
+from pipeline.workflow.evaluation import EvaluationRules, evaluate_job, hybrid_job
 from pipeline.workflow.retrieval import bm25_job
 from pipeline.workflow.sieve import SieveRules, candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
@@ -58,6 +60,7 @@ OVERLAY = {
         "positive_aware": {"margin": 0.5},
     },
     "ar2": {"top_k": 9, "temperature": 0.1},
+    "hybrid": {"rrf_k": 10, "weights": [0.5, 1.0]},
     "seed": 3,
 }
 
@@ -86,6 +89,8 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         CrossEncoderJob: cross_encoder_job(c, 3),
         Ar2MineJob: ar2_mine_job(c),
         EvaluateJob: evaluate_job(w, "synthkb", "bm25", allow_missing_queries=True),
+        HybridRrfJob: hybrid_job(c, "rrf"),
+        HybridWeightedJob: hybrid_job(c, "wsum"),
     }
     for contract, document in documents.items():
         assert set(document) == set(contract.model_fields), contract.__name__  # every setting, no other
@@ -133,6 +138,15 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         "match": "regex",
         "allow_missing_queries": True,
     }
+    # each fusion's own settings: rrf_k reruns no weighted sum, the weights no RRF
+    assert documents[HybridRrfJob] == {"rrf_k": 10, "depth": 40}
+    assert documents[HybridWeightedJob] == {
+        "weights": [0.5, 1.0],
+        "select_split": "dev",
+        "select_metric": "R@5",
+        "depth": 40,
+        "match": "regex",
+    }
     assert documents[PrepareJob] == {
         "dataset": "squad",
         "format": "squad",
@@ -168,6 +182,10 @@ def test_the_rules_pass_the_documents_whole(w):
     assert _document(SieveRules(w).filter_settings(rank_window)) == filter_job(
         w.cfg("synthkb"), 3, "rank_window"
     )
+    for fusion in ("rrf", "wsum"):
+        assert _document(EvaluationRules(w).hybrid_settings(fusion)(wild)) == hybrid_job(
+            w.cfg("synthkb"), fusion
+        )
     ar2 = Ar2Jobs(w, lambda section, wildcards: {})
     assert _document(ar2.mine_flags(wild)) == ar2_mine_job(w.cfg("synthkb"))
     assert _document(ar2.start_dev_settings(wild))["split"] == "dev"
@@ -189,6 +207,8 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out) == candidates_job(
         tables(OVERLAY).cfg("squad"), 3, "squad", injection=False
     )
+    assert jobs.main(["synthkb", "fuse_weighted", "--configfile", str(overlay)]) == 0
+    assert json.loads(capsys.readouterr().out) == hybrid_job(tables(OVERLAY).cfg("synthkb"), "wsum")
     assert jobs.main(["squad", "prepare"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "squad"
     for argv, message in ((["squad", "generate"], "is prepared"), (["synthkb", "train"], "unknown stage")):

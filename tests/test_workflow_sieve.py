@@ -18,7 +18,6 @@ from pipeline.workflow.evaluation import (
     fusion_choice,
     qrels_all_arg,
     weighted_io,
-    weighted_settings,
 )
 from pipeline.workflow.sieve import SieveRules, filter_model_arg, pairs_arg
 from pipeline.workflow.tables import WorkflowTables
@@ -160,8 +159,6 @@ def test_hybrids(e, w):
         None, Namedlist(fromdict={"dev_sparse": "s", "corpus": "c"}), SimpleNamespace(choice="f")
     )
     assert out == "--dev-sparse s --corpus c --choice-out f"
-    h = {"select_metric": "ndcg@10", "select_split": "dev", "weights": [0.5, 1.0]}
-    assert weighted_settings(w.config, h).endswith("--grid 0.5 1")
     for fusion in ("rrf", "wsum"):
         for name in e.hybrid_methods(fusion):
             d = next(d for d in w.datasets if name.replace("\\", "") in w.runs[d])

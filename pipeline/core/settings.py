@@ -1600,6 +1600,19 @@ Ar2MineJob = job_contract(
     **fields_of(Ar2Settings, *AR2_MINE_KEYS),
     **fields_of(EvalSettings, "match"),
 )
+HybridRrfJob = job_contract(
+    "HybridRrfJob",
+    "pipeline.evaluation.hybrid rrf: the RRF constant (hybrid.rrf_k) and the fused run's depth (eval.depth).",
+    **fields_of(HybridSettings, "rrf_k"),
+    **fields_of(EvalSettings, "depth"),
+)
+HybridWeightedJob = job_contract(
+    "HybridWeightedJob",
+    "pipeline.evaluation.hybrid weighted: how w is chosen (section hybrid; not rrf_k), the fused run's depth and "
+    "answer matching (eval.depth, eval.match).",
+    **fields_of(HybridSettings, "weights", "select_split", "select_metric"),
+    **fields_of(EvalSettings, "depth", "match"),
+)
 EvaluateJob = job_contract(
     "EvaluateJob",
     "pipeline.evaluation.evaluate: what a run is scored with (section eval) and the labels metrics.json carries.",

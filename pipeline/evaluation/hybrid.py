@@ -1,13 +1,20 @@
 """Hybrid retrieval: fuse a BM25 run with a dense run (methods hybrid_rrf_<dense>, hybrid_wsum_<dense>).
 
-    python -m pipeline.evaluation.hybrid rrf --sparse results/D/bm25/run.test.parquet \
-        --dense results/D/dpr/run.test.parquet --k 60 --depth 100 --out results/D/hybrid_rrf_dpr/run.test.parquet
+    python -m pipeline.workflow.jobs D fuse_rrf > rrf.json
+    python -m pipeline.evaluation.hybrid rrf --settings rrf.json --sparse results/D/bm25/run.test.parquet \
+        --dense results/D/dpr/run.test.parquet [--rrf-k 60 ...: over the document] \
+        --out results/D/hybrid_rrf_dpr/run.test.parquet
 
-    python -m pipeline.evaluation.hybrid weighted --sparse .../bm25/run.test.parquet --dense .../dpr/run.test.parquet \
+    python -m pipeline.workflow.jobs D fuse_weighted > weighted.json
+    python -m pipeline.evaluation.hybrid weighted --settings weighted.json \
+        --sparse .../bm25/run.test.parquet --dense .../dpr/run.test.parquet \
         --dev-sparse .../bm25/run.dev.parquet --dev-dense .../dpr/run.dev.parquet \
         --dev-queries resources/D/queries.dev.parquet --dev-qrels resources/D/qrels.dev.parquet \
-        --corpus resources/D/corpus.parquet --metric R@5 --grid 0 0.1 0.2 ... 1 \
+        --corpus resources/D/corpus.parquet [--select-metric R@5 --weights 0 0.5 1 ...: over the document] \
         --out results/D/hybrid_wsum_dpr/run.test.parquet --choice-out results/D/hybrid_wsum_dpr/fusion.test.json
+
+Each subcommand's settings (pipeline.core.settings.HybridRrfJob, HybridWeightedJob) come as one document,
+the workflow's job's (``--settings-json``) or a file (``--settings``), each flag over it.
 
 The weighted sum's w is chosen on the dev split, never on the evaluated one; fusion.json records the
 chosen w and the dev metric of every grid weight (fusion.{split}.json in the DAG). Formulas: pipeline.retrieval.fusion.
@@ -23,10 +30,11 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import RUN_SCHEMA
-from pipeline.core.settings import EvalSettings, HybridSettings, default
+from pipeline.core.settings import HybridRrfJob, HybridWeightedJob
 from pipeline.core.storage import DataError, write_json, write_table
-from pipeline.data.answers import MATCH_MODES, AnswerMatcher
+from pipeline.data.answers import AnswerMatcher
 from pipeline.evaluation.evaluate import (
     first_answer_hits,
     load_corpus,
@@ -36,7 +44,7 @@ from pipeline.evaluation.evaluate import (
     read_finite_run,
 )
 from pipeline.evaluation.metrics import qrels_metrics, top_k_accuracy
-from pipeline.retrieval.fusion import RRF_K, choose_weight, normalised_union, rrf_fuse, weighted_fuse
+from pipeline.retrieval.fusion import choose_weight, normalised_union, rrf_fuse, weighted_fuse
 from pipeline.retrieval.runs import ranked_lists
 
 log = logging.getLogger("sieve.hybrid")
@@ -128,8 +136,8 @@ def fuse_weighted(
     dev_queries: str,
     dev_qrels: str,
     corpus: str,
-    metric: str,
-    grid: Sequence[float],
+    select_metric: str,
+    weights: Sequence[float],
     depth: int,
     match: str = "string",
     dev_qrels_all: str | None = None,
@@ -138,11 +146,13 @@ def fuse_weighted(
     """(the evaluated split's fused run, the choice record): w chosen on dev, applied to the split."""
     dev_qids = set(load_queries(dev_queries))
     dev_union = normalised_union(*read_pair(dev_sparse, dev_dense, dev_qids))
-    score = dev_metric(dev_queries, dev_qrels, corpus, set(dev_union["pid"]), metric, match, dev_qrels_all)
-    weight, by_weight = choose_weight(dev_union, grid, score, depth=depth)
+    score = dev_metric(
+        dev_queries, dev_qrels, corpus, set(dev_union["pid"]), select_metric, match, dev_qrels_all
+    )
+    weight, by_weight = choose_weight(dev_union, weights, score, depth=depth)
     log.info(
         "dev %s by weight: %s -> w = %g",
-        metric,
+        select_metric,
         ", ".join(f"{w:g}: {v:.4f}" for w, v in by_weight.items()),
         weight,
     )
@@ -152,7 +162,7 @@ def fuse_weighted(
         "normalisation": "min-max per query",
         "weight_dense": weight,
         "selected_on": select_split,
-        "metric": metric,
+        "metric": select_metric,
         "dev_metric_by_weight": {f"{w:g}": v for w, v in by_weight.items()},
         "sparse": sparse,
         "dense": dense,
@@ -163,72 +173,38 @@ def fuse_weighted(
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.evaluation.hybrid", __doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("rrf", "weighted"):
-        cmd = sub.add_parser(
-            name,
-            help={
-                "rrf": "reciprocal-rank fusion (no tuning)",
-                "weighted": "weighted sum of min-max scores, w chosen on dev",
-            }[name],
-        )
+    helps = {
+        "rrf": "reciprocal-rank fusion (no tuning)",
+        "weighted": "weighted sum of min-max scores, w chosen on dev",
+    }
+    for name, contract in JOBS.items():
+        cmd = sub.add_parser(name, help=helps[name])
         cmd.add_argument("--sparse", required=True, help="BM25 run of the evaluated split")
         cmd.add_argument("--dense", required=True, help="dense run of the evaluated split")
-        cmd.add_argument(
-            "--depth",
-            type=int,
-            default=default(EvalSettings, "depth"),
-            help="passages per query in the fused run",
-        )
         cmd.add_argument("--out", required=True, help="fused run Parquet")
         cmd.add_argument("--log")
-    rrf = sub.choices["rrf"]
-    rrf.add_argument("--k", type=int, default=RRF_K, help=f"RRF constant (default {RRF_K})")
+        add_settings_flags(cmd, contract, "settings")
     weighted = sub.choices["weighted"]
     for flag in ("--dev-sparse", "--dev-dense", "--dev-queries", "--dev-qrels", "--corpus", "--choice-out"):
         weighted.add_argument(flag, required=True)
     weighted.add_argument("--dev-qrels-all", help="synthetic data: qrels_all of dev (metrics hit_all@k)")
-    weighted.add_argument(
-        "--metric",
-        default=default(HybridSettings, "select_metric"),
-        help="dev metric that picks w (R@k, hit@k, MRR@10, ...)",
-    )
-    weighted.add_argument(
-        "--grid",
-        type=float,
-        nargs="+",
-        default=default(HybridSettings, "weights"),
-        help="candidate dense weights in [0, 1] (default 0, 0.1, ..., 1)",
-    )
-    weighted.add_argument("--match", choices=MATCH_MODES, default=default(EvalSettings, "match"))
-    weighted.add_argument(
-        "--select-split",
-        default=default(HybridSettings, "select_split"),
-        help="name of the split w is chosen on (recorded)",
-    )
     args = parser.parse_args(argv)
+    job = job_settings(JOBS[args.command], args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
     if args.command == "rrf":
-        fused = rrf_fuse(list(read_pair(args.sparse, args.dense)), k=args.k, depth=args.depth)
+        fused = rrf_fuse(list(read_pair(args.sparse, args.dense)), k=job.rrf_k, depth=job.depth)
     else:
-        fused, choice = fuse_weighted(
-            args.sparse,
-            args.dense,
-            args.dev_sparse,
-            args.dev_dense,
-            dev_queries=args.dev_queries,
-            dev_qrels=args.dev_qrels,
-            corpus=args.corpus,
-            metric=args.metric,
-            grid=args.grid,
-            depth=args.depth,
-            match=args.match,
-            dev_qrels_all=args.dev_qrels_all,
-            select_split=args.select_split,
-        )
+        runs = (args.sparse, args.dense, args.dev_sparse, args.dev_dense)
+        dev = {key: getattr(args, key) for key in ("dev_queries", "dev_qrels", "corpus", "dev_qrels_all")}
+        fused, choice = fuse_weighted(*runs, **dev, **job.model_dump())
         write_json(args.choice_out, choice)
     write_table(args.out, fused, schema=RUN_SCHEMA)
     log.info("wrote %s: %d queries, %d rows", args.out, fused["qid"].nunique(), len(fused))
     return 0
+
+
+# Each subcommand's settings document (pipeline.core.settings); the rules pass it, a hand run may too.
+JOBS = {"rrf": HybridRrfJob, "weighted": HybridWeightedJob}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ rule files (issue 43.3).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.core.methods import closest
 from pipeline.workflow.documents import settings_flag
@@ -51,12 +51,17 @@ def weighted_io(wildcards: Wildcards, input: Any, output: Any) -> str:
     return " ".join(args + [f"--choice-out {output.choice}"])
 
 
-def weighted_settings(config: dict, h: dict) -> str:
-    """fuse_weighted's flags: section hybrid ``h`` of the dataset and the top-level eval's depth, match."""
-    return (
-        f"--metric {h['select_metric']} --select-split {h['select_split']} --depth {config['eval']['depth']}"
-        f" --match {config['eval']['match']} --grid " + " ".join(f"{w:g}" for w in h["weights"])
-    )
+# What each fusion's job of pipeline.evaluation.hybrid reads: (config section, keys) per part of its document.
+HYBRID_READS = {
+    "rrf": (("hybrid", ("rrf_k",)), ("eval", ("depth",))),
+    "wsum": (("hybrid", ("weights", "select_split", "select_metric")), ("eval", ("depth", "match"))),
+}
+
+
+def hybrid_job(config: dict, fusion: str) -> dict[str, Any]:
+    """The document of a fuse_rrf (``fusion`` rrf) or fuse_weighted (wsum) job of a dataset whose resolved
+    config is ``config`` (pipeline.core.settings.HybridRrfJob, HybridWeightedJob)."""
+    return {key: config[section][key] for section, keys in HYBRID_READS[fusion] for key in keys}
 
 
 def evaluate_job(
@@ -211,9 +216,10 @@ class EvaluationRules:
                 inputs["dev_qrels_all"] = qrels_all(d, dev)
         return inputs
 
-    def weighted_settings(self, wildcards: Wildcards) -> str:
-        """params function: fuse_weighted's flags for the job's dataset."""
-        return weighted_settings(self.config, self.w.cfg(wildcards.dataset)["hybrid"])
+    def hybrid_settings(self, fusion: str) -> Callable[[Wildcards], str]:
+        """params function of fuse_rrf (``fusion`` rrf) or fuse_weighted (wsum): the job's document
+        (hybrid_job), recorded and passed whole."""
+        return lambda wildcards: settings_flag(hybrid_job(self.w.cfg(wildcards.dataset), fusion))
 
 
 def tournament_settings(w: WorkflowTables) -> str:

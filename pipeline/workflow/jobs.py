@@ -20,7 +20,7 @@ from typing import Callable
 
 from pipeline.workflow.ar2 import ar2_mine_job
 from pipeline.workflow.data import prepare_job
-from pipeline.workflow.evaluation import evaluate_job
+from pipeline.workflow.evaluation import evaluate_job, hybrid_job
 from pipeline.workflow.retrieval import bm25_job
 from pipeline.workflow.sieve import candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
@@ -44,6 +44,8 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
         "train_cross_encoder": lambda d, args: cross_encoder_job(tables.cfg(d), seed),
         "filter_candidates": lambda d, args: filter_job(tables.cfg(d), seed, args.filter),
         "ar2_mine": lambda d, args: ar2_mine_job(tables.cfg(d)),
+        "fuse_rrf": lambda d, args: hybrid_job(tables.cfg(d), "rrf"),
+        "fuse_weighted": lambda d, args: hybrid_job(tables.cfg(d), "wsum"),
         "evaluate": lambda d, args: evaluate_job(
             tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
         ),
@@ -92,6 +94,8 @@ STAGES = (
     "train_cross_encoder",
     "filter_candidates",
     "ar2_mine",
+    "fuse_rrf",
+    "fuse_weighted",
     "evaluate",
 )
 

@@ -21,7 +21,7 @@ rule fuse_rrf:
     wildcard_constraints:
         method=alternatives(E.hybrid_methods("rrf")),
     params:
-        settings=lambda wildcards: f"--k {cfg(wildcards.dataset)['hybrid']['rrf_k']} --depth {config['eval']['depth']}",
+        settings=E.hybrid_settings("rrf"),
     resources:
         mem_mb=8000,
     conda:
@@ -56,7 +56,7 @@ rule fuse_weighted:
     wildcard_constraints:
         method=alternatives(E.hybrid_methods("wsum")),
     params:
-        settings=E.weighted_settings,
+        settings=E.hybrid_settings("wsum"),
         io=weighted_io,
     resources:
         mem_mb=8000,
