@@ -37,6 +37,7 @@ from pipeline.core.settings import (
     HybridRrfJob,
     HybridSettings,
     HybridWeightedJob,
+    IndexJob,
     IndexSettings,
     InjectionSettings,
     ModelSettings,
@@ -74,10 +75,6 @@ STAGE_FLAGS = {
         for command in ("corpus", "queries")
         for name in ("batch_size", "sort_buffer")
     },
-    "pipeline.retrieval.index": {
-        **{(None, name): (IndexSettings, name) for name in ("factory", "shards", "train_size")},
-        (None, "seed"): SEED,
-    },
     "pipeline.retrieval.mining": {(None, "negatives"): (Bm25Settings, "negatives"), (None, "match"): MATCH},
     "pipeline.evaluation.sweep": {
         (None, name): (SweepSettings, name) for name in ("baseline", "oracle", "metric")
@@ -109,6 +106,7 @@ JOB_FIELDS = {
         "match": MATCH,
     },
     EvaluateJob: {"ks": (EvalSettings, "ks"), "match": MATCH},
+    IndexJob: {**{k: (IndexSettings, k) for k in ("factory", "shards", "train_size")}, "seed": SEED},
     HybridRrfJob: {"rrf_k": (HybridSettings, "rrf_k"), "depth": DEPTH},
     HybridWeightedJob: {
         **{k: (HybridSettings, k) for k in ("weights", "select_split", "select_metric")},
@@ -149,6 +147,7 @@ DOCUMENT_STAGES = {
     "pipeline.sieve.filters": FilterJob,
     "pipeline.ar2.mine": Ar2MineJob,
     "pipeline.evaluation.evaluate": EvaluateJob,
+    "pipeline.retrieval.index": IndexJob,
     # a stage with subcommands: each one's document
     "pipeline.retrieval.bm25": {"index": Bm25IndexJob, "retrieve": Bm25RetrieveJob, "mine": Bm25MineJob},
     "pipeline.evaluation.hybrid": {"rrf": HybridRrfJob, "weighted": HybridWeightedJob},

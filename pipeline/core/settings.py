@@ -1600,6 +1600,13 @@ Ar2MineJob = job_contract(
     **fields_of(Ar2Settings, *AR2_MINE_KEYS),
     **fields_of(EvalSettings, "match"),
 )
+IndexJob = job_contract(
+    "IndexJob",
+    "pipeline.retrieval.index: the FAISS index's type, parts and training sample (section index), the seed "
+    "(the sample's).",
+    **fields_of(IndexSettings, "factory", "shards", "train_size"),
+    **fields_of(Config, "seed"),
+)
 HybridRrfJob = job_contract(
     "HybridRrfJob",
     "pipeline.evaluation.hybrid rrf: the RRF constant (hybrid.rrf_k) and the fused run's depth (eval.depth).",

@@ -21,8 +21,12 @@ each part with the sha256 recorded here before it reads it (``verify_part``).
 
 CLI::
 
-    python -m pipeline.retrieval.index --embeddings results/squad/embeddings/zeroshot \
-        --out-dir results/squad/index/zeroshot --factory Flat [--shards 1 --train-size 100000 --gpu]
+    python -m pipeline.workflow.jobs squad build_index > index.json
+    python -m pipeline.retrieval.index --settings index.json --embeddings results/squad/embeddings/zeroshot \
+        --out-dir results/squad/index/zeroshot [--factory Flat --shards 1 ...: over the document] [--no-gpu]
+
+The settings (pipeline.core.settings.IndexJob) come as one document, the workflow's job's
+(``--settings-json``) or a file (``--settings``), each flag over it.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ import pyarrow as pa
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import PASSAGE_IDS_SCHEMA
-from pipeline.core.settings import Config, IndexSettings, default
+from pipeline.core.settings import IndexJob
 from pipeline.core.storage import (
     DataError,
     atomic_path,
@@ -280,36 +285,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.retrieval.index", __doc__.split("\n")[0])
     parser.add_argument("--embeddings", required=True, help="gathered embedding folder")
     parser.add_argument("--out-dir", required=True, help="index folder")
-    parser.add_argument(
-        "--factory", default=default(IndexSettings, "factory"), help="FAISS index_factory string"
-    )
-    parser.add_argument(
-        "--shards",
-        type=int,
-        default=default(IndexSettings, "shards"),
-        help="index parts (<= embedding shards)",
-    )
-    parser.add_argument(
-        "--train-size", type=int, default=default(IndexSettings, "train_size"), help="vectors to train IVF/PQ"
-    )
-    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
+    add_settings_flags(parser, IndexJob, "index (config section index), the seed")
     parser.add_argument("--add-chunk", type=int, default=65_536, help="vectors added per call")
     parser.add_argument("--no-gpu", action="store_true", help="never use FAISS GPUs")
     parser.add_argument("--threads", type=int, help="OpenMP threads for FAISS")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
+    job = job_settings(IndexJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads, libraries=("faiss",))
     build_index(
         args.embeddings,
         args.out_dir,
-        factory=args.factory,
-        shards=args.shards,
-        train_size=args.train_size,
-        seed=args.seed,
         gpu=not args.no_gpu,
         add_chunk=args.add_chunk,
         progress=not args.no_progress,
+        **job.model_dump(),
     )
     return 0
 

@@ -25,6 +25,12 @@ def bm25_job(config: dict, command: str) -> dict[str, Any]:
     return {key: config[section][key] for section, keys in BM25_READS[command] for key in keys}
 
 
+def index_job(config: dict, seed: int) -> dict[str, Any]:
+    """The document of a build_index job (pipeline.core.settings.IndexJob): section index's type, part
+    count and training sample (not its resources), the seed."""
+    return {**{key: config["index"][key] for key in ("factory", "shards", "train_size")}, "seed": seed}
+
+
 class RetrievalRules:
     def __init__(self, tables: WorkflowTables):
         self.t = tables
@@ -32,6 +38,11 @@ class RetrievalRules:
     def bm25_settings(self, command: str) -> Callable[[Wildcards], str]:
         """params function of the BM25 rule running ``command`` (index, retrieve, mine): its document."""
         return lambda wildcards: settings_flag(bm25_job(self.t.cfg(wildcards.dataset), command))
+
+    def index_settings(self, wildcards: Wildcards) -> str:
+        """params function: build_index's document (index_job), recorded and passed whole (the part
+        count with it: index.json alone is declared, so a changed count reruns by this param)."""
+        return settings_flag(index_job(self.t.cfg(wildcards.dataset), int(self.t.config["seed"])))
 
     def exclude_answer_match_flag(self, wildcards: Wildcards) -> str:
         """params function: mining's --exclude-answer-match, from bm25 of the job's dataset."""

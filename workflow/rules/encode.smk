@@ -3,7 +3,6 @@
 # Details and sizing: docs/encoding.md.
 
 ENCODE_SHARDS = config["encode"]["shards"]
-INDEX_SHARDS = config["index"]["shards"]
 MODEL_NAME = r"[A-Za-z0-9_.\-]+"
 
 
@@ -68,7 +67,7 @@ rule gather_embeddings:
 rule build_index:
     input:
         embeddings("{dataset}", "{model}"),
-    # index.json alone, written last, with the part count a param: consumers request only index.json,
+    # index.json alone, written last, with the part count in the settings param: consumers request only index.json,
     # and Snakemake skips the params and shell-text checks of a job with an output it holds no record
     # of, so declared parts shard{j}of{m} with a changed m rebuilt nothing. The stage deletes the parts
     # of other counts.
@@ -77,12 +76,9 @@ rule build_index:
     wildcard_constraints:
         model=MODEL_NAME,
     params:
-        shards=INDEX_SHARDS,
-        factory=config["index"]["factory"],
-        train_size=config["index"]["train_size"],
+        settings=R.index_settings,
         gpu=faiss_gpu_flag,
         device=job_device,
-        seed=config["seed"],
     threads: config["index"]["threads"]
     resources:
         **gpu_resources("index"),
@@ -94,9 +90,7 @@ rule build_index:
         "benchmarks/build_index/{dataset}.{model}.tsv"
     shell:
         "python -m pipeline.retrieval.index --embeddings $(dirname {input}) --out-dir $(dirname {output})"
-        " --factory '{params.factory}' --shards {params.shards}"
-        " --train-size {params.train_size} --seed {params.seed} {params.gpu} --threads {threads}"
-        " --no-progress --log {log}"
+        " {params.settings} {params.gpu} --threads {threads} --no-progress --log {log}"
 
 
 rule search_dense:
