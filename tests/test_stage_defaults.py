@@ -29,6 +29,7 @@ from pipeline.core.settings import (
     CrossEncoderJob,
     DatasetSpec,
     DprSettings,
+    EncodeJob,
     EncodeSettings,
     EvalSettings,
     EvaluateJob,
@@ -70,11 +71,6 @@ STAGE_FLAGS = {
             for name in ("backend", "batch_size", "nprobe", "ef_search", "chunk_rows")
         },
     },
-    "pipeline.retrieval.encode": {
-        (command, name): (EncodeSettings, name)
-        for command in ("corpus", "queries")
-        for name in ("batch_size", "sort_buffer")
-    },
     "pipeline.retrieval.mining": {(None, "negatives"): (Bm25Settings, "negatives"), (None, "match"): MATCH},
     "pipeline.evaluation.sweep": {
         (None, name): (SweepSettings, name) for name in ("baseline", "oracle", "metric")
@@ -106,6 +102,7 @@ JOB_FIELDS = {
         "match": MATCH,
     },
     EvaluateJob: {"ks": (EvalSettings, "ks"), "match": MATCH},
+    EncodeJob: {k: (EncodeSettings, k) for k in ("batch_size", "sort_buffer", "amp", "backend")},
     IndexJob: {**{k: (IndexSettings, k) for k in ("factory", "shards", "train_size")}, "seed": SEED},
     HybridRrfJob: {"rrf_k": (HybridSettings, "rrf_k"), "depth": DEPTH},
     HybridWeightedJob: {
@@ -148,6 +145,7 @@ DOCUMENT_STAGES = {
     "pipeline.ar2.mine": Ar2MineJob,
     "pipeline.evaluation.evaluate": EvaluateJob,
     "pipeline.retrieval.index": IndexJob,
+    "pipeline.retrieval.encode": {"corpus": EncodeJob, "queries": EncodeJob},
     # a stage with subcommands: each one's document
     "pipeline.retrieval.bm25": {"index": Bm25IndexJob, "retrieve": Bm25RetrieveJob, "mine": Bm25MineJob},
     "pipeline.evaluation.hybrid": {"rrf": HybridRrfJob, "weighted": HybridWeightedJob},

@@ -161,9 +161,13 @@ def test_train_flags_and_amp(a):
     flags = a.train_flags(wc(variant="simans", seed="4"))
     assert flags.endswith("--sampling simans --seed 4")
     assert a.train_flags(wc()).endswith("--sampling uniform --seed 0")
-    assert a.amp_flag(wc()) == ""
-    fp32 = jobs({"ar2": {**load_config()["ar2"], "precision": "fp32"}})
-    assert fp32.amp_flag(wc()) == "--no-amp"
+    # the round's corpus encoding: section encode's document at ar2.encode_batch_size and ar2.precision
+    encode = json.loads(shlex.split(a.encode_settings(wc()))[1])
+    ar2 = load_config()["ar2"]
+    assert encode["amp"] and encode["batch_size"] == ar2["encode_batch_size"]
+    assert encode["sort_buffer"] == load_config()["encode"]["sort_buffer"]
+    fp32 = jobs({"ar2": {**ar2, "precision": "fp32"}})
+    assert not json.loads(shlex.split(fp32.encode_settings(wc()))[1])["amp"]
 
 
 def test_dev_and_round_records(a):

@@ -24,6 +24,7 @@ from pipeline.core.settings import (
     Bm25RetrieveJob,
     CandidatesJob,
     CrossEncoderJob,
+    EncodeJob,
     EvaluateJob,
     FilterJob,
     GenerateJob,
@@ -39,7 +40,7 @@ from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job, hybrid_job
-from pipeline.workflow.retrieval import RetrievalRules, bm25_job, index_job
+from pipeline.workflow.retrieval import RetrievalRules, bm25_job, encode_job, index_job
 from pipeline.workflow.sieve import SieveRules, candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 
@@ -62,6 +63,7 @@ OVERLAY = {
     },
     "ar2": {"top_k": 9, "temperature": 0.1},
     "hybrid": {"rrf_k": 10, "weights": [0.5, 1.0]},
+    "encode": {"batch_size": 16, "shards": 3},
     "index": {"factory": "IVF4,Flat", "threads": 3},
     "seed": 3,
 }
@@ -91,6 +93,7 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         CrossEncoderJob: cross_encoder_job(c, 3),
         Ar2MineJob: ar2_mine_job(c),
         EvaluateJob: evaluate_job(w, "synthkb", "bm25", allow_missing_queries=True),
+        EncodeJob: encode_job(c),
         IndexJob: index_job(c, 3),
         HybridRrfJob: hybrid_job(c, "rrf"),
         HybridWeightedJob: hybrid_job(c, "wsum"),
@@ -141,6 +144,8 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         "match": "regex",
         "allow_missing_queries": True,
     }
+    # the forward pass's settings: not the shard count (the shards' paths carry it)
+    assert documents[EncodeJob] == {"batch_size": 16, "sort_buffer": 20000, "amp": True, "backend": "torch"}
     # the index's settings, not its resources (index.threads reruns nothing)
     assert documents[IndexJob] == {"factory": "IVF4,Flat", "shards": 1, "train_size": 100000, "seed": 3}
     # each fusion's own settings: rrf_k reruns no weighted sum, the weights no RRF
@@ -187,6 +192,7 @@ def test_the_rules_pass_the_documents_whole(w):
     assert _document(SieveRules(w).filter_settings(rank_window)) == filter_job(
         w.cfg("synthkb"), 3, "rank_window"
     )
+    assert _document(RetrievalRules(w).encode_settings(wild)) == encode_job(w.cfg("synthkb"))
     assert _document(RetrievalRules(w).index_settings(wild)) == index_job(w.cfg("synthkb"), 3)
     for fusion in ("rrf", "wsum"):
         assert _document(EvaluationRules(w).hybrid_settings(fusion)(wild)) == hybrid_job(

@@ -1600,6 +1600,12 @@ Ar2MineJob = job_contract(
     **fields_of(Ar2Settings, *AR2_MINE_KEYS),
     **fields_of(EvalSettings, "match"),
 )
+EncodeJob = job_contract(
+    "EncodeJob",
+    "pipeline.retrieval.encode corpus, queries: how the forward passes run (section encode; an AR2 round's "
+    "corpus at ar2.encode_batch_size and ar2.precision).",
+    **fields_of(EncodeSettings, "batch_size", "sort_buffer", "amp", "backend"),
+)
 IndexJob = job_contract(
     "IndexJob",
     "pipeline.retrieval.index: the FAISS index's type, parts and training sample (section index), the seed "

@@ -9,13 +9,17 @@ Memory is bounded by the buffer, never by the corpus or the shard.
 
 CLI::
 
-    python -m pipeline.retrieval.encode corpus --model results/squad/models/zeroshot \
+    python -m pipeline.workflow.jobs squad encode_corpus > encode.json
+    python -m pipeline.retrieval.encode corpus --settings encode.json --model results/squad/models/zeroshot \
         --corpus resources/squad/corpus.parquet --out-dir results/squad/embeddings/zeroshot \
-        --shard 0 --shards 2 [--batch-size 64 --sort-buffer 20000 --device auto --threads 1]
+        --shard 0 --shards 2 [--batch-size 64 ...: over the document] [--device auto --threads 1]
     python -m pipeline.retrieval.encode gather --out-dir results/squad/embeddings/zeroshot --shards 2 \
         --model results/squad/models/zeroshot --corpus resources/squad/corpus.parquet
     python -m pipeline.retrieval.encode queries --model results/squad/models/zeroshot \
         --queries resources/squad/queries.test.parquet --out-dir results/squad/query_embeddings/test
+
+The encoding's settings (pipeline.core.settings.EncodeJob) come as one document, the workflow's job's
+(``--settings-json``) or a file (``--settings``), each flag over it; without either, the contract's.
 """
 
 from __future__ import annotations
@@ -44,8 +48,9 @@ from rich.progress import (
 from rich.text import Text
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.precision import autocast, encoding_dtype, precision_name
-from pipeline.core.settings import EncodeSettings, default
+from pipeline.core.settings import EncodeJob, EncodeSettings
 from pipeline.core.storage import DataError, check_unique_ids, open_parquet
 from pipeline.retrieval import embeddings as emb_io
 
@@ -422,26 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", required=True, help="retriever folder (Retriever.load)")
         p.add_argument("--out-dir", required=True, help="embedding folder")
-        p.add_argument("--batch-size", type=int, default=default(EncodeSettings, "batch_size"))
-        p.add_argument(
-            "--sort-buffer",
-            type=int,
-            default=default(EncodeSettings, "sort_buffer"),
-            help="rows read ahead and length-sorted (bounds memory)",
-        )
+        add_settings_flags(p, EncodeJob, "encoding (config section encode)")
         p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-        p.add_argument(
-            "--no-amp",
-            action="store_true",
-            help="compute in fp32 (default: fp16 autocast on CUDA, bf16 on a CPU with native bf16)",
-        )
         p.add_argument("--threads", type=int, help="torch CPU threads")
-        p.add_argument(
-            "--backend",
-            choices=ENCODE_BACKENDS,
-            default="torch",
-            help="forward pass: torch, or openvino (CPU: the model compiled by OpenVINO, same precision)",
-        )
         p.add_argument("--no-progress", action="store_true")
         p.add_argument("--log", help="append the log to this file")
 
@@ -469,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--shards must be >= 1, got {args.shards}")
     if args.command == "corpus" and not 0 <= args.shard < args.shards:
         parser.error(f"--shard must be in [0, {args.shards}) (0-based), got {args.shard}")
+    job = None if args.command == "gather" else job_settings(EncodeJob, args)  # a bad one: one line, now
     start_stage(args.log, getattr(args, "threads", None))  # gather has no --threads
     if args.command == "gather":
         emb_io.gather(
@@ -482,21 +471,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     check_writable(args.out_dir)  # before the encoding, not by the shard write at its end
     device = resolve_device(args.device)
-    backend = args.backend
+    backend = job.backend
     if backend == "openvino" and device.type != "cpu":
         # A cluster profile gave this job a GPU: the config need not change for it.
         log.info("encode.backend openvino is the CPU path; this job holds %s, so torch encodes on it", device)
         backend = "torch"
     retriever = load_retriever(args.model, device)
-    options = dict(
-        batch_size=args.batch_size,
-        sort_buffer=args.sort_buffer,
-        device=device,
-        amp=not args.no_amp,
-        progress=not args.no_progress,
-        model=args.model,
-        backend=backend,
-    )
+    # the document's settings, but the backend this job can run (openvino -> torch on a GPU)
+    options = {**job.model_dump(), "backend": backend}
+    options.update(device=device, progress=not args.no_progress, model=args.model)
     if args.command == "corpus":
         encode_table(retriever, args.corpus, args.out_dir, args.shard, args.shards, **options)
     else:

@@ -40,6 +40,7 @@ from pipeline.workflow.paths import (
     ranker,
     retriever,
 )
+from pipeline.workflow.retrieval import encode_job
 from pipeline.workflow.tables import Wildcards, WorkflowTables, alternatives
 
 # Round numbers a {r} wildcard may take: trained rounds start at 1; mining from a previous round's
@@ -314,9 +315,13 @@ class Ar2Jobs:
         recorded = ar2_recorded_settings(self.ar2_config(wildcards), sampling)
         return f"{to_flags(Ar2Settings, recorded)} --sampling {sampling} --seed {int(wildcards.seed)}"
 
-    def amp_flag(self, wildcards: Wildcards) -> str:
-        """params: --no-amp where ar2.precision is fp32 (the round's corpus encoding)."""
-        return "--no-amp" if self.ar2_config(wildcards)["precision"] == "fp32" else ""
+    def encode_settings(self, wildcards: Wildcards) -> str:
+        """params: the round's corpus encoding's document (encode_job): section encode's, at
+        ar2.encode_batch_size, autocast unless ar2.precision is fp32."""
+        ar2 = self.ar2_config(wildcards)
+        document = encode_job(self.w.cfg(wildcards.dataset))
+        document.update(batch_size=ar2["encode_batch_size"], amp=ar2["precision"] != "fp32")
+        return settings_flag(document)
 
     # ---- dev evaluation and the round record --------------------------------------------------------
 

@@ -21,7 +21,7 @@ from typing import Callable
 from pipeline.workflow.ar2 import ar2_mine_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job, hybrid_job
-from pipeline.workflow.retrieval import bm25_job, index_job
+from pipeline.workflow.retrieval import bm25_job, encode_job, index_job
 from pipeline.workflow.sieve import candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
@@ -36,6 +36,7 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
         "bm25_index": lambda d, args: bm25_job(tables.cfg(d), "index"),
         "bm25_retrieve": lambda d, args: bm25_job(tables.cfg(d), "retrieve"),
         "bm25_mine": lambda d, args: bm25_job(tables.cfg(d), "mine"),
+        "encode_corpus": lambda d, args: encode_job(tables.cfg(d)),
         "build_index": lambda d, args: index_job(tables.cfg(d), seed),
         "sieve_candidates": lambda d, args: candidates_job(tables.cfg(d), seed, tables.datasets[d]["format"]),
         "sieve_dev_candidates": lambda d, args: candidates_job(
@@ -89,6 +90,7 @@ STAGES = (
     "bm25_index",
     "bm25_retrieve",
     "bm25_mine",
+    "encode_corpus",
     "build_index",
     "sieve_candidates",
     "sieve_dev_candidates",

@@ -25,6 +25,12 @@ def bm25_job(config: dict, command: str) -> dict[str, Any]:
     return {key: config[section][key] for section, keys in BM25_READS[command] for key in keys}
 
 
+def encode_job(config: dict) -> dict[str, Any]:
+    """The document of an encode_corpus job (pipeline.core.settings.EncodeJob): section encode's forward
+    pass settings (not its shard count, which the shard paths carry, nor its resources)."""
+    return {key: config["encode"][key] for key in ("batch_size", "sort_buffer", "amp", "backend")}
+
+
 def index_job(config: dict, seed: int) -> dict[str, Any]:
     """The document of a build_index job (pipeline.core.settings.IndexJob): section index's type, part
     count and training sample (not its resources), the seed."""
@@ -38,6 +44,10 @@ class RetrievalRules:
     def bm25_settings(self, command: str) -> Callable[[Wildcards], str]:
         """params function of the BM25 rule running ``command`` (index, retrieve, mine): its document."""
         return lambda wildcards: settings_flag(bm25_job(self.t.cfg(wildcards.dataset), command))
+
+    def encode_settings(self, wildcards: Wildcards) -> str:
+        """params function: encode_corpus's document (encode_job), recorded and passed whole."""
+        return settings_flag(encode_job(self.t.cfg(wildcards.dataset)))
 
     def index_settings(self, wildcards: Wildcards) -> str:
         """params function: build_index's document (index_job), recorded and passed whole (the part

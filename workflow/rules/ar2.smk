@@ -200,8 +200,7 @@ use rule encode_corpus as ar2_encode_corpus with:
     params:
         model=A.retriever_folder,
         out_dir=A.embeddings_folder,
-        batch_size=dataset_setting("ar2", "encode_batch_size"),
-        amp=A.amp_flag,
+        settings=A.encode_settings,
     log:
         "logs/ar2_encode_corpus/{dataset}.{variant}.seed{seed}.round{r}.{shard}.log",
     benchmark:

@@ -19,11 +19,8 @@ rule encode_corpus:
     params:
         model=model_dir("{dataset}", "{model}"),
         out_dir=embeddings_dir("{dataset}", "{model}"),
-        batch_size=config["encode"]["batch_size"],
-        sort_buffer=config["encode"]["sort_buffer"],
-        amp="" if config["encode"]["amp"] else "--no-amp",
-        # OpenVINO is the CPU path: a job that holds GPUs encodes with torch (its log says so)
-        backend=config["encode"]["backend"],
+        # encode.backend openvino is the CPU path: a job that holds GPUs encodes with torch (its log says so)
+        settings=R.encode_settings,
         device=job_device,
     threads: config["encode"]["threads"]
     resources:
@@ -37,8 +34,7 @@ rule encode_corpus:
     shell:
         "python -m pipeline.retrieval.encode corpus --model {params.model} --corpus {input.corpus}"
         " --out-dir {params.out_dir} --shard {wildcards.shard} --shards " + str(ENCODE_SHARDS) +
-        " --batch-size {params.batch_size} --sort-buffer {params.sort_buffer} {params.amp}"
-        " --backend {params.backend} --device {params.device} --threads {threads} --no-progress --log {log}"
+        " {params.settings} --device {params.device} --threads {threads} --no-progress --log {log}"
 
 
 rule gather_embeddings:
