@@ -23,7 +23,9 @@ rule index_bm25:
     benchmark:
         "benchmarks/index_bm25/{dataset}.tsv"
     resources:
-        mem_mb=8000,
+        # bm25s builds the index in memory: 2.2 GiB at 1.01M passages (docs/cluster.md §9), so ~46 GiB for
+        # DPR's 21M-passage Wikipedia and ~20 GiB for MS MARCO's 8.8M
+        mem_mb=lambda w: {"dpr": 64000, "msmarco": 32000}.get(DATASETS[w.dataset]["format"], 8000),
     shell:
         "python -m pipeline.retrieval.bm25 index --corpus {input.corpus} --out-dir $(dirname {output})"
         " {params.settings} --log {log}"
