@@ -269,7 +269,7 @@ def test_a_second_sieve_setting_builds_beside_the_first(tmp_path):
     negatives, DPR and CCR keep theirs. The default setting's paths are untouched."""
     shells = _planned_shells(tmp_path, "methods: [dpr, dpr_sieve, dpr_oracle]\nsieve: {pool: 200}\n")
     (cands,) = [line for line in shells if "pipeline.sieve.candidates" in line]
-    assert "--pool 200" in cands and "--out results/synthkb/sieve/candidates_pool200.parquet" in cands
+    assert '"pool":200' in cands and "--out results/synthkb/sieve/candidates_pool200.parquet" in cands
     (sieve,) = [line for line in shells if "pipeline.sieve.passage_sieve" in line]
     assert "--out results/synthkb/negatives/sieve_b0.5_pool200.parquet" in sieve
     assert "--candidates results/synthkb/sieve/candidates_pool200.parquet" in sieve
