@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Collection, Iterable, Iterator, Sequence
+from typing import IO, Any, Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -570,6 +570,21 @@ def first_repeat(df: pd.DataFrame, columns: list[str]) -> tuple[int, int] | None
     row = int(np.argmax(dup))
     same = (df[columns] == df[columns].iloc[row]).all(axis=1).to_numpy()
     return row, int(np.argmax(same))
+
+
+def refuse_repeat(
+    df: pd.DataFrame,
+    columns: list[str],
+    message: Callable[[int], str],
+    file: str | os.PathLike | None,
+    field: str,
+) -> None:
+    """Raise DataError at the first row (position ``row``; the record named is its index label) whose
+    ``columns`` repeat an earlier row's, with ``message(row)``; return when every row is distinct."""
+    repeat = first_repeat(df, columns)
+    if repeat:
+        row = repeat[0]
+        raise DataError(message(row), file=file, record=int(df.index[row]), field=field)
 
 
 def check_unique(df: pd.DataFrame, column: str, file: str | os.PathLike) -> None:

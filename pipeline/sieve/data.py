@@ -20,7 +20,14 @@ import pyarrow.compute as pc
 from rich.progress import Progress
 
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.storage import DataError, arrow_frame, check_unique, first_repeat, open_parquet, read_table
+from pipeline.core.storage import (
+    DataError,
+    arrow_frame,
+    check_unique,
+    open_parquet,
+    read_table,
+    refuse_repeat,
+)
 
 log = logging.getLogger("sieve.sieve_data")
 
@@ -55,15 +62,13 @@ def _checked_negatives(df: pd.DataFrame, path: Path) -> pd.DataFrame:
             record=int(df.index[row]),
             field="rank",
         )
-    repeat = first_repeat(df, ["qid", "pid"])
-    if repeat:
-        row = repeat[0]
-        raise DataError(
-            f"duplicate (qid, pid) = ({df['qid'].iat[row]!r}, {df['pid'].iat[row]!r})",
-            file=path,
-            record=int(df.index[row]),
-            field="pid",
-        )
+    refuse_repeat(
+        df,
+        ["qid", "pid"],
+        lambda row: f"duplicate (qid, pid) = ({df['qid'].iat[row]!r}, {df['pid'].iat[row]!r})",
+        path,
+        "pid",
+    )
     if "excluded" in df:
         df = df[~df["excluded"].astype(bool)]
     out = df[["qid", "pid", "rank", "score"]].copy()

@@ -37,7 +37,7 @@ import pyarrow as pa
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.plotting import palette_color
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA, SIEVE_SCHEMA
-from pipeline.core.storage import DataError, first_repeat, read_table, write_json, write_png
+from pipeline.core.storage import DataError, read_table, refuse_repeat, write_json, write_png
 
 log = logging.getLogger("sieve.tradeoff")
 
@@ -148,15 +148,13 @@ def build_tradeoff(decisions: dict[str, str], reference: str = "sieve", points: 
             )
         if df.empty:
             raise DataError("no rows (no candidate was judged)", file=path)
-        repeat = first_repeat(df, ["qid", "pid"])
-        if repeat:
-            row = repeat[0]
-            raise DataError(
-                f"candidate ({df['qid'].iloc[row]}, {df['pid'].iloc[row]}) judged twice",
-                file=path,
-                record=row,
-                field="pid",
-            )
+        refuse_repeat(
+            df,
+            ["qid", "pid"],
+            lambda row, df=df: f"candidate ({df['qid'].iloc[row]}, {df['pid'].iloc[row]}) judged twice",
+            path,
+            "pid",
+        )
         tables[name] = (df, path)
     keys = {
         name: pd.util.hash_pandas_object(df[["qid", "pid"]], index=False).sum()
