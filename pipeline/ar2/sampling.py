@@ -20,11 +20,11 @@ from typing import Sequence, get_args
 import numpy as np
 
 from pipeline.core.seeding import item_rng
-from pipeline.core.settings import SimansSettings
+from pipeline.core.settings import Ar2TrainJob, SimansSettings
 
 RANKER = "ranker"
 RETRIEVER = "retriever"
-SAMPLING_METHODS = ("uniform", "simans")
+SAMPLING_METHODS = get_args(Ar2TrainJob.model_fields["sampling"].annotation)  # uniform, simans: a round's job
 SIMANS_FORMS = get_args(SimansSettings.model_fields["form"].annotation)  # square, abs: config ar2.simans.form
 
 

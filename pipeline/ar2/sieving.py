@@ -18,7 +18,15 @@ negatives); this module judges:
 
     python -m pipeline.ar2.sieving --negatives .../round2/negatives.parquet --out .../round2/sieve.parquet \
         --queries ... --qrels ... --corpus ... --model results/synthkb/models/dpr_ccr_b6 \
-        [--embeddings results/synthkb/embeddings/dpr_ccr_b6] --seed 0 [config sieve flags]
+        [--embeddings results/synthkb/embeddings/dpr_ccr_b6] --seed 0 --candidates 30
+
+    # exactly what the workflow's job sieves with: its settings document (the run's seed: --seed), then
+    # the same paths
+    python -m pipeline.workflow.jobs synthkb ar2_sieve --seed 0 > sieve.json
+    python -m pipeline.ar2.sieving --settings sieve.json --negatives ... --out ...
+
+The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
+pipeline.core.settings.Ar2SieveJob), each flag over it; what neither gives is the contract's default.
 
 ``<out stem>.stats.json`` (sieve-out rate, false-negative recall where the truth is known) is written
 before the table.
@@ -32,14 +40,16 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 from pipeline.ar2.data import lookup_embeddings, stats_path
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import SIEVE_SCHEMA
-from pipeline.core.settings import AR2_SIEVE_KEYS, EvalSettings, SieveSettings, add_flags, default, pick
+from pipeline.core.settings import Ar2SieveJob
 from pipeline.core.storage import DataError, write_json, write_table
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import Retriever
@@ -91,17 +101,14 @@ def sieve_round(
     queries: str | os.PathLike,
     qrels: str | os.PathLike,
     corpus: str | os.PathLike,
-    sieve_cfg: dict,
-    seed: int,
+    job: Any,
     model_dir: str | os.PathLike,
     model_embeddings: str | os.PathLike | None,
     qrels_all: str | os.PathLike | None = None,
-    suspect_same_article: bool = False,
-    match: str = "string",
     device: str = "auto",
 ) -> dict:
-    """Sieve a round's negatives into ``out`` (SIEVE_SCHEMA), after its statistics (``stats_path``);
-    return them.
+    """Sieve a round's negatives into ``out`` (SIEVE_SCHEMA) with the settings ``job`` (an Ar2SieveJob),
+    after its statistics (``stats_path``); return them.
 
     ``model_embeddings``: the sieve model's gathered corpus embeddings (``initial``), or None to
     encode the candidates with ``model_dir`` (``current``).
@@ -112,21 +119,17 @@ def sieve_round(
         qrels,
         queries,
         corpus,
-        candidates=int(sieve_cfg["candidates"]),
-        pool=int(sieve_cfg["pool"]),
-        seed=seed,
+        candidates=job.candidates,
+        pool=job.pool,
+        seed=job.seed,
         qrels_all=qrels_all,
-        suspect_same_article=suspect_same_article,
-        match=match,
+        suspect_same_article=job.suspect_same_article,
+        match=job.match,
     )
     if cands.empty:
         raise DataError("no candidates to sieve (every mined row was excluded?)", file=negatives)
-    scoring = dict(
-        batch_size=int(sieve_cfg.get("batch_size", 64)),
-        temperature=sieve_cfg.get("temperature"),
-        device=device,
-    )
-    rule = dict(strict=bool(sieve_cfg["strict"]), fallback=sieve_cfg["fallback"], seed=seed)
+    scoring = dict(batch_size=job.batch_size, temperature=job.temperature, device=device)
+    rule = dict(strict=job.strict, fallback=job.fallback, seed=job.seed)
     if model_embeddings is not None:
         sims = cached_similarities(cands, model_dir, model_embeddings, queries, **scoring)
         table = sieve_table(cands, sims, **rule)
@@ -176,16 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--model", required=True, help="the sieve model's folder")
     ap.add_argument("--embeddings", help="its gathered corpus embeddings (default: encode the candidates)")
-    ap.add_argument("--seed", type=int, required=True, help="candidate sampling and the fallback")
-    add_flags(ap.add_argument_group("config section sieve"), SieveSettings, names=AR2_SIEVE_KEYS)
-    ap.add_argument("--suspect-same-article", action="store_true")
-    ap.add_argument("--match", default=default(EvalSettings, "match"), choices=["string", "regex"])
+    add_settings_flags(ap, Ar2SieveJob, "settings (config section sieve, eval.match, the run's seed)")
     add_job_flags(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job = job_settings(Ar2SieveJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
     check_writable(args.out)
     sieve_round(
@@ -194,13 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         queries=args.queries,
         qrels=args.qrels,
         corpus=args.corpus,
-        sieve_cfg=pick(SieveSettings, args, names=AR2_SIEVE_KEYS),
-        seed=args.seed,
+        job=job,
         model_dir=args.model,
         model_embeddings=args.embeddings,
         qrels_all=args.qrels_all,
-        suspect_same_article=args.suspect_same_article,
-        match=args.match,
         device=args.device,
     )
     return 0

@@ -5,7 +5,17 @@ candidates, trained once per dataset and seed before round 1, and scored against
         --queries resources/synthkb/queries.train.parquet --qrels resources/synthkb/qrels.train.parquet \
         --corpus resources/synthkb/corpus.parquet --dev-run results/synthkb/ar2/start/run.dev.parquet \
         --dev-queries resources/synthkb/queries.dev.parquet --dev-qrels resources/synthkb/qrels.dev.parquet \
-        --seed 0 --out results/synthkb/ar2/ranker/seed0 [config ar2 flags]
+        --seed 0 --out results/synthkb/ar2/ranker/seed0 [settings flags: --listwise-steps 400 ...]
+
+    # exactly what the workflow's job trains with: its settings document (the run's seed: --seed), then
+    # the same paths
+    python -m pipeline.workflow.jobs synthkb ar2_train_ranker --seed 0 > ranker.json
+    python -m pipeline.ar2.train_ranker --settings ranker.json --mined ... --out ...
+
+The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
+pipeline.core.settings.Ar2RankerJob), each flag over it; what neither gives is the contract's default.
+``--compare-metric`` (ar2.select_metric) is not one of them: it only names the metric the log line
+compares, and a changed one retrains nothing.
 
 AR2 co-trains a retriever G with a cross-encoder D and only helps when D ranks G's candidates better
 than G does (with λ = 0, G distils D's softmax). The paper starts from a trained ranker; here it is
@@ -25,6 +35,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,17 +46,10 @@ from pipeline.ar2.train import batch_prior, build_batch, ranker_step
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import (
-    AR2_RANKER_KEYS,
-    Ar2Settings,
-    EvalSettings,
-    add_flags,
-    default,
-    from_dict,
-    pick,
-)
+from pipeline.core.settings import AR2_RANKER_KEYS, Ar2RankerJob, Ar2Settings, default, from_dict
 from pipeline.core.storage import DataError, atomic_path, read_table, write_json, write_table
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.retrieval.encode import resolve_device
@@ -141,9 +145,10 @@ def rerank_run(
 
 
 def compare_on_dev(
-    ranker: Ranker, args: argparse.Namespace, depth: int, out: Path, prior_scale: float | None
+    ranker: Ranker, args: argparse.Namespace, job: Any, depth: int, out: Path, prior_scale: float | None
 ) -> dict:
-    """The retriever's and the ranker's dev metrics on the same top-``depth`` candidates."""
+    """The retriever's and the ranker's dev metrics on the same top-``depth`` candidates, at the cut-offs
+    and answer matching of ``job`` (an Ar2RankerJob)."""
     run = read_run(args.dev_run)
     top = run[run["rank"] <= depth]
     work = out.with_name(out.name + ".rerank")
@@ -152,11 +157,11 @@ def compare_on_dev(
     write_table(retriever_run, top.reset_index(drop=True))
     with torch.no_grad():
         write_table(ranker_run, rerank_run(ranker, run, args.dev_queries, args.corpus, depth, prior_scale))
-    ks = sorted({k for k in args.ks if k <= depth})
+    ks = sorted({k for k in job.ks if k <= depth})
     result = {}
     for name, path in (("retriever", retriever_run), ("ranker", ranker_run)):
         info, _, _ = evaluate(
-            path, args.dev_queries, args.dev_qrels, args.corpus, ks, args.match, args.dev_qrels_all
+            path, args.dev_queries, args.dev_qrels, args.corpus, ks, job.match, args.dev_qrels_all
         )
         result[name] = info["metrics"]
     shutil.rmtree(work, ignore_errors=True)
@@ -165,9 +170,10 @@ def compare_on_dev(
     return result
 
 
-def train_ranker(args: argparse.Namespace) -> dict:
+def train_ranker(args: argparse.Namespace, job: Any) -> dict:
+    """Train the ranker with the settings ``job`` (an Ar2RankerJob), compare it on dev, save it."""
     device = resolve_device(args.device)
-    values = pick(Ar2Settings, args, names=AR2_RANKER_KEYS)
+    values = job.model_dump(include=set(AR2_RANKER_KEYS))
     settings = from_dict(Ar2Settings, values)
     out = Path(args.out)
     ckpt = out.with_name(out.name + ".ckpt")
@@ -181,7 +187,7 @@ def train_ranker(args: argparse.Namespace) -> dict:
     prepare_checkpoint_dir(
         ckpt,
         {
-            "seed": args.seed,
+            "seed": job.seed,
             "settings": values,
             "compute_precision": precision_name(autocast_dtype(device, settings.precision)),
             "inputs": [
@@ -190,9 +196,9 @@ def train_ranker(args: argparse.Namespace) -> dict:
         },
         DistInfo(device=device),
     )
-    ranker = base_ranker(settings, args.seed).to(device)
+    ranker = base_ranker(settings, job.seed).to(device)
     tick = time.perf_counter()
-    summary = train_listwise(ranker, data, settings, args.seed, ckpt, device)
+    summary = train_listwise(ranker, data, settings, job.seed, ckpt, device)
     summary.update(queries=len(data.qids), train_queries_without_positive=len(dropped))
     summary["train_s"] = round(time.perf_counter() - tick, 3)
     (out / "ranker.json").unlink(missing_ok=True)  # a folder without it is incomplete
@@ -201,7 +207,7 @@ def train_ranker(args: argparse.Namespace) -> dict:
         shutil.copyfile(ckpt / LOG_FILE, tmp)
     tick = time.perf_counter()
     prior = scale if settings.ranker_prior == "retriever" else None
-    comparison = compare_on_dev(ranker, args, settings.listwise.rerank_depth, out, prior)
+    comparison = compare_on_dev(ranker, args, job, settings.listwise.rerank_depth, out, prior)
     comparison["eval_s"] = round(time.perf_counter() - tick, 3)
     write_json(out / RERANK_FILE, {**comparison, "train": summary, "settings": values})
     metric = args.compare_metric
@@ -233,10 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dev-queries", required=True)
     ap.add_argument("--dev-qrels", required=True)
     ap.add_argument("--dev-qrels-all", help="exact truth (synthkb)")
-    ap.add_argument("--seed", type=int, required=True)
-    add_flags(ap.add_argument_group("config section ar2"), Ar2Settings, names=AR2_RANKER_KEYS)
-    ap.add_argument("--ks", type=int, nargs="+", default=default(EvalSettings, "ks"))
-    ap.add_argument("--match", default=default(EvalSettings, "match"), choices=["string", "regex"])
+    add_settings_flags(
+        ap, Ar2RankerJob, "settings (config section ar2, eval.ks and eval.match, the run's seed)"
+    )
     ap.add_argument(
         "--compare-metric",
         default=default(Ar2Settings, "select_metric"),
@@ -249,9 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job = job_settings(Ar2RankerJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
     check_writable(args.out)
-    train_ranker(args)
+    train_ranker(args, job)
     return 0
 
 

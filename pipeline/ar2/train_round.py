@@ -1,12 +1,20 @@
 """One AR2 round's training: ranker steps, then retriever steps, on the round's (sieved) negatives.
 
-    python -m pipeline.ar2.train_round --round 2 --variant sieve --seed 0 \
+    python -m pipeline.ar2.train_round --round 2 --sampling uniform --seed 0 \
         --round-dir results/synthkb/ar2/sieve_b6/seed0/round2 \
         --mined results/synthkb/ar2/sieve_b6/seed0/round2/negatives.parquet \
         --sieve results/synthkb/ar2/sieve_b6/seed0/round2/sieve.parquet \
         --queries resources/synthkb/queries.train.parquet --qrels resources/synthkb/qrels.train.parquet \
         --corpus resources/synthkb/corpus.parquet --retriever .../round1/retriever \
-        --ranker .../round1/ranker --carry .../round1/carry [config ar2 flags]
+        --ranker .../round1/ranker --carry .../round1/carry [settings flags: --retriever-steps 8 ...]
+
+    # exactly what the workflow's job trains with: its settings document (the variant's sampling and the
+    # run's seed: --variant, --seed), then the same paths
+    python -m pipeline.workflow.jobs synthkb ar2_train --variant sieve --seed 0 > round.json
+    python -m pipeline.ar2.train_round --settings round.json --round 2 --round-dir ... --mined ...
+
+The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
+pipeline.core.settings.Ar2TrainJob), each flag over it; what neither gives is the contract's default.
 
 Writes into the round folder ``ranker/``, ``retriever/`` (complete once ``retriever.json`` exists),
 ``carry/state.pt`` (the optimizer and scheduler state the next round continues from: the schedules span
@@ -27,22 +35,22 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.ar2.round_data import base_ranker, load_retriever, load_round_data
-from pipeline.ar2.sampling import SAMPLING_METHODS
 from pipeline.ar2.train import CKPT_DIR, train_round, write_carry
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.settings import (
     AR2_TRAIN_KEYS,
     RETRIEVER_OVERRIDE_KEYS,
     Ar2Settings,
-    add_flags,
+    Ar2TrainJob,
     from_dict,
-    pick,
 )
 from pipeline.core.storage import write_json
 from pipeline.retrieval.encode import resolve_device
@@ -64,18 +72,19 @@ def _ranker(args: argparse.Namespace, settings: Ar2Settings, seed: int) -> Ranke
     return base_ranker(settings, seed)
 
 
-def train_one_round(args: argparse.Namespace) -> dict:
-    """Train, then write ranker/, retriever/, carry/ and the summary; return the summary."""
+def train_one_round(args: argparse.Namespace, job: Any) -> dict:
+    """Train with the settings ``job`` (an Ar2TrainJob), then write ranker/, retriever/, carry/ and the
+    summary; return the summary."""
     device = resolve_device(args.device)
-    values = pick(Ar2Settings, args, names=AR2_TRAIN_KEYS)
-    settings = from_dict(Ar2Settings, values)  # the contract checks what the flags gave
+    values = job.model_dump(include=set(AR2_TRAIN_KEYS))
+    settings = from_dict(Ar2Settings, values)
     round_dir = Path(args.round_dir)
     if args.round > 1 and not args.carry:
         raise ConfigError(f"round {args.round} needs --carry (round {args.round - 1}'s optimizer state)")
     tick = time.perf_counter()
     overrides = {k: values[k] for k in RETRIEVER_OVERRIDE_KEYS}
     retriever = load_retriever(args.retriever, overrides, device)
-    ranker = _ranker(args, settings, args.seed).to(device)
+    ranker = _ranker(args, settings, job.seed).to(device)
     queries, _, dropped = load_queries_with_positives(args.queries, args.qrels, drop_without_positive=True)
     data = load_round_data(args.mined, args.sieve, queries, args.corpus, retriever.settings)
     ckpt = round_dir / CKPT_DIR
@@ -83,8 +92,8 @@ def train_one_round(args: argparse.Namespace) -> dict:
         ckpt,
         {
             "round": args.round,
-            "sampling": args.sampling,
-            "seed": args.seed,
+            "sampling": job.sampling,
+            "seed": job.seed,
             "settings": values,
             # bf16 results depend on the machine's native support: no resume across precisions.
             "compute_precision": precision_name(autocast_dtype(device, settings.precision)),
@@ -110,10 +119,10 @@ def train_one_round(args: argparse.Namespace) -> dict:
         data,
         settings,
         round_index=args.round,
-        seed=args.seed,
+        seed=job.seed,
         round_dir=round_dir,
         previous_ckpt=args.carry,
-        sampling=args.sampling,
+        sampling=job.sampling,
     )
     summary.update(
         queries=len(data.qids),
@@ -135,10 +144,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--round", type=int, required=True, help="1-based")
     ap.add_argument("--round-dir", required=True)
     ap.add_argument(
-        "--sampling", required=True, choices=SAMPLING_METHODS, help="the variant's negative sampling"
-    )
-    ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument(
         "--mined",
         required=True,
         help="the round's mined negatives (ar2/start/ or round{r}/negatives.parquet)",
@@ -153,16 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--ranker", help="the ranker the round starts from (default: ar2.ranker's base, new head)"
     )
     ap.add_argument("--carry", help="rounds >= 2: the previous round's carry/ folder")
-    add_flags(ap.add_argument_group("config section ar2"), Ar2Settings, names=AR2_TRAIN_KEYS)
+    add_settings_flags(
+        ap, Ar2TrainJob, "settings (config section ar2, the variant's sampling, the run's seed)"
+    )
     add_job_flags(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job = job_settings(Ar2TrainJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
     check_writable(args.round_dir)
-    train_one_round(args)
+    train_one_round(args, job)
     return 0
 
 

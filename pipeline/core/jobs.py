@@ -13,7 +13,7 @@ import json
 from typing import Any, Literal, get_args, get_origin
 
 from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
-from pipeline.core.settings import Contract, _strip, add_flags, flag_name, from_dict
+from pipeline.core.settings import Contract, _nested, _strip, add_flags, flag_name, from_dict, pick
 
 
 def add_settings_flags(
@@ -85,9 +85,21 @@ def read_document(args: argparse.Namespace) -> dict:
 
 
 def merged_document(cls: type[Contract], args: argparse.Namespace) -> dict:
-    """The document with each flag of ``cls`` that was given over it (unvalidated)."""
-    flagged = {name: value for name in cls.model_fields if (value := getattr(args, name, None)) is not None}
-    return {**read_document(args), **flagged}
+    """The document with each flag of ``cls`` that was given over it (unvalidated). A field that is a
+    section of its own (ar2.simans) takes its flags (--simans-a) key by key over the document's."""
+    document = read_document(args)
+    flagged: dict[str, Any] = {}
+    for name, field in cls.model_fields.items():
+        if _nested(field.annotation):
+            given = {
+                key: value for key, value in pick(field.annotation, args, name).items() if value is not None
+            }
+            if given:
+                inner = document.get(name)
+                flagged[name] = {**(inner if isinstance(inner, dict) else {}), **given}
+        elif (value := getattr(args, name, None)) is not None:
+            flagged[name] = value
+    return {**document, **flagged}
 
 
 def job_settings(cls: type[Contract], args: argparse.Namespace) -> Any:

@@ -1650,6 +1650,48 @@ EvaluateJob = job_contract(
 )
 
 
+# ---- AR2's round jobs (issue 43): the sieve, the listwise ranker, a round's training -----------------
+
+
+def _ar2_run_seed() -> tuple[Any, Any]:
+    """The seed field of an AR2 job: its run's ({seed} of the round folders), not the top-level seed."""
+    return (
+        Seed,
+        Field(0, description="the AR2 run's seed (ar2.seeds, else seeds): sampling, dropout, the fallback"),
+    )
+
+
+Ar2SieveJob = job_contract(
+    "Ar2SieveJob",
+    "pipeline.ar2.sieving: how a sieve variant's round draws its candidates and decides (section sieve), "
+    "answer matching (eval.match), the run's seed.",
+    **fields_of(SieveSettings, *AR2_SIEVE_KEYS),
+    **fields_of(EvalSettings, "match"),
+    seed=_ar2_run_seed(),
+    **fields_of(CandidatesJob, "suspect_same_article"),
+)
+Ar2RankerJob = job_contract(
+    "Ar2RankerJob",
+    "pipeline.ar2.train_ranker: what the listwise ranker (ar2.ranker_init listwise) reads of section ar2, "
+    "the run's seed, and the dev metrics it is scored by (eval.ks, eval.match). ar2.select_metric, which "
+    "only names the metric its log line compares, is no setting of the job (--compare-metric).",
+    **fields_of(Ar2Settings, *AR2_RANKER_KEYS),
+    seed=_ar2_run_seed(),
+    **fields_of(EvalSettings, "ks", "match"),
+)
+Ar2TrainJob = job_contract(
+    "Ar2TrainJob",
+    "pipeline.ar2.train_round: every ar2 key a round's training reads (a document leaves out ar2.ranker "
+    "when round 1's ranker is a trained one, and ar2.simans for uniform sampling: ar2_recorded_settings), "
+    "the variant's negative sampling and the run's seed.",
+    **fields_of(Ar2Settings, *AR2_TRAIN_KEYS),
+    sampling=(
+        Literal["uniform", "simans"],
+        Field(description="the variant's negative sampling: uniform (plain, sieve) or simans (simans*)"),
+    ),
+    seed=_ar2_run_seed(),
+)
+
 if __name__ == "__main__":
     # python -m pipeline.core.settings > workflow/schemas/config.schema.json
     json.dump(config_schema(), sys.stdout, indent=1)

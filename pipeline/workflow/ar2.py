@@ -13,15 +13,7 @@ import shlex
 from typing import Any, Callable
 
 from pipeline.core.methods import AR2_SAMPLING, AR2_VARIANTS, beta_tag, ccr_model
-from pipeline.core.settings import (
-    AR2_MINE_KEYS,
-    AR2_RANKER_KEYS,
-    AR2_SIEVE_KEYS,
-    Ar2Settings,
-    SieveSettings,
-    ar2_recorded_settings,
-    to_flags,
-)
+from pipeline.core.settings import AR2_MINE_KEYS, AR2_RANKER_KEYS, AR2_SIEVE_KEYS, ar2_recorded_settings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.evaluation import evaluate_job
 from pipeline.workflow.paths import (
@@ -63,6 +55,37 @@ def ar2_mine_job(config: dict) -> dict[str, Any]:
     config is ``config``: what mining reads of section ar2 (top_k, answer-match exclusion, retriever
     overrides) and eval.match."""
     return {**{key: config["ar2"][key] for key in AR2_MINE_KEYS}, "match": config["eval"]["match"]}
+
+
+def ar2_sieve_job(config: dict, seed: int, dataset_format: str) -> dict[str, Any]:
+    """The document of a sieve variant's round sieve (pipeline.core.settings.Ar2SieveJob): config sieve's
+    candidates, pool and decision keys, eval.match, the run's seed; a SQuAD-format dataset's candidates
+    from the positive's own article are suspects. The sieve model's own settings ride on its files."""
+    return {
+        **{key: config["sieve"][key] for key in AR2_SIEVE_KEYS},
+        "match": config["eval"]["match"],
+        "seed": int(seed),
+        "suspect_same_article": dataset_format == "squad",
+    }
+
+
+def ar2_ranker_job(config: dict, seed: int) -> dict[str, Any]:
+    """The document of the listwise ranker's training (pipeline.core.settings.Ar2RankerJob): what it reads
+    of section ar2, the run's seed, and the dev metrics it is scored by (eval.ks, eval.match)."""
+    return {
+        **{key: config["ar2"][key] for key in AR2_RANKER_KEYS},
+        "seed": int(seed),
+        "ks": config["eval"]["ks"],
+        "match": config["eval"]["match"],
+    }
+
+
+def ar2_train_job(config: dict, variant: str, seed: int) -> dict[str, Any]:
+    """The document of a round's training (pipeline.core.settings.Ar2TrainJob) of AR2 variant ``variant``
+    (plain, sieve, ...): every ar2 key it reads (ar2_recorded_settings: a changed one reruns this round's
+    training and everything after it, and nothing else), the variant's sampling, the run's seed."""
+    sampling = AR2_SAMPLING[variant]
+    return {**ar2_recorded_settings(config["ar2"], sampling), "sampling": sampling, "seed": int(seed)}
 
 
 class Ar2Jobs:
@@ -111,9 +134,6 @@ class Ar2Jobs:
     def start_dev_settings(self, wildcards: Wildcards) -> str:
         """params function of ar2_evaluate_dev_start: evaluate's document for the DPR start's dev run."""
         return settings_flag(evaluate_job(self.w, wildcards.dataset, "dpr", "dev"))
-
-    def match(self) -> str:
-        return self.config["eval"]["match"]
 
     # ---- round folders and files --------------------------------------------------------------------
 
@@ -218,17 +238,9 @@ class Ar2Jobs:
         return _quoted(out)
 
     def sieve_flags(self, wildcards: Wildcards) -> str:
-        """What the round's sieve decides with: config sieve's candidates, pool and decision keys, the seed,
-        and how answers are matched. The sieve model's own settings ride on its input files."""
+        """params function: the round sieve's document (ar2_sieve_job), recorded and passed whole."""
         d = wildcards.dataset
-        out = [
-            to_flags(SieveSettings, self.w.cfg(d)["sieve"], AR2_SIEVE_KEYS),
-            f"--seed {int(wildcards.seed)}",
-            f"--match {self.match()}",
-        ]
-        if self.w.datasets[d]["format"] == "squad":
-            out.append("--suspect-same-article")
-        return " ".join(out)
+        return settings_flag(ar2_sieve_job(self.w.cfg(d), wildcards.seed, self.w.datasets[d]["format"]))
 
     def sieve_model_start(self, wildcards: Wildcards) -> str:
         """sieve_init warm: the warm-up DPR (the authors' scripts); current: round r-1's retriever."""
@@ -255,12 +267,8 @@ class Ar2Jobs:
         return inputs
 
     def ranker_flags(self, wildcards: Wildcards) -> str:
-        """What the listwise ranker reads of config ar2, the seed, and the dev metrics it is scored by."""
-        ks = " ".join(str(k) for k in self.config["eval"]["ks"])
-        return (
-            f"{to_flags(Ar2Settings, self.ar2_config(wildcards), AR2_RANKER_KEYS)} --seed {int(wildcards.seed)}"
-            f" --ks {ks} --match {self.match()}"
-        )
+        """params function: the listwise ranker's document (ar2_ranker_job), recorded and passed whole."""
+        return settings_flag(ar2_ranker_job(self.w.cfg(wildcards.dataset), wildcards.seed))
 
     @staticmethod
     def dev_qrels_all_flag(wildcards: Wildcards, input: Any) -> str:
@@ -309,11 +317,10 @@ class Ar2Jobs:
         return _quoted(out)
 
     def train_flags(self, wildcards: Wildcards) -> str:
-        """Every ar2 key the round's training reads (ar2_recorded_settings), the variant's sampling and the
-        seed: a changed one reruns this round's training and everything after it."""
-        sampling = AR2_SAMPLING[self.variant(wildcards)]
-        recorded = ar2_recorded_settings(self.ar2_config(wildcards), sampling)
-        return f"{to_flags(Ar2Settings, recorded)} --sampling {sampling} --seed {int(wildcards.seed)}"
+        """params function: the round training's document (ar2_train_job), recorded and passed whole."""
+        return settings_flag(
+            ar2_train_job(self.w.cfg(wildcards.dataset), self.variant(wildcards), wildcards.seed)
+        )
 
     def encode_settings(self, wildcards: Wildcards) -> str:
         """params: the round's corpus encoding's document (encode_job): section encode's, at

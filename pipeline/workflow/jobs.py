@@ -18,7 +18,8 @@ import json
 import sys
 from typing import Callable
 
-from pipeline.workflow.ar2 import ar2_mine_job
+from pipeline.core.methods import AR2_SAMPLING
+from pipeline.workflow.ar2 import ar2_mine_job, ar2_ranker_job, ar2_sieve_job, ar2_train_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job, hybrid_job
 from pipeline.workflow.retrieval import bm25_job, encode_job, index_job
@@ -51,6 +52,25 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
         "evaluate": lambda d, args: evaluate_job(
             tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
         ),
+        **ar2_round_documents(tables),
+    }
+
+
+# ---- AR2's round jobs: documents of one AR2 run (--seed) and, for a round's training, one variant --------
+
+
+def ar2_round_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
+    """stage -> the document of an AR2 round job of (dataset, the printer's --seed and --variant)."""
+
+    def seed(d: str, args: argparse.Namespace) -> int:
+        return tables.ar2_seeds(d)[0] if args.seed is None else args.seed
+
+    return {
+        "ar2_sieve": lambda d, args: ar2_sieve_job(
+            tables.cfg(d), seed(d, args), tables.datasets[d]["format"]
+        ),
+        "ar2_train_ranker": lambda d, args: ar2_ranker_job(tables.cfg(d), seed(d, args)),
+        "ar2_train": lambda d, args: ar2_train_job(tables.cfg(d), args.variant, seed(d, args)),
     }
 
 
@@ -66,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("stage", help="the job's stage: " + ", ".join(STAGES))
     ap.add_argument("--run", default="bm25", help="evaluate: the run folder scored (default bm25)")
     ap.add_argument("--filter", default="none", help="filter_candidates: the filter (default none)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        help="ar2_sieve, ar2_train_ranker, ar2_train: the AR2 run (default: its first seed)",
+    )
+    ap.add_argument(
+        "--variant",
+        default="plain",
+        choices=sorted(AR2_SAMPLING),
+        help="ar2_train: the AR2 variant (default plain)",
+    )
     ap.add_argument("--configfile", nargs="*", default=[], help="overlays, as given to snakemake")
     args = ap.parse_args(argv)
     if args.stage not in STAGES:
@@ -98,6 +129,9 @@ STAGES = (
     "train_cross_encoder",
     "filter_candidates",
     "ar2_mine",
+    "ar2_sieve",
+    "ar2_train_ranker",
+    "ar2_train",
     "fuse_rrf",
     "fuse_weighted",
     "evaluate",
