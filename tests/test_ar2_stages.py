@@ -19,19 +19,14 @@ from pipeline.ar2 import mine, round_summary, sieving, train_round
 from pipeline.ar2 import selection as ar2_select
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.settings import (
-    AR2_SIEVE_KEYS,
-    Ar2Settings,
-    SieveSettings,
-    ar2_recorded_settings,
-    defaults,
-    to_flags,
-)
+from pipeline.core.settings import Ar2Settings, defaults
 from pipeline.core.storage import write_table
 from pipeline.evaluation import evaluate
 from pipeline.retrieval import search
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
 from pipeline.retrieval.runs import read_run
+from pipeline.workflow.ar2 import ar2_train_job
+from pipeline.workflow.documents import settings_flag
 
 THINGS = ["apple", "river", "castle", "violin", "rocket", "garden", "lantern", "harbor", "desert", "comet"]
 PLACES = ["Paris", "Lima", "Oslo", "Cairo", "Quito", "Seoul", "Perth", "Dakar", "Hanoi", "Bern"]
@@ -118,8 +113,8 @@ def _sieve(d: Path, negatives: Path, out: Path, model: Path, embeddings: Path | 
         "--corpus",
         str(d / "corpus.parquet"),
     ]
-    argv += ["--qrels-all", str(d / "qrels_all.train.parquet"), "--model", str(model), "--seed", "0"]
-    argv += shlex.split(to_flags(SieveSettings, flags, AR2_SIEVE_KEYS))
+    argv += ["--qrels-all", str(d / "qrels_all.train.parquet"), "--model", str(model)]
+    argv += ["--settings-json", json.dumps({**flags, "seed": 0})]  # the rest: Ar2SieveJob's defaults
     if embeddings is not None:
         argv += ["--embeddings", str(embeddings)]
     assert sieving.main(argv) == 0
@@ -128,7 +123,7 @@ def _sieve(d: Path, negatives: Path, out: Path, model: Path, embeddings: Path | 
 def _train_argv(
     d: Path, round_dir: Path, r: int, mined: Path, start: Path, settings: dict, **files
 ) -> list[str]:
-    argv = ["--round", str(r), "--round-dir", str(round_dir), "--sampling", "uniform", "--seed", "0"]
+    argv = ["--round", str(r), "--round-dir", str(round_dir)]
     argv += [
         "--mined",
         str(mined),
@@ -138,7 +133,8 @@ def _train_argv(
         "--retriever",
         str(start),
     ]
-    argv += shlex.split(to_flags(Ar2Settings, ar2_recorded_settings(settings, "uniform")))
+    # the document the workflow's job passes (a plain variant: uniform sampling), seed 0
+    argv += shlex.split(settings_flag(ar2_train_job({"ar2": settings}, "plain", 0)))
     for name, path in files.items():
         argv += [f"--{name}", str(path)]
     return argv
@@ -453,7 +449,10 @@ def test_the_listwise_ranker_resumes_and_is_scored_beside_the_retriever(data, tm
         "--dev-qrels",
         str(data / "qrels.dev.parquet"),
     ]
-    argv += ["--seed", "0", "--ks", "1", "5", *shlex.split(to_flags(Ar2Settings, settings, AR2_RANKER_KEYS))]
+    document = {**{key: settings[key] for key in AR2_RANKER_KEYS}, "seed": 0, "ks": [1, 5]}
+    # a hand run's flags over the document, a nested section's key by key (the others stay the document's)
+    document["listwise"] = {**document["listwise"], "steps": 9}
+    argv += ["--settings-json", json.dumps(document), "--listwise-steps", "4"]
     assert train_ranker.main([*argv, "--out", str(tmp_path / "ref")]) == 0
     real, calls = train_ranker.ranker_step, []
 
@@ -470,6 +469,7 @@ def test_the_listwise_ranker_resumes_and_is_scored_beside_the_retriever(data, tm
     assert train_ranker.main([*argv, "--out", str(tmp_path / "crashed")]) == 0
     report = json.loads((tmp_path / "crashed" / "rerank.dev.json").read_text())
     assert report["train"]["start_step"] == 2 and report["candidates"] == 5 and report["queries"] == 2
+    assert report["train"]["steps"] == 4 and report["settings"]["listwise"] == settings["listwise"]
     assert set(report["retriever"]) == set(report["ranker"]) and "R@5" in report["ranker"]
     ref, got = Ranker.load(tmp_path / "ref").state_dict(), Ranker.load(tmp_path / "crashed").state_dict()
     assert all(torch.equal(ref[k], got[k]) for k in ref)

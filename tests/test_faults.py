@@ -29,7 +29,9 @@ from pathlib import Path
 import pytest
 from stage_args import encode_corpus
 
-from pipeline.core.settings import Ar2Settings, ar2_recorded_settings, defaults, to_flags
+from pipeline.core.settings import Ar2Settings, defaults
+from pipeline.workflow.ar2 import ar2_train_job
+from pipeline.workflow.documents import settings_flag
 
 pytestmark = pytest.mark.slow
 
@@ -238,16 +240,12 @@ ROUND1 = [
     "1",
     "--round-dir",
     "ar2/round1",
-    "--sampling",
-    "uniform",
-    "--seed",
-    "0",
     "--mined",
     "ar2/start/negatives.parquet",
     *AR2_DATA,
     "--retriever",
     "models/start",
-    *shlex.split(to_flags(Ar2Settings, ar2_recorded_settings(AR2_SETTINGS, "uniform"))),
+    *shlex.split(settings_flag(ar2_train_job({"ar2": AR2_SETTINGS}, "plain", 0))),
     "--device",
     "cpu",
     "--threads",

@@ -1,6 +1,6 @@
 """A stage run by hand with the workflow's settings document writes byte-identical output to the
 workflow's job (issue 43's acceptance), for one stage of each family: synthkb generate, data prepare,
-retrieval (BM25 index), training (CCR), the passage sieve, AR2 mining, evaluation.
+retrieval (BM25 index), training (CCR), the passage sieve, AR2 mining and an AR2 round's sieve, evaluation.
 
 The workflow runs once on tiny data (40 synthkb entities, the DPR fixture, DPR untrained, 2 CCR steps)
 under an overlay that sets, for every stage, a setting away from its contract default, so a hand run that
@@ -24,8 +24,11 @@ from pathlib import Path
 import pytest
 from test_workflow import snakemake
 
+from pipeline.core.config import deep_merge, load_config
+from pipeline.core.methods import ar2_sieve_tag
 from pipeline.core.settings import (
     Ar2MineJob,
+    Ar2SieveJob,
     Bm25IndexJob,
     CcrSettings,
     EvaluateJob,
@@ -41,7 +44,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 DPR = REPO / "tests" / "fixtures" / "dpr"
 OVERLAY = {
-    "methods": ["bm25"],
+    "methods": ["bm25", "ar2_sieve"],
     "datasets": {
         "synthkb": {"entities": 40, "positive": "source"},
         "nqfix": {
@@ -64,6 +67,8 @@ OVERLAY = {
     "encode": {"shards": 1},
 }
 SIEVE = paths.negatives("synthkb", "sieve_b6")
+# ar2_sieve's round 1 (seed 0) sieves ar2/start/negatives.parquet in its variant's folder
+AR2_ROUND1 = paths.ar2_round_dir("synthkb", "sieve" + ar2_sieve_tag(deep_merge(load_config(), OVERLAY)), 0, 1)
 # stage (the printer's name) -> (dataset, the stage's module and its first word, its outputs, a setting
 # the overlay moves off its contract default: (contract, key, value); a training document nests it
 # under "train")
@@ -107,6 +112,12 @@ STAGES = {
         ],
         (Ar2MineJob, "top_k", 10),
     ),
+    "ar2_sieve": (
+        "synthkb",
+        "pipeline.ar2.sieving",
+        [f"{AR2_ROUND1}/sieve.parquet", f"{AR2_ROUND1}/sieve.stats.json"],
+        (Ar2SieveJob, "temperature", 0.5),
+    ),
     "evaluate": (
         "synthkb",
         "pipeline.evaluation.evaluate",
@@ -129,6 +140,7 @@ def workflow_run(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
         paths.method_metrics("synthkb", "bm25"),
         SIEVE,
         paths.ar2_start_file("synthkb", "negatives.parquet"),
+        f"{AR2_ROUND1}/sieve.parquet",
     ]
     proc = snakemake(work, *targets, "-p", overlay=OVERLAY)
     commands: dict[str, str] = {}

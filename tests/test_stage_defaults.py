@@ -13,11 +13,15 @@ from pipeline.core.config import load_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
 from pipeline.core.settings import (
+    AR2_SIEVE_KEYS,
     CROSS_ENCODER_TRAINING,
     SYNTHKB_SPLIT,
     AbsoluteMarginSettings,
     Ar2MineJob,
+    Ar2RankerJob,
     Ar2Settings,
+    Ar2SieveJob,
+    Ar2TrainJob,
     Bm25IndexJob,
     Bm25MineJob,
     Bm25RetrieveJob,
@@ -25,6 +29,7 @@ from pipeline.core.settings import (
     CandidatesJob,
     CcrSettings,
     Config,
+    Contract,
     CrossEncoderFilterSettings,
     CrossEncoderJob,
     DatasetSpec,
@@ -75,12 +80,8 @@ STAGE_FLAGS = {
     "pipeline.evaluation.sweep": {
         (None, name): (SweepSettings, name) for name in ("baseline", "oracle", "metric")
     },
-    "pipeline.ar2.sieving": {(None, "match"): MATCH},
-    "pipeline.ar2.train_ranker": {
-        (None, "ks"): (EvalSettings, "ks"),
-        (None, "match"): MATCH,
-        (None, "compare_metric"): (Ar2Settings, "select_metric"),
-    },
+    # not in its document: only which metric the log line compares
+    "pipeline.ar2.train_ranker": {(None, "compare_metric"): (Ar2Settings, "select_metric")},
     "pipeline.ar2.selection": {("search", "depth"): DEPTH},
 }
 
@@ -102,6 +103,14 @@ JOB_FIELDS = {
         "match": MATCH,
     },
     EvaluateJob: {"ks": (EvalSettings, "ks"), "match": MATCH},
+    # AR2's round jobs (their seed is the AR2 run's, a field of their own)
+    Ar2SieveJob: {**{k: (SieveSettings, k) for k in AR2_SIEVE_KEYS}, "match": MATCH},
+    Ar2RankerJob: {
+        **{k: (Ar2Settings, k) for k in ("listwise", "ranker", "ranker_prior", "precision")},
+        "ks": (EvalSettings, "ks"),
+        "match": MATCH,
+    },
+    Ar2TrainJob: {k: (Ar2Settings, k) for k in ("rounds", "simans", "ranker_warmup_lr", "similarity")},
     EncodeJob: {k: (EncodeSettings, k) for k in ("batch_size", "sort_buffer", "amp", "backend")},
     IndexJob: {**{k: (IndexSettings, k) for k in ("factory", "shards", "train_size")}, "seed": SEED},
     HybridRrfJob: {"rrf_k": (HybridSettings, "rrf_k"), "depth": DEPTH},
@@ -143,6 +152,9 @@ DOCUMENT_STAGES = {
     "pipeline.sieve.cross_encoder": CrossEncoderJob,
     "pipeline.sieve.filters": FilterJob,
     "pipeline.ar2.mine": Ar2MineJob,
+    "pipeline.ar2.sieving": Ar2SieveJob,
+    "pipeline.ar2.train_ranker": Ar2RankerJob,
+    "pipeline.ar2.train_round": Ar2TrainJob,
     "pipeline.evaluation.evaluate": EvaluateJob,
     "pipeline.retrieval.index": IndexJob,
     "pipeline.retrieval.encode": {"corpus": EncodeJob, "queries": EncodeJob},
@@ -167,9 +179,16 @@ def test_a_document_stage_flag_only_overrides_the_document(module_name, monkeypa
     capsys.readouterr()
     stages = DOCUMENT_STAGES[module_name]
     for command, contract in stages.items() if isinstance(stages, dict) else [(None, stages)]:
-        fields = contract.model_fields
+        # a section of its own (ar2.simans) has a flag per key, its name their prefix (--simans-a)
+        dests = [
+            f"{name}_{key}"
+            if isinstance(field.annotation, type) and issubclass(field.annotation, Contract)
+            else name
+            for name, field in contract.model_fields.items()
+            for key in getattr(field.annotation, "model_fields", [None])
+        ]
         assert {(command, "settings"), (command, "settings_json")} <= set(defaults)
-        assert {name: defaults[(command, name)] for name in fields} == dict.fromkeys(fields)
+        assert {dest: defaults[(command, dest)] for dest in dests} == dict.fromkeys(dests)
 
 
 def built_parser(module_name: str, monkeypatch) -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ import pytest
 from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
+from pipeline.core.settings import AR2_SIEVE_KEYS, ar2_recorded_settings
 from pipeline.workflow.ar2 import MINED_ROUND, TRAINED_ROUND, Ar2Jobs
 from pipeline.workflow.tables import WorkflowTables
 
@@ -98,8 +99,15 @@ def test_mine_and_ranker_flags(a):
     flag, document = shlex.split(a.mine_flags(wc(dataset="nq")))
     assert flag == "--settings-json"  # one document, recorded and passed whole (issue 43)
     assert json.loads(document)["match"] == "string" and json.loads(document)["top_k"] == 100
-    ranker = a.ranker_flags(wc(seed="3"))
-    assert "--seed 3 --ks 1 5 20 100 --match string" in ranker
+    flag, ranker = shlex.split(a.ranker_flags(wc(seed="3")))
+    ranker = json.loads(ranker)
+    assert flag == "--settings-json" and (ranker["seed"], ranker["ks"], ranker["match"]) == (
+        3,
+        [1, 5, 20, 100],
+        "string",
+    )
+    # the listwise ranker's ar2 keys, nested sections whole; select_metric only names the log's metric
+    assert ranker["listwise"] == load_config()["ar2"]["listwise"] and "select_metric" not in ranker
     assert a.select_metric(wc(dataset="msmarco"), None) == "MRR@10"
     assert a.dev_qrels_all_flag(wc(), Named(dev_qrels_all="q.parquet")) == "--dev-qrels-all q.parquet"
     assert a.dev_qrels_all_flag(wc(), Named()) == ""
@@ -118,9 +126,13 @@ def test_sieve_inputs_and_flags(a):
     assert (
         a.sieve_files(wc(), Named(model="m/retriever.json", qrels_all="a b")) == "--model m --qrels-all 'a b'"
     )
-    flags = a.sieve_flags(wc(seed="2"))
-    assert "--seed 2 --match string" in flags and "--suspect-same-article" not in flags
-    assert a.sieve_flags(wc(dataset="squad")).endswith("--suspect-same-article")
+    flag, document = shlex.split(a.sieve_flags(wc(seed="2")))
+    sieve = json.loads(document)
+    assert flag == "--settings-json" and (sieve["seed"], sieve["match"]) == (2, "string")
+    assert sieve["candidates"] == load_config()["sieve"]["candidates"] and not sieve["suspect_same_article"]
+    # the sieve's own keys only: the filters' settings (rank_window, ...) rerun no AR2 round
+    assert set(sieve) == {*AR2_SIEVE_KEYS, "match", "seed", "suspect_same_article"}
+    assert json.loads(shlex.split(a.sieve_flags(wc(dataset="squad")))[1])["suspect_same_article"]
     # sieve_init warm: the warm-up DPR; initial is never asked (only warm/current train a sieve model)
     assert a.sieve_model_start(wc(dataset="nq", r="3")) == "results/nq/models/dpr/retriever.json"
 
@@ -158,9 +170,16 @@ def test_train_inputs(a):
 
 
 def test_train_flags_and_amp(a):
-    flags = a.train_flags(wc(variant="simans", seed="4"))
-    assert flags.endswith("--sampling simans --seed 4")
-    assert a.train_flags(wc()).endswith("--sampling uniform --seed 0")
+    simans = json.loads(shlex.split(a.train_flags(wc(variant="simans", seed="4")))[1])
+    assert (simans["sampling"], simans["seed"]) == ("simans", 4) and "simans" in simans
+    plain = json.loads(shlex.split(a.train_flags(wc()))[1])
+    # uniform sampling never reads ar2.simans: not recorded, so a changed one reruns no plain round
+    assert (plain["sampling"], plain["seed"]) == ("uniform", 0) and "simans" not in plain
+    assert plain == {
+        **ar2_recorded_settings(load_config()["ar2"], "uniform"),
+        "sampling": "uniform",
+        "seed": 0,
+    }
     # the round's corpus encoding: section encode's document at ar2.encode_batch_size and ar2.precision
     encode = json.loads(shlex.split(a.encode_settings(wc()))[1])
     ar2 = load_config()["ar2"]

@@ -19,6 +19,9 @@ from pipeline.core.settings import (
     FILTER_NAMES,
     SYNTHKB_SPLIT,
     Ar2MineJob,
+    Ar2RankerJob,
+    Ar2SieveJob,
+    Ar2TrainJob,
     Bm25IndexJob,
     Bm25MineJob,
     Bm25RetrieveJob,
@@ -36,7 +39,7 @@ from pipeline.core.settings import (
     from_dict,
 )
 from pipeline.workflow import jobs
-from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job
+from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job, ar2_ranker_job, ar2_sieve_job, ar2_train_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job, hybrid_job
@@ -92,6 +95,9 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         CandidatesJob: candidates_job(c, 3, "synthkb"),
         CrossEncoderJob: cross_encoder_job(c, 3),
         Ar2MineJob: ar2_mine_job(c),
+        Ar2SieveJob: ar2_sieve_job(c, 3, "synthkb"),
+        Ar2RankerJob: ar2_ranker_job(c, 3),
+        Ar2TrainJob: ar2_train_job(c, "simans", 3),  # SimANS sampling reads ar2.simans: every key
         EvaluateJob: evaluate_job(w, "synthkb", "bm25", allow_missing_queries=True),
         EncodeJob: encode_job(c),
         IndexJob: index_job(c, 3),
@@ -223,6 +229,11 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out) == hybrid_job(tables(OVERLAY).cfg("synthkb"), "wsum")
     assert jobs.main(["synthkb", "build_index", "--configfile", str(overlay)]) == 0
     assert json.loads(capsys.readouterr().out)["factory"] == "IVF4,Flat"
+    # an AR2 round job: the run's seed (default the first AR2 seed) and a round's training's variant
+    assert jobs.main(["squad", "ar2_sieve", "--configfile", str(overlay)]) == 0
+    assert json.loads(capsys.readouterr().out) == ar2_sieve_job(tables(OVERLAY).cfg("squad"), 3, "squad")
+    assert jobs.main(["synthkb", "ar2_train", "--variant", "sieve", "--seed", "5"]) == 0
+    assert json.loads(capsys.readouterr().out) == ar2_train_job(tables({}).cfg("synthkb"), "sieve", 5)
     assert jobs.main(["squad", "prepare"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "squad"
     for argv, message in ((["squad", "generate"], "is prepared"), (["synthkb", "train"], "unknown stage")):
