@@ -21,7 +21,15 @@ from typing import Callable
 from pipeline.workflow.ar2 import ar2_mine_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job, hybrid_job
-from pipeline.workflow.retrieval import bm25_job, encode_job, index_job
+from pipeline.workflow.retrieval import (
+    bm25_job,
+    encode_job,
+    index_job,
+    mine_job,
+    mining_search_job,
+    run_depth_job,
+    search_job,
+)
 from pipeline.workflow.sieve import candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
@@ -51,6 +59,20 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
         "evaluate": lambda d, args: evaluate_job(
             tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
         ),
+        **dense_search_documents(tables),
+    }
+
+
+def dense_search_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
+    """The dense searches' and dense mining's stages (pipeline/workflow/retrieval.py): search_dense and
+    search_for_mining over search.backend, the AR2 dev searches over the round's embeddings (torch)."""
+    backend = tables.config["search"]["backend"]
+    return {
+        "search_dense": lambda d, args: search_job(tables.cfg(d), backend),
+        "search_for_mining": lambda d, args: mining_search_job(tables.cfg(d), backend),
+        "mine_dense_negatives": lambda d, args: mine_job(tables.cfg(d)),
+        "ar2_search_dev": lambda d, args: search_job(tables.cfg(d), "torch", amp=False),
+        "ar2_search": lambda d, args: run_depth_job(tables.cfg(d)),
     }
 
 
@@ -101,6 +123,12 @@ STAGES = (
     "fuse_rrf",
     "fuse_weighted",
     "evaluate",
+    # dense search and mining
+    "search_dense",
+    "search_for_mining",
+    "mine_dense_negatives",
+    "ar2_search_dev",
+    "ar2_search",
 )
 
 
