@@ -231,11 +231,8 @@ def test_the_rules_pass_the_documents_whole(w):
     )
     assert _document(RetrievalRules(w).encode_settings(wild)) == encode_job(w.cfg("synthkb"))
     assert _document(RetrievalRules(w).index_settings(wild)) == index_job(w.cfg("synthkb"), 3)
-    over_index = Wild(index="results/synthkb/index/dpr/index.json")
-    assert _document(RetrievalRules(w).search_settings(wild, over_index)) == search_job(
-        w.cfg("synthkb"), "faiss"
-    )
-    assert _document(RetrievalRules(w).mining_search_settings(wild, over_index)) == mining_search_job(
+    assert _document(RetrievalRules(w).search_settings(wild)) == search_job(w.cfg("synthkb"), "faiss")
+    assert _document(RetrievalRules(w).mining_search_settings(wild)) == mining_search_job(
         w.cfg("synthkb"), "faiss"
     )
     assert _document(RetrievalRules(w).mine_settings(wild)) == mine_job(w.cfg("synthkb"))

@@ -71,15 +71,14 @@ def test_retrieval_rules_read_bm25_and_search_settings():
     over_index = SimpleNamespace(keys=lambda: ["index"], index=inputs["index"])
     assert r.search_source(wild, over_index).startswith("--backend faiss --index results/synthkb/index/dpr")
     # the search's document: the backend's own knobs (no chunk_rows over an index, no nprobe over embeddings)
-    assert _document(r.search_settings(wild, over_index)) == {
+    assert _document(r.search_settings(wild)) == {
         "depth": 100,
         "batch_size": 128,
         "nprobe": 32,
         "ef_search": 128,
         "amp": True,
     }
-    over_embeddings = SimpleNamespace(keys=lambda: ["embeddings"], embeddings="e/manifest.json")
-    assert _document(r.fp32_search_settings(wild, over_embeddings)) == {
+    assert _document(r.ar2_dev_search_settings(wild)) == {
         "depth": 100,
         "batch_size": 128,
         "chunk_rows": 65536,
@@ -89,7 +88,7 @@ def test_retrieval_rules_read_bm25_and_search_settings():
     mining = SimpleNamespace(**vars(over_index), mining_qrels="resources/synthkb/qrels.train.parquet")
     mining.keys = over_index.keys
     assert r.mining_source(wild, mining).endswith(" --mining-qrels resources/synthkb/qrels.train.parquet")
-    document = _document(r.mining_search_settings(wild, mining))
+    document = _document(r.mining_search_settings(wild))
     assert "depth" not in document and document["negatives"] == 100 and not document["exclude_answer_match"]
     assert _document(r.depth_settings(wild)) == {"depth": 100}
     assert "dpr" in r.mining_sources() and "zeroshot" in r.mining_sources()

@@ -59,11 +59,6 @@ def run_depth_job(config: dict) -> dict[str, Any]:
     return bm25_job(config, "retrieve")
 
 
-def search_backend(input: Any) -> str:
-    """The backend a search job's inputs call for: faiss over an index, torch over the embeddings."""
-    return "faiss" if "index" in input.keys() else "torch"
-
-
 def encode_job(config: dict) -> dict[str, Any]:
     """The document of an encode_corpus job (pipeline.core.settings.EncodeJob): section encode's forward
     pass settings (not its shard count, which the shard paths carry, nor its resources)."""
@@ -110,7 +105,7 @@ class RetrievalRules:
     @staticmethod
     def search_source(wildcards: Wildcards, input: Any) -> str:
         """params function: the search backend and what it reads (search_inputs chose one)."""
-        if search_backend(input) == "faiss":
+        if "index" in input.keys():
             return f"--backend faiss --index {os.path.dirname(input.index)}"
         return f"--backend torch --embeddings {os.path.dirname(input.embeddings)}"
 
@@ -119,18 +114,22 @@ class RetrievalRules:
         set its depth (with the document's negatives) and which make it a mining search."""
         return f"{self.search_source(wildcards, input)} --mining-qrels {input.mining_qrels}"
 
-    def search_settings(self, wildcards: Wildcards, input: Any) -> str:
-        """params function: search_dense's document (search_job over the backend its inputs call for)."""
-        return settings_flag(search_job(self.t.cfg(wildcards.dataset), search_backend(input)))
+    # The documents are functions of the wildcards alone: Snakemake records no param derived from a
+    # job's input (a function taking `input`), so such a document's change would rerun nothing.
+    def search_settings(self, wildcards: Wildcards) -> str:
+        """params function: search_dense's document (search_job over search.backend, which search_inputs
+        reads too)."""
+        return settings_flag(search_job(self.t.cfg(wildcards.dataset), self.t.config["search"]["backend"]))
 
-    def fp32_search_settings(self, wildcards: Wildcards, input: Any) -> str:
-        """params function: the AR2 dev searches' document: search_dense's, queries in fp32 as AR2's
-        mining encodes them."""
-        return settings_flag(search_job(self.t.cfg(wildcards.dataset), search_backend(input), amp=False))
+    def ar2_dev_search_settings(self, wildcards: Wildcards) -> str:
+        """params function: the AR2 dev searches' document: over the round's embeddings (torch), queries
+        in fp32 as AR2's mining encodes them."""
+        return settings_flag(search_job(self.t.cfg(wildcards.dataset), "torch", amp=False))
 
-    def mining_search_settings(self, wildcards: Wildcards, input: Any) -> str:
-        """params function: search_for_mining's document (mining_search_job)."""
-        return settings_flag(mining_search_job(self.t.cfg(wildcards.dataset), search_backend(input)))
+    def mining_search_settings(self, wildcards: Wildcards) -> str:
+        """params function: search_for_mining's document (mining_search_job over search.backend)."""
+        config = self.t.cfg(wildcards.dataset)
+        return settings_flag(mining_search_job(config, self.t.config["search"]["backend"]))
 
     def mine_settings(self, wildcards: Wildcards) -> str:
         """params function: mine_dense_negatives's document (mine_job)."""

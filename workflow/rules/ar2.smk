@@ -238,7 +238,7 @@ use rule search_dense as ar2_search_dev with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=R.fp32_search_settings,
+        settings=R.ar2_dev_search_settings,
     threads: dataset_setting("ar2", "threads")
     resources:
         **gpu_resources("ar2"),
