@@ -150,7 +150,8 @@ def _search_dev(d: Path, retriever: Path, embeddings: Path, out: Path) -> None:
         "torch",
         "--embeddings",
         str(embeddings),
-        "--no-amp",
+        "--settings-json",
+        '{"amp": false}',
         "--no-progress",
     ]
     assert search.main(argv) == 0

@@ -1,6 +1,7 @@
 """A stage run by hand with the workflow's settings document writes byte-identical output to the
 workflow's job (issue 43's acceptance), for one stage of each family: synthkb generate, data prepare,
-retrieval (BM25 index), training (CCR), the passage sieve, AR2 mining and an AR2 round's sieve, evaluation.
+retrieval (BM25 index; the dense search, a mining search and the dense mining of zeroshot), training
+(CCR), the passage sieve, AR2 mining and an AR2 round's sieve, evaluation.
 
 The workflow runs once on tiny data (40 synthkb entities, the DPR fixture, DPR untrained, 2 CCR steps)
 under an overlay that sets, for every stage, a setting away from its contract default, so a hand run that
@@ -33,7 +34,10 @@ from pipeline.core.settings import (
     CcrSettings,
     EvaluateJob,
     GenerateJob,
+    MineJob,
+    MiningSearchJob,
     PrepareJob,
+    SearchJob,
     SieveJob,
     default,
 )
@@ -44,7 +48,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 DPR = REPO / "tests" / "fixtures" / "dpr"
 OVERLAY = {
-    "methods": ["bm25", "ar2_sieve"],
+    "methods": ["bm25", "zeroshot", "ar2_sieve"],
     "datasets": {
         "synthkb": {"entities": 40, "positive": "source"},
         "nqfix": {
@@ -124,7 +128,27 @@ STAGES = {
         [paths.method_metrics("synthkb", "bm25"), paths.per_query("synthkb", "bm25")],
         (EvaluateJob, "ks", [1, 3, 10]),
     ),
+    "search_dense": (
+        "synthkb",
+        "pipeline.retrieval.search",
+        [paths.run("synthkb", "zeroshot", "test")],
+        (SearchJob, "depth", 50),
+    ),
+    "search_for_mining": (
+        "synthkb",
+        "pipeline.retrieval.search",
+        [paths.mining_run("synthkb", "zeroshot")],
+        (MiningSearchJob, "negatives", 20),
+    ),
+    "mine_dense_negatives": (
+        "synthkb",
+        "pipeline.retrieval.mining",
+        [paths.negatives("synthkb", "zeroshot")],
+        (MineJob, "negatives", 20),
+    ),
 }
+# What tells a stage's job from another job of its module in Snakemake's printout.
+MARKS = {"evaluate": "bm25/run.", "search_dense": "zeroshot/run.test.", "search_for_mining": "--mining-qrels"}
 # Measured, not computed: how long the job took.
 TIMINGS = {"wall_s", "examples_per_s"}
 # The printer of a stage's document, when it is not pipeline.workflow.jobs.
@@ -141,6 +165,8 @@ def workflow_run(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
         SIEVE,
         paths.ar2_start_file("synthkb", "negatives.parquet"),
         f"{AR2_ROUND1}/sieve.parquet",
+        paths.run("synthkb", "zeroshot", "test"),
+        paths.negatives("synthkb", "zeroshot"),
     ]
     proc = snakemake(work, *targets, "-p", overlay=OVERLAY)
     commands: dict[str, str] = {}
@@ -153,7 +179,7 @@ def workflow_run(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
                 if f"-m {module} " in command and "models/dpr_ccr_b6" in command:
                     commands[stage] = command
                 continue
-            if command.startswith(f"python -m {module} ") and (stage != "evaluate" or "bm25/run." in command):
+            if command.startswith(f"python -m {module} ") and MARKS.get(stage, "") in command:
                 assert stage not in commands, f"two {stage} jobs ran"
                 commands[stage] = command
     assert set(commands) == set(STAGES), f"jobs not run: {set(STAGES) - set(commands)}"

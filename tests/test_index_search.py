@@ -187,7 +187,7 @@ def test_run_table_drops_missing_and_ranks_from_one():
     }
 
 
-def test_search_cli_backends_write_identical_valid_runs(tmp_path):
+def test_search_cli_backends_write_identical_valid_runs(tmp_path, capsys):
     make_tiny_encoder(tmp_path / "hf", seed=0)
     model = tmp_path / "model"
     Retriever.from_pretrained(str(tmp_path / "hf"), RetrieverSettings(base="tiny", passage_max_len=32)).save(
@@ -256,27 +256,34 @@ def test_search_cli_backends_write_identical_valid_runs(tmp_path):
     np.testing.assert_allclose(faiss_run["score"], torch_run["score"], atol=1e-6)
     assert pq.read_schema(tmp_path / "faiss.parquet").field("rank").type == "int32"
     # Mining depth: 3 negatives must survive q1's 5 positives -> top 8 (×3 = 24 with answer matches
-    # excluded), whatever the floor --depth says.
+    # excluded); the document of a mining search has no depth (MiningSearchJob).
     qrels = pd.DataFrame(
         {"qid": ["q1"] * 5 + ["q2"], "pid": [f"d{i}" for i in range(6)], "relevance": [1] * 6}
     )
     qrels.to_parquet(tmp_path / "qrels.parquet")
     mining = common[: common.index("--depth")] + [
-        "--depth",
-        "1",
         "--device",
         "cpu",
         "--no-progress",
         "--index",
         str(tmp_path / "idx"),
-        "--mining-negatives",
-        "3",
+        "--settings-json",
+        '{"negatives": 3}',
         "--mining-qrels",
         str(tmp_path / "qrels.parquet"),
     ]
-    for extra, depth in (([], 8), (["--mining-exclude-answer-match"], 24)):
+    for extra, depth in (([], 8), (["--exclude-answer-match"], 24), (["--negatives", "4"], 9)):
         assert S.main(mining + extra + ["--out", str(tmp_path / "mine.parquet")]) == 0
         mined = read_run(tmp_path / "mine.parquet")
         assert mined.groupby("qid")["rank"].max().tolist() == [depth, depth]
-    with pytest.raises(SystemExit):
-        S.main(mining[:-2] + ["--out", str(tmp_path / "x.parquet")])  # negatives without qrels
+    # negatives without the qrels, a depth with them: a setting the search would not read
+    for argv, message in (
+        (mining[:-2] + ["--negatives", "3"], "--negatives: not read by a search without --mining-qrels"),
+        (mining + ["--depth", "5"], "--depth: not read by a mining search"),
+    ):
+        with pytest.raises(SystemExit):
+            S.main(argv + ["--out", str(tmp_path / "x.parquet")])
+        assert message in capsys.readouterr().err
+    # the mining document is not a search's, nor the other way round: one line naming the key
+    with pytest.raises(ConfigError, match="unknown key.*negatives"):
+        S.main(mining[:-2] + ["--out", str(tmp_path / "x.parquet")])

@@ -290,9 +290,11 @@ SETTINGS: dict[str, tuple] = {
     "index.train_size": (5000, ("build_index",)),
     "search.backend": ("torch", ANY_SEARCH),
     "search.batch_size": (64, (*ANY_SEARCH, *AR2_DEV)),
-    "search.nprobe": (8, (*ANY_SEARCH, *AR2_DEV)),
-    "search.ef_search": (64, (*ANY_SEARCH, *AR2_DEV)),
-    "search.chunk_rows": (1024, (*ANY_SEARCH, *AR2_DEV)),
+    # a backend's own knobs reach the searches over it alone: the index's (faiss, search.backend's
+    # default) the searches over an index, chunk_rows the AR2 dev searches over the embeddings (torch)
+    "search.nprobe": (8, ANY_SEARCH, AR2_DEV),
+    "search.ef_search": (64, ANY_SEARCH, AR2_DEV),
+    "search.chunk_rows": (1024, AR2_DEV, ANY_SEARCH),
     "tournament.methods": (["dpr", "dpr_rank_window"], ("tournament",), ("noise_sweep",)),
     "tournament.baseline": ("dpr_absolute_margin", ("tournament",)),
     "tournament.oracle": ("dpr_absolute_margin", ("tournament",)),

@@ -23,8 +23,6 @@ from pipeline.core.settings import (
     Ar2SieveJob,
     Ar2TrainJob,
     Bm25IndexJob,
-    Bm25MineJob,
-    Bm25RetrieveJob,
     Bm25Settings,
     CandidatesJob,
     CcrSettings,
@@ -46,12 +44,16 @@ from pipeline.core.settings import (
     IndexJob,
     IndexSettings,
     InjectionSettings,
+    MineJob,
+    MiningSearchJob,
     ModelSettings,
     Objective,
     PositiveAwareDevSettings,
     PositiveAwareSettings,
     PrepareJob,
     RankWindowSettings,
+    RunDepthJob,
+    SearchJob,
     SearchSettings,
     SieveJob,
     SieveSettings,
@@ -69,20 +71,13 @@ DEPTH = (EvalSettings, "depth")
 # module -> {(subcommand or None, flag dest): (contract, field)}. The stages that take a settings document
 # (pipeline.core.jobs) are the next test's: their flags only override the document.
 STAGE_FLAGS = {
-    "pipeline.retrieval.search": {
-        (None, "depth"): DEPTH,
-        **{
-            (None, name): (SearchSettings, name)
-            for name in ("backend", "batch_size", "nprobe", "ef_search", "chunk_rows")
-        },
-    },
-    "pipeline.retrieval.mining": {(None, "negatives"): (Bm25Settings, "negatives"), (None, "match"): MATCH},
+    # the backend: what the job's inputs call for (the index or the embeddings), not in its document
+    "pipeline.retrieval.search": {(None, "backend"): (SearchSettings, "backend")},
     "pipeline.evaluation.sweep": {
         (None, name): (SweepSettings, name) for name in ("baseline", "oracle", "metric")
     },
     # not in its document: only which metric the log line compares
     "pipeline.ar2.train_ranker": {(None, "compare_metric"): (Ar2Settings, "select_metric")},
-    "pipeline.ar2.selection": {("search", "depth"): DEPTH},
 }
 
 
@@ -91,8 +86,8 @@ JOB_FIELDS = {
     GenerateJob: {k: (DatasetSpec, k) for k in ("entities", "seed", "positive", "fn_share", "fn_paraphrase")},
     PrepareJob: {k: (DatasetSpec, k) for k in ("split", "empty_positives")},
     Bm25IndexJob: {k: (Bm25Settings, k) for k in ("k1", "b", "stemmer", "stopwords")},
-    Bm25RetrieveJob: {"depth": DEPTH},
-    Bm25MineJob: {"negatives": (Bm25Settings, "negatives"), "match": MATCH},
+    RunDepthJob: {"depth": DEPTH},
+    MineJob: {"negatives": (Bm25Settings, "negatives"), "match": MATCH},
     SieveJob: {
         "seed": SEED,
         **{k: (SieveSettings, k) for k in ("strict", "fallback", "in_batch", "batch_size")},
@@ -113,6 +108,16 @@ JOB_FIELDS = {
     Ar2TrainJob: {k: (Ar2Settings, k) for k in ("rounds", "simans", "ranker_warmup_lr", "similarity")},
     EncodeJob: {k: (EncodeSettings, k) for k in ("batch_size", "sort_buffer", "amp", "backend")},
     IndexJob: {**{k: (IndexSettings, k) for k in ("factory", "shards", "train_size")}, "seed": SEED},
+    SearchJob: {
+        "depth": DEPTH,
+        **{k: (SearchSettings, k) for k in ("batch_size", "nprobe", "ef_search", "chunk_rows")},
+        "amp": (EncodeSettings, "amp"),
+    },
+    MiningSearchJob: {
+        **{k: (SearchSettings, k) for k in ("batch_size", "nprobe", "ef_search", "chunk_rows")},
+        "amp": (EncodeSettings, "amp"),
+        **{k: (Bm25Settings, k) for k in ("negatives", "exclude_answer_match")},
+    },
     HybridRrfJob: {"rrf_k": (HybridSettings, "rrf_k"), "depth": DEPTH},
     HybridWeightedJob: {
         **{k: (HybridSettings, k) for k in ("weights", "select_split", "select_metric")},
@@ -159,8 +164,12 @@ DOCUMENT_STAGES = {
     "pipeline.retrieval.index": IndexJob,
     "pipeline.retrieval.encode": {"corpus": EncodeJob, "queries": EncodeJob},
     # a stage with subcommands: each one's document
-    "pipeline.retrieval.bm25": {"index": Bm25IndexJob, "retrieve": Bm25RetrieveJob, "mine": Bm25MineJob},
+    "pipeline.retrieval.bm25": {"index": Bm25IndexJob, "retrieve": RunDepthJob, "mine": MineJob},
     "pipeline.evaluation.hybrid": {"rrf": HybridRrfJob, "weighted": HybridWeightedJob},
+    # dense search (a mining search: MiningSearchJob, the next test) and dense mining
+    "pipeline.retrieval.search": SearchJob,
+    "pipeline.retrieval.mining": MineJob,
+    "pipeline.ar2.selection": {"search": RunDepthJob},
 }
 
 
@@ -189,6 +198,14 @@ def test_a_document_stage_flag_only_overrides_the_document(module_name, monkeypa
         ]
         assert {(command, "settings"), (command, "settings_json")} <= set(defaults)
         assert {dest: defaults[(command, dest)] for dest in dests} == dict.fromkeys(dests)
+
+
+def test_a_mining_search_s_own_flags_only_override_its_document(monkeypatch, capsys):
+    defaults = flag_defaults(built_parser("pipeline.retrieval.search", monkeypatch))
+    capsys.readouterr()
+    assert {name: defaults[(None, name)] for name in MiningSearchJob.model_fields} == dict.fromkeys(
+        MiningSearchJob.model_fields
+    )
 
 
 def built_parser(module_name: str, monkeypatch) -> argparse.ArgumentParser:

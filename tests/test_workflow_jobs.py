@@ -23,8 +23,6 @@ from pipeline.core.settings import (
     Ar2SieveJob,
     Ar2TrainJob,
     Bm25IndexJob,
-    Bm25MineJob,
-    Bm25RetrieveJob,
     CandidatesJob,
     CrossEncoderJob,
     EncodeJob,
@@ -34,7 +32,11 @@ from pipeline.core.settings import (
     HybridRrfJob,
     HybridWeightedJob,
     IndexJob,
+    MineJob,
+    MiningSearchJob,
     PrepareJob,
+    RunDepthJob,
+    SearchJob,
     SieveJob,
     from_dict,
 )
@@ -43,7 +45,16 @@ from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job, ar2_ranker_job, ar2_sie
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job, hybrid_job
-from pipeline.workflow.retrieval import RetrievalRules, bm25_job, encode_job, index_job
+from pipeline.workflow.retrieval import (
+    RetrievalRules,
+    bm25_job,
+    encode_job,
+    index_job,
+    mine_job,
+    mining_search_job,
+    run_depth_job,
+    search_job,
+)
 from pipeline.workflow.sieve import SieveRules, candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 
@@ -89,8 +100,8 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         GenerateJob: generate_job(w.datasets["synthkb"]),
         PrepareJob: prepare_job("squad", w.datasets["squad"]),
         Bm25IndexJob: bm25_job(c, "index"),
-        Bm25RetrieveJob: bm25_job(c, "retrieve"),
-        Bm25MineJob: bm25_job(c, "mine"),
+        RunDepthJob: bm25_job(c, "retrieve"),
+        MineJob: bm25_job(c, "mine"),
         SieveJob: sieve_job(c, 3),
         CandidatesJob: candidates_job(c, 3, "synthkb"),
         CrossEncoderJob: cross_encoder_job(c, 3),
@@ -103,6 +114,8 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         IndexJob: index_job(c, 3),
         HybridRrfJob: hybrid_job(c, "rrf"),
         HybridWeightedJob: hybrid_job(c, "wsum"),
+        SearchJob: {**search_job(c, "faiss"), **search_job(c, "torch")},  # each backend reads its knobs
+        MiningSearchJob: {**mining_search_job(c, "faiss"), **mining_search_job(c, "torch")},
     }
     for contract, document in documents.items():
         assert set(document) == set(contract.model_fields), contract.__name__  # every setting, no other
@@ -118,8 +131,8 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
     assert set(filters["positive_aware_dev"]) == {
         "positive_aware_dev_" + k for k in ("grid_min", "grid_max", "grid_step", "criterion")
     }
-    assert documents[Bm25IndexJob]["k1"] == 1.2 and documents[Bm25RetrieveJob] == {"depth": 40}
-    assert documents[Bm25MineJob] == {"negatives": 7, "exclude_answer_match": True, "match": "regex"}
+    assert documents[Bm25IndexJob]["k1"] == 1.2 and documents[RunDepthJob] == {"depth": 40}
+    assert documents[MineJob] == {"negatives": 7, "exclude_answer_match": True, "match": "regex"}
     assert (
         documents[SieveJob]["strict"]
         and documents[SieveJob]["in_batch"] == 4
@@ -163,6 +176,30 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         "depth": 40,
         "match": "regex",
     }
+    # a search's: the depth, batch and its backend's knobs, queries encoded as the corpus (encode.amp)
+    assert search_job(c, "faiss") == {
+        "depth": 40,
+        "batch_size": 128,
+        "nprobe": 32,
+        "ef_search": 128,
+        "amp": True,
+    }
+    assert search_job(c, "torch", amp=False) == {
+        "depth": 40,
+        "batch_size": 128,
+        "chunk_rows": 65536,
+        "amp": False,
+    }
+    # a mining search's: the negatives to be mined, from which the stage derives its depth
+    assert mining_search_job(c, "torch") == {
+        "batch_size": 128,
+        "chunk_rows": 65536,
+        "amp": True,
+        "negatives": 7,
+        "exclude_answer_match": True,
+    }
+    # dense mining reads BM25 mining's settings; an AR2 method's search its depth alone
+    assert mine_job(c) == documents[MineJob] and run_depth_job(c) == documents[RunDepthJob]
     assert documents[PrepareJob] == {
         "dataset": "squad",
         "format": "squad",
@@ -200,6 +237,11 @@ def test_the_rules_pass_the_documents_whole(w):
     )
     assert _document(RetrievalRules(w).encode_settings(wild)) == encode_job(w.cfg("synthkb"))
     assert _document(RetrievalRules(w).index_settings(wild)) == index_job(w.cfg("synthkb"), 3)
+    assert _document(RetrievalRules(w).search_settings(wild)) == search_job(w.cfg("synthkb"), "faiss")
+    assert _document(RetrievalRules(w).mining_search_settings(wild)) == mining_search_job(
+        w.cfg("synthkb"), "faiss"
+    )
+    assert _document(RetrievalRules(w).mine_settings(wild)) == mine_job(w.cfg("synthkb"))
     for fusion in ("rrf", "wsum"):
         assert _document(EvaluationRules(w).hybrid_settings(fusion)(wild)) == hybrid_job(
             w.cfg("synthkb"), fusion
@@ -234,6 +276,16 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out) == ar2_sieve_job(tables(OVERLAY).cfg("squad"), 3, "squad")
     assert jobs.main(["synthkb", "ar2_train", "--variant", "sieve", "--seed", "5"]) == 0
     assert json.loads(capsys.readouterr().out) == ar2_train_job(tables({}).cfg("synthkb"), "sieve", 5)
+    # the dense searches: search_dense over search.backend, the AR2 dev searches over embeddings, in fp32
+    for stage, document in (
+        ("search_dense", search_job(tables(OVERLAY).cfg("synthkb"), "faiss")),
+        ("search_for_mining", mining_search_job(tables(OVERLAY).cfg("synthkb"), "faiss")),
+        ("ar2_search_dev", search_job(tables(OVERLAY).cfg("synthkb"), "torch", amp=False)),
+        ("mine_dense_negatives", mine_job(tables(OVERLAY).cfg("synthkb"))),
+        ("ar2_search", {"depth": 40}),
+    ):
+        assert jobs.main(["synthkb", stage, "--configfile", str(overlay)]) == 0
+        assert json.loads(capsys.readouterr().out) == document, stage
     assert jobs.main(["squad", "prepare"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "squad"
     for argv, message in ((["squad", "generate"], "is prepared"), (["synthkb", "train"], "unknown stage")):

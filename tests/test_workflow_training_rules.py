@@ -62,12 +62,33 @@ def test_the_recipe_is_a_label_of_the_dataset(rules):
 def test_retrieval_rules_read_bm25_and_search_settings():
     r = RetrievalRules(tables())
     wild = Wild(dataset="synthkb", method="dpr", split="test")
-    assert _document(r.bm25_settings("index")(wild))["k1"] == 0.9 and r.exclude_answer_match_flag(wild) == ""
-    assert r.exclude_answer_match_flag(Wild(dataset="nq")) == "--exclude-answer-match"
+    assert _document(r.bm25_settings("index")(wild))["k1"] == 0.9
+    # dense mining: BM25 mining's document, the dataset's (nq's recipe excludes answer matches)
+    assert not _document(r.mine_settings(wild))["exclude_answer_match"]
+    assert _document(r.mine_settings(Wild(dataset="nq")))["exclude_answer_match"]
     inputs = r.search_inputs(wild)
     assert inputs["index"].endswith("index/dpr/index.json") and "embeddings" not in inputs
-    assert r.search_source(wild, SimpleNamespace(keys=lambda: ["index"], index=inputs["index"])).startswith(
-        "--backend faiss --index results/synthkb/index/dpr"
-    )
-    assert r.mining_depth(wild).startswith("1 --mining-negatives 100 --mining-qrels")
+    over_index = SimpleNamespace(keys=lambda: ["index"], index=inputs["index"])
+    assert r.search_source(wild, over_index).startswith("--backend faiss --index results/synthkb/index/dpr")
+    # the search's document: the backend's own knobs (no chunk_rows over an index, no nprobe over embeddings)
+    assert _document(r.search_settings(wild)) == {
+        "depth": 100,
+        "batch_size": 128,
+        "nprobe": 32,
+        "ef_search": 128,
+        "amp": True,
+    }
+    assert _document(r.ar2_dev_search_settings(wild)) == {
+        "depth": 100,
+        "batch_size": 128,
+        "chunk_rows": 65536,
+        "amp": False,
+    }
+    # a mining search: the train qrels with the paths, the negatives (not a depth) in the document
+    mining = SimpleNamespace(**vars(over_index), mining_qrels="resources/synthkb/qrels.train.parquet")
+    mining.keys = over_index.keys
+    assert r.mining_source(wild, mining).endswith(" --mining-qrels resources/synthkb/qrels.train.parquet")
+    document = _document(r.mining_search_settings(wild))
+    assert "depth" not in document and document["negatives"] == 100 and not document["exclude_answer_match"]
+    assert _document(r.depth_settings(wild)) == {"depth": 100}
     assert "dpr" in r.mining_sources() and "zeroshot" in r.mining_sources()

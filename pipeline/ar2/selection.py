@@ -6,6 +6,8 @@
     python -m pipeline.ar2.selection search --info results/synthkb/ar2_sieve/seed0/info.json \
         --queries resources/synthkb/queries.test.parquet --depth 100 \
         --run-out results/synthkb/ar2_sieve/seed0/run.test.parquet
+    # the workflow's job's depth: python -m pipeline.workflow.jobs synthkb ar2_search > depth.json
+    python -m pipeline.ar2.selection search --settings depth.json --info ... --queries ... --run-out ...
 
 Selection: the trained round (1..rounds) with the highest dev ``--metric``; ties go to the earlier
 round. Round 0 (the DPR start) is drawn in the learning curve but never selected: the method reports
@@ -27,9 +29,10 @@ from pipeline.ar2.data import run_table, search
 from pipeline.ar2.learning_curve import plot, read_rounds
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.methods import method_of
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import EvalSettings, default
+from pipeline.core.settings import RunDepthJob
 from pipeline.core.storage import DataError, read_json_object, read_table, write_json, write_table
 from pipeline.retrieval.model import Retriever
 
@@ -113,7 +116,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_search(args: argparse.Namespace) -> int:
+def cmd_search(args: argparse.Namespace, depth: int) -> int:
     info_path = Path(args.info)
     info = read_json_object(
         info_path, missing="file not found (did ar2_select run?)", keys=("retriever", "embeddings")
@@ -131,13 +134,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     if queries.empty:
         raise DataError("no queries to retrieve for", file=args.queries)
     q_emb = retriever.encode_queries(queries["text"].tolist())
-    pids, scores = search(q_emb, emb_dir, args.depth, device=retriever.device)
+    pids, scores = search(q_emb, emb_dir, depth, device=retriever.device)
     write_table(args.run_out, run_table(queries["qid"].tolist(), pids, scores))
     log.info(
         "round %s run for %d queries (depth %d) -> %s",
         info.get("selected_round"),
         len(queries),
-        args.depth,
+        depth,
         args.run_out,
     )
     return 0
@@ -156,15 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     sea = sub.add_parser("search", help="the selected round's run for a split")
     sea.add_argument("--info", required=True, help="info.json written by 'select'")
     sea.add_argument("--queries", required=True)
-    sea.add_argument("--depth", type=int, default=default(EvalSettings, "depth"))
+    add_settings_flags(sea, RunDepthJob, "run depth (eval.depth)")
     sea.add_argument("--run-out", required=True)
     sea.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     for p in (sel, sea):
         p.add_argument("--threads", type=int)
         p.add_argument("--log")
     args = ap.parse_args(argv)
+    # before any work: a bad document or flag is one line
+    job = job_settings(RunDepthJob, args) if args.command == "search" else None
     start_stage(args.log, args.threads)
-    return cmd_select(args) if args.command == "select" else cmd_search(args)
+    return cmd_select(args) if args.command == "select" else cmd_search(args, job.depth)
 
 
 if __name__ == "__main__":

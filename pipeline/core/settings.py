@@ -1538,14 +1538,18 @@ Bm25IndexJob = job_contract(
     "pipeline.retrieval.bm25 index: the index's scoring and tokenisation (section bm25).",
     **fields_of(Bm25Settings, "k1", "b", "stemmer", "stopwords"),
 )
-Bm25RetrieveJob = job_contract(
-    "Bm25RetrieveJob",
-    "pipeline.retrieval.bm25 retrieve: run depth (eval.depth).",
+# A run that reads no setting but its depth: BM25's (bm25 retrieve) and an AR2 method's (ar2_search).
+RunDepthJob = job_contract(
+    "RunDepthJob",
+    "pipeline.retrieval.bm25 retrieve, pipeline.ar2.selection search: run depth (eval.depth).",
     **fields_of(EvalSettings, "depth"),
 )
-Bm25MineJob = job_contract(
-    "Bm25MineJob",
-    "pipeline.retrieval.bm25 mine: negatives per train query (section bm25) and answer matching (eval.match).",
+# One rule turns any ranking of the train queries into negatives (pipeline.retrieval.mining), BM25's and a
+# dense method's alike, so both miners read one contract.
+MineJob = job_contract(
+    "MineJob",
+    "pipeline.retrieval.bm25 mine, pipeline.retrieval.mining: negatives per train query (section bm25) and "
+    "answer matching (eval.match).",
     **fields_of(Bm25Settings, "negatives", "exclude_answer_match"),
     **fields_of(EvalSettings, "match"),
 )
@@ -1613,6 +1617,30 @@ IndexJob = job_contract(
     **fields_of(IndexSettings, "factory", "shards", "train_size"),
     **fields_of(Config, "seed"),
 )
+# ---- dense search (search_dense and its children, search_for_mining) --------------------------------
+# The query encoding and search knobs: section search's (not the backend, which the job's input
+# decides, nor the resources) and encode.amp (queries encoded as the corpus; AR2's dev search in fp32).
+SEARCH_KEYS = ("batch_size", "nprobe", "ef_search", "chunk_rows")
+SearchJob = job_contract(
+    "SearchJob",
+    "pipeline.retrieval.search: run depth (eval.depth), the query batch and the backend's search knobs "
+    "(section search), autocast of the query encoding (encode.amp).",
+    **fields_of(EvalSettings, "depth"),
+    **fields_of(SearchSettings, *SEARCH_KEYS),
+    **fields_of(EncodeSettings, "amp"),
+)
+# A mining search ranks the train queries as deep as mining its negatives needs (the depth follows from
+# them and the train positives, read at run time), so its document has the negatives where SearchJob has
+# the depth.
+MiningSearchJob = job_contract(
+    "MiningSearchJob",
+    "pipeline.retrieval.search --mining-qrels: the query batch and search knobs (section search), autocast "
+    "(encode.amp), and the negatives to be mined (section bm25), which set the depth.",
+    **fields_of(SearchSettings, *SEARCH_KEYS),
+    **fields_of(EncodeSettings, "amp"),
+    **fields_of(Bm25Settings, "negatives", "exclude_answer_match"),
+)
+# ---- end of dense search ---------------------------------------------------------------------------
 HybridRrfJob = job_contract(
     "HybridRrfJob",
     "pipeline.evaluation.hybrid rrf: the RRF constant (hybrid.rrf_k) and the fused run's depth (eval.depth).",

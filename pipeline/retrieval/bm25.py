@@ -9,7 +9,7 @@
     python -m pipeline.retrieval.bm25 index --settings index.json --corpus C --out-dir results/D/bm25/index
 
 Each subcommand's settings are a document (--settings FILE, or --settings-json as the rules pass it;
-schemas: pipeline.core.settings.Bm25IndexJob, Bm25RetrieveJob, Bm25MineJob), each flag over it; what
+schemas: pipeline.core.settings.Bm25IndexJob, RunDepthJob, MineJob), each flag over it; what
 neither gives is the contract's default (config sections bm25 and eval).
 
 The corpus is tokenised in streamed batches into compact int32 arrays (title + " " + text), so the
@@ -40,7 +40,7 @@ from pipeline.core.schemas import (
     QUERIES_SCHEMA,
     RUN_SCHEMA,
 )
-from pipeline.core.settings import Bm25IndexJob, Bm25MineJob, Bm25RetrieveJob
+from pipeline.core.settings import Bm25IndexJob, MineJob, RunDepthJob
 from pipeline.core.storage import (
     DataError,
     ParquetTableWriter,
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Each subcommand's settings document (pipeline.core.settings); the rules pass it, a hand run may too.
-JOBS = {"index": Bm25IndexJob, "retrieve": Bm25RetrieveJob, "mine": Bm25MineJob}
+JOBS = {"index": Bm25IndexJob, "retrieve": RunDepthJob, "mine": MineJob}
 
 
 if __name__ == "__main__":

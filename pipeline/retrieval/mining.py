@@ -6,6 +6,14 @@ run of the train queries (rule mine_dense_negatives -> results/{dataset}/negativ
         --corpus resources/D/corpus.parquet --negatives 100 [--exclude-answer-match] --source dpr \
         --out results/D/negatives/dpr.parquet
 
+    # exactly what the workflow's job mines with: its settings document, then the same paths
+    python -m pipeline.workflow.jobs D mine_dense_negatives > mine.json
+    python -m pipeline.retrieval.mining --settings mine.json --run ... --source dpr --out ...
+
+The settings (pipeline.core.settings.MineJob, BM25 mining's too: bm25.negatives and
+exclude_answer_match, eval.match) come as one document, the workflow's job's (``--settings-json``) or a
+file (``--settings``), each flag over it; without either, the contract's.
+
 Both miners apply one rule, so a dense negatives file is interchangeable with bm25.parquet (same schema,
 MINED_NEGATIVES_SCHEMA): per train query, walk its ranking top-down, skip its annotated positives
 (qrels relevance > 0), and keep candidates until ``negatives`` usable ones are found. With
@@ -26,10 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.settings import Bm25Settings, EvalSettings, default
+from pipeline.core.settings import MineJob
 from pipeline.core.storage import DataError, open_parquet, read_table, write_json, write_table
-from pipeline.data.answers import MATCH_MODES, AnswerMatcher
+from pipeline.data.answers import AnswerMatcher
 
 log = logging.getLogger("sieve.mining")
 
@@ -194,27 +203,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag in ("--run", "--queries", "--qrels", "--corpus", "--out"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--source", required=True, help="the miner's name, written in the `source` column")
-    parser.add_argument(
-        "--negatives", type=int, default=default(Bm25Settings, "negatives"), help="usable negatives per query"
-    )
-    parser.add_argument("--exclude-answer-match", action="store_true")
-    parser.add_argument("--match", choices=MATCH_MODES, default=default(EvalSettings, "match"))
+    add_settings_flags(parser, MineJob, "mining (section bm25, eval.match)")
     parser.add_argument("--stats-out", help="also write the counts as JSON")
     parser.add_argument("--log")
     args = parser.parse_args(argv)
+    job = job_settings(MineJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
-    if args.negatives < 1:
-        parser.error("--negatives must be >= 1")
     stats = mine_from_run(
         args.run,
         args.queries,
         args.qrels,
         args.corpus,
-        args.negatives,
+        job.negatives,
         args.out,
         source=args.source,
-        exclude_answer_match=args.exclude_answer_match,
-        match=args.match,
+        exclude_answer_match=job.exclude_answer_match,
+        match=job.match,
     )
     if args.stats_out:
         write_json(args.stats_out, stats)

@@ -18,6 +18,18 @@ CLI::
         --queries resources/squad/queries.test.parquet --out results/squad/zeroshot/run.test.parquet \
         --depth 100 --backend faiss --index results/squad/index/zeroshot
     ... --backend torch --embeddings results/squad/embeddings/zeroshot [--chunk-rows 65536]
+
+    # exactly what the workflow's job searches with: its settings document, then the same paths
+    python -m pipeline.workflow.jobs squad search_dense > search.json
+    python -m pipeline.retrieval.search --settings search.json --model ... --queries ... --out ... \
+        --backend faiss --index results/squad/index/zeroshot
+
+The settings (pipeline.core.settings.SearchJob: eval.depth, section search's batch and knobs, encode.amp)
+come as one document, the workflow's job's (``--settings-json``) or a file (``--settings``), each flag
+over it; without either, the contract's. With ``--mining-qrels`` (rule search_for_mining) the document is
+a MiningSearchJob: no depth, but the negatives to be mined (section bm25), from which the depth follows
+(pipeline.retrieval.mining.mining_depth: ``negatives`` + the most positives a train query has, x3 when
+answer matches are excluded). The backend, the files, the device and threads are flags.
 """
 
 from __future__ import annotations
@@ -34,8 +46,16 @@ import pyarrow.compute as pc
 import torch
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import RUN_SCHEMA
-from pipeline.core.settings import EvalSettings, SearchSettings, default
+from pipeline.core.settings import (
+    MiningSearchJob,
+    SearchJob,
+    SearchSettings,
+    add_flags,
+    default,
+    flag_name,
+)
 from pipeline.core.storage import DataError, write_table
 from pipeline.retrieval.embeddings import EmbeddingSet, read_ids
 from pipeline.retrieval.encode import (
@@ -309,68 +329,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", required=True, help="queries.{split}.parquet")
     parser.add_argument("--out", required=True, help="run Parquet to write")
     parser.add_argument(
-        "--depth", type=int, default=default(EvalSettings, "depth"), help="passages per query"
+        "--mining-qrels",
+        help="mining: the train qrels whose positives are skipped; the settings are then a MiningSearchJob, "
+        "and the run goes as deep as BM25 mining ranks for its negatives (--negatives)",
     )
-    parser.add_argument(
-        "--mining-negatives",
-        type=int,
-        help="mining: rank deep enough that this many negatives per query remain after "
-        "its positives (--mining-qrels) and, with --mining-exclude-answer-match, its "
-        "answer matches go (BM25 mining's depth rule); --depth is then a floor",
-    )
-    parser.add_argument("--mining-qrels", help="mining: the train qrels whose positives are skipped")
-    parser.add_argument("--mining-exclude-answer-match", action="store_true")
     parser.add_argument("--backend", choices=("faiss", "torch"), default=default(SearchSettings, "backend"))
     parser.add_argument("--index", help="index folder (faiss backend)")
     parser.add_argument("--embeddings", help="gathered embedding folder (torch backend)")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=default(SearchSettings, "batch_size"),
-        help="queries per forward pass",
-    )
-    parser.add_argument(
-        "--nprobe", type=int, default=default(SearchSettings, "nprobe"), help="IVF cells probed (faiss)"
-    )
-    parser.add_argument(
-        "--ef-search", type=int, default=default(SearchSettings, "ef_search"), help="HNSW efSearch (faiss)"
-    )
-    parser.add_argument(
-        "--chunk-rows",
-        type=int,
-        default=default(SearchSettings, "chunk_rows"),
-        help="passages per chunk (torch)",
+    add_settings_flags(parser, SearchJob, "search (eval.depth, section search, encode.amp)")
+    add_flags(
+        parser.add_argument_group("mining (with --mining-qrels, over the document; section bm25)"),
+        MiningSearchJob,
+        names=MINING_ONLY,
+        override=True,
     )
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--no-gpu", action="store_true", help="never use FAISS GPUs")
-    parser.add_argument(
-        "--no-amp", action="store_true", help="encode queries in fp32 (default: as the corpus, encode.amp)"
-    )
     parser.add_argument("--threads", type=int, help="torch / FAISS CPU threads")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
+    mining = args.mining_qrels is not None
+    contract = MiningSearchJob if mining else SearchJob
+    stray = [
+        n for n in ("depth", *MINING_ONLY) if n not in contract.model_fields and getattr(args, n) is not None
+    ]
+    if stray:
+        parser.error(
+            f"{', '.join(flag_name(n) for n in stray)}: not read by "
+            + (
+                "a mining search (its depth follows from --negatives)"
+                if mining
+                else "a search without --mining-qrels"
+            )
+        )
+    job = job_settings(contract, args)  # before any work: a bad document or flag is one line
     start_stage(
         args.log, args.threads, libraries=("torch", "faiss") if args.backend == "faiss" else ("torch",)
     )
-    if args.depth < 1:
-        parser.error("--depth must be >= 1")
-    if (args.mining_negatives is None) != (args.mining_qrels is None):
-        parser.error("--mining-negatives and --mining-qrels go together")
-    if args.mining_negatives is not None:
+    if mining:
         from pipeline.retrieval.mining import mining_depth, read_positives
 
-        needed = mining_depth(
-            args.mining_negatives, read_positives(args.mining_qrels), args.mining_exclude_answer_match
-        )
+        depth = mining_depth(job.negatives, read_positives(args.mining_qrels), job.exclude_answer_match)
         log.info(
             "mining depth %d (%d negatives, positives of %s%s)",
-            needed,
-            args.mining_negatives,
+            depth,
+            job.negatives,
             args.mining_qrels,
-            ", answer matches excluded" if args.mining_exclude_answer_match else "",
+            ", answer matches excluded" if job.exclude_answer_match else "",
         )
-        args.depth = max(args.depth, needed)
+    else:
+        depth = job.depth
     if args.backend == "faiss" and not args.index:
         parser.error("--backend faiss needs --index")
     if args.backend == "torch" and not args.embeddings:
@@ -381,9 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     qids, queries = encode_queries(
         retriever,
         args.queries,
-        batch_size=args.batch_size,
+        batch_size=job.batch_size,
         device=device,
-        amp=not args.no_amp,
+        amp=job.amp,
         progress=not args.no_progress,
         model=args.model,
     )
@@ -392,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         rows, scores, pids = search_faiss(
             args.index,
             queries,
-            args.depth,
-            nprobe=args.nprobe,
-            ef_search=args.ef_search,
+            depth,
+            nprobe=job.nprobe,
+            ef_search=job.ef_search,
             gpu=not args.no_gpu,
             progress=not args.no_progress,
         )
@@ -402,8 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         rows, scores, pids = search_torch(
             args.embeddings,
             queries,
-            args.depth,
-            chunk_rows=args.chunk_rows,
+            depth,
+            chunk_rows=job.chunk_rows,
             device=device,
             progress=not args.no_progress,
         )
@@ -413,11 +422,15 @@ def main(argv: list[str] | None = None) -> int:
         "searched %d queries (%s, top %d) in %.1f s -> %s",
         len(qids),
         args.backend,
-        args.depth,
+        depth,
         time.perf_counter() - began,
         args.out,
     )
     return 0
+
+
+# The settings of a mining search that an evaluation search has not (MiningSearchJob's own).
+MINING_ONLY = tuple(name for name in MiningSearchJob.model_fields if name not in SearchJob.model_fields)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,15 @@ from pipeline.core.methods import AR2_SAMPLING
 from pipeline.workflow.ar2 import ar2_mine_job, ar2_ranker_job, ar2_sieve_job, ar2_train_job
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job, hybrid_job
-from pipeline.workflow.retrieval import bm25_job, encode_job, index_job
+from pipeline.workflow.retrieval import (
+    bm25_job,
+    encode_job,
+    index_job,
+    mine_job,
+    mining_search_job,
+    run_depth_job,
+    search_job,
+)
 from pipeline.workflow.sieve import candidates_job, cross_encoder_job, filter_job, sieve_job
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
@@ -53,6 +61,7 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
             tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
         ),
         **ar2_round_documents(tables),
+        **dense_search_documents(tables),
     }
 
 
@@ -71,6 +80,19 @@ def ar2_round_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argp
         ),
         "ar2_train_ranker": lambda d, args: ar2_ranker_job(tables.cfg(d), seed(d, args)),
         "ar2_train": lambda d, args: ar2_train_job(tables.cfg(d), args.variant, seed(d, args)),
+    }
+
+
+def dense_search_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
+    """The dense searches' and dense mining's stages (pipeline/workflow/retrieval.py): search_dense and
+    search_for_mining over search.backend, the AR2 dev searches over the round's embeddings (torch)."""
+    backend = tables.config["search"]["backend"]
+    return {
+        "search_dense": lambda d, args: search_job(tables.cfg(d), backend),
+        "search_for_mining": lambda d, args: mining_search_job(tables.cfg(d), backend),
+        "mine_dense_negatives": lambda d, args: mine_job(tables.cfg(d)),
+        "ar2_search_dev": lambda d, args: search_job(tables.cfg(d), "torch", amp=False),
+        "ar2_search": lambda d, args: run_depth_job(tables.cfg(d)),
     }
 
 
@@ -135,6 +157,12 @@ STAGES = (
     "fuse_rrf",
     "fuse_weighted",
     "evaluate",
+    # dense search and mining
+    "search_dense",
+    "search_for_mining",
+    "mine_dense_negatives",
+    "ar2_search_dev",
+    "ar2_search",
 )
 
 

@@ -238,7 +238,7 @@ use rule search_dense as ar2_search_dev with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        amp="--no-amp",
+        settings=R.ar2_dev_search_settings,
     threads: dataset_setting("ar2", "threads")
     resources:
         **gpu_resources("ar2"),
@@ -351,7 +351,7 @@ rule ar2_search:
         method=AR2_RUNS,
         seed=r"\d+",
     params:
-        depth=config["eval"]["depth"],
+        settings=R.depth_settings,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -364,7 +364,7 @@ rule ar2_search:
         "benchmarks/ar2_search/{dataset}.{method}.seed{seed}.{split}.tsv"
     shell:
         "python -m pipeline.ar2.selection search --info {input.info} --queries {input.queries}"
-        " --depth {params.depth} --run-out {output} --device {params.device} --threads {threads}"
+        " {params.settings} --run-out {output} --device {params.device} --threads {threads}"
         " --log {log}"
 
 

@@ -4,9 +4,9 @@ from pipeline.workflow.retrieval import RetrievalRules
 # The params and inputs of the retrieval rules, here and in encode.smk and mining.smk:
 # pipeline/workflow/retrieval.py.
 R = RetrievalRules(W)
-bm25_settings, exclude_answer_match_flag = R.bm25_settings, R.exclude_answer_match_flag
+bm25_settings = R.bm25_settings
 search_dense_inputs, _search_source = R.search_inputs, R.search_source
-mining_depth, mining_sources = R.mining_depth, R.mining_sources
+mining_sources = R.mining_sources
 
 
 rule index_bm25:

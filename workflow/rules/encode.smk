@@ -100,12 +100,8 @@ rule search_dense:
     params:
         source=_search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
-        depth=config["eval"]["depth"],
-        batch_size=config["search"]["batch_size"],
-        nprobe=config["search"]["nprobe"],
-        ef_search=config["search"]["ef_search"],
-        chunk_rows=config["search"]["chunk_rows"],
-        amp="" if config["encode"]["amp"] else "--no-amp",
+        # eval.depth, the backend's search knobs, encode.amp (pipeline.workflow.retrieval.search_job)
+        settings=R.search_settings,
         gpu=faiss_gpu_flag,
         device=job_device,
     threads: config["search"]["threads"]
@@ -119,9 +115,8 @@ rule search_dense:
         "benchmarks/search_dense/{dataset}.{method}.{split}.tsv"
     shell:
         "python -m pipeline.retrieval.search --model {params.model} --queries {input.queries} --out {output}"
-        " --depth {params.depth} {params.source} --batch-size {params.batch_size}"
-        " --nprobe {params.nprobe} --ef-search {params.ef_search} --chunk-rows {params.chunk_rows}"
-        " {params.amp} {params.gpu} --device {params.device} --threads {threads} --no-progress --log {log}"
+        " {params.source} {params.settings} {params.gpu} --device {params.device} --threads {threads}"
+        " --no-progress --log {log}"
 
 
 # One run per training seed of a seeded method (config `seeds`): results/{d}/{method}/seed{s}/.

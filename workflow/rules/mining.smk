@@ -19,16 +19,9 @@ use rule search_dense as search_for_mining with:
         method=alternatives(mining_sources()),
         split="train",
     params:
-        source=_search_source,
-        model=lambda wildcards, input: os.path.dirname(input.model),
-        depth=mining_depth,
-        batch_size=config["search"]["batch_size"],
-        nprobe=config["search"]["nprobe"],
-        ef_search=config["search"]["ef_search"],
-        chunk_rows=config["search"]["chunk_rows"],
-        amp="" if config["encode"]["amp"] else "--no-amp",
-        gpu=faiss_gpu_flag,
-        device=job_device,
+        # the train qrels make it a mining search, ranked as deep as its negatives need
+        source=R.mining_source,
+        settings=R.mining_search_settings,
     log:
         "logs/search_for_mining/{dataset}.{method}.{split}.log",
     benchmark:
@@ -46,9 +39,7 @@ rule mine_dense_negatives:
     wildcard_constraints:
         method=alternatives(mining_sources()),
     params:
-        negatives=dataset_setting("bm25", "negatives"),
-        exclude=exclude_answer_match_flag,
-        match=config["eval"]["match"],
+        settings=R.mine_settings,  # BM25 mining's settings (pipeline.workflow.retrieval.mine_job)
     conda:
         CPU_ENV
     log:
@@ -59,8 +50,7 @@ rule mine_dense_negatives:
         mem_mb=8000,
     shell:
         "python -m pipeline.retrieval.mining --run {input.run} --queries {input.queries} --qrels {input.qrels}"
-        " --corpus {input.corpus} --negatives {params.negatives} {params.exclude} --match {params.match}"
-        " --source {wildcards.method} --out {output} --log {log}"
+        " --corpus {input.corpus} {params.settings} --source {wildcards.method} --out {output} --log {log}"
 
 
 # DPR exactly as train_dpr (same settings, seed, steps, from the base model), on a dense method's
