@@ -295,7 +295,17 @@ def test_two_rounds_crash_resume_select(data, tmp_path, monkeypatch):
 
     # Selection among trained rounds, info.json for the gather step, the test run.
     info_path = tmp_path / "ar2_sieve" / "info.json"
-    argv = ["select", "--variant-dir", str(runs), "--variant", "sieve", "--rounds", "2", "--metric", "R@5"]
+    argv = [
+        "select",
+        "--variant-dir",
+        str(runs),
+        "--variant",
+        "sieve",
+        "--rounds",
+        "2",
+        "--select-metric",
+        "R@5",
+    ]
     assert ar2_select.main([*argv, "--info-out", str(info_path), "--figure", str(tmp_path / "fig.png")]) == 0
     info = json.loads(info_path.read_text())
     assert info["selected_round"] in (1, 2)

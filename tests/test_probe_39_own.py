@@ -292,7 +292,7 @@ BAD_ROUNDS = [
 def test_ar2_select_bad_round(tmp_path, capsys, round_json, field):
     folder = rounds_folder(tmp_path, round_json)
     out = tmp_path / "out"
-    argv = ["select", "--variant-dir", folder, "--variant", "plain", "--rounds", "2", "--metric", "R@5",
+    argv = ["select", "--variant-dir", folder, "--variant", "plain", "--rounds", "2", "--select-metric", "R@5",
             "--info-out", out / "info.json", "--figure", out / "f.png"]  # fmt: skip
     fails(selection.main, argv, capsys, "round.json", field, outputs=[out, folder / "selection.json"])
 
@@ -312,7 +312,7 @@ def test_ar2_select_read_only_output_leaves_no_selection(tmp_path, capsys, monke
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
-    argv = ["select", "--variant-dir", folder, "--variant", "plain", "--rounds", "2", "--metric", "R@5",
+    argv = ["select", "--variant-dir", folder, "--variant", "plain", "--rounds", "2", "--select-metric", "R@5",
             "--info-out", out / "info.json", "--figure", out / "f.png"]  # fmt: skip
     fails(selection.main, argv, capsys, str(out), outputs=[out, folder / "selection.json"])
 
@@ -360,7 +360,7 @@ def test_learning_curve_negative_rounds(tmp_path, capsys):
         "--out",
         tmp_path / "out" / "lc.png",
     ]
-    fails(learning_curve.main, argv, capsys, "--rounds", outputs=[tmp_path / "out"])
+    fails(learning_curve.main, argv, capsys, "settings.rounds", outputs=[tmp_path / "out"])
 
 
 # ---- seed metrics ------------------------------------------------------------------------------------

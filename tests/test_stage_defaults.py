@@ -17,8 +17,10 @@ from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
     SYNTHKB_SPLIT,
     AbsoluteMarginSettings,
+    Ar2CurveJob,
     Ar2MineJob,
     Ar2RankerJob,
+    Ar2SelectJob,
     Ar2Settings,
     Ar2SieveJob,
     Ar2TrainJob,
@@ -106,6 +108,8 @@ JOB_FIELDS = {
         "match": MATCH,
     },
     Ar2TrainJob: {k: (Ar2Settings, k) for k in ("rounds", "simans", "ranker_warmup_lr", "similarity")},
+    Ar2SelectJob: {k: (Ar2Settings, k) for k in ("rounds", "select_metric")},
+    Ar2CurveJob: {"rounds": (Ar2Settings, "rounds")},
     EncodeJob: {k: (EncodeSettings, k) for k in ("batch_size", "sort_buffer", "amp", "backend")},
     IndexJob: {**{k: (IndexSettings, k) for k in ("factory", "shards", "train_size")}, "seed": SEED},
     SearchJob: {
@@ -169,7 +173,8 @@ DOCUMENT_STAGES = {
     # dense search (a mining search: MiningSearchJob, the next test) and dense mining
     "pipeline.retrieval.search": SearchJob,
     "pipeline.retrieval.mining": MineJob,
-    "pipeline.ar2.selection": {"search": RunDepthJob},
+    "pipeline.ar2.selection": {"search": RunDepthJob, "select": Ar2SelectJob},
+    "pipeline.ar2.learning_curve": Ar2CurveJob,
 }
 
 

@@ -137,6 +137,15 @@ def test_sieve_inputs_and_flags(a):
     assert a.sieve_model_start(wc(dataset="nq", r="3")) == "results/nq/models/dpr/retriever.json"
 
 
+def test_select_and_curve_settings(a):
+    # ar2_select reads the round count and the selecting metric, the learning curve the round count
+    flag, document = shlex.split(a.select_settings(wc(dataset="nq")))
+    ar2 = load_config()["ar2"]
+    assert flag == "--settings-json"
+    assert json.loads(document) == {"rounds": ar2["rounds"], "select_metric": "MRR@10"}
+    assert json.loads(shlex.split(a.curve_settings(wc()))[1]) == {"rounds": ar2["rounds"]}
+
+
 def test_sieve_model_start_current():
     a = jobs({"ar2": {**load_config()["ar2"], "sieve_init": "current"}})
     assert a.sieve_model_start(wc(r="3")) == f"{SEED0}/round2/retriever/retriever.json"

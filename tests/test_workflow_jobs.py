@@ -18,8 +18,10 @@ from pipeline.core.jobs import add_settings_flags, job_settings, merged_document
 from pipeline.core.settings import (
     FILTER_NAMES,
     SYNTHKB_SPLIT,
+    Ar2CurveJob,
     Ar2MineJob,
     Ar2RankerJob,
+    Ar2SelectJob,
     Ar2SieveJob,
     Ar2TrainJob,
     Bm25IndexJob,
@@ -41,7 +43,15 @@ from pipeline.core.settings import (
     from_dict,
 )
 from pipeline.workflow import jobs
-from pipeline.workflow.ar2 import Ar2Jobs, ar2_mine_job, ar2_ranker_job, ar2_sieve_job, ar2_train_job
+from pipeline.workflow.ar2 import (
+    Ar2Jobs,
+    ar2_curve_job,
+    ar2_mine_job,
+    ar2_ranker_job,
+    ar2_select_job,
+    ar2_sieve_job,
+    ar2_train_job,
+)
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.evaluation import EvaluationRules, evaluate_job, hybrid_job
@@ -109,6 +119,8 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         Ar2SieveJob: ar2_sieve_job(c, 3, "synthkb"),
         Ar2RankerJob: ar2_ranker_job(c, 3),
         Ar2TrainJob: ar2_train_job(c, "simans", 3),  # SimANS sampling reads ar2.simans: every key
+        Ar2SelectJob: ar2_select_job(c),
+        Ar2CurveJob: ar2_curve_job(c),
         EvaluateJob: evaluate_job(w, "synthkb", "bm25", allow_missing_queries=True),
         EncodeJob: encode_job(c),
         IndexJob: index_job(c, 3),
@@ -276,6 +288,10 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out) == ar2_sieve_job(tables(OVERLAY).cfg("squad"), 3, "squad")
     assert jobs.main(["synthkb", "ar2_train", "--variant", "sieve", "--seed", "5"]) == 0
     assert json.loads(capsys.readouterr().out) == ar2_train_job(tables({}).cfg("synthkb"), "sieve", 5)
+    assert jobs.main(["synthkb", "ar2_select"]) == 0
+    assert json.loads(capsys.readouterr().out) == ar2_select_job(tables({}).cfg("synthkb"))
+    assert jobs.main(["synthkb", "ar2_learning_curve"]) == 0
+    assert json.loads(capsys.readouterr().out) == ar2_curve_job(tables({}).cfg("synthkb"))
     # the dense searches: search_dense over search.backend, the AR2 dev searches over embeddings, in fp32
     for stage, document in (
         ("search_dense", search_job(tables(OVERLAY).cfg("synthkb"), "faiss")),

@@ -22,7 +22,9 @@ from statistics import fmean
 from typing import Any, Callable
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.plotting import palette_color, span_limits
+from pipeline.core.settings import Ar2CurveJob
 from pipeline.core.storage import DataError, read_json, read_json_object, write_png
 
 log = logging.getLogger("sieve.learning_curve")
@@ -277,19 +279,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=DIR",
         help="a variant's folder results/{dataset}/ar2/{variant} (repeatable)",
     )
-    ap.add_argument("--rounds", type=int, required=True, help="last round (config ar2.rounds)")
+    add_settings_flags(ap, Ar2CurveJob, "the rounds drawn (ar2.rounds)")
     ap.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS))
     ap.add_argument("--title", default="")
     ap.add_argument("--out", required=True)
     ap.add_argument("--log")
     args = ap.parse_args(argv)
+    job = job_settings(Ar2CurveJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
     curves, selected, reasons = {}, {}, []
     for spec in args.variant:
         name, sep, folder = spec.partition("=")
         if not sep:
             ap.error(f"--variant wants NAME=DIR, got {spec!r}")
-        curves[name] = read_rounds(folder, args.rounds)
+        curves[name] = read_rounds(folder, job.rounds)
         sel = Path(folder) / "selection.json"
         if sel.exists():
             selection = read_selection(sel)

@@ -32,7 +32,7 @@ from pipeline.core.config import ConfigError
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.methods import method_of
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import RunDepthJob
+from pipeline.core.settings import Ar2SelectJob, RunDepthJob
 from pipeline.core.storage import DataError, read_json_object, read_table, write_json, write_table
 from pipeline.retrieval.model import Retriever
 
@@ -91,22 +91,20 @@ def summarize(rounds: list[dict], selected: int, metric: str, reason: str) -> di
     }
 
 
-def cmd_select(args: argparse.Namespace) -> int:
+def cmd_select(args: argparse.Namespace, rounds: int, metric: str) -> int:
     variant_dir = Path(args.variant_dir)
     # selection.json is written first: a read-only folder of the later outputs left it alone behind
     check_writable(variant_dir / SELECTION_FILE, args.figure, args.info_out)
-    rounds = read_rounds(variant_dir, args.rounds)
-    selected, reason = select_round(rounds, args.metric)
-    info = summarize(rounds, selected, args.metric, reason)
+    rounds_read = read_rounds(variant_dir, rounds)
+    selected, reason = select_round(rounds_read, metric)
+    info = summarize(rounds_read, selected, metric, reason)
     info["retriever"] = str(variant_dir / f"round{selected}" / "retriever")
     info["embeddings"] = str(variant_dir / f"round{selected}" / "embeddings")
     log.info("%s: round %d selected (%s)", method_of(args.variant), selected, reason)
-    write_json(
-        variant_dir / SELECTION_FILE, {"selected_round": selected, "reason": reason, "metric": args.metric}
-    )
+    write_json(variant_dir / SELECTION_FILE, {"selected_round": selected, "reason": reason, "metric": metric})
     if args.figure:
         plot(
-            {args.variant: rounds},
+            {args.variant: rounds_read},
             args.figure,
             selected={args.variant: selected},
             title=f"{method_of(args.variant)}: dev metrics per round",
@@ -152,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     sel = sub.add_parser("select", help="pick the round; write info.json, selection.json, figure")
     sel.add_argument("--variant-dir", required=True, help="results/{dataset}/ar2/{variant}")
     sel.add_argument("--variant", required=True)
-    sel.add_argument("--rounds", type=int, required=True)
-    sel.add_argument("--metric", required=True, help="dev metric that picks the round (e.g. R@5)")
+    add_settings_flags(
+        sel, Ar2SelectJob, "the rounds and the dev metric that picks one (ar2.rounds, ar2.select_metric)"
+    )
     sel.add_argument("--info-out", required=True)
     sel.add_argument("--figure", help="learning-curve PNG")
     sea = sub.add_parser("search", help="the selected round's run for a split")
@@ -167,9 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--log")
     args = ap.parse_args(argv)
     # before any work: a bad document or flag is one line
-    job = job_settings(RunDepthJob, args) if args.command == "search" else None
+    if args.command == "select":
+        select = job_settings(Ar2SelectJob, args)
+        start_stage(args.log, args.threads)
+        return cmd_select(args, select.rounds, select.select_metric)
+    search_job = job_settings(RunDepthJob, args)
     start_stage(args.log, args.threads)
-    return cmd_select(args) if args.command == "select" else cmd_search(args, job.depth)
+    return cmd_search(args, search_job.depth)
 
 
 if __name__ == "__main__":

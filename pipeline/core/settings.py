@@ -1720,6 +1720,18 @@ Ar2TrainJob = job_contract(
     seed=_ar2_run_seed(),
 )
 
+Ar2SelectJob = job_contract(
+    "Ar2SelectJob",
+    "pipeline.ar2.selection select: the rounds an AR2 run trains (ar2.rounds) and the dev metric that picks "
+    "its round (ar2.select_metric).",
+    **fields_of(Ar2Settings, "rounds", "select_metric"),
+)
+Ar2CurveJob = job_contract(
+    "Ar2CurveJob",
+    "pipeline.ar2.learning_curve: the rounds drawn (ar2.rounds; the selected round comes with each info.json).",
+    **fields_of(Ar2Settings, "rounds"),
+)
+
 if __name__ == "__main__":
     # python -m pipeline.core.settings > workflow/schemas/config.schema.json
     json.dump(config_schema(), sys.stdout, indent=1)

@@ -80,6 +80,17 @@ def ar2_ranker_job(config: dict, seed: int) -> dict[str, Any]:
     }
 
 
+def ar2_select_job(config: dict) -> dict[str, Any]:
+    """The document of an AR2 run's round selection (pipeline.core.settings.Ar2SelectJob): ar2.rounds and
+    ar2.select_metric."""
+    return {key: config["ar2"][key] for key in ("rounds", "select_metric")}
+
+
+def ar2_curve_job(config: dict) -> dict[str, Any]:
+    """The document of the AR2 learning curve (pipeline.core.settings.Ar2CurveJob): ar2.rounds."""
+    return {"rounds": config["ar2"]["rounds"]}
+
+
 def ar2_train_job(config: dict, variant: str, seed: int) -> dict[str, Any]:
     """The document of a round's training (pipeline.core.settings.Ar2TrainJob) of AR2 variant ``variant``
     (plain, sieve, ...): every ar2 key it reads (ar2_recorded_settings: a changed one reruns this round's
@@ -438,6 +449,14 @@ class Ar2Jobs:
     def curve_infos(self, wildcards: Wildcards) -> list[str]:
         """input: info.json of every curve."""
         return [info for _, _, info in self.curves(wildcards)]
+
+    def select_settings(self, wildcards: Wildcards) -> str:
+        """params: ar2_select's document (ar2_select_job), recorded and passed whole."""
+        return settings_flag(ar2_select_job(self.w.cfg(wildcards.dataset)))
+
+    def curve_settings(self, wildcards: Wildcards) -> str:
+        """params: ar2_learning_curve's document (ar2_curve_job)."""
+        return settings_flag(ar2_curve_job(self.w.cfg(wildcards.dataset)))
 
     def curve_args(self, wildcards: Wildcards) -> str:
         """params: --variant label=folder per curve."""

@@ -19,7 +19,14 @@ import sys
 from typing import Callable
 
 from pipeline.core.methods import AR2_SAMPLING
-from pipeline.workflow.ar2 import ar2_mine_job, ar2_ranker_job, ar2_sieve_job, ar2_train_job
+from pipeline.workflow.ar2 import (
+    ar2_curve_job,
+    ar2_mine_job,
+    ar2_ranker_job,
+    ar2_select_job,
+    ar2_sieve_job,
+    ar2_train_job,
+)
 from pipeline.workflow.data import prepare_job
 from pipeline.workflow.evaluation import evaluate_job, hybrid_job
 from pipeline.workflow.retrieval import (
@@ -80,6 +87,8 @@ def ar2_round_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argp
         ),
         "ar2_train_ranker": lambda d, args: ar2_ranker_job(tables.cfg(d), seed(d, args)),
         "ar2_train": lambda d, args: ar2_train_job(tables.cfg(d), args.variant, seed(d, args)),
+        "ar2_select": lambda d, args: ar2_select_job(tables.cfg(d)),
+        "ar2_learning_curve": lambda d, args: ar2_curve_job(tables.cfg(d)),
     }
 
 
@@ -154,6 +163,8 @@ STAGES = (
     "ar2_sieve",
     "ar2_train_ranker",
     "ar2_train",
+    "ar2_select",
+    "ar2_learning_curve",
     "fuse_rrf",
     "fuse_weighted",
     "evaluate",

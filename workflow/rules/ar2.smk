@@ -327,8 +327,7 @@ rule ar2_select:
     params:
         variant_dir=A.seed_dir,
         variant=A.method_variant,
-        rounds=dataset_setting("ar2", "rounds"),
-        metric=dataset_setting("ar2", "select_metric"),
+        settings=A.select_settings,
     conda:
         CPU_ENV
     log:
@@ -337,7 +336,7 @@ rule ar2_select:
         "benchmarks/ar2_select/{dataset}.{method}.seed{seed}.tsv"
     shell:
         "python -m pipeline.ar2.selection select --variant-dir {params.variant_dir}"
-        " --variant {params.variant} --rounds {params.rounds} --metric {params.metric:q}"
+        " --variant {params.variant} {params.settings}"
         " --info-out {output.info} --figure {output.figure} --log {log}"
 
 
@@ -397,11 +396,11 @@ rule ar2_learning_curve:
         report(figure("{dataset}", "ar2_learning_curve.png"), category="AR2"),
     params:
         args=A.curve_args,
-        rounds=dataset_setting("ar2", "rounds"),
+        settings=A.curve_settings,
     conda:
         CPU_ENV
     log:
         "logs/ar2_learning_curve/{dataset}.log",
     shell:
-        "python -m pipeline.ar2.learning_curve {params.args} --rounds {params.rounds}"
+        "python -m pipeline.ar2.learning_curve {params.args} {params.settings}"
         " --title 'AR2 variants: dev metrics per round' --out {output} --log {log}"
