@@ -1598,6 +1598,21 @@ FilterJob = job_contract(
     **fields_of(CrossEncoderFilterSettings, "threshold"),
     **fields_of(SieveSettings, *SIEVE_DECISION_KEYS[:-1]),
 )
+# A clean.<name> entry's job (rule clean_negatives) and a hand run of the cleaning command alike: the
+# flags a user types (--filter, --rank-window-start, ...) are this contract's, so their defaults are too.
+CleanJob = job_contract(
+    "CleanJob",
+    "pipeline.sieve.clean: the entry's format, filter, model, mode and near-duplicate threshold "
+    "(clean.<name>), the settings its filter reads of section sieve (rank_window's start, positive_aware's "
+    "mode and margin, cross_encoder's threshold, the sieve's decision and the seed) and the encoding batch "
+    "size of a filter that runs a model; a job's document holds its own filter's only.",
+    **fields_of(CleanSpec, "format", "filter", "model", "mode", "near_duplicate"),
+    **fields_of(RankWindowSettings, "start", prefix="rank_window"),
+    **fields_of(PositiveAwareSettings, "mode", "margin", prefix="positive_aware"),
+    **fields_of(CrossEncoderFilterSettings, "threshold", prefix="cross_encoder"),
+    **fields_of(SieveSettings, *SIEVE_DECISION_KEYS),
+    **fields_of(Config, "seed"),
+)
 Ar2MineJob = job_contract(
     "Ar2MineJob",
     "pipeline.ar2.mine: what a round's mining reads of section ar2, and answer matching (eval.match).",
