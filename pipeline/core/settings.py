@@ -8,7 +8,8 @@ numbers). Everything else is derived from these models:
   out and validates the whole config against ``Config``; errors name the key path;
 - the JSON schema (``config_schema()``; committed as workflow/schemas/config.schema.json for editors,
   tests/test_settings.py keeps it current);
-- the CLI flags of a stage (``add_flags``) and the command line a rule builds (``to_flags``).
+- the CLI flags of a stage (``add_flags``) and a hand run's command line built from settings (``to_flags``:
+  no rule's, each passes a settings document; bench/ccr_regime.py's).
 
 A default is declared here and nowhere else: it is the demo's value (small step counts that run on 2
 CPU cores); recipes and overlays change it for paper-scale runs. config.yaml restates none, and
