@@ -365,6 +365,26 @@ def test_answer_match_is_not_applicable(tmp_path):
         _run(source, tmp_path / "c.jsonl", filter="answer_match")
 
 
+def test_the_command_reads_a_settings_document_with_its_flags_over_it(tmp_path):
+    # what the workflow passes (rule clean_negatives) and the flags a user types, one contract
+    source = tmp_path / "t.csv"
+    source.write_text(
+        "anchor,positive,negative\nq,p one,n one\nq,p one,n two\nr,p two,n 3\n", encoding="utf-8"
+    )
+    settings = tmp_path / "clean.json"
+    settings.write_text(json.dumps({"filter": "rank_window", "rank_window_start": 2, "mode": "mark"}))
+    argv = ["--input", str(source), "--settings", str(settings)]
+    clean.main([*argv, "--out", str(tmp_path / "document.csv")])
+    clean.main([*argv, "--out", str(tmp_path / "flagged.csv"), "--rank-window-start", "1"])
+    for name, start in (("document", 2), ("flagged", 1)):
+        _run(source, tmp_path / f"api_{name}.csv", filter="rank_window", rank_window_start=start, mode="mark")
+        assert (tmp_path / f"{name}.csv").read_bytes() == (tmp_path / f"api_{name}.csv").read_bytes()
+    assert (tmp_path / "document.csv").read_bytes() != (tmp_path / "flagged.csv").read_bytes()
+    # a filter that cannot judge these files says why, as the Python API does
+    with pytest.raises(DataError, match="answer strings"):
+        clean.main([*argv, "--out", str(tmp_path / "x.csv"), "--filter", "answer_match"])
+
+
 def test_csv_triplets_round_trip_cell_for_cell(tmp_path):
     source, out = tmp_path / "t.csv", tmp_path / "c.csv"
     source.write_text(

@@ -715,6 +715,50 @@ def test_snakemake_dry_run_reruns_the_changed_rule(workspace, change, rule, unto
     assert untouched not in reasons, reasons[untouched]
 
 
+# clean.<name> entries (rule clean_negatives), each of a filter that reads other keys of section sieve
+CLEAN = {
+    "mine": {"source": "mine.jsonl", "filter": "sieve"},
+    "window": {"source": "window.csv", "filter": "rank_window"},
+    "plain": {"source": "plain.csv", "filter": "none"},
+}
+
+
+@pytest.mark.parametrize(
+    "setting, value, reruns",
+    [
+        # a clean entry's document holds what its own filter reads (pipeline.workflow.sieve.clean_job)
+        ("sieve.rank_window.start", 3, {"window"}),
+        ("sieve.strict", True, {"mine"}),
+        ("sieve.batch_size", 8, {"mine"}),  # the encoding of a filter that runs a model
+        ("seed", 7, {"mine"}),  # the sieve's fallback draw
+        ("clean.plain.near_duplicate", 0.5, {"plain"}),  # the entry's own
+    ],
+)
+def test_a_clean_entry_reruns_for_its_own_filter_s_settings_only(tmp_path, setting, value, reruns):
+    sources = {
+        "mine.jsonl": '{"query":"q","pos":["p"],"neg":["n"]}\n',
+        ".csv": "anchor,positive,negative\nq,p,n\n",
+    }
+    targets = []
+    for name, entry in CLEAN.items():
+        source, ext = entry["source"], entry["source"].rsplit(".", 1)[1]
+        (tmp_path / source).write_text(sources.get(source, sources[".csv"]), encoding="utf-8")
+        targets.append(f"results/{name}/clean/cleaned.{ext}")
+        for suffix in ("", ".decisions.parquet", ".report.json", ".report.md"):
+            (tmp_path / f"{targets[-1]}{suffix}").parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / f"{targets[-1]}{suffix}").touch()
+    base = _write(tmp_path, "base", {"clean": CLEAN})
+    snakemake_cli(tmp_path, "--touch", "--forceall", *targets, "--quiet", "all", overlay=base)
+    config = _set({"clean": CLEAN}, setting, value)
+    out = snakemake_cli(tmp_path, "-n", *targets, overlay=_write(tmp_path, "changed", config))
+    planned = {
+        re.search(r"results/(\w+)/clean/", block).group(1)
+        for block in re.split(r"\n(?=\[.*\]\n(?:local)?rule )", out)
+        if re.search(r"^\s+reason: Params have changed", block, flags=re.MULTILINE)
+    }
+    assert planned == reruns, out[-3000:]
+
+
 def test_a_second_sieve_setting_builds_new_files_and_keeps_the_first(workspace):
     """sieve.candidates/pool are in the candidates' path: the changed setting plans new files (missing
     output), BM25's negatives and DPR stay, and the recorded default files are not rerun in place."""

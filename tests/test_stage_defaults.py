@@ -28,6 +28,8 @@ from pipeline.core.settings import (
     Bm25Settings,
     CandidatesJob,
     CcrSettings,
+    CleanJob,
+    CleanSpec,
     Config,
     Contract,
     CrossEncoderFilterSettings,
@@ -152,6 +154,16 @@ JOB_FIELDS = {
         "threshold": (CrossEncoderFilterSettings, "threshold"),
         **{k: (SieveSettings, k) for k in ("strict", "fallback", "temperature")},
     },
+    # the cleaning command's flags a user types are these: their defaults the sections'
+    CleanJob: {
+        **{k: (CleanSpec, k) for k in ("format", "filter", "model", "mode", "near_duplicate")},
+        "rank_window_start": (RankWindowSettings, "start"),
+        "positive_aware_mode": (PositiveAwareSettings, "mode"),
+        "positive_aware_margin": (PositiveAwareSettings, "margin"),
+        "cross_encoder_threshold": (CrossEncoderFilterSettings, "threshold"),
+        **{k: (SieveSettings, k) for k in ("strict", "fallback", "temperature", "batch_size")},
+        "seed": SEED,
+    },
 }
 DOCUMENT_STAGES = {
     "pipeline.synthkb.generate": GenerateJob,
@@ -160,6 +172,7 @@ DOCUMENT_STAGES = {
     "pipeline.sieve.candidates": CandidatesJob,
     "pipeline.sieve.cross_encoder": CrossEncoderJob,
     "pipeline.sieve.filters": FilterJob,
+    "pipeline.sieve.clean": CleanJob,
     "pipeline.ar2.mine": Ar2MineJob,
     "pipeline.ar2.sieving": Ar2SieveJob,
     "pipeline.ar2.train_ranker": Ar2RankerJob,

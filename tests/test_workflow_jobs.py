@@ -26,6 +26,7 @@ from pipeline.core.settings import (
     Ar2TrainJob,
     Bm25IndexJob,
     CandidatesJob,
+    CleanJob,
     CrossEncoderJob,
     EncodeJob,
     EvaluateJob,
@@ -65,7 +66,14 @@ from pipeline.workflow.retrieval import (
     run_depth_job,
     search_job,
 )
-from pipeline.workflow.sieve import SieveRules, candidates_job, cross_encoder_job, filter_job, sieve_job
+from pipeline.workflow.sieve import (
+    SieveRules,
+    candidates_job,
+    clean_job,
+    cross_encoder_job,
+    filter_job,
+    sieve_job,
+)
 from pipeline.workflow.synthkb import generate_job
 
 
@@ -308,6 +316,72 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
         with pytest.raises(SystemExit):
             jobs.main(argv)
         assert message in capsys.readouterr().err
+
+
+# clean.<name> entries: one per filter that reads section sieve, and one that reads none of it
+CLEAN = {
+    "mine": {"source": "mine.jsonl", "model": "my/dpr", "mode": "mark"},
+    "window": {"source": "w.csv", "filter": "rank_window", "model": "unused"},
+    "aware": {"source": "a.parquet", "filter": "positive_aware", "format": "triplet"},
+    "ranker": {"source": "r.jsonl", "filter": "cross_encoder", "model": "my/ce"},
+    "plain": {"source": "p.parquet", "filter": "none", "near_duplicate": 0.8},
+}
+
+
+def test_a_clean_entry_s_document_is_the_entry_and_what_its_filter_reads_of_section_sieve(w):
+    config = {**w.config, "clean": CLEAN}
+    c = config["sieve"]
+    entry = {"format": "auto", "mode": "drop", "near_duplicate": 0.9}
+    expected = {
+        "mine": {
+            **entry,
+            "filter": "sieve",
+            "mode": "mark",
+            "model": "my/dpr",
+            "batch_size": c["batch_size"],
+            "strict": True,  # OVERLAY's
+            "fallback": c["fallback"],
+            "temperature": c["temperature"],
+            "seed": 3,
+        },
+        # no model runs: neither the model nor the batch size is a setting of the job
+        "window": {**entry, "filter": "rank_window", "rank_window_start": c["rank_window"]["start"]},
+        "aware": {
+            **entry,
+            "format": "triplet",
+            "filter": "positive_aware",
+            "model": "minilm",
+            "batch_size": c["batch_size"],
+            "positive_aware_mode": c["positive_aware"]["mode"],
+            "positive_aware_margin": 0.5,
+        },
+        "ranker": {
+            **entry,
+            "filter": "cross_encoder",
+            "model": "my/ce",
+            "batch_size": c["batch_size"],
+            "cross_encoder_threshold": 0.3,
+        },
+        "plain": {**entry, "filter": "none", "near_duplicate": 0.8},
+    }
+    rules = SieveRules(SimpleNamespace(config=config))
+    for name, document in expected.items():
+        assert clean_job(config, name) == document, name
+        from_dict(CleanJob, document, "settings")
+        ext = CLEAN[name]["source"].rsplit(".", 1)[1]
+        assert _document(rules.clean_settings(Wild(clean=name, ext=ext))) == document, name
+    with pytest.raises(ValueError, match="unknown clean entry 'other'"):
+        clean_job(config, "other")
+
+
+def test_the_printer_prints_a_clean_entry_s_document(capsys, tmp_path, w):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(json.dumps({**OVERLAY, "clean": CLEAN}))
+    assert jobs.main(["window", "clean_negatives", "--configfile", str(overlay)]) == 0
+    assert json.loads(capsys.readouterr().out) == clean_job({**w.config, "clean": CLEAN}, "window")
+    with pytest.raises(SystemExit):
+        jobs.main(["synthkb", "clean_negatives", "--configfile", str(overlay)])
+    assert "unknown clean entry 'synthkb'" in capsys.readouterr().err
 
 
 def _parse(contract, *argv: str) -> argparse.Namespace:

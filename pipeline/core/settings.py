@@ -8,7 +8,8 @@ numbers). Everything else is derived from these models:
   out and validates the whole config against ``Config``; errors name the key path;
 - the JSON schema (``config_schema()``; committed as workflow/schemas/config.schema.json for editors,
   tests/test_settings.py keeps it current);
-- the CLI flags of a stage (``add_flags``) and the command line a rule builds (``to_flags``).
+- the CLI flags of a stage (``add_flags``) and a hand run's command line built from settings (``to_flags``:
+  no rule's, each passes a settings document; bench/ccr_regime.py's).
 
 A default is declared here and nowhere else: it is the demo's value (small step counts that run on 2
 CPU cores); recipes and overlays change it for paper-scale runs. config.yaml restates none, and
@@ -1597,6 +1598,21 @@ FilterJob = job_contract(
     ),
     **fields_of(CrossEncoderFilterSettings, "threshold"),
     **fields_of(SieveSettings, *SIEVE_DECISION_KEYS[:-1]),
+)
+# A clean.<name> entry's job (rule clean_negatives) and a hand run of the cleaning command alike: the
+# flags a user types (--filter, --rank-window-start, ...) are this contract's, so their defaults are too.
+CleanJob = job_contract(
+    "CleanJob",
+    "pipeline.sieve.clean: the entry's format, filter, model, mode and near-duplicate threshold "
+    "(clean.<name>), the settings its filter reads of section sieve (rank_window's start, positive_aware's "
+    "mode and margin, cross_encoder's threshold, the sieve's decision and the seed) and the encoding batch "
+    "size of a filter that runs a model; a job's document holds its own filter's only.",
+    **fields_of(CleanSpec, "format", "filter", "model", "mode", "near_duplicate"),
+    **fields_of(RankWindowSettings, "start", prefix="rank_window"),
+    **fields_of(PositiveAwareSettings, "mode", "margin", prefix="positive_aware"),
+    **fields_of(CrossEncoderFilterSettings, "threshold", prefix="cross_encoder"),
+    **fields_of(SieveSettings, *SIEVE_DECISION_KEYS),
+    **fields_of(Config, "seed"),
 )
 Ar2MineJob = job_contract(
     "Ar2MineJob",

@@ -7,6 +7,15 @@ dropped, relabelled as a positive or marked, with every negative's verdict and a
         [--mode drop|relabel|mark] [--labels known.jsonl] [--near-duplicate 0.9] \
         [--decisions cleaned.decisions.parquet] [--report cleaned.report.json]
 
+Its settings (pipeline.core.settings.CleanJob: these flags and the filters' own, ``--rank-window-start``,
+``--positive-aware-mode``, ``--cross-encoder-threshold``, ``--strict``, ``--seed``, ...) default to the
+contract's. Rule clean_negatives passes a clean.<name> entry's as one document (``--settings-json``: the
+entry's and what its filter reads of section sieve); a run by hand reads the same from a file, each flag
+over it::
+
+    python -m pipeline.workflow.jobs NAME clean_negatives > clean.json
+    python -m pipeline.sieve.clean --settings clean.json --input mined.jsonl --out cleaned.jsonl
+
 Formats (detected from the columns unless ``--format`` names one; docs/clean.md):
 
 - sentence-transformers (``mine_hard_negatives``): ``triplet`` (anchor, positive, negative[, scores]),
@@ -34,6 +43,7 @@ every negative and adds a verdict column (``sieve_verdict`` per row, ``sieve_ver
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
 import io
@@ -56,18 +66,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CLEAN_DECISIONS_SCHEMA, CORPUS_SCHEMA, QUERIES_SCHEMA
 from pipeline.core.settings import (
     CLEAN_FILTERS,
     CLEAN_FORMATS,
     CLEAN_MODES,
-    SIEVE_DECISION_KEYS,
+    CleanJob,
     CleanSpec,
-    Config,
-    CrossEncoderFilterSettings,
-    PositiveAwareSettings,
-    RankWindowSettings,
-    SieveSettings,
     add_flags,
     default,
 )
@@ -693,19 +699,22 @@ def read_labels(path: str | os.PathLike) -> dict[str, set[str]]:
 
 @dataclass
 class Settings:
-    filter: str = default(CleanSpec, "filter")
-    model: str = default(CleanSpec, "model")
-    mode: str = default(CleanSpec, "mode")
-    near_duplicate: float = default(CleanSpec, "near_duplicate")
-    rank_window_start: int = default(RankWindowSettings, "start")
-    positive_aware_mode: str = default(PositiveAwareSettings, "mode")
-    positive_aware_margin: float = default(PositiveAwareSettings, "margin")
-    cross_encoder_threshold: float = default(CrossEncoderFilterSettings, "threshold")
-    strict: bool = default(SieveSettings, "strict")
-    fallback: str = default(SieveSettings, "fallback")
-    temperature: float | None = default(SieveSettings, "temperature")
-    batch_size: int = default(SieveSettings, "batch_size")
-    seed: int = default(Config, "seed")
+    """What clean_dataset computes with: CleanJob's fields but the format (clean_dataset's ``fmt``), and
+    where a model filter computes."""
+
+    filter: str = default(CleanJob, "filter")
+    model: str = default(CleanJob, "model")
+    mode: str = default(CleanJob, "mode")
+    near_duplicate: float = default(CleanJob, "near_duplicate")
+    rank_window_start: int = default(CleanJob, "rank_window_start")
+    positive_aware_mode: str = default(CleanJob, "positive_aware_mode")
+    positive_aware_margin: float = default(CleanJob, "positive_aware_margin")
+    cross_encoder_threshold: float = default(CleanJob, "cross_encoder_threshold")
+    strict: bool = default(CleanJob, "strict")
+    fallback: str = default(CleanJob, "fallback")
+    temperature: float | None = default(CleanJob, "temperature")
+    batch_size: int = default(CleanJob, "batch_size")
+    seed: int = default(CleanJob, "seed")
     device: str = "auto"  # where a model filter computes: auto = a visible GPU, else the CPU
 
 
@@ -895,7 +904,7 @@ def clean_dataset(
     source: str | os.PathLike,
     out: str | os.PathLike,
     *,
-    fmt: str = default(CleanSpec, "format"),
+    fmt: str = default(CleanJob, "format"),
     settings: Settings | None = None,
     labels: str | os.PathLike | None = None,
     decisions_out: str | os.PathLike | None = None,
@@ -1148,73 +1157,39 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.sieve.clean", __doc__)
     parser.add_argument("--input", required=True, help="the hard-negative dataset (file or datasets folder)")
     parser.add_argument("--out", required=True, help="the cleaned dataset (same container as the input)")
-    parser.add_argument(
-        "--format",
-        default=default(CleanSpec, "format"),
-        choices=("auto", *CLEAN_FORMATS),
-        help="its schema (default: auto, detected from the columns)",
-    )
-    parser.add_argument(
-        "--filter", default=default(CleanSpec, "filter"), choices=(*CLEAN_FILTERS, *NOT_APPLICABLE)
-    )
-    add_flags(parser, CleanSpec, names=("model", "mode", "labels", "near_duplicate"))
+    add_flags(parser, CleanSpec, names=("labels",))  # an input of the job, not a setting
     parser.add_argument(
         "--decisions", default=None, help="per-negative table (default: <out stem>.decisions.parquet)"
     )
     parser.add_argument(
         "--report", default=None, help="report JSON, .md beside (default: <out stem>.report.json)"
     )
-    add_flags(
-        parser.add_argument_group("rank_window (sieve.rank_window)"), RankWindowSettings, prefix="rank_window"
+    add_settings_flags(
+        parser, CleanJob, "settings (clean.<name>, and config section sieve's for the filter run)"
     )
-    add_flags(
-        parser.add_argument_group("positive_aware (sieve.positive_aware)"),
-        PositiveAwareSettings,
-        prefix="positive_aware",
-    )
-    add_flags(
-        parser.add_argument_group("cross_encoder (sieve.cross_encoder)"),
-        CrossEncoderFilterSettings,
-        names=("threshold",),
-        prefix="cross_encoder",
-    )
-    add_flags(
-        parser.add_argument_group("sieve (config section sieve)"), SieveSettings, names=SIEVE_DECISION_KEYS
-    )
-    parser.add_argument("--seed", type=int, default=default(Config, "seed"))
+    # --filter also names the filters that cannot judge these files, so that a run says why (make_filter).
+    _flag(parser, "filter").choices = (*CLEAN_FILTERS, *NOT_APPLICABLE)
     add_job_flags(parser)
     args = parser.parse_args(argv)
-    if not (0 <= args.near_duplicate <= 1):  # also NaN
-        parser.error(f"argument --near-duplicate: must be from 0 to 1, got {args.near_duplicate}")
-    if args.batch_size is not None and args.batch_size < 1:
-        parser.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
+    if args.filter in NOT_APPLICABLE:
+        raise DataError(NOT_APPLICABLE[args.filter], field="filter")
+    job = job_settings(CleanJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
-    settings = Settings(
-        filter=args.filter,
-        model=args.model,
-        mode=args.mode,
-        near_duplicate=args.near_duplicate,
-        rank_window_start=args.rank_window_start,
-        positive_aware_mode=args.positive_aware_mode,
-        positive_aware_margin=args.positive_aware_margin,
-        cross_encoder_threshold=args.cross_encoder_threshold,
-        strict=args.strict,
-        fallback=args.fallback,
-        temperature=args.temperature,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        device=args.device,
-    )
+    settings = Settings(**job.model_dump(exclude={"format"}), device=args.device)
     clean_dataset(
         args.input,
         args.out,
-        fmt=args.format,
+        fmt=job.format,
         settings=settings,
         labels=args.labels,
         decisions_out=args.decisions,
         report_out=args.report,
     )
     return 0
+
+
+def _flag(parser: argparse.ArgumentParser, dest: str) -> argparse.Action:
+    return next(action for action in parser._actions if action.dest == dest)
 
 
 def entry() -> None:

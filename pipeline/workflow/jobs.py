@@ -38,7 +38,14 @@ from pipeline.workflow.retrieval import (
     run_depth_job,
     search_job,
 )
-from pipeline.workflow.sieve import candidates_job, cross_encoder_job, filter_job, sieve_job
+from pipeline.workflow.sieve import (
+    candidates_job,
+    clean_entry,
+    clean_job,
+    cross_encoder_job,
+    filter_job,
+    sieve_job,
+)
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
 
@@ -61,6 +68,8 @@ def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse
         "passage_sieve": lambda d, args: sieve_job(tables.cfg(d), seed),
         "train_cross_encoder": lambda d, args: cross_encoder_job(tables.cfg(d), seed),
         "filter_candidates": lambda d, args: filter_job(tables.cfg(d), seed, args.filter),
+        # not a dataset's job: a clean.<name> entry's, named where the others name the dataset
+        "clean_negatives": lambda name, args: clean_job(tables.config, name),
         "ar2_mine": lambda d, args: ar2_mine_job(tables.cfg(d)),
         "fuse_rrf": lambda d, args: hybrid_job(tables.cfg(d), "rrf"),
         "fuse_weighted": lambda d, args: hybrid_job(tables.cfg(d), "wsum"),
@@ -113,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.core.recipes import dataset_configs
 
     ap = argparse.ArgumentParser(prog="python -m pipeline.workflow.jobs", description=main.__doc__)
-    ap.add_argument("dataset", help="a dataset of the config")
+    ap.add_argument("dataset", help="a dataset of the config (clean_negatives: a clean.<name> entry)")
     ap.add_argument("stage", help="the job's stage: " + ", ".join(STAGES))
     ap.add_argument("--run", default="bm25", help="evaluate: the run folder scored (default bm25)")
     ap.add_argument("--filter", default="none", help="filter_candidates: the filter (default none)")
@@ -135,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.configfile)
     validate_config(config, methods=lambda: method_table(config))
     tables = WorkflowTables(config, dataset_configs(config, methods=method_table))
-    if args.dataset not in tables.datasets:
+    if args.stage == "clean_negatives":
+        try:
+            clean_entry(config, args.dataset)
+        except ValueError as err:
+            ap.error(str(err))
+    elif args.dataset not in tables.datasets:
         ap.error(f"unknown dataset {args.dataset!r} (declared: {', '.join(sorted(tables.datasets))})")
     synthetic = args.dataset in tables.synthetic
     if args.stage in ("generate", "prepare") and synthetic != (args.stage == "generate"):
@@ -159,6 +173,7 @@ STAGES = (
     "passage_sieve",
     "train_cross_encoder",
     "filter_candidates",
+    "clean_negatives",
     "ar2_mine",
     "ar2_sieve",
     "ar2_train_ranker",

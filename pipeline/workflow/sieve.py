@@ -5,9 +5,7 @@ decisions file and settings, the comparison's rows, the β sweep and the clean.<
 A rule's settings are params of the wildcards only: a params function taking ``input`` is not recorded
 by Snakemake, so a changed setting would not rerun it. The candidates, the passage sieve, the
 cross-encoder's training and the filters get their settings as one document each (candidates_job,
-sieve_job, cross_encoder_job, filter_job, validated by the stage's contract); clean_negatives as the flags
-its parser generates from the same contract fields (pipeline.core.settings: add_flags in the stage,
-to_flags here).
+sieve_job, cross_encoder_job, filter_job, and clean_negatives' clean_job, validated by the stage's contract).
 """
 
 from __future__ import annotations
@@ -21,12 +19,7 @@ from pipeline.core.settings import (
     MODEL_FILTERS,
     SIEVE_DECISION_KEYS,
     CleanSpec,
-    CrossEncoderFilterSettings,
-    PositiveAwareSettings,
-    RankWindowSettings,
     SieveJob,
-    SieveSettings,
-    to_flags,
 )
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
@@ -104,6 +97,34 @@ def filter_job(config: dict, seed: int, name: str) -> dict[str, Any]:
         "sieve_no_ccr": {key: c[key] for key in SIEVE_DECISION_KEYS[:-1]},
     }
     return {"seed": seed, "batch_size": c["batch_size"], **own.get(name, {})}
+
+
+def clean_entry(config: dict, name: str) -> dict[str, Any]:
+    """clean.<``name``> of ``config`` (the top-level config), its defaults filled in."""
+    if name not in config["clean"]:
+        declared = ", ".join(sorted(config["clean"])) or "none"
+        raise ValueError(f"unknown clean entry {name!r} (declared: {declared})")
+    return CleanSpec.model_validate(config["clean"][name]).model_dump()
+
+
+def clean_job(config: dict, name: str) -> dict[str, Any]:
+    """The document of clean entry ``name``'s clean_negatives job (pipeline.core.settings.CleanJob): the
+    entry's format, filter, mode and near-duplicate threshold, and what its filter reads of the top-level
+    section sieve (named as CleanJob names them): a filter that runs a model its model and the encoding
+    batch size, the sieve its decision and the seed. Its filter's only, as filter_job: a changed
+    sieve.rank_window.start reruns a rank_window entry and leaves a sieve entry alone. The labels are an
+    input of the job (--labels), not a setting."""
+    spec, c = clean_entry(config, name), config["sieve"]
+    document = {key: spec[key] for key in ("format", "filter", "mode", "near_duplicate")}
+    if spec["filter"] in MODEL_FILTERS:
+        document |= {"model": spec["model"], "batch_size": c["batch_size"]}
+    own: dict[str, dict[str, Any]] = {
+        "rank_window": {"rank_window_start": c["rank_window"]["start"]},
+        "positive_aware": {f"positive_aware_{k}": c["positive_aware"][k] for k in ("mode", "margin")},
+        "cross_encoder": {"cross_encoder_threshold": c["cross_encoder"]["threshold"]},
+        "sieve": {**{key: c[key] for key in SIEVE_DECISION_KEYS[:-1]}, "seed": int(config["seed"])},
+    }
+    return {**document, **own.get(spec["filter"], {})}
 
 
 class SieveRules:
@@ -303,7 +324,7 @@ class SieveRules:
 
     def clean_spec(self, wildcards: Wildcards) -> dict[str, Any]:
         """The entry, its defaults filled in; the path's extension must be its source's."""
-        spec = CleanSpec.model_validate(self.clean[wildcards.clean]).model_dump()
+        spec = clean_entry(self.config, wildcards.clean)
         if not spec["source"].endswith("." + wildcards.ext):
             raise ValueError(
                 f"clean {wildcards.clean!r}: its source {spec['source']!r} is not a .{wildcards.ext} file: "
@@ -317,20 +338,10 @@ class SieveRules:
         return {"source": spec["source"], **({"labels": spec["labels"]} if spec["labels"] else {})}
 
     def clean_settings(self, wildcards: Wildcards) -> str:
-        """params function: the entry's flags, then every filter's settings from the top-level sieve."""
-        spec, c = self.clean_spec(wildcards), self.config["sieve"]
-        return " ".join(
-            [
-                to_flags(CleanSpec, spec, ("format", "filter", "model", "mode", "near_duplicate")),
-                to_flags(RankWindowSettings, c["rank_window"], prefix="rank_window"),
-                to_flags(PositiveAwareSettings, c["positive_aware"], prefix="positive_aware"),
-                to_flags(
-                    CrossEncoderFilterSettings, c["cross_encoder"], ("threshold",), prefix="cross_encoder"
-                ),
-                to_flags(SieveSettings, c, SIEVE_DECISION_KEYS),
-                f"--seed {self.config['seed']}",
-            ]
-        )
+        """params function: clean_negatives' document (clean_job), recorded and passed whole; the path's
+        extension is checked against the entry's source first."""
+        self.clean_spec(wildcards)
+        return settings_flag(clean_job(self.config, wildcards.clean))
 
     def clean_resources(self) -> dict[str, Any]:
         """clean_negatives' resources: the top-level sieve section's memory, and its GPUs when the entry's
