@@ -360,7 +360,7 @@ def test_learning_curve_negative_rounds(tmp_path, capsys):
         "--out",
         tmp_path / "out" / "lc.png",
     ]
-    fails(learning_curve.main, argv, capsys, "settings.rounds", outputs=[tmp_path / "out"])
+    fails(learning_curve.main, argv, capsys, "--rounds", "settings.rounds", outputs=[tmp_path / "out"])
 
 
 # ---- seed metrics ------------------------------------------------------------------------------------

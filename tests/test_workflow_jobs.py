@@ -446,3 +446,14 @@ def test_the_document_is_given_once_and_as_a_mapping(tmp_path):
         job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings", str(tmp_path / "list.json")))
     with pytest.raises(ConfigError, match="not JSON"):
         job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings-json", "{k1"))
+
+
+def test_a_bad_flag_over_the_document_is_named_by_its_flag():
+    # the document's value is fine; the typed flag is not: the line names both the flag and the key
+    args = _parse(Bm25IndexJob, "--settings-json", json.dumps({"k1": 1.5}), "--b", "-0.5")
+    with pytest.raises(ConfigError) as err:
+        job_settings(Bm25IndexJob, args)
+    assert str(err.value).startswith("--b (config key 'settings.b'): ") and "\n" not in str(err.value)
+    # a bad value from the document alone names no flag
+    with pytest.raises(ConfigError, match=r"^config key 'settings.k1'"):
+        job_settings(Bm25IndexJob, _parse(Bm25IndexJob, "--settings-json", json.dumps({"k1": -1})))
