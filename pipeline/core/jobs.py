@@ -106,12 +106,5 @@ def job_settings(cls: type[Contract], args: argparse.Namespace) -> Any:
     """The run's settings: the document, the flags over it, validated by ``cls`` (a bad or unknown key
     is one line naming it, and the flag that gave it: a user who typed --near-duplicate 2 reads that
     flag, not only the document's key)."""
-    try:
-        return from_dict(cls, merged_document(cls, args), "settings")
-    except ConfigError as err:
-        message = str(err)
-        for name in cls.model_fields:
-            if getattr(args, name, None) is not None:
-                key = f"config key 'settings.{name}'"
-                message = message.replace(key, f"{flag_name(name)} ({key})")
-        raise ConfigError(message) from None
+    flagged = {name: flag_name(name) for name in cls.model_fields if getattr(args, name, None) is not None}
+    return from_dict(cls, merged_document(cls, args), "settings", given_by=flagged)

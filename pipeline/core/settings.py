@@ -26,7 +26,7 @@ import posixpath
 import shlex
 import sys
 import types
-from typing import Annotated, Any, Literal, Optional, Sequence, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
 from urllib.parse import unquote, urlparse
 
 from pydantic import (
@@ -1266,15 +1266,17 @@ def section(config: dict, name: str) -> Contract:
     return from_dict(SECTIONS[name], config.get(name) or {}, name)
 
 
-def from_dict(cls: type[Contract], data: dict, where: str = "") -> Contract:
+def from_dict(
+    cls: type[Contract], data: dict, where: str = "", given_by: Mapping[str, str] | None = None
+) -> Contract:
     """``cls`` built from config data: nested sections too; unknown keys and bad values are a
-    ConfigError naming each key (under ``where``, the section's own key path)."""
+    ConfigError naming each key (under ``where``, the section's own key path). ``given_by``: a field
+    -> the flag a user typed it with, named before its key."""
     try:
         return cls.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(
-            "; ".join(describe_errors(err, tuple(where.split(".")) if where else (), cls))
-        ) from None
+        prefix = tuple(where.split(".")) if where else ()
+        raise ConfigError("; ".join(describe_errors(err, prefix, cls, given_by))) from None
 
 
 # ---- errors -------------------------------------------------------------------------------------
@@ -1328,10 +1330,14 @@ def _model_at(loc: Sequence[Any], root: type[BaseModel]) -> type[BaseModel] | No
 
 
 def describe_errors(
-    err: ValidationError, prefix: Sequence[Any] = (), root: type[BaseModel] | None = None
+    err: ValidationError,
+    prefix: Sequence[Any] = (),
+    root: type[BaseModel] | None = None,
+    given_by: Mapping[str, str] | None = None,
 ) -> list[str]:
     """One line per problem: "config key 'dpr.lr': <what is wrong>"; unknown keys are listed with the
-    keys allowed there. ``root``: the contract validated (default Config); ``prefix``: its key path."""
+    keys allowed there. ``root``: the contract validated (default Config); ``prefix``: its key path;
+    ``given_by``: a top-level field -> the flag that gave it ("--b (config key 'settings.b'): ...")."""
     lines: list[str] = []
     unknown: dict[tuple, list[str]] = {}
     for error in err.errors():
@@ -1339,13 +1345,15 @@ def describe_errors(
         if error["type"] == "extra_forbidden":
             unknown.setdefault(loc[:-1], []).append(repr(str(loc[-1])))
             continue
+        flag = (given_by or {}).get(str(loc[0])) if loc else None
         loc = (*prefix, *loc)
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "missing":
             message = "required key is missing"
         elif isinstance(error.get("input"), (str, int, float)) and error["type"] != "value_error":
             message += f", got {error['input']!r}"
-        lines.append(f"config key '{_key(loc)}': {message}")
+        key = f"config key '{_key(loc)}'"
+        lines.append(f"{flag} ({key}): {message}" if flag else f"{key}: {message}")
     for where, names in unknown.items():
         model = _model_at(where, root or Config)
         allowed = f" (allowed keys: {', '.join(sorted(model.model_fields))})" if model else ""
