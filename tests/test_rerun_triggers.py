@@ -99,6 +99,7 @@ BASE = {
         "methods": ["dpr", "dpr_rank_window", "dpr_absolute_margin"],
         "baseline": "dpr",
         "oracle": "dpr_rank_window",
+        "incumbent": "dpr_rank_window",
     },
 }
 # {stag}: the overlay's sieve settings as its paths carry them (methods.sieve_tag; '' at the defaults).
@@ -299,6 +300,7 @@ SETTINGS: dict[str, tuple] = {
     "tournament.baseline": ("dpr_absolute_margin", ("tournament",)),
     "tournament.oracle": ("dpr_absolute_margin", ("tournament",)),
     "tournament.start": ("bm25", ("tournament",)),
+    "tournament.incumbent": ("dpr_absolute_margin", ("tournament",)),
     "tournament.metrics": (["R@5", "hit_all@1"], ("tournament",), ("evaluate",)),
     "sweep.datasets": ([], ("noise_sweep",)),
     "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),

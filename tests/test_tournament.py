@@ -90,6 +90,7 @@ SETTINGS = {
     "oracle": "dpr_oracle",
     "start": "zeroshot",
     "metrics": ["hit_all@1", "R@5"],
+    "incumbent": "dpr_sieve_no_ccr",
     "levels": {
         "kb30": {"label": "30%", "oracle": None, "metrics": None, "skip": []},
         "sq": {"label": "SQuAD", "oracle": "dpr_answer_match", "metrics": ["R@1"], "skip": ["dpr_oracle"]},
@@ -97,28 +98,29 @@ SETTINGS = {
 }
 
 
+KB30 = {
+    "dpr_none": {"hit_all@1": [0.50, 0.52, 0.54], "R@5": [0.80, 0.80, 0.80]},
+    "dpr_oracle": {"hit_all@1": [0.60, 0.62, 0.64], "R@5": [0.85, 0.86, 0.87]},
+    "dpr_sieve_no_ccr": {"hit_all@1": [0.55, 0.56, 0.60], "R@5": [0.82, 0.81, 0.80]},
+    "dpr_answer_match": {"hit_all@1": [0.51, 0.52, 0.53], "R@5": [0.80, 0.81, 0.82]},
+}
+SQ = {
+    "dpr_none": {"R@1": [0.60, 0.61, 0.62]},
+    "dpr_sieve_no_ccr": {"R@1": [0.61, 0.62, 0.66]},
+    "dpr_answer_match": {"R@1": [0.66, 0.67, 0.68]},
+}
+
+
+def _files(tmp_path, kb: dict = KB30, sq: dict = SQ) -> dict:
+    return {
+        "kb30": _gathered(tmp_path / "kb30.json", kb, {"hit_all@1": 0.58, "R@5": 0.84}),
+        "sq": _gathered(tmp_path / "sq.json", sq, {"R@1": 0.65}),
+    }
+
+
 @pytest.fixture
 def files(tmp_path):
-    kb = _gathered(
-        tmp_path / "kb30.json",
-        {
-            "dpr_none": {"hit_all@1": [0.50, 0.52, 0.54], "R@5": [0.80, 0.80, 0.80]},
-            "dpr_oracle": {"hit_all@1": [0.60, 0.62, 0.64], "R@5": [0.85, 0.86, 0.87]},
-            "dpr_sieve_no_ccr": {"hit_all@1": [0.55, 0.56, 0.60], "R@5": [0.82, 0.81, 0.80]},
-            "dpr_answer_match": {"hit_all@1": [0.51, 0.52, 0.53], "R@5": [0.80, 0.81, 0.82]},
-        },
-        {"hit_all@1": 0.58, "R@5": 0.84},
-    )
-    sq = _gathered(
-        tmp_path / "sq.json",
-        {
-            "dpr_none": {"R@1": [0.60, 0.61, 0.62]},
-            "dpr_sieve_no_ccr": {"R@1": [0.61, 0.62, 0.66]},
-            "dpr_answer_match": {"R@1": [0.66, 0.67, 0.68]},
-        },
-        {"R@1": 0.65},
-    )
-    return {"kb30": kb, "sq": sq}
+    return _files(tmp_path)
 
 
 def test_intervals_shares_and_the_start_against_hand_computed_values(files):
@@ -172,6 +174,86 @@ def test_the_table_and_the_figure_are_written_and_deterministic(files, tmp_path)
     assert "| SQuAD (R@1) | dpr_oracle | not run |" in md
     assert "| SQuAD (R@1) | dpr_answer_match (oracle) | – | – | 0.670 (+0.060 [+0.060, +0.060]) | – |" in md
     assert outs[0][2][:8] == b"\x89PNG\r\n\x1a\n" and len(outs[0][2]) > 5000
+
+
+# ---- the default filter: docs/results.md's rule, on hand-made levels ------------------------------
+
+
+def test_the_incumbent_that_leads_stays(files):
+    result = tournament.build_tournament(SETTINGS, files)
+    choice = result["default"]
+    # dpr_oracle reads the true labels: never a default, however far ahead
+    assert choice["excluded"] == ["dpr_oracle"]
+    # the sieve: +0.05 [+0.025, +0.075] at 30% (shown), +0.02 at SQuAD (differences 0.01, 0.01, 0.04:
+    # its interval holds 0); answer match: 0.00 at 30% (holds 0), +0.06 every seed at SQuAD (shown)
+    assert choice["standing"]["dpr_sieve_no_ccr"]["above"] == ["kb30"]
+    assert choice["standing"]["dpr_sieve_no_ccr"]["mean"] == pytest.approx(0.035)
+    assert choice["standing"]["dpr_answer_match"] == {
+        "above": ["sq"],
+        "below": [],
+        "mean": pytest.approx(0.03),
+    }
+    assert choice["standing"]["dpr_none"] == {"above": [], "below": [], "mean": 0.0}
+    # one shown level each: the larger mean difference leads; nothing drops below dpr_none
+    assert choice["ranking"] == ["dpr_sieve_no_ccr", "dpr_answer_match", "dpr_none"]
+    assert (choice["winner"], choice["replaced"], choice["default"]) == (
+        "dpr_sieve_no_ccr",
+        False,
+        "dpr_sieve_no_ccr",
+    )
+    # the sieve against itself: no cell; answer match − sieve at SQuAD: 0.05, 0.05, 0.02
+    kb, sq = result["levels"]
+    assert sq["rows"]["dpr_answer_match"]["metrics"]["R@1"]["vs_incumbent"]["mean"] == pytest.approx(0.04)
+    assert "It is the demo's filter, which stays." in tournament.tournament_markdown(result)
+
+
+def test_a_winner_shown_above_the_incumbent_somewhere_and_below_it_nowhere_replaces_it(files):
+    settings = {**SETTINGS, "incumbent": "dpr_answer_match"}
+    choice = tournament.build_tournament(settings, files)["default"]
+    # sieve − answer match: 30% 0.04, 0.04, 0.07 (mean 0.05, s 0.0173: [+0.007, +0.093], shown);
+    # SQuAD −0.05, −0.05, −0.02 (mean −0.04, [−0.083, +0.003], holds 0)
+    assert (choice["beats_incumbent_at"], choice["loses_to_incumbent_at"]) == (["kb30"], [])
+    assert (choice["winner"], choice["replaced"], choice["default"]) == (
+        "dpr_sieve_no_ccr",
+        True,
+        "dpr_sieve_no_ccr",
+    )
+
+
+def test_a_winner_shown_below_the_incumbent_somewhere_leaves_it(tmp_path):
+    # the sieve now +0.01 every seed at SQuAD (shown over dpr_none: two levels, so it leads), but
+    # −0.05 every seed against answer match there
+    sq = {**SQ, "dpr_sieve_no_ccr": {"R@1": [0.61, 0.62, 0.63]}}
+    settings = {**SETTINGS, "incumbent": "dpr_answer_match"}
+    result = tournament.build_tournament(settings, _files(tmp_path, sq=sq))
+    choice = result["default"]
+    assert choice["standing"]["dpr_sieve_no_ccr"]["above"] == ["kb30", "sq"]
+    assert (choice["beats_incumbent_at"], choice["loses_to_incumbent_at"]) == (["kb30"], ["sq"])
+    assert (choice["winner"], choice["replaced"], choice["default"]) == (
+        "dpr_sieve_no_ccr",
+        False,
+        "dpr_answer_match",
+    )
+    assert "the data do not separate them and dpr_answer_match stays" in tournament.tournament_markdown(
+        result
+    )
+
+
+def test_a_contender_shown_below_the_unfiltered_pool_anywhere_does_not_qualify(tmp_path):
+    # answer match −0.10, −0.11, −0.12 at 30%, whatever it gains at SQuAD
+    kb = {**KB30, "dpr_answer_match": {"hit_all@1": [0.40, 0.41, 0.42], "R@5": [0.80, 0.81, 0.82]}}
+    choice = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb))["default"]
+    assert choice["standing"]["dpr_answer_match"]["below"] == ["kb30"]
+    assert "dpr_answer_match" not in choice["ranking"]
+
+
+def test_the_oracles_are_the_methods_that_read_the_true_labels():
+    assert tournament.true_label_methods() == {"dpr_oracle", "dpr_relabel_oracle"}
+
+
+def test_the_incumbent_must_be_a_contender(files):
+    with pytest.raises(DataError, match="incumbent 'dpr_gist_dpr' must be a contender"):
+        tournament.build_tournament({**SETTINGS, "incumbent": "dpr_gist_dpr"}, files)
 
 
 def test_a_missing_seed_is_named(files, tmp_path):

@@ -323,12 +323,18 @@ def closest(name: str, known: list[str] | tuple[str, ...] | set[str], n: int = 3
 # ---- what a method is, in words (metrics.md, the README's results) -------------------------------------
 
 
+def reads_true_labels(m: Method) -> bool:
+    """Whether ``m``'s training reads the true false-negative labels (qrels_all): an oracle, which a
+    user's own data cannot run (dpr_oracle, dpr_relabel_oracle)."""
+    return m.filter == "oracle"
+
+
 def control_reason(m: Method) -> str | None:
     """Why ``m`` is a control (a method that isolates an effect, not a candidate for "best"), or None.
     dpr_oracle uses the dataset's true false-negative labels, which real data does not have; dpr_none
     trains on the filters' candidate pool with nothing dropped; a β-0 run (dpr_ccr_b0, dpr_sieve_b0) is
     the same training without CCR's regulariser."""
-    if m.filter == "oracle":
+    if reads_true_labels(m):
         return "uses the true false-negative labels (qrels_all), which real data does not have"
     if m.filter == "none" and m.guide is None:
         return "the filters' candidate pool with nothing dropped: isolates the filter from the pool"

@@ -540,6 +540,11 @@ class TournamentSettings(Contract):
     metrics: Unique(Metric, 1) = Field(
         ["hit_all@1", "hit_all@5", "R@5"], description="the metrics reported; the first is the primary"
     )
+    incumbent: MethodName = Field(
+        "dpr_sieve_no_ccr",
+        description="the demo's filter (the sieve scored by models/dpr): the table's winner replaces it "
+        "only by beating it seed by seed (docs/results.md, the tournament's rule)",
+    )
 
 
 class InjectionSettings(Contract):

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.settings import TournamentSettings, from_dict, section
+from pipeline.core.methods import method_table, reads_true_labels
+from pipeline.core.settings import TournamentSettings, apply_defaults, from_dict, section
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference, t_quantile
 from pipeline.evaluation.sweep import per_seed
@@ -104,6 +105,10 @@ def check_settings(settings: dict) -> None:
         raise DataError("no contenders: set tournament.methods", field="tournament.methods")
     if not settings["levels"]:
         raise DataError("no levels: set tournament.levels", field="tournament.levels")
+    if settings["incumbent"] not in settings["methods"]:
+        raise DataError(
+            f"the incumbent {settings['incumbent']!r} must be a contender", field="tournament.incumbent"
+        )
     for dataset, raw in settings["levels"].items():
         level = _level_settings(dataset, raw, settings)
         where = f"tournament.levels.{dataset}"
@@ -136,6 +141,7 @@ def _values(metrics: dict, method: str, metric: str, file: str, seeds: list | No
 def level_result(level: dict, settings: dict, metrics: dict, file: str) -> dict:
     """One level (a column): every contender's row; ``metrics`` is the dataset's gathered metrics.json."""
     baseline, start, oracle = settings["baseline"], settings["start"], level["oracle"]
+    incumbent = settings["incumbent"]
     run = [m for m in settings["methods"] if m not in level["skip"]]
     gathered = metrics.get("methods") if isinstance(metrics.get("methods"), dict) else {}
     missing = [m for m in dict.fromkeys([*run, start]) if m not in gathered]
@@ -185,6 +191,11 @@ def level_result(level: dict, settings: dict, metrics: dict, file: str) -> dict:
                 "vs_baseline": _interval(paired_difference(values[m], base, LEVEL)),
                 "oracle_share": {"mean": share.ratio, "ci_low": share.ci_low, "ci_high": share.ci_high},
                 "vs_start": _interval(paired_difference(values[m], start_values, LEVEL)),
+                "vs_incumbent": (
+                    _interval(paired_difference(values[m], values[incumbent], LEVEL))
+                    if incumbent in run
+                    else None
+                ),
             }
     return out
 
@@ -199,14 +210,113 @@ def build_tournament(settings: dict, metrics_files: Mapping[str, str]) -> dict:
         path = metrics_files[level["dataset"]]
         metrics = read_json_object(path, missing="file not found (did gather_metrics run for this dataset?)")
         levels.append(level_result(level, settings, metrics, str(path)))
-    return {
+    result = {
         "methods": list(settings["methods"]),
         "baseline": settings["baseline"],
         "start": settings["start"],
+        "incumbent": settings["incumbent"],
         "level": LEVEL,
         "interval": "95% Student-t over seeds (paired by seed); oracle share: Fieller's interval",
         "levels": levels,
     }
+    result["default"] = choose_default(result)
+    return result
+
+
+# ---- the default filter (docs/results.md: the rule was fixed before the table's numbers) -----------
+
+
+def _shown(d: dict | None) -> int:
+    """+1 where the interval lies above 0, −1 where it lies below, 0 where it holds 0 or is missing."""
+    if d is None or d.get("ci_low") is None:
+        return 0
+    return 1 if d["ci_low"] > 0 else -1 if d["ci_high"] < 0 else 0
+
+
+def true_label_methods() -> set[str]:
+    """The contender names that read the true false-negative labels (the method table's oracles)."""
+    return {name for name, m in method_table(apply_defaults({})).items() if reads_true_labels(m)}
+
+
+def choose_default(result: dict) -> dict:
+    """The rule of docs/results.md on each level's primary metric. A contender qualifies when it reads no
+    true labels and its paired difference with the baseline is shown negative at no level; the qualifier
+    shown above the baseline at the most levels wins (ties: the larger mean difference over its levels,
+    then the table's order). The winner replaces the incumbent only if shown above it seed by seed at
+    one level at least and below it at none."""
+    incumbent, levels = result["incumbent"], result["levels"]
+    oracles = true_label_methods()
+    standing = {}
+    for m in result["methods"]:
+        if m in oracles:
+            continue
+        cells = {
+            lv["dataset"]: lv["rows"][m]["metrics"][lv["primary"]]["vs_baseline"]
+            for lv in levels
+            if lv["rows"][m]["run"]
+        }
+        standing[m] = {
+            "above": [d for d, c in cells.items() if _shown(c) > 0],
+            "below": [d for d, c in cells.items() if _shown(c) < 0],
+            "mean": math.fsum(c["mean"] for c in cells.values()) / len(cells) if cells else None,
+        }
+    qualified = [m for m, s in standing.items() if not s["below"] and s["mean"] is not None]
+    ranking = sorted(qualified, key=lambda m: (-len(standing[m]["above"]), -standing[m]["mean"]))
+    winner = ranking[0] if ranking else None
+    against = {}
+    if winner is not None and winner != incumbent:
+        against = {
+            lv["dataset"]: _shown(lv["rows"][winner]["metrics"][lv["primary"]]["vs_incumbent"])
+            for lv in levels
+            if lv["rows"][winner]["run"] and lv["rows"][incumbent]["run"]
+        }
+    beats = [d for d, s in against.items() if s > 0]
+    loses = [d for d, s in against.items() if s < 0]
+    replaced = bool(beats) and not loses
+    return {
+        "excluded": [m for m in result["methods"] if m in oracles],
+        "standing": standing,
+        "ranking": ranking,
+        "winner": winner,
+        "beats_incumbent_at": beats,
+        "loses_to_incumbent_at": loses,
+        "replaced": replaced,
+        "default": winner if replaced else incumbent,
+    }
+
+
+def default_sentence(result: dict) -> str:
+    """The decision in words: the winner, its standing, and whether it replaces the incumbent."""
+    choice, incumbent, baseline = result["default"], result["incumbent"], result["baseline"]
+    labels = {lv["dataset"]: lv["label"] for lv in result["levels"]}
+
+    def named(datasets: list[str]) -> str:
+        return ", ".join(labels[d] for d in datasets) or "none"
+
+    winner = choice["winner"]
+    if winner is None:
+        return (
+            f"Default: every contender is shown below {baseline} at some level; the demo's filter "
+            f"{incumbent} stays, and the data support none."
+        )
+    s = choice["standing"][winner]
+    text = (
+        f"Default (docs/results.md's rule): {winner} leads the contenders that read no true labels and are "
+        f"shown below {baseline} at no level: above it at {len(s['above'])} of {len(labels)} levels "
+        f"({named(s['above'])}), mean difference {s['mean']:+.3f} on the primary metric."
+    )
+    if winner == incumbent:
+        return text + " It is the demo's filter, which stays."
+    if choice["replaced"]:
+        return text + (
+            f" Seed by seed it is above the demo's filter {incumbent} at {named(choice['beats_incumbent_at'])} "
+            f"and below it nowhere: it replaces it."
+        )
+    return text + (
+        f" Against the demo's filter {incumbent}, seed by seed: above at "
+        f"{named(choice['beats_incumbent_at'])}, below at {named(choice['loses_to_incumbent_at'])}; "
+        f"the data do not separate them and {incumbent} stays."
+    )
 
 
 # ---- the table and the figure --------------------------------------------------------------------
@@ -241,7 +351,12 @@ def tournament_markdown(result: dict) -> str:
     baseline, start = result["baseline"], result["start"]
     columns = _columns(result)
     head = ["level (primary)", "method", *[f"{m}: mean (− {baseline})" for m in columns]]
-    head += [f"primary: share of the oracle's gain over {baseline}", f"primary: − {start}"]
+    incumbent = result["incumbent"]
+    head += [
+        f"primary: share of the oracle's gain over {baseline}",
+        f"primary: − {start}",
+        f"primary: − {incumbent}",
+    ]
     lines = [
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|",
@@ -265,6 +380,7 @@ def tournament_markdown(result: dict) -> str:
             top = row["metrics"][primary]
             cells.append("–" if method in (baseline, level["oracle"]) else _share(top["oracle_share"]))
             cells.append(_signed(top["vs_start"]))
+            cells.append("–" if method == incumbent else _signed(top["vs_incumbent"] or {}))
             lines.append("| " + " | ".join([label, name, *cells]) + " |")
     starts = "; ".join(
         f"{level['label']}: {level['start'][level['primary']]['mean']:.3f}" for level in result["levels"]
@@ -281,7 +397,10 @@ def tournament_markdown(result: dict) -> str:
         f"interval reaches 0). − {start}: the paired difference with the untrained model the DPRs start "
         f"from (seed-free: its one run against each seed); below 0, the method ends below its start. "
         f"{start} on the primary metric: {starts}. Seeds: {seeds}. Every metric's share and difference "
-        "with the start are in the JSON. not run: listed in the level's skip (tournament.levels).",
+        "with the start are in the JSON. not run: listed in the level's skip (tournament.levels). "
+        f"− {incumbent}: the paired difference with the demo's filter (tournament.incumbent).",
+        "",
+        default_sentence(result),
     ]
     return "\n".join(lines) + "\n"
 

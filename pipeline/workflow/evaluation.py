@@ -10,6 +10,8 @@ import re
 from typing import Any, Callable
 
 from pipeline.core.methods import closest
+from pipeline.core.storage import DataError
+from pipeline.evaluation.tournament import check_settings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     corpus,
@@ -241,6 +243,11 @@ def tournament_settings(w: WorkflowTables) -> str:
             problems.append(f"{d}: {', '.join(missing)} not in its methods (add them, or to its skip)")
     if not t["levels"] or not t["methods"]:
         problems.append("tournament.levels and tournament.methods must not be empty")
+    else:
+        try:  # the controls and the incumbent among the contenders
+            check_settings(t)
+        except DataError as error:
+            problems.append(str(error))
     if problems:
         raise ValueError("tournament: " + "; ".join(problems))
     return json.dumps(t)  # in the config's order: the levels are the table's columns
