@@ -450,7 +450,7 @@ def plot_tournament(result: dict, out: str) -> None:
                 )
         ax.set_xticks(range(len(levels)), [f"{lv['label']}\n{lv['primary']}" for lv in levels], fontsize=8)
         ax.set_yticks(range(len(methods)), methods, fontsize=8)
-        ax.set_title(f"primary metric {title}: mean [{LEVEL:.0%} interval over seeds]", fontsize=9)
+        ax.set_title(f"primary metric {title}\nmean [{LEVEL:.0%} interval over seeds]", fontsize=9)
     fig.tight_layout()
     write_png(out, fig, metadata={"Software": None})
 
