@@ -213,6 +213,7 @@ def test_a_winner_shown_above_the_incumbent_somewhere_and_below_it_nowhere_repla
     # sieve − answer match: 30% 0.04, 0.04, 0.07 (mean 0.05, s 0.0173: [+0.007, +0.093], shown);
     # SQuAD −0.05, −0.05, −0.02 (mean −0.04, [−0.083, +0.003], holds 0)
     assert (choice["beats_incumbent_at"], choice["loses_to_incumbent_at"]) == (["kb30"], [])
+    assert choice["decided"]  # every level is in the table
     assert (choice["winner"], choice["replaced"], choice["default"]) == (
         "dpr_sieve_no_ccr",
         True,
@@ -245,6 +246,21 @@ def test_a_contender_shown_below_the_unfiltered_pool_anywhere_does_not_qualify(t
     choice = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb))["default"]
     assert choice["standing"]["dpr_answer_match"]["below"] == ["kb30"]
     assert "dpr_answer_match" not in choice["ranking"]
+
+
+def test_a_table_over_some_of_the_levels_decides_nothing(files):
+    settings = {**SETTINGS, "incumbent": "dpr_answer_match"}
+    result = tournament.build_tournament(settings, files, only=["kb30"])
+    choice = result["default"]
+    assert [lv["dataset"] for lv in result["levels"]] == ["kb30"] and result["levels_left_out"] == ["SQuAD"]
+    # over kb30 alone the sieve leads and is above answer match there, yet nothing is replaced
+    assert (choice["winner"], choice["beats_incumbent_at"]) == ("dpr_sieve_no_ccr", ["kb30"])
+    assert (choice["decided"], choice["replaced"], choice["default"]) == (False, False, "dpr_answer_match")
+    sentence = tournament.default_sentence(result)
+    assert sentence.startswith("Not decided: 1 of 2 levels (not in this table: SQuAD)")
+    assert sentence.endswith("it would replace it.")
+    with pytest.raises(DataError, match=r"\['kb7'\] are not levels"):
+        tournament.build_tournament(settings, files, only=["kb7"])
 
 
 def test_the_oracles_are_the_methods_that_read_the_true_labels():

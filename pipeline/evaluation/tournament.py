@@ -200,13 +200,22 @@ def level_result(level: dict, settings: dict, metrics: dict, file: str) -> dict:
     return out
 
 
-def build_tournament(settings: dict, metrics_files: Mapping[str, str]) -> dict:
+def build_tournament(
+    settings: dict, metrics_files: Mapping[str, str], only: Sequence[str] | None = None
+) -> dict:
     """Every level of ``settings`` (the config's tournament section, defaults filled) from its
-    dataset's gathered metrics (``metrics_files``: dataset -> path)."""
+    dataset's gathered metrics (``metrics_files``: dataset -> path); with ``only``, those levels alone
+    (a run that has not finished every level: the default is then not decided)."""
     check_settings(settings)
+    unknown = [d for d in only or [] if d not in settings["levels"]]
+    if unknown:
+        raise DataError(
+            f"{unknown} are not levels of tournament.levels {list(settings['levels'])}", field="--levels"
+        )
+    built = [d for d in settings["levels"] if only is None or d in only]
     levels = []
-    for dataset, raw in settings["levels"].items():
-        level = _level_settings(dataset, raw, settings)
+    for dataset in built:
+        level = _level_settings(dataset, settings["levels"][dataset], settings)
         path = metrics_files[level["dataset"]]
         metrics = read_json_object(path, missing="file not found (did gather_metrics run for this dataset?)")
         levels.append(level_result(level, settings, metrics, str(path)))
@@ -218,6 +227,11 @@ def build_tournament(settings: dict, metrics_files: Mapping[str, str]) -> dict:
         "level": LEVEL,
         "interval": "95% Student-t over seeds (paired by seed); oracle share: Fieller's interval",
         "levels": levels,
+        "levels_left_out": [
+            _level_settings(d, raw, settings)["label"]
+            for d, raw in settings["levels"].items()
+            if d not in built
+        ],
     }
     result["default"] = choose_default(result)
     return result
@@ -243,7 +257,7 @@ def choose_default(result: dict) -> dict:
     true labels and its paired difference with the baseline is shown negative at no level; the qualifier
     shown above the baseline at the most levels wins (ties: the larger mean difference over its levels,
     then the table's order). The winner replaces the incumbent only if shown above it seed by seed at
-    one level at least and below it at none."""
+    one level at least and below it at none, and only when every level is in ``result``."""
     incumbent, levels = result["incumbent"], result["levels"]
     oracles = true_label_methods()
     standing = {}
@@ -272,8 +286,10 @@ def choose_default(result: dict) -> dict:
         }
     beats = [d for d, s in against.items() if s > 0]
     loses = [d for d, s in against.items() if s < 0]
-    replaced = bool(beats) and not loses
+    decided = not result["levels_left_out"]
+    replaced = decided and bool(beats) and not loses
     return {
+        "decided": decided,
         "excluded": [m for m in result["methods"] if m in oracles],
         "standing": standing,
         "ranking": ranking,
@@ -294,23 +310,30 @@ def default_sentence(result: dict) -> str:
         return ", ".join(labels[d] for d in datasets) or "none"
 
     winner = choice["winner"]
+    left_out = result["levels_left_out"]
+    head = "Default (docs/results.md's rule)"
+    if left_out:
+        head = (
+            f"Not decided: {len(labels)} of {len(labels) + len(left_out)} levels (not in this table: "
+            f"{', '.join(left_out)}), and a level that has not finished decides nothing. Over these levels"
+        )
     if winner is None:
         return (
-            f"Default: every contender is shown below {baseline} at some level; the demo's filter "
+            f"{head}: every contender is shown below {baseline} at some level; the demo's filter "
             f"{incumbent} stays, and the data support none."
         )
     s = choice["standing"][winner]
     text = (
-        f"Default (docs/results.md's rule): {winner} leads the contenders that read no true labels and are "
+        f"{head}: {winner} leads the contenders that read no true labels and are "
         f"shown below {baseline} at no level: above it at {len(s['above'])} of {len(labels)} levels "
         f"({named(s['above'])}), mean difference {s['mean']:+.3f} on the primary metric."
     )
     if winner == incumbent:
         return text + " It is the demo's filter, which stays."
-    if choice["replaced"]:
+    if choice["beats_incumbent_at"] and not choice["loses_to_incumbent_at"]:
         return text + (
             f" Seed by seed it is above the demo's filter {incumbent} at {named(choice['beats_incumbent_at'])} "
-            f"and below it nowhere: it replaces it."
+            f"and below it nowhere: it {'replaces' if choice['decided'] else 'would replace'} it."
         )
     return text + (
         f" Against the demo's filter {incumbent}, seed by seed: above at "
@@ -491,6 +514,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     source.add_argument("--configfile", nargs="+", help="config.yaml, then the overlays, in order")
     source.add_argument("--settings", help="the tournament section as JSON (what the rule passes)")
     parser.add_argument("--metrics", nargs="*", default=[], metavar="DATASET=PATH")
+    parser.add_argument(
+        "--levels",
+        nargs="+",
+        metavar="DATASET",
+        help="these levels alone (a run that has not finished them all; the default is then not decided)",
+    )
     parser.add_argument("--out-json", required=True)
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-png", required=True)
@@ -498,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start_stage(args.log, libraries=())
     settings = settings_from(args)
-    result = build_tournament(settings, metrics_files(settings, args.metrics))
+    result = build_tournament(settings, metrics_files(settings, args.metrics), args.levels)
     write_json(args.out_json, result)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:
         handle.write(tournament_markdown(result))
