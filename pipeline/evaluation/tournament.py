@@ -307,7 +307,7 @@ def default_sentence(result: dict) -> str:
     labels = {lv["dataset"]: lv["label"] for lv in result["levels"]}
 
     def named(datasets: list[str]) -> str:
-        return ", ".join(labels[d] for d in datasets) or "none"
+        return "; ".join(labels[d] for d in datasets) or "none"  # labels hold commas
 
     winner = choice["winner"]
     left_out = result["levels_left_out"]
@@ -315,7 +315,7 @@ def default_sentence(result: dict) -> str:
     if left_out:
         head = (
             f"Not decided: {len(labels)} of {len(labels) + len(left_out)} levels (not in this table: "
-            f"{', '.join(left_out)}), and a level that has not finished decides nothing. Over these levels"
+            f"{'; '.join(left_out)}), and a level that has not finished decides nothing. Over these levels"
         )
     if winner is None:
         return (
