@@ -11,8 +11,10 @@ the oracle, the start and the metrics; pipeline.core.settings.TournamentSettings
 gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another file). Per level
 × contender × metric: the mean over seeds with its 95% t-interval; the paired difference with the
 baseline; the share of the oracle's gain, (m − baseline) / (oracle − baseline), with Fieller's interval
-over the same seeds; and the paired difference with the start (seed-free: its one run against each
-seed). A contender, seed or metric that is missing is an error naming the level and its file, except a
+over the same seeds; the paired difference with the start (seed-free: its one run against each seed)
+and with the demo's filter (``incumbent``); and the default filter by docs/results.md's rule
+(``choose_default``; ``--levels`` builds the levels a run has finished, and then decides nothing). A
+contender, seed or metric that is missing is an error naming the level and its file, except a
 contender listed in the level's ``skip`` (not run there, e.g. the oracle on SQuAD, which has no
 qrels_all): the table says "not run". The outputs are deterministic (same inputs, same bytes).
 """
