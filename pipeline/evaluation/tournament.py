@@ -229,11 +229,7 @@ def build_tournament(
         "level": LEVEL,
         "interval": "95% Student-t over seeds (paired by seed); oracle share: Fieller's interval",
         "levels": levels,
-        "levels_left_out": [
-            _level_settings(d, raw, settings)["label"]
-            for d, raw in settings["levels"].items()
-            if d not in built
-        ],
+        "levels_left_out": [raw["label"] for d, raw in settings["levels"].items() if d not in built],
     }
     result["default"] = choose_default(result)
     return result

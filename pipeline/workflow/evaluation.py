@@ -241,13 +241,10 @@ def tournament_settings(w: WorkflowTables) -> str:
         missing = [m for m in dict.fromkeys(wanted) if m not in w.cfg(d)["methods"]]
         if missing:
             problems.append(f"{d}: {', '.join(missing)} not in its methods (add them, or to its skip)")
-    if not t["levels"] or not t["methods"]:
-        problems.append("tournament.levels and tournament.methods must not be empty")
-    else:
-        try:  # the controls and the incumbent among the contenders
-            check_settings(t)
-        except DataError as error:
-            problems.append(str(error))
+    try:  # contenders and levels at all; the controls and the incumbent among the contenders
+        check_settings(t)
+    except DataError as error:
+        problems.append(str(error))
     if problems:
         raise ValueError("tournament: " + "; ".join(problems))
     return json.dumps(t)  # in the config's order: the levels are the table's columns
