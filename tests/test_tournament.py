@@ -176,6 +176,33 @@ def test_the_table_and_the_figure_are_written_and_deterministic(files, tmp_path)
     assert outs[0][2][:8] == b"\x89PNG\r\n\x1a\n" and len(outs[0][2]) > 5000
 
 
+def test_the_summary_matrices_are_contenders_by_levels_on_the_primary_metric(files):
+    summary = tournament.tournament_summary(tournament.build_tournament(SETTINGS, files))
+    vs_pool, vs_incumbent = summary.split("\n\n")[1], summary.split("\n\n")[3]
+    assert (
+        vs_pool.splitlines()[0]
+        == "| contender | 30% (hit_all@1) | SQuAD (R@1) | levels above / below dpr_none |"
+    )
+    rows = vs_pool.splitlines()[2:]
+    assert rows[0] == "| dpr_none | – | – | 0 / 0 |"
+    # the oracle reads the true labels: no standing; at SQuAD it is not run
+    assert rows[1] == "| dpr_oracle (the oracle) | +0.100 [+0.100, +0.100] | not run | true labels |"
+    # the sieve: 0.05, 0.04, 0.06 at 30% (shown), 0.01, 0.01, 0.04 at SQuAD (mean 0.02, holds 0)
+    assert rows[2] == "| dpr_sieve_no_ccr | +0.050 [+0.025, +0.075] | +0.020 [-0.023, +0.063] | 1 / 0 |"
+    # answer match is SQuAD's oracle only: it reads no true labels and stands like any contender
+    assert rows[3] == (
+        "| dpr_answer_match (the oracle at SQuAD) | +0.000 [-0.025, +0.025] | +0.060 [+0.060, +0.060] | 1 / 0 |"
+    )
+    # against the incumbent: answer match − sieve at 30% −0.04, −0.04, −0.07; at SQuAD 0.05, 0.05, 0.02
+    inc = vs_incumbent.splitlines()
+    assert inc[0] == "| contender | 30% (hit_all@1) | SQuAD (R@1) |"
+    assert inc[4] == "| dpr_sieve_no_ccr | – | – |"
+    assert inc[5] == (
+        "| dpr_answer_match (the oracle at SQuAD) | -0.050 [-0.093, -0.007] | +0.040 [-0.003, +0.083] |"
+    )
+    assert summary.rstrip().endswith("It is the demo's filter, which stays.")
+
+
 # ---- the default filter: docs/results.md's rule, on hand-made levels ------------------------------
 
 

@@ -365,10 +365,55 @@ def _columns(result: dict) -> list[str]:
     return list(dict.fromkeys(m for level in result["levels"] for m in level["metrics"]))
 
 
+def _matrix(result: dict, key: str, skip: str, standing: bool) -> list[str]:
+    """Contenders × levels: each level's primary metric, the paired difference ``key`` of every row
+    (``skip``: the method the difference is taken with, a dash); with ``standing``, the rule's count of
+    levels shown above and below the baseline."""
+    levels, choice = result["levels"], result["default"]
+    head = ["contender", *[f"{lv['label']} ({lv['primary']})" for lv in levels]]
+    head += [f"levels above / below {result['baseline']}"] if standing else []
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for method in result["methods"]:
+        cells = []
+        for lv in levels:
+            row = lv["rows"][method]
+            cell = row["metrics"].get(lv["primary"], {}).get(key) if row["run"] else None
+            cells.append("not run" if not row["run"] else "–" if method == skip else _signed(cell or {}))
+        if standing:
+            s = choice["standing"].get(method)
+            cells.append("true labels" if s is None else f"{len(s['above'])} / {len(s['below'])}")
+        oracle_at = [lv["label"] for lv in levels if lv["oracle"] == method]
+        ran = [lv for lv in levels if lv["rows"][method]["run"]]
+        where = "" if len(oracle_at) == len(ran) else " at " + "; ".join(oracle_at)
+        name = method + (f" (the oracle{where})" if oracle_at else "")
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    return lines
+
+
+def tournament_summary(result: dict) -> str:
+    """The two matrices the rule reads, contenders × levels on each level's primary metric: the paired
+    difference with the baseline (with each contender's count of levels shown above and below it) and
+    with the incumbent; then the decision."""
+    baseline, incumbent = result["baseline"], result["incumbent"]
+    lines = [
+        f"Primary metric − {baseline} (the same pool, nothing dropped): the mean paired difference over "
+        f"seeds [{LEVEL:.0%} Student-t interval]; shown above or below where the interval excludes 0.",
+        "",
+        *_matrix(result, "vs_baseline", baseline, standing=True),
+        "",
+        f"Primary metric − {incumbent} (the demo's filter, tournament.incumbent), seed by seed:",
+        "",
+        *_matrix(result, "vs_incumbent", incumbent, standing=False),
+        "",
+        default_sentence(result),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def tournament_markdown(result: dict) -> str:
-    """One table: a row per level × contender. Per metric the mean over seeds and the paired
-    difference with the baseline; on the level's primary metric the share of the oracle's gain and
-    the difference with the start."""
+    """The summary (``tournament_summary``), then one table: a row per level × contender. Per metric
+    the mean over seeds and the paired difference with the baseline; on the level's primary metric the
+    share of the oracle's gain and the difference with the start."""
     baseline, start = result["baseline"], result["start"]
     columns = _columns(result)
     head = ["level (primary)", "method", *[f"{m}: mean (− {baseline})" for m in columns]]
@@ -379,6 +424,9 @@ def tournament_markdown(result: dict) -> str:
         f"primary: − {incumbent}",
     ]
     lines = [
+        tournament_summary(result),
+        "Every metric of every contender:",
+        "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|",
     ]
@@ -420,8 +468,6 @@ def tournament_markdown(result: dict) -> str:
         f"{start} on the primary metric: {starts}. Seeds: {seeds}. Every metric's share and difference "
         "with the start are in the JSON. not run: listed in the level's skip (tournament.levels). "
         f"− {incumbent}: the paired difference with the demo's filter (tournament.incumbent).",
-        "",
-        default_sentence(result),
     ]
     return "\n".join(lines) + "\n"
 
