@@ -377,8 +377,10 @@ def _matrix(result: dict, key: str, skip: str, standing: bool) -> list[str]:
         cells = []
         for lv in levels:
             row = lv["rows"][method]
-            cell = row["metrics"].get(lv["primary"], {}).get(key) if row["run"] else None
-            cells.append("not run" if not row["run"] else "–" if method == skip else _signed(cell or {}))
+            if not row["run"]:
+                cells.append("not run")
+            else:
+                cells.append("–" if method == skip else _signed(row["metrics"][lv["primary"]][key] or {}))
         if standing:
             s = choice["standing"].get(method)
             cells.append("true labels" if s is None else f"{len(s['above'])} / {len(s['below'])}")
