@@ -121,6 +121,29 @@ def run_filter(toy, name, *extra, model=None):
     return out, pd.read_parquet(out)
 
 
+def test_a_filter_that_leaves_queries_without_hard_negatives_says_so(toy, monkeypatch):
+    said: list[str] = []
+    # the stage installs its own log handlers (start_stage), so the warning is read where it is made
+    monkeypatch.setattr(filters.log, "warning", lambda msg, *args: said.append(msg % args))
+
+    def warnings(start):
+        said.clear()
+        _, decided = run_filter(toy, "rank_window", "--start", str(start))
+        return decided, list(said)
+
+    decided, warned = warnings(13)  # above the pool of 12: every candidate dropped
+    assert not decided["kept"].any()
+    assert warned == [
+        "filter rank_window: 100.0% of the queries keep no hard negative; "
+        "DPR trains them on in-batch negatives only"
+    ]
+    decided, warned = warnings(1)
+    assert decided.groupby("qid")["kept"].any().all() and warned == []
+    frame = pd.DataFrame({"qid": ["a", "a", "b", "c"], "kept": [False, True, False, False]})
+    assert filters.queries_without_negatives(frame) == pytest.approx(2 / 3)
+    assert filters.queries_without_negatives(frame.iloc[:0]) == 0.0
+
+
 def test_simple_filters(toy):
     cands = pd.read_parquet(toy["candidates"])
     _, none = run_filter(toy, "none")

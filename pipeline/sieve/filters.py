@@ -486,7 +486,24 @@ def main(argv: list[str] | None = None) -> int:
         100 * (1 - kept.mean()) if len(kept) else 0.0,
         out,
     )
+    bare = queries_without_negatives(arrow_frame(table))
+    if bare > 0.5:
+        # A fixed threshold against a model it was not tuned for can drop nearly everything (a cross-encoder
+        # trained at a small budget scores most candidates above RocketQA's 0.1); DPR then sees in-batch
+        # negatives only, which the log should say before the training is read as the filter's.
+        log.warning(
+            "filter %s: %.1f%% of the queries keep no hard negative; DPR trains them on in-batch negatives only",
+            args.filter,
+            100 * bare,
+        )
     return 0
+
+
+def queries_without_negatives(decisions: pd.DataFrame) -> float:
+    """Share of the queries with candidates of which the filter kept none."""
+    if decisions.empty:
+        return 0.0
+    return float((~decisions.groupby("qid", sort=False)["kept"].any()).mean())
 
 
 if __name__ == "__main__":
