@@ -469,9 +469,9 @@ def main(argv: list[str] | None = None) -> int:
             FilterInputs(cands, args.corpus, args.queries, Path(work), job.batch_size, args.device)
         )
     write_table(out, table)
+    decided = arrow_frame(table)
     if args.train_out:
         # What DPR trains on when this filter cleans its negatives (method dpr_<filter>).
-        decided = arrow_frame(table)
         has_answer = cands["has_answer"].reset_index(drop=True) if "has_answer" in cands else None
         train = train_negatives(decided, args.filter, has_answer, score="source_score")
         write_table(
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         100 * (1 - kept.mean()) if len(kept) else 0.0,
         out,
     )
-    bare = queries_without_negatives(arrow_frame(table))
+    bare = queries_without_negatives(decided)
     if bare > 0.5:
         # A fixed threshold against a model it was not tuned for can drop nearly everything (a cross-encoder
         # trained at a small budget scores most candidates above RocketQA's 0.1); DPR then sees in-batch
