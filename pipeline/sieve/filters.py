@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         write_table(
             args.train_out, pa.Table.from_pandas(train, schema=MINED_NEGATIVES_SCHEMA, preserve_index=False)
         )
-    kept = np.asarray(table.column("kept"))
+    kept = decided["kept"].to_numpy()
     log.info(
         "filter %s: kept %d of %d candidates (%.1f%% dropped) -> %s",
         args.filter,
