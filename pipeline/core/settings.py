@@ -656,8 +656,8 @@ class SieveSettings(Contract):
         "dpr",
         description="model scoring the sieve (the sieve filter, dpr_sieve, AR2's initial sieve): ccr = "
         "models/dpr_ccr_b<ccr.beta> (the paper; recipes.paper); dpr = models/dpr, no CCR (dpr_sieve is then "
-        "dpr_sieve_no_ccr). dpr: the filter tournament's choice (docs/results.md): above the unfiltered pool "
-        "at 2 of its 5 levels (+0.102 hit_all@1 at 30% false negatives), below it at none",
+        "dpr_sieve_no_ccr). dpr: the filter tournament's choice (docs/results.md; its figures beside "
+        "methods in config.yaml)",
     )
     candidates: int = Field(
         30, ge=1, description="hard negatives per query judged by the sieve (released code: 30)"
