@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable, Collection, Iterable, Iterator, Sequence
+from typing import IO, Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -117,6 +117,36 @@ def verify_checksums(folder: str | os.PathLike, hint: str) -> None:
                 f"was saved (damaged or overwritten since): {hint}",
                 file=folder / name,
             )
+
+
+# ---- outputs that would destroy inputs -------------------------------------------------------------
+
+
+def refuse_overwriting_inputs(
+    outputs: Mapping[str, str | os.PathLike | None], inputs: Mapping[str, str | os.PathLike | None]
+) -> None:
+    """Refuse, before any work, an output that is one of the inputs: the same file by any spelling
+    (``./x``, a symlink, a hard link), or a path inside an input folder. ``sort -o`` and ``rsync`` do
+    the same: a stage that wrote there would replace what it is still reading, and exit 0.
+
+    Both maps go from the flag a user typed (``--out``) to its path; None is an unused flag."""
+    for out_flag, out in outputs.items():
+        if out is None:
+            continue
+        out = Path(out)
+        for in_flag, source in inputs.items():
+            if source is None or not Path(source).exists():
+                continue
+            source = Path(source)
+            same = out.exists() and os.path.samefile(out, source)
+            inside = source.is_dir() and out.resolve().is_relative_to(source.resolve())
+            if same or inside:
+                where = "is the same file as" if same else "lies inside"
+                raise DataError(
+                    f"{out_flag} {where} the input {in_flag} ({source}): writing it would destroy the "
+                    "input; choose another output path",
+                    file=out,
+                )
 
 
 # ---- atomic writes --------------------------------------------------------------------------------

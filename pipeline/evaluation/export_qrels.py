@@ -17,7 +17,7 @@ import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import QRELS_SCHEMA
-from pipeline.core.storage import DataError, atomic_open, read_table
+from pipeline.core.storage import DataError, atomic_open, read_table, refuse_overwriting_inputs, refuse_repeat
 
 log = logging.getLogger("sieve.export_qrels")
 
@@ -50,8 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output TREC qrels file")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
+    refuse_overwriting_inputs({"--out": args.out, "--log": args.log}, {"--qrels": args.qrels})
     start_stage(args.log)
     qrels = read_table(args.qrels, schema=QRELS_SCHEMA)
+    # trec_eval and ir_measures disagree on a repeated judgement (the first or the last counts).
+    refuse_repeat(
+        qrels,
+        ["qid", "pid"],
+        lambda row: f"judgement ({qrels['qid'].iloc[row]}, {qrels['pid'].iloc[row]}) repeats an earlier row",
+        args.qrels,
+        "pid",
+    )
     n = write_trec_qrels(qrels, args.out, file=args.qrels)
     log.info("wrote %s (%d judgements, %d queries)", args.out, n, qrels["qid"].nunique())
     return 0

@@ -29,6 +29,7 @@ from pipeline.core.storage import (
     control_character_message,
     first_repeat,
     read_table,
+    refuse_overwriting_inputs,
 )
 
 log = logging.getLogger("sieve.runs")
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", help="queries Parquet: also reject qids not in it")
     parser.add_argument("--log", help="append the log to this file")
     args = parser.parse_args(argv)
+    refuse_overwriting_inputs(
+        {"--trec": args.trec, "--log": args.log}, {"--run": args.run, "--queries": args.queries}
+    )
     start_stage(args.log)
     known = None
     if args.queries:

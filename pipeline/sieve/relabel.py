@@ -20,7 +20,7 @@ import pandas as pd
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.schemas import QRELS_SCHEMA
-from pipeline.core.storage import DataError, read_table, write_table
+from pipeline.core.storage import DataError, read_table, refuse_overwriting_inputs, write_table
 
 log = logging.getLogger("sieve.relabel")
 
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
+    refuse_overwriting_inputs(
+        {"--out": args.out, "--log": args.log}, {"--qrels": args.qrels, "--decisions": args.decisions}
+    )
     start_stage(args.log)
     qrels = read_table(args.qrels, ["qid", "pid", "relevance"], schema=QRELS_SCHEMA)
     decisions = read_decisions(args.decisions)

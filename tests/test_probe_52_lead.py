@@ -1,0 +1,104 @@
+"""Issue 52's lead probe: stages the issue did not name, given outputs that would destroy their
+inputs and judgements that repeat. Each case exits 2 with one line naming the file and the flag,
+and the input is left as it was (docs/failures.md "Bad input")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.core import schemas as S
+from pipeline.core.cli import run_main
+from pipeline.core.storage import DataError, refuse_overwriting_inputs
+from pipeline.evaluation import export_qrels
+from pipeline.retrieval import runs
+from pipeline.sieve import relabel
+
+
+def qrels(path: Path, rows: list[tuple[str, str, int]]) -> Path:
+    q, p, r = zip(*rows)
+    pq.write_table(
+        pa.table({"qid": q, "pid": p, "relevance": pa.array(r, pa.int32())}, schema=S.QRELS_SCHEMA), path
+    )
+    return path
+
+
+def fails(main, argv, capsys, *names) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_main(main, [str(a) for a in argv])
+    assert exc.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, lines
+    for name in names:
+        assert str(name) in lines[0], (name, lines[0])
+    return lines[0]
+
+
+def test_same_file_by_any_spelling_is_refused(tmp_path):
+    source = qrels(tmp_path / "q.parquet", [("q1", "p1", 1)])
+    os.symlink(source, tmp_path / "link.parquet")
+    os.link(source, tmp_path / "hard.parquet")
+    for spelling in (
+        source,
+        tmp_path / "." / "q.parquet",
+        tmp_path / "link.parquet",
+        tmp_path / "hard.parquet",
+    ):
+        with pytest.raises(DataError, match="--out is the same file as the input --qrels"):
+            refuse_overwriting_inputs({"--out": spelling}, {"--qrels": source})
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(DataError, match="lies inside the input --data"):
+        refuse_overwriting_inputs({"--out": folder / "sub" / "x.parquet"}, {"--data": folder})
+    # Distinct paths, unused flags and inputs that do not exist yet pass.
+    refuse_overwriting_inputs(
+        {"--out": tmp_path / "new.trec", "--log": None}, {"--qrels": source, "--x": None}
+    )
+    refuse_overwriting_inputs({"--out": tmp_path / "new.trec"}, {"--qrels": tmp_path / "missing.parquet"})
+
+
+@pytest.mark.parametrize("flag", ["--out", "--log"])
+def test_export_qrels_keeps_its_input(tmp_path, capsys, flag):
+    source = qrels(tmp_path / "q.parquet", [("q1", "p1", 1)])
+    before = source.read_bytes()
+    argv = ["--qrels", source, "--out", tmp_path / "q.trec", flag, tmp_path / "." / "q.parquet"]
+    fails(export_qrels.main, argv, capsys, flag, "--qrels")
+    assert source.read_bytes() == before
+
+
+def test_export_qrels_refuses_a_repeated_judgement(tmp_path, capsys):
+    source = qrels(tmp_path / "q.parquet", [("q1", "p1", 1), ("q2", "p2", 1), ("q1", "p1", 0)])
+    out = tmp_path / "q.trec"
+    line = fails(export_qrels.main, ["--qrels", source, "--out", out], capsys, source, "record 2", "pid")
+    assert "(q1, p1)" in line
+    assert not out.exists()
+
+
+def test_relabel_keeps_its_input(tmp_path, capsys):
+    source = qrels(tmp_path / "q.parquet", [("q1", "p1", 1)])
+    decisions = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"qid": ["q1"], "pid": ["p2"], "kept": [False]}), decisions)
+    before = source.read_bytes()
+    fails(
+        relabel.main,
+        ["--qrels", source, "--decisions", decisions, "--out", source],
+        capsys,
+        "--out",
+        "--qrels",
+    )
+    assert source.read_bytes() == before
+
+
+def test_runs_keeps_its_input(tmp_path, capsys):
+    run = tmp_path / "run.parquet"
+    pq.write_table(
+        pa.table({"qid": ["q1"], "pid": ["p1"], "rank": pa.array([1], pa.int32()), "score": [1.0]}), run
+    )
+    before = run.read_bytes()
+    fails(runs.main, ["--run", run, "--trec", run, "--tag", "x"], capsys, "--trec", "--run")
+    assert run.read_bytes() == before
