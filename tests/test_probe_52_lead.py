@@ -102,3 +102,14 @@ def test_runs_keeps_its_input(tmp_path, capsys):
     before = run.read_bytes()
     fails(runs.main, ["--run", run, "--trec", run, "--tag", "x"], capsys, "--trec", "--run")
     assert run.read_bytes() == before
+
+
+@pytest.mark.parametrize("tag", ["a b", ""])
+def test_runs_refuses_a_tag_trec_cannot_hold(tmp_path, capsys, tag):
+    run = tmp_path / "run.parquet"
+    pq.write_table(
+        pa.table({"qid": ["q1"], "pid": ["p1"], "rank": pa.array([1], pa.int32()), "score": [1.0]}), run
+    )
+    out = tmp_path / "r.trec"
+    fails(runs.main, ["--run", run, "--trec", out, "--tag", tag], capsys, "field 'tag'", repr(tag))
+    assert not out.exists()

@@ -118,7 +118,8 @@ def write_trec(
     TREC files are whitespace-separated, so an id containing whitespace cannot be exported.
     """
     if not tag or any(ch.isspace() for ch in tag):
-        raise ValueError(f"TREC run tag must be non-empty and without whitespace, got {tag!r}")
+        # A DataError (a ValueError): a tag typed by hand is bad input, one line, not a traceback.
+        raise DataError(f"a TREC run tag must be non-empty and without whitespace, got {tag!r}", field="tag")
     for col in ("qid", "pid"):
         spaced = run[col].str.contains(r"\s", regex=True)
         refuse_first(
