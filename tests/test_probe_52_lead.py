@@ -14,6 +14,7 @@ import pytest
 from pipeline.core import schemas as S
 from pipeline.core.cli import run_main
 from pipeline.core.storage import DataError, refuse_overwriting_inputs
+from pipeline.data import download
 from pipeline.evaluation import export_qrels
 from pipeline.retrieval import runs
 from pipeline.sieve import relabel
@@ -113,3 +114,44 @@ def test_runs_refuses_a_tag_trec_cannot_hold(tmp_path, capsys, tag):
     out = tmp_path / "r.trec"
     fails(runs.main, ["--run", run, "--trec", out, "--tag", tag], capsys, "field 'tag'", repr(tag))
     assert not out.exists()
+
+
+def test_download_keeps_the_archive_it_extracts_from(tmp_path, capsys):
+    import tarfile
+
+    member = tmp_path / "a.txt"
+    member.write_text("hello\n")
+    archive = tmp_path / "a.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(member, arcname="a.txt")
+    before = archive.read_bytes()
+    argv = ["--archive", archive, "--member", "a.txt", "--out", archive]
+    fails(download.main, argv, capsys, "--out", "--archive")
+    assert archive.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--retries", "-1"], "--retries"),
+        (["--timeout", "0"], "--timeout"),
+        (["--backoff", "-2"], "--backoff"),
+    ],
+)
+def test_download_bounds_its_flags(tmp_path, capsys, flags, named):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_main(download.main, ["--url", "http://127.0.0.1:9/x", "--out", str(tmp_path / "o"), *flags])
+    assert exc.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_download_into_a_folder_names_the_folder(tmp_path, capsys):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_main(
+            download.main, ["--archive", str(tmp_path / "a.tar"), "--member", "a", "--out", str(tmp_path)]
+        )
+    assert exc.value.code == 2
+    assert "is a folder" in capsys.readouterr().err

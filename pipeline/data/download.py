@@ -43,7 +43,7 @@ from rich.progress import (
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.settings import unsupported_url
-from pipeline.core.storage import DataError, atomic_open, write_json
+from pipeline.core.storage import DataError, atomic_open, refuse_overwriting_inputs, write_json
 
 log = logging.getLogger("sieve.download")
 CHUNK = 1 << 20
@@ -499,6 +499,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
+    if args.retries < 0:
+        parser.error(f"--retries {args.retries}: a count of retries is 0 or more")
+    if args.backoff < 0 or not args.timeout > 0:
+        which = "--backoff" if args.backoff < 0 else "--timeout"
+        parser.error(f"{which} {getattr(args, which[2:])}: seconds, more than 0 (backoff: 0 or more)")
+    if Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a folder: give the path of the file to write")
+    refuse_overwriting_inputs({"--out": args.out, "--log": args.log}, {"--archive": args.archive})
     start_stage(args.log)
     sha = args.sha256
     # The same rule as the config schema (^[0-9a-f]{64}$), so a value the CLI takes is one that
