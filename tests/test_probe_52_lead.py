@@ -155,3 +155,16 @@ def test_download_into_a_folder_names_the_folder(tmp_path, capsys):
         )
     assert exc.value.code == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_hybrid_keeps_the_runs_it_fuses(tmp_path, capsys):
+    from pipeline.evaluation import hybrid
+
+    run = tmp_path / "bm25.parquet"
+    pq.write_table(
+        pa.table({"qid": ["q1"], "pid": ["p1"], "rank": pa.array([1], pa.int32()), "score": [1.0]}), run
+    )
+    before = run.read_bytes()
+    argv = ["rrf", "--sparse", run, "--dense", tmp_path / "dense.parquet", "--out", run]
+    fails(hybrid.main, argv, capsys, "--out", "--sparse")
+    assert run.read_bytes() == before

@@ -33,7 +33,7 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import RUN_SCHEMA
 from pipeline.core.settings import HybridRrfJob, HybridWeightedJob
-from pipeline.core.storage import DataError, write_json, write_table
+from pipeline.core.storage import DataError, refuse_overwriting_inputs, write_json, write_table
 from pipeline.data.answers import AnswerMatcher
 from pipeline.evaluation.evaluate import (
     first_answer_hits,
@@ -190,6 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     weighted.add_argument("--dev-qrels-all", help="synthetic data: qrels_all of dev (metrics hit_all@k)")
     args = parser.parse_args(argv)
     job = job_settings(JOBS[args.command], args)  # before any work: a bad document or flag is one line
+    read = (
+        "sparse",
+        "dense",
+        "dev_sparse",
+        "dev_dense",
+        "dev_queries",
+        "dev_qrels",
+        "corpus",
+        "dev_qrels_all",
+    )
+    written = ("out", "choice_out", "log")
+    refuse_overwriting_inputs(*({_flag(k): getattr(args, k, None) for k in keys} for keys in (written, read)))
     start_stage(args.log)
     if args.command == "rrf":
         fused = rrf_fuse(list(read_pair(args.sparse, args.dense)), k=job.rrf_k, depth=job.depth)
@@ -205,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
 
 # Each subcommand's settings document (pipeline.core.settings); the rules pass it, a hand run may too.
 JOBS = {"rrf": HybridRrfJob, "weighted": HybridWeightedJob}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 if __name__ == "__main__":
