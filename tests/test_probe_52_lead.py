@@ -168,3 +168,23 @@ def test_hybrid_keeps_the_runs_it_fuses(tmp_path, capsys):
     argv = ["rrf", "--sparse", run, "--dense", tmp_path / "dense.parquet", "--out", run]
     fails(hybrid.main, argv, capsys, "--out", "--sparse")
     assert run.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "out, checkpoint",
+    [("model", None), ("model/.", None), ("runs", None), ("new", "model")],
+    ids=["out-is-init", "out-spelled-otherwise", "out-holds-init", "checkpoint-is-init"],
+)
+def test_training_keeps_its_start_model(tmp_path, capsys, out, checkpoint):
+    from pipeline.training import train_dense
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "model").mkdir()
+    (tmp_path / "runs" / "model" / "config.json").write_text("{}")
+    os.symlink(tmp_path / "runs" / "model", tmp_path / "model")
+    argv = ["--init", tmp_path / "runs" / "model", "--out", tmp_path / out]
+    argv += ["--checkpoint-dir", tmp_path / checkpoint] if checkpoint else []
+    for table_flag in ("--queries", "--qrels", "--negatives", "--corpus"):
+        argv += [table_flag, tmp_path / "missing.parquet"]
+    fails(train_dense.main, argv, capsys, "--init")
+    assert (tmp_path / "runs" / "model" / "config.json").read_text() == "{}"

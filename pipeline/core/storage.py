@@ -126,8 +126,9 @@ def refuse_overwriting_inputs(
     outputs: Mapping[str, str | os.PathLike | None], inputs: Mapping[str, str | os.PathLike | None]
 ) -> None:
     """Refuse, before any work, an output that is one of the inputs: the same file by any spelling
-    (``./x``, a symlink, a hard link), or a path inside an input folder. ``sort -o`` and ``rsync`` do
-    the same: a stage that wrote there would replace what it is still reading, and exit 0.
+    (``./x``, a symlink, a hard link), a path inside an input folder, or a folder (written whole, as a
+    model folder is) that holds an input. ``sort -o`` and ``rsync`` do the same: a stage that wrote
+    there would replace what it is still reading, and exit 0.
 
     Both maps go from the flag a user typed (``--out``) to its path; None is an unused flag."""
     for out_flag, out in outputs.items():
@@ -140,8 +141,11 @@ def refuse_overwriting_inputs(
             source = Path(source)
             same = out.exists() and os.path.samefile(out, source)
             inside = source.is_dir() and out.resolve().is_relative_to(source.resolve())
-            if same or inside:
-                where = "is the same file as" if same else "lies inside"
+            holds = out.is_dir() and source.resolve().is_relative_to(out.resolve())
+            if same or inside or holds:
+                where = (
+                    "is the same file as" if same else "lies inside" if inside else "is a folder that holds"
+                )
                 raise DataError(
                     f"{out_flag} {where} the input {in_flag} ({source}): writing it would destroy the "
                     "input; choose another output path",

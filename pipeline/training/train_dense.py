@@ -58,7 +58,7 @@ from pipeline.core.settings import (
     default,
     from_dict,
 )
-from pipeline.core.storage import DataError, atomic_path, write_json
+from pipeline.core.storage import DataError, atomic_path, refuse_overwriting_inputs, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
 from pipeline.training.engine import LOG_FILE
@@ -224,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     args = build_parser().parse_args(argv)
     job = job_settings(args)  # before any work: a bad document or flag is one line
+    # The start model and the guide are folders read at the start; --out is replaced at the end and the
+    # checkpoint folder removed after success: either over an input would delete it.
+    read = ("init", "guide", "queries", "qrels", "negatives", "corpus")
+    written = ("out", "checkpoint_dir", "log")
+    refuse_overwriting_inputs(
+        *({"--" + k.replace("_", "-"): getattr(args, k) for k in keys} for keys in (written, read))
+    )
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible to torch")
     dist_info = init_from_env(prefer_cuda=args.device != "cpu")
