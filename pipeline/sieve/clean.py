@@ -288,6 +288,13 @@ def _read_jsonl(path: Path) -> Dataset:
             if not line.strip():
                 continue
             record = f"{len(records)} (line {line_no})"
+            if not records and line.lstrip().startswith("["):
+                raise DataError(
+                    "a JSON array: this command reads JSON Lines, one object a line (a .json file too); "
+                    "write one object a line first, e.g. jq -c '.[]' FILE > FILE.jsonl",
+                    file=path,
+                    record=record,
+                )
             try:
                 value = json.loads(line, object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as exc:
@@ -343,7 +350,8 @@ def _read_dataset(path: Path) -> Dataset:
             file=path,
         ) from None
     try:
-        table = datasets.load_from_disk(str(path)).data.table
+        with _quiet_datasets(datasets):
+            table = datasets.load_from_disk(str(path)).data.table
     except (FileNotFoundError, ValueError, KeyError, json.JSONDecodeError) as exc:
         raise DataError(f"not a readable datasets folder ({exc})", file=path) from None
     return Dataset(path, kind, table.column_names, table.to_pylist(), table.schema)
@@ -395,8 +403,21 @@ def write_dataset(
     import datasets
 
     tmp = work / "dataset"
-    datasets.Dataset(table).save_to_disk(str(tmp))
+    with _quiet_datasets(datasets):
+        datasets.Dataset(table).save_to_disk(str(tmp))
     _replace_folder(tmp, out)
+
+
+@contextlib.contextmanager
+def _quiet_datasets(datasets: Any) -> Iterator[None]:
+    """No "Saving the dataset" bar: in a job's log each is a line of carriage returns."""
+    enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if enabled:
+            datasets.enable_progress_bars()
 
 
 def _replace_folder(tmp: Path, out: Path) -> None:
@@ -475,13 +496,19 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _is_text_type(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):  # a pandas category written to Parquet
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
 def text_columns(data: Dataset) -> list[str]:
     """The columns that hold texts, in file order: string-typed (Parquet, datasets), a string in the
     first row that has the column (JSONL), not every cell a number or a list (CSV). Other columns (a
     row id, scores, labels) are carried through untouched; sentence-transformers reads the text
     columns by position."""
     if data.schema is not None:
-        return [f.name for f in data.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        return [f.name for f in data.schema if _is_text_type(f.type)]
     out = []
     for column in data.columns:
         values = [r[column] for r in data.records if column in r]
@@ -1440,6 +1467,12 @@ def clean_dataset(
         raise DataError("file not found", file=source)
     if source.is_dir():
         check_datasets_folder(source)
+        if not out.is_dir() and out.suffix in (".jsonl", ".json", ".parquet", ".csv"):
+            raise DataError(
+                f"the input is a datasets folder, so the output is one too: give --out a folder name, not "
+                f"a {out.suffix} file (or write the input with Dataset.to_parquet and clean that)",
+                file=out,
+            )
     elif container_of(out) != container_of(source):
         raise DataError(f"the output must be a {container_of(source)} file like the input", file=out)
     check_outputs(source, out, decisions_out, report_out, Path(labels) if labels else None)
@@ -1468,6 +1501,8 @@ def clean_dataset(
         len(sets),
         n_negatives,
     )
+    if not n_negatives:
+        log.warning("%s: no row holds a negative: nothing to judge", source)
     duplicates = flag_duplicates(sets, handler, settings.near_duplicate)
     cands, where, passages = candidate_table(sets, duplicates, truth)
     with work_folder(out.parent) as work:
@@ -1719,7 +1754,9 @@ def report_markdown(report: dict) -> str:
     ]
     lines += [f"| {d} | {n} |" for d, n in report["decisions"].items()]
     lines += [f"| total | {report['negatives']} |", "", "| in the written file | negatives |", "|---|---|"]
-    lines += [f"| {ACTION_WORDS.get(a, a)} | {n} |" for a, n in report["actions"].items()]
+    lines += [f"| {ACTION_WORDS.get(a, a)} | {n} |" for a, n in report["actions"].items()] or [
+        "| (none) | 0 |"
+    ]
     lines += [
         "",
         f"- written: {report['rows_out']} of {report['rows_in']} rows ({report['rows_lost']} lost), "
