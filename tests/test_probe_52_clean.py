@@ -528,3 +528,40 @@ def test_mark_mode_on_a_csv_ntuple_keeps_every_row(tmp_path):
     )
     back = pd.read_csv(out, dtype=str)
     assert len(back) == 4 and json.loads(back["sieve_verdicts"][0]) == ["dropped", "kept", "kept"]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_row(tmp_path):
+    """ "not JSON: Unexpected UTF-8 BOM" for a file a Windows editor saved."""
+    source = tmp_path / "fe.jsonl"
+    source.write_bytes(b'\xef\xbb\xbf{"query": "q", "pos": ["p"], "neg": ["n", "p"]}\n')
+    out = tmp_path / "c.jsonl"
+    report = clean.clean_dataset(source, out, settings=clean.Settings(filter="none"))
+    assert report["format"] == "flagembedding" and json.loads(out.read_text())["neg"] == ["n"]
+
+
+def test_a_json_array_is_named_as_such(tmp_path, capsys):
+    source = tmp_path / "train.json"
+    source.write_text(json.dumps([{"query": "q", "pos": ["p"], "neg": ["n"]}], indent=2))
+    out = tmp_path / "c.json"
+    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "train.json", "JSON array",
+          "one object a line", outputs=[out])  # fmt: skip
+
+
+def test_a_datasets_folder_cleaned_into_a_file_name_is_refused(tmp_path, capsys):
+    """It wrote a datasets folder named cleaned.parquet."""
+    source = _datasets_folder(tmp_path / "mined", TRIPLETS)
+    out = tmp_path / "cleaned.parquet"
+    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "cleaned.parquet",
+          "datasets folder", outputs=[out])  # fmt: skip
+
+
+def test_category_text_columns_are_texts(tmp_path):
+    """pandas categories (Parquet dictionary columns) were not counted as text columns."""
+    rows = [{"anchor": f"q{i % 2}", "positive": f"p{i % 2}", "negative": f"n{i}"} for i in range(4)]
+    source, out = tmp_path / "t.parquet", tmp_path / "c.parquet"
+    pd.DataFrame(rows).astype("category").to_parquet(source)
+    report = clean.clean_dataset(
+        source, out, settings=clean.Settings(filter="rank_window", rank_window_start=1)
+    )
+    assert report["format"] == "triplet" and report["rows_out"] == 2
+    assert pq.read_table(out).to_pylist() == rows[2:]

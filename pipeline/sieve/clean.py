@@ -281,7 +281,8 @@ def _bad_text(value: Any, where: str) -> str | None:
 def _read_jsonl(path: Path) -> Dataset:
     records, columns, lines, line_numbers = [], [], [], []
     newline = "\n"
-    with open(path, encoding="utf-8", newline="") as handle:
+    # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first object
+    with open(path, encoding="utf-8-sig", newline="") as handle:
         for line_no, line in enumerate(handle, start=1):
             if line_no == 1 and line.endswith("\r\n"):
                 newline = "\r\n"
