@@ -21,12 +21,16 @@ Formats (detected from the columns unless ``--format`` names one; docs/clean.md)
 - sentence-transformers (``mine_hard_negatives``): ``triplet`` (anchor, positive, negative[, scores]),
   ``n_tuple`` (anchor, positive, negative_1..negative_n[, scores]), ``labeled_pair`` (anchor, document,
   label), ``labeled_list`` (anchor, [documents], [labels] or [scores]: the first document is the
-  positive); columns by position, as sentence-transformers reads them;
+  positive); the text columns by position, as sentence-transformers reads them, and any other column (a
+  row id, a weight) carried through unchanged;
 - Tevatron JSONL rows {query_id, query, positive_passages, negative_passages} of {docid, title, text};
 - FlagEmbedding JSONL rows {query, pos, neg[, pos_scores, neg_scores, prompt, type]};
 
-read from JSONL, Parquet, CSV (list cells as JSON) or a ``datasets`` folder (``save_to_disk``; only
-with the ``datasets`` package installed). Written in the same container, columns, order and types.
+read from JSONL, Parquet, CSV (list cells as JSON, or as ``Dataset.to_csv`` writes them, numpy-style) or a
+``datasets`` folder (``save_to_disk``; only with the ``datasets`` package installed). Written in the same
+container, columns, order and types; a file in which nothing changed is copied byte for byte, and a JSONL
+row left alone keeps its line as read. An output that is an input (the same file under any name, a
+folder inside the input folder), or two outputs that collide, are refused before any work.
 
 Order of judgement: first every negative whose normalised text (NFKC, casefolded, punctuation out,
 whitespace collapsed) equals a positive of its query, or whose word 3-gram Jaccard with one is at least
@@ -35,8 +39,12 @@ P = {first positive} + its negatives, with the project's own filter classes (pip
 a candidate table built from the file: the sieve is Algorithm 1 (pipeline.sieve.passage_sieve) scored by
 ``--model``. Triplets and labeled pairs are grouped by (anchor, positive) / anchor into one set.
 
-``--mode drop`` removes what was flagged (an n-tuple row cannot hold fewer negatives: a row with a
-flagged negative is removed); ``relabel`` makes the filter's suspects positives where the format holds
+``--mode drop`` removes what was flagged. An n-tuple file keeps one number k of negative columns for
+every row (a trainer reads columns): each row's kept negatives are refilled into negative_1..negative_k
+in rank order, k chosen to write the most texts ((2 + k) x the rows keeping at least k; ties: the smaller
+k), a row with fewer goes; the report and the decisions (actions ``trimmed``, ``removed_with_row``) count
+what that costs. A drop that would leave no row is refused; one that loses more than half the rows is a
+warning. ``relabel`` makes the filter's suspects positives where the format holds
 several (Tevatron, FlagEmbedding, labeled pair/list with labels) and removes duplicates; ``mark`` keeps
 every negative and adds a verdict column (``sieve_verdict`` per row, ``sieve_verdicts`` per list).
 """
