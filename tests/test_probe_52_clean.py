@@ -507,7 +507,15 @@ def test_work_folders_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
 
 def test_flagembedding_csv_lists_stay_aligned(tmp_path):
     """A FlagEmbedding CSV (list cells as JSON) was rewritten character by character (list("[...]"))."""
-    rows = [{"query": "q", "pos": '["p"]', "neg": '["a", "b", "c"]', "neg_scores": "[0.5, 0.4, 0.3]"}]
+    rows = [
+        {
+            "query": "q",
+            "pos": '["p"]',
+            "neg": '["a", "b", "c"]',
+            "pos_scores": "[0.9]",
+            "neg_scores": "[0.5, 0.4, 0.3]",
+        }
+    ]
     source, out = tmp_path / "fe.csv", tmp_path / "c.csv"
     pd.DataFrame(rows).to_csv(source, index=False)
     labels = jsonl(tmp_path / "labels.jsonl", [{"query": "q", "passage": x} for x in ("p", "b")])
@@ -517,6 +525,7 @@ def test_flagembedding_csv_lists_stay_aligned(tmp_path):
     clean.clean_dataset(source, out, settings=clean.Settings(filter="oracle", mode="relabel"), labels=labels)
     back = pd.read_csv(out, dtype=str).iloc[0]
     assert json.loads(back["pos"]) == ["p", "b"] and json.loads(back["neg"]) == ["a", "c"]
+    assert json.loads(back["pos_scores"]) == [0.9, 0.4] and json.loads(back["neg_scores"]) == [0.5, 0.3]
 
 
 def test_mark_mode_on_a_csv_ntuple_keeps_every_row(tmp_path):
@@ -565,3 +574,28 @@ def test_category_text_columns_are_texts(tmp_path):
     )
     assert report["format"] == "triplet" and report["rows_out"] == 2
     assert pq.read_table(out).to_pylist() == rows[2:]
+
+
+def test_a_marked_file_can_be_cleaned_again(tmp_path):
+    """The verdict column mark mode adds counted as a fourth text column: "cannot tell the format"."""
+    rows = [{"anchor": f"q{i % 2}", "positive": f"p{i % 2}", "negative": f"n{i}"} for i in range(4)]
+    source, marked, dropped = jsonl(tmp_path / "t.jsonl", rows), tmp_path / "m.jsonl", tmp_path / "d.jsonl"
+    clean.clean_dataset(
+        source, marked, settings=clean.Settings(filter="rank_window", rank_window_start=1, mode="mark")
+    )
+    report = clean.clean_dataset(
+        marked, dropped, settings=clean.Settings(filter="rank_window", rank_window_start=1)
+    )
+    assert report["format"] == "triplet" and report["rows_out"] == 2
+    assert [json.loads(x)["sieve_verdict"] for x in dropped.read_text().splitlines()] == ["kept", "kept"]
+
+
+def test_relabel_refuses_scores_it_cannot_keep_aligned(tmp_path, capsys):
+    """pos_scores without neg_scores: the relabelled negatives joined pos, pos_scores stayed one short."""
+    source = jsonl(
+        tmp_path / "fe.jsonl", [{"query": "q", "pos": ["p"], "neg": ["a", "b"], "pos_scores": [0.9]}]
+    )
+    labels = jsonl(tmp_path / "labels.jsonl", [{"query": "q", "passage": x} for x in ("p", "b")])
+    out = tmp_path / "c.jsonl"
+    argv = ["--input", source, "--out", out, "--filter", "oracle", "--mode", "relabel", "--labels", labels]
+    fails(clean.main, argv, capsys, "fe.jsonl", "record 0", "neg_scores", outputs=[out])

@@ -111,7 +111,8 @@ NOT_APPLICABLE = {
     "sieve_no_ccr": "sieve_no_ccr is the sieve scored by a model without CCR: use --filter sieve --model <it>",
 }
 RELABEL_FORMATS = ("tevatron", "flagembedding", "labeled_pair", "labeled_list")
-SCORE_COLUMNS = ("scores", "score", "label", "labels")
+# Never a text: the miner's scores and labels, and the verdicts mark mode adds (a marked file cleaned again).
+SCORE_COLUMNS = ("scores", "score", "label", "labels", "sieve_verdict", "sieve_verdicts")
 SHINGLE = 3
 _PUNCT = re.compile(r"[^\w\s]|_", re.UNICODE)
 
@@ -1027,6 +1028,15 @@ def _move_lists(fmt: Format, row: int, actions, verdicts, pos: str, neg: str, pa
                 lists[name] = list(fmt.cell(row, name))
     negs = lists[neg]
     aligned = [(p, n) for p, n in paired if n in lists]
+    moving = [k for k, a in actions.items() if a == "relabelled"]
+    for p, n in paired:
+        if moving and (p in lists) != (n in lists):
+            raise fmt.data.error(
+                f"--mode relabel moves negatives into {pos}, but the row has {p if p in lists else n} and not "
+                f"{n if p in lists else p}, so the scores would no longer match the passages; add it, or use drop",
+                row,
+                n if p in lists else p,
+            )
     gone = {k for k, a in actions.items() if a in ("removed", "relabelled")}
     moved = [k for k, a in sorted(actions.items()) if a == "relabelled"]
     if moved:
