@@ -123,6 +123,7 @@ def test_datasets_out_over_a_folder_that_is_not_a_datasets_folder_is_refused(tmp
 
 
 def test_file_out_that_is_a_folder_is_refused(tmp_path, capsys):
+    """A guard (held on f52d82d): now refused before any work, with the collision checks."""
     source = jsonl(tmp_path / "m.jsonl", TRIPLETS)
     (tmp_path / "c.jsonl").mkdir()
     fails(
@@ -529,6 +530,7 @@ def test_flagembedding_csv_lists_stay_aligned(tmp_path):
 
 
 def test_mark_mode_on_a_csv_ntuple_keeps_every_row(tmp_path):
+    """A guard (held on f52d82d): n-tuple drop mode changed, mark mode must not."""
     rows = ntuple_rows(scores=False)
     source, out = tmp_path / "n.csv", tmp_path / "c.csv"
     pd.DataFrame(rows).to_csv(source, index=False)
@@ -565,7 +567,8 @@ def test_a_datasets_folder_cleaned_into_a_file_name_is_refused(tmp_path, capsys)
 
 
 def test_category_text_columns_are_texts(tmp_path):
-    """pandas categories (Parquet dictionary columns) were not counted as text columns."""
+    """A guard (held on f52d82d, which counted columns by name): text columns are now decided by type, and
+    pandas categories are Parquet dictionary columns of strings."""
     rows = [{"anchor": f"q{i % 2}", "positive": f"p{i % 2}", "negative": f"n{i}"} for i in range(4)]
     source, out = tmp_path / "t.parquet", tmp_path / "c.parquet"
     pd.DataFrame(rows).astype("category").to_parquet(source)
