@@ -602,3 +602,11 @@ def test_relabel_refuses_scores_it_cannot_keep_aligned(tmp_path, capsys):
     out = tmp_path / "c.jsonl"
     argv = ["--input", source, "--out", out, "--filter", "oracle", "--mode", "relabel", "--labels", labels]
     fails(clean.main, argv, capsys, "fe.jsonl", "record 0", "neg_scores", outputs=[out])
+
+
+def test_a_null_text_in_the_first_jsonl_row_is_named(tmp_path, capsys):
+    """The first row decided the text columns: a null there gave "cannot tell the format"."""
+    source = jsonl(tmp_path / "t.jsonl", [{"anchor": "q", "positive": "p", "negative": None}, TRIPLETS[0]])
+    out = tmp_path / "c.jsonl"
+    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "t.jsonl", "record 0",
+          "field 'negative'", "found null", outputs=[out])  # fmt: skip

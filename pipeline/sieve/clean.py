@@ -514,18 +514,21 @@ def _is_text_type(kind: pa.DataType) -> bool:
 
 def text_columns(data: Dataset) -> list[str]:
     """The columns that hold texts, in file order: string-typed (Parquet, datasets), a string in the
-    first row that has the column (JSONL), not every cell a number or a list (CSV). Other columns (a
-    row id, scores, labels) are carried through untouched; sentence-transformers reads the text
-    columns by position."""
+    first row where the column is not null (JSONL), not a column whose filled cells are all numbers or
+    lists (CSV). Other columns (a row id, scores, labels) are carried through untouched;
+    sentence-transformers reads the text columns by position."""
     if data.schema is not None:
         return [f.name for f in data.schema if _is_text_type(f.type)]
     out = []
     for column in data.columns:
-        values = [r[column] for r in data.records if column in r]
         if data.container == "csv":
-            if values and not all(_is_number(v) or parse_list_cell(v) is not None for v in values if v != ""):
+            filled = [r[column] for r in data.records if r.get(column, "") != ""]
+            if not filled or not all(_is_number(v) or parse_list_cell(v) is not None for v in filled):
                 out.append(column)
-        elif values and isinstance(values[0], str):
+            continue
+        # the first value decides; a null or a number in a later row is then named by the reader
+        first = next((r[column] for r in data.records if r.get(column) is not None), None)
+        if isinstance(first, str):
             out.append(column)
     return out
 
