@@ -610,3 +610,12 @@ def test_a_null_text_in_the_first_jsonl_row_is_named(tmp_path, capsys):
     out = tmp_path / "c.jsonl"
     fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "t.jsonl", "record 0",
           "field 'negative'", "found null", outputs=[out])  # fmt: skip
+
+
+def test_a_lone_surrogate_in_a_key_and_an_upper_case_suffix(tmp_path, capsys):
+    """A surrogate in a key died at the write (a traceback); ".JSONL" was an "unknown file type"."""
+    source = tmp_path / "FE.JSONL"
+    source.write_text('{"query": "q", "pos": ["p"], "neg": ["n", "p"], "x\\udc00": 1}\n')
+    out = tmp_path / "c.jsonl"
+    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "FE.JSONL", "record 0",
+          "<a key>", "surrogate", outputs=[out])  # fmt: skip

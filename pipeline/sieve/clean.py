@@ -204,7 +204,7 @@ DATASETS_FOLDER_FILES = ("state.json", "dataset_info.json")
 def container_of(path: Path) -> str:
     if path.is_dir():
         return "hf"
-    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    suffix = ("".join(path.suffixes[-2:]) if path.suffix.lower() == ".gz" else path.suffix).lower()
     kinds = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
     if suffix not in kinds:
         raise DataError(
@@ -278,6 +278,8 @@ def _bad_text(value: Any, where: str) -> str | None:
         return None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
+        if isinstance(key, str) and _bad_text(key, "") is not None:
+            return f"{where}.<a key>" if where else "<a key>"
         place = f"{where}.{key}" if isinstance(value, dict) and where else str(key)
         if isinstance(value, list):
             place = f"{where}[{key}]"
