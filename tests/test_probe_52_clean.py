@@ -239,6 +239,8 @@ def test_losing_most_rows_is_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="sieve.clean"):
         clean.clean_dataset(source, out, settings=clean.Settings(filter="rank_window", rank_window_start=1))
     assert any("3 of 4 rows" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    md = clean.default_outputs(out)[1].with_suffix(".md").read_text(encoding="utf-8")
+    assert "warning: 3 of 4 rows are gone" in md
 
 
 # ---- Tevatron labels with titles ---------------------------------------------------------------------

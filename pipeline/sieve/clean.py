@@ -1786,6 +1786,11 @@ def report_markdown(report: dict) -> str:
         f"- written: {report['rows_out']} of {report['rows_in']} rows ({report['rows_lost']} lost), "
         f"{report['negatives_written']} of {report['negatives']} negatives",
     ]
+    if report["rows_lost"] * 2 > report["rows_in"]:
+        lines.append(
+            f"- **warning: {report['rows_lost']} of {report['rows_in']} rows are gone**; check the decisions "
+            "before training on this file (--mode mark keeps every row)"
+        )
     if "negative_columns_out" in report:
         lines.append(
             f"- negative columns: {report['negative_columns_in']} in, {report['negative_columns_out']} out (every "
