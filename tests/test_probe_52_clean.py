@@ -621,3 +621,38 @@ def test_a_lone_surrogate_in_a_key_and_an_upper_case_suffix(tmp_path, capsys):
     out = tmp_path / "c.jsonl"
     fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "FE.JSONL", "record 0",
           "<a key>", "surrogate", outputs=[out])  # fmt: skip
+
+
+def test_mine_hard_negatives_include_positives_keeps_every_row(tmp_path):
+    """sentence-transformers' own n-tuple output with include_positives=True: every row held its positive
+    among the negatives and went whole with no filter at all."""
+    pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import mine_hard_negatives
+
+    from pipeline.core.config import resolve_model_path
+
+    questions = [f"who wrote book {i}" for i in range(8)]
+    positives = [f"Book {i} was written by author number {i} in the year {1900 + i}." for i in range(8)]
+    corpus = positives + [f"Some other passage {j} about literature and authors" for j in range(20)]
+    model = SentenceTransformer(resolve_model_path("minilm"), device="cpu")
+    pairs = datasets.Dataset.from_dict({"anchor": questions, "positive": positives})
+    mined = mine_hard_negatives(
+        pairs,
+        model,
+        corpus=corpus,
+        num_negatives=4,
+        include_positives=True,
+        output_format="n-tuple",
+        verbose=False,
+    )
+    mined.save_to_disk(str(tmp_path / "mined"))
+    report = clean.clean_dataset(
+        tmp_path / "mined", tmp_path / "cleaned", settings=clean.Settings(filter="none")
+    )
+    cleaned = datasets.load_from_disk(str(tmp_path / "cleaned"))
+    assert report["duplicates"]["exact"] == len(cleaned) == len(mined) == 8
+    assert cleaned.column_names == ["anchor", "positive", "negative_1", "negative_2", "negative_3"]
+    for row in cleaned:
+        assert row["positive"] not in [row[f"negative_{i}"] for i in (1, 2, 3)]
