@@ -129,3 +129,113 @@ def test_summary_precision_counts_only_the_labelled_drops(tmp_path, capsys, monk
     labels = [False, True, False, None, False, False]
     out = _summary(_unlabelled(tmp_path, labels), capsys, monkeypatch)
     assert "of its 3 drops (2 labelled), a share of 0.500 were true false negatives (precision)" in out
+
+
+# ---- nDCG@10 -----------------------------------------------------------------------------------------
+
+
+def test_ndcg_at_10_is_binary_ndcg_by_hand():
+    """BEIR's / MTEB's headline: gain 1/log2(rank + 1) per relevant passage in the top 10, over the gain
+    of the ideal ranking of min(10, |relevant|) relevant passages; a query not ranked scores 0."""
+    from pipeline.evaluation import metrics
+
+    ranked = {
+        "q1": ["x", "a", "y", "b"],  # two of three relevant, at ranks 2 and 4
+        "q2": ["a"],  # its one relevant passage first: 1
+        "q3": [f"n{i}" for i in range(10)] + ["a"],  # the relevant one at rank 11: past the cut-off
+    }
+    qrels = {"q1": {"a", "b", "c"}, "q2": {"a"}, "q3": {"a"}, "q4": {"a"}}  # q4 not ranked: 0
+    q1 = (1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3) + 1 / math.log2(4))
+    assert q1 == pytest.approx(0.498189, abs=1e-6)
+    per_query = metrics.ndcg_per_query(ranked, qrels, 10)
+    assert per_query == pytest.approx({"q1": q1, "q2": 1.0, "q3": 0.0, "q4": 0.0})
+    assert metrics.ndcg_at_k(ranked, qrels, 10) == pytest.approx((q1 + 1.0) / 4)
+    # more relevant passages than the cut-off: the ideal ranking fills the top k
+    many = {"q": {f"r{i}" for i in range(20)}}
+    assert metrics.ndcg_at_k({"q": [f"r{i}" for i in range(10)]}, many, 10) == pytest.approx(1.0)
+    assert metrics.ndcg_at_k({"q": ["x", "r0"]}, many, 1) == 0.0
+
+
+def test_qrels_metrics_give_ndcg_after_mrr():
+    from pipeline.evaluation import metrics
+
+    ranked, qrels = {"q1": ["x", "a"]}, {"q1": {"a"}}
+    got = metrics.qrels_metrics(ranked, qrels, [1], with_ndcg=True)
+    assert list(metrics.order_metrics({**got, "R@1": 0.0})) == [
+        "R@1",
+        "MRR@10",
+        "nDCG@10",
+        "hit@1",
+        "recall@1",
+    ]
+    assert got["nDCG@10"] == pytest.approx(1 / math.log2(3))
+
+
+# ---- metrics.md: the two recalls, identical methods --------------------------------------------------
+
+
+def _gathered(comparisons: list[dict]) -> dict:
+    entry = {"split": "test", "n_queries": 4, "seeds": [None]}
+    return {
+        "dataset": "toy",
+        "methods": {
+            "bm25": {
+                **entry,
+                "metrics": {"R@1": 0.5, "MRR@10": 0.5, "nDCG@10": 0.6, "hit@1": 0.5, "recall@1": 0.25},
+            },
+            "dpr": {
+                **entry,
+                "metrics": {"R@1": 0.75, "MRR@10": 0.6, "nDCG@10": 0.7, "hit@1": 0.5, "recall@1": 0.5},
+            },
+        },
+        "comparisons": comparisons,
+    }
+
+
+def _query_diff(diff: float, std: float, low: float, high: float, p: float) -> dict:
+    return {
+        "diff": diff,
+        "std": std,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": p,
+        "n_queries": 4,
+        "exact": True,
+    }
+
+
+def _comparison(method: str, baseline: str, diffs: dict) -> dict:
+    return {
+        "method": method, "baseline": baseline, "level": 0.95, "n": 1, "seeds": [None], "only_method": [],
+        "only_baseline": [], "interval": "queries", "metrics": diffs,
+    }  # fmt: skip
+
+
+def test_metrics_md_tells_the_two_recalls_apart_and_defines_ndcg():
+    from pipeline.evaluation.gather import markdown_table
+
+    text = markdown_table(_gathered([]))
+    lines = {line.split(":", 1)[0]: line for line in text.splitlines() if line.startswith("- ")}
+    assert "not recall@k" in lines["- R@k"] and "answer string" in lines["- R@k"]
+    assert "not R@k" in lines["- hit@k / recall@k"] and "share of them" in lines["- hit@k / recall@k"]
+    assert "binary relevance" in lines["- nDCG@10"] and "BEIR" in lines["- nDCG@10"]
+    assert "a different recall from R@k" in text
+
+
+def test_a_method_identical_to_its_baseline_is_said_once():
+    from pipeline.evaluation.gather import markdown_table
+
+    names = ("R@1", "MRR@10", "nDCG@10", "hit@1", "recall@1")
+    same = {name: _query_diff(0.0, 0.0, 0.0, 0.0, 1.0) for name in names}
+    differs = {**same, "R@1": _query_diff(0.25, 0.5, -0.55, 1.05, 1.0)}
+    text = markdown_table(_gathered([_comparison("dpr", "bm25", same), _comparison("bm25", "dpr", differs)]))
+    rows = {
+        line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ") and " − " in line
+    }
+    assert "identical rankings" in rows["| dpr − bm25"]
+    assert "p=1.000" not in rows["| dpr − bm25"]
+    assert rows["| dpr − bm25"].count("|") == rows["| bm25 − dpr"].count("|")  # the table stays a table
+    # a real difference keeps its cells, even where its other metrics are equal
+    assert (
+        "identical" not in rows["| bm25 − dpr"] and "+0.250 [-0.550, 1.050] p=1.000" in rows["| bm25 − dpr"]
+    )
