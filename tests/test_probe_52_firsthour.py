@@ -291,3 +291,18 @@ def test_the_demo_builds_the_metrics_html_the_readme_names():
     rule = (REPO / "workflow" / "rules" / "evaluate.smk").read_text(encoding="utf-8")
     assert 'dataset_metrics("{dataset}", "html")' in rule and "--out-html {output.html}" in rule
     assert dataset_metrics("synthkb", "html") == "results/synthkb/metrics.html"
+
+
+def test_a_missing_file_of_other_sieve_settings_asks_for_their_overlay(tmp_path, capsys):
+    """`make demo` builds the demo's sieve settings only; a tagged file needs the overlay that sets them."""
+    argv = [
+        "summary",
+        "--dataset",
+        "synthkb",
+        "--results-dir",
+        tmp_path / "results",
+        "--settings",
+        "_pool200",
+    ]
+    line = fails(inspect.main, argv, capsys, "candidates_pool200.parquet", "--configfile <the overlay")
+    assert "make demo" not in line

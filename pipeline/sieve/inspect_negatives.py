@@ -88,6 +88,7 @@ class Workflow:
         self.dataset = args.dataset
         self.overlays = list(args.configfile)
         self.results = Path(args.results_dir) / args.dataset
+        self.settings = args.settings
 
     def _tables(self):
         from pipeline.core.config import load_config
@@ -118,8 +119,11 @@ class Workflow:
         """The command that builds ``target`` (a workflow path under results/); ``demo``: `make demo`
         builds it too."""
         configfile = f" --configfile {' '.join(self.overlays)}" if self.overlays else ""
+        if self.settings and not self.overlays:
+            # a sieve tag in a path is built only under the settings it names: the user's overlay
+            configfile = f" --configfile <the overlay that sets the sieve settings {self.settings}>"
         snakemake = f".venv/bin/snakemake --cores 2{configfile} {target}"
-        if demo and self.dataset == "synthkb" and not self.overlays:
+        if demo and self.dataset == "synthkb" and not self.overlays and not self.settings:
             return f"`make demo` (or `{snakemake}`)"
         return f"`{snakemake}`"
 
@@ -172,8 +176,8 @@ def decisions_path(args: argparse.Namespace) -> Path:
     built_no_ccr = no_ccr.is_file()
     found = [*files.values(), *([no_ccr] if built_no_ccr else [])]
     if not found:
-        target = workflow.sieve() if not args.settings else None
-        if target is None:
+        target = workflow.sieve()
+        if target is None or args.settings not in target:  # the config's sieve has other settings
             raise DataError(
                 f"no sieve output: neither negatives/sieve_b<β>{args.settings}.parquet nor "
                 f"sieve/sieve_no_ccr{args.settings}/decisions.parquet is built yet",
