@@ -106,6 +106,8 @@ def test_hand_computed_metrics(data):
         "R@3": 3 / 6,
         # first relevant: q1 1, q2 1, q3 -, q4 -, q5 1, q6 1 over 6 qrels queries
         "MRR@10": 4 / 6,
+        # binary nDCG: q1's two relevant passages at ranks 1 and 2 are its ideal ranking (1.0)
+        "nDCG@10": 4 / 6,
         "hit@1": 4 / 6,
         "hit@2": 4 / 6,
         "hit@3": 4 / 6,
@@ -416,4 +418,7 @@ def test_rules_evaluate_and_gather(data, tmp_path):
     }
     per_query = pd.read_parquet(work / "results/tiny/bm25/per_query.parquet")
     assert per_query["R@1"].mean() == pytest.approx(tiny["methods"]["bm25"]["metrics"]["R@1"])
-    assert "p=1.000 (queries)" in (work / "results/tiny/metrics.md").read_text(encoding="utf-8")
+    # identical runs: their row says so once, not a cell of +0.000 [0.000, 0.000] p=1.000 per metric
+    table = (work / "results/tiny/metrics.md").read_text(encoding="utf-8")
+    assert "| zeroshot − bm25 | 1 (not recorded); bm25 seed-free | identical rankings" in table
+    assert "p=1.000 (queries)" not in table

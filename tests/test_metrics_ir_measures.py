@@ -9,6 +9,7 @@ Every qrels metric key it produces is compared, aggregated and per query, to 1e-
                             and RR on the run cut at rank 10 (pytrec_eval, i.e. trec_eval recip_rank)
   hit@k  / hit_all@k   <->  ir_measures Success@k  (pytrec_eval success_k)
   recall@k             <->  ir_measures R@k        (pytrec_eval recall_k)
+  nDCG@10              <->  ir_measures nDCG@10    (pytrec_eval ndcg_cut_10; relevance 0/1: binary)
 
 at k = 1, 5, 20, 100, on two judgement sets: the SQuAD gold qrels (one relevant passage per question,
 the question's own paragraph) and "answer-bearing" qrels (the gold paragraph plus every other paragraph
@@ -47,7 +48,7 @@ import math
 import ir_measures
 import pandas as pd
 import pytest
-from ir_measures import RR, R, Success
+from ir_measures import RR, R, Success, nDCG
 from squad_data import OVERLAY, squad36
 
 from pipeline.core.config import load_config
@@ -185,7 +186,7 @@ def measure_for(name: str):
     family, _, cut = name.partition("@")
     k = int(cut)
     family = family.removesuffix("_all")
-    return {"MRR": RR @ k, "hit": Success @ k, "recall": R @ k}[family]
+    return {"MRR": RR @ k, "nDCG": nDCG @ k, "hit": Success @ k, "recall": R @ k}[family]
 
 
 def provider_for(measure):
@@ -228,7 +229,7 @@ def test_evaluate_matches_ir_measures(data, scored):
     gold_m, multi_m = scored["gold"]["metrics"], scored["multi"]["metrics"]
 
     # Every qrels metric evaluate writes is covered (R@k is answer-match, not qrels-based).
-    expected = {"MRR@10"} | {f"{f}@{k}" for f in ("hit", "recall") for k in KS}
+    expected = {"MRR@10", "nDCG@10"} | {f"{f}@{k}" for f in ("hit", "recall") for k in KS}
     assert {n for n in gold_m if not n.startswith("R@")} == expected | {
         "MRR_all@10",
         *(f"hit_all@{k}" for k in KS),
@@ -261,8 +262,13 @@ def test_per_query_matches(data, scored, qrels_name):
     qrels, theirs_qrels = project_qrels(rows), ir_qrels(rows)
     assert set(qrels) == set(theirs_qrels)
     run = ir_run(scored["run"])
-    names = ["MRR@10", *(f"{f}@{k}" for f in ("hit", "recall") for k in KS)]
-    functions = {"MRR": metrics.mrr_at_k, "hit": metrics.hit_at_k, "recall": metrics.recall_at_k}
+    names = ["MRR@10", "nDCG@10", *(f"{f}@{k}" for f in ("hit", "recall") for k in KS)]
+    functions = {
+        "MRR": metrics.mrr_at_k,
+        "nDCG": metrics.ndcg_at_k,
+        "hit": metrics.hit_at_k,
+        "recall": metrics.recall_at_k,
+    }
     theirs: dict[tuple[str, str], float] = {}
     for name in names:
         measure = measure_for(name)
@@ -298,6 +304,7 @@ def test_controls_differ(data, scored):
         ("hit@5", Success @ 1),
         ("recall@20", R @ 5),
         ("MRR@10", RR @ 5),
+        ("nDCG@10", nDCG @ 5),
     ):
         theirs = provider_for(wrong).calc_aggregate([wrong], gold_q, run)[wrong]
         assert abs(gold_m[name] - theirs) > far, (name, wrong)

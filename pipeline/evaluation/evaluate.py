@@ -336,7 +336,12 @@ def evaluate(
         if ranked is None:
             ranked = ranked_lists(run)
         info[f"n_qrels{suffix}_queries"] = len(qrels)
-        per_query.update(qrels_metrics_per_query(ranked, qrels, ks, suffix=suffix, with_recall=with_recall))
+        # nDCG@10 over the annotated qrels only: BEIR's and MTEB's figure, comparable across papers.
+        per_query.update(
+            qrels_metrics_per_query(
+                ranked, qrels, ks, suffix=suffix, with_recall=with_recall, with_ndcg=not suffix
+            )
+        )
     if not per_query:
         raise DataError(
             "nothing to evaluate: no query has answers and the qrels are empty", file=queries_path

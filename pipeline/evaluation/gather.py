@@ -5,7 +5,8 @@
 
 The JSON maps method -> its split, n_queries, metrics and any extra fields its metrics.json carries
 (notes, seeds, wall_time_s, ...). The table has one row per method (in input order) and the metric
-columns in a fixed order: R@k by k, MRR@10, hit@k, recall@k, then the ``_all`` family, then the rest.
+columns in a fixed order: R@k by k, MRR@10, nDCG@10, hit@k, recall@k, then the ``_all`` family, then
+the rest.
 
 ``--compare METHOD:BASELINE ...`` adds ``comparisons``: per pair, the paired difference
 method − baseline of every metric over the seeds both were run with, and its 95% t interval
@@ -354,9 +355,10 @@ def _cell(value, std=None, seeds: int = 0) -> str:
 
 
 FOOTNOTE = (
-    "R@k: answer-match top-k accuracy over all queries; MRR@10, hit@k, recall@k: qrels; hit_all@k, "
-    "MRR_all@10: qrels_all (see docs/evaluation.md). – = not defined for this method/split. "
-    f"{PLUS_MINUS}."
+    "R@k: answer-match top-k accuracy over all queries (any passage in the top k holds an answer string); "
+    "MRR@10, nDCG@10, hit@k, recall@k: qrels (recall@k: the share of a query's judged passages in the top "
+    "k, a different recall from R@k); hit_all@k, MRR_all@10: qrels_all (see docs/evaluation.md). – = not "
+    f"defined for this method/split. {PLUS_MINUS}."
 )
 
 
@@ -555,7 +557,7 @@ def _query_counts(comparisons: list[dict]) -> str:
     for c in comparisons:
         for name, diff in c["metrics"].items():
             family, _, cut = name.partition("@")
-            label = name if family.startswith("MRR") else f"{family}@k" if cut else name
+            label = name if family.startswith(("MRR", "nDCG")) else f"{family}@k" if cut else name
             names = families.setdefault(diff["n_queries"], [])
             if label not in names:
                 names.append(label)
@@ -603,6 +605,20 @@ def diff_cell(diff: dict | None, interval: str | None = "seeds") -> str:
     return f"{d} [{_num(diff['ci_low'])}, {_num(diff['ci_high'])}]"
 
 
+def identical(comparison: dict) -> str | None:
+    """What a comparison whose every paired difference is zero in every pair (mean and spread 0) says
+    once, instead of a row of ``+0.000 [0.000, 0.000] p=1.000`` cells; None otherwise."""
+    diffs = list(comparison["metrics"].values())
+    interval = comparison.get("interval")
+    if not diffs or interval not in ("queries", "seeds"):
+        return None
+    if any(d is None or d.get("diff") != 0 or d.get("std") != 0 for d in diffs):
+        return None
+    if interval == "queries":
+        return "identical rankings, as these metrics see them: every metric equal on every test query"
+    return "identical results: every metric equal in every seed"
+
+
 def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[str]]:
     """(header, one row per comparison, notes) of the paired-difference table; shared by Markdown
     and HTML like ``table_rows``."""
@@ -615,7 +631,11 @@ def comparison_rows(gathered: dict) -> tuple[list[str], list[list[str]], list[st
         if c.get("baseline_fixed") and c["n"]:
             seeds += f"; {c['baseline']} seed-free"
         interval = c.get("interval", "seeds")
-        rows.append([label, seeds] + [diff_cell(c["metrics"].get(name), interval) for name in columns])
+        same = identical(c)
+        if same is not None and columns:
+            rows.append([label, seeds, same, *[""] * (len(columns) - 1)])
+        else:
+            rows.append([label, seeds] + [diff_cell(c["metrics"].get(name), interval) for name in columns])
         if not c["n"]:
             notes.append(
                 f"{label}: no common seed ({c['method']}: {_seed_list(c['only_method'])}; "

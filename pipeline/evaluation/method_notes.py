@@ -28,9 +28,14 @@ DEFINITIONS = {
     "hit_all@k": "share of queries with any passage stating the answer's fact in the top k (qrels_all: "
     "every such passage of the corpus, known exactly on synthkb)",
     "MRR_all@10": "mean reciprocal rank of the first such passage in the top 10",
-    "R@k": "share of queries with a passage containing an answer string in the top k (answer match)",
+    "R@k": "share of queries with a passage containing an answer string in the top k (answer match; DPR's "
+    "top-k retrieval accuracy, not recall@k)",
     "MRR@10": "mean reciprocal rank of the annotated positive (qrels: one passage per query) in the top 10",
-    "hit@k / recall@k": "the annotated positives (qrels) in the top k: any of them / the share of them",
+    "nDCG@10": "normalised discounted cumulative gain over the annotated positives (qrels, binary relevance; "
+    "BEIR's and MTEB's headline metric): the sum of 1/log2(rank + 1) over the positives in the top 10, "
+    "divided by that sum for a ranking that puts them first",
+    "hit@k / recall@k": "the annotated positives (qrels) in the top k: any of them / the share of them "
+    "(recall@k is trec_eval's recall of the judged passages, not R@k)",
 }
 
 DISAGREE = (

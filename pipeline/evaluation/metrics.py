@@ -4,8 +4,11 @@ Two families, named apart because the literature uses "recall" for both:
 
 - answer match: ``R@k`` = top-k retrieval accuracy = fraction of ALL evaluated questions with at least
   one answer-matching passage in the top k (DPR). Input: the rank of each question's first match.
-- qrels: ``MRR@10``, ``hit@k`` (>= 1 relevant in the top k; what papers call "R@50 / R@1k" on MS MARCO)
-  and ``recall@k`` (trec_eval style: mean fraction of a query's relevant passages found in the top k).
+- qrels: ``MRR@10``, ``nDCG@10`` (binary relevance: BEIR's and MTEB's headline), ``hit@k`` (>= 1
+  relevant in the top k; what papers call "R@50 / R@1k" on MS MARCO) and ``recall@k`` (trec_eval
+  style: mean fraction of a query's relevant passages found in the top k). ``R@k`` and ``recall@k``
+  are not the same recall: the first asks whether any passage in the top k holds an answer string,
+  the second what share of the judged passages the top k holds.
   Every qrels metric averages over the queries in the qrels, so a query the run never answered
   counts as 0 instead of disappearing from the denominator.
 
@@ -25,6 +28,7 @@ Ranked = Mapping[str, Sequence[str]]
 Qrels = Mapping[str, "set[str] | frozenset[str]"]
 
 MRR_K = 10
+NDCG_K = 10
 
 
 def _check_ks(ks: Iterable[int]) -> list[int]:
@@ -125,14 +129,44 @@ def recall_at_k(ranked: Ranked, qrels: Qrels, k: int) -> float:
     return mean_of(recall_per_query(ranked, qrels, k).values())
 
 
+def ndcg_per_query(ranked: Ranked, qrels: Qrels, k: int = NDCG_K) -> dict[str, float]:
+    """qrels query -> nDCG@k with binary relevance: the sum of 1/log2(rank + 1) over the relevant
+    passages in its top k, over the same sum for a ranking that puts min(k, |relevant|) of them first
+    (trec_eval's ``ndcg_cut_k`` and BEIR's with relevance 0/1)."""
+    _check_ks([k])
+    _check_qrels(qrels)
+    out = {}
+    for qid, relevant in qrels.items():
+        gain = math.fsum(
+            1.0 / math.log2(rank + 1)
+            for rank, pid in enumerate(ranked.get(qid, ())[:k], start=1)
+            if pid in relevant
+        )
+        ideal = math.fsum(1.0 / math.log2(rank + 1) for rank in range(1, min(k, len(relevant)) + 1))
+        out[qid] = gain / ideal
+    return out
+
+
+def ndcg_at_k(ranked: Ranked, qrels: Qrels, k: int = NDCG_K) -> float:
+    """Mean over qrels queries of nDCG@k with binary relevance (``ndcg_per_query``)."""
+    return mean_of(ndcg_per_query(ranked, qrels, k).values())
+
+
 def qrels_metrics_per_query(
-    ranked: Ranked, qrels: Qrels, ks: Iterable[int], suffix: str = "", with_recall: bool = True
+    ranked: Ranked,
+    qrels: Qrels,
+    ks: Iterable[int],
+    suffix: str = "",
+    with_recall: bool = True,
+    with_ndcg: bool = False,
 ) -> dict[str, dict[str, float]]:
     """metric -> qrels query -> value, for the metrics of ``qrels_metrics``; empty without qrels."""
     ks = _check_ks(ks)
     if not qrels:
         return {}
     out = {f"MRR{suffix}@{MRR_K}": mrr_per_query(ranked, qrels, MRR_K)}
+    if with_ndcg:
+        out[f"nDCG{suffix}@{NDCG_K}"] = ndcg_per_query(ranked, qrels, NDCG_K)
     for k in ks:
         out[f"hit{suffix}@{k}"] = hit_per_query(ranked, qrels, k)
     if with_recall:
@@ -142,24 +176,29 @@ def qrels_metrics_per_query(
 
 
 def qrels_metrics(
-    ranked: Ranked, qrels: Qrels, ks: Iterable[int], suffix: str = "", with_recall: bool = True
+    ranked: Ranked,
+    qrels: Qrels,
+    ks: Iterable[int],
+    suffix: str = "",
+    with_recall: bool = True,
+    with_ndcg: bool = False,
 ) -> dict[str, float]:
-    """``MRR@10``, ``hit@k`` and (optionally) ``recall@k``; empty when there are no qrels.
+    """``MRR@10``, ``hit@k`` and (optionally) ``recall@k`` and ``nDCG@10``; empty when there are no qrels.
 
     ``suffix`` names a second judgement set: suffix "_all" gives ``MRR_all@10`` / ``hit_all@k``.
     Each is the mean of its ``qrels_metrics_per_query`` values.
     """
-    per_query = qrels_metrics_per_query(ranked, qrels, ks, suffix, with_recall)
+    per_query = qrels_metrics_per_query(ranked, qrels, ks, suffix, with_recall, with_ndcg)
     return {name: mean_of(values.values()) for name, values in per_query.items()}
 
 
 # ---- presentation order -----------------------------------------------------------------------------
 
-_FAMILY_ORDER = ("R", "MRR", "hit", "recall", "MRR_all", "hit_all", "recall_all")
+_FAMILY_ORDER = ("R", "MRR", "nDCG", "hit", "recall", "MRR_all", "nDCG_all", "hit_all", "recall_all")
 
 
 def metric_sort_key(name: str) -> tuple:
-    """R@k by k, MRR@10, hit@k, recall@k, then the ``_all`` family, then anything else by name."""
+    """R@k by k, MRR@10, nDCG@10, hit@k, recall@k, then the ``_all`` family, then anything else by name."""
     family, _, cut = name.partition("@")
     try:
         k = int(cut)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -30,9 +31,10 @@ from rich.text import Text
 from pipeline.core.cli import run_main
 from pipeline.core.methods import BETA_RE
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA, QUERIES_SCHEMA, SIEVE_SCHEMA
-from pipeline.core.settings import FILTER_NAMES, Config, default
+from pipeline.core.settings import FILTER_NAMES, Config, ConfigError, default
 from pipeline.core.storage import DataError, read_table
 from pipeline.sieve.data import load_passages
+from pipeline.sieve.report import detection_metrics
 
 # What the sieve's own settings (strict, fallback) add after the candidates' tag (methods.sieve_tag).
 _DECISION_TAG = r"(?:_(?:no)?strict)?(?:_fallback_[a-z_]+)?"
@@ -77,15 +79,92 @@ def report_paths(results: Path, settings: str = "") -> list[Path]:
     ]
 
 
+class Workflow:
+    """What the workflow would build for one dataset, for naming a missing file and the command that
+    makes it. The config is read only when something is missing: a results folder made under an
+    overlay stays readable without that overlay."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.dataset = args.dataset
+        self.overlays = list(args.configfile)
+        self.results = Path(args.results_dir) / args.dataset
+        self.settings = args.settings
+
+    def _tables(self):
+        from pipeline.core.config import load_config
+        from pipeline.core.methods import method_table
+        from pipeline.core.recipes import dataset_config
+        from pipeline.workflow.tables import WorkflowTables
+
+        config = load_config(self.overlays)
+        if self.dataset not in config["datasets"]:
+            return None, sorted(config["datasets"])
+        resolved = dataset_config(config, self.dataset, methods=method_table)
+        return WorkflowTables(config, {self.dataset: resolved}), sorted(config["datasets"])
+
+    def check_declared(self) -> None:
+        """An unknown dataset with nothing on disk is a typo or a missing --configfile, not a missing
+        sieve output: say which datasets the config declares."""
+        if self.results.is_dir():
+            return
+        tables, declared = self._tables()
+        if tables is None:
+            where = " + ".join(["config.yaml", *self.overlays])
+            raise ConfigError(
+                f"dataset {self.dataset!r} is not declared in {where} (declared: {', '.join(declared)}); "
+                "a dataset of an overlay needs --configfile <overlay.yaml>"
+            )
+
+    def command(self, target: str, demo: bool = False) -> str:
+        """The command that builds ``target`` (a workflow path under results/); ``demo``: `make demo`
+        builds it too."""
+        configfile = f" --configfile {' '.join(self.overlays)}" if self.overlays else ""
+        if self.settings and not self.overlays:
+            # a sieve tag in a path is built only under the settings it names: the user's overlay
+            configfile = f" --configfile <the overlay that sets the sieve settings {self.settings}>"
+        snakemake = f".venv/bin/snakemake --cores 2{configfile} {target}"
+        if demo and self.dataset == "synthkb" and not self.overlays and not self.settings:
+            return f"`make demo` (or `{snakemake}`)"
+        return f"`{snakemake}`"
+
+    def missing(self, path: Path, what: str, target: str | None = None, demo: bool = False) -> DataError:
+        """The error for a file the workflow builds that is not there yet."""
+        target = target or self._target(path)
+        how = f"; build it with {self.command(target, demo)}" if target else ""
+        return DataError(f"{what} not built yet{how}", file=path)
+
+    def _target(self, path: Path) -> str | None:
+        """``path`` as the workflow names it (results/<dataset>/...), or None under another --results-dir."""
+        try:
+            return str(Path("results") / self.dataset / path.relative_to(self.results))
+        except ValueError:
+            return None
+
+    def sieve(self) -> str | None:
+        """The sieve output the workflow builds for this dataset (the one dpr_sieve trains on)."""
+        from pipeline.workflow.sieve import SieveRules
+
+        tables, _ = self._tables()
+        return SieveRules(tables).decisions(self.dataset, "sieve") if tables is not None else None
+
+
 def decisions_path(args: argparse.Namespace) -> Path:
     if args.file:
         return Path(args.file)
     results = Path(args.results_dir) / args.dataset
+    workflow = Workflow(args)
+    workflow.check_declared()
     if args.filter and not args.filter.startswith("sieve_b"):
-        return results / "sieve" / f"{args.filter}{args.settings}" / "decisions.parquet"
+        path = results / "sieve" / f"{args.filter}{args.settings}" / "decisions.parquet"
+        if not path.is_file():
+            raise workflow.missing(path, f"the decisions of filter {args.filter}")
+        return path
     files = sieve_files(results, args.settings)
     tag = args.filter[len("sieve_b") :] if args.filter else args.beta
     if tag is not None:
+        if not files:
+            path = results / "negatives" / f"sieve_b{tag}{args.settings}.parquet"
+            raise workflow.missing(path, f"the sieve at β {tag}")
         if tag not in files:
             raise DataError(
                 f"no sieve output for β={tag} (have: {', '.join(files) or 'none'})",
@@ -96,6 +175,16 @@ def decisions_path(args: argparse.Namespace) -> Path:
     no_ccr = results / "sieve" / f"sieve_no_ccr{args.settings}" / "decisions.parquet"
     built_no_ccr = no_ccr.is_file()
     found = [*files.values(), *([no_ccr] if built_no_ccr else [])]
+    if not found:
+        target = workflow.sieve()
+        if target is None or args.settings not in target:  # the config's sieve has other settings
+            raise DataError(
+                f"no sieve output: neither negatives/sieve_b<β>{args.settings}.parquet nor "
+                f"sieve/sieve_no_ccr{args.settings}/decisions.parquet is built yet",
+                file=results,
+            )
+        path = Path(args.results_dir) / Path(target).relative_to("results")
+        raise workflow.missing(path, "the sieve's decisions", target, demo=True)
     if len(found) != 1:
         raise DataError(
             f"{len(found)} sieve outputs (β = {', '.join(files) or 'none'}"
@@ -299,9 +388,18 @@ def _rate(num: int, den: int) -> str:
     return f"{num / den:.3f}" if den else "–"
 
 
+def _share(value: float | None) -> str:
+    """A share the labels decide; None where no label does."""
+    return "unknown" if value is None else f"{value:.3f}"
+
+
 def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     results = Path(args.results_dir) / args.dataset
     cand_path = results / "sieve" / f"candidates{args.settings}.parquet"
+    workflow = Workflow(args)
+    workflow.check_declared()
+    if not cand_path.is_file():
+        raise workflow.missing(cand_path, "the sieve's candidates", demo=True)
     cands = read_table(
         cand_path, ["qid", "pid", "is_false_negative", "fn_label_source"], schema=CANDIDATES_SCHEMA
     )
@@ -342,11 +440,11 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
             columns = ["kept", "is_false_negative"] + (["fallback"] if schema is SIEVE_SCHEMA else [])
             s = read_table(path, columns, schema=schema)
             kept = s["kept"].to_numpy(bool)
-            t = s["is_false_negative"].astype("boolean")
-            fn, tn = t.fillna(False).to_numpy(bool), (t == False).fillna(False).to_numpy(bool)  # noqa: E712
+            # report.py's definitions, so this table and the filters' reports agree: precision over the
+            # labelled drops, None (unknown, not 0) where no drop has a label.
+            scores = detection_metrics(kept, s["is_false_negative"])
             dropped = int((~kept).sum())
-            precision = _rate(int((fn & ~kept).sum()), dropped)
-            recall = _rate(int((fn & ~kept).sum()), int(fn.sum()))
+            precision, recall = _share(scores["precision"]), _share(scores["recall"])
             table.add_row(
                 Text(label),
                 str(int(kept.sum())),
@@ -354,11 +452,19 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
                 str(int(s["fallback"].sum())) if "fallback" in s else "–",
                 precision,
                 recall,
-                _rate(int((tn & kept).sum()), int(tn.sum())),
+                _share(scores["true_negative_retention"]),
             )
             scorer = "models/dpr" if label.startswith("sieve_no_ccr") else f"the CCR model at β {label[7:]}"
+            if scores["n_labelled"] == 0:
+                sentences.append(
+                    f"{label} (scored by {scorer}): {dropped} drops; precision and FN recall unknown: no "
+                    "candidate has a false-negative label (is_false_negative is empty)."
+                )
+                continue
+            labelled = scores["true_positives"] + scores["false_positives"]
+            of = f"its {dropped} drops" + (f" ({labelled} labelled)" if labelled != dropped else "")
             sentences.append(
-                f"{label} (scored by {scorer}): of its {dropped} drops, a share of {precision} were true "
+                f"{label} (scored by {scorer}): of {of}, a share of {precision} were true "
                 f"false negatives (precision); it dropped {recall} of the false negatives (FN recall)."
             )
         console.print(table)
@@ -369,7 +475,7 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
         console.print(
             Text(
                 f"no filter report ({results}/sieve/<filter>/report.json; the demo builds none): e.g. "
-                f"snakemake --cores 2 {results}/sieve/sieve_no_ccr/report.json",
+                f".venv/bin/snakemake --cores 2 {results}/sieve/sieve_no_ccr/report.json",
                 style="dim",
             )
         )
@@ -397,11 +503,12 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
             )
         console.print(table)
     if files or reports:
+        floor = _share(detection_metrics(np.zeros(len(cands), dtype=bool), truth)["precision"])
         console.print(
             Text(
-                "precision: share of the drops that were known false negatives; FN recall: share of the known "
+                "precision: share of the labelled drops that were false negatives (unknown: no drop has a label); FN recall: share of the known "
                 "false negatives dropped. A filter dropping the same share at random reaches its sieve-out "
-                f"rate as FN recall and the candidates' false-negative share ({_rate(int(truth.fillna(False).sum()), len(cands))}) "
+                f"rate as FN recall and the labelled candidates' false-negative share ({floor}) "
                 "as precision: the numbers to read them against.",
                 style="dim",
             )
@@ -414,6 +521,12 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     common.add_argument("--dataset", required=True)
     common.add_argument("--results-dir", default="results")
     common.add_argument("--resources-dir", default="resources")
+    common.add_argument(
+        "--configfile",
+        nargs="*",
+        default=[],
+        help="overlays, as given to snakemake (a dataset they declare; read only to name what is missing)",
+    )
     common.add_argument(
         "--settings",
         default="",
@@ -466,8 +579,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point (``sieve-inspect``)."""
+    # This tool writes no log file, so nothing handles run_main's logged error line and logging's
+    # last resort would print it on stderr a second time, above the "error: ..." line.
+    logging.getLogger("sieve").addHandler(logging.NullHandler())
     run_main(main)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    entry()
