@@ -155,8 +155,17 @@ def validate_config(
     if methods is not None and not lines:
         lines = unknown_methods(config, methods() if callable(methods) else methods)
     if lines:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
+        raise ConfigError(invalid_configuration(lines))
     return config
+
+
+def invalid_configuration(lines: Iterable[str]) -> str:
+    """The message of a config's problems: one problem on one line (a CLI's one error line), several
+    as a list."""
+    lines = list(dict.fromkeys(lines))
+    if len(lines) == 1:
+        return f"invalid configuration: {lines[0]}"
+    return "invalid configuration:\n  - " + "\n  - ".join(lines)
 
 
 def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
