@@ -216,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.core.config", CHECK_HELP)
     parser.add_argument("files", nargs="+", help="config files, in the order given to --configfile")
     args = parser.parse_args(argv)
+    # Here: the workflow's checks need the method table and the rules' lookups, not every config reader.
+    from pipeline.workflow.checks import check_workflow_config
+
     try:
-        load_config(args.files)
+        check_workflow_config(load_config(args.files, validate=False), [DEFAULT_CONFIG, *args.files])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -233,7 +236,9 @@ One line naming the file and what is wrong (exit 2), else one line saying they a
 Snakemake reads itself before any of this project's code runs: a file that is not UTF-8 is a
 traceback there, whose `position` counts from the start of its reader's 8 KiB chunk, not of the file,
 and names no file; here it is `<file>: not UTF-8 text (... at byte B: line L, column C)`. The rest
-(unknown keys, values out of range, a key given twice) `snakemake -n` reports as well.
+(unknown keys, values out of range, a key given twice, unknown method names, each dataset's recipe, the
+sieve's source) `snakemake -n` reports as well; the noise sweep's and the tournament's settings, which
+`snakemake -n` checks when their target is asked for, are checked here whenever the config sets them.
 """
 
 if __name__ == "__main__":
