@@ -363,3 +363,22 @@ def test_the_shipped_overlays_still_pass(capsys):
         if overlay.endswith("ccr/sweep.yaml"):
             files = ["config/overlays/ccr/controls.yaml", overlay]
         assert check([str(REPO / f) for f in files], capsys) == (0, ""), files
+
+
+# ---- found probing further -----------------------------------------------------------------------
+
+
+def test_a_learning_rate_yaml_reads_as_text_says_how_to_write_it(tmp_path, capsys):
+    # docs/config.md shows the defaults as 2e-05; YAML 1.1 reads `lr: 1e-5` as the text '1e-5'.
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("dpr: {lr: 1e-5}\n", encoding="utf-8")
+    code, line = check([str(overlay)], capsys)
+    assert code == 2 and "'dpr.lr'" in line and "1.0e-5" in line
+    overlay.write_text("dpr: {lr: 1.0e-5}\n", encoding="utf-8")
+    assert check([str(overlay)], capsys) == (0, "")
+
+
+def test_a_recipe_is_held_to_the_same_bounds(tmp_path, capsys):
+    overlay = write_yaml(tmp_path / "o.yaml", {"recipes": {"demo": {"dpr": {"max_steps": 10**11}}}})
+    code, line = check([overlay], capsys)
+    assert code == 2 and "recipes.demo" in line and "dpr.max_steps" in line

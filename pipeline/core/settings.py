@@ -1548,6 +1548,11 @@ def describe_errors(
             message = "required key is missing"
         elif isinstance(error.get("input"), (str, int, float)) and error["type"] != "value_error":
             message += f", got {error['input']!r}"
+            if error["type"] == "float_type" and _yaml_text_number(error["input"]):
+                message += (
+                    " (YAML, as PyYAML and so Snakemake read it, takes 1e-5 for text: write 1.0e-5 "
+                    "or 0.00001)"
+                )
         key = f"config key '{_key(loc)}'"
         lines.append(f"{flag} ({key}): {message}" if flag else f"{key}: {message}")
     for where, names in unknown.items():
@@ -1555,6 +1560,18 @@ def describe_errors(
         allowed = f" (allowed keys: {', '.join(sorted(model.model_fields))})" if model else ""
         lines.append(f"config key '{_key((*prefix, *where))}': unknown key(s) {', '.join(names)}{allowed}")
     return list(dict.fromkeys(lines))
+
+
+def _yaml_text_number(value: Any) -> bool:
+    """A string that is a number in scientific notation YAML 1.1 does not read as one (1e-5, 2e+3: its
+    floats need a dot and a signed exponent), the spelling docs/config.md's defaults show."""
+    if not isinstance(value, str) or "e" not in value.lower():
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def default(cls: type[Contract], name: str) -> Any:
