@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import subprocess
 import sys
 import types
@@ -382,3 +383,13 @@ def test_a_recipe_is_held_to_the_same_bounds(tmp_path, capsys):
     overlay = write_yaml(tmp_path / "o.yaml", {"recipes": {"demo": {"dpr": {"max_steps": 10**11}}}})
     code, line = check([overlay], capsys)
     assert code == 2 and "recipes.demo" in line and "dpr.max_steps" in line
+
+
+def test_cost_names_a_measured_figure_that_is_not_a_number(tmp_path):
+    entry = {"id": "x", "gpu": "h200", "kind": "infer", "model": "minilm", "value": "fast", "status": "m"}
+    measured = tmp_path / "m.json"
+    measured.write_text(json.dumps([{**entry, "tokens": 128}]), encoding="utf-8")
+    done = program(
+        "pipeline.workflow.cost", "--measured", str(measured), "--", "results/synthkb/metrics.json"
+    )
+    one_error_line(done, str(measured), "value", "'fast'")

@@ -94,21 +94,46 @@ def load_data(measured: Iterable[str | Path] = ()) -> dict:
     for path in measured:
         entries = _measured_entries(Path(path))
         for n, entry in enumerate(entries):
-            missing = [k for k in ("id", "gpu", "kind", "model", "value", "status") if k not in entry]
-            if missing or entry["kind"] not in KINDS:
-                raise ConfigError(
-                    f"{path}: throughput {n} ({entry.get('id', '?')}): "
-                    + (
-                        f"missing {', '.join(missing)}"
-                        if missing
-                        else f"kind {entry['kind']!r} not in {KINDS}"
-                    )
-                )
+            problem = _entry_problem(entry)
+            if problem:
+                raise ConfigError(f"{path}: throughput {n} ({entry.get('id', '?')}): {problem}")
             data["gpus"].setdefault(entry["gpu"], {"name": entry.get("gpu_name", entry["gpu"])})
             data["startup_s"].setdefault(entry["gpu"], data["startup_s"][data["profile_gpu"]])
         extra += entries
     data["throughputs"] = extra + data["throughputs"]
     return data
+
+
+# What each kind of throughput is measured over (entry_flops_per_s reads them).
+KIND_KEYS = {"infer": ("tokens",), "train": ("step",), "search": ("passages", "dim")}
+
+
+def _entry_problem(entry: dict) -> str | None:
+    """What is wrong with a GPU check's throughput entry, or None: a figure that is not a positive
+    number stopped the estimate with a TypeError, after Snakemake's plan."""
+    missing = [k for k in ("id", "gpu", "kind", "model", "value", "status") if k not in entry]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if entry["kind"] not in KINDS:
+        return f"kind {entry['kind']!r} not in {KINDS}"
+    missing = [k for k in KIND_KEYS[entry["kind"]] if k not in entry]
+    if missing:
+        return f"a {entry['kind']} throughput needs {', '.join(missing)}"
+    numbers = ["value", *(k for k in KIND_KEYS[entry["kind"]] if k != "step")]
+    for key in numbers:
+        value = entry[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            return f"{key} must be a positive number, got {value!r}"
+    if entry["kind"] == "train":
+        step = entry["step"]
+        if not isinstance(step, list) or not all(
+            isinstance(p, list)
+            and len(p) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in p)
+            for p in step
+        ):
+            return f"step must be a list of [sequences, tokens] pairs of positive numbers, got {step!r}"
+    return None
 
 
 def _measured_entries(path: Path) -> list[dict]:
