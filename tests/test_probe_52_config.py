@@ -393,3 +393,9 @@ def test_cost_names_a_measured_figure_that_is_not_a_number(tmp_path):
         "pipeline.workflow.cost", "--measured", str(measured), "--", "results/synthkb/metrics.json"
     )
     one_error_line(done, str(measured), "value", "'fast'")
+
+
+def test_a_pool_smaller_than_the_candidates_is_refused():
+    # The sieve judged `pool` candidates per query where `candidates` were asked for, silently.
+    refused({"sieve": {"candidates": 30, "pool": 10}}, "'sieve.pool'", "sieve.candidates")
+    accepted({"sieve": {"candidates": 30, "pool": 30}})

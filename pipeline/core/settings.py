@@ -827,6 +827,20 @@ class SieveSettings(Contract):
         description="seeded sample of train queries; null = all (the cross-encoder filter scores every "
         "candidate pair: ~45 pairs/s on 2 CPU cores)",
     )
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_holds_the_candidates(cls, pool: int, info: ValidationInfo) -> int:
+        # The candidates are drawn from the pool: a smaller pool judged fewer candidates than asked,
+        # without a word.
+        candidates = info.data.get("candidates")
+        if candidates is not None and pool < candidates:
+            raise ValueError(
+                f"{pool} is smaller than sieve.candidates {candidates}: the candidates are drawn from the "
+                f"top {pool} ranks, so the sieve would judge {pool} per query; raise pool or lower candidates"
+            )
+        return pool
+
     strict: bool = Field(False, description="keep iff loss > threshold (released code) instead of >= (paper)")
     fallback: Literal["random_one", "none"] = Field(
         "random_one",
