@@ -399,3 +399,8 @@ def test_a_pool_smaller_than_the_candidates_is_refused():
     # The sieve judged `pool` candidates per query where `candidates` were asked for, silently.
     refused({"sieve": {"candidates": 30, "pool": 10}}, "'sieve.pool'", "sieve.candidates")
     accepted({"sieve": {"candidates": 30, "pool": 30}})
+
+
+def test_a_folder_given_as_a_config_file_is_named(tmp_path, capsys):
+    code, line = check([str(tmp_path)], capsys)
+    assert code == 2 and str(tmp_path) in line and "folder" in line

@@ -86,6 +86,10 @@ def load_mapping(path: str | os.PathLike) -> dict:
         raw = path.read_bytes()
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a config file") from None
+    except PermissionError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
