@@ -404,3 +404,12 @@ def test_a_pool_smaller_than_the_candidates_is_refused():
 def test_a_folder_given_as_a_config_file_is_named(tmp_path, capsys):
     code, line = check([str(tmp_path)], capsys)
     assert code == 2 and str(tmp_path) in line and "folder" in line
+
+
+@pytest.mark.parametrize("key", ["seeds", "ar2.seeds", "sieve.betas"])
+def test_a_list_that_multiplies_the_runs_is_bounded(key):
+    # Each seed (each β) trains again: 1,000 of them made a DAG as large as 1,000 shards.
+    section, _, name = key.rpartition(".")
+    values = list(range(S.MAX_RUNS + 1))
+    overlay = {section: {name: values}} if section else {name: values}
+    refused(overlay, f"'{key}'", str(S.MAX_RUNS))

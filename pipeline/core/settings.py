@@ -64,11 +64,11 @@ def _unique(values: list) -> list:
     return values
 
 
-def Unique(item: Any, min_length: int = 0) -> Any:  # noqa: N802  (a type, spelled like one)
-    """A list of ``item`` without repeats (and at least ``min_length`` entries)."""
+def Unique(item: Any, min_length: int = 0, max_length: int | None = None) -> Any:  # noqa: N802  (a type, spelled like one)
+    """A list of ``item`` without repeats (at least ``min_length`` entries, at most ``max_length``)."""
     return Annotated[
         list[item],
-        Field(min_length=min_length, json_schema_extra={"uniqueItems": True}),
+        Field(min_length=min_length, max_length=max_length, json_schema_extra={"uniqueItems": True}),
         AfterValidator(_unique),
     ]
 
@@ -128,6 +128,9 @@ MAX_ROUNDS = 100
 MAX_THREADS = 1_024
 MAX_MEM_MB = 2**24
 MAX_GPUS = 64
+# Seeds and β values: each trains every method (or a CCR model and its sieve) again, so like shards
+# they multiply the DAG; papers report 3 to 5 seeds and a handful of β.
+MAX_RUNS = 100
 # AdamW on a transformer diverges far below a learning rate of 1.
 MAX_LR = 1.0
 # positive_aware_dev's grid: each margin is a pass over the dev candidates.
@@ -851,7 +854,7 @@ class SieveSettings(Contract):
         gt=0,
         description="tau of the reported losses; null = the model's. Decisions do not depend on tau",
     )
-    betas: Unique(Annotated[float, Field(ge=0)]) = Field(
+    betas: Unique(Annotated[float, Field(ge=0)], 0, MAX_RUNS) = Field(
         [0, 0.5, 1, 3, 6],
         description="β sweep (effective, relative to NCE): CCR models dpr_ccr_b<β>, sieve_b<β> filters, "
         "Figure 1, and the methods dpr_ccr_b<β>, dpr_sieve_b<β>; from the paper's 0.5 to the authors' 6",
@@ -934,7 +937,7 @@ class Ar2Settings(Contract):
         le=MAX_ROUNDS,
         description="training rounds after round 0; each mines, (sieves), trains and re-encodes the corpus",
     )
-    seeds: Optional[Unique(Seed, 1)] = Field(
+    seeds: Optional[Unique(Seed, 1, MAX_RUNS)] = Field(
         None,
         description="AR2 runs, one per seed; null = the top-level `seeds`. Adding a seed runs only the new one",
     )
@@ -1369,7 +1372,7 @@ class Config(Contract):
     """The whole configuration (config.yaml deep-merged with overlays)."""
 
     seed: Seed = Field(0, description="names result folders (-s<seed>, seed<seed>)")
-    seeds: Optional[Unique(Seed, 1)] = Field(
+    seeds: Optional[Unique(Seed, 1, MAX_RUNS)] = Field(
         None,
         description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2",
     )
