@@ -348,6 +348,10 @@ def test_a_flag_after_the_double_dash_is_named():
     assert line is not None and "-n" in line and "before" in line and "results/x/metrics.json" in line
     assert flags_after_targets(["snakemake", "-n", "--", "results/x/metrics.json"]) is None
     assert flags_after_targets(["snakemake", "-n", "results/x/metrics.json"]) is None
+    module = "/venv/lib/python3.11/site-packages/snakemake/__main__.py"
+    assert flags_after_targets([module, "--", "results/x/metrics.json", "-n"]) is not None
+    # another program that reads the Snakefile in-process (pytest -- ... -x) is not Snakemake
+    assert flags_after_targets(["/venv/bin/pytest", "--", "tests/x.py", "-x"]) is None
 
 
 def test_one_config_problem_is_one_line():

@@ -13,6 +13,7 @@ so a flag put there (``-- results/d/metrics.json -n``) was "No rule to produce -
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from pipeline.core.config import ConfigError, check_config_files, validate_config
@@ -102,6 +103,11 @@ def flags_after_targets(argv: Sequence[str]) -> str | None:
     """Why a Snakemake command line (``sys.argv``) will fail on a flag after ``--``, else None: every
     word after ``--`` is a target, so ``-n`` there was "No rule to produce -n"."""
     words = list(argv)
+    # Only Snakemake's own command line (`snakemake ...`, `python -m snakemake ...`): a Snakefile read
+    # in-process by another program (a test runner) sees that program's argv.
+    program = Path(words[0]) if words else Path()
+    if not (program.name.startswith("snakemake") or program.parent.name == "snakemake"):
+        return None
     if "--" not in words:
         return None
     after = words[words.index("--") + 1 :]
