@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from rich.logging import RichHandler
 
-from pipeline.core.settings import ConfigError
+from pipeline.core.settings import MAX_THREADS, ConfigError
 from pipeline.core.storage import DataError
 
 log = logging.getLogger("sieve")
@@ -44,11 +44,23 @@ def stage_parser(module: str, description: str | None) -> argparse.ArgumentParse
     )
 
 
+def thread_count(text: str) -> int:
+    """argparse type of a --threads flag: a whole number from 1 to the settings' MAX_THREADS (torch
+    took -1 and failed in set_num_threads, after the stage had read its inputs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and {MAX_THREADS:,}")
+    return value
+
+
 def add_job_flags(ap: argparse.ArgumentParser, device: bool = True) -> None:
     """What every job of a rule passes: --device (where the stage computes), --threads, --log."""
     if device:
         ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--threads", type=int, help="CPU threads (torch)")
+    ap.add_argument("--threads", type=thread_count, help="CPU threads (torch)")
     ap.add_argument("--log", help="append the log to this file")
 
 
@@ -98,8 +110,11 @@ def start_stage(
             log_file if main_process else None, level=logging.INFO if main_process else logging.WARNING
         )
     quiet_weight_loading()
-    if not threads:
+    if threads is None:
         return
+    # Also here for the stages whose --threads is their own flag, not add_job_flags'.
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"--threads {threads}: CPU threads must be between 1 and {MAX_THREADS:,}")
     unknown = set(libraries) - {"torch", "faiss"}
     if unknown:
         raise ValueError(f"cannot set the threads of {sorted(unknown)} (known: faiss, torch)")
@@ -182,6 +197,9 @@ def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | N
 
 
 def _fail(line: str) -> None:
-    log.error("%s", line)
+    # Into the stage's log file; with no handler set up yet (a failure before start_stage, a small
+    # CLI), logging's last resort would print the line a second time, without "error:".
+    if log.hasHandlers():
+        log.error("%s", line)
     print(f"error: {line}", file=sys.stderr)
     raise SystemExit(2) from None

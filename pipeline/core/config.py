@@ -86,6 +86,10 @@ def load_mapping(path: str | os.PathLike) -> dict:
         raw = path.read_bytes()
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a config file") from None
+    except PermissionError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -155,8 +159,17 @@ def validate_config(
     if methods is not None and not lines:
         lines = unknown_methods(config, methods() if callable(methods) else methods)
     if lines:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
+        raise ConfigError(invalid_configuration(lines))
     return config
+
+
+def invalid_configuration(lines: Iterable[str]) -> str:
+    """The message of a config's problems: one problem on one line (a CLI's one error line), several
+    as a list."""
+    lines = list(dict.fromkeys(lines))
+    if len(lines) == 1:
+        return f"invalid configuration: {lines[0]}"
+    return "invalid configuration:\n  - " + "\n  - ".join(lines)
 
 
 def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
@@ -207,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.core.config", CHECK_HELP)
     parser.add_argument("files", nargs="+", help="config files, in the order given to --configfile")
     args = parser.parse_args(argv)
+    # Here: the workflow's checks need the method table and the rules' lookups, not every config reader.
+    from pipeline.workflow.checks import check_workflow_config
+
     try:
-        load_config(args.files)
+        check_workflow_config(load_config(args.files, validate=False), [DEFAULT_CONFIG, *args.files])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -224,7 +240,9 @@ One line naming the file and what is wrong (exit 2), else one line saying they a
 Snakemake reads itself before any of this project's code runs: a file that is not UTF-8 is a
 traceback there, whose `position` counts from the start of its reader's 8 KiB chunk, not of the file,
 and names no file; here it is `<file>: not UTF-8 text (... at byte B: line L, column C)`. The rest
-(unknown keys, values out of range, a key given twice) `snakemake -n` reports as well.
+(unknown keys, values out of range, a key given twice, unknown method names, each dataset's recipe, the
+sieve's source) `snakemake -n` reports as well; the noise sweep's and the tournament's settings, which
+`snakemake -n` checks when their target is asked for, are checked here whenever the config sets them.
 """
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import posixpath
 import shlex
@@ -63,11 +64,11 @@ def _unique(values: list) -> list:
     return values
 
 
-def Unique(item: Any, min_length: int = 0) -> Any:  # noqa: N802  (a type, spelled like one)
-    """A list of ``item`` without repeats (and at least ``min_length`` entries)."""
+def Unique(item: Any, min_length: int = 0, max_length: int | None = None) -> Any:  # noqa: N802  (a type, spelled like one)
+    """A list of ``item`` without repeats (at least ``min_length`` entries, at most ``max_length``)."""
     return Annotated[
         list[item],
-        Field(min_length=min_length, json_schema_extra={"uniqueItems": True}),
+        Field(min_length=min_length, max_length=max_length, json_schema_extra={"uniqueItems": True}),
         AfterValidator(_unique),
     ]
 
@@ -83,6 +84,59 @@ Metric = Annotated[str, Field(pattern=METRIC_PATTERN)]
 Pair = Annotated[list[MethodName], Field(min_length=2, max_length=2)]
 
 
+# ---- upper bounds of counts ---------------------------------------------------------------------
+# Every count has a ceiling where it is declared, so a slip (an extra digit, a value meant for another
+# key) is refused by the config check, naming the key, instead of being found hours later by a job, or
+# by Snakemake itself: encode.shards of 10^20 passed the check and `snakemake -n` then ran for 75 s into
+# a MemoryError building that many jobs. Each ceiling is past what the largest corpus the project knows
+# (Wikipedia, 21M passages; MS MARCO, 8.8M) or the largest machine needs, so a real run never meets one.
+#
+# Shards are jobs: 21M passages over 1,024 shards is ~20k passages a shard, about a minute of one GPU's
+# encoding, and more shards only add job start-ups; the DAG grows with them too (`snakemake -n` of the
+# demo already takes ~45 s at 1,000 shards).
+MAX_SHARDS = 1024
+# Ranks per query (run depth, mining depth, candidate pools, cut-offs): TREC and BEIR runs stop at 1,000.
+MAX_RANKS = 10_000
+# Negatives per query in one softmax (each a passage encoded per step): DPR 1, AR2 15, RocketQA 127.
+MAX_NEGATIVES = 1_000
+# Optimizer steps: the paper-scale runs take tens of thousands; 10^7 steps is months of training.
+MAX_STEPS = 10_000_000
+MAX_EPOCHS = 1_000
+MAX_GRAD_ACCUM = 4_096
+# Queries or passages per forward pass: 65,536 is past any GPU's memory at these sequence lengths.
+MAX_BATCH = 65_536
+# Passages read ahead and sorted by length (held in memory at once).
+MAX_SORT_BUFFER = 10_000_000
+# Passages of a corpus (a sample to train an index on cannot be larger).
+MAX_PASSAGES = 100_000_000
+# Queries sampled from a split (MS MARCO train: 503k queries).
+MAX_QUERIES = 100_000_000
+# synthkb entities: ~7.2 passages each, so 3M entities is a Wikipedia-sized corpus (21M passages).
+MAX_ENTITIES = 3_000_000
+# Tokens: the longest-context encoders (ModernBERT, jina v2) take 8,192; BERT's kind 512.
+MAX_TOKENS = 8_192
+MAX_LAYERS = 1_024
+# FAISS's probes (IVF cells, HNSW breadth): an IVF65536 index has 65,536 cells to probe at most.
+MAX_PROBES = 65_536
+# Passages scored per chunk by the torch search: 2^24 rows of 768 fp16 dims are already 24 GiB.
+MAX_CHUNK_ROWS = 2**24
+# RRF's k is 60 in every system; at 10^6 the fusion is already a plain count of the lists a passage is in.
+MAX_RRF_K = 1_000_000
+# AR2 rounds: each re-encodes the corpus; the AR2 paper trains a handful.
+MAX_ROUNDS = 100
+# A job's reservation on one node: no node has more hardware threads, 16 TiB of memory or 64 GPUs.
+MAX_THREADS = 1_024
+MAX_MEM_MB = 2**24
+MAX_GPUS = 64
+# Seeds and β values: each trains every method (or a CCR model and its sieve) again, so like shards
+# they multiply the DAG; papers report 3 to 5 seeds and a handful of β.
+MAX_RUNS = 100
+# AdamW on a transformer diverges far below a learning rate of 1.
+MAX_LR = 1.0
+# positive_aware_dev's grid: each margin is a pass over the dev candidates.
+MAX_GRID_POINTS = 10_001
+
+
 class Contract(BaseModel):
     """A config section: unknown keys, wrong types and non-finite numbers are errors (``from_dict``
     turns them into a ConfigError naming each key)."""
@@ -96,18 +150,22 @@ class Contract(BaseModel):
 class TrainSettings(Contract):
     """Optimisation and data settings shared by DPR and CCR training (defaults: DPR's)."""
 
-    lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
-    epochs: int = Field(1, ge=1, description="passes over the training queries")
+    lr: float = Field(2e-5, gt=0, le=MAX_LR, description="peak learning rate (AdamW)")
+    epochs: int = Field(1, ge=1, le=MAX_EPOCHS, description="passes over the training queries")
     batch_size: int = Field(
-        16, ge=1, description="GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool"
+        16,
+        ge=1,
+        le=MAX_BATCH,
+        description="GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool",
     )
-    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    grad_accum: int = Field(1, ge=1, le=MAX_GRAD_ACCUM, description="micro-batches per optimizer step")
     hard_negatives: int = Field(
-        1, ge=0, description="k: hard negatives per query, sampled per (qid, epoch, seed)"
+        1, ge=0, le=MAX_NEGATIVES, description="k: hard negatives per query, sampled per (qid, epoch, seed)"
     )
     negatives_depth: int = Field(
         30,
         ge=1,
+        le=MAX_RANKS,
         description="sample the k negatives from this many top candidates (non-excluded, positives removed)",
     )
     in_batch: bool = Field(
@@ -121,11 +179,15 @@ class TrainSettings(Contract):
     max_steps: int = Field(
         60,
         ge=0,
+        le=MAX_STEPS,
         description="cap on optimizer steps; 0 = no cap (epochs decide). The demo's cap: one MiniLM step "
         "of 16 queries takes 2-3 s on 2 CPU cores",
     )
     checkpoint_every: int = Field(
-        50, ge=0, description="optimizer steps between checkpoints (a rerun resumes there); 0 = never"
+        50,
+        ge=0,
+        le=MAX_STEPS,
+        description="optimizer steps between checkpoints (a rerun resumes there); 0 = never",
     )
     precision: Precision = Field(
         "bf16", description="autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32"
@@ -136,6 +198,7 @@ class TrainSettings(Contract):
     train_layers: Optional[int] = Field(
         None,
         ge=1,
+        le=MAX_LAYERS,
         description="train only the top N transformer layers; the embeddings and lower layers stay "
         "frozen and their outputs are computed once per text and cached (CPU budget); null = all",
     )
@@ -161,9 +224,9 @@ class Objective(Contract):
 class JobResources(Contract):
     """What a job reserves (Snakemake resources/threads), not what it computes."""
 
-    threads: int = Field(2, ge=1, description="CPU threads of the job")
-    mem_mb: int = Field(6000, ge=1, description="memory the job reserves (MB)")
-    gpus: int = Field(0, ge=0, description="GPUs the job reserves (more than 1: torchrun DDP)")
+    threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
+    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
+    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the job reserves (more than 1: torchrun DDP)")
 
 
 RESOURCE_KEYS = tuple(JobResources.model_fields)
@@ -187,6 +250,7 @@ class RelabelSettings(Contract):
     extra_positives: int = Field(
         1,
         ge=1,
+        le=MAX_NEGATIVES,
         description="slots per query for its relabelled positives, drawn per (seed, qid, epoch) beside its "
         "positive and k hard negatives; a query with fewer leaves the rest empty (in no softmax)",
     )
@@ -215,16 +279,19 @@ class CcrSettings(JobResources, Objective, TrainSettings):
     (tau 1, k 5, no in-batch negatives) at a larger lr than the paper's 1e-7 so the demo's few steps
     move the model; recipes.paper has the paper's."""
 
-    lr: float = Field(1e-5, gt=0, description="peak learning rate (AdamW)")
+    lr: float = Field(1e-5, gt=0, le=MAX_LR, description="peak learning rate (AdamW)")
     hard_negatives: int = Field(
         5,
         ge=1,
+        le=MAX_NEGATIVES,
         description="k: BM25 hard negatives per query in the CCR softmax (released code: 5; 3 MS MARCO)",
     )
     in_batch: bool = Field(
         False, description="other queries' passages in the softmax too (released code: off)"
     )
-    max_steps: int = Field(20, ge=0, description="cap on optimizer steps; 0 = no cap (epochs decide)")
+    max_steps: int = Field(
+        20, ge=0, le=MAX_STEPS, description="cap on optimizer steps; 0 = no cap (epochs decide)"
+    )
     beta: float = Field(
         6,
         ge=0,
@@ -250,10 +317,12 @@ class EvalSettings(Contract):
     match: Literal["string", "regex"] = Field(
         "string", description="DPR has_answer: string tokens, or regex (CuratedTREC)"
     )
-    ks: Unique(Annotated[int, Field(ge=1)], 1) = Field(
+    ks: Unique(Annotated[int, Field(ge=1, le=MAX_RANKS)], 1) = Field(
         [1, 5, 20, 100], description="cut-offs for R@k (answers), hit@k and recall@k (qrels)"
     )
-    depth: int = Field(100, ge=1, description="passages retrieved per query for evaluation runs")
+    depth: int = Field(
+        100, ge=1, le=MAX_RANKS, description="passages retrieved per query for evaluation runs"
+    )
 
     @field_validator("depth")
     @classmethod
@@ -292,6 +361,44 @@ class EvalSettings(Contract):
     )
 
 
+@functools.lru_cache(maxsize=None)
+def unknown_stemmer(name: str) -> str | None:
+    """Why PyStemmer has no stemmer ``name`` (with the languages it has), or None when it has one (or
+    is not installed here: the index job, which needs it, says so)."""
+    try:
+        import Stemmer  # PyStemmer
+    except ImportError:
+        return None
+    known = Stemmer.algorithms()
+    if name in known:
+        return None
+    return f"PyStemmer has no stemmer {name!r} ({_closest_names(name, known)}; null = no stemming)"
+
+
+@functools.lru_cache(maxsize=None)
+def unknown_stopwords(name: str) -> str | None:
+    """Why bm25s has no stop-word list ``name`` (its own words), or None when it has one (or is not
+    installed here). bm25s keeps no list of its names to show, so its refusal is quoted."""
+    try:
+        from bm25s.tokenization import Tokenizer
+    except ImportError:
+        return None
+    try:
+        Tokenizer(stopwords=name)
+    except ValueError as err:
+        return f"bm25s has no stop-word list {name!r} (bm25s: {' '.join(str(err).split())}; null = none)"
+    return None
+
+
+def _closest_names(name: str, known: Sequence[str]) -> str:
+    """'did you mean ...? known: ...' for a misspelt ``name`` (pipeline.core.methods.closest's wording)."""
+    import difflib
+
+    near = difflib.get_close_matches(name, list(known), n=3)
+    hint = f"did you mean {', '.join(map(repr, near))}? " if near else ""
+    return f"{hint}known: {', '.join(known)}"
+
+
 class Bm25Settings(Contract):
     """BM25 (bm25s): the bm25 method's runs and the mined hard negatives."""
 
@@ -299,9 +406,29 @@ class Bm25Settings(Contract):
     b: float = Field(0.4, ge=0, le=1, description="Pyserini/Lucene default (MS MARCO tuned: 0.68)")
     stemmer: Optional[str] = Field("english", description="PyStemmer language; null = no stemming")
     stopwords: Optional[str] = Field("en", description="bm25s stop-word list; null = none")
+
+    # Asked of the libraries themselves, so the names follow the installed versions: an unknown name
+    # passed the config check and stopped index_bm25 after its upstream jobs had run.
+    @field_validator("stemmer")
+    @classmethod
+    def _known_stemmer(cls, name: Optional[str]) -> Optional[str]:
+        problem = None if name is None else unknown_stemmer(name)
+        if problem:
+            raise ValueError(problem)
+        return name
+
+    @field_validator("stopwords")
+    @classmethod
+    def _known_stopwords(cls, name: Optional[str]) -> Optional[str]:
+        problem = None if name is None else unknown_stopwords(name)
+        if problem:
+            raise ValueError(problem)
+        return name
+
     negatives: int = Field(
         100,
         ge=1,
+        le=MAX_RANKS,
         description="BM25 negatives mined per train query (results/{dataset}/negatives/bm25.parquet)",
     )
     exclude_answer_match: bool = Field(
@@ -328,9 +455,9 @@ class ModelSettings(Contract):
         description="tau: cosine scores are divided by it in the loss (MiniLM was trained at 0.05)",
     )
     shared_towers: bool = Field(True, description="one encoder for queries and passages")
-    query_max_len: int = Field(32, ge=4, description="query tokens")
+    query_max_len: int = Field(32, ge=4, le=MAX_TOKENS, description="query tokens")
     passage_max_len: int = Field(
-        128, ge=8, description="passage tokens; passages are encoded as the pair (title, text)"
+        128, ge=8, le=MAX_TOKENS, description="passage tokens; passages are encoded as the pair (title, text)"
     )
 
 
@@ -405,11 +532,15 @@ class EncodeSettings(Contract):
     shards: int = Field(
         2,
         ge=1,
+        le=MAX_SHARDS,
         description="parallel encode_corpus jobs per model; shard i holds corpus rows [i*N/n, (i+1)*N/n)",
     )
-    batch_size: int = Field(64, ge=1, description="passages per forward pass")
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="passages per forward pass")
     sort_buffer: int = Field(
-        20000, ge=1, description="passages read ahead and sorted by token length (bounds the memory)"
+        20000,
+        ge=1,
+        le=MAX_SORT_BUFFER,
+        description="passages read ahead and sorted by token length (bounds the memory)",
     )
     amp: bool = Field(
         True,
@@ -420,9 +551,11 @@ class EncodeSettings(Contract):
         description="corpus encoding's forward pass: torch, or openvino (CPU jobs: the model compiled by "
         "OpenVINO in the same precision)",
     )
-    gpus: int = Field(0, ge=0, description="GPUs per encode job (Snakemake resource); 0 = CPU")
-    threads: int = Field(1, ge=1, description="CPU threads per encode job (shards x threads <= cores)")
-    mem_mb: int = Field(4000, ge=1, description="memory the job reserves (MB)")
+    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs per encode job (Snakemake resource); 0 = CPU")
+    threads: int = Field(
+        1, ge=1, le=MAX_THREADS, description="CPU threads per encode job (shards x threads <= cores)"
+    )
+    mem_mb: int = Field(4000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
 
 
 class IndexSettings(Contract):
@@ -434,14 +567,19 @@ class IndexSettings(Contract):
         description="FAISS index_factory: Flat | SQfp16 | IVF4096,Flat | HNSW32 | IVF65536,PQ64 ...",
     )
     shards: int = Field(
-        1, ge=1, description="index parts, 1..encode.shards: > 1 = one index per group of embedding shards"
+        1,
+        ge=1,
+        le=MAX_SHARDS,
+        description="index parts, 1..encode.shards: > 1 = one index per group of embedding shards",
     )
-    train_size: int = Field(100000, ge=1, description="vectors sampled (seeded) to train IVF / PQ")
+    train_size: int = Field(
+        100000, ge=1, le=MAX_PASSAGES, description="vectors sampled (seeded) to train IVF / PQ"
+    )
     gpus: int = Field(
-        0, ge=0, description="GPUs per build_index job; used when faiss sees GPUs (`gpu` extra)"
+        0, ge=0, le=MAX_GPUS, description="GPUs per build_index job; used when faiss sees GPUs (`gpu` extra)"
     )
-    threads: int = Field(2, ge=1, description="CPU threads of the job")
-    mem_mb: int = Field(8000, ge=1, description="memory the job reserves (MB)")
+    threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
+    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
 
 
 class SearchSettings(Contract):
@@ -451,13 +589,17 @@ class SearchSettings(Contract):
         "faiss",
         description="faiss, or torch (exact; streams the fp16 shards, on CUDA when the job holds a GPU)",
     )
-    batch_size: int = Field(128, ge=1, description="queries per forward pass")
-    nprobe: int = Field(32, ge=1, description="IVF cells probed per query")
-    ef_search: int = Field(128, ge=1, description="HNSW search breadth")
-    chunk_rows: int = Field(65536, ge=1, description="torch backend: passages scored per chunk")
-    gpus: int = Field(0, ge=0, description="GPUs per search job: query encoding, torch search, FAISS on GPU")
-    threads: int = Field(2, ge=1, description="CPU threads of the job")
-    mem_mb: int = Field(8000, ge=1, description="memory the job reserves (MB)")
+    batch_size: int = Field(128, ge=1, le=MAX_BATCH, description="queries per forward pass")
+    nprobe: int = Field(32, ge=1, le=MAX_PROBES, description="IVF cells probed per query")
+    ef_search: int = Field(128, ge=1, le=MAX_PROBES, description="HNSW search breadth")
+    chunk_rows: int = Field(
+        65536, ge=1, le=MAX_CHUNK_ROWS, description="torch backend: passages scored per chunk"
+    )
+    gpus: int = Field(
+        0, ge=0, le=MAX_GPUS, description="GPUs per search job: query encoding, torch search, FAISS on GPU"
+    )
+    threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
+    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
 
 
 class HybridSettings(Contract):
@@ -468,6 +610,7 @@ class HybridSettings(Contract):
     rrf_k: int = Field(
         60,
         ge=0,
+        le=MAX_RRF_K,
         description="RRF constant k in 1/(k + rank); 60 is the RRF paper's (Elasticsearch, Vespa, OpenSearch)",
     )
     weights: Unique(Annotated[float, Field(ge=0, le=1)], 1) = Field(
@@ -557,7 +700,9 @@ class InjectionSettings(Contract):
 
 
 class RankWindowSettings(Contract):
-    start: int = Field(10, ge=0, description="FlagEmbedding: candidates ranked 1..start are dropped")
+    start: int = Field(
+        10, ge=0, le=MAX_RANKS, description="FlagEmbedding: candidates ranked 1..start are dropped"
+    )
 
 
 class PositiveAwareSettings(Contract):
@@ -598,6 +743,13 @@ class PositiveAwareDevSettings(Contract):
     def _ordered(self) -> "PositiveAwareDevSettings":
         if self.grid_max < self.grid_min:
             raise ValueError(f"grid_max {self.grid_max} is below grid_min {self.grid_min}")
+        # grid() lists every margin: a step of 1e-300 asked for more margins than memory holds.
+        points = (self.grid_max - self.grid_min) / self.grid_step + 1
+        if points > MAX_GRID_POINTS:
+            raise ValueError(
+                f"grid_min {self.grid_min} to grid_max {self.grid_max} in steps of {self.grid_step} is "
+                f"{points:.3g} margins, more than {MAX_GRID_POINTS:,}: raise grid_step"
+            )
         return self
 
     def grid(self) -> list[float]:
@@ -614,12 +766,15 @@ class CrossEncoderFilterSettings(Contract):
         description="RocketQA: a candidate stays a negative only if the cross-encoder's probability is below it",
     )
     base: str = Field("minilm", min_length=1, description="encoder the cross-encoder is fine-tuned from")
-    max_len: int = Field(128, ge=8, description="tokens of a query-passage pair")
-    steps: int = Field(150, ge=1, description="training steps: its stated budget")
+    max_len: int = Field(128, ge=8, le=MAX_TOKENS, description="tokens of a query-passage pair")
+    steps: int = Field(150, ge=1, le=MAX_STEPS, description="training steps: its stated budget")
     batch_size: int = Field(
-        16, ge=1, description="queries per step (each gives one positive and one BM25-negative pair)"
+        16,
+        ge=1,
+        le=MAX_BATCH,
+        description="queries per step (each gives one positive and one BM25-negative pair)",
     )
-    lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
+    lr: float = Field(2e-5, gt=0, le=MAX_LR, description="peak learning rate (AdamW)")
     precision: Literal["bf16", "fp32"] = Field(
         "bf16", description="training autocast: bf16 on CUDA and on CPUs with native bf16, else fp32"
     )
@@ -660,17 +815,35 @@ class SieveSettings(Contract):
         "methods in config.yaml)",
     )
     candidates: int = Field(
-        30, ge=1, description="hard negatives per query judged by the sieve (released code: 30)"
+        30, ge=1, le=MAX_RANKS, description="hard negatives per query judged by the sieve (released code: 30)"
     )
     pool: int = Field(
-        100, ge=1, description="candidates are sampled per query (seeded) from the top <pool> ranks"
+        100,
+        ge=1,
+        le=MAX_RANKS,
+        description="candidates are sampled per query (seeded) from the top <pool> ranks",
     )
     max_queries: Optional[int] = Field(
         None,
         ge=1,
+        le=MAX_QUERIES,
         description="seeded sample of train queries; null = all (the cross-encoder filter scores every "
         "candidate pair: ~45 pairs/s on 2 CPU cores)",
     )
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_holds_the_candidates(cls, pool: int, info: ValidationInfo) -> int:
+        # The candidates are drawn from the pool: a smaller pool judged fewer candidates than asked,
+        # without a word.
+        candidates = info.data.get("candidates")
+        if candidates is not None and pool < candidates:
+            raise ValueError(
+                f"{pool} is smaller than sieve.candidates {candidates}: the candidates are drawn from the "
+                f"top {pool} ranks, so the sieve would judge {pool} per query; raise pool or lower candidates"
+            )
+        return pool
+
     strict: bool = Field(False, description="keep iff loss > threshold (released code) instead of >= (paper)")
     fallback: Literal["random_one", "none"] = Field(
         "random_one",
@@ -681,14 +854,18 @@ class SieveSettings(Contract):
         gt=0,
         description="tau of the reported losses; null = the model's. Decisions do not depend on tau",
     )
-    betas: Unique(Annotated[float, Field(ge=0)]) = Field(
+    betas: Unique(Annotated[float, Field(ge=0)], 0, MAX_RUNS) = Field(
         [0, 0.5, 1, 3, 6],
         description="β sweep (effective, relative to NCE): CCR models dpr_ccr_b<β>, sieve_b<β> filters, "
         "Figure 1, and the methods dpr_ccr_b<β>, dpr_sieve_b<β>; from the paper's 0.5 to the authors' 6",
     )
-    in_batch: int = Field(30, ge=0, description="in-batch negatives per query in Figure 1's softmax")
-    figure_queries: Optional[int] = Field(2000, ge=1, description="queries sampled for Figure 1 (null = all)")
-    batch_size: int = Field(64, ge=1, description="encoding batch size")
+    in_batch: int = Field(
+        30, ge=0, le=MAX_RANKS, description="in-batch negatives per query in Figure 1's softmax"
+    )
+    figure_queries: Optional[int] = Field(
+        2000, ge=1, le=MAX_QUERIES, description="queries sampled for Figure 1 (null = all)"
+    )
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="encoding batch size")
     injection: InjectionSettings = InjectionSettings()
     filters: Unique(Literal[FILTER_NAMES]) = Field(
         ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"],
@@ -702,12 +879,14 @@ class SieveSettings(Contract):
     threads: int = Field(
         2,
         ge=1,
+        le=MAX_THREADS,
         description="CPU threads of the jobs that run a model: the sieve, positive_aware, cross_encoder",
     )
-    mem_mb: int = Field(4000, ge=1, description="memory those jobs reserve (MB)")
+    mem_mb: int = Field(4000, ge=1, le=MAX_MEM_MB, description="memory those jobs reserve (MB)")
     gpus: int = Field(
         0,
         ge=0,
+        le=MAX_GPUS,
         description="GPUs of those jobs (the sieve's scoring, the model-based filters, the cross-encoder's "
         "training); the paper recipe: 1. AR2's own sieve takes ar2.gpus",
     )
@@ -728,19 +907,23 @@ class Ar2RankerSettings(Contract):
     """AR2's cross-encoder ranker: base encoder, [CLS] -> Linear -> 1 logit."""
 
     base: str = Field("minilm", min_length=1, description="HF encoder name or folder")
-    max_len: int = Field(128, ge=8, description="tokens of a query-passage pair")
+    max_len: int = Field(128, ge=8, le=MAX_TOKENS, description="tokens of a query-passage pair")
 
 
 class Ar2ListwiseSettings(Contract):
     """The ranker AR2 starts from with ``ranker_init: listwise`` (pipeline.ar2.train_ranker): AR2's
     ranker loss on the DPR start's own train candidates, before round 1."""
 
-    steps: int = Field(400, ge=1, description="training steps")
-    lr: float = Field(3e-5, gt=0, description="peak learning rate (AdamW)")
-    batch_size: int = Field(8, ge=1, description="queries per step")
-    negatives: int = Field(7, ge=1, description="sampled negatives per query: 1 + k candidates")
+    steps: int = Field(400, ge=1, le=MAX_STEPS, description="training steps")
+    lr: float = Field(3e-5, gt=0, le=MAX_LR, description="peak learning rate (AdamW)")
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="queries per step")
+    negatives: int = Field(
+        7, ge=1, le=MAX_NEGATIVES, description="sampled negatives per query: 1 + k candidates"
+    )
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="linear warm-up share, then linear decay")
-    rerank_depth: int = Field(30, ge=2, description="dev: the retriever's top n, reranked and scored")
+    rerank_depth: int = Field(
+        30, ge=2, le=MAX_RANKS, description="dev: the retriever's top n, reranked and scored"
+    )
 
 
 class Ar2Settings(Contract):
@@ -751,40 +934,46 @@ class Ar2Settings(Contract):
     rounds: int = Field(
         2,
         ge=1,
+        le=MAX_ROUNDS,
         description="training rounds after round 0; each mines, (sieves), trains and re-encodes the corpus",
     )
-    seeds: Optional[Unique(Seed, 1)] = Field(
+    seeds: Optional[Unique(Seed, 1, MAX_RUNS)] = Field(
         None,
         description="AR2 runs, one per seed; null = the top-level `seeds`. Adding a seed runs only the new one",
     )
     top_k: int = Field(
         30,
         ge=1,
+        le=MAX_RANKS,
         description="retrieved per train query by the previous round's retriever (AR2: 100; MS MARCO 200)",
     )
     exclude_answer_match: bool = Field(
         False, description="true (NQ/TQ recipe): candidates containing an answer are not negatives"
     )
     negatives: int = Field(
-        3, ge=1, description="k sampled negatives per query per step: 1 + k candidates (AR2: 15)"
+        3,
+        ge=1,
+        le=MAX_NEGATIVES,
+        description="k sampled negatives per query per step: 1 + k candidates (AR2: 15)",
     )
-    batch_size: int = Field(4, ge=1, description="queries per step")
+    batch_size: int = Field(4, ge=1, le=MAX_BATCH, description="queries per step")
     ranker_warmup_steps: int = Field(
         8,
         ge=0,
+        le=MAX_STEPS,
         description="extra ranker steps at the start of round 1 (the ranker starts from the base model)",
     )
     ranker_warmup_lr: Optional[float] = Field(
-        None, gt=0, description="own optimizer and schedule for the warm-up; null = ranker_lr"
+        None, gt=0, le=MAX_LR, description="own optimizer and schedule for the warm-up; null = ranker_lr"
     )
     ranker_steps: int = Field(
-        4, ge=0, description="ranker steps per round, first (AR2: ~500 of each 2000-step block)"
+        4, ge=0, le=MAX_STEPS, description="ranker steps per round, first (AR2: ~500 of each 2000-step block)"
     )
     retriever_steps: int = Field(
-        8, ge=0, description="retriever steps per round, after the ranker's (AR2: ~1500)"
+        8, ge=0, le=MAX_STEPS, description="retriever steps per round, after the ranker's (AR2: ~1500)"
     )
-    retriever_lr: float = Field(1e-5, gt=0, description="the retriever's peak learning rate")
-    ranker_lr: float = Field(3e-5, gt=0, description="the ranker's peak learning rate")
+    retriever_lr: float = Field(1e-5, gt=0, le=MAX_LR, description="the retriever's peak learning rate")
+    ranker_lr: float = Field(3e-5, gt=0, le=MAX_LR, description="the ranker's peak learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     warmup_ratio: float = Field(
         0.1,
@@ -822,6 +1011,7 @@ class Ar2Settings(Contract):
     passage_max_len: Optional[int] = Field(
         None,
         ge=8,
+        le=MAX_TOKENS,
         description="null = the DPR retriever's; an override applies to AR2's encoding and training",
     )
     sieve_init: Literal["initial", "warm", "current"] = Field(
@@ -834,18 +1024,23 @@ class Ar2Settings(Contract):
         "R@5", min_length=1, description="dev metric that picks the reported round (MS MARCO: MRR@10)"
     )
     checkpoint_every: int = Field(
-        25, ge=0, description="steps; a crashed round resumes from its last checkpoint"
+        25, ge=0, le=MAX_STEPS, description="steps; a crashed round resumes from its last checkpoint"
     )
     keep_checkpoints: bool = Field(
         False, description="false: round r's optimizer state is deleted once round r+1 has trained"
     )
     precision: Precision = Field("bf16", description="as dpr.precision")
     encode_batch_size: int = Field(
-        64, ge=1, description="a round's corpus encoding (encode.shards parallel jobs, at ar2.precision)"
+        64,
+        ge=1,
+        le=MAX_BATCH,
+        description="a round's corpus encoding (encode.shards parallel jobs, at ar2.precision)",
     )
-    threads: int = Field(1, ge=1, description="per AR2 job: two variants then run side by side on 2 cores")
-    mem_mb: int = Field(6000, ge=1, description="memory the job reserves (MB)")
-    gpus: int = Field(0, ge=0, description="GPUs the job reserves")
+    threads: int = Field(
+        1, ge=1, le=MAX_THREADS, description="per AR2 job: two variants then run side by side on 2 cores"
+    )
+    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
+    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the job reserves")
 
 
 # What each AR2 rule reads of config ar2 (workflow/rules/ar2.smk records exactly these as its params, so
@@ -1037,7 +1232,7 @@ class DatasetSpec(Contract):
         "{by: entity, dev: 0.1, test: 0.2, seed: 0}",
     )
     entities: Optional[int] = Field(
-        None, ge=10, description="synthkb only: number of entities (~7.2 passages each)"
+        None, ge=10, le=MAX_ENTITIES, description="synthkb only: number of entities (~7.2 passages each)"
     )
     seed: Seed = Field(0, description="synthkb only: generator seed")
     positive: Literal["named_article", "source"] = Field(
@@ -1177,7 +1372,7 @@ class Config(Contract):
     """The whole configuration (config.yaml deep-merged with overlays)."""
 
     seed: Seed = Field(0, description="names result folders (-s<seed>, seed<seed>)")
-    seeds: Optional[Unique(Seed, 1)] = Field(
+    seeds: Optional[Unique(Seed, 1, MAX_RUNS)] = Field(
         None,
         description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2",
     )
@@ -1204,6 +1399,19 @@ class Config(Contract):
     tournament: TournamentSettings = TournamentSettings()
     sieve: SieveSettings = SieveSettings()
     ar2: Ar2Settings = Ar2Settings()
+
+    @field_validator("index")
+    @classmethod
+    def _index_parts(cls, index: IndexSettings, info: ValidationInfo) -> IndexSettings:
+        # An index part is a group of embedding shards: more parts than shards stopped build_index after
+        # the corpus had been encoded.
+        encode = info.data.get("encode")
+        if encode is not None and index.shards > encode.shards:
+            raise ValueError(
+                f"shards {index.shards} is more than encode.shards {encode.shards}: an index part is a "
+                "group of embedding shards; lower index.shards or raise encode.shards"
+            )
+        return index
 
 
 # Config section -> its contract (the sections whose defaults fill every config).
@@ -1357,6 +1565,11 @@ def describe_errors(
             message = "required key is missing"
         elif isinstance(error.get("input"), (str, int, float)) and error["type"] != "value_error":
             message += f", got {error['input']!r}"
+            if error["type"] == "float_type" and _yaml_text_number(error["input"]):
+                message += (
+                    " (YAML, as PyYAML and so Snakemake read it, takes 1e-5 for text: write 1.0e-5 "
+                    "or 0.00001)"
+                )
         key = f"config key '{_key(loc)}'"
         lines.append(f"{flag} ({key}): {message}" if flag else f"{key}: {message}")
     for where, names in unknown.items():
@@ -1364,6 +1577,18 @@ def describe_errors(
         allowed = f" (allowed keys: {', '.join(sorted(model.model_fields))})" if model else ""
         lines.append(f"config key '{_key((*prefix, *where))}': unknown key(s) {', '.join(names)}{allowed}")
     return list(dict.fromkeys(lines))
+
+
+def _yaml_text_number(value: Any) -> bool:
+    """A string that is a number in scientific notation YAML 1.1 does not read as one (1e-5, 2e+3: its
+    floats need a dot and a signed exponent), the spelling docs/config.md's defaults show."""
+    if not isinstance(value, str) or "e" not in value.lower():
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def default(cls: type[Contract], name: str) -> Any:

@@ -34,6 +34,7 @@ from typing import Iterable
 import yaml
 
 from pipeline.core.config import load_config
+from pipeline.core.methods import closest
 from pipeline.core.recipes import dataset_config
 from pipeline.core.settings import ConfigError
 
@@ -91,24 +92,67 @@ def load_data(measured: Iterable[str | Path] = ()) -> dict:
     data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
     extra: list[dict] = []
     for path in measured:
-        loaded = json.loads(Path(path).read_text(encoding="utf-8"))
-        entries = loaded["throughputs"] if isinstance(loaded, dict) else loaded
+        entries = _measured_entries(Path(path))
         for n, entry in enumerate(entries):
-            missing = [k for k in ("id", "gpu", "kind", "model", "value", "status") if k not in entry]
-            if missing or entry["kind"] not in KINDS:
-                raise ConfigError(
-                    f"{path}: throughput {n} ({entry.get('id', '?')}): "
-                    + (
-                        f"missing {', '.join(missing)}"
-                        if missing
-                        else f"kind {entry['kind']!r} not in {KINDS}"
-                    )
-                )
+            problem = _entry_problem(entry)
+            if problem:
+                raise ConfigError(f"{path}: throughput {n} ({entry.get('id', '?')}): {problem}")
             data["gpus"].setdefault(entry["gpu"], {"name": entry.get("gpu_name", entry["gpu"])})
             data["startup_s"].setdefault(entry["gpu"], data["startup_s"][data["profile_gpu"]])
         extra += entries
     data["throughputs"] = extra + data["throughputs"]
     return data
+
+
+# What each kind of throughput is measured over (entry_flops_per_s reads them).
+KIND_KEYS = {"infer": ("tokens",), "train": ("step",), "search": ("passages", "dim")}
+
+
+def _entry_problem(entry: dict) -> str | None:
+    """What is wrong with a GPU check's throughput entry, or None: a figure that is not a positive
+    number stopped the estimate with a TypeError, after Snakemake's plan."""
+    missing = [k for k in ("id", "gpu", "kind", "model", "value", "status") if k not in entry]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if entry["kind"] not in KINDS:
+        return f"kind {entry['kind']!r} not in {KINDS}"
+    missing = [k for k in KIND_KEYS[entry["kind"]] if k not in entry]
+    if missing:
+        return f"a {entry['kind']} throughput needs {', '.join(missing)}"
+    numbers = ["value", *(k for k in KIND_KEYS[entry["kind"]] if k != "step")]
+    for key in numbers:
+        value = entry[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            return f"{key} must be a positive number, got {value!r}"
+    if entry["kind"] == "train":
+        step = entry["step"]
+        if not isinstance(step, list) or not all(
+            isinstance(p, list)
+            and len(p) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in p)
+            for p in step
+        ):
+            return f"step must be a list of [sequences, tokens] pairs of positive numbers, got {step!r}"
+    return None
+
+
+def _measured_entries(path: Path) -> list[dict]:
+    """The throughput entries of a GPU check's file (a JSON list, or {"throughputs": [...]}); a file
+    that is missing, not JSON or of another shape is a ConfigError naming it."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: --measured file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: --measured names a folder, not a JSON file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not JSON ({err})") from None
+    entries = loaded.get("throughputs") if isinstance(loaded, dict) else loaded
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ConfigError(f'{path}: expected a JSON list of throughput objects, or {{"throughputs": [...]}}')
+    return entries
 
 
 def architecture(data: dict, name: str) -> dict:
@@ -226,10 +270,44 @@ def plan(
         cmd += ["--configfile", *configfiles]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO if directory else None)
     if done.returncode:
-        raise SystemExit(
-            f"snakemake dry run failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}"
-        )
+        # Snakemake prints its reason on stdout, after a banner; the command line alone said nothing.
+        reason = snakemake_reason(done.stdout + "\n" + done.stderr)
+        raise PlanError(f"snakemake -n of {' '.join(targets)} failed: {reason}")
     return parse_plan(done.stdout + done.stderr)
+
+
+class PlanError(ConfigError):
+    """Snakemake refused to plan the targets (its reason, on one line)."""
+
+
+# Where Snakemake's own report of a failure starts: "WorkflowError:", "MissingRuleException:",
+# "InputFunctionException in rule X in file F, line N:".
+_FAILURE_HEADER = re.compile(r"^[A-Z]\w*(?:Exception|Error)(?: in .*)?:$")
+# What follows the reason in such a report: the job's wildcards, the traceback.
+_AFTER_REASON = ("Wildcards:", "Traceback:", "File ")
+
+
+def snakemake_reason(output: str) -> str:
+    """Snakemake's reason for a failed run, on one line, out of its whole output (banner, report,
+    traceback)."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if _FAILURE_HEADER.match(line.strip()):
+            parts = []
+            for text in (t.strip() for t in lines[i + 1 :]):
+                if not text or text.startswith(_AFTER_REASON):
+                    break
+                if text != "Error:":
+                    parts.append(text)
+            if parts:
+                # "ValueError: the message" (an input function's exception): the message is the reason.
+                parts[0] = re.sub(r"^[A-Z]\w*(?:Error|Exception): ", "", parts[0])
+                return " ".join(parts)
+    for line in lines:
+        if line.startswith("Error: ") or line.startswith("snakemake: error: "):
+            return line.split("error: ", 1)[-1] if line.startswith("snakemake") else line[len("Error: ") :]
+    shown = [t.strip() for t in lines if t.strip() and not t.startswith(("Using profile", "Building DAG"))]
+    return " ".join(shown[-3:]) or "no reason given"
 
 
 # ---- work per job ------------------------------------------------------------------------------------
@@ -611,6 +689,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", action="store_true", help="rewrite docs/cluster.md's generated tables")
     args = ap.parse_args(argv)
     data = load_data(args.measured)
+    if args.dataset or args.recipe:
+        _check_recipe_dataset(ap, args, load_config(args.configfile))
     if args.docs:
         write_docs(data)
         print(f"wrote {DOCS}")
@@ -637,5 +717,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _check_recipe_dataset(ap: argparse.ArgumentParser, args: argparse.Namespace, config: dict) -> None:
+    """--dataset must be declared and --recipe exist: the overlay made of them declared an unknown
+    dataset anew, and its error spoke of a missing 'format'."""
+    if args.dataset is not None and args.dataset not in config["datasets"]:
+        ap.error(
+            f"--dataset {args.dataset}: not a dataset of the config "
+            f"({closest(args.dataset, list(config['datasets']))}); declare it in an overlay (--configfile)"
+        )
+    if args.recipe is not None and args.recipe not in config["recipes"]:
+        ap.error(
+            f"--recipe {args.recipe}: not a recipe of the config ({closest(args.recipe, list(config['recipes']))})"
+        )
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline.core.cli import run_main  # cli's logging set-up is the program's, not an importer's
+
+    run_main(main)

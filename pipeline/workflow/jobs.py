@@ -18,7 +18,8 @@ import json
 import sys
 from typing import Callable
 
-from pipeline.core.methods import AR2_SAMPLING
+from pipeline.core.methods import AR2_SAMPLING, OTHER_FILTERS
+from pipeline.core.settings import Config, fields_of, from_dict, job_contract
 from pipeline.workflow.ar2 import (
     ar2_curve_job,
     ar2_mine_job,
@@ -28,7 +29,7 @@ from pipeline.workflow.ar2 import (
     ar2_train_job,
 )
 from pipeline.workflow.data import prepare_job
-from pipeline.workflow.evaluation import evaluate_job, hybrid_job
+from pipeline.workflow.evaluation import EvaluationRules, evaluate_job, hybrid_job
 from pipeline.workflow.retrieval import (
     bm25_job,
     encode_job,
@@ -114,6 +115,18 @@ def dense_search_documents(tables: WorkflowTables) -> dict[str, Callable[[str, a
     }
 
 
+def seed_value(text: str) -> int:
+    """argparse type of --seed: a seed the settings take (pipeline.core.settings.Seed); -4 was printed
+    into a document that every stage then refused."""
+    try:
+        return from_dict(SeedDocument, {"seed": int(text)}).seed
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a seed: {text!r} (a whole number, 0 to {2**32 - 1})") from None
+
+
+SeedDocument = job_contract("SeedDocument", "The --seed of the printer.", **fields_of(Config, "seed"))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the settings document the workflow's job of a stage would pass, to run it by hand with
     --settings (training's jobs: python -m pipeline.workflow.training)."""
@@ -125,10 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dataset", help="a dataset of the config (clean_negatives: a clean.<name> entry)")
     ap.add_argument("stage", help="the job's stage: " + ", ".join(STAGES))
     ap.add_argument("--run", default="bm25", help="evaluate: the run folder scored (default bm25)")
-    ap.add_argument("--filter", default="none", help="filter_candidates: the filter (default none)")
+    ap.add_argument(
+        "--filter",
+        default="none",
+        choices=OTHER_FILTERS,
+        help="filter_candidates: the filter (default none)",
+    )
     ap.add_argument(
         "--seed",
-        type=int,
+        type=seed_value,
         help="ar2_sieve, ar2_train_ranker, ar2_train: the AR2 run (default: its first seed)",
     )
     ap.add_argument(
@@ -151,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(str(err))
     elif args.dataset not in tables.datasets:
         ap.error(f"unknown dataset {args.dataset!r} (declared: {', '.join(sorted(tables.datasets))})")
+    if args.stage == "evaluate":
+        try:  # a run the workflow has (the rules' own check): a made-up name was printed all the same
+            EvaluationRules(tables).check_run(args.dataset, args.run.split("/")[0])
+        except ValueError as err:
+            ap.error(f"--run {args.run}: {err}")
     synthetic = args.dataset in tables.synthetic
     if args.stage in ("generate", "prepare") and synthetic != (args.stage == "generate"):
         ap.error(f"dataset {args.dataset!r} is {'generated' if synthetic else 'prepared'}, not {args.stage}d")
