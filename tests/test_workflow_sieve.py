@@ -121,7 +121,8 @@ def test_clean_entries(w):
     rules = SieveRules(SimpleNamespace(config={**w.config, "clean": {"mine": {"source": "neg.jsonl"}}}))
     spec = rules.clean_spec(job(clean="mine", ext="jsonl"))
     assert spec["source"] == "neg.jsonl"
-    assert rules.clean_inputs(job(clean="mine", ext="jsonl")) == {"source": "neg.jsonl"}
+    assert rules.clean_reads(job(clean="mine", ext="jsonl")) == {"source": "neg.jsonl"}
+    assert rules.clean_source(job(clean="mine", ext="jsonl")) == "neg.jsonl"
     assert rules.clean_labels(job(clean="mine", ext="jsonl")) == ""
     assert rules.clean_settings(job(clean="mine", ext="jsonl")).startswith("--settings-json ")
     with pytest.raises(ValueError, match="is not a .parquet file"):

@@ -34,7 +34,7 @@ rule evaluate:
     benchmark:
         "benchmarks/evaluate/{dataset}.{run}.tsv"
     shell:
-        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} {params.settings} {params.fusion} --out {output.metrics} --per-query {output.per_query} --log {log}"
+        "python -m pipeline.evaluation.evaluate --run {input.run:q} --queries {input.queries:q} --qrels {input.qrels:q} {params.qrels_all} --corpus {input.corpus:q} {params.settings} {params.fusion} --out {output.metrics:q} --per-query {output.per_query:q} --log {log:q}"
 
 
 # A separate rule because Snakemake outputs cannot depend on a function of the wildcards
@@ -56,7 +56,7 @@ rule export_trec:
     benchmark:
         "benchmarks/export_trec/{dataset}.{run}.{split}.tsv"
     shell:
-        "python -m pipeline.retrieval.runs --run {input.run} --queries {input.queries} --tag {params.tag} --trec {output} --log {log}"
+        "python -m pipeline.retrieval.runs --run {input.run:q} --queries {input.queries:q} --tag {params.tag} --trec {output:q} --log {log:q}"
 
 
 rule export_qrels:
@@ -71,12 +71,18 @@ rule export_qrels:
     log:
         "logs/export_qrels/{dataset}.{judged}.{split}.log",
     shell:
-        "python -m pipeline.evaluation.export_qrels --qrels {input} --out {output} --log {log}"
+        "python -m pipeline.evaluation.export_qrels --qrels {input:q} --out {output:q} --log {log:q}"
 
 
 # A dataset name that is not declared would be a bare "no rule to produce" (the {dataset} wildcard only
 # matches declared datasets): this rule matches any file under results/<name>/ or resources/<name>/ of
 # another name (results/sweeps/ is the sweep rules', all but a metrics.json there) and names the closest.
+# A clean.<name> entry's results/<name>/clean/ is rule clean_negatives': matched here too, this rule's
+# input function was evaluated beside it for every cleaned file and printed its "unknown dataset"
+# exception and traceback before the job ran.
+_CLEAN_DIRS = "|".join(re.escape(name) for name in config["clean"]) or "(?!x)x"
+
+
 rule unknown_dataset:
     input:
         lambda wildcards: (_ for _ in ()).throw(ValueError(
@@ -88,7 +94,8 @@ rule unknown_dataset:
     wildcard_constraints:
         top="results|resources",
         # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it
-        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)}|fingerprints)/)(?!sweeps/(?!metrics\\.json$))[^/]+",
+        name=(f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)}|fingerprints)/)(?!sweeps/(?!metrics\\.json$))"
+              f"(?!(?:{_CLEAN_DIRS})/clean/)[^/]+"),
         rest=".+",
 
 
@@ -120,7 +127,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json} --out-md {output.md} --out-html {output.html} --out-png {output.png} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json:q} --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log:q}"
 
 
 # With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'
@@ -142,5 +149,5 @@ rule dense_seeds:
     log:
         "logs/dense_seeds/{dataset}.{method}.log",
     shell:
-        "python -m pipeline.evaluation.seed_metrics --metrics {input} --seeds {params.seeds}"
-        " --out {output} --log {log}"
+        "python -m pipeline.evaluation.seed_metrics --metrics {input:q} --seeds {params.seeds}"
+        " --out {output:q} --log {log:q}"

@@ -1,0 +1,186 @@
+"""Issue 52's workflow cases: the clean entries' rule (content tracking, quoted paths, no stray
+exception), every rule's shell command quoted, and job logs that a file or grep can read."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_rerun_content import planned_rules, recorded_workspace, set_back, snakemake
+
+REPO = Path(__file__).resolve().parent.parent
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+TRIPLETS = "anchor,positive,negative\nq1,p one,n one\nq1,p one,p one\nq2,p two,n 2\n"
+
+
+def run_snakemake(workdir: Path, overlay: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [str(SNAKEMAKE), *args, "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    cmd += ["--cores", "1", "--configfile", str(overlay)]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    return subprocess.run(cmd, check=False, cwd=workdir, env=env, capture_output=True, text=True)
+
+
+# ---- a clean entry's source, labels and local model folder are tracked by content ------------------
+
+
+@pytest.mark.slow
+def test_a_clean_entry_reruns_for_new_content_in_its_source_labels_or_model_folder(tmp_path):
+    source, labels, model = tmp_path / "mine.csv", tmp_path / "labels.jsonl", tmp_path / "my-model"
+    source.write_text(TRIPLETS, encoding="utf-8")
+    labels.write_text('{"query": "q1", "passage": "p one"}\n', encoding="utf-8")
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert"}')
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    entry = {"source": str(source), "labels": str(labels), "filter": "sieve", "model": str(model)}
+    overlay = {"clean": {"mine": entry}}
+    targets = ["results/mine/clean/cleaned.csv"]
+    recorded_workspace(tmp_path, overlay, targets)
+    # the same content with a new mtime (a copy) reruns nothing
+    for path in (source, labels):
+        shutil.copy(path, tmp_path / "copy")
+        shutil.copy(tmp_path / "copy", path)
+    assert planned_rules(snakemake(tmp_path, overlay, "-n", *targets)) == set()
+    for path, content in ((source, TRIPLETS + "q3,p3,n3\n"), (labels, '{"query": "q2", "passage": "n 2"}\n')):
+        original = path.read_bytes()
+        path.write_text(content, encoding="utf-8")
+        set_back(path)  # other content with an older mtime (cp -p, tar x)
+        out = snakemake(tmp_path, overlay, "-n", *targets)
+        assert {"fingerprint", "clean_negatives"} <= planned_rules(out), (path.name, out[-3000:])
+        path.write_bytes(original)
+        set_back(path)
+        assert planned_rules(snakemake(tmp_path, overlay, "-n", *targets)) == set(), path.name
+    # new weights in the entry's local model folder, an older mtime
+    (model / "model.safetensors").write_bytes(b"weights v2")
+    set_back(model / "model.safetensors")
+    out = snakemake(tmp_path, overlay, "-n", *targets)
+    assert {"fingerprint", "clean_negatives"} <= planned_rules(out), out[-3000:]
+
+
+@pytest.mark.slow
+def test_a_missing_clean_source_is_named_while_planning(tmp_path):
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(f"clean: {{mine: {{source: '{tmp_path / 'gone.csv'}', filter: none}}}}\n")
+    proc = run_snakemake(tmp_path, overlay, "-n", "results/mine/clean/cleaned.csv")
+    assert proc.returncode != 0
+    assert "gone.csv" in proc.stdout + proc.stderr
+
+
+# ---- a cleaned file's plan: rule unknown_dataset no longer matches it ----------------------------------
+
+
+@pytest.mark.slow
+def test_a_cleaned_file_is_planned_without_an_unknown_dataset_exception(tmp_path):
+    (tmp_path / "mine.csv").write_text(TRIPLETS, encoding="utf-8")
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(f"clean: {{mine: {{source: '{tmp_path / 'mine.csv'}', filter: none}}}}\n")
+    proc = run_snakemake(tmp_path, overlay, "-n", "results/mine/clean/cleaned.csv")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for stray in ("InputFunctionException", "unknown dataset", "Traceback"):
+        assert stray not in out, out[-3000:]
+    # a clean entry's name is still no dataset: its results/<name>/metrics.json is named as before
+    proc = run_snakemake(tmp_path, overlay, "-n", "results/mine/metrics.json")
+    assert proc.returncode != 0 and "unknown dataset 'mine'" in proc.stdout + proc.stderr
+
+
+# ---- paths with spaces -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_clean_entry_whose_source_and_labels_have_spaces_in_their_paths_runs(tmp_path):
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    source, labels = folder / "mined negatives.csv", folder / "known labels.jsonl"
+    source.write_text(TRIPLETS, encoding="utf-8")
+    labels.write_text('{"query": "q1", "passage": "p one"}\n', encoding="utf-8")
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(
+        f"clean: {{mine: {{source: '{source}', labels: '{labels}', filter: none}}}}\n", encoding="utf-8"
+    )
+    proc = run_snakemake(tmp_path, overlay, "results/mine/clean/cleaned.csv")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / "results/mine/clean/cleaned.csv").read_text(encoding="utf-8").count("\n") == 3
+    # the report names the file the job read, whole
+    assert str(source) in (tmp_path / "results/mine/clean/cleaned.csv.report.json").read_text(
+        encoding="utf-8"
+    )
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(),
+            snakefile=REPO / "Snakefile",
+            workdir=tmp_path_factory.mktemp("workdir"),
+        )
+        yield workflow_api._workflow
+        del workflow_api
+
+
+def test_every_path_in_every_rule_s_shell_command_is_quoted(workflow):
+    unquoted = {}
+    for rule in workflow.rules:
+        if rule.shellcmd is None:
+            continue
+        # a file the rule names (input, output, log) or a folder param, without Snakemake's :q (params
+        # that are whole flags quote their paths themselves: test below)
+        found = re.findall(r"\{(?:input|output|log)(?:\.\w+)?\}|\{params\.\w*dir\}", rule.shellcmd)
+        found += re.findall(r"(?<!\")\$\(dirname [^)]*\)", rule.shellcmd)
+        if found:
+            unquoted[rule.name] = found
+    assert unquoted == {}, unquoted
+
+
+def test_the_flags_the_rules_build_from_paths_keep_a_path_with_a_space_whole():
+    from types import SimpleNamespace
+
+    from test_workflow_sieve import Namedlist
+
+    from pipeline.workflow.evaluation import fusion_arg, qrels_all_arg, weighted_io
+    from pipeline.workflow.retrieval import RetrievalRules
+    from pipeline.workflow.sieve import filter_model_arg, pairs_arg
+    from pipeline.workflow.training import TrainingRules
+
+    spaced = "my dir/a b.parquet"
+    files = Namedlist(
+        fromdict={
+            k: spaced
+            for k in (
+                "model",
+                "dev_candidates",
+                "dev_queries",
+                "qrels_all",
+                "fusion",
+                "corpus",
+                "dev_sparse",
+                "index",
+                "mining_qrels",
+                "queries",
+                "qrels",
+                "negatives",
+            )
+        }
+    )
+    built = [
+        filter_model_arg(None, files),
+        pairs_arg(["a"], [spaced]),
+        qrels_all_arg(None, files),
+        fusion_arg(None, files),
+        weighted_io(None, files, SimpleNamespace(choice=spaced)),
+        RetrievalRules.search_source(None, files),
+        TrainingRules.dpr_files(None, files),
+    ]
+    for flags in built:
+        words = shlex.split(flags)
+        paths = [w for w in words if not w.startswith("--") and w != "faiss"]
+        assert paths and all(w.endswith(("a b.parquet", "my dir")) for w in paths), flags
