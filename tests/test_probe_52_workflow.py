@@ -184,3 +184,61 @@ def test_the_flags_the_rules_build_from_paths_keep_a_path_with_a_space_whole():
         words = shlex.split(flags)
         paths = [w for w in words if not w.startswith("--") and w != "faiss"]
         assert paths and all(w.endswith(("a b.parquet", "my dir")) for w in paths), flags
+
+
+# ---- job logs: one record per line off a terminal; faiss's loader quiet ----------------------------
+
+PROGRESS = """
+import logging, time
+from pipeline.core.cli import setup_logging
+from pipeline.training.engine import ProgressLines
+setup_logging(LOG)
+lines = ProgressLines(0, 20000, every=1)
+lines(1, 0.123456, 2e-5, 123.4, note=" (nce 0.1234, ccr 0.0123, margin 0.5)")
+logging.getLogger("sieve.test").info("a long record " + "word " * 40 + "end of record")
+import faiss
+"""
+
+
+def test_a_job_s_stderr_in_a_file_has_one_line_per_record_and_no_faiss_loader_lines(tmp_path):
+    stderr, log = tmp_path / "job.err", tmp_path / "job.log"
+    with stderr.open("w") as err:
+        subprocess.run(
+            [sys.executable, "-c", PROGRESS.replace("LOG", repr(str(log)))],
+            check=True,
+            cwd=REPO,
+            stdout=err,  # a SLURM job's output file, 2>&1
+            stderr=err,
+            env=dict(os.environ, COLUMNS="", TERM="xterm"),
+        )
+    for path in (stderr, log):
+        text = path.read_text(encoding="utf-8")
+        step = [line for line in text.splitlines() if "step 1/20000" in line]
+        assert len(step) == 1 and "s/step" in step[0] and "ETA " in step[0], (path.name, text)
+        record = [line for line in text.splitlines() if "a long record" in line]
+        assert len(record) == 1 and record[0].endswith("end of record"), (path.name, text)
+        assert "Could not load library" not in text and "faiss.loader" not in text, (path.name, text)
+
+
+def test_the_console_handler_is_rich_on_a_terminal_only(tmp_path):
+    import io
+    import logging
+
+    from rich.logging import RichHandler
+
+    from pipeline.core.cli import console_handler, setup_logging
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert isinstance(console_handler(Terminal()), RichHandler)
+    assert not isinstance(console_handler(io.StringIO()), RichHandler)
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logging.getLogger("faiss.loader").level)
+    try:
+        setup_logging()
+        assert logging.getLogger("faiss.loader").getEffectiveLevel() == logging.WARNING
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+        logging.getLogger("faiss.loader").setLevel(saved[2])
