@@ -71,6 +71,20 @@ def test_a_missing_clean_source_is_named_while_planning(tmp_path):
     assert "gone.csv" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
+def test_a_clean_entry_may_clean_another_entry_s_cleaned_file(tmp_path):
+    # the source is a rule's output: a plain input, built first (never a fingerprint of a missing file)
+    (tmp_path / "mine.csv").write_text(TRIPLETS, encoding="utf-8")
+    overlay = tmp_path / "chain.yaml"
+    overlay.write_text(
+        f"clean:\n  mine: {{source: '{tmp_path / 'mine.csv'}', filter: none}}\n"
+        "  again: {source: results/mine/clean/cleaned.csv, filter: none}\n"
+    )
+    proc = run_snakemake(tmp_path, overlay, "-n", "results/again/clean/cleaned.csv")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert re.search(r"^clean_negatives\s+2$", proc.stdout, flags=re.MULTILINE), proc.stdout[-3000:]
+
+
 # ---- a cleaned file's plan: rule unknown_dataset no longer matches it ----------------------------------
 
 

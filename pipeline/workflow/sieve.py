@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
 from pipeline.core.settings import (
@@ -115,17 +115,30 @@ def is_local_model(name: str) -> bool:
     return name != "minilm" and os.path.isdir(name)
 
 
+def workflow_made(path: str) -> bool:
+    """A path under the working directory's results/ or resources/: a rule's output, which Snakemake
+    builds first and tracks by its own records (another entry's cleaned file as this one's source)."""
+    return os.path.relpath(os.path.abspath(path)).split(os.sep)[0] in ("results", "resources")
+
+
 def clean_reads(config: dict, name: str) -> dict[str, str]:
     """What clean entry ``name`` reads from outside the workflow: its source, its labels when it has
     them, and its model when its filter runs one given as a local folder (a hub name stays a setting).
-    Each reaches the job as a fingerprint (content.smk), so new content reruns it whatever its mtime."""
+    Each reaches the job as a fingerprint (content.smk), so new content reruns it whatever its mtime.
+    A workflow's output is left out (clean_made_inputs)."""
     spec = clean_entry(config, name)
     reads = {"source": spec["source"]}
     if spec["labels"]:
         reads["labels"] = spec["labels"]
     if spec["filter"] in MODEL_FILTERS and is_local_model(spec["model"]):
         reads["model"] = spec["model"]
-    return reads
+    return {role: path for role, path in reads.items() if not workflow_made(path)}
+
+
+def clean_made_inputs(config: dict, name: str) -> dict[str, str]:
+    """The entry's source and labels that are the workflow's outputs: plain inputs, built first."""
+    spec = clean_entry(config, name)
+    return {role: spec[role] for role in ("source", "labels") if spec[role] and workflow_made(spec[role])}
 
 
 def clean_job(config: dict, name: str) -> dict[str, Any]:
@@ -353,10 +366,16 @@ class SieveRules:
             )
         return spec
 
-    def clean_reads(self, wildcards: Wildcards) -> dict[str, str]:
-        """The files the entry reads (clean_reads), once the path's extension is checked."""
+    def clean_inputs(self, wildcards: Wildcards, fingerprint: Callable[[str], str]) -> dict[str, str]:
+        """clean_negatives' input, once the path's extension is checked: the ``fingerprint`` file of each
+        file it reads from outside the workflow (clean_reads; one that is not there as itself, so that
+        Snakemake names it), and the workflow's outputs it reads (clean_made_inputs)."""
         self.clean_spec(wildcards)
-        return clean_reads(self.config, wildcards.clean)
+        outside = {
+            f"{role}_sha256": fingerprint(path) if os.path.exists(path) else path
+            for role, path in clean_reads(self.config, wildcards.clean).items()
+        }
+        return {**outside, **clean_made_inputs(self.config, wildcards.clean)}
 
     def clean_source(self, wildcards: Wildcards) -> str:
         """params function: the entry's source (its content is an input, through its fingerprint)."""

@@ -239,9 +239,8 @@ from pipeline.core.settings import CLEAN_SUFFIXES
 def clean_inputs(wildcards):
     """clean_negatives' input: the content of each file the entry reads (its fingerprint, content.smk), so
     a source replaced with an older mtime or new weights in a local model folder rerun the job and a copy
-    of the same content does not. A file that is not there is the input itself: Snakemake names it."""
-    return {f"{role}_sha256": fingerprint_file(path) if os.path.exists(path) else path
-            for role, path in S.clean_reads(wildcards).items()}
+    of the same content does not; another rule's output (results/<other>/clean/...) as itself."""
+    return S.clean_inputs(wildcards, fingerprint_file)
 
 
 rule clean_negatives:
