@@ -103,6 +103,28 @@ def test_a_cleaned_file_is_planned_without_an_unknown_dataset_exception(tmp_path
     assert proc.returncode != 0 and "unknown dataset 'mine'" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
+def test_an_entry_that_reads_its_own_cleaned_file_is_refused_at_start_up(tmp_path):
+    overlay = tmp_path / "self.yaml"
+    overlay.write_text("clean:\n  mine: {source: results/mine/clean/cleaned.csv, filter: none}\n")
+    proc = run_snakemake(tmp_path, overlay, "-n", "results/mine/clean/cleaned.csv")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "clean.mine.source" in out and "Cyclic" not in out, out[-3000:]
+
+
+@pytest.mark.slow
+def test_a_flag_after_the_double_dash_is_named_not_a_missing_rule(tmp_path):
+    (tmp_path / "mine.csv").write_text(TRIPLETS, encoding="utf-8")
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(f"clean: {{mine: {{source: '{tmp_path / 'mine.csv'}', filter: none}}}}\n")
+    cmd = [str(SNAKEMAKE), "--cores", "1", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)]
+    cmd += ["--configfile", str(overlay), "--", "results/mine/clean/cleaned.csv", "-n"]
+    proc = subprocess.run(cmd, check=False, cwd=tmp_path, capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "-n came after `--`" in out, out[-3000:]
+    assert not (tmp_path / "results").exists()  # the dry run asked for did not turn into a run
+
+
 # ---- paths with spaces -------------------------------------------------------------------------------
 
 

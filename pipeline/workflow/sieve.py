@@ -356,6 +356,20 @@ class SieveRules:
 
     # ---- clean.<name>: a hard-negative dataset of the user's (docs/clean.md) --------------------------
 
+    def check_clean(self) -> None:
+        """An entry that reads a file of its own results/<name>/clean/ would be cleaning its own output
+        (Snakemake's bare "Cyclic dependency on rule clean_negatives"): refused at start-up, naming it."""
+        for name in self.clean:
+            spec = clean_entry(self.config, name)
+            own = os.path.join("results", name, "clean") + os.sep
+            for role in ("source", "labels"):
+                path = spec[role]
+                if path and os.path.relpath(os.path.abspath(path)).startswith(own):
+                    raise ValueError(
+                        f"clean.{name}.{role} is {path!r}, a file the entry itself writes (results/{name}/clean/): "
+                        f"an entry cannot read its own output; clean a copy, or give the cleaned file to another entry"
+                    )
+
     def clean_spec(self, wildcards: Wildcards) -> dict[str, Any]:
         """The entry, its defaults filled in; the path's extension must be its source's."""
         spec = clean_entry(self.config, wildcards.clean)

@@ -24,6 +24,7 @@ S = SieveRules(W)
 # does not name the setting (SieveRules.check_sources).
 try:
     S.check_sources()
+    S.check_clean()
 except ValueError as err:
     raise WorkflowError(str(err)) from None
 
