@@ -125,6 +125,23 @@ def test_a_flag_after_the_double_dash_is_named_not_a_missing_rule(tmp_path):
     assert not (tmp_path / "results").exists()  # the dry run asked for did not turn into a run
 
 
+@pytest.mark.slow
+def test_a_file_under_clean_that_no_entry_writes_is_named_against_the_clean_entries(tmp_path):
+    (tmp_path / "mine.csv").write_text(TRIPLETS, encoding="utf-8")
+    overlay = tmp_path / "clean.yaml"
+    overlay.write_text(f"clean: {{mine: {{source: '{tmp_path / 'mine.csv'}', filter: none}}}}\n")
+    cases = {
+        # a misspelt entry, or a dataset's name where no entry is (a forgotten overlay): not "unknown dataset"
+        "results/mien/clean/cleaned.csv": "no clean entry 'mien' (closest: mine)",
+        "results/synthkb/clean/cleaned.csv": "no clean entry 'synthkb'",
+        "results/mine/clean/cleaned.txt": "clean entry 'mine' writes results/mine/clean/cleaned.csv",
+    }
+    for target, message in cases.items():
+        proc = run_snakemake(tmp_path, overlay, "-n", target)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and message in out and "unknown dataset" not in out, (target, out[-2000:])
+
+
 # ---- paths with spaces -------------------------------------------------------------------------------
 
 

@@ -77,25 +77,46 @@ rule export_qrels:
 # A dataset name that is not declared would be a bare "no rule to produce" (the {dataset} wildcard only
 # matches declared datasets): this rule matches any file under results/<name>/ or resources/<name>/ of
 # another name (results/sweeps/ is the sweep rules', all but a metrics.json there) and names the closest.
-# A clean.<name> entry's results/<name>/clean/ is rule clean_negatives': matched here too, this rule's
-# input function was evaluated beside it for every cleaned file and printed its "unknown dataset"
-# exception and traceback before the job ran.
+# A clean.<name> entry's files (results/<name>/clean/cleaned.<ext>, and beside it) are rule clean_negatives':
+# matched here too, this rule's input function was evaluated beside it for every cleaned file and printed
+# its "unknown dataset" exception and traceback before the job ran. Any other file under .../clean/ is
+# named against the clean entries, not the datasets (a forgotten overlay, the source's extension).
+from pipeline.core.settings import CLEAN_SUFFIXES
+
 _CLEAN_DIRS = "|".join(re.escape(name) for name in config["clean"]) or "(?!x)x"
+_CLEAN_FILES = (f"(?:{_CLEAN_DIRS})/clean/cleaned\\.(?:{'|'.join(s.lstrip('.') for s in CLEAN_SUFFIXES)})"
+                "(?:\\.decisions\\.parquet|\\.report\\.json|\\.report\\.md)?$")
+
+
+def unknown_target(wildcards):
+    path = f"{wildcards.top}/{wildcards.name}/{wildcards.rest}"
+    name, entries = wildcards.name, sorted(config["clean"])
+    if wildcards.top == "results" and wildcards.rest.startswith("clean/"):
+        if name in entries:
+            ext = config["clean"][name]["source"].rsplit(".", 1)[-1]
+            message = (f"{path}: clean entry {name!r} writes {cleaned(name, ext)} (the extension is its source's) "
+                       "and beside it .decisions.parquet, .report.json and .report.md")
+        else:
+            declared = closest(name, entries) if entries else "none declared"
+            message = (f"{path}: no clean entry {name!r} ({declared}); a file to clean is declared under `clean` "
+                       "in an overlay given with --configfile (docs/clean.md)")
+    else:
+        message = (f"{path}: unknown dataset {name!r} ({closest(name, list(DATASETS) + ['sweeps'])}); datasets are "
+                   "declared under `datasets` in config.yaml or an overlay")
+    raise ValueError(message)
 
 
 rule unknown_dataset:
     input:
-        lambda wildcards: (_ for _ in ()).throw(ValueError(
-            f"{wildcards.top}/{wildcards.name}/{wildcards.rest}: unknown dataset {wildcards.name!r} "
-            f"({closest(wildcards.name, list(DATASETS) + ['sweeps'])}); datasets are declared under `datasets` in "
-            "config.yaml or an overlay")),
+        unknown_target,
     output:
         "{top}/{name}/{rest}",
     wildcard_constraints:
         top="results|resources",
-        # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it
-        name=(f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)}|fingerprints)/)(?!sweeps/(?!metrics\\.json$))"
-              f"(?!(?:{_CLEAN_DIRS})/clean/)[^/]+"),
+        # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it; a
+        # dataset's results/<dataset>/clean/ is no rule's either (clean entries write there)
+        name=(f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})/(?!clean/)|fingerprints/)"
+              f"(?!sweeps/(?!metrics\\.json$))(?!{_CLEAN_FILES})[^/]+"),
         rest=".+",
 
 
