@@ -295,3 +295,21 @@ def test_the_console_handler_is_rich_on_a_terminal_only(tmp_path):
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
         logging.getLogger("faiss.loader").setLevel(saved[2])
+
+
+BAR = """
+from pipeline.training.engine import progress_bar
+bar = progress_bar(True)
+with bar:
+    task = bar.add_task("train dpr_sieve_b6 seed 0 on synthkb", total=60, loss=0.5, lr=2e-5, eps=12.3)
+    for _ in range(60):
+        bar.update(task, advance=1, loss=0.1234, lr=2e-5, eps=12.3)
+"""
+
+
+def test_the_training_bar_leaves_no_cut_line_in_a_job_s_output_file(tmp_path):
+    # off a terminal ProgressLines logs the progress; rich's bar printed one line cut at 80 columns
+    out = tmp_path / "job.out"
+    with out.open("w") as handle:
+        subprocess.run([sys.executable, "-c", BAR], check=True, cwd=REPO, stdout=handle, stderr=handle)
+    assert out.read_text(encoding="utf-8") == ""
