@@ -9,12 +9,11 @@ import hashlib
 
 from pipeline.core.content_digest import digest as content_digest, file_digest
 from pipeline.data.readers import sources as data_sources
-from pipeline.workflow.sieve import clean_reads
+from pipeline.workflow.sieve import clean_reads, is_local_model
 
 
-def is_local_base(name):
-    """A base that from_pretrained loads from a folder here ('minilm' is the package's model, by name)."""
-    return name != "minilm" and os.path.isdir(name)
+# A base that from_pretrained loads from a folder here ('minilm' is the package's model, by name).
+is_local_base = is_local_model
 
 
 def fingerprint_file(path):
