@@ -121,7 +121,11 @@ def test_clean_entries(w):
     rules = SieveRules(SimpleNamespace(config={**w.config, "clean": {"mine": {"source": "neg.jsonl"}}}))
     spec = rules.clean_spec(job(clean="mine", ext="jsonl"))
     assert spec["source"] == "neg.jsonl"
-    assert rules.clean_inputs(job(clean="mine", ext="jsonl")) == {"source": "neg.jsonl"}
+    # a file that is not there is its own input (Snakemake names it); one that is, its fingerprint
+    assert rules.clean_inputs(job(clean="mine", ext="jsonl"), "fp:{}".format) == {
+        "source_sha256": "neg.jsonl"
+    }
+    assert rules.clean_source(job(clean="mine", ext="jsonl")) == "neg.jsonl"
     assert rules.clean_labels(job(clean="mine", ext="jsonl")) == ""
     assert rules.clean_settings(job(clean="mine", ext="jsonl")).startswith("--settings-json ")
     with pytest.raises(ValueError, match="is not a .parquet file"):

@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TextIO
 
 from rich.logging import RichHandler
 
@@ -20,17 +20,54 @@ from pipeline.core.storage import DataError
 log = logging.getLogger("sieve")
 
 
+# A log line as files keep it: one record per line, so grep finds a whole record.
+LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# faiss's loader reports at INFO each CPU-specific build it tried and could not import (three
+# "Could not load library ... ModuleNotFoundError" lines per job on most CPUs): read as failures, and
+# the build it did load works; its warnings still show.
+QUIET_LOGGERS = ("faiss.loader",)
+
+
+class _StdoutLines(logging.StreamHandler):
+    """Plain lines on whatever sys.stdout is when a record is written (as rich's console resolves it):
+    a stream bound once would outlive a replaced sys.stdout (pytest's capture, a redirect)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
+def console_handler(stream: TextIO | None = None) -> logging.Handler:
+    """The log on stdout, as it always was (stderr carries a failing stage's one "error:" line): rich's
+    columns on a terminal; elsewhere (a job's output in a file, a pipe, SLURM's output) the file's plain
+    line: rich laid records out for a console 80 columns wide there, a long record over several lines
+    that grep found in pieces. ``stream``: the one to decide by (sys.stdout)."""
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        return RichHandler(show_path=False, rich_tracebacks=False)
+    handler = _StdoutLines()
+    handler.setFormatter(logging.Formatter(LINE_FORMAT))
+    return handler
+
+
 def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
-    handlers: list[logging.Handler] = [RichHandler(show_path=False, rich_tracebacks=False)]
+    handlers: list[logging.Handler] = [console_handler()]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         file_handler = logging.FileHandler(log_file, mode="a", encoding="utf-8")
-        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        file_handler.setFormatter(logging.Formatter(LINE_FORMAT))
         handlers.append(file_handler)
     for handler in handlers:
         # A library that sets its own logger to DEBUG (bm25s) would otherwise print through ours.
         handler.setLevel(level)
     logging.basicConfig(level=level, handlers=handlers, format="%(message)s", force=True)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
 
 
 def stage_parser(module: str, description: str | None) -> argparse.ArgumentParser:

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Protocol
 
 import numpy as np
 import torch
+from rich import get_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import get_linear_schedule_with_warmup
 
@@ -251,14 +252,16 @@ class ProgressLines:
 
 
 def progress_bar(enabled: bool = True) -> Progress:
-    """The engine's rich bar: the run's label (its description), steps, loss, lr and examples/s."""
+    """The engine's rich bar: the run's label (its description), steps, loss, lr and examples/s. On a
+    terminal only: elsewhere (a job's output file) rich drew nothing until the end and then one line cut
+    at 80 columns ("6…/60", "0:…"); ProgressLines' plain lines show the progress there."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]:.4f} lr {task.fields[lr]:.2e} {task.fields[eps]:.1f} ex/s"),
         TimeRemainingColumn(),
-        disable=not enabled,
+        disable=not (enabled and get_console().is_terminal),
     )
 
 

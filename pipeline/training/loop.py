@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 import torch
 from pydantic import Field, ValidationError
+from rich import get_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -111,7 +112,7 @@ class StateCaches:
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
-            disable=not show,
+            disable=not (show and get_console().is_terminal),  # off a terminal: one line cut at 80 columns
         ) as progress:
             task = progress.add_task("cache", total=len(queries) + len(pairs))
             step = lambda n: progress.advance(task, n)  # noqa: E731

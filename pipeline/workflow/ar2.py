@@ -284,7 +284,9 @@ class Ar2Jobs:
     @staticmethod
     def dev_qrels_all_flag(wildcards: Wildcards, input: Any) -> str:
         """params: --dev-qrels-all where the job reads one (synthetic datasets)."""
-        return f"--dev-qrels-all {input.dev_qrels_all}" if "dev_qrels_all" in input.keys() else ""
+        return (
+            f"--dev-qrels-all {shlex.quote(input.dev_qrels_all)}" if "dev_qrels_all" in input.keys() else ""
+        )
 
     def select_metric(self, wildcards: Wildcards, output: Any) -> str:
         """params: only which metric the log line compares. A function of ``output`` so that Snakemake
@@ -460,4 +462,6 @@ class Ar2Jobs:
 
     def curve_args(self, wildcards: Wildcards) -> str:
         """params: --variant label=folder per curve."""
-        return " ".join(f"--variant {label}={folder}" for label, folder, _ in self.curves(wildcards))
+        return _quoted(
+            [a for label, folder, _ in self.curves(wildcards) for a in ("--variant", f"{label}={folder}")]
+        )

@@ -7,6 +7,7 @@ rule files (issue 43.3).
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any, Callable
 
 from pipeline.core.methods import closest
@@ -33,12 +34,12 @@ RUN_FOLDER = r"[A-Za-z0-9_.]+(/seed\d+)?"
 
 def qrels_all_arg(wildcards: Wildcards, input: Any) -> str:
     """params function: --qrels-all where the job has exact labels (synthetic data)."""
-    return f"--qrels-all {input.qrels_all}" if "qrels_all" in input.keys() else ""
+    return f"--qrels-all {shlex.quote(input.qrels_all)}" if "qrels_all" in input.keys() else ""
 
 
 def fusion_arg(wildcards: Wildcards, input: Any) -> str:
     """params function: the weighted sum's chosen w, recorded in metrics.json."""
-    return f"--fusion {input.fusion}" if "fusion" in input.keys() else ""
+    return f"--fusion {shlex.quote(input.fusion)}" if "fusion" in input.keys() else ""
 
 
 def fusion_choice(d: str, method: str, split: str, seed: int | str | None = None) -> str:
@@ -49,8 +50,8 @@ def fusion_choice(d: str, method: str, split: str, seed: int | str | None = None
 def weighted_io(wildcards: Wildcards, input: Any, output: Any) -> str:
     """params function: fuse_weighted's dev files (those it has) and where its choice goes."""
     keys = ("dev_sparse", "dev_dense", "dev_queries", "dev_qrels", "corpus", "dev_qrels_all")
-    args = [f"--{key.replace('_', '-')} {input[key]}" for key in keys if key in input.keys()]
-    return " ".join(args + [f"--choice-out {output.choice}"])
+    args = [f"--{key.replace('_', '-')} {shlex.quote(input[key])}" for key in keys if key in input.keys()]
+    return " ".join(args + [f"--choice-out {shlex.quote(output.choice)}"])
 
 
 # What each fusion's job of pipeline.evaluation.hybrid reads: (config section, keys) per part of its document.
@@ -169,13 +170,14 @@ class EvaluationRules:
         """params function: each method's metrics under the name `methods` lists (its run folder may
         carry its β)."""
         return " ".join(
-            f"{m}={path}" for m, path in zip(self.w.cfg(wildcards.dataset)["methods"], input.metrics)
+            shlex.quote(f"{m}={path}")
+            for m, path in zip(self.w.cfg(wildcards.dataset)["methods"], input.metrics)
         )
 
     def per_query_arg(self, wildcards: Wildcards) -> str:
         """params function: every run's per-query values (method@seed where the method has seeds)."""
         return " ".join(
-            f"{m}={path}" if seed is None else f"{m}@{seed}={path}"
+            shlex.quote(f"{m}={path}" if seed is None else f"{m}@{seed}={path}")
             for m, seed, path in self.query_values(wildcards.dataset)
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from typing import Any, Callable
 
 from pipeline.workflow.documents import settings_flag
@@ -106,13 +107,13 @@ class RetrievalRules:
     def search_source(wildcards: Wildcards, input: Any) -> str:
         """params function: the search backend and what it reads (search_inputs chose one)."""
         if "index" in input.keys():
-            return f"--backend faiss --index {os.path.dirname(input.index)}"
-        return f"--backend torch --embeddings {os.path.dirname(input.embeddings)}"
+            return f"--backend faiss --index {shlex.quote(os.path.dirname(input.index))}"
+        return f"--backend torch --embeddings {shlex.quote(os.path.dirname(input.embeddings))}"
 
     def mining_source(self, wildcards: Wildcards, input: Any) -> str:
         """params function of search_for_mining: search_source and the train qrels, whose positives
         set its depth (with the document's negatives) and which make it a mining search."""
-        return f"{self.search_source(wildcards, input)} --mining-qrels {input.mining_qrels}"
+        return f"{self.search_source(wildcards, input)} --mining-qrels {shlex.quote(input.mining_qrels)}"
 
     # The documents are functions of the wildcards alone: Snakemake records no param derived from a
     # job's input (a function taking `input`), so such a document's change would rerun nothing.

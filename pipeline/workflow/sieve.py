@@ -11,7 +11,8 @@ sieve_job, cross_encoder_job, filter_job, and clean_negatives' clean_job, valida
 from __future__ import annotations
 
 import os
-from typing import Any
+import shlex
+from typing import Any, Callable
 
 from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
 from pipeline.core.settings import (
@@ -44,15 +45,17 @@ from pipeline.workflow.tables import Wildcards, WorkflowTables
 def filter_model_arg(wildcards: Wildcards, input: Any) -> str:
     """params function: the filter's model folder, for the filters that run one (_filter_inputs), and
     positive_aware_dev's dev candidates and queries."""
-    args = [f"--model {os.path.dirname(input.model)}"] if "model" in input.keys() else []
+    args = [f"--model {shlex.quote(os.path.dirname(input.model))}"] if "model" in input.keys() else []
     if "dev_candidates" in input.keys():
-        args.append(f"--dev-candidates {input.dev_candidates} --dev-queries {input.dev_queries}")
+        args.append(
+            f"--dev-candidates {shlex.quote(input.dev_candidates)} --dev-queries {shlex.quote(input.dev_queries)}"
+        )
     return " ".join(args)
 
 
 def pairs_arg(names: list[str], paths: Any) -> str:
     """``name=path`` of each input, in the order the input function listed them (the stage's syntax)."""
-    return " ".join(f"{name}={path}" for name, path in zip(names, paths))
+    return " ".join(shlex.quote(f"{name}={path}") for name, path in zip(names, paths))
 
 
 def sieve_job(config: dict, seed: int) -> dict[str, Any]:
@@ -105,6 +108,37 @@ def clean_entry(config: dict, name: str) -> dict[str, Any]:
         declared = ", ".join(sorted(config["clean"])) or "none"
         raise ValueError(f"unknown clean entry {name!r} (declared: {declared})")
     return CleanSpec.model_validate(config["clean"][name]).model_dump()
+
+
+def is_local_model(name: str) -> bool:
+    """A model that from_pretrained loads from a folder here ('minilm' is the package's model, by name)."""
+    return name != "minilm" and os.path.isdir(name)
+
+
+def workflow_made(path: str) -> bool:
+    """A path under the working directory's results/ or resources/: a rule's output, which Snakemake
+    builds first and tracks by its own records (another entry's cleaned file as this one's source)."""
+    return os.path.relpath(os.path.abspath(path)).split(os.sep)[0] in ("results", "resources")
+
+
+def clean_reads(config: dict, name: str) -> dict[str, str]:
+    """What clean entry ``name`` reads from outside the workflow: its source, its labels when it has
+    them, and its model when its filter runs one given as a local folder (a hub name stays a setting).
+    Each reaches the job as a fingerprint (content.smk), so new content reruns it whatever its mtime.
+    A workflow's output is left out (clean_made_inputs)."""
+    spec = clean_entry(config, name)
+    reads = {"source": spec["source"]}
+    if spec["labels"]:
+        reads["labels"] = spec["labels"]
+    if spec["filter"] in MODEL_FILTERS and is_local_model(spec["model"]):
+        reads["model"] = spec["model"]
+    return {role: path for role, path in reads.items() if not workflow_made(path)}
+
+
+def clean_made_inputs(config: dict, name: str) -> dict[str, str]:
+    """The entry's source and labels that are the workflow's outputs: plain inputs, built first."""
+    spec = clean_entry(config, name)
+    return {role: spec[role] for role in ("source", "labels") if spec[role] and workflow_made(spec[role])}
 
 
 def clean_job(config: dict, name: str) -> dict[str, Any]:
@@ -322,6 +356,20 @@ class SieveRules:
 
     # ---- clean.<name>: a hard-negative dataset of the user's (docs/clean.md) --------------------------
 
+    def check_clean(self) -> None:
+        """An entry that reads a file of its own results/<name>/clean/ would be cleaning its own output
+        (Snakemake's bare "Cyclic dependency on rule clean_negatives"): refused at start-up, naming it."""
+        for name in self.clean:
+            spec = clean_entry(self.config, name)
+            own = os.path.join("results", name, "clean") + os.sep
+            for role in ("source", "labels"):
+                path = spec[role]
+                if path and os.path.relpath(os.path.abspath(path)).startswith(own):
+                    raise ValueError(
+                        f"clean.{name}.{role} is {path!r}, a file the entry itself writes (results/{name}/clean/): "
+                        f"an entry cannot read its own output; clean a copy, or give the cleaned file to another entry"
+                    )
+
     def clean_spec(self, wildcards: Wildcards) -> dict[str, Any]:
         """The entry, its defaults filled in; the path's extension must be its source's."""
         spec = clean_entry(self.config, wildcards.clean)
@@ -332,10 +380,20 @@ class SieveRules:
             )
         return spec
 
-    def clean_inputs(self, wildcards: Wildcards) -> dict[str, str]:
-        """clean_negatives' input: the source, and its labels when the entry has them."""
-        spec = self.clean_spec(wildcards)
-        return {"source": spec["source"], **({"labels": spec["labels"]} if spec["labels"] else {})}
+    def clean_inputs(self, wildcards: Wildcards, fingerprint: Callable[[str], str]) -> dict[str, str]:
+        """clean_negatives' input, once the path's extension is checked: the ``fingerprint`` file of each
+        file it reads from outside the workflow (clean_reads; one that is not there as itself, so that
+        Snakemake names it), and the workflow's outputs it reads (clean_made_inputs)."""
+        self.clean_spec(wildcards)
+        outside = {
+            f"{role}_sha256": fingerprint(path) if os.path.exists(path) else path
+            for role, path in clean_reads(self.config, wildcards.clean).items()
+        }
+        return {**outside, **clean_made_inputs(self.config, wildcards.clean)}
+
+    def clean_source(self, wildcards: Wildcards) -> str:
+        """params function: the entry's source (its content is an input, through its fingerprint)."""
+        return self.clean_spec(wildcards)["source"]
 
     def clean_settings(self, wildcards: Wildcards) -> str:
         """params function: clean_negatives' document (clean_job), recorded and passed whole; the path's
@@ -355,6 +413,6 @@ class SieveRules:
         return {"mem_mb": self.config["sieve"]["mem_mb"], "gpus": gpus, "gpu": gpus}
 
     def clean_labels(self, wildcards: Wildcards) -> str:
-        """params function: --labels of an entry that has them."""
+        """params function: --labels of an entry that has them (its content is an input, as the source's)."""
         labels = self.clean_spec(wildcards)["labels"]
-        return f"--labels {labels}" if labels else ""
+        return f"--labels {shlex.quote(labels)}" if labels else ""

@@ -152,7 +152,7 @@ class TrainingRules:
     def dpr_files(wildcards: Wildcards, input: Any) -> str:
         """params function: the training tables as flags (none when dpr.skip); tracked as inputs."""
         keys = ("queries", "qrels", "negatives", "corpus")
-        return " ".join(f"--{key} {input[key]}" for key in keys if key in input.keys())
+        return " ".join(f"--{key} {shlex.quote(input[key])}" for key in keys if key in input.keys())
 
     def rcl_settings(self, wildcards: Wildcards) -> str:
         """params function of dpr_rcl: DPR's document with the regulariser's objective (dpr.rcl)."""

@@ -55,9 +55,9 @@ rule ar2_mine:
     benchmark:
         "benchmarks/ar2_mine/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
-        "python -m pipeline.ar2.mine --retriever $(dirname {input.model}) --embeddings $(dirname {input.embeddings})"
-        " --queries {input.queries} --qrels {input.qrels} --corpus {input.corpus} {params.settings}"
-        " --source {params.source} --out {output.negatives} --device {params.device} --threads {threads} --log {log}"
+        "python -m pipeline.ar2.mine --retriever \"$(dirname {input.model:q})\" --embeddings \"$(dirname {input.embeddings:q})\""
+        " --queries {input.queries:q} --qrels {input.qrels:q} --corpus {input.corpus:q} {params.settings}"
+        " --source {params.source} --out {output.negatives:q} --device {params.device} --threads {threads} --log {log:q}"
 
 
 use rule ar2_mine as ar2_mine_start with:
@@ -99,9 +99,9 @@ rule ar2_sieve:
     benchmark:
         "benchmarks/ar2_sieve/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
-        "python -m pipeline.ar2.sieving --negatives {input.negatives} --queries {input.queries}"
-        " --qrels {input.qrels} --corpus {input.corpus} {params.files} {params.settings}"
-        " --out {output.sieve} --device {params.device} --threads {threads} --log {log}"
+        "python -m pipeline.ar2.sieving --negatives {input.negatives:q} --queries {input.queries:q}"
+        " --qrels {input.qrels:q} --corpus {input.corpus:q} {params.files} {params.settings}"
+        " --out {output.sieve:q} --device {params.device} --threads {threads} --log {log:q}"
 
 
 # CCR fine-tuning exactly as train_ccr (config ccr, the run's seed), from the model sieve_init names, on
@@ -147,10 +147,10 @@ rule ar2_train_ranker:
     benchmark:
         "benchmarks/ar2_train_ranker/{dataset}.seed{seed}.tsv"
     shell:
-        "python -m pipeline.ar2.train_ranker --mined {input.mined} --retriever $(dirname {input.retriever}) --queries {input.queries} --qrels {input.qrels}"
-        " --corpus {input.corpus} --dev-run {input.dev_run} --dev-queries {input.dev_queries}"
-        " --dev-qrels {input.dev_qrels} {params.dev_qrels_all} {params.settings} --compare-metric {params.metric}"
-        " --out $(dirname {output}) --device {params.device} --threads {threads} --log {log}"
+        "python -m pipeline.ar2.train_ranker --mined {input.mined:q} --retriever \"$(dirname {input.retriever:q})\" --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --corpus {input.corpus:q} --dev-run {input.dev_run:q} --dev-queries {input.dev_queries:q}"
+        " --dev-qrels {input.dev_qrels:q} {params.dev_qrels_all} {params.settings} --compare-metric {params.metric}"
+        " --out \"$(dirname {output:q})\" --device {params.device} --threads {threads} --log {log:q}"
 
 
 rule ar2_train:
@@ -180,9 +180,9 @@ rule ar2_train:
     benchmark:
         "benchmarks/ar2_train/{dataset}.{variant}.seed{seed}.round{r}.tsv"
     shell:
-        "python -m pipeline.ar2.train_round --round {wildcards.r} --round-dir {params.round_dir}"
-        " --mined {input.negatives} --queries {input.queries} --qrels {input.qrels} --corpus {input.corpus}"
-        " {params.files} {params.settings} --device {params.device} --threads {threads} --log {log}"
+        "python -m pipeline.ar2.train_round --round {wildcards.r} --round-dir {params.round_dir:q}"
+        " --mined {input.negatives:q} --queries {input.queries:q} --qrels {input.qrels:q} --corpus {input.corpus:q}"
+        " {params.files} {params.settings} --device {params.device} --threads {threads} --log {log:q}"
 
 
 # The round's corpus encoding: encode_corpus's shard jobs, at ar2.encode_batch_size and ar2.precision.
@@ -311,8 +311,8 @@ rule ar2_round:
         "logs/ar2_round/{dataset}.{variant}.seed{seed}.round{r}.log",
     shell:
         "python -m pipeline.ar2.round_summary --round {wildcards.r} --variant {params.variant}"
-        " --dataset {wildcards.dataset} --seed {wildcards.seed} --metrics {input.metrics} {params.files}"
-        " {params.recipe} --out {output} --log {log}"
+        " --dataset {wildcards.dataset} --seed {wildcards.seed} --metrics {input.metrics:q} {params.files}"
+        " {params.recipe} --out {output:q} --log {log:q}"
 
 
 rule ar2_select:
@@ -335,9 +335,9 @@ rule ar2_select:
     benchmark:
         "benchmarks/ar2_select/{dataset}.{method}.seed{seed}.tsv"
     shell:
-        "python -m pipeline.ar2.selection select --variant-dir {params.variant_dir}"
+        "python -m pipeline.ar2.selection select --variant-dir {params.variant_dir:q}"
         " --variant {params.variant} {params.settings}"
-        " --info-out {output.info} --figure {output.figure} --log {log}"
+        " --info-out {output.info:q} --figure {output.figure:q} --log {log:q}"
 
 
 rule ar2_search:
@@ -362,9 +362,9 @@ rule ar2_search:
     benchmark:
         "benchmarks/ar2_search/{dataset}.{method}.seed{seed}.{split}.tsv"
     shell:
-        "python -m pipeline.ar2.selection search --info {input.info} --queries {input.queries}"
-        " {params.settings} --run-out {output} --device {params.device} --threads {threads}"
-        " --log {log}"
+        "python -m pipeline.ar2.selection search --info {input.info:q} --queries {input.queries:q}"
+        " {params.settings} --run-out {output:q} --device {params.device} --threads {threads}"
+        " --log {log:q}"
 
 
 # An AR2 method's metrics.json is the seeds' mean (and std), not one run's evaluation.
@@ -384,8 +384,8 @@ rule ar2_seeds:
     log:
         "logs/ar2_seeds/{dataset}.{method}.log",
     shell:
-        "python -m pipeline.evaluation.seed_metrics --metrics {input.metrics} --infos {input.infos}"
-        " --out {output} --log {log}"
+        "python -m pipeline.evaluation.seed_metrics --metrics {input.metrics:q} --infos {input.infos:q}"
+        " --out {output:q} --log {log:q}"
 
 
 # All configured AR2 variants (and seeds) in one figure (not needed by metrics.json; ask for it or use `all`).
@@ -403,4 +403,4 @@ rule ar2_learning_curve:
         "logs/ar2_learning_curve/{dataset}.log",
     shell:
         "python -m pipeline.ar2.learning_curve {params.args} {params.settings}"
-        " --title 'AR2 variants: dev metrics per round' --out {output} --log {log}"
+        " --title 'AR2 variants: dev metrics per round' --out {output:q} --log {log:q}"

@@ -27,8 +27,8 @@ rule index_bm25:
         # DPR's 21M-passage Wikipedia and ~20 GiB for MS MARCO's 8.8M
         mem_mb=lambda w: {"dpr": 64000, "msmarco": 32000}.get(DATASETS[w.dataset]["format"], 8000),
     shell:
-        "python -m pipeline.retrieval.bm25 index --corpus {input.corpus} --out-dir $(dirname {output})"
-        " {params.settings} --log {log}"
+        "python -m pipeline.retrieval.bm25 index --corpus {input.corpus:q} --out-dir \"$(dirname {output:q})\""
+        " {params.settings} --log {log:q}"
 
 
 rule retrieve_bm25:
@@ -48,8 +48,8 @@ rule retrieve_bm25:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.retrieval.bm25 retrieve --index-dir $(dirname {input.index}) --queries {input.queries}"
-        " {params.settings} --out {output} --log {log}"
+        "python -m pipeline.retrieval.bm25 retrieve --index-dir \"$(dirname {input.index:q})\" --queries {input.queries:q}"
+        " {params.settings} --out {output:q} --log {log:q}"
 
 
 rule mine_bm25_negatives:
@@ -71,5 +71,5 @@ rule mine_bm25_negatives:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.retrieval.bm25 mine --index-dir $(dirname {input.index}) --queries {input.queries}"
-        " --qrels {input.qrels} --corpus {input.corpus} {params.settings} --out {output} --log {log}"
+        "python -m pipeline.retrieval.bm25 mine --index-dir \"$(dirname {input.index:q})\" --queries {input.queries:q}"
+        " --qrels {input.qrels:q} --corpus {input.corpus:q} {params.settings} --out {output:q} --log {log:q}"

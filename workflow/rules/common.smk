@@ -1,6 +1,7 @@
 # Helpers shared by the rule files: dataset lookups, wildcard constraints, the method table, the file layout (path
 # functions), the β tag, the job's device and GPU resources, and the conda environments.
 import re
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -25,6 +26,22 @@ for _path in workflow.overwrite_configfiles:
                             f"{_target} --configfile OVERLAY) or end the config files with -- (snakemake "
                             f"--configfile OVERLAY -- {_target})")
 
+
+# The advice above puts the targets after `--`, where argparse reads every word as a target: a flag
+# written after them (`-- results/d/metrics.json -n`) was "No rule to produce -n", and the dry run the
+# user asked for was not one. Snakemake's targets are not known while this file is read, so the
+# command line is (only when it is Snakemake's own: the API called from Python has other arguments).
+def _flags_after_double_dash(argv):
+    if not argv or os.path.basename(argv[0]) not in ("snakemake", "__main__.py") or "--" not in argv:
+        return []
+    return [word for word in argv[argv.index("--") + 1:] if word.startswith("-") and word != "-"]
+
+
+_late_flags = _flags_after_double_dash(sys.argv)
+if _late_flags:
+    raise WorkflowError(f"{' '.join(_late_flags)} came after `--`, where Snakemake reads every word as a target: "
+                        f"put the flags before `--` (snakemake --cores 2 {' '.join(_late_flags)} --configfile "
+                        "OVERLAY -- TARGETS)")
 
 # Before anything reads the config (a `datasets` entry that is not a mapping was an AttributeError
 # traceback below): each config file for keys given twice, then the contract. An entry of `methods` the

@@ -1,5 +1,6 @@
 # Content digests of what the rules read from outside the workflow: a base model given as a local
-# folder (model.base, sieve.cross_encoder.base, ar2.ranker.base) and a dataset's local source file.
+# folder (model.base, sieve.cross_encoder.base, ar2.ranker.base), a dataset's local source file, and a
+# clean.<name> entry's source, labels and local model folder (pipeline.workflow.sieve.clean_reads).
 # Rule `fingerprint` records the digest (pipeline/core/content_digest.py) as its param and writes it to
 # resources/fingerprints/<name>-<hash of the path>.json, an input of every rule that reads the path: new
 # content reruns exactly what reads it, whatever its mtime says, and a new mtime alone reruns nothing.
@@ -8,11 +9,11 @@ import hashlib
 
 from pipeline.core.content_digest import digest as content_digest, file_digest
 from pipeline.data.readers import sources as data_sources
+from pipeline.workflow.sieve import clean_reads, is_local_model
 
 
-def is_local_base(name):
-    """A base that from_pretrained loads from a folder here ('minilm' is the package's model, by name)."""
-    return name != "minilm" and os.path.isdir(name)
+# A base that from_pretrained loads from a folder here ('minilm' is the package's model, by name).
+is_local_base = is_local_model
 
 
 def fingerprint_file(path):
@@ -42,6 +43,9 @@ for _d in DECLARED:
     for _member in (False, True):
         for _path in _local_sources(_d, _member).values():
             FINGERPRINTED[fingerprint_file(_path)] = _path
+for _name in config["clean"]:
+    for _path in clean_reads(config, _name).values():
+        FINGERPRINTED[fingerprint_file(_path)] = _path
 
 
 def base_fingerprint(section):
@@ -82,4 +86,4 @@ rule fingerprint:
     resources:
         mem_mb=512,
     shell:
-        "python -m pipeline.core.content_digest --path {params.path:q} --out {output} > {log} 2>&1"
+        "python -m pipeline.core.content_digest --path {params.path:q} --out {output:q} > {log:q} 2>&1"

@@ -71,7 +71,7 @@ rule download:
         key="[0-9a-f]{16}",
         name="[^/]+",
     shell:
-        "python -m pipeline.data.download {params.args} --out {output} --log {log}"
+        "python -m pipeline.data.download {params.args} --out {output:q} --log {log:q}"
 
 
 rule extract_member:
@@ -96,7 +96,7 @@ rule extract_member:
         member="[0-9a-f]{16}",
         name="[^/]+",
     shell:
-        "python -m pipeline.data.download {params.args} --out {output} --log {log}"
+        "python -m pipeline.data.download {params.args} --out {output:q} --log {log:q}"
 
 
 rule prepare_dataset:
@@ -125,4 +125,4 @@ rule prepare_dataset:
     wildcard_constraints:
         dataset=alternatives(DECLARED),
     shell:
-        "python -m pipeline.data.prepare {params.settings} {params.files} --out-dir {params.out_dir} --log {log}"
+        "python -m pipeline.data.prepare {params.settings} {params.files} --out-dir {params.out_dir:q} --log {log:q}"

@@ -32,9 +32,9 @@ rule encode_corpus:
     benchmark:
         "benchmarks/encode_corpus/{dataset}.{model}.{shard}.tsv"
     shell:
-        "python -m pipeline.retrieval.encode corpus --model {params.model} --corpus {input.corpus}"
-        " --out-dir {params.out_dir} --shard {wildcards.shard} --shards " + str(ENCODE_SHARDS) +
-        " {params.settings} --device {params.device} --threads {threads} --no-progress --log {log}"
+        "python -m pipeline.retrieval.encode corpus --model {params.model:q} --corpus {input.corpus:q}"
+        " --out-dir {params.out_dir:q} --shard {wildcards.shard} --shards " + str(ENCODE_SHARDS) +
+        " {params.settings} --device {params.device} --threads {threads} --no-progress --log {log:q}"
 
 
 rule gather_embeddings:
@@ -56,8 +56,8 @@ rule gather_embeddings:
     benchmark:
         "benchmarks/gather_embeddings/{dataset}.{model}.tsv"
     shell:
-        "python -m pipeline.retrieval.encode gather --out-dir $(dirname {output}) --shards " + str(ENCODE_SHARDS) +
-        " --model {params.model} --corpus {input.corpus} --log {log}"
+        "python -m pipeline.retrieval.encode gather --out-dir \"$(dirname {output:q})\" --shards " + str(ENCODE_SHARDS) +
+        " --model {params.model:q} --corpus {input.corpus:q} --log {log:q}"
 
 
 rule build_index:
@@ -85,8 +85,8 @@ rule build_index:
     benchmark:
         "benchmarks/build_index/{dataset}.{model}.tsv"
     shell:
-        "python -m pipeline.retrieval.index --embeddings $(dirname {input}) --out-dir $(dirname {output})"
-        " {params.settings} {params.gpu} --threads {threads} --no-progress --log {log}"
+        "python -m pipeline.retrieval.index --embeddings \"$(dirname {input:q})\" --out-dir \"$(dirname {output:q})\""
+        " {params.settings} {params.gpu} --threads {threads} --no-progress --log {log:q}"
 
 
 rule search_dense:
@@ -114,9 +114,9 @@ rule search_dense:
     benchmark:
         "benchmarks/search_dense/{dataset}.{method}.{split}.tsv"
     shell:
-        "python -m pipeline.retrieval.search --model {params.model} --queries {input.queries} --out {output}"
+        "python -m pipeline.retrieval.search --model {params.model:q} --queries {input.queries:q} --out {output:q}"
         " {params.source} {params.settings} {params.gpu} --device {params.device} --threads {threads}"
-        " --no-progress --log {log}"
+        " --no-progress --log {log:q}"
 
 
 # One run per training seed of a seeded method (config `seeds`): results/{d}/{method}/seed{s}/.

@@ -34,7 +34,7 @@ rule evaluate:
     benchmark:
         "benchmarks/evaluate/{dataset}.{run}.tsv"
     shell:
-        "python -m pipeline.evaluation.evaluate --run {input.run} --queries {input.queries} --qrels {input.qrels} {params.qrels_all} --corpus {input.corpus} {params.settings} {params.fusion} --out {output.metrics} --per-query {output.per_query} --log {log}"
+        "python -m pipeline.evaluation.evaluate --run {input.run:q} --queries {input.queries:q} --qrels {input.qrels:q} {params.qrels_all} --corpus {input.corpus:q} {params.settings} {params.fusion} --out {output.metrics:q} --per-query {output.per_query:q} --log {log:q}"
 
 
 # A separate rule because Snakemake outputs cannot depend on a function of the wildcards
@@ -56,7 +56,7 @@ rule export_trec:
     benchmark:
         "benchmarks/export_trec/{dataset}.{run}.{split}.tsv"
     shell:
-        "python -m pipeline.retrieval.runs --run {input.run} --queries {input.queries} --tag {params.tag} --trec {output} --log {log}"
+        "python -m pipeline.retrieval.runs --run {input.run:q} --queries {input.queries:q} --tag {params.tag} --trec {output:q} --log {log:q}"
 
 
 rule export_qrels:
@@ -71,24 +71,52 @@ rule export_qrels:
     log:
         "logs/export_qrels/{dataset}.{judged}.{split}.log",
     shell:
-        "python -m pipeline.evaluation.export_qrels --qrels {input} --out {output} --log {log}"
+        "python -m pipeline.evaluation.export_qrels --qrels {input:q} --out {output:q} --log {log:q}"
 
 
 # A dataset name that is not declared would be a bare "no rule to produce" (the {dataset} wildcard only
 # matches declared datasets): this rule matches any file under results/<name>/ or resources/<name>/ of
 # another name (results/sweeps/ is the sweep rules', all but a metrics.json there) and names the closest.
+# A clean.<name> entry's files (results/<name>/clean/cleaned.<ext>, and beside it) are rule clean_negatives':
+# matched here too, this rule's input function was evaluated beside it for every cleaned file and printed
+# its "unknown dataset" exception and traceback before the job ran. Any other file under .../clean/ is
+# named against the clean entries, not the datasets (a forgotten overlay, the source's extension).
+from pipeline.core.settings import CLEAN_SUFFIXES
+
+_CLEAN_DIRS = "|".join(re.escape(name) for name in config["clean"]) or "(?!x)x"
+_CLEAN_FILES = (f"(?:{_CLEAN_DIRS})/clean/cleaned\\.(?:{'|'.join(s.lstrip('.') for s in CLEAN_SUFFIXES)})"
+                "(?:\\.decisions\\.parquet|\\.report\\.json|\\.report\\.md)?$")
+
+
+def unknown_target(wildcards):
+    path = f"{wildcards.top}/{wildcards.name}/{wildcards.rest}"
+    name, entries = wildcards.name, sorted(config["clean"])
+    if wildcards.top == "results" and wildcards.rest.startswith("clean/"):
+        if name in entries:
+            ext = config["clean"][name]["source"].rsplit(".", 1)[-1]
+            message = (f"{path}: clean entry {name!r} writes {cleaned(name, ext)} (the extension is its source's) "
+                       "and beside it .decisions.parquet, .report.json and .report.md")
+        else:
+            declared = closest(name, entries) if entries else "none declared"
+            message = (f"{path}: no clean entry {name!r} ({declared}); a file to clean is declared under `clean` "
+                       "in an overlay given with --configfile (docs/clean.md)")
+    else:
+        message = (f"{path}: unknown dataset {name!r} ({closest(name, list(DATASETS) + ['sweeps'])}); datasets are "
+                   "declared under `datasets` in config.yaml or an overlay")
+    raise ValueError(message)
+
+
 rule unknown_dataset:
     input:
-        lambda wildcards: (_ for _ in ()).throw(ValueError(
-            f"{wildcards.top}/{wildcards.name}/{wildcards.rest}: unknown dataset {wildcards.name!r} "
-            f"({closest(wildcards.name, list(DATASETS) + ['sweeps'])}); datasets are declared under `datasets` in "
-            "config.yaml or an overlay")),
+        unknown_target,
     output:
         "{top}/{name}/{rest}",
     wildcard_constraints:
         top="results|resources",
-        # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it
-        name=f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)}|fingerprints)/)(?!sweeps/(?!metrics\\.json$))[^/]+",
+        # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it; a
+        # dataset's results/<dataset>/clean/ is no rule's either (clean entries write there)
+        name=(f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})/(?!clean/)|fingerprints/)"
+              f"(?!sweeps/(?!metrics\\.json$))(?!{_CLEAN_FILES})[^/]+"),
         rest=".+",
 
 
@@ -120,7 +148,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json} --out-md {output.md} --out-html {output.html} --out-png {output.png} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json:q} --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log:q}"
 
 
 # With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'
@@ -142,5 +170,5 @@ rule dense_seeds:
     log:
         "logs/dense_seeds/{dataset}.{method}.log",
     shell:
-        "python -m pipeline.evaluation.seed_metrics --metrics {input} --seeds {params.seeds}"
-        " --out {output} --log {log}"
+        "python -m pipeline.evaluation.seed_metrics --metrics {input:q} --seeds {params.seeds}"
+        " --out {output:q} --log {log:q}"

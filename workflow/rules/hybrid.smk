@@ -31,8 +31,8 @@ rule fuse_rrf:
     benchmark:
         "benchmarks/fuse_rrf/{dataset}.{method}.{split}.tsv"
     shell:
-        "python -m pipeline.evaluation.hybrid rrf --sparse {input.sparse} --dense {input.dense} {params.settings}"
-        " --out {output} --log {log}"
+        "python -m pipeline.evaluation.hybrid rrf --sparse {input.sparse:q} --dense {input.dense:q} {params.settings}"
+        " --out {output:q} --log {log:q}"
 
 
 use rule fuse_rrf as fuse_rrf_seed with:
@@ -67,8 +67,8 @@ rule fuse_weighted:
     benchmark:
         "benchmarks/fuse_weighted/{dataset}.{method}.{split}.tsv"
     shell:
-        "python -m pipeline.evaluation.hybrid weighted --sparse {input.sparse} --dense {input.dense} {params.io}"
-        " {params.settings} --out {output.run} --log {log}"
+        "python -m pipeline.evaluation.hybrid weighted --sparse {input.sparse:q} --dense {input.dense:q} {params.io}"
+        " {params.settings} --out {output.run:q} --log {log:q}"
 
 
 use rule fuse_weighted as fuse_weighted_seed with:

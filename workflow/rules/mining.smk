@@ -49,8 +49,8 @@ rule mine_dense_negatives:
     resources:
         mem_mb=8000,
     shell:
-        "python -m pipeline.retrieval.mining --run {input.run} --queries {input.queries} --qrels {input.qrels}"
-        " --corpus {input.corpus} {params.settings} --source {wildcards.method} --out {output} --log {log}"
+        "python -m pipeline.retrieval.mining --run {input.run:q} --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --corpus {input.corpus:q} {params.settings} --source {wildcards.method} --out {output:q} --log {log:q}"
 
 
 # DPR exactly as train_dpr (same settings, seed, steps, from the base model), on a dense method's

@@ -24,6 +24,7 @@ S = SieveRules(W)
 # does not name the setting (SieveRules.check_sources).
 try:
     S.check_sources()
+    S.check_clean()
 except ValueError as err:
     raise WorkflowError(str(err)) from None
 
@@ -43,9 +44,9 @@ rule sieve_candidates:
     benchmark:
         "benchmarks/sieve_candidates/{dataset}{stag}.tsv"
     shell:
-        "python -m pipeline.sieve.candidates --negatives {input.negatives} --qrels {input.qrels}"
-        " --queries {input.queries} --corpus {input.corpus} {params.qrels_all} {params.settings}"
-        " --out {output} --log {log}"
+        "python -m pipeline.sieve.candidates --negatives {input.negatives:q} --qrels {input.qrels:q}"
+        " --queries {input.queries:q} --corpus {input.corpus:q} {params.qrels_all} {params.settings}"
+        " --out {output:q} --log {log:q}"
 
 
 rule sieve_dev_candidates:
@@ -62,9 +63,9 @@ rule sieve_dev_candidates:
     log:
         "logs/sieve_dev_candidates/{dataset}{stag}.log",
     shell:
-        "python -m pipeline.sieve.candidates --negatives {input.negatives} --qrels {input.qrels}"
-        " --queries {input.queries} --corpus {input.corpus} {params.qrels_all} {params.settings}"
-        " --out {output} --log {log}"
+        "python -m pipeline.sieve.candidates --negatives {input.negatives:q} --qrels {input.qrels:q}"
+        " --queries {input.queries:q} --corpus {input.corpus:q} {params.qrels_all} {params.settings}"
+        " --out {output:q} --log {log:q}"
 
 
 rule sieve_negatives:
@@ -93,10 +94,10 @@ rule sieve_negatives:
     benchmark:
         "benchmarks/sieve_negatives/{dataset}.b{beta}{stag}.tsv"
     shell:
-        "python -m pipeline.sieve.passage_sieve --candidates {input.candidates} --corpus {input.corpus}"
-        " --queries {input.queries} --model $(dirname {input.model}) --out {output.sieve}"
-        " --train-out {output.train} --source-tag {params.source_tag} --losses-out {output.losses}"
-        " {params.settings} --device {params.device} --threads {threads} --log {log}"
+        "python -m pipeline.sieve.passage_sieve --candidates {input.candidates:q} --corpus {input.corpus:q}"
+        " --queries {input.queries:q} --model \"$(dirname {input.model:q})\" --out {output.sieve:q}"
+        " --train-out {output.train:q} --source-tag {params.source_tag} --losses-out {output.losses:q}"
+        " {params.settings} --device {params.device} --threads {threads} --log {log:q}"
 
 
 rule train_cross_encoder:
@@ -122,9 +123,9 @@ rule train_cross_encoder:
     benchmark:
         "benchmarks/train_cross_encoder/{dataset}.tsv"
     shell:
-        "python -m pipeline.sieve.cross_encoder --negatives {input.negatives} --qrels {input.qrels}"
-        " --queries {input.queries} --corpus {input.corpus} {params.settings} {params.recipe}"
-        " --device {params.device} --threads {threads} --out $(dirname {output}) --log {log}"
+        "python -m pipeline.sieve.cross_encoder --negatives {input.negatives:q} --qrels {input.qrels:q}"
+        " --queries {input.queries:q} --corpus {input.corpus:q} {params.settings} {params.recipe}"
+        " --device {params.device} --threads {threads} --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 rule filter_candidates:
@@ -151,9 +152,9 @@ rule filter_candidates:
     benchmark:
         "benchmarks/filter_candidates/{dataset}.{filter}{stag}.tsv"
     shell:
-        "python -m pipeline.sieve.filters --filter {wildcards.filter} --candidates {input.candidates}"
-        " --corpus {input.corpus} --queries {input.queries} {params.model} {params.settings}"
-        " --device {params.device} --threads {threads} --out {output.decisions} --train-out {output.train} --log {log}"
+        "python -m pipeline.sieve.filters --filter {wildcards.filter} --candidates {input.candidates:q}"
+        " --corpus {input.corpus:q} --queries {input.queries:q} {params.model} {params.settings}"
+        " --device {params.device} --threads {threads} --out {output.decisions:q} --train-out {output.train:q} --log {log:q}"
 
 
 rule sieve_report:
@@ -169,8 +170,8 @@ rule sieve_report:
     log:
         "logs/sieve_report/{dataset}.{filter}{stag}.log",
     shell:
-        "python -m pipeline.sieve.report report --decisions {input.decisions} --candidates {input.candidates}"
-        " --dataset {wildcards.dataset} --filter {wildcards.filter} --out {output} --log {log}"
+        "python -m pipeline.sieve.report report --decisions {input.decisions:q} --candidates {input.candidates:q}"
+        " --dataset {wildcards.dataset} --filter {wildcards.filter} --out {output:q} --log {log:q}"
 
 
 rule sieve_comparison:
@@ -184,8 +185,8 @@ rule sieve_comparison:
     log:
         "logs/sieve_comparison/{dataset}{stag}.log",
     shell:
-        "python -m pipeline.sieve.report compare --dataset {wildcards.dataset} --reports {input}"
-        " --out-json {output.json} --out-md {output.md} --log {log}"
+        "python -m pipeline.sieve.report compare --dataset {wildcards.dataset} --reports {input:q}"
+        " --out-json {output.json:q} --out-md {output.md:q} --log {log:q}"
 
 
 rule sieve_figures:
@@ -208,7 +209,7 @@ rule sieve_figures:
         "logs/sieve_figures/{dataset}{stag}.log",
     shell:
         "python -m pipeline.sieve.figures --losses {params.losses} --sieve {params.sieves}"
-        " --comparison {input.comparison} --out-dir $(dirname {output.figure1}) --log {log}"
+        " --comparison {input.comparison:q} --out-dir \"$(dirname {output.figure1:q})\" --log {log:q}"
 
 
 
@@ -227,7 +228,7 @@ rule sieve_tradeoff:
         "logs/sieve_tradeoff/{dataset}{stag}.log",
     shell:
         "python -m pipeline.sieve.tradeoff --decisions {params.decisions} --reference {params.reference}"
-        " --out-json {output.json} --out-png {output.png} --log {log}"
+        " --out-json {output.json:q} --out-png {output.png:q} --log {log:q}"
 
 
 # ---- a hard-negative dataset of the user's, cleaned (config clean.<name>; docs/clean.md) ------------
@@ -236,9 +237,16 @@ rule sieve_tradeoff:
 from pipeline.core.settings import CLEAN_SUFFIXES
 
 
+def clean_inputs(wildcards):
+    """clean_negatives' input: the content of each file the entry reads (its fingerprint, content.smk), so
+    a source replaced with an older mtime or new weights in a local model folder rerun the job and a copy
+    of the same content does not; another rule's output (results/<other>/clean/...) as itself."""
+    return S.clean_inputs(wildcards, fingerprint_file)
+
+
 rule clean_negatives:
     input:
-        unpack(S.clean_inputs),
+        unpack(clean_inputs),
     output:
         cleaned=cleaned("{clean}", "{ext}"),
         decisions=clean_file("{clean}", "{ext}", "decisions.parquet"),
@@ -248,6 +256,7 @@ rule clean_negatives:
         clean="|".join(S.clean) or "(?!x)x",
         ext="|".join(s.lstrip(".") for s in CLEAN_SUFFIXES),
     params:
+        source=S.clean_source,
         settings=S.clean_settings,
         labels=S.clean_labels,
         device=job_device,
@@ -261,6 +270,6 @@ rule clean_negatives:
     benchmark:
         "benchmarks/clean_negatives/{clean}.{ext}.tsv"
     shell:
-        "python -m pipeline.sieve.clean --input {input.source} --out {output.cleaned} {params.settings}"
-        " {params.labels} --decisions {output.decisions} --report {output.report} --device {params.device}"
-        " --threads {threads} --log {log}"
+        "python -m pipeline.sieve.clean --input {params.source:q} --out {output.cleaned:q} {params.settings}"
+        " {params.labels} --decisions {output.decisions:q} --report {output.report:q} --device {params.device}"
+        " --threads {threads} --log {log:q}"

@@ -37,9 +37,9 @@ rule noise_sweep:
         md=sweep_output("noise", "md"),
     params:
         datasets=lambda wildcards, input: (_check_sweep() or " ".join(
-            f"{d}={m}:{f}" for d, m, f in zip(SWEEP["datasets"], input.metrics, input.manifests))),
+            shlex.quote(f"{d}={m}:{f}") for d, m, f in zip(SWEEP["datasets"], input.metrics, input.manifests))),
         sieves=lambda wildcards, input: " ".join(
-            ["--sieve"] + [f"{d}={p}" for d, p in zip(SWEEP["datasets"], input.sieves)] if input.sieves else []),
+            ["--sieve"] + [shlex.quote(f"{d}={p}") for d, p in zip(SWEEP["datasets"], input.sieves)] if input.sieves else []),
         settings=" ".join(["--methods", *SWEEP["methods"], "--baseline", SWEEP["baseline"], "--oracle",
                            SWEEP["oracle"], "--metric", SWEEP["metric"]]
                           + (["--pairs", *(f"{m}:{b}" for m, b in SWEEP["pairs"])] if SWEEP["pairs"] else [])),
@@ -49,7 +49,7 @@ rule noise_sweep:
         "logs/noise_sweep.log",
     shell:
         "python -m pipeline.evaluation.sweep --dataset {params.datasets} {params.sieves} {params.settings}"
-        " --out-json {output.json} --out-png {output.png} --out-md {output.md} --log {log}"
+        " --out-json {output.json:q} --out-png {output.png:q} --out-md {output.md:q} --log {log:q}"
 
 
 # The tournament (issue 41): every contender of tournament.methods at every level of tournament.levels
@@ -65,11 +65,11 @@ rule tournament:
     params:
         settings=lambda wildcards: shlex.quote(tournament_settings(W)),
         metrics=lambda wildcards, input: " ".join(
-            f"{d}={m}" for d, m in zip(config["tournament"]["levels"], input.metrics)),
+            shlex.quote(f"{d}={m}") for d, m in zip(config["tournament"]["levels"], input.metrics)),
     conda:
         CPU_ENV
     log:
         "logs/tournament.log",
     shell:
         "python -m pipeline.evaluation.tournament --settings {params.settings} --metrics {params.metrics}"
-        " --out-json {output.json} --out-md {output.md} --out-png {output.png} --log {log}"
+        " --out-json {output.json:q} --out-md {output.md:q} --out-png {output.png:q} --log {log:q}"

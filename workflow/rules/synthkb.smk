@@ -26,4 +26,4 @@ rule generate_synthkb:
     wildcard_constraints:
         dataset=alternatives(SYNTHETIC),
     shell:
-        "python -m pipeline.synthkb.generate --out-dir {params.out_dir} {params.settings} --log {log}"
+        "python -m pipeline.synthkb.generate --out-dir {params.out_dir:q} {params.settings} --log {log:q}"

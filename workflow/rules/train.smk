@@ -43,7 +43,7 @@ rule init_zeroshot:
         mem_mb=2000,
     shell:
         "python -m pipeline.training.train_dense --device cpu --init-only --base {params.base} {params.settings} {params.recipe}"
-        " --out $(dirname {output}) --log {log}"
+        " --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 rule train_dpr:
@@ -66,7 +66,7 @@ rule train_dpr:
     benchmark:
         "benchmarks/train_dpr/{dataset}.tsv"
     shell:
-        _LAUNCH + "{params.settings} {params.files} {params.recipe} --threads {threads} --out $(dirname {output}) --log {log}"
+        _LAUNCH + "{params.settings} {params.files} {params.recipe} --threads {threads} --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 rule train_ccr:
@@ -91,9 +91,9 @@ rule train_ccr:
     benchmark:
         "benchmarks/train_ccr/{dataset}.b{beta}.tsv"
     shell:
-        _LAUNCH + "--init $(dirname {input.init}) --queries {input.queries} --qrels {input.qrels}"
-        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
-        " --out $(dirname {output}) --log {log}"
+        _LAUNCH + "--init \"$(dirname {input.init:q})\" --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
+        " --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 rule train_dpr_filtered:
@@ -124,9 +124,9 @@ rule train_dpr_filtered:
     benchmark:
         "benchmarks/train_dpr_filtered/{dataset}.{negs}.tsv"
     shell:
-        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
-        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
-        " --out $(dirname {output}) --log {log}"
+        _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
+        " --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 rule relabel_qrels:
@@ -142,7 +142,7 @@ rule relabel_qrels:
     log:
         "logs/relabel_qrels/{dataset}.{negs}.log",
     shell:
-        "python -m pipeline.sieve.relabel --qrels {input.qrels} --decisions {input.decisions} --out {output} --log {log}"
+        "python -m pipeline.sieve.relabel --qrels {input.qrels:q} --decisions {input.decisions:q} --out {output:q} --log {log:q}"
 
 
 rule train_dpr_relabel:
@@ -170,9 +170,9 @@ rule train_dpr_relabel:
     benchmark:
         "benchmarks/train_dpr_relabel/{dataset}.{negs}.tsv"
     shell:
-        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
-        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
-        " --out $(dirname {output}) --log {log}"
+        _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
+        " --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 rule train_dpr_gist:
@@ -205,9 +205,9 @@ rule train_dpr_gist:
     benchmark:
         "benchmarks/train_dpr_gist/{dataset}.{guide}.{negs}.tsv"
     shell:
-        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
-        " --negatives {input.negatives} --corpus {input.corpus} --guide $(dirname {input.guide}) {params.settings}"
-        " {params.recipe} --threads {threads} --out $(dirname {output}) --log {log}"
+        _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --negatives {input.negatives:q} --corpus {input.corpus:q} --guide \"$(dirname {input.guide:q})\" {params.settings}"
+        " {params.recipe} --threads {threads} --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 rule train_dpr_rcl:
@@ -235,9 +235,9 @@ rule train_dpr_rcl:
     benchmark:
         "benchmarks/train_dpr_rcl/{dataset}.b{rcl_beta}.tsv"
     shell:
-        _LAUNCH + "--init {params.base} --queries {input.queries} --qrels {input.qrels}"
-        " --negatives {input.negatives} --corpus {input.corpus} {params.settings} {params.recipe} --threads {threads}"
-        " --out $(dirname {output}) --log {log}"
+        _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
+        " --out \"$(dirname {output:q})\" --log {log:q}"
 
 
 # Other training seeds (config `seeds`): the same rules, the seed in the model name
