@@ -25,7 +25,8 @@ from pipeline.workflow.tables import WorkflowTables
 
 def startup_checks(config: dict, configfiles: Iterable[str | os.PathLike] = ()) -> WorkflowTables:
     """Validate ``config`` (in place: defaults filled in) as the workflow does at start-up and return its
-    tables; a ConfigError names each problem."""
+    tables; a ConfigError names each problem: keys given twice, the contract, the method names, each
+    dataset's recipe, the sieve's source, clean entries that would read their own output."""
     check_config_files(configfiles)  # what Snakemake's reading let pass: a key given twice
     validate_config(config, methods=lambda: method_table(config))  # once defaults are in (reads ccr.beta)
     tables = WorkflowTables(config, dataset_configs(config, methods=method_table))
@@ -33,6 +34,7 @@ def startup_checks(config: dict, configfiles: Iterable[str | os.PathLike] = ()) 
 
     try:
         SieveRules(tables).check_sources()
+        SieveRules(tables).check_clean()
     except ValueError as err:
         raise ConfigError(str(err)) from None
     return tables

@@ -7,12 +7,12 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
-from pipeline.core.config import ConfigError, check_config_files, validate_config
+from pipeline.core.config import ConfigError
 from pipeline.core.cpu_features import cpu_flags, precision_banner
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_model, closest, dpr_on,
-                                   filtered_candidates, method_table, rcl_model, sieve_name)
-from pipeline.core.recipes import dataset_configs
-from pipeline.workflow.tables import WorkflowTables, alternatives, faiss_gpu_flag, job_device
+                                   filtered_candidates, rcl_model, sieve_name)
+from pipeline.workflow.checks import flags_after_targets, startup_checks
+from pipeline.workflow.tables import alternatives, faiss_gpu_flag, job_device
 
 # Snakemake 9 reads every argument after --configfile as a config file, so a target written after the
 # overlays (`snakemake --configfile over.yaml results/d/metrics.json`) arrives here as an overlay: a
@@ -30,28 +30,18 @@ for _path in workflow.overwrite_configfiles:
 # The advice above puts the targets after `--`, where argparse reads every word as a target: a flag
 # written after them (`-- results/d/metrics.json -n`) was "No rule to produce -n", and the dry run the
 # user asked for was not one. Snakemake's targets are not known while this file is read, so the
-# command line is (only when it is Snakemake's own: the API called from Python has other arguments).
-def _flags_after_double_dash(argv):
-    if not argv or os.path.basename(argv[0]) not in ("snakemake", "__main__.py") or "--" not in argv:
-        return []
-    return [word for word in argv[argv.index("--") + 1:] if word.startswith("-") and word != "-"]
-
-
-_late_flags = _flags_after_double_dash(sys.argv)
+# command line is.
+_late_flags = flags_after_targets(sys.argv)
 if _late_flags:
-    raise WorkflowError(f"{' '.join(_late_flags)} came after `--`, where Snakemake reads every word as a target: "
-                        f"put the flags before `--` (snakemake --cores 2 {' '.join(_late_flags)} --configfile "
-                        "OVERLAY -- TARGETS)")
+    raise WorkflowError(_late_flags)
 
 # Before anything reads the config (a `datasets` entry that is not a mapping was an AttributeError
-# traceback below): each config file for keys given twice, then the contract. An entry of `methods` the
-# rules cannot build would otherwise surface at DAG building as a missing input path; at start-up it
-# names the key and the valid names instead. Then each dataset's config: the top-level sections with
-# its recipe merged in (pipeline.core.recipes), validated the same way.
+# traceback below): the checks `python -m pipeline.core.config` runs too (pipeline.workflow.checks), so
+# a config it calls valid is one the rules accept. An entry of `methods` the rules cannot build would
+# otherwise surface at DAG building as a missing input path; at start-up it names the key and the valid
+# names instead.
 try:
-    check_config_files(workflow.configfiles)  # what Snakemake's reading let pass: a key given twice
-    validate_config(config, methods=lambda: method_table(config))  # once defaults are in (reads ccr.beta)
-    DATASET_CONFIGS = dataset_configs(config, methods=method_table)
+    W = startup_checks(config, workflow.configfiles)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 logger.info("sieve: " + precision_banner(config, cpu_flags(), os.environ))
@@ -59,7 +49,6 @@ logger.info("sieve: " + precision_banner(config, cpu_flags(), os.environ))
 # into a record (pipeline/core/methods.py: what it retrieves with, what its retriever trains on, with
 # which β, filter or fusion); the rules read the records. β tags and the model folder names come from
 # the same module.
-W = WorkflowTables(config, DATASET_CONFIGS)
 METHODS, RUNS, CCR_BETAS = W.methods, W.runs, W.ccr_betas  # name -> record, run folder -> record, β tag -> β
 DATASETS, SYNTHETIC, DECLARED = W.datasets, W.synthetic, W.declared
 cfg, eval_split, dataset_setting = W.cfg, W.eval_split, W.dataset_setting

@@ -35,7 +35,7 @@ def _local_sources(d, member):
 
 
 FINGERPRINTED = {}  # fingerprint file -> the local path it stands for
-for _d, _c in DATASET_CONFIGS.items():
+for _d, _c in W.dataset_configs.items():
     for _section in ("model", "sieve.cross_encoder", "ar2.ranker"):
         if is_local_base(_base_of(_c, _section)):
             FINGERPRINTED[fingerprint_file(_base_of(_c, _section))] = _base_of(_c, _section)

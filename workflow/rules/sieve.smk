@@ -19,14 +19,7 @@ from pipeline.workflow.sieve import SieveRules, filter_model_arg, pairs_arg
 
 # The sieve's lookups (pipeline/workflow/sieve.py): candidates, filters' files and settings, the β sweep.
 S = SieveRules(W)
-
-# Checked at start-up: a DPR trained on filtered candidates as sieve.source would be a cyclic DAG that
-# does not name the setting (SieveRules.check_sources).
-try:
-    S.check_sources()
-    S.check_clean()
-except ValueError as err:
-    raise WorkflowError(str(err)) from None
+# The sieve's source and the clean entries are checked at start-up (pipeline.workflow.checks.startup_checks).
 
 
 rule sieve_candidates:

@@ -3,20 +3,16 @@
 # into results/sweeps/noise.json + noise.png + noise.md by pipeline.evaluation.sweep. docs/evaluation.md.
 import shlex
 
+from pipeline.workflow.checks import sweep_problems
 from pipeline.workflow.evaluation import tournament_settings
 
 SWEEP = config["sweep"]
 
 
 def _check_sweep():
-    unknown = [d for d in SWEEP["datasets"] if d not in DATASETS or d not in SYNTHETIC]
-    missing = sorted({m for d in SWEEP["datasets"] if d not in unknown
-                      for m in SWEEP["methods"] if m not in cfg(d)["methods"]})
-    unpaired = sorted({m for pair in SWEEP["pairs"] for m in pair if m not in SWEEP["methods"]})
-    if missing or unknown or unpaired or SWEEP["baseline"] not in SWEEP["methods"] or SWEEP["oracle"] not in SWEEP["methods"]:
-        raise WorkflowError(f"sweep: methods not in `methods`: {missing}; datasets not declared synthkb: {unknown}; "
-                            f"sweep.pairs methods not in sweep.methods: {unpaired}; "
-                            "sweep.baseline and sweep.oracle must be among sweep.methods")
+    problems = sweep_problems(W)  # what `python -m pipeline.core.config` says of the same config
+    if problems:
+        raise WorkflowError("sweep: " + "; ".join(problems))
 
 
 def _sweep_sieves(wildcards):
