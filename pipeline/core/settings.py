@@ -701,7 +701,10 @@ class InjectionSettings(Contract):
 
 class RankWindowSettings(Contract):
     start: int = Field(
-        10, ge=0, le=MAX_RANKS, description="FlagEmbedding: candidates ranked 1..start are dropped"
+        10,
+        ge=0,
+        le=MAX_RANKS,
+        description="candidates ranked 1..start are dropped (FlagEmbedding samples past its top ranks the same way)",
     )
 
 
