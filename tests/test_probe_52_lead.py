@@ -188,3 +188,31 @@ def test_training_keeps_its_start_model(tmp_path, capsys, out, checkpoint):
         argv += [table_flag, tmp_path / "missing.parquet"]
     fails(train_dense.main, argv, capsys, "--init")
     assert (tmp_path / "runs" / "model" / "config.json").read_text() == "{}"
+
+
+def test_an_output_under_a_file_or_onto_a_folder_is_one_line(tmp_path, capsys):
+    source = qrels(tmp_path / "q.parquet", [("q1", "p1", 1)])
+    (tmp_path / "notes.txt").write_text("x")
+    line = fails(
+        export_qrels.main, ["--qrels", source, "--out", tmp_path / "notes.txt" / "sub" / "q.trec"], capsys
+    )
+    assert f"{tmp_path / 'notes.txt'} is a file, not a folder" in line
+    (tmp_path / "folder").mkdir()
+    line = fails(
+        export_qrels.main, ["--qrels", source, "--out", tmp_path / "folder"], capsys, tmp_path / "folder"
+    )
+    assert "a folder is in the way" in line
+
+
+def test_a_failing_stage_says_its_error_once_on_the_console_and_in_its_log(tmp_path, capsys):
+    source = qrels(tmp_path / "q.parquet", [("q1", "p1", 1), ("q1", "p1", 1)])
+    log = tmp_path / "stage.log"
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        run_main(
+            export_qrels.main, ["--qrels", str(source), "--out", str(tmp_path / "q.trec"), "--log", str(log)]
+        )
+    captured = capsys.readouterr()
+    assert captured.out.count("repeats an earlier row") == 0, captured.out
+    assert captured.err.count("repeats an earlier row") == 1, captured.err
+    assert log.read_text().count("repeats an earlier row") == 1

@@ -203,6 +203,11 @@ _FILE_SYSTEM = {
     errno.EROFS: "the file system is read-only; choose another output folder",
     errno.EACCES: "permission denied; make it accessible or choose another output folder",
     errno.EPERM: "not permitted; make it accessible or choose another output folder",
+    # A path the user typed that cannot be a file there: a folder where a file goes, a file where a
+    # folder goes (`--out existing_file/x.parquet`), a name longer than the file system allows.
+    errno.EISDIR: "a folder is in the way; give the path of a file",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.ENAMETOOLONG: "the name is longer than the file system allows; choose a shorter path",
 }
 
 
@@ -234,9 +239,11 @@ def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | N
 
 
 def _fail(line: str) -> None:
-    # Into the stage's log file; with no handler set up yet (a failure before start_stage, a small
-    # CLI), logging's last resort would print the line a second time, without "error:".
-    if log.hasHandlers():
-        log.error("%s", line)
+    # Into the stage's log file only: the console already gets the "error:" line (a console handler
+    # printed it a second time, and logging's last resort, before any handler, a third way).
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (line,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
     print(f"error: {line}", file=sys.stderr)
     raise SystemExit(2) from None

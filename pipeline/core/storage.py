@@ -160,7 +160,7 @@ def refuse_overwriting_inputs(
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     remove_stale_temps(path)  # a killed write's leftovers (one writer per output: Snakemake's rule)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -179,6 +179,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def make_parent(path: str | os.PathLike) -> None:
+    """Create the folder ``path`` goes in; a file where one of its folders should be (`--out
+    notes.txt/x.parquet`) is a DataError naming that file (mkdir says only "File exists")."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), path.parent)
+        raise DataError(f"{blocking} is a file, not a folder: choose another path", file=path) from None
 
 
 def name_output(exc: OSError, path: str | os.PathLike, *temporaries: str | os.PathLike) -> None:
