@@ -263,3 +263,19 @@ def train_until_crash(crash_after) -> Callable[..., None]:
             train(retriever, data, cfg, checkpoint_dir=checkpoint_dir, on_step_end=crash_after(4), **kw)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    """The Snakefile loaded by Snakemake's API (rules, their globals), with the default config."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(),
+            snakefile=Path(__file__).resolve().parent.parent / "Snakefile",
+            workdir=tmp_path_factory.mktemp("workdir"),
+        )
+        yield workflow_api._workflow
+        del workflow_api  # back to the previous working directory

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from stage_failures import fails
 
 from pipeline.ar2 import learning_curve, selection
 from pipeline.core import schemas as S
@@ -33,22 +34,6 @@ def write(path: Path, content) -> str:
 def table(path: Path, schema: pa.Schema, rows: list[dict]) -> str:
     pq.write_table(pa.table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema=schema), path)
     return str(path)
-
-
-def fails(main, argv, capsys, *names, outputs=()) -> str:
-    """Run the stage in-process; it must exit 2 with one error line naming each of ``names``."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        run_main(main, [str(a) for a in argv])
-    assert exc.value.code == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, lines
-    for name in names:
-        assert str(name) in lines[0], (name, lines[0])
-    for out in outputs:
-        out = Path(out)
-        assert not out.exists() or (out.is_dir() and not any(out.iterdir())), out
-    return lines[0]
 
 
 # ---- noise sweep -------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from stage_failures import fails
 
 from pipeline.core import schemas as S
 from pipeline.core.cli import run_main
@@ -26,18 +27,6 @@ def qrels(path: Path, rows: list[tuple[str, str, int]]) -> Path:
         pa.table({"qid": q, "pid": p, "relevance": pa.array(r, pa.int32())}, schema=S.QRELS_SCHEMA), path
     )
     return path
-
-
-def fails(main, argv, capsys, *names) -> str:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        run_main(main, [str(a) for a in argv])
-    assert exc.value.code == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, lines
-    for name in names:
-        assert str(name) in lines[0], (name, lines[0])
-    return lines[0]
 
 
 def test_same_file_by_any_spelling_is_refused(tmp_path):

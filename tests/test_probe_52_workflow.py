@@ -165,21 +165,6 @@ def test_a_clean_entry_whose_source_and_labels_have_spaces_in_their_paths_runs(t
     )
 
 
-@pytest.fixture(scope="module")
-def workflow(tmp_path_factory):
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import OutputSettings, ResourceSettings
-
-    with SnakemakeApi(OutputSettings()) as api:
-        workflow_api = api.workflow(
-            resource_settings=ResourceSettings(),
-            snakefile=REPO / "Snakefile",
-            workdir=tmp_path_factory.mktemp("workdir"),
-        )
-        yield workflow_api._workflow
-        del workflow_api
-
-
 def test_every_path_in_every_rule_s_shell_command_is_quoted(workflow):
     unquoted = {}
     for rule in workflow.rules:

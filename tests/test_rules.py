@@ -19,22 +19,6 @@ ENVS = REPO / "envs"
 
 
 @pytest.fixture(scope="module")
-def workflow(tmp_path_factory):
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import OutputSettings, ResourceSettings
-
-    with SnakemakeApi(OutputSettings()) as api:
-        workflow_api = api.workflow(
-            resource_settings=ResourceSettings(),
-            snakefile=REPO / "Snakefile",
-            workdir=tmp_path_factory.mktemp("workdir"),
-        )
-        loaded = workflow_api._workflow
-        yield loaded
-        del workflow_api  # back to the previous working directory
-
-
-@pytest.fixture(scope="module")
 def g(workflow):
     """The rule files' module namespace (common.smk's functions and constants)."""
     return SimpleNamespace(**workflow.globals)
