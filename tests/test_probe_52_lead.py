@@ -222,3 +222,25 @@ def test_index_factories_faiss_parses_pass_whatever_the_dimension():
 
     for factory in ("Flat", "SQfp16", "IVF4096,Flat", "HNSW32", "IVF65536,PQ64", "OPQ16,IVF256,PQ16", "PQ7"):
         assert unparsable_factory(factory) is None, factory
+
+
+def test_the_cost_table_keeps_each_throughput_source_in_a_note(tmp_path):
+    """Its rows were 203 characters wide: every row repeated where its rates came from."""
+    from pipeline.workflow import cost
+
+    data = cost.load_data([])
+    stages = [
+        cost.StageCost(
+            "encode_corpus", 6, 1, "10.5M passages", "1,599 passages/s", "measured `x`", 11.0, 1.8, 240
+        ),
+        cost.StageCost(
+            "search_dense", 3, 1, "3,610 queries", "1,225 queries/s", "measured `y`", 0.0, 0.01, 120
+        ),
+        cost.StageCost(
+            "ar2_sieve", 16, 1, "1.8M passages", "1,594 passages/s", "measured `x`", 5.0, 0.3, 180
+        ),
+    ]
+    text = cost.table(data, stages, "h200")
+    assert "1,599 passages/s [1]" in text and "1,225 queries/s [2]" in text and "1,594 passages/s [1]" in text
+    assert text.count("measured `x`") == 1 and "- [1] measured `x`" in text and "- [2] measured `y`" in text
+    assert max(len(line) for line in text.splitlines()) < 150

@@ -457,12 +457,13 @@ class StageCost:
     gpus: int
     work: str
     throughput: str
+    source: str  # where the throughput's rates come from
     gpu_hours: float
     wall_h: float  # the longest job's
     runtime_min: int | None
 
 
-def _throughput(data: dict, cost: JobCost) -> str:
+def _throughput(data: dict, cost: JobCost) -> tuple[str, str]:
     """The job's throughput per GPU in its headline unit (every part of its work included), and where
     the rates come from."""
     if cost.compute_s > 0:
@@ -478,7 +479,7 @@ def _throughput(data: dict, cost: JobCost) -> str:
     sources = "; ".join(
         f"{name}" + (f", {'/'.join(k)} derived by FLOPs" if k else "") for name, k in used.items()
     )
-    return f"{shown} {cost.work.unit}/s ({sources})"
+    return f"{shown} {cost.work.unit}/s", sources
 
 
 def stage_costs(data: dict, costs: list[JobCost]) -> list[StageCost]:
@@ -495,7 +496,7 @@ def stage_costs(data: dict, costs: list[JobCost]) -> list[StageCost]:
                 len(group),
                 max(c.work.gpus for c in group),
                 longest.work.text,
-                _throughput(data, longest),
+                *_throughput(data, longest),
                 sum(c.gpu_hours for c in group),
                 longest.wall_h,
                 longest.work.runtime_min,
@@ -542,20 +543,26 @@ def _h(hours: float) -> str:
 
 
 def table(data: dict, stages: list[StageCost], gpu: str) -> str:
+    """One row a rule; where each throughput comes from in numbered notes below the table (inline,
+    they made rows 200 characters wide)."""
     margin = data["runtime_margin"]
     lines = [
-        f"| rule | jobs | GPUs each | work per job (longest) | assumed throughput per GPU on {gpu} | GPU-h | "
+        f"| rule | jobs | GPUs each | work per job (longest) | throughput per GPU on {gpu} | GPU-h | "
         f"wall per job | runtime (x{margin:g}, >= {data['runtime_floor_h']} h) | profile limit |",
         "|---|---:|---:|---|---|---:|---:|---:|---:|",
     ]
+    notes: dict[str, int] = {}
     for s in stages:
+        note = notes.setdefault(s.source, len(notes) + 1)
         limit = "–" if s.runtime_min is None else f"{s.runtime_min / 60:g} h"
         lines.append(
-            f"| `{s.rule}` | {s.jobs} | {s.gpus} | {s.work} | {s.throughput} | {s.gpu_hours:,.1f} | "
+            f"| `{s.rule}` | {s.jobs} | {s.gpus} | {s.work} | {s.throughput} [{note}] | {s.gpu_hours:,.1f} | "
             f"{_h(s.wall_h)} | {runtime_hours(s.wall_h, margin, data['runtime_floor_h'])} h | {limit} |"
         )
     total = sum(s.gpu_hours for s in stages)
     lines.append(f"| **all GPU jobs** | {sum(s.jobs for s in stages)} | | | | **{total:,.0f}** | | | |")
+    lines.append("")
+    lines += [f"- [{n}] {source}" for source, n in notes.items()]
     return "\n".join(lines)
 
 
