@@ -97,7 +97,6 @@ def one_error_line(done: subprocess.CompletedProcess, *names: str) -> str:
         ({"model": {"passage_max_len": 10**6}}, "model.passage_max_len"),
         ({"dpr": {"threads": 10**6}}, "dpr.threads"),
         ({"search": {"gpus": 10**4}}, "search.gpus"),
-        ({"dpr": {"lr": 3.0}}, "dpr.lr"),
     ],
 )
 def test_a_count_out_of_range_is_refused_naming_its_key(overlay, key):
