@@ -204,7 +204,7 @@ def test_the_controls_plan_their_own_trainings(tmp_path):
     document = job_document(rcl)
     assert document["objective"] == {"beta": 6.0, "scale": "released_code"} and document["train"]["in_batch"]
     assert "--init minilm" in rcl
-    (dpr,) = [line for line in shells if "models/dpr/retriever.json) --log" in line]
+    (dpr,) = [line for line in shells if 'models/dpr/retriever.json)" --log' in line]
     assert "objective" not in job_document(dpr)  # NCE
     assert not any("train_dense" in line and "dpr_ccr_b" in line for line in shells)
     assert any(
@@ -274,7 +274,7 @@ def test_a_second_sieve_setting_builds_beside_the_first(tmp_path):
     assert "--out results/synthkb/negatives/sieve_b0.5_pool200.parquet" in sieve
     assert "--candidates results/synthkb/sieve/candidates_pool200.parquet" in sieve
     trained = {
-        line.split("--out $(dirname ")[1].split("/retriever.json")[0]
+        line.split('--out "$(dirname ')[1].split("/retriever.json")[0]
         for line in shells
         if "train_dense" in line
     }
@@ -381,9 +381,9 @@ def test_ar2_sieve_init_warm_plans_the_warm_up_dpr_and_the_ccr_settings(tmp_path
         assert len(tunes) == 2, tunes
         for r, (line, start) in enumerate(zip(tunes, starts), start=1):
             document = job_document(line)
-            assert f"--init $(dirname {start}/retriever.json)" in line
+            assert f'--init "$(dirname {start}/retriever.json)"' in line
             assert document["objective"]["beta"] == 0.5 and document["train"]["drop_queries_without_positive"]
-            assert f"--out $(dirname {folder}/round{r}/sieve_model/retriever.json)" in line
+            assert f'--out "$(dirname {folder}/round{r}/sieve_model/retriever.json)"' in line
         negatives = ["results/synthkb/ar2/start/negatives.parquet", f"{folder}/round2/negatives.parquet"]
         for line, mined in zip(tunes, negatives):
             assert f"--negatives {mined} " in line
