@@ -3,7 +3,7 @@
 Snakemake reads every `--configfile` itself, in `ConfigSettings.__post_init__`, while its command line
 is turned into API settings (cli.args_to_api), before the Snakefile is parsed: no code of this project
 runs before the UnicodeDecodeError traceback, whose `position` counts from the start of PyYAML's read
-chunk and which names no file. `python -m pipeline.core.config FILE ...` checks the files as Snakemake
+chunk and which names no file. `python -m pipeline.workflow.checks FILE ...` checks the files as Snakemake
 will merge them, naming the file, the byte, line and column.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.config import ConfigError, load_mapping, main
+from pipeline.core.config import ConfigError, load_mapping
+from pipeline.workflow.checks import main
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")

@@ -1,4 +1,4 @@
-"""`python -m pipeline.sieve.inspect_negatives`: per-query tables, filters, sampling and the dataset summary."""
+"""`python -m pipeline.workflow.inspect_negatives`: per-query tables, filters, sampling and the dataset summary."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA
 from pipeline.core.storage import DataError, write_table
 from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import filters
-from pipeline.sieve import inspect_negatives as inspect
 from pipeline.sieve import passage_sieve as sieve
 from pipeline.sieve import report as sieve_report
+from pipeline.workflow import inspect_negatives as inspect
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def test_entry_point_exists():
 
 def test_sieve_outputs_and_reports_are_listed_per_sieve_setting(tmp_path):
     """Two sieve settings side by side (methods.sieve_tag): each --settings sees only its own files."""
-    from pipeline.sieve.inspect_negatives import report_paths, sieve_files
+    from pipeline.workflow.inspect_negatives import report_paths, sieve_files
 
     neg, sieve = tmp_path / "negatives", tmp_path / "sieve"
     neg.mkdir()

@@ -264,7 +264,7 @@ def test_a_model_whose_config_needs_remote_code_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("value", ["-3", "0"])
 def test_inspector_sample_must_be_positive(capsys, value):
-    from pipeline.sieve.inspect_negatives import main as inspect_main
+    from pipeline.workflow.inspect_negatives import main as inspect_main
 
     with pytest.raises(SystemExit) as exc:
         inspect_main(["--dataset", "synthkb", "--sample", value])

@@ -17,9 +17,9 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import pytest
 import yaml
 
-from pipeline.core import config as C
 from pipeline.core import settings as S
 from pipeline.core.config import ConfigError, deep_merge, load_config, validate_config
+from pipeline.workflow import checks
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = load_config(validate=False)
@@ -49,7 +49,7 @@ def write_yaml(path: Path, data: Any) -> str:
 def check(files: list[str], capsys) -> tuple[int, str]:
     """The config check's exit code and its one error line (or '' when it passed)."""
     capsys.readouterr()
-    code = C.main(files)
+    code = checks.main(files)
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(errors) <= 1, errors
     return code, errors[0] if errors else ""

@@ -17,7 +17,7 @@ from stage_failures import fails
 
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA
 from pipeline.core.storage import write_table
-from pipeline.sieve import inspect_negatives as inspect
+from pipeline.workflow import inspect_negatives as inspect
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,15 @@ def test_inspect_before_the_demo_names_the_missing_decisions_and_the_command_onc
     """It said "0 sieve outputs (β = none); choose one with --beta or --filter", twice: the missing
     file is the demo's sieve decisions, which no --beta or --filter makes."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "pipeline.sieve.inspect_negatives", "--dataset", "synthkb", "--sample", "3"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pipeline.workflow.inspect_negatives",
+        "--dataset",
+        "synthkb",
+        "--sample",
+        "3",
+    ]
     done = subprocess.run(
         [*argv, "--dropped"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )

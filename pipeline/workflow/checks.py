@@ -1,4 +1,5 @@
-"""The workflow's checks of a config, in one place for the Snakefile and ``python -m pipeline.core.config``.
+"""The workflow's checks of a config, in one place for the Snakefile and the
+config check, ``python -m pipeline.workflow.checks overlay.yaml [more.yaml ...]`` (``main``).
 
 ``startup_checks`` is what the rules check before the DAG is built (workflow/rules/common.smk: each
 config file for a key given twice, the contract, the method names, each dataset's recipe; sieve.smk: the
@@ -13,10 +14,12 @@ so a flag put there (``-- results/d/metrics.json -n``) was "No rule to produce -
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from pipeline.core.config import ConfigError, check_config_files, validate_config
+from pipeline.core.cli import stage_parser
+from pipeline.core.config import DEFAULT_CONFIG, ConfigError, check_config_files, load_config, validate_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
 from pipeline.core.storage import DataError
@@ -121,3 +124,34 @@ def flags_after_targets(argv: Sequence[str]) -> str | None:
         f"{' '.join(flags)} after '--': Snakemake reads every word after '--' as a target; put options "
         f"before it (snakemake {' '.join(flags)} ... -- {' '.join(targets) or 'TARGETS'})"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check config files before Snakemake reads them."""
+    parser = stage_parser("pipeline.workflow.checks", CHECK_HELP)
+    parser.add_argument("files", nargs="+", help="config files, in the order given to --configfile")
+    args = parser.parse_args(argv)
+    try:
+        check_workflow_config(load_config(args.files, validate=False), [DEFAULT_CONFIG, *args.files])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{', '.join(args.files)}: valid (deep-merged over {DEFAULT_CONFIG.name} in this order)")
+    return 0
+
+
+CHECK_HELP = """Check config files as `snakemake --configfile FILE ...` merges them over config.yaml:
+
+    python -m pipeline.workflow.checks overlay.yaml [more.yaml ...]
+
+One line naming the file and what is wrong (exit 2), else one line saying they are valid. For what
+Snakemake reads itself before any of this project's code runs: a file that is not UTF-8 is a
+traceback there, whose `position` counts from the start of its reader's 8 KiB chunk, not of the file,
+and names no file; here it is `<file>: not UTF-8 text (... at byte B: line L, column C)`. The rest
+(unknown keys, values out of range, a key given twice, unknown method names, each dataset's recipe, the
+sieve's source) `snakemake -n` reports as well; the noise sweep's and the tournament's settings, which
+`snakemake -n` checks when their target is asked for, are checked here whenever the config sets them.
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())

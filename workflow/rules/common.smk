@@ -36,7 +36,7 @@ if _late_flags:
     raise WorkflowError(_late_flags)
 
 # Before anything reads the config (a `datasets` entry that is not a mapping was an AttributeError
-# traceback below): the checks `python -m pipeline.core.config` runs too (pipeline.workflow.checks), so
+# traceback below): the checks `python -m pipeline.workflow.checks` runs too (pipeline.workflow.checks), so
 # a config it calls valid is one the rules accept. An entry of `methods` the rules cannot build would
 # otherwise surface at DAG building as a missing input path; at start-up it names the key and the valid
 # names instead.

@@ -10,7 +10,7 @@ SWEEP = config["sweep"]
 
 
 def _check_sweep():
-    problems = sweep_problems(W)  # what `python -m pipeline.core.config` says of the same config
+    problems = sweep_problems(W)  # what `python -m pipeline.workflow.checks` says of the same config
     if problems:
         raise WorkflowError("sweep: " + "; ".join(problems))
 

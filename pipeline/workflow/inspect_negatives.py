@@ -1,9 +1,9 @@
 """Look at the sieve's decisions: one query, a random sample, or a dataset summary (Parquet only).
 
-    python -m pipeline.sieve.inspect_negatives --dataset synthkb --qid q123            # the sieve the run built
-    python -m pipeline.sieve.inspect_negatives --dataset synthkb --sample 5 --seed 1 --dropped
-    python -m pipeline.sieve.inspect_negatives --dataset synthkb --filter positive_aware --sample 3 --false-negatives
-    python -m pipeline.sieve.inspect_negatives summary --dataset synthkb
+    python -m pipeline.workflow.inspect_negatives --dataset synthkb --qid q123            # the sieve the run built
+    python -m pipeline.workflow.inspect_negatives --dataset synthkb --sample 5 --seed 1 --dropped
+    python -m pipeline.workflow.inspect_negatives --dataset synthkb --filter positive_aware --sample 3 --false-negatives
+    python -m pipeline.workflow.inspect_negatives summary --dataset synthkb
     sieve-inspect ...                                                   # the same, installed entry point
 
 Reads results/{dataset}/negatives/sieve_b<β>.parquet (or sieve/<filter>/decisions.parquet, or --file),
@@ -534,7 +534,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "results/{dataset}/sieve/candidates_max_queries600.parquet)",
     )
     show = argparse.ArgumentParser(
-        prog="python -m pipeline.sieve.inspect_negatives",
+        prog="python -m pipeline.workflow.inspect_negatives",
         parents=[common],
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -554,7 +554,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     show.add_argument("--false-negatives", action="store_true", help="only known/suspected false negatives")
     show.add_argument("--width", type=int, default=90, help="characters of passage text shown")
     summary = argparse.ArgumentParser(
-        prog="python -m pipeline.sieve.inspect_negatives summary",
+        prog="python -m pipeline.workflow.inspect_negatives summary",
         parents=[common],
         description="dataset summary: candidates, sieve outputs, filter reports",
     )
