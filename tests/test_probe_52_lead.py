@@ -207,23 +207,6 @@ def test_a_failing_stage_says_its_error_once_on_the_console_and_in_its_log(tmp_p
     assert log.read_text().count("repeats an earlier row") == 1
 
 
-@pytest.mark.parametrize("factory", ["Bogus", "IVF4096,Flatt", "Flat,Flat"])
-def test_an_index_factory_faiss_cannot_parse_is_refused_with_the_config(tmp_path, factory):
-    from pipeline.core.config import ConfigError, load_config
-
-    overlay = tmp_path / "index.yaml"
-    overlay.write_text(f"index: {{factory: '{factory}'}}\n")
-    with pytest.raises(ConfigError, match=r"index\.factory.*cannot parse"):
-        load_config([overlay])
-
-
-def test_index_factories_faiss_parses_pass_whatever_the_dimension():
-    from pipeline.core.settings import unparsable_factory
-
-    for factory in ("Flat", "SQfp16", "IVF4096,Flat", "HNSW32", "IVF65536,PQ64", "OPQ16,IVF256,PQ16", "PQ7"):
-        assert unparsable_factory(factory) is None, factory
-
-
 def test_the_cost_table_keeps_each_throughput_source_in_a_note(tmp_path):
     """Its rows were 203 characters wide: every row repeated where its rates came from."""
     from pipeline.workflow import cost

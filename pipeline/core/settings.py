@@ -556,38 +556,10 @@ class EncodeSettings(Contract):
     mem_mb: int = Field(4000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
 
 
-@functools.lru_cache(maxsize=None)
-def unparsable_factory(factory: str) -> str | None:
-    """Why FAISS cannot parse the index_factory string ``factory``, or None when it can (or faiss is not
-    installed here: the index job says so). Only the syntax is judged: a PQ size the model's dimension
-    does not divide is the index job's to name, as the dimension is known there."""
-    try:
-        import faiss
-    except ImportError:
-        return None
-    try:
-        faiss.index_factory(768, factory, faiss.METRIC_INNER_PRODUCT)  # a structure, nothing trained
-    except RuntimeError as err:
-        if "could not parse" in str(err):
-            return (
-                f"FAISS cannot parse the index_factory string {factory!r} (e.g. Flat, SQfp16, IVF4096,Flat, "
-                "HNSW32, IVF65536,PQ64)"
-            )
-    return None
-
-
-def _parsable_factory(factory: str) -> str:
-    problem = unparsable_factory(factory)
-    if problem:
-        raise ValueError(problem)
-    return factory
-
-
 class IndexSettings(Contract):
     """The FAISS index over a model's corpus embeddings."""
 
-    # Checked with the config (a typo found by build_index came after every corpus encoding).
-    factory: Annotated[str, AfterValidator(_parsable_factory)] = Field(
+    factory: str = Field(
         "Flat",
         min_length=1,
         description="FAISS index_factory: Flat | SQfp16 | IVF4096,Flat | HNSW32 | IVF65536,PQ64 ...",
