@@ -147,8 +147,8 @@ def refuse_overwriting_inputs(
                     "is the same file as" if same else "lies inside" if inside else "is a folder that holds"
                 )
                 raise DataError(
-                    f"{out_flag} {where} the input {in_flag} ({source}): writing it would destroy the "
-                    "input; choose another output path",
+                    f"{out_flag} {where} the input {in_flag} ({source}): it would be overwritten, and the "
+                    "input lost; choose another output path",
                     file=out,
                 )
 

@@ -90,7 +90,14 @@ from pipeline.core.settings import (
     add_flags,
     default,
 )
-from pipeline.core.storage import DataError, atomic_open, atomic_path, write_json, write_table
+from pipeline.core.storage import (
+    DataError,
+    atomic_open,
+    atomic_path,
+    refuse_overwriting_inputs,
+    write_json,
+    write_table,
+)
 from pipeline.sieve.filters import (
     CandidateFilter,
     CrossEncoderFilter,
@@ -1338,26 +1345,7 @@ def check_outputs(source: Path, out: Path, decisions: Path, report: Path, labels
         ("--report", report),
         ("--report's Markdown", report.with_suffix(".md")),
     ]
-    for flag, path in outputs:
-        for in_flag, inp in inputs:
-            if _same(path, inp):
-                raise DataError(
-                    f"{flag} {path} is {in_flag} {inp} (the same file): it would be overwritten; choose "
-                    "another output",
-                    file=path,
-                )
-            if inp.is_dir() and _within(path, inp):
-                raise DataError(
-                    f"{flag} {path} is inside {in_flag}, the datasets folder {inp}: choose an output "
-                    "outside it",
-                    file=path,
-                )
-            if _within(inp, path):
-                raise DataError(
-                    f"{flag} {path} holds {in_flag} {inp}: writing it would replace the input; choose "
-                    "another output",
-                    file=path,
-                )
+    refuse_overwriting_inputs(dict(outputs), dict(inputs))
     for i, (flag, path) in enumerate(outputs):
         for other_flag, other in outputs[i + 1 :]:
             if _same(path, other) or _within(other, path) or _within(path, other):
