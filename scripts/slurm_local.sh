@@ -7,7 +7,18 @@
 #                                   (each only if not already running) and wait until the node is idle
 #   scripts/slurm_local.sh stop     cancel this cluster's jobs, then stop exactly the daemons `start`
 #                                   started, by the pids it recorded; remove the slurm.conf it wrote
-#   scripts/slurm_local.sh status   which recorded daemons are alive, and the node state
+#   scripts/slurm_local.sh status   which recorded daemons are alive, the node state, what is enforced
+#
+# What it enforces, as a production cluster does (`start` says which are in force):
+#   memory   cgroup memory limits (task/cgroup, ConstrainRAMSpace): a job that uses more than its --mem
+#            is killed by the kernel's OOM killer and ends OUT_OF_MEMORY
+#   network  slurmd, and so every job, runs in a network namespace joined to this machine by one veth
+#            link and no route beyond it: jobs reach the controller and nothing else, as compute nodes
+#            without internet do (SIEVE_SLURM_NETWORK=host keeps the host's network)
+#   time     partition '$PARTITION' (the default) caps jobs at SIEVE_SLURM_MAXTIME minutes (INFINITE),
+#            partition 'short' at SIEVE_SLURM_SHORT_MAXTIME (3): a job past its limit ends TIMEOUT
+# Where the kernel offers no memory cgroup or no network namespace, `start` says so and runs without
+# it; $STATE/enforced records what is in force (tests that need it skip on its absence).
 #
 # Exit status: 0 ok; 3 this machine cannot run it (not root, no apt-get, packages not installable,
 # a foreign /etc/slurm/slurm.conf): tests skip on 3 and fail on anything else.
@@ -23,6 +34,13 @@ MARKER="# written by sieve scripts/slurm_local.sh"
 CTLD_PORT=${SIEVE_SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${SIEVE_SLURMD_PORT:-6818}
 PARTITION=${SIEVE_SLURM_PARTITION:-local}
+MAXTIME=${SIEVE_SLURM_MAXTIME:-INFINITE}
+SHORT_MAXTIME=${SIEVE_SLURM_SHORT_MAXTIME:-3}
+NETWORK=${SIEVE_SLURM_NETWORK:-isolated}
+NETNS=sieve-slurm
+HOST_ADDR=10.213.0.1      # this machine's end of the link into the jobs' namespace
+NODE_ADDR=10.213.0.2      # slurmd's end: the only address jobs have besides loopback
+CGROUP_ROOT=/sys/fs/cgroup
 PACKAGES=(munge slurmctld slurmd slurm-client)
 NEEDED_BINARIES=(munged munge unmunge slurmctld slurmd sbatch squeue scontrol sinfo srun scancel)
 
@@ -78,6 +96,46 @@ install_packages() {
     have_binaries || cannot "packages installed but binaries missing: ${NEEDED_BINARIES[*]}"
 }
 
+# ---- enforcement: memory cgroups, the jobs' network namespace ----------------------------------------
+
+# cgroup v1 with writable memory and freezer hierarchies (Slurm's cgroup/v1 plugin), or a unified v2
+# hierarchy with the memory controller; anything else: no memory enforcement, said at start-up.
+cgroup_plugin() {
+    if [[ -w $CGROUP_ROOT/memory && -e $CGROUP_ROOT/memory/memory.limit_in_bytes && -d $CGROUP_ROOT/freezer ]]; then
+        echo cgroup/v1
+    elif [[ -e $CGROUP_ROOT/cgroup.controllers ]] && grep -qw memory "$CGROUP_ROOT/cgroup.controllers"; then
+        echo cgroup/v2
+    fi
+}
+
+netns_up() { [[ -e /var/run/netns/$NETNS ]] && ip -n "$NETNS" addr show dev veth-sj 2>/dev/null | grep -qF "$NODE_ADDR"; }
+
+# A namespace whose only way out is a /30 link to this machine, with no default route: from a job every
+# address but the controller's is unreachable. slurmd enters it with nsenter (`ip netns exec` would
+# remount /sys and hide the cgroup hierarchy from slurmd).
+make_netns() {
+    netns_up && return 0
+    command -v ip >/dev/null 2>&1 || return 1
+    remove_netns
+    { ip netns add "$NETNS" &&
+        ip link add veth-sh type veth peer name veth-sj &&
+        ip link set veth-sj netns "$NETNS" &&
+        ip addr add "$HOST_ADDR/30" dev veth-sh && ip link set veth-sh up &&
+        ip -n "$NETNS" addr add "$NODE_ADDR/30" dev veth-sj && ip -n "$NETNS" link set veth-sj up &&
+        ip -n "$NETNS" link set lo up; } 2>>"$STATE/log/netns.log" || { remove_netns; return 1; }
+}
+
+remove_netns() {
+    ip link del veth-sh 2>/dev/null || true
+    ip netns del "$NETNS" 2>/dev/null || true
+}
+
+# What `start` put in force, for `status`, the tests and the rehearsal: one key=value a line.
+write_enforced() {  # write_enforced CGROUP_PLUGIN NETWORK
+    printf 'memory=%s\nnetwork=%s\nmaxtime.%s=%s\nmaxtime.short=%s\n' \
+        "${1:-none}" "$2" "$PARTITION" "$MAXTIME" "$SHORT_MAXTIME" >"$STATE/enforced"
+}
+
 # ---- configuration ----------------------------------------------------------------------------------
 
 node_name() { slurmd -C | sed -n 's/^NodeName=\([^ ]*\).*/\1/p'; }
@@ -92,15 +150,47 @@ write_conf() {
         cannot "another local cluster is running (state $other); stop it first:" \
                "SIEVE_SLURM_STATE=$other $0 stop"
     fi
-    local hw node
+    local hw node plugin track ctld_addr=127.0.0.1 node_addr=127.0.0.1 network=host
     # `slurmd -C` prints this machine's NodeName/CPUs/sockets/cores/threads/RealMemory line.
     hw=$(slurmd -C | grep '^NodeName=') || die "slurmd -C printed no NodeName line"
     node=$(node_name)
+    plugin=$(cgroup_plugin)
+    if [[ $NETWORK == isolated ]]; then
+        if make_netns; then
+            ctld_addr=$HOST_ADDR node_addr=$NODE_ADDR network=isolated
+        else
+            say "no network namespace here (see $STATE/log/netns.log): jobs keep this machine's network"
+        fi
+    fi
     mkdir -p "$(dirname "$CONF")"
+    if [[ -n $plugin ]]; then
+        cat >"$STATE/cgroup.conf" <<EOF
+$MARKER
+CgroupPlugin=$plugin
+CgroupMountpoint=$CGROUP_ROOT
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
+ConstrainCores=no
+ConstrainDevices=no
+EOF
+        cp "$STATE/cgroup.conf" "$(dirname "$CONF")/cgroup.conf"
+        track="# Memory enforced: each job in its own memory cgroup, OOM-killed past its --mem.
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup,task/affinity
+JobAcctGatherType=jobacct_gather/cgroup"
+    else
+        say "no writable memory cgroup here: --mem is scheduled but not enforced"
+        track="# No memory cgroup here: processes tracked through /proc, memory scheduled but not enforced.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+JobAcctGatherType=jobacct_gather/none"
+    fi
+    write_enforced "$plugin" "$network"
     cat >"$STATE/slurm.conf" <<EOF
-$MARKER: a one-node test cluster on 127.0.0.1
+$MARKER: a one-node test cluster on this machine
 ClusterName=sieve
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$node($ctld_addr)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmUser=root
@@ -113,9 +203,10 @@ SlurmctldPidFile=$STATE/run/slurmctld.pid
 SlurmdPidFile=$STATE/run/slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd.log
-# No cgroups needed: processes are tracked through /proc, tasks pinned with sched_setaffinity.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
+$track
+# Time limits: checked every ~30 s; a job past its limit gets TERM, then KILL KillWait seconds later.
+OverTimeLimit=0
+KillWait=30
 # Cores and memory are consumable, so --cpus-per-task and --mem are really scheduled.
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -123,12 +214,12 @@ SchedulerType=sched/backfill
 MpiDefault=none
 # No slurmdbd: sacct cannot see jobs, squeue shows finished jobs for MinJobAge seconds.
 AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MinJobAge=600
 ReturnToService=2
-$hw NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=$PARTITION Nodes=$node Default=YES MaxTime=INFINITE State=UP
+$hw NodeAddr=$node_addr State=UNKNOWN
+PartitionName=$PARTITION Nodes=$node Default=YES MaxTime=$MAXTIME State=UP
+PartitionName=short Nodes=$node Default=NO MaxTime=$SHORT_MAXTIME State=UP
 EOF
     cp "$STATE/slurm.conf" "$CONF"
 }
@@ -159,10 +250,15 @@ start_munged() {
 }
 
 start_daemon() {  # start_daemon NAME ARGS...: run NAME in the foreground, detached, pid recorded
-    local name=$1
+    local name=$1 enter=()
     shift
     if our_pid "$name" >/dev/null; then return 0; fi
-    setsid "$name" -D "$@" >"$STATE/log/$name.out" 2>&1 </dev/null 9>&- &
+    # slurmd, and so every job it starts, inside the jobs' network namespace when there is one
+    if [[ $name == slurmd ]] && grep -qx "network=isolated" "$STATE/enforced" 2>/dev/null; then
+        enter=(nsenter "--net=/var/run/netns/$NETNS")
+    fi
+    # nsenter execs in place, so $! stays the daemon's own pid
+    setsid "${enter[@]}" "$name" -D "$@" >"$STATE/log/$name.out" 2>&1 </dev/null 9>&- &
     record_pid "$name" $!
     sleep 1
     our_pid "$name" >/dev/null || { tail -n 20 "$STATE/log/$name.out" "$STATE/log/$name.log" >&2 || true
@@ -189,7 +285,7 @@ start() {
         scontrol show node >&2 || true
         die "node did not become idle (see $STATE/log/slurmd.log)"
     fi
-    say "up: partition '$PARTITION', $(sinfo -h -N -o '%c CPUs, %m MB') (state: $STATE)"
+    say "up: $(sinfo -h -N -p "$PARTITION" -o '%c CPUs, %m MB'); enforced: $(paste -sd' ' "$STATE/enforced") (state: $STATE)"
 }
 
 stop_pid() {  # stop_pid NAME: TERM, then KILL after 15 s, the recorded daemon NAME
@@ -221,7 +317,14 @@ stop() {
     stop_pid slurmd
     stop_pid slurmctld
     stop_pid munged
-    if grep -qsF "$MARKER" "$CONF"; then rm -f "$CONF"; fi
+    # The configuration and the namespace belong to the cluster whose state the config names: a stop
+    # for another state folder (a second test session) must not pull them from under a running one.
+    if grep -qsF "$MARKER" "$CONF" && grep -qxF "StateSaveLocation=$STATE/spool/ctld" "$CONF"; then
+        rm -f "$CONF"
+        if grep -qsF "$MARKER" "$(dirname "$CONF")/cgroup.conf"; then rm -f "$(dirname "$CONF")/cgroup.conf"; fi
+        if [[ -e /var/run/netns/$NETNS ]]; then remove_netns; fi
+    fi
+    rm -f "$STATE/enforced"
 }
 
 status() {
@@ -236,7 +339,8 @@ status() {
             rc=1
         fi
     done
-    if ((rc == 0)); then sinfo -N -o '%N %P %T %c %m' || rc=1; fi
+    if ((rc == 0)); then sinfo -N -o '%N %P %T %c %m %l' || rc=1; fi
+    if [[ -s $STATE/enforced ]]; then cat "$STATE/enforced"; fi
     return $rc
 }
 

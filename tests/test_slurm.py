@@ -290,3 +290,84 @@ def test_synthkb_bm25_runs_through_the_slurm_profile(slurm_cluster, tmp_path):
     assert TARGET in got and sorted(got) == sorted(want)
     for rel, value in want.items():
         assert got[rel].equals(value) if hasattr(value, "equals") else got[rel] == value, rel
+
+
+# ---- what the cluster enforces: network, memory -----------------------------------------------------
+
+
+def _enforced(env: dict) -> dict[str, str]:
+    """What scripts/slurm_local.sh put in force (its state folder's `enforced` file)."""
+    path = Path(env["SIEVE_SLURM_STATE"]) / "enforced"
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return dict(pairs)
+
+
+def _sbatch_wait(env: dict, script: str, *flags: str, out: Path) -> str:
+    """Submit ``script`` with ``flags``, wait for it to end, return its final state (squeue)."""
+    proc = subprocess.run(
+        ["sbatch", "--parsable", "--wait", f"--output={out}", *flags],
+        input=script,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    jobid = proc.stdout.strip().split(";")[0]
+    assert jobid.isdigit(), f"sbatch refused the job: {proc.stderr}"
+    return _squeue_jobs(env)[jobid][0]
+
+
+NETWORK_PROBE = """#!/bin/sh
+exec python3 - <<'EOF'
+import socket
+for name, addr in (("controller", (CONTROLLER, 6817)), ("outside", ("151.101.0.223", 443))):
+    try:
+        socket.create_connection(addr, timeout=5).close()
+        print(name, "reachable")
+    except OSError as err:
+        print(name, "unreachable", err.errno)
+EOF
+"""
+
+
+@pytest.mark.slurm
+def test_jobs_reach_the_controller_and_nothing_else(slurm_cluster, tmp_path):
+    """A compute node without internet: from a job the controller answers, an outside address has no
+    route (errno ENETUNREACH), as the jobs of results/nq/metrics.json will find it."""
+    if _enforced(slurm_cluster).get("network") != "isolated":
+        pytest.skip("this machine offers no network namespace for the jobs (scripts/slurm_local.sh)")
+    conf = Path("/etc/slurm/slurm.conf").read_text()
+    controller = re.search(r"^SlurmctldHost=[^(]*\(([^)]+)\)", conf, flags=re.M).group(1)
+    out = tmp_path / "probe.out"
+    script = NETWORK_PROBE.replace("CONTROLLER", repr(controller))
+    assert _sbatch_wait(slurm_cluster, script, out=out) == "COMPLETED"
+    lines = out.read_text().splitlines()
+    assert "controller reachable" in lines, lines
+    assert "outside unreachable 101" in lines, lines
+
+
+MEMORY_HOG = """#!/bin/sh
+exec python3 -c "
+buf = bytearray(600 * 2**20)
+for i in range(0, len(buf), 4096):
+    buf[i] = 1
+print('600 MB touched')
+"
+"""
+
+
+@pytest.mark.slurm
+def test_a_job_over_its_memory_is_killed_as_the_failures_page_explains(slurm_cluster, tmp_path):
+    """The under-requested control: 600 MB touched under --mem=200M is killed by the cgroup's OOM
+    killer, the job ends OUT_OF_MEMORY, and the line SLURM writes into the job's log is the one
+    docs/failures.md explains (with what to raise)."""
+    if _enforced(slurm_cluster).get("memory", "none") == "none":
+        pytest.skip("this machine offers no memory cgroup: SLURM schedules --mem but cannot enforce it")
+    out = tmp_path / "hog.out"
+    assert _sbatch_wait(slurm_cluster, MEMORY_HOG, "--mem=200M", out=out) == "OUT_OF_MEMORY"
+    log = out.read_text()
+    assert "600 MB touched" not in log
+    said = re.search(r"error: Detected \d+ oom-kill event\(s\) in StepId=\S+", log)
+    assert said, log
+    failures = (REPO / "docs" / "failures.md").read_text()
+    assert "oom-kill event(s)" in failures and "OUT_OF_MEMORY" in failures
