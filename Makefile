@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 
 LOCK   := requirements.lock
 
-.PHONY: demo test setup lock clean-results bench-st-venv
+.PHONY: demo test setup lock clean-results bench-st-venv rehearsal
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,11 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q tests
+
+# The SLURM rehearsal (tests/test_slurm_rehearsal.py): a local SLURM that enforces memory, network and
+# time limits (scripts/slurm_local.sh, root), and the paper recipe's rule shape through the slurm profile.
+rehearsal: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -s -m rehearsal tests/test_slurm_rehearsal.py
 
 # sentence-transformers' ONNX Runtime and OpenVINO backends, for bench/encode_throughput.py --st-python:
 # their own venv, as optimum-onnx needs transformers < 4.58 (bench/requirements-st-backends.txt).

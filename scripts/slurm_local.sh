@@ -204,7 +204,10 @@ SlurmdPidFile=$STATE/run/slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd.log
 $track
-# Time limits: checked every ~30 s; a job past its limit gets TERM, then KILL KillWait seconds later.
+# Time limits: a request over its partition's MaxTime (or memory over the node's) is refused at sbatch,
+# as production clusters do, rather than left pending forever; a running job past its limit gets TERM,
+# then KILL KillWait seconds later (checked every ~30 s).
+EnforcePartLimits=ALL
 OverTimeLimit=0
 KillWait=30
 # Cores and memory are consumable, so --cpus-per-task and --mem are really scheduled.
