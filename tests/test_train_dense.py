@@ -54,6 +54,25 @@ def test_dpr_then_ccr(inputs, tmp_path):
     log = [json.loads(line) for line in (ccr / "train_log.jsonl").open()]
     assert all(r["loss"] == pytest.approx(r["nce"] - 0.5 * r["ccr"], abs=1e-5) for r in log)
 
+    # Each folder says what it is: a model card with the hub's metadata block, the base it started
+    # from, its loss, its data and how to load it; the same settings write the same card.
+    card = (ccr / "README.md").read_text()
+    assert card.startswith("---\nbase_model: ") and "library_name: sentence-transformers" in card
+    assert f"Trained from `{dpr}` for 2 optimizer steps with NCE plus contrastive confidence" in card
+    assert "beta = 0.5" in card and "contrastive-confidence-regularization" in card
+    assert f"- hard negatives: `{paths['negatives']}`" in card
+    assert "SentenceTransformer(" in card and "| temperature | 1.0 |" in card
+    assert (
+        "Trained from" in (dpr / "README.md").read_text()
+        and "contrastive NCE" in (dpr / "README.md").read_text()
+    )
+    again = tmp_path / "again"
+    assert (
+        main([*_data_args(paths), *options, "--no-in-batch", *flags(temperature=1, threads=1, out=again)])
+        == 0
+    )
+    assert (again / "README.md").read_text() == card
+
 
 def test_bad_input_exits_2_with_the_file_named(inputs, tmp_path, capsys):
     _, paths, tiny = inputs

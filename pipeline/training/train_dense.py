@@ -27,7 +27,8 @@ pipeline.core.settings.TrainJob), each flag over it; what neither gives is confi
 Under ``torchrun --nproc_per_node=N -m pipeline.training.train_dense -- ARGS`` it trains with DDP (the ``--``
 stops torchrun from reading our flags as abbreviations of its own, e.g. ``--log`` as ``--log-dir``). Checkpoints go to
 ``<out>.ckpt/`` (or ``--checkpoint-dir``); rerunning the same command after a crash resumes there.
-The output folder gets ``train_log.jsonl``, ``train_info.json`` and the retriever (retriever.json last).
+The output folder gets ``train_log.jsonl``, ``train_info.json``, a model card (README.md) and the retriever
+(retriever.json last).
 """
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ from pipeline.core.settings import (
     default,
     from_dict,
 )
-from pipeline.core.storage import DataError, atomic_path, refuse_overwriting_inputs, write_json
+from pipeline.core.storage import DataError, atomic_open, atomic_path, refuse_overwriting_inputs, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.loop import Guide, TrainConfig, train
+from pipeline.training.model_card import CARD_FILE, model_card
 
 RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
 
@@ -341,22 +343,25 @@ def train_retriever(
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / LOG_FILE) as tmp:
             shutil.copyfile(ckpt / LOG_FILE, tmp)
-        write_json(
-            out / "train_info.json",
-            {
-                "init": init,
-                "guide": guide,
-                "config": cfg.model_dump(),
-                "negatives_depth": cfg.negatives_depth,
-                "queries": len(data),
-                "dropped_without_positive": data.n_dropped,
-                "queries_without_candidates": data.n_without_candidates,
-                "world_size": dist_info.world_size,
-                "summary": summary,
-            },
-        )
+        info = {
+            "init": init,
+            "guide": guide,
+            "config": cfg.model_dump(),
+            "negatives_depth": cfg.negatives_depth,
+            "queries": len(data),
+            "dropped_without_positive": data.n_dropped,
+            "queries_without_candidates": data.n_without_candidates,
+            "world_size": dist_info.world_size,
+            "summary": summary,
+        }
+        write_json(out / "train_info.json", info)
         if recipe:
             write_json(out / RECIPE_FILE, {"recipe": recipe, "trained": True})
+        card = model_card(
+            info, asdict(retriever.settings), recipe, {k: str(v) for k, v in asdict(inputs).items()}
+        )
+        with atomic_open(out / CARD_FILE, "w", encoding="utf-8") as handle:
+            handle.write(card)
         retriever.to("cpu").save(out)  # retriever.json last: the folder is complete once it exists
         if not keep_checkpoint:
             shutil.rmtree(ckpt, ignore_errors=True)
