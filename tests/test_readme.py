@@ -122,6 +122,53 @@ def test_the_demo_results_block_is_what_the_script_prints_from_the_demos_metrics
     assert readme_results.main([str(DEMO_METRICS), "--check", str(README)]) == 0
 
 
+def test_the_first_screen_is_what_the_script_prints_from_the_demos_metrics():
+    text = README.read_text(encoding="utf-8")
+    gathered = readme_results.read_json_object(DEMO_METRICS)
+    block = readme_results.readme_block(text, readme_results.FIRST_BEGIN, readme_results.FIRST_END)
+    assert block == readme_results.first_screen(gathered), (
+        "regenerate: python -m pipeline.evaluation.readme_results docs/data/demo/metrics.json --write README.md"
+    )
+    # under the title, before anything else a reader meets
+    assert text.index(readme_results.FIRST_BEGIN) < text.index("## ")
+
+
+def _metrics(**values: float) -> dict:
+    return {
+        "dataset": "d",
+        "methods": {
+            m: {"split": "test", "n_queries": 10, "metrics": {"hit_all@1": v}} for m, v in values.items()
+        },
+    }
+
+
+def test_the_first_screen_says_what_false_negatives_cost_and_whether_training_paid():
+    worse = readme_results.first_screen(
+        _metrics(bm25=0.7, zeroshot=0.64, dpr_none=0.52, dpr_oracle=0.67, dpr_sieve=0.62, ar2_sieve=0.53)
+    )
+    assert "scores 0.520 hit_all@1" in worse and "the false negatives cost 0.150" in worse
+    assert "wins back +0.100 (67% of it)" in worse
+    assert "ar2_sieve (0.530), ends below the untrained model it starts from (zeroshot, 0.640)" in worse
+    assert "and below BM25 (0.700)" in worse and "keep the model you start from, or BM25" in worse
+    better = readme_results.first_screen(
+        _metrics(bm25=0.5, zeroshot=0.6, dpr_none=0.6, dpr_oracle=0.7, dpr_sieve=0.68, ar2_sieve=0.75)
+    )
+    assert "ends above the untrained model" in better and "above BM25 (0.500)" in better
+    assert "worth running" in better and "keep the model" not in better
+    # a run without the controls says nothing it cannot back
+    assert readme_results.first_screen(_metrics(bm25=0.5)) == "\n"
+
+
+def test_a_stale_first_screen_fails_the_check(tmp_path, capsys):
+    text = README.read_text(encoding="utf-8")
+    stale = tmp_path / "README.md"
+    stale.write_text(text.replace("the false negatives cost", "the false negatives cost about"))
+    assert readme_results.main([str(DEMO_METRICS), "--check", str(stale)]) == 1
+    assert "the first screen block differs" in capsys.readouterr().err
+    assert readme_results.main([str(DEMO_METRICS), "--write", str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8") == text
+
+
 def test_the_results_script_prints_the_primary_metric_controls_and_query_intervals(tmp_path, capsys):
     gathered = readme_results.read_json_object(DEMO_METRICS)
     text = readme_results.results_block(gathered)
