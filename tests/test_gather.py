@@ -147,9 +147,7 @@ def test_gather_paired_comparisons(tmp_path):
                 "--out-html",
                 str(out_html),
                 "--compare",
-                "dpr_ccr:dpr",
-                "dpr_sieve:dpr",
-                "ar2_sieve:ar2",
+                '[["dpr_ccr", "dpr"], ["dpr_sieve", "dpr"], ["ar2_sieve", "ar2"]]',
                 "--log",
                 str(log),
             ]
@@ -281,12 +279,20 @@ def _outputs(tmp_path: Path, *inputs: Path) -> list[str]:
     ]
 
 
-def test_gather_compare_argument_is_method_colon_baseline(tmp_path, capsys):
+def test_gather_compare_argument_is_a_json_list_of_pairs(tmp_path, capsys):
     a = _method_file(tmp_path, "bm25", {"R@5": 0.5})
-    for bad in ("dpr", "dpr:", ":dpr", "a:b:c"):
+    for bad in (
+        "dpr:zeroshot",
+        '["dpr", "zeroshot"]',
+        '[["dpr"]]',
+        '[["dpr", ""]]',
+        '[["a", "b", "c"]]',
+        "[[1, 2]]",
+    ):
         with pytest.raises(SystemExit):
             gather_metrics.main([*_outputs(tmp_path, a), "--compare", bad])
-        assert "METHOD:BASELINE" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "[method, baseline] pairs" in err or "not JSON" in err, err
 
 
 def test_a_run_is_gathered_under_the_method_name_the_config_lists(tmp_path):
@@ -457,7 +463,7 @@ def test_one_seed_pairs_get_a_paired_test_over_queries(tmp_path):
     zeroshot = _method_file(tmp_path, "zeroshot", zs_metrics)
     out_json, out_md, out_html = tmp_path / "m.json", tmp_path / "m.md", tmp_path / "m.html"
     args = ["--dataset", "tiny", "--inputs", str(dpr), str(zeroshot), "--out-json", str(out_json)]
-    args += ["--out-md", str(out_md), "--out-html", str(out_html), "--compare", "dpr:zeroshot"]
+    args += ["--out-md", str(out_md), "--out-html", str(out_html), "--compare", '[["dpr", "zeroshot"]]']
     args += ["--fixed", "zeroshot", "--per-query", f"dpr={dpr_pq}", f"zeroshot={zs_pq}"]
     assert gather_metrics.main(args) == 0
     (pair,) = json.loads(out_json.read_text(encoding="utf-8"))["comparisons"]

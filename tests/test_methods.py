@@ -162,7 +162,7 @@ def test_two_betas_in_one_run_plan_two_models_and_two_runs_side_by_side(tmp_path
     # dpr_ccr (ccr.beta 0.5) and dpr_ccr_b0.5 are one run, gathered under both names
     assert "dpr_ccr=results/synthkb/dpr_ccr_b0.5/metrics.json" in gather
     assert "dpr_ccr_b6=results/synthkb/dpr_ccr_b6/metrics.json" in gather
-    assert "--compare dpr_ccr_b6:dpr_ccr_b0.5" in gather
+    assert """--compare '[["dpr_ccr_b6", "dpr_ccr_b0.5"]]'""" in gather
 
 
 def test_the_controls_of_ccr_are_methods():
@@ -215,7 +215,7 @@ def test_the_controls_plan_their_own_trainings(tmp_path):
     )
     (gather,) = [line for line in shells if "pipeline.evaluation.gather" in line]
     assert "dpr_sieve=results/synthkb/dpr_sieve_no_ccr/metrics.json" in gather
-    assert "dpr_rcl=results/synthkb/dpr_rcl_b6/metrics.json" in gather and "dpr_rcl:dpr" in gather
+    assert "dpr_rcl=results/synthkb/dpr_rcl_b6/metrics.json" in gather and '["dpr_rcl", "dpr"]' in gather
 
 
 def test_the_sieve_tag_names_each_setting_that_differs_from_its_default():

@@ -85,8 +85,7 @@ def test_pairs_with_a_same_pool_control(tmp_path):
             ["dpr", "dpr_none", "dpr_sieve", "dpr_oracle"],
             out,
             "--pairs",
-            "dpr_sieve:dpr_none",
-            "dpr_oracle:dpr_none",
+            '[["dpr_sieve", "dpr_none"], ["dpr_oracle", "dpr_none"]]',
             "--out-md",
             str(md),
         )
@@ -99,7 +98,7 @@ def test_pairs_with_a_same_pool_control(tmp_path):
     assert point["pairs_oracle_gap_closed"]["dpr_none"]["dpr_sieve"] == pytest.approx(0.14 / 3 / 0.20)
     assert "Paired with dpr_none:" in md.read_text() and "| +0.23 |" in md.read_text()
     with pytest.raises(DataError, match="'dpr_x' must be one of the sweep's methods"):
-        _sweep([high], ["dpr", "dpr_oracle"], out, "--pairs", "dpr_x:dpr")
+        _sweep([high], ["dpr", "dpr_oracle"], out, "--pairs", '[["dpr_x", "dpr"]]')
 
 
 def _report(path, n=10, labelled=10, fns=4, out=0.5, recall=0.75, kept=4 / 6, auc=0.6):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import os
 import sys
@@ -91,6 +92,23 @@ def thread_count(text: str) -> int:
     if not 1 <= value <= MAX_THREADS:
         raise argparse.ArgumentTypeError(f"{value} is not between 1 and {MAX_THREADS:,}")
     return value
+
+
+def json_pairs(text: str) -> list[tuple[str, str]]:
+    """argparse type of a flag that takes [name, name] pairs as JSON (the config's own form:
+    ``eval.compare``, ``sweep.pairs``), so a list of pairs reaches the stage as data, not as text
+    joined and split on a separator."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from None
+    if not isinstance(value, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x for x in p) for p in value
+    ):
+        raise argparse.ArgumentTypeError(
+            f'expected a JSON list of [method, baseline] pairs, e.g. \'[["dpr", "zeroshot"]]\', got {text!r}'
+        )
+    return [(a, b) for a, b in value]
 
 
 def add_job_flags(ap: argparse.ArgumentParser, device: bool = True) -> None:

@@ -8,7 +8,7 @@ The JSON maps method -> its split, n_queries, metrics and any extra fields its m
 columns in a fixed order: R@k by k, MRR@10, nDCG@10, hit@k, recall@k, then the ``_all`` family, then
 the rest.
 
-``--compare METHOD:BASELINE ...`` adds ``comparisons``: per pair, the paired difference
+``--compare '[["METHOD", "BASELINE"], ...]'`` (JSON, the form of config ``eval.compare``) adds ``comparisons``: per pair, the paired difference
 method − baseline of every metric over the seeds both were run with, and its 95% t interval
 (pipeline.evaluation.seed_stats; docs/evaluation.md), shown in a second table. A pair with one
 common seed has no interval over seeds; given the runs' per-query values (``--per-query
@@ -28,7 +28,7 @@ from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import json_pairs, run_main, stage_parser, start_stage
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json
 from pipeline.evaluation.method_notes import (
     DEFINITIONS,
@@ -710,13 +710,6 @@ def html_table(gathered: dict) -> str:
     return page
 
 
-def _pair(text: str) -> tuple[str, str]:
-    method, sep, baseline = text.partition(":")
-    if not sep or not method or not baseline or ":" in baseline:
-        raise argparse.ArgumentTypeError(f"expected METHOD:BASELINE, got {text!r}")
-    return method, baseline
-
-
 def _json_object(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -770,11 +763,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-png", help="the methods side by side on the headline metrics (a figure)")
     parser.add_argument(
         "--compare",
-        nargs="*",
         default=[],
-        type=_pair,
-        metavar="METHOD:BASELINE",
-        help="paired differences method − baseline over common seeds (95%% t interval)",
+        type=json_pairs,
+        metavar="JSON",
+        help='[method, baseline] pairs, e.g. \'[["dpr", "zeroshot"]]\': paired differences method − baseline '
+        "over common seeds (95%% t interval)",
     )
     parser.add_argument(
         "--fixed",

@@ -9,8 +9,9 @@ Per dataset: the measured false-negative share among mined candidates and the sh
 without its string (the manifest's ``false_negatives.measured``), each method's mean and 95% t-interval
 over its seeds, every method's paired difference with ``baseline`` (per seed, 95% t-interval), and the
 share of the oracle gap a method closes, (method − baseline) / (oracle − baseline), on the means
-(undefined where the oracle's gain is not shown: its interval reaches 0). ``--pairs METHOD:CONTROL`` adds paired differences with
-other controls (``pairs``; e.g. dpr_sieve:dpr_none and dpr_oracle:dpr_none, which train on the same
+(undefined where the oracle's gain is not shown: its interval reaches 0).
+``--pairs '[["METHOD", "CONTROL"], ...]'`` (JSON) adds paired differences with other controls
+(``pairs``; e.g. dpr_sieve − dpr_none and dpr_oracle − dpr_none, which train on the same
 candidate pool, where dpr trains on BM25's top ranks) and, where the oracle is paired with the same
 control, the share of that gap closed. With ``--sieve NAME=PARQUET`` (the dataset's sieve
 report, sieve/sieve_b<β>/report.json) also what the sieve did on the data-prep candidates: their
@@ -27,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pipeline.core.cli import run_main, stage_parser, start_stage
+from pipeline.core.cli import json_pairs, run_main, stage_parser, start_stage
 from pipeline.core.settings import SweepSettings, default
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference
@@ -365,10 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--metric", default=default(SweepSettings, "metric"))
     parser.add_argument(
         "--pairs",
-        nargs="+",
         default=[],
-        metavar="METHOD:CONTROL",
-        help="paired differences with other controls, e.g. dpr_sieve:dpr_none",
+        type=json_pairs,
+        metavar="JSON",
+        help='paired differences with other controls, e.g. \'[["dpr_sieve", "dpr_none"]]\'',
     )
     parser.add_argument(
         "--sieve",
@@ -397,13 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (sep and name and path):
             raise DataError(f"expected NAME=REPORT, got {item!r}", field="--sieve")
         sieves[name] = path
-    pairs = []
-    for item in args.pairs:
-        method, sep, control = item.partition(":")
-        if not (sep and method and control):
-            raise DataError(f"expected METHOD:CONTROL, got {item!r}", field="--pairs")
-        pairs.append((method, control))
-    result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric, sieves, pairs)
+    result = build_sweep(datasets, args.methods, args.baseline, args.oracle, args.metric, sieves, args.pairs)
     write_json(args.out_json, result)
     plot_sweep(result, args.out_png)
     if args.out_md:

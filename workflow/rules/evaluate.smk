@@ -135,7 +135,7 @@ rule gather_metrics:
         # each method's metrics under the name `methods` lists (its run folder may carry its β)
         inputs=E.gather_inputs_arg,
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
-        compare=" ".join(f"{method}:{baseline}" for method, baseline in config["eval"]["compare"]),
+        compare=json.dumps(config["eval"]["compare"]),
         fixed=lambda wildcards: " ".join(seed_free_methods(wildcards.dataset)),
         # every run's per-query values: a pair with one common seed is tested over the queries
         per_query=E.per_query_arg,
@@ -148,7 +148,7 @@ rule gather_metrics:
     benchmark:
         "benchmarks/gather_metrics/{dataset}.tsv"
     shell:
-        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json:q} --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q} --compare {params.compare} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log:q}"
+        "python -m pipeline.evaluation.gather --dataset {wildcards.dataset} --inputs {params.inputs} --out-json {output.json:q} --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q} --compare {params.compare:q} --fixed {params.fixed} --per-query {params.per_query} --recipe {params.recipe:q} --log {log:q}"
 
 
 # With several training seeds, a trained dense method's (or its hybrid's) metrics.json is the seeds'

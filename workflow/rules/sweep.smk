@@ -1,6 +1,7 @@
 # The noise sweep: one synthkb dataset per level of the false-negative dial (declared in `datasets`
 # with fn_share / fn_paraphrase, listed in sweep.datasets), each run through the whole DAG, gathered
 # into results/sweeps/noise.json + noise.png + noise.md by pipeline.evaluation.sweep. docs/evaluation.md.
+import json
 import shlex
 
 from pipeline.workflow.checks import sweep_problems
@@ -38,7 +39,7 @@ rule noise_sweep:
             ["--sieve"] + [shlex.quote(f"{d}={p}") for d, p in zip(SWEEP["datasets"], input.sieves)] if input.sieves else []),
         settings=" ".join(["--methods", *SWEEP["methods"], "--baseline", SWEEP["baseline"], "--oracle",
                            SWEEP["oracle"], "--metric", SWEEP["metric"]]
-                          + (["--pairs", *(f"{m}:{b}" for m, b in SWEEP["pairs"])] if SWEEP["pairs"] else [])),
+                          + (["--pairs", shlex.quote(json.dumps(SWEEP["pairs"]))] if SWEEP["pairs"] else [])),
     conda:
         CPU_ENV
     log:

@@ -22,7 +22,7 @@ for metric in hit_all@1 hit_all@5 R@5; do
     --out-json $HERE/noise_$tag.json --out-md $HERE/noise_$tag.md --out-png $HERE/noise_$tag.png
   if [ ${#NONE[@]} -gt 0 ]; then
     $PY -m pipeline.evaluation.sweep --dataset "${NONE[@]}" --methods dpr dpr_none dpr_sieve dpr_oracle \
-      --pairs dpr_sieve:dpr_none dpr_oracle:dpr_none --metric "$metric" \
+      --pairs '[["dpr_sieve", "dpr_none"], ["dpr_oracle", "dpr_none"]]' --metric "$metric" \
       --out-json $HERE/noise_${tag}_same_pool.json --out-md $HERE/noise_${tag}_same_pool.md \
       --out-png $HERE/noise_${tag}_same_pool.png
   fi
