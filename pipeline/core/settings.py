@@ -295,8 +295,7 @@ class CcrSettings(JobResources, Objective, TrainSettings):
         ge=0,
         description="CCR beta relative to NCE: <= 1 pushes every negative down, > 1 lifts the top ones. 6 is "
         "the authors' code ((k+1)·f_beta at k 5, f_beta 1; the paper writes 0.5, where the regulariser "
-        "cannot lift a negative, docs/training.md). On synthkb at 30% false negatives (3 seeds) dpr_ccr at "
-        "beta 6 beats the same fine-tune at beta 0 by 0.057 [0.015, 0.099] hit_all@1 (not at 50%)",
+        "cannot lift a negative, docs/training.md); what it does on synthkb and SQuAD: docs/results.md",
     )
     temperature: float = Field(
         1.0, gt=0, description="tau of the CCR loss on cosine scores (released code: 1); saved with the model"
