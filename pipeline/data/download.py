@@ -68,6 +68,10 @@ class _Retryable(Exception):
     """A failure worth another attempt (network trouble, 5xx, 429, a short body)."""
 
 
+class NotFound(DataError):
+    """HTTP 404: the server has no such file (a model repository without an optional file)."""
+
+
 def _progress() -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -187,6 +191,8 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
                 _restart(part, "the server refused to resume from the partial file")
             if resp.status_code == 429 or resp.status_code >= 500:
                 raise _Retryable(f"HTTP {resp.status_code} {resp.reason}")
+            if resp.status_code == 404:
+                raise NotFound(f"HTTP 404 {resp.reason}", file=url)
             if resp.status_code >= 400:
                 raise DataError(f"HTTP {resp.status_code} {resp.reason}", file=url)
             if resp.status_code == 206:
