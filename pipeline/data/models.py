@@ -184,20 +184,24 @@ def fetch_model(
 
 
 def require_local(path: str | os.PathLike) -> None:
-    """Refuse, in one line naming the prefetch command, a model folder the workflow fetches that is not
-    complete (no prefetch.json), or a hub name while the hub is off (HF_HUB_OFFLINE): either would
-    otherwise be a long traceback from transformers, or a wait on a network the job does not have."""
+    """Refuse, in one line naming the prefetch command, a folder under resources/models/ without its
+    config or weights (a fetch not run, or cut short), or a hub name while the hub is off
+    (HF_HUB_OFFLINE): either would otherwise be a traceback from transformers, or a wait on a network
+    the job does not have."""
     p = Path(path)
     fetched_here = MODELS_DIR + "/" in p.as_posix()
     if p.is_dir():
-        if fetched_here and not (p / MARKER).exists():
-            raise DataError(f"the model folder is incomplete (no {MARKER}): {PREFETCH_HINT}", file=p)
+        complete = (p / "config.json").is_file() and any((p / w).is_file() for w in WEIGHTS)
+        if fetched_here and not complete:
+            raise DataError(f"the model folder has no config.json or weights: {PREFETCH_HINT}", file=p)
         return
     if fetched_here:
         raise DataError(f"no such model folder: {PREFETCH_HINT}", file=p)
-    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or os.environ.get(
-        "TRANSFORMERS_OFFLINE", ""
-    ) not in ("", "0")
+    # huggingface_hub's reading of these variables
+    offline = any(
+        os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
     if offline and is_hub_name(str(path)):
         raise DataError(
             f"not a local folder, and jobs do not reach the model hub (HF_HUB_OFFLINE): {PREFETCH_HINT}",
