@@ -400,3 +400,79 @@ def test_a_local_base_folder_is_used_as_it_is(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rules = [rule for rule, _ in _plan_jobs(proc.stdout)]
     assert "fetch_model" not in rules and rules.count("download") == 4
+
+
+def test_prefetch_runs_the_fetches_and_the_jobs_see_the_hub_off(tmp_path):
+    """A real run of `resources/prefetch/<dataset>.json` against 127.0.0.1 (the dataset's download and
+    its recipe's hub-named base), with `python` on the jobs' PATH a shim recording their environment;
+    then the plan of a job that loads the model names the fetched folder and fetches nothing again."""
+    work, shim = tmp_path / "work", tmp_path / "shim"
+    work.mkdir()
+    shim.mkdir()
+    record = tmp_path / "jobs.log"
+    (shim / "python").write_text(
+        f'#!/bin/sh\necho "HF_HUB_OFFLINE=$HF_HUB_OFFLINE TRANSFORMERS_OFFLINE=$TRANSFORMERS_OFFLINE $*" >> {record}\n'
+        f'exec {PYTHON} "$@"\n'
+    )
+    (shim / "python").chmod(0o755)
+    files = {**repo_files(), "/squad/dev-v1.1.json": b'{"data": []}'}
+    with serving(files) as hub:
+        overlay = tmp_path / "overlay.yaml"
+        overlay.write_text(
+            "datasets:\n  tinyhub:\n    format: squad\n    recipe: tinyhub\n"
+            f'    source: {{url: "{hub.base}/squad/dev-v1.1.json"}}\n'
+            "    split: {by: article, dev: 0.15, test: 0.15, seed: 0}\n"
+            "recipes:\n  tinyhub:\n    model: {base: acme/tiny-bert}\n"
+        )
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")},
+            "PATH": os.pathsep.join([str(shim), str(Path(PYTHON).parent), os.environ["PATH"]]),
+            "PYTHONPATH": str(REPO),  # the jobs run in `work`: this checkout's package
+            "HF_ENDPOINT": hub.base,
+        }
+        common = ["--directory", str(work)]
+        run = subprocess.run(
+            [
+                SNAKEMAKE,
+                "--cores",
+                "1",
+                *common,
+                "resources/prefetch/tinyhub.json",
+                "--configfile",
+                str(overlay),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    jobs = record.read_text().splitlines()
+    assert any("pipeline.data.models --name acme/tiny-bert" in line for line in jobs)
+    assert any("pipeline.data.download --url" in line for line in jobs)
+    assert all(line.startswith("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 ") for line in jobs), jobs
+    summary = json.loads((work / "resources/prefetch/tinyhub.json").read_text())
+    assert summary["files"]["resources/models/acme/tiny-bert/model.safetensors"] == len(WEIGHTS)
+    plan = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-n",
+            "-p",
+            "--cores",
+            "1",
+            *common,
+            "results/tinyhub/zeroshot/metrics.json",
+            "--configfile",
+            str(overlay),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+    planned = dict(_plan_jobs(plan.stdout))
+    assert "fetch_model" not in planned and "download" not in planned
+    assert "--base resources/models/acme/tiny-bert " in planned["init_zeroshot"]
