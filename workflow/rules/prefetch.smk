@@ -5,7 +5,7 @@
 # (model.base, sieve.cross_encoder.base, ar2.ranker.base) into resources/models/<name>/. Both are
 # localrules, so `snakemake --profile slurm results/nq/metrics.json` runs them on the submitting node
 # before any job is queued. docs/cluster.md, "Run the downloads on a login node".
-import json
+import shlex
 
 from pipeline.data.models import MARKER, MODELS_DIR, is_hub_name, local_folder
 from pipeline.data.readers import sources as data_sources
@@ -84,18 +84,20 @@ rule prefetch_dataset:
         downloads=lambda w: dataset_downloads(w.dataset),
         models=lambda w: [fetched_model(folder) for folder in dataset_models(w.dataset)],
     output:
-        "resources/prefetch/{dataset}.json",
-    run:
-        # What was fetched and its size: the record a user reads before copying it to the cluster.
-        files = {path: os.path.getsize(path) for path in input.downloads}
-        for marker in input.models:
-            record = json.loads(Path(marker).read_text(encoding="utf-8"))
-            for name, entry in record["files"].items():
-                files[f"{os.path.dirname(marker)}/{name}"] = entry["size"]
-        with open(output[0], "w", encoding="utf-8") as handle:
-            json.dump({"dataset": wildcards.dataset, "bytes": sum(files.values()), "files": files}, handle, indent=2)
+        prefetch_summary("{dataset}"),
+    params:
+        downloads=lambda w, input: " ".join(shlex.quote(path) for path in input.downloads),
+        models=lambda w, input: " ".join(shlex.quote(os.path.dirname(path)) for path in input.models),
+    conda:
+        CPU_ENV
+    log:
+        "logs/prefetch_dataset/{dataset}.log",
+    shell:
+        "python -m pipeline.data.prefetch --dataset {wildcards.dataset} --download {params.downloads}"
+        " --model {params.models} --out {output:q} --log {log:q}"
 
 
+# Every declared dataset's downloads and models: `snakemake --cores 4 prefetch`.
 rule prefetch:
     input:
-        [f"resources/prefetch/{d}.json" for d in DATASETS],
+        [prefetch_summary(d) for d in DATASETS],
