@@ -215,6 +215,9 @@ def test_a_local_folder_is_not_a_hub_name(tmp_path, monkeypatch):
     assert not is_hub_name("resources/models/bert-base-uncased") and not is_hub_name("/abs/path")
     with pytest.raises(DataError, match="local folder is used as it is"):
         fetch_model("my-bert", tmp_path / "x")
+    # What looks a model up by name (the cost model) gets the name back from the folder jobs are given.
+    assert models.hub_name_of(models.local_folder("acme/tiny-bert")) == "acme/tiny-bert"
+    assert models.hub_name_of("minilm") == "minilm" and models.hub_name_of("/data/bert") == "/data/bert"
 
 
 # ---- jobs read only local folders ---------------------------------------------------------------------

@@ -381,9 +381,11 @@ def download(
     backoff: float = 2.0,
     timeout: float = 60.0,
     adopt: Sequence[tuple[str, str]] = (),
+    warn_unpinned: bool = True,
 ) -> str:
     """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256. ``adopt``:
-    (file, log) pairs of the older layout to move onto ``out`` instead, when provably this URL's."""
+    (file, log) pairs of the older layout to move onto ``out`` instead, when provably this URL's.
+    ``warn_unpinned`` False: the caller says itself where an unpinned digest is to be pinned."""
     problem = unsupported_url(url)
     if problem:  # before any retry: another attempt cannot help
         raise ConfigError(f"--url {problem}")
@@ -413,7 +415,7 @@ def download(
             file=url,
             field="sha256",
         )
-    if sha256 is None:
+    if sha256 is None and warn_unpinned:
         log.warning(
             "%s: no sha256 configured; downloaded file has sha256 %s (pin it in config.yaml as 'sha256: %s')",
             url,

@@ -33,7 +33,10 @@ log = logging.getLogger("sieve.models")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MODELS_DIR = "resources/models"  # where the workflow keeps fetched models (resources/models/<name>)
 MARKER = "prefetch.json"
-PREFETCH_HINT = "run `snakemake --cores 1 prefetch` where the network is reachable (docs/cluster.md)"
+PREFETCH_HINT = (
+    "run `snakemake --cores 1 prefetch` (one dataset: resources/prefetch/<dataset>.json) where the network "
+    "is reachable (docs/cluster.md)"
+)
 
 REQUIRED = ("config.json",)
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the first the repository has
@@ -92,6 +95,13 @@ def local_folder(name: str, models_dir: str = MODELS_DIR) -> str:
     return f"{models_dir}/{name}"
 
 
+def hub_name_of(base: str, models_dir: str = MODELS_DIR) -> str:
+    """The hub name a base stands for: ``local_folder``'s inverse (any other base is returned as it is),
+    for what looks a model up by name (the cost model's architectures)."""
+    prefix = models_dir.rstrip("/") + "/"
+    return base[len(prefix) :] if base.startswith(prefix) else base
+
+
 def endpoint_of(explicit: str | None = None) -> str:
     return (explicit or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
@@ -101,7 +111,9 @@ def file_url(endpoint: str, name: str, revision: str, file: str) -> str:
 
 
 def _fetch_file(url: str, out: Path, pin: FilePin, retries: int, backoff: float, timeout: float) -> str:
-    digest = download(url, out, sha256=pin.sha256, retries=retries, backoff=backoff, timeout=timeout)
+    digest = download(
+        url, out, sha256=pin.sha256, retries=retries, backoff=backoff, timeout=timeout, warn_unpinned=False
+    )
     Path(f"{out}.sha256").unlink(missing_ok=True)  # the digest goes into prefetch.json instead
     size = out.stat().st_size
     if pin.size is not None and size != pin.size:
