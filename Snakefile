@@ -37,6 +37,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/prefetch.smk"  # before content.smk: a hub-named base becomes its local folder
 include: "workflow/rules/content.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/synthkb.smk"

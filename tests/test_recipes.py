@@ -164,7 +164,7 @@ def test_one_plan_trains_nq_at_paper_scale_and_the_demo_as_before(tmp_path, conf
     train_fields = list(TrainSettings.model_fields)
     assert job_document(nq["shell"])["train"] == {k: paper["dpr"][k] for k in train_fields}
     assert (
-        "--init bert-base-uncased" in nq["shell"]
+        "--init resources/models/bert-base-uncased" in nq["shell"]  # the prefetched folder (prefetch.smk)
         and not job_document(nq["shell"])["retriever"]["shared_towers"]
     )
     assert "--recipe paper" in nq["shell"] and "torchrun --standalone --nproc_per_node=4" not in demo["shell"]

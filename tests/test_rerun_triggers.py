@@ -623,6 +623,10 @@ def test_the_workspace_holds_every_rule_and_the_table_every_rule_with_settings(w
                 "unknown_dataset",  # the guard never runs
                 "fingerprint",  # only with a local base or source: tests/test_rerun_content.py
                 "clean_negatives",  # only with a declared clean.<name>: tests/test_clean.py
+                # only with a base named by a hub name, or asked for: tests/test_prefetch.py
+                "fetch_model",
+                "prefetch_dataset",
+                "prefetch",
             }
     finally:
         os.chdir(cwd)

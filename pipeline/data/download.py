@@ -68,6 +68,10 @@ class _Retryable(Exception):
     """A failure worth another attempt (network trouble, 5xx, 429, a short body)."""
 
 
+class NotFound(DataError):
+    """HTTP 404: the server has no such file (a model repository without an optional file)."""
+
+
 def _progress() -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -187,6 +191,8 @@ def _fetch_once(url: str, part: Path, timeout: float, progress: Progress) -> Non
                 _restart(part, "the server refused to resume from the partial file")
             if resp.status_code == 429 or resp.status_code >= 500:
                 raise _Retryable(f"HTTP {resp.status_code} {resp.reason}")
+            if resp.status_code == 404:
+                raise NotFound(f"HTTP 404 {resp.reason}", file=url)
             if resp.status_code >= 400:
                 raise DataError(f"HTTP {resp.status_code} {resp.reason}", file=url)
             if resp.status_code == 206:
@@ -375,9 +381,11 @@ def download(
     backoff: float = 2.0,
     timeout: float = 60.0,
     adopt: Sequence[tuple[str, str]] = (),
+    warn_unpinned: bool = True,
 ) -> str:
     """Download ``url`` to ``out`` (resumable via ``out.part``); return the file's sha256. ``adopt``:
-    (file, log) pairs of the older layout to move onto ``out`` instead, when provably this URL's."""
+    (file, log) pairs of the older layout to move onto ``out`` instead, when provably this URL's.
+    ``warn_unpinned`` False: the caller says itself where an unpinned digest is to be pinned."""
     problem = unsupported_url(url)
     if problem:  # before any retry: another attempt cannot help
         raise ConfigError(f"--url {problem}")
@@ -407,7 +415,7 @@ def download(
             file=url,
             field="sha256",
         )
-    if sha256 is None:
+    if sha256 is None and warn_unpinned:
         log.warning(
             "%s: no sha256 configured; downloaded file has sha256 %s (pin it in config.yaml as 'sha256: %s')",
             url,

@@ -23,6 +23,7 @@ from pipeline.core.storage import (
     write_checksums,
 )
 from pipeline.core.storage import verify_checksums as verify_folder_checksums
+from pipeline.data.models import require_local
 
 DAMAGED_HINT = "delete the model folder and rerun the rule that builds it"
 STAGING = ".encoder."  # save_encoder's staging folder inside the target: .encoder.<random>.tmp
@@ -105,7 +106,9 @@ def _refused(exc: ValueError, path: str | Path) -> DataError:
 
 
 def load_model(path: str | Path) -> Any:
-    """A Hugging Face model from a folder (its recorded digests checked) or a hub name."""
+    """A Hugging Face model from a folder (its recorded digests checked) or a hub name (where the hub is
+    reachable: jobs of the workflow get the prefetched folder and run with the hub off)."""
+    require_local(path)
     if Path(path).is_dir():
         verify_checksums(path)
     try:

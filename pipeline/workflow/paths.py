@@ -21,6 +21,7 @@ __all__ = [
     "shipped_negatives",
     "dataset_manifest",
     "fingerprint_path",
+    "prefetch_summary",
     "source_file",
     "archive_member",
     "bm25_index",
@@ -100,6 +101,11 @@ def dataset_manifest(d: str) -> str:
 def fingerprint_path(name: str) -> str:
     """The content digest of a local base folder or source file (content.smk's rule fingerprint)."""
     return f"resources/fingerprints/{name}.json"
+
+
+def prefetch_summary(d: str) -> str:
+    """What dataset ``d``'s prefetch fetched, with sizes (prefetch.smk); the target a user asks for."""
+    return f"resources/prefetch/{d}.json"
 
 
 # downloads/: fetched sources, keyed by what they are, never by the dataset that declared them first

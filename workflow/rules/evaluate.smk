@@ -114,8 +114,9 @@ rule unknown_dataset:
     wildcard_constraints:
         top="results|resources",
         # "/" after the name: the constraint sits inside the path's regex, where "$" never follows it; a
-        # dataset's results/<dataset>/clean/ is no rule's either (clean entries write there)
-        name=(f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})/(?!clean/)|fingerprints/)"
+        # dataset's results/<dataset>/clean/ is no rule's either (clean entries write there); resources/
+        # fingerprints/, models/ and prefetch/ are content.smk's and prefetch.smk's
+        name=(f"(?!(?:{'|'.join(re.escape(d) for d in DATASETS)})/(?!clean/)|fingerprints/|models/|prefetch/)"
               f"(?!sweeps/(?!metrics\\.json$))(?!{_CLEAN_FILES})[^/]+"),
         rest=".+",
 
