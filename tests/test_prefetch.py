@@ -479,3 +479,16 @@ def test_prefetch_runs_the_fetches_and_the_jobs_see_the_hub_off(tmp_path):
     planned = dict(_plan_jobs(plan.stdout))
     assert "fetch_model" not in planned and "download" not in planned
     assert "--base resources/models/acme/tiny-bert " in planned["init_zeroshot"]
+
+
+@pytest.mark.parametrize("name", ["models", "prefetch", "fingerprints", "sweeps"])
+def test_a_dataset_named_like_a_workflow_folder_is_refused(name):
+    """resources/models/ holds the fetched models and resources/prefetch/ their summaries: a dataset of
+    that name would write its tables among them."""
+    from pipeline.core.config import load_config, validate_config
+    from pipeline.core.settings import ConfigError
+
+    config = load_config()
+    config["datasets"][name] = {"format": "synthkb", "entities": 10}
+    with pytest.raises(ConfigError, match=f"'{name}' names a folder the workflow keeps"):
+        validate_config(config)

@@ -82,6 +82,8 @@ MethodName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.]+$")]
 METRIC_PATTERN = r"^((R|hit|hit_all|recall)@[1-9][0-9]*|MRR(_all)?@10)$"
 Metric = Annotated[str, Field(pattern=METRIC_PATTERN)]
 Pair = Annotated[list[MethodName], Field(min_length=2, max_length=2)]
+# Folders of resources/ and results/ that are not a dataset's.
+RESERVED_FOLDERS = frozenset({"models", "prefetch", "fingerprints", "sweeps"})
 
 
 # ---- upper bounds of counts ---------------------------------------------------------------------
@@ -1399,6 +1401,19 @@ class Config(Contract):
     tournament: TournamentSettings = TournamentSettings()
     sieve: SieveSettings = SieveSettings()
     ar2: Ar2Settings = Ar2Settings()
+
+    @field_validator("datasets", "clean")
+    @classmethod
+    def _not_a_shared_folder(cls, named: dict, info: ValidationInfo) -> dict:
+        # resources/<name>/ and results/<name>/ are a dataset's; these folders beside them belong to
+        # the workflow (fetched models, prefetch summaries, content fingerprints, the sweeps).
+        taken = sorted(set(named) & RESERVED_FOLDERS)
+        if taken:
+            raise ValueError(
+                f"{', '.join(map(repr, taken))} names a folder the workflow keeps beside the datasets' "
+                f"under resources/ and results/ ({', '.join(sorted(RESERVED_FOLDERS))}): choose another name"
+            )
+        return named
 
     @field_validator("index")
     @classmethod
