@@ -79,7 +79,8 @@ def before(bundle: Path, device: str) -> list[str]:
     return missing
 
 
-def after(device: str) -> tuple[list[str], list[str]]:
+def after(device: str, site: Path | None) -> tuple[list[str], list[str]]:
+    """What will not import, and each module's version; `*` marks one loaded from the bundle's site."""
     missing, versions = [], []
     for module, dist in NEEDED.items():
         try:
@@ -89,7 +90,9 @@ def after(device: str) -> tuple[list[str], list[str]]:
                 "%s (%s: %s)" % (dist, type(exc).__name__, str(exc).splitlines()[0][:80] if str(exc) else "")
             )
             continue
-        versions.append("%s %s" % (dist, getattr(imported, "__version__", "?")))
+        where = str(Path(getattr(imported, "__file__", None) or "").resolve())
+        carried = site is not None and where.startswith(str(site.resolve()) + "/")
+        versions.append("%s %s%s" % (dist, getattr(imported, "__version__", "?"), "*" if carried else ""))
     if device == "cuda" and not missing:
         import torch
 
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("stage", choices=["before", "after"])
     ap.add_argument("--bundle", type=Path, default=REPO / ".gpu_bundle")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--site", type=Path, default=None, help="where the bundle was installed")
     args = ap.parse_args(argv)
     where = "python %s at %s" % (sys.version.split()[0], sys.executable)
     if args.stage == "before":
@@ -122,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
             % (where, "missing: " + "; ".join(missing) if missing else "nothing missing")
         )
         return 1 if missing else 0
-    missing, versions = after(args.device)
+    missing, versions = after(args.device, args.site)
     print("imports (%s): %s" % (where, "missing: " + "; ".join(missing) if missing else "nothing missing"))
-    print("versions: " + ", ".join(versions))
+    print("versions (* from the bundle): " + ", ".join(versions))
     print(faiss_gpu())
     return 1 if missing else 0
 

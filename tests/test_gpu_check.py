@@ -56,7 +56,10 @@ def test_gpu_memory_readings_are_matched_to_jobs_by_their_log(tmp_path):
 JOB = """
 import os, subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", "import os, sys, time; os.setsid(); "
-                  "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)", sys.argv[1]])
+                  "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+                  "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(60)", sys.argv[1]])
+while not os.path.exists(sys.argv[1]):  # the job is running before the step can end
+    time.sleep(0.01)
 time.sleep(float(sys.argv[2]))
 """
 
