@@ -8,6 +8,7 @@ CUDA_VISIBLE_DEVICES before anything can initialise CUDA, and the package keeps 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -193,3 +194,80 @@ def test_a_stage_called_in_process_leaves_the_callers_devices(monkeypatch):
 def test_jax_stays_on_the_cpu_in_every_process_of_the_package():
     env = {**os.environ, "JAX_PLATFORMS": "cuda"}
     assert _run_stage("import os, pipeline; print(os.environ['JAX_PLATFORMS'])", env) == "cpu"
+
+
+# ---- what the GPU holds while the GPU check's workflow runs (scripts/gpu_isolation.py) ----------------
+
+sys.path.insert(0, str(REPO / "scripts"))
+import gpu_isolation  # noqa: E402  (scripts/, beside gpu_check.sh)
+
+
+def test_nvidia_smi_lines_are_read_with_and_without_units():
+    text = "4242, 1024 MiB\n  77 , 3 \n99, [N/A]\nNo running processes found\n\nGPU lost\n"
+    rows, odd = gpu_isolation.parse_smi(text)
+    assert rows == [(4242, 1024.0), (77, 3.0), (99, None)] and odd == ["GPU lost"]
+
+
+def _job(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    # argv after -c reaches /proc/PID/cmdline as a job's stage would show it
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args], env=env)
+
+
+def _fake_smi(folder: Path, pids: dict[int, int]) -> dict[str, str]:
+    """An nvidia-smi on PATH that prints these processes' GPU memory the way the real one does."""
+    lines = "".join(f"{pid}, {mib} MiB\\n" for pid, mib in pids.items())
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
+    smi.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _verdict(tmp_path: Path, env: dict[str, str]) -> tuple[int, str, list[dict]]:
+    log = tmp_path / "iso.jsonl"
+    log.unlink(missing_ok=True)
+    script = str(REPO / "scripts" / "gpu_isolation.py")
+    subprocess.run(
+        [sys.executable, script, "sample", "--out", str(log), "--interval", "0.1", "--for", "0.25"],
+        env=env,
+        check=True,
+    )
+    done = subprocess.run([sys.executable, script, "decide", str(log)], capture_output=True, text=True)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return done.returncode, done.stdout.strip(), [r for r in records if "verdict" in r]
+
+
+def test_a_job_without_a_gpu_seen_holding_gpu_memory_fails_the_check(tmp_path):
+    workflow = {**os.environ, "SIEVE_GPU_PEAKS": str(tmp_path / "peaks.jsonl")}
+    workflow.pop("CUDA_VISIBLE_DEVICES", None)
+    gpu = _job("--device", "cuda", env=workflow)
+    cpu = _job("--out", "x", "--device", "cpu", env=workflow)
+    bm25 = _job("--index", "bm25", env=workflow)  # model-free: no --device, a JAX import would grab
+    hidden = _job("--log", "y", env={**workflow, "CUDA_VISIBLE_DEVICES": ""})
+    outside = _job("--device", "cpu", env={k: v for k, v in workflow.items() if k != "SIEVE_GPU_PEAKS"})
+    procs = [gpu, cpu, bm25, hidden, outside]
+    try:
+        code, line, records = _verdict(tmp_path, _fake_smi(tmp_path, {gpu.pid: 9000, outside.pid: 500}))
+        assert code == 0 and line.startswith("GPU isolation ok"), line
+        assert {r["pid"]: r["verdict"] for r in records} == {gpu.pid: "gpu-job", outside.pid: "outside"}
+        for offender, verdict in ((cpu, "no-gpu-job"), (bm25, "no-device"), (hidden, "no-gpu-job")):
+            code, line, records = _verdict(
+                tmp_path, _fake_smi(tmp_path, {gpu.pid: 9000, offender.pid: 110592})
+            )
+            assert code == 1 and f"pid {offender.pid} 110592.0 MiB ({verdict})" in line, line
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_no_sample_or_no_workflow_process_on_the_gpu_is_said(tmp_path):
+    gone = 2**22 + 7  # above the default pid_max: no such process
+    code, line, records = _verdict(tmp_path, _fake_smi(tmp_path, {gone: 10}))
+    assert code == 0 and "1 unseen" in line and "isolation is unchecked" in line, line
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    (broken / "nvidia-smi").write_text("#!/bin/sh\necho 'Failed to initialize NVML' >&2\nexit 9\n")
+    (broken / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{broken}{os.pathsep}{os.environ['PATH']}"}
+    code, line, _ = _verdict(tmp_path, env)
+    assert code == 1 and "failed on all" in line and "exit 9: Failed to initialize NVML" in line, line
