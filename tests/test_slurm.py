@@ -148,7 +148,10 @@ def slurm_cluster(tmp_path_factory):
     """A one-node SLURM for this module; its daemons are stopped at the end, pass or fail."""
     if sys.platform != "linux" or shutil.which("bash") is None:
         pytest.skip("SLURM test needs Linux and bash")
-    env = dict(os.environ, SIEVE_SLURM_STATE=str(tmp_path_factory.mktemp("slurm-state")))
+    # the default partition capped at 24 h, as common GPU clusters are (profiles/slurm/partitions.yaml)
+    env = dict(
+        os.environ, SIEVE_SLURM_STATE=str(tmp_path_factory.mktemp("slurm-state")), SIEVE_SLURM_MAXTIME="1440"
+    )
     try:
         start = subprocess.run(
             ["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900
@@ -171,6 +174,28 @@ def _copy_repo(dest: Path) -> Path:
     )
     (dest / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
     return dest
+
+
+def _slurm_minutes(limit: str) -> float:
+    """sinfo's time limit (infinite, [D-]HH:MM:SS, MM:SS) in minutes."""
+    if limit in ("infinite", "UNLIMITED"):
+        return float("inf")
+    days, _, clock = limit.rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    hours, minutes, seconds = ([0] * (3 - len(parts)) + parts) if len(parts) == 3 else (0, *parts)
+    return int(days or 0) * 1440 + hours * 60 + minutes + seconds / 60
+
+
+def site_partitions(repo: Path, env: dict) -> None:
+    """What a site does to profiles/slurm/partitions.yaml: its own partitions and their limits, here the
+    local cluster's default partition (its time limit, the node's memory, no GPUs)."""
+    info = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%P %l %m"], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    name, limit, memory = info[0].rstrip("*"), info[1], int(info[2])
+    minutes = _slurm_minutes(limit)
+    partitions = {"partitions": {name: {"max_runtime": minutes, "max_gpu": 0, "max_mem_mb": memory}}}
+    (repo / "profiles" / "slurm" / "partitions.yaml").write_text(yaml.safe_dump(partitions))
 
 
 def _snakemake(workdir: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
@@ -249,6 +274,7 @@ def test_synthkb_bm25_runs_through_the_slurm_profile(slurm_cluster, tmp_path):
     record = tmp_path / "python_calls.tsv"
     _python_shim(tmp_path / "shim", record)
     cluster = _copy_repo(tmp_path / "cluster")
+    site_partitions(cluster, slurm_cluster)
     env = dict(slurm_cluster, PATH=f"{tmp_path / 'shim'}:{base_path}")
     # The profile as shipped; only the first status poll comes sooner (the default waits 40 s).
     proc = _snakemake(

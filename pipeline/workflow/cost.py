@@ -531,6 +531,18 @@ def runtime_hours(wall_h: float, margin: float, floor_h: int = 1) -> int:
     return max(floor_h, math.ceil(wall_h * margin - 1e-9))
 
 
+def max_runtime_h(partitions: Path = PROFILE / "partitions.yaml") -> int:
+    """The longest time limit every partition of the profile allows (hours): no job may ask more; a
+    longer one runs in segments (a job cut at its limit resumes from its checkpoint in the next)."""
+    limits = yaml.safe_load(partitions.read_text(encoding="utf-8"))["partitions"].values()
+    return min(int(p["max_runtime"]) for p in limits) // 60
+
+
+def capped(hours: int, cap_h: int) -> tuple[int, int]:
+    """(the runtime a job asks, the number of such jobs it takes) for a need of ``hours`` under ``cap_h``."""
+    return min(hours, cap_h), math.ceil(hours / cap_h)
+
+
 # ---- output ------------------------------------------------------------------------------------------
 
 
@@ -545,19 +557,22 @@ def _h(hours: float) -> str:
 def table(data: dict, stages: list[StageCost], gpu: str) -> str:
     """One row a rule; where each throughput comes from in numbered notes below the table (inline,
     they made rows 200 characters wide)."""
-    margin = data["runtime_margin"]
+    margin, cap = data["runtime_margin"], max_runtime_h()
     lines = [
         f"| rule | jobs | GPUs each | work per job (longest) | throughput per GPU on {gpu} | GPU-h | "
-        f"wall per job | runtime (x{margin:g}, >= {data['runtime_floor_h']} h) | profile limit |",
+        f"wall per job | runtime (x{margin:g}, >= {data['runtime_floor_h']} h, segments of <= {cap} h) | "
+        "profile limit |",
         "|---|---:|---:|---|---|---:|---:|---:|---:|",
     ]
     notes: dict[str, int] = {}
     for s in stages:
         note = notes.setdefault(s.source, len(notes) + 1)
         limit = "–" if s.runtime_min is None else f"{s.runtime_min / 60:g} h"
+        hours, segments = capped(runtime_hours(s.wall_h, margin, data["runtime_floor_h"]), cap)
+        runtime = f"{hours} h" if segments == 1 else f"{segments} x {hours} h"
         lines.append(
             f"| `{s.rule}` | {s.jobs} | {s.gpus} | {s.work} | {s.throughput} [{note}] | {s.gpu_hours:,.1f} | "
-            f"{_h(s.wall_h)} | {runtime_hours(s.wall_h, margin, data['runtime_floor_h'])} h | {limit} |"
+            f"{_h(s.wall_h)} | {runtime} | {limit} |"
         )
     total = sum(s.gpu_hours for s in stages)
     lines.append(f"| **all GPU jobs** | {sum(s.jobs for s in stages)} | | | | **{total:,.0f}** | | | |")
@@ -619,13 +634,15 @@ def recipe_costs(
 
 def profile_runtimes(data: dict, costs: dict) -> dict[str, int]:
     """rule -> the runtime (hours) the profile should give it: its longest job over the docs recipes in
-    ``costs`` (recipe_costs on profile_gpu), x runtime_margin, rounded up, at least runtime_floor_h."""
+    ``costs`` (recipe_costs on profile_gpu), x runtime_margin, rounded up, at least runtime_floor_h, at
+    most the partitions' time limit (longer: segments, each its own job)."""
     longest: dict[str, float] = {}
     for _, costed, _ in costs.values():
         for c in costed:
             longest[c.work.rule] = max(longest.get(c.work.rule, 0.0), c.wall_h)
+    cap = max_runtime_h()
     return {
-        rule: runtime_hours(wall, data["runtime_margin"], data["runtime_floor_h"])
+        rule: capped(runtime_hours(wall, data["runtime_margin"], data["runtime_floor_h"]), cap)[0]
         for rule, wall in longest.items()
     }
 

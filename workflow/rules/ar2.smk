@@ -47,7 +47,7 @@ rule ar2_mine:
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
-        **gpu_resources("ar2"),
+        **sized("ar2_mine", gpu_resources("ar2")),
     conda:
         job_env
     log:
@@ -140,6 +140,9 @@ rule ar2_train_ranker:
     threads: dataset_setting("ar2", "threads")
     resources:
         **gpu_resources("ar2"),
+    # Longer than a 24 h cap at paper scale: a job cut at its time limit is resubmitted and resumes from
+    # its checkpoint (<out>.ckpt, not an output, so Snakemake keeps it), bit-identical to one run.
+    retries: 2
     conda:
         job_env
     log:
@@ -241,7 +244,7 @@ use rule search_dense as ar2_search_dev with:
         settings=R.ar2_dev_search_settings,
     threads: dataset_setting("ar2", "threads")
     resources:
-        **gpu_resources("ar2"),
+        **sized("ar2_search_dev", gpu_resources("ar2")),
     log:
         "logs/ar2_search_dev/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
@@ -354,7 +357,7 @@ rule ar2_search:
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
-        **gpu_resources("ar2"),
+        **sized("ar2_search", gpu_resources("ar2")),
     conda:
         job_env
     log:

@@ -23,9 +23,7 @@ rule index_bm25:
     benchmark:
         "benchmarks/index_bm25/{dataset}.tsv"
     resources:
-        # bm25s builds the index in memory: 2.2 GiB at 1.01M passages (docs/cluster.md §9), so ~46 GiB for
-        # DPR's 21M-passage Wikipedia and ~20 GiB for MS MARCO's 8.8M
-        mem_mb=lambda w: {"dpr": 64000, "msmarco": 32000}.get(DATASETS[w.dataset]["format"], 8000),
+        **sized("index_bm25"),
     shell:
         "python -m pipeline.retrieval.bm25 index --corpus {input.corpus:q} --out-dir \"$(dirname {output:q})\""
         " {params.settings} --log {log:q}"
@@ -46,7 +44,7 @@ rule retrieve_bm25:
     benchmark:
         "benchmarks/retrieve_bm25/{dataset}.{split}.tsv"
     resources:
-        mem_mb=8000,
+        **sized("retrieve_bm25"),
     shell:
         "python -m pipeline.retrieval.bm25 retrieve --index-dir \"$(dirname {input.index:q})\" --queries {input.queries:q}"
         " {params.settings} --out {output:q} --log {log:q}"
@@ -69,7 +67,7 @@ rule mine_bm25_negatives:
     benchmark:
         "benchmarks/mine_bm25_negatives/{dataset}.tsv"
     resources:
-        mem_mb=8000,
+        **sized("mine_bm25_negatives"),
     shell:
         "python -m pipeline.retrieval.bm25 mine --index-dir \"$(dirname {input.index:q})\" --queries {input.queries:q}"
         " --qrels {input.qrels:q} --corpus {input.corpus:q} {params.settings} --out {output:q} --log {log:q}"

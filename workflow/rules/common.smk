@@ -12,6 +12,7 @@ from pipeline.core.cpu_features import cpu_flags, precision_banner
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_model, closest, dpr_on,
                                    filtered_candidates, rcl_model, sieve_name)
 from pipeline.workflow.checks import flags_after_targets, startup_checks
+from pipeline.workflow.resources import RuleResources
 from pipeline.workflow.tables import alternatives, faiss_gpu_flag, job_device
 
 # Snakemake 9 reads every argument after --configfile as a config file, so a target written after the
@@ -57,6 +58,9 @@ sieve_source, sieve_tags, filter_files_name, check_sieve_tag = (W.sieve_source, 
 run_of, runs_of, training_seeds, ar2_seeds = W.run_of, W.runs_of, W.training_seeds, W.ar2_seeds
 seeded_runs, seed_free_methods, seeded_model, gpu_resources = (W.seeded_runs, W.seed_free_methods, W.seeded_model,
                                                                W.gpu_resources)
+# Memory and disk that grow with the data, computed from the dataset's sizes (its manifest, else the
+# published ones) by pipeline/workflow/resources.py: `**sized(rule, gpu_resources(section))`.
+sized = RuleResources(W.cfg).of
 
 
 wildcard_constraints:

@@ -120,8 +120,7 @@ rule prepare_dataset:
     benchmark:
         "benchmarks/prepare_dataset/{dataset}.tsv"
     resources:
-        # DPR: the 21M numeric pids take ~0.5 GB; queries/qrels of MS MARCO train ~1 GB.
-        mem_mb=lambda w: 16000 if DATASETS[w.dataset]["format"] in ("dpr", "msmarco") else 2000,
+        **sized("prepare_dataset"),
     wildcard_constraints:
         dataset=alternatives(DECLARED),
     shell:

@@ -24,7 +24,7 @@ rule encode_corpus:
         device=job_device,
     threads: config["encode"]["threads"]
     resources:
-        **gpu_resources("encode"),
+        **sized("encode_corpus", gpu_resources("encode")),
     conda:
         job_env
     log:
@@ -77,7 +77,7 @@ rule build_index:
         device=job_device,
     threads: config["index"]["threads"]
     resources:
-        **gpu_resources("index"),
+        **sized("build_index", gpu_resources("index")),
     conda:
         job_env
     log:
@@ -106,7 +106,7 @@ rule search_dense:
         device=job_device,
     threads: config["search"]["threads"]
     resources:
-        **gpu_resources("search"),
+        **sized("search_dense", gpu_resources("search")),
     conda:
         job_env
     log:

@@ -33,6 +33,8 @@ rule evaluate:
         "logs/evaluate/{dataset}.{run}.log",
     benchmark:
         "benchmarks/evaluate/{dataset}.{run}.tsv"
+    resources:
+        **sized("evaluate"),
     shell:
         "python -m pipeline.evaluation.evaluate --run {input.run:q} --queries {input.queries:q} --qrels {input.qrels:q} {params.qrels_all} --corpus {input.corpus:q} {params.settings} {params.fusion} --out {output.metrics:q} --per-query {output.per_query:q} --log {log:q}"
 

@@ -36,6 +36,8 @@ rule sieve_candidates:
         "logs/sieve_candidates/{dataset}{stag}.log",
     benchmark:
         "benchmarks/sieve_candidates/{dataset}{stag}.tsv"
+    resources:
+        **sized("sieve_candidates"),
     shell:
         "python -m pipeline.sieve.candidates --negatives {input.negatives:q} --qrels {input.qrels:q}"
         " --queries {input.queries:q} --corpus {input.corpus:q} {params.qrels_all} {params.settings}"
