@@ -661,6 +661,38 @@ def throughput_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _mb(value: str) -> str:
+    if not value.isdigit():
+        return value
+    mb = int(value)
+    return f"{mb / 1000:,.0f} GB" if mb >= 10_000 else f"{mb / 1000:.1f} GB" if mb >= 1000 else f"{mb} MB"
+
+
+def requests_table(jobs: list[PlannedJob]) -> str:
+    """Per rule of a plan: its jobs and the largest memory, disk, runtime and CPUs one of them asks (the
+    plan's own resources: pipeline/workflow/resources.py and the profile)."""
+    rows: dict[str, dict] = {}
+    for job in jobs:
+        row = rows.setdefault(job.rule, {"jobs": 0, "mem": 0, "disk": 0, "runtime": 0, "cpus": 0, "gpus": 0})
+        row["jobs"] += 1
+        for key, res in (("mem", "mem_mb"), ("disk", "disk_mb"), ("runtime", "runtime"),
+                         ("cpus", "cpus_per_task"), ("gpus", "gpu")):  # fmt: skip
+            value = job.resources.get(res, "")
+            if value.isdigit():
+                row[key] = max(row[key], int(value))
+    lines = [
+        "| rule | jobs | memory | disk written | runtime | CPUs | GPUs |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for rule, r in sorted(rows.items()):
+        disk = _mb(str(r["disk"])) if r["disk"] > 1000 else "–"
+        lines.append(
+            f"| `{rule}` | {r['jobs']} | {_mb(str(r['mem']))} | {disk} | {r['runtime'] / 60:g} h | {r['cpus']} | "
+            f"{r['gpus'] or '–'} |"
+        )
+    return "\n".join(lines)
+
+
 def docs_section(data: dict, plans: dict[str, tuple[str, list[PlannedJob]]] | None = None) -> str:
     """The generated part of docs/cluster.md section 6 (``plans``: recipe_plans(), made if not given)."""
     plans = plans if plans is not None else recipe_plans()
@@ -671,6 +703,16 @@ def docs_section(data: dict, plans: dict[str, tuple[str, list[PlannedJob]]] | No
         "",
         throughput_table(data),
     ]
+    for recipe in DOC_RECIPES:
+        dataset, jobs = plans[recipe]
+        parts += [
+            "",
+            f"What each rule's jobs ask under **`{recipe}`** (`results/{dataset}/metrics.json` planned with the "
+            "profile; memory and disk from the data, pipeline/workflow/resources.py; disk: the outputs a job "
+            "writes, where they grow with the data):",
+            "",
+            requests_table(jobs),
+        ]
     per_gpu = {gpu: recipe_costs(data, gpu, plans) for gpu in data["gpus"]}
     for recipe in DOC_RECIPES:
         for gpu, costs in per_gpu.items():

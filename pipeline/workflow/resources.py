@@ -101,6 +101,8 @@ def _units(rule: str, sizes: Sizes) -> float:
         "passages": sizes.passages,
         "passages + questions": sizes.passages + sizes.questions,
         "train questions": sizes.queries.get("train", 0),
+        # the larger of the evaluated splits: a job evaluates one of them
+        "evaluated questions": max(sizes.queries.get("dev", 0), sizes.queries.get("test", 0)),
     }[unit]
 
 
