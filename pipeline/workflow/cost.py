@@ -593,7 +593,16 @@ def report(data: dict, jobs: list[PlannedJob], config: dict, gpu: str, root: Pat
             if unknown
             else "every GPU job is costed."
         ),
+        "What the jobs ask (memory and disk from the data, pipeline/workflow/resources.py):",
+        requests_table(jobs),
     ]
+    datasets = sorted({j.wildcards["dataset"] for j in jobs if "dataset" in j.wildcards})
+    for dataset in datasets:
+        mine = [j for j in jobs if j.wildcards.get("dataset") == dataset]
+        try:
+            text.append(f"{dataset}: " + reserve_line(mine, dataset_config(config, dataset), dataset))
+        except ConfigError:
+            text.append(f"{dataset}: no published sizes; prepare it to size its jobs")
     return "\n\n".join(text)
 
 
@@ -693,6 +702,28 @@ def requests_table(jobs: list[PlannedJob]) -> str:
     return "\n".join(lines)
 
 
+def reserve_line(jobs: list[PlannedJob], cfg: dict, dataset: str) -> str:
+    """What a user must reserve beyond GPU-hours: the largest memory of one job, the disk the growing
+    outputs take together, the BM25 stages' CPU-hours (resources.yaml's measured rates)."""
+    from pipeline.workflow.resources import cpu_hours, dataset_sizes
+
+    sizes = dataset_sizes(cfg, dataset, REPO / "no-such-folder")  # the published sizes
+    peak = max(
+        (int(j.resources["mem_mb"]) for j in jobs if j.resources.get("mem_mb", "").isdigit()), default=0
+    )
+    disk = sum(
+        int(j.resources["disk_mb"])
+        for j in jobs
+        if j.resources.get("disk_mb", "").isdigit() and int(j.resources["disk_mb"]) > 1000
+    )
+    cpu = sum(cpu_hours(j.rule, sizes) or 0.0 for j in jobs)
+    return (
+        f"Largest memory of one job {_mb(str(peak))}; disk for the outputs that grow with the data "
+        f"{disk / 1e6:.2f} TB (the sum of their requests, headroom included; embeddings of every encoding "
+        f"are kept); BM25 stages {cpu:,.0f} CPU-hours at §9's rates, one core each."
+    )
+
+
 def docs_section(data: dict, plans: dict[str, tuple[str, list[PlannedJob]]] | None = None) -> str:
     """The generated part of docs/cluster.md section 6 (``plans``: recipe_plans(), made if not given)."""
     plans = plans if plans is not None else recipe_plans()
@@ -712,6 +743,8 @@ def docs_section(data: dict, plans: dict[str, tuple[str, list[PlannedJob]]] | No
             "writes, where they grow with the data):",
             "",
             requests_table(jobs),
+            "",
+            reserve_line(jobs, dataset_config(load_config(), dataset), dataset),
         ]
     per_gpu = {gpu: recipe_costs(data, gpu, plans) for gpu in data["gpus"]}
     for recipe in DOC_RECIPES:
