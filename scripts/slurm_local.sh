@@ -24,8 +24,8 @@
 # a foreign /etc/slurm/slurm.conf): tests skip on 3 and fail on anything else.
 # State (config copy, spool, logs, pids): ${SIEVE_SLURM_STATE:-/tmp/sieve-slurm}.
 # The cluster has no accounting database (accounting_storage/none): `sacct` cannot report jobs, so
-# Snakemake must poll with `squeue` (profile setting slurm-status-command: squeue); MinJobAge=600
-# keeps finished jobs visible to squeue for 10 minutes.
+# Snakemake must poll with `squeue` (profile setting slurm-status-command: squeue); MinJobAge=7200
+# keeps finished jobs visible to squeue for 2 hours (the rehearsal reads every job's final state).
 set -euo pipefail
 
 STATE=${SIEVE_SLURM_STATE:-/tmp/sieve-slurm}
@@ -218,7 +218,7 @@ MpiDefault=none
 # No slurmdbd: sacct cannot see jobs, squeue shows finished jobs for MinJobAge seconds.
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
-MinJobAge=600
+MinJobAge=7200
 ReturnToService=2
 $hw NodeAddr=$node_addr State=UNKNOWN
 PartitionName=$PARTITION Nodes=$node Default=YES MaxTime=$MAXTIME State=UP

@@ -241,3 +241,62 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert exc.value.code == 2
     assert "settings.json" in capsys.readouterr().err
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_mining_killed_at_its_limit_continues_from_its_chunks(dataset, monkeypatch):
+    """A job ended mid-way (its time limit) keeps the chunks it finished; the rerun mines only the rest
+    and writes the file an uninterrupted run writes, byte for byte; chunks of other settings are not
+    reused."""
+    write_table(
+        dataset / "queries.train.parquet",
+        pd.DataFrame(
+            [*QUERIES, ("q3", "Climbers and the summit of Mount Keltra", ["two days"])],
+            columns=["qid", "text", "answers"],
+        ),
+        QUERIES_SCHEMA,
+    )
+    args = [
+        dataset / "index",
+        *(dataset / f"{n}.parquet" for n in ("queries.train", "qrels.train", "corpus")),
+        2,
+    ]
+    whole, killed = dataset / "whole.parquet", dataset / "killed.parquet"
+    bm25.mine_negatives(*args, whole, chunk=1)
+    assert not whole.with_name("whole.parquet.chunks").exists()  # removed once the file is whole
+
+    real, searched = bm25._batched_search, []
+
+    def dies_on_the_third_chunk(index, part, depth, label):
+        searched.append(list(part["qid"]))
+        if len(searched) == 3:
+            raise KeyboardInterrupt("time limit")  # what SIGTERM at the limit ends the job with
+        yield from real(index, part, depth, label)
+
+    monkeypatch.setattr(bm25, "_batched_search", dies_on_the_third_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        bm25.mine_negatives(*args, killed, chunk=1)
+    assert (
+        not killed.exists()
+        and len(list(killed.with_name("killed.parquet.chunks").glob("chunk*.parquet"))) == 2
+    )
+    searched.clear()
+    monkeypatch.setattr(bm25, "_batched_search", real)
+    calls = []
+    monkeypatch.setattr(
+        bm25, "_batched_search", lambda *a: (calls.append(list(a[1]["qid"])), (yield from real(*a)))[1]
+    )
+    bm25.mine_negatives(*args, killed, chunk=1)
+    assert calls == [["q3"]]  # only the chunk not done
+    assert killed.read_bytes() == whole.read_bytes()
+
+    # other settings (3 negatives): the kept chunks are not theirs
+    monkeypatch.setattr(bm25, "_batched_search", dies_on_the_third_chunk)
+    searched.clear()
+    with pytest.raises(KeyboardInterrupt):
+        bm25.mine_negatives(*args, killed, chunk=1)
+    calls.clear()
+    monkeypatch.setattr(
+        bm25, "_batched_search", lambda *a: (calls.append(list(a[1]["qid"])), (yield from real(*a)))[1]
+    )
+    bm25.mine_negatives(*args[:-1], 3, killed, chunk=1)
+    assert calls == [["q1"], ["q2"], ["q3"]]

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_slurm import _copy_repo, _enforced, _jobs_in_log, _python_shim, _squeue_jobs, slurm_cluster  # noqa: F401
+from test_slurm import (  # noqa: F401
+    _copy_repo,
+    _enforced,
+    _jobs_in_log,
+    _python_shim,
+    _squeue_jobs,
+    site_partitions,
+    slurm_cluster,
+)
 
 TARGET = "results/synthkb/metrics.json"
 ROUNDS, SEEDS, SHARDS = 2, [0, 1], 2
@@ -42,6 +50,7 @@ OVERLAY = {
                 "checkpoint_every": 2,
                 "gpus": 0,
                 "threads": 1,
+                "mem_mb": 3000,
             },
             "ccr": {
                 "epochs": 1,
@@ -50,6 +59,7 @@ OVERLAY = {
                 "checkpoint_every": 1,
                 "gpus": 0,
                 "threads": 1,
+                "mem_mb": 3000,
             },
             "sieve": {"gpus": 0},
             "ar2": {
@@ -65,6 +75,7 @@ OVERLAY = {
                 "encode_batch_size": 64,
                 "threads": 1,
                 "gpus": 0,
+                "mem_mb": 3000,
             },
         }
     },
@@ -91,6 +102,7 @@ def test_the_paper_recipe_shape_runs_through_the_slurm_profile(slurm_cluster, tm
     repo = _copy_repo(tmp_path / "repo")
     (repo / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
     _cpu_profile(repo)
+    site_partitions(repo, slurm_cluster)
     record = tmp_path / "python_calls.tsv"
     _python_shim(tmp_path / "shim", record)
     venv_bin = str(Path(sys.executable).parent)

@@ -19,6 +19,7 @@ in memory (docs/encoding.md). Passages are scored as title + text, as in the ref
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -28,10 +29,12 @@ import bm25s
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 from bm25s.tokenization import Tokenizer
 from rich.progress import Progress
 
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
+from pipeline.core.fingerprint import file_id
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import (
     CORPUS_SCHEMA,
@@ -260,43 +263,61 @@ def mine_negatives(
     ``n_negatives`` usable ones are found; every row keeps ``has_answer`` so the choice stays auditable.
 
     Queries are mined ``chunk`` at a time (retrieved, answer-matched against the passages that chunk
-    ranked, appended to the output), so memory holds one chunk's rankings and one Parquet row group,
-    whatever the number of queries; the file is the one a single pass would write, byte for byte
-    (ParquetTableWriter), and appears only when every query is mined.
+    ranked), so memory holds one chunk's rankings, whatever the number of queries. Each chunk's rows are
+    kept in ``<out>.chunks/`` as it finishes (atomically), so a job killed at its time limit continues
+    on its rerun from the first chunk not done; those of other inputs or settings are discarded. The
+    output is assembled from the chunks in order, the file a single pass would write byte for byte
+    (ParquetTableWriter), and appears only when every query is mined; the chunks are then removed.
     """
     index = BM25Index(index_dir)
     queries = read_table(queries_path, ["qid", "text", "answers"], schema=QUERIES_SCHEMA)
     positives, missing = train_positives(queries["qid"], qrels_path)
     depth = mining_depth(n_negatives, positives, exclude_answer_match)
     totals = {"answer_matches": 0}
+    fingerprint = {
+        "inputs": [
+            file_id(p) for p in (Path(index_dir) / "checksums.json", queries_path, qrels_path, corpus_path)
+        ],
+        "settings": [n_negatives, exclude_answer_match, match, chunk],
+    }
+    chunks = _chunk_folder(Path(out), fingerprint)
+    for start in range(0, len(queries), chunk):
+        done = chunks / f"chunk{start // chunk:06d}.parquet"
+        if done.exists():
+            totals["answer_matches"] += json.loads(done.with_suffix(".json").read_text())["answer_matches"]
+            continue
+        part = queries.iloc[start : start + chunk]
+        candidates = []
+        for batch, results in _batched_search(index, part, depth, "BM25: mining negatives"):
+            for (qid, answers), hits in zip(batch[["qid", "answers"]].itertuples(index=False), results):
+                pos = positives.get(qid, set())
+                candidates.append(
+                    (
+                        qid,
+                        list(answers) if answers is not None else [],
+                        [(pid, s) for pid, s in hits if pid not in pos],
+                    )
+                )
+        # One corpus pass per chunk: the matcher holds only the passages this chunk ranked.
+        needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
+        matcher = load_matcher(corpus_path, needed, match)
+        table, counts = negatives_table(
+            candidates,
+            matcher,
+            n_negatives,
+            exclude_answer_match=exclude_answer_match,
+            source="bm25",
+            queries_path=queries_path,
+        )
+        write_json(done.with_suffix(".json"), {"answer_matches": counts["answer_matches"]})
+        write_table(done, table)  # last: a chunk with its rows is a chunk done
+        totals["answer_matches"] += counts["answer_matches"]
+        log.info("mined %d of %d queries", min(start + chunk, len(queries)), len(queries))
     with ParquetTableWriter(out, MINED_NEGATIVES_SCHEMA) as writer:
         for start in range(0, len(queries), chunk):
-            part = queries.iloc[start : start + chunk]
-            candidates = []
-            for batch, results in _batched_search(index, part, depth, "BM25: mining negatives"):
-                for (qid, answers), hits in zip(batch[["qid", "answers"]].itertuples(index=False), results):
-                    pos = positives.get(qid, set())
-                    candidates.append(
-                        (
-                            qid,
-                            list(answers) if answers is not None else [],
-                            [(pid, s) for pid, s in hits if pid not in pos],
-                        )
-                    )
-            # One corpus pass per chunk: the matcher holds only the passages this chunk ranked.
-            needed = {pid for _, answers, hits in candidates if answers for pid, _ in hits}
-            matcher = load_matcher(corpus_path, needed, match)
-            table, counts = negatives_table(
-                candidates,
-                matcher,
-                n_negatives,
-                exclude_answer_match=exclude_answer_match,
-                source="bm25",
-                queries_path=queries_path,
-            )
-            writer.append(table)
-            totals["answer_matches"] += counts["answer_matches"]
-            log.info("mined %d of %d queries", min(start + chunk, len(queries)), len(queries))
+            table = pq.read_table(chunks / f"chunk{start // chunk:06d}.parquet")
+            writer.append(table.replace_schema_metadata(MINED_NEGATIVES_SCHEMA.metadata))
+    shutil.rmtree(chunks, ignore_errors=True)
     stats = {
         "queries": len(queries),
         "rows": writer.rows,
@@ -306,6 +327,27 @@ def mine_negatives(
     }
     log.info("mined BM25 negatives: %s -> %s", stats, out)
     return stats
+
+
+def _chunk_folder(out: Path, fingerprint: dict) -> Path:
+    """``<out>.chunks/``, emptied when its chunks were mined from other inputs or settings."""
+    folder = out.with_name(out.name + ".chunks")
+    record = folder / "fingerprint.json"
+    if folder.exists():
+        try:
+            same = json.loads(record.read_text(encoding="utf-8")) == json.loads(json.dumps(fingerprint))
+        except (OSError, ValueError):
+            same = False
+        if same:
+            kept = len(list(folder.glob("chunk*.parquet")))
+            if kept:
+                log.info("continuing: %d chunk(s) already mined in %s", kept, folder)
+            return folder
+        log.warning("%s holds chunks of other inputs or settings: mining afresh", folder)
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    write_json(record, fingerprint)
+    return folder
 
 
 # ---- CLI -------------------------------------------------------------------------------------------

@@ -43,19 +43,37 @@ class Sizes:
         return sum(self.queries.values())
 
 
+def manifest_counts(manifest: Path) -> tuple[int, dict[str, int]] | None:
+    """(passages, questions per split) of a dataset's manifest: prepare_dataset's (``corpus``,
+    ``queries: {split: n}``) or synthkb's (``passages``, ``queries.<split>``); None if it has neither."""
+    import json
+
+    try:
+        counts = json.loads(manifest.read_text(encoding="utf-8"))["counts"]
+        passages = counts["corpus"] if "corpus" in counts else counts["passages"]
+        queries = counts.get("queries")
+        if not isinstance(queries, dict):
+            queries = {k.split(".", 1)[1]: v for k, v in counts.items() if k.startswith("queries.")}
+        return int(passages), {k: int(v) for k, v in queries.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def dataset_sizes(cfg: dict, dataset: str, root: Path = Path(".")) -> Sizes:
-    """Passages and questions of ``dataset`` (its manifest where prepared, else the published sizes) and
-    the embedding dimension of the encoder its config names."""
+    """Passages and questions of ``dataset`` (its manifest where prepared, else the published sizes of
+    throughputs.yaml) and the embedding dimension of the encoder its config names."""
     from pipeline.data.models import hub_name_of
     from pipeline.workflow.cost import architecture, load_data
-    from pipeline.workflow.cost import dataset_sizes as counted
 
     data = load_data()
-    sizes = counted(data, dataset, root)
+    counted = manifest_counts(root / "resources" / dataset / "manifest.json")
+    if counted is None:
+        published = data["datasets"].get(dataset)
+        if published is None:
+            raise ConfigError(f"no sizes for dataset {dataset!r}: not prepared, not in throughputs.yaml")
+        counted = int(published["passages"]), {k: int(v) for k, v in published["queries"].items()}
     arch = architecture(data, hub_name_of(cfg["model"]["base"]))
-    return Sizes(
-        int(sizes["passages"]), {k: int(v) for k, v in sizes["queries"].items()}, int(arch["hidden"])
-    )
+    return Sizes(counted[0], counted[1], int(arch["hidden"]))
 
 
 def _factory_parts(factory: str) -> list[str]:
