@@ -23,6 +23,9 @@ from pipeline.core.settings import ConfigError
 
 FIGURES = Path(__file__).with_name("resources.yaml")
 MIB = 1024 * 1024
+# Resubmissions of a job that resumes where SLURM ended it at its time limit (training from its
+# checkpoint, BM25 mining from its finished chunks): 1 + this many jobs of the cap each at most.
+SEGMENT_RETRIES = 2
 
 
 @lru_cache(maxsize=1)

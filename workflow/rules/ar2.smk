@@ -142,7 +142,7 @@ rule ar2_train_ranker:
         **gpu_resources("ar2"),
     # Longer than a 24 h cap at paper scale: a job cut at its time limit is resubmitted and resumes from
     # its checkpoint (<out>.ckpt, not an output, so Snakemake keeps it), bit-identical to one run.
-    retries: 2
+    retries: SEGMENT_RETRIES
     conda:
         job_env
     log:

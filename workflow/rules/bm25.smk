@@ -68,6 +68,9 @@ rule mine_bm25_negatives:
         "benchmarks/mine_bm25_negatives/{dataset}.tsv"
     resources:
         **sized("mine_bm25_negatives"),
+    # MS MARCO's mining outlasts a 24 h cap: a job ended at its limit is resubmitted and continues from
+    # the chunks it finished (<out>.chunks/, not an output, so Snakemake keeps it)
+    retries: SEGMENT_RETRIES
     shell:
         "python -m pipeline.retrieval.bm25 mine --index-dir \"$(dirname {input.index:q})\" --queries {input.queries:q}"
         " --qrels {input.qrels:q} --corpus {input.corpus:q} {params.settings} --out {output:q} --log {log:q}"

@@ -12,7 +12,7 @@ from pipeline.core.cpu_features import cpu_flags, precision_banner
 from pipeline.core.methods import (AR2_VARIANTS, BETA_RE, OTHER_FILTERS, beta_tag, ccr_model, closest, dpr_on,
                                    filtered_candidates, rcl_model, sieve_name)
 from pipeline.workflow.checks import flags_after_targets, startup_checks
-from pipeline.workflow.resources import RuleResources
+from pipeline.workflow.resources import SEGMENT_RETRIES, RuleResources
 from pipeline.workflow.tables import alternatives, faiss_gpu_flag, job_device
 
 # Snakemake 9 reads every argument after --configfile as a config file, so a target written after the
