@@ -126,9 +126,8 @@ def test_table_writer_leaves_nothing_when_aborted(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_mine_in_chunks_writes_the_same_bytes(dataset, monkeypatch):
-    """Queries mined one at a time (chunk 1 < 3 queries), with row groups of 4 rows, give the file
-    of one chunk."""
+def _three_train_queries(dataset) -> None:
+    """QUERIES and a third, so that chunks of one query make three chunks."""
     write_table(
         dataset / "queries.train.parquet",
         pd.DataFrame(
@@ -137,6 +136,12 @@ def test_mine_in_chunks_writes_the_same_bytes(dataset, monkeypatch):
         ),
         QUERIES_SCHEMA,
     )
+
+
+def test_mine_in_chunks_writes_the_same_bytes(dataset, monkeypatch):
+    """Queries mined one at a time (chunk 1 < 3 queries), with row groups of 4 rows, give the file
+    of one chunk."""
+    _three_train_queries(dataset)
     paths = [dataset / f"{n}.parquet" for n in ("one", "chunks")]
     for chunk, out in zip((bm25.MINE_CHUNK, 1), paths):
         bm25.mine_negatives(
@@ -247,14 +252,7 @@ def test_mining_killed_at_its_limit_continues_from_its_chunks(dataset, monkeypat
     """A job ended mid-way (its time limit) keeps the chunks it finished; the rerun mines only the rest
     and writes the file an uninterrupted run writes, byte for byte; chunks of other settings are not
     reused."""
-    write_table(
-        dataset / "queries.train.parquet",
-        pd.DataFrame(
-            [*QUERIES, ("q3", "Climbers and the summit of Mount Keltra", ["two days"])],
-            columns=["qid", "text", "answers"],
-        ),
-        QUERIES_SCHEMA,
-    )
+    _three_train_queries(dataset)
     args = [
         dataset / "index",
         *(dataset / f"{n}.parquet" for n in ("queries.train", "qrels.train", "corpus")),

@@ -433,49 +433,27 @@ def test_prefetch_runs_the_fetches_and_the_jobs_see_the_hub_off(tmp_path):
             "PYTHONPATH": str(REPO),  # the jobs run in `work`: this checkout's package
             "HF_ENDPOINT": hub.base,
         }
-        common = ["--directory", str(work)]
-        run = subprocess.run(
-            [
-                SNAKEMAKE,
-                "--cores",
-                "1",
-                *common,
-                "resources/prefetch/tinyhub.json",
-                "--configfile",
-                str(overlay),
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+        def snakemake(*args: str) -> subprocess.CompletedProcess:
+            done = subprocess.run(
+                [SNAKEMAKE, *args, "--cores", "1", "--directory", str(work), "--configfile", str(overlay)],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            return done
+
+        snakemake("resources/prefetch/tinyhub.json")
     jobs = record.read_text().splitlines()
     assert any("pipeline.data.models --name acme/tiny-bert" in line for line in jobs)
     assert any("pipeline.data.download --url" in line for line in jobs)
     assert all(line.startswith("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 ") for line in jobs), jobs
     summary = json.loads((work / "resources/prefetch/tinyhub.json").read_text())
     assert summary["files"]["resources/models/acme/tiny-bert/model.safetensors"] == len(WEIGHTS)
-    plan = subprocess.run(
-        [
-            SNAKEMAKE,
-            "-n",
-            "-p",
-            "--cores",
-            "1",
-            *common,
-            "results/tinyhub/zeroshot/metrics.json",
-            "--configfile",
-            str(overlay),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+    plan = snakemake("-n", "-p", "results/tinyhub/zeroshot/metrics.json")
     planned = dict(_plan_jobs(plan.stdout))
     assert "fetch_model" not in planned and "download" not in planned
     assert "--base resources/models/acme/tiny-bert " in planned["init_zeroshot"]
