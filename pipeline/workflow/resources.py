@@ -148,7 +148,7 @@ def memory_mb(rule: str, cfg: dict, sizes: Sizes) -> int | None:
         need = index_part_mb(cfg, sizes) + f["search_base_mib"]
     else:
         return None
-    return int(math.ceil(need * f["headroom"]["memory"]))
+    return int(math.ceil(need * f["headroom"]["memory"] + f["job_runner_mib"]))
 
 
 def checkpoint_mb(parameters: float) -> float:
