@@ -37,6 +37,8 @@ from pipeline.core.config import load_config
 from pipeline.core.methods import closest
 from pipeline.core.recipes import dataset_config
 from pipeline.core.settings import ConfigError
+from pipeline.workflow.resources import cpu_hours, folder_architecture
+from pipeline.workflow.resources import dataset_sizes as job_sizes
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).with_name("throughputs.yaml")
@@ -159,14 +161,9 @@ def architecture(data: dict, name: str) -> dict:
     """Layers, hidden and intermediate sizes of an encoder named in a config (a folder: its config.json)."""
     if name in data["architectures"]:
         return data["architectures"][name]
-    config = Path(name) / "config.json"
-    if config.exists():
-        c = json.loads(config.read_text(encoding="utf-8"))
-        return {
-            "layers": c["num_hidden_layers"],
-            "hidden": c["hidden_size"],
-            "intermediate": c["intermediate_size"],
-        }
+    folder = folder_architecture(name)
+    if folder is not None:
+        return folder
     raise ConfigError(
         f"cost model: encoder {name!r} is not in {DATA.name}'s architectures and has no config.json; add it there"
     )
@@ -705,9 +702,7 @@ def requests_table(jobs: list[PlannedJob]) -> str:
 def reserve_line(jobs: list[PlannedJob], cfg: dict, dataset: str) -> str:
     """What a user must reserve beyond GPU-hours: the largest memory of one job, the disk the growing
     outputs take together, the BM25 stages' CPU-hours (resources.yaml's measured rates)."""
-    from pipeline.workflow.resources import cpu_hours, dataset_sizes
-
-    sizes = dataset_sizes(cfg, dataset, REPO / "no-such-folder")  # the published sizes
+    sizes = job_sizes(cfg, dataset, REPO / "no-such-folder")  # the published sizes
     peak = max(
         (int(j.resources["mem_mb"]) for j in jobs if j.resources.get("mem_mb", "").isdigit()), default=0
     )

@@ -22,6 +22,7 @@ import yaml
 from pipeline.core.settings import ConfigError
 
 FIGURES = Path(__file__).with_name("resources.yaml")
+THROUGHPUTS = Path(__file__).with_name("throughputs.yaml")  # published dataset sizes, encoder shapes
 MIB = 1024 * 1024
 # Resubmissions of a job that resumes where SLURM ended it at its time limit (training from its
 # checkpoint, BM25 mining from its finished chunks): 1 + this many jobs of the cap each at most.
@@ -31,6 +32,26 @@ SEGMENT_RETRIES = 2
 @lru_cache(maxsize=1)
 def figures() -> dict:
     return yaml.safe_load(FIGURES.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _published() -> dict:
+    return yaml.safe_load(THROUGHPUTS.read_text(encoding="utf-8"))
+
+
+def folder_architecture(name: str) -> dict | None:
+    """Layers, hidden and intermediate sizes of an encoder folder (its config.json), None if not one."""
+    import json
+
+    config = Path(name) / "config.json"
+    if not config.exists():
+        return None
+    c = json.loads(config.read_text(encoding="utf-8"))
+    return {
+        "layers": c["num_hidden_layers"],
+        "hidden": c["hidden_size"],
+        "intermediate": c["intermediate_size"],
+    }
 
 
 @dataclass(frozen=True)
@@ -66,16 +87,18 @@ def dataset_sizes(cfg: dict, dataset: str, root: Path = Path(".")) -> Sizes:
     """Passages and questions of ``dataset`` (its manifest where prepared, else the published sizes of
     throughputs.yaml) and the embedding dimension of the encoder its config names."""
     from pipeline.data.models import hub_name_of
-    from pipeline.workflow.cost import architecture, load_data
 
-    data = load_data()
+    data = _published()
     counted = manifest_counts(root / "resources" / dataset / "manifest.json")
     if counted is None:
         published = data["datasets"].get(dataset)
         if published is None:
             raise ConfigError(f"no sizes for dataset {dataset!r}: not prepared, not in throughputs.yaml")
         counted = int(published["passages"]), {k: int(v) for k, v in published["queries"].items()}
-    arch = architecture(data, hub_name_of(cfg["model"]["base"]))
+    name = hub_name_of(cfg["model"]["base"])
+    arch = data["architectures"].get(name) or folder_architecture(name)
+    if arch is None:
+        raise ConfigError(f"encoder {name!r}: not in throughputs.yaml's architectures, no config.json")
     return Sizes(counted[0], counted[1], int(arch["hidden"]))
 
 
