@@ -130,6 +130,12 @@ MAX_ROUNDS = 100
 MAX_THREADS = 1_024
 MAX_MEM_MB = 2**24
 MAX_GPUS = 64
+
+# Attempts a training job gets (Snakemake's `retries` + 1 on the training rules). A run that would
+# outlast its job's time limit checkpoints and exits before it (pipeline.training.engine), and the next
+# attempt continues: the longest paper-recipe job, AR2's listwise ranker at ~45 h on an H200, needs 2
+# segments under a 24 h cap, 4 under 12 h; 4 attempts also leave one for a node failure.
+TRAINING_ATTEMPTS = 4
 # Seeds and β values: each trains every method (or a CCR model and its sieve) again, so like shards
 # they multiply the DAG; papers report 3 to 5 seeds and a handful of β.
 MAX_RUNS = 100

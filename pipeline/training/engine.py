@@ -5,8 +5,9 @@ A trainer brings its batches, its loss and its step's randomness; the engine own
 once: AdamW (fused, the BERT decay groups), the linear warm-up/decay schedule, autocast in the
 configured precision (with fp16's GradScaler), gradient clipping, the finite checks with advice in
 config terms, the checkpoint folder (fingerprint, atomic ``state.pt``, resume), the per-step JSONL log
-(cut back to the checkpoint on resume, a half-written last line tolerated) and progress (a rich bar on
-a terminal, plain log lines everywhere else).
+(cut back to the checkpoint on resume, a half-written last line tolerated), progress (a rich bar on
+a terminal, plain log lines everywhere else) and the job's time limit: a run that would not finish
+before it checkpoints and exits with EXIT_CONTINUE, and the next attempt resumes (see JobDeadline).
 
 A trainer's loop then reads::
 
@@ -27,14 +28,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
+import subprocess
 import time
 from contextlib import AbstractContextManager
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 import numpy as np
 import torch
+import torch.distributed
 from rich import get_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from transformers import get_linear_schedule_with_warmup
@@ -49,6 +54,16 @@ log = logging.getLogger("sieve.trainer")
 
 FINGERPRINT_FILE = "fingerprint.json"
 LOG_FILE = "train_log.jsonl"
+
+# sysexits.h's EX_TEMPFAIL ("a temporary failure; the user is invited to retry"): the run stopped
+# before its job's time limit with its progress checkpointed, and the same command continues it.
+EXIT_CONTINUE = 75
+# The time a stop leaves before the limit is at least this, and at least twice the slowest step plus
+# checkpoint seen so far: SLURM kills at the limit (after KillWait, often 30 s), and a step that
+# started too late would lose everything since the last checkpoint.
+MIN_MARGIN_S = 300.0
+DEADLINE_ENV = "SIEVE_DEADLINE"
+MARGIN_ENV = "SIEVE_DEADLINE_MARGIN"
 
 
 # ---- optimizer, schedule, step randomness ----------------------------------------------------------
@@ -265,6 +280,110 @@ def progress_bar(enabled: bool = True) -> Progress:
     )
 
 
+# ---- the job's time limit --------------------------------------------------------------------------
+
+
+class TimeLimitStop(SystemExit):
+    """A run stopped before its job's time limit, its progress in the checkpoint: the process exits
+    with EXIT_CONTINUE and no traceback (a SystemExit passes the stages' error handling), its outputs
+    unwritten, so the workflow reruns the job (Snakemake's ``retries``) and the rerun resumes."""
+
+    def __init__(self, step: int, total: int) -> None:
+        super().__init__(EXIT_CONTINUE)
+        self.step, self.total = step, total
+
+
+def _parse_time(text: str, what: str) -> float:
+    """Seconds since the epoch of ``text``: a number (epoch seconds) or an ISO 8601 time (local time
+    when it names no zone, as squeue prints it)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ConfigError(
+            f"{what}: {text!r} is not a time (expected seconds since the epoch or an ISO 8601 time, "
+            "e.g. 2026-11-29T10:00:00)"
+        ) from None
+
+
+def _slurm_end_time(job_id: str, env: Mapping[str, str]) -> float | None:
+    """The end time SLURM holds for ``job_id`` (squeue, which sees a limit changed after the start),
+    else the job's SLURM_JOB_END_TIME; None when the job has no limit or neither can be read."""
+    try:
+        result = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%e"], capture_output=True, text=True, timeout=60
+        )
+        text = result.stdout.strip() if result.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if text:
+        if text.upper() in ("UNLIMITED", "NONE", "N/A", "INVALID"):
+            return None
+        try:
+            return datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            pass
+    fallback = env.get("SLURM_JOB_END_TIME", "").strip()
+    if fallback.isdigit() and int(fallback) > 0:
+        return float(fallback)
+    log.warning(
+        "SLURM job %s: its end time could not be read (squeue -j %s -o %%e said %r): training cannot "
+        "stop before the time limit, a timeout loses the steps since the last checkpoint; set %s to the "
+        "end time to enable the stop",
+        job_id,
+        job_id,
+        text,
+        DEADLINE_ENV,
+    )
+    return None
+
+
+class JobDeadline:
+    """When the job must have stopped: ``SIEVE_DEADLINE`` (epoch seconds or ISO 8601; tests and
+    schedulers other than SLURM), else the end time of the SLURM job the process runs in, else none.
+
+    ``due(step_s)`` says whether the run has to stop now: the time left is under the margin, the
+    larger of ``SIEVE_DEADLINE_MARGIN`` (seconds, default MIN_MARGIN_S) and twice the slowest step
+    plus checkpoint observed.
+    """
+
+    def __init__(self, end: float | None, source: str, margin: float = MIN_MARGIN_S) -> None:
+        self.end, self.source, self.margin = end, source, margin
+        self.slowest = 0.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> JobDeadline:
+        env = os.environ if environ is None else environ
+        margin = MIN_MARGIN_S
+        if env.get(MARGIN_ENV, "").strip():
+            try:
+                margin = float(env[MARGIN_ENV])
+            except ValueError:
+                margin = -1.0
+            if not (0 <= margin < math.inf):
+                raise ConfigError(f"{MARGIN_ENV}={env[MARGIN_ENV]!r}: expected seconds >= 0")
+        explicit = env.get(DEADLINE_ENV, "").strip()
+        if explicit:
+            return cls(_parse_time(explicit, DEADLINE_ENV), DEADLINE_ENV, margin)
+        job_id = env.get("SLURM_JOB_ID", "").strip()
+        if job_id:
+            return cls(_slurm_end_time(job_id, env), f"SLURM job {job_id}", margin)
+        return cls(None, "none", margin)
+
+    def observe(self, seconds: float) -> None:
+        """A step (with its checkpoint, if one was written) took ``seconds``."""
+        self.slowest = max(self.slowest, seconds)
+
+    def left(self, now: float | None = None) -> float:
+        return math.inf if self.end is None else self.end - (time.time() if now is None else now)
+
+    def due(self, now: float | None = None) -> bool:
+        return self.left(now) < max(self.margin, 2 * self.slowest)
+
+
 # ---- the engine ------------------------------------------------------------------------------------
 
 
@@ -286,6 +405,9 @@ class Engine:
     right after training has no use for it). Under DDP only the main rank writes.
     ``scale_fp16``: fp16 autocast with a GradScaler (the retriever loop); the AR2 and cross-encoder
     trainers have always run fp16 unscaled, and a scaler would change what they compute.
+    ``deadline``: when the job ends (default JobDeadline.from_env()); with a checkpoint folder, a run
+    that would not finish before it checkpoints and raises TimeLimitStop. Without one the limit is
+    not watched (a run short enough to redo).
     """
 
     def __init__(
@@ -300,6 +422,7 @@ class Engine:
         log_path: str | Path | None = None,
         dist_info: DistInfo | None = None,
         scale_fp16: bool = True,
+        deadline: JobDeadline | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.dist = dist_info or DistInfo(device=self.device)
@@ -314,6 +437,18 @@ class Engine:
             log_path = self.checkpoint_dir / LOG_FILE
         self.log_path = Path(log_path) if log_path is not None else None
         self.modules: dict[str, Any] = {}
+        if self.checkpoint_dir is None:
+            self.deadline = JobDeadline(None, "none")
+        else:
+            self.deadline = deadline or JobDeadline.from_env()
+        if self.deadline.end is not None and self.dist.is_main:
+            log.info(
+                "time limit (%s): %s, %.0f s from now; training stops at least %.0f s before it",
+                self.deadline.source,
+                datetime.fromtimestamp(self.deadline.end).isoformat(timespec="seconds"),
+                self.deadline.left(),
+                self.deadline.margin,
+            )
 
     @classmethod
     def from_settings(
@@ -467,7 +602,42 @@ class Run:
             self._lines(done, loss, lr, eps, note)
         engine = self.engine
         every = engine.checkpoint_every
-        if engine.checkpoint_dir is not None and (
+        saved = engine.checkpoint_dir is not None and (
             (every and done % every == 0 and done < self.total) or (engine.save_final and done == self.total)
-        ):
+        )
+        if saved:
             engine.save(done, extra)
+        deadline = engine.deadline
+        if deadline.end is None or done >= self.total:
+            return
+        # The slowest step so far, with its checkpoint: the stop below writes one more.
+        deadline.observe(time.perf_counter() - self.tick)
+        if not self._stop_due():
+            return
+        if not saved:
+            engine.save(done, extra)
+        if engine.dist.is_main:
+            log.warning(
+                "stopped at step %d of %d before the job's time limit (%s, %.0f s left); the next attempt "
+                "continues from the checkpoint in %s",
+                done,
+                self.total,
+                deadline.source,
+                deadline.left(),
+                engine.checkpoint_dir,
+            )
+        raise TimeLimitStop(done, self.total)
+
+    def _stop_due(self) -> bool:
+        """Whether to stop now; under DDP every rank stops if any must (one rank alone would hang the
+        others in their next collective)."""
+        due = self.engine.deadline.due()
+        if (
+            self.engine.dist.enabled
+            and torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+        ):
+            flag = torch.tensor([1.0 if due else 0.0], device=self.engine.device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            due = bool(flag.item() > 0)
+        return due

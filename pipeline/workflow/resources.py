@@ -19,14 +19,14 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.core.settings import ConfigError
+from pipeline.core.settings import TRAINING_ATTEMPTS, ConfigError
 
 FIGURES = Path(__file__).with_name("resources.yaml")
 THROUGHPUTS = Path(__file__).with_name("throughputs.yaml")  # published dataset sizes, encoder shapes
 MIB = 1024 * 1024
-# Resubmissions of a job that resumes where SLURM ended it at its time limit (training from its
+# Resubmissions of a job that continues where it stopped at its time limit (training from its
 # checkpoint, BM25 mining from its finished chunks): 1 + this many jobs of the cap each at most.
-SEGMENT_RETRIES = 2
+SEGMENT_RETRIES = TRAINING_ATTEMPTS - 1
 
 
 @lru_cache(maxsize=1)

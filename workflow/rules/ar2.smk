@@ -140,15 +140,13 @@ rule ar2_train_ranker:
     threads: dataset_setting("ar2", "threads")
     resources:
         **gpu_resources("ar2"),
-    # Longer than a 24 h cap at paper scale: a job cut at its time limit is resubmitted and resumes from
-    # its checkpoint (<out>.ckpt, not an output, so Snakemake keeps it), bit-identical to one run.
-    retries: SEGMENT_RETRIES
     conda:
         job_env
     log:
         "logs/ar2_train_ranker/{dataset}.seed{seed}.log",
     benchmark:
         "benchmarks/ar2_train_ranker/{dataset}.seed{seed}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         "python -m pipeline.ar2.train_ranker --mined {input.mined:q} --retriever \"$(dirname {input.retriever:q})\" --queries {input.queries:q} --qrels {input.qrels:q}"
         " --corpus {input.corpus:q} --dev-run {input.dev_run:q} --dev-queries {input.dev_queries:q}"
@@ -182,6 +180,7 @@ rule ar2_train:
         "logs/ar2_train/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
         "benchmarks/ar2_train/{dataset}.{variant}.seed{seed}.round{r}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         "python -m pipeline.ar2.train_round --round {wildcards.r} --round-dir {params.round_dir:q}"
         " --mined {input.negatives:q} --queries {input.queries:q} --qrels {input.qrels:q} --corpus {input.corpus:q}"

@@ -2,6 +2,7 @@
 # Each writes results/{dataset}/models/{model}/ (retriever.json last; train_log.jsonl, train_info.json);
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
 from pipeline.core.methods import GIST_GUIDES, gist_model, relabel_model
+from pipeline.core.settings import TRAINING_ATTEMPTS
 from pipeline.workflow.training import TrainingRules
 
 # The params and inputs of the training rules: pipeline/workflow/training.py.
@@ -65,6 +66,7 @@ rule train_dpr:
         "logs/train_dpr/{dataset}.log",
     benchmark:
         "benchmarks/train_dpr/{dataset}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         _LAUNCH + "{params.settings} {params.files} {params.recipe} --threads {threads} --out \"$(dirname {output:q})\" --log {log:q}"
 
@@ -90,6 +92,7 @@ rule train_ccr:
         "logs/train_ccr/{dataset}.b{beta}.log",
     benchmark:
         "benchmarks/train_ccr/{dataset}.b{beta}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         _LAUNCH + "--init \"$(dirname {input.init:q})\" --queries {input.queries:q} --qrels {input.qrels:q}"
         " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
@@ -123,6 +126,7 @@ rule train_dpr_filtered:
         "logs/train_dpr_filtered/{dataset}.{negs}.log",
     benchmark:
         "benchmarks/train_dpr_filtered/{dataset}.{negs}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
         " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
@@ -169,6 +173,7 @@ rule train_dpr_relabel:
         "logs/train_dpr_relabel/{dataset}.{negs}.log",
     benchmark:
         "benchmarks/train_dpr_relabel/{dataset}.{negs}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
         " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
@@ -204,6 +209,7 @@ rule train_dpr_gist:
         "logs/train_dpr_gist/{dataset}.{guide}.{negs}.log",
     benchmark:
         "benchmarks/train_dpr_gist/{dataset}.{guide}.{negs}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
         " --negatives {input.negatives:q} --corpus {input.corpus:q} --guide \"$(dirname {input.guide:q})\" {params.settings}"
@@ -234,6 +240,7 @@ rule train_dpr_rcl:
         "logs/train_dpr_rcl/{dataset}.b{rcl_beta}.log",
     benchmark:
         "benchmarks/train_dpr_rcl/{dataset}.b{rcl_beta}.tsv"
+    retries: TRAINING_ATTEMPTS - 1  # segments: a run stopped before its time limit continues
     shell:
         _LAUNCH + "--init {params.base} --queries {input.queries:q} --qrels {input.qrels:q}"
         " --negatives {input.negatives:q} --corpus {input.corpus:q} {params.settings} {params.recipe} --threads {threads}"
