@@ -557,8 +557,7 @@ def table(data: dict, stages: list[StageCost], gpu: str) -> str:
     margin, cap = data["runtime_margin"], max_runtime_h()
     lines = [
         f"| rule | jobs | GPUs each | work per job (longest) | throughput per GPU on {gpu} | GPU-h | "
-        f"wall per job | runtime (x{margin:g}, >= {data['runtime_floor_h']} h, segments of <= {cap} h) | "
-        "profile limit |",
+        f"wall per job | runtime (x{margin:g}, >= {data['runtime_floor_h']} h, cap {cap} h) | profile |",
         "|---|---:|---:|---|---|---:|---:|---:|---:|",
     ]
     notes: dict[str, int] = {}
