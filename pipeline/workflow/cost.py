@@ -37,7 +37,7 @@ from pipeline.core.config import load_config
 from pipeline.core.methods import closest
 from pipeline.core.recipes import dataset_config
 from pipeline.core.settings import ConfigError
-from pipeline.workflow.resources import cpu_hours, folder_architecture
+from pipeline.workflow.resources import cpu_hours, folder_architecture, manifest_counts
 from pipeline.workflow.resources import dataset_sizes as job_sizes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,9 +174,9 @@ def dataset_sizes(data: dict, dataset: str, root: Path) -> dict:
     resources/<dataset>/manifest.json exists, else throughputs.yaml's published sizes."""
     known = data["datasets"].get(dataset)
     manifest = root / "resources" / dataset / "manifest.json"
-    if manifest.exists():
-        counts = json.loads(manifest.read_text(encoding="utf-8"))["counts"]
-        sizes = {"passages": counts["corpus"], "queries": dict(counts["queries"]), "source": str(manifest)}
+    counted = manifest_counts(manifest)  # the resources module's reader: both manifest layouts
+    if counted is not None:
+        sizes = {"passages": counted[0], "queries": counted[1], "source": str(manifest)}
     elif known is not None:
         sizes = {"passages": known["passages"], "queries": dict(known["queries"]), "source": known["source"]}
     else:
