@@ -298,3 +298,17 @@ def test_mining_killed_at_its_limit_continues_from_its_chunks(dataset, monkeypat
     )
     bm25.mine_negatives(*args[:-1], 3, killed, chunk=1)
     assert calls == [["q1"], ["q2"], ["q3"]]
+
+
+def test_mining_refuses_to_write_over_its_queries(dataset, capsys):
+    """--out naming an input: refused before any work, the input untouched."""
+    from pipeline.core.cli import run_main
+
+    queries = dataset / "queries.train.parquet"
+    before = queries.read_bytes()
+    args = ["mine", "--index-dir", str(dataset / "index"), "--queries", str(queries)]
+    args += ["--qrels", str(dataset / "qrels.train.parquet"), "--corpus", str(dataset / "corpus.parquet")]
+    with pytest.raises(SystemExit) as exit_:
+        run_main(bm25.main, [*args, "--out", str(queries)])
+    assert exit_.value.code == 2 and queries.read_bytes() == before
+    assert "--out" in capsys.readouterr().err

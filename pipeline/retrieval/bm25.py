@@ -51,6 +51,7 @@ from pipeline.core.storage import (
     open_parquet,
     read_json_object,
     read_table,
+    refuse_overwriting_inputs,
     verify_checksums,
     write_checksums,
     write_json,
@@ -376,7 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     job = job_settings(JOBS[args.command], args)  # before any work: a bad document or flag is one line
     start_stage(args.log)
     # A read-only output folder, found before the corpus is tokenised rather than by the last write.
-    check_writable(args.out_dir if args.command == "index" else args.out)
+    inputs = {k: getattr(args, k, None) for k in ("corpus", "queries", "qrels", "index_dir")}
+    out = args.out_dir if args.command == "index" else args.out
+    refuse_overwriting_inputs({"--out-dir" if args.command == "index" else "--out": out}, inputs)
+    check_writable(out)
     if args.command == "index":
         build_index(args.corpus, args.out_dir, **job.model_dump())
     elif args.command == "retrieve":
