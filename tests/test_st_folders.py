@@ -220,3 +220,18 @@ def test_saving_an_encoder_removes_the_files_of_the_one_saved_there_before(tmp_p
     assert not shard.exists() and shard.name not in recorded_names(folder)
     assert (folder / "train_log.jsonl").exists() and recorded_names(folder) == set(names)
     assert not list(folder.glob(".encoder.*"))
+
+
+def test_a_saved_tokenizer_does_not_record_how_it_was_loaded(tmp_path, tiny_model_dir):
+    # Cluster jobs load offline (HF_HUB_OFFLINE), a hand run may not: both must save the same bytes.
+    source = tiny_model_dir(tmp_path)
+    saved = {}
+    for offline in (True, False):
+        tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=offline)
+        model = AutoModel.from_pretrained(str(source))
+        folder = tmp_path / f"offline_{offline}"
+        save_encoder(folder, model, tokenizer)
+        saved[offline] = (folder / "tokenizer_config.json").read_bytes()
+        assert "local_files_only" not in json.loads(saved[offline])
+        assert tokenizer.init_kwargs.get("local_files_only") == offline  # the live tokenizer untouched
+    assert saved[True] == saved[False]

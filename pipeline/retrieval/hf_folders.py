@@ -142,6 +142,12 @@ def recorded_names(folder: str | Path) -> set[str]:
     return set(recorded) if isinstance(recorded, dict) else set()
 
 
+# How a tokenizer was loaded, not what it is: transformers keeps these load arguments (local_files_only
+# from HF_HUB_OFFLINE, which cluster jobs set) and writes them into tokenizer_config.json, so the same
+# training run by hand and as a job would save different bytes.
+LOAD_ARGUMENTS = ("local_files_only", "cache_dir", "token", "use_auth_token", "force_download", "proxies")
+
+
 def save_encoder(folder: str | Path, model: Any, tokenizer: Any) -> list[str]:
     """Write ``model`` and ``tokenizer`` (``save_pretrained``) into ``folder`` beside what else it holds,
     record their sha256 in its ``checksums.json`` and return the file names written.
@@ -160,7 +166,7 @@ def save_encoder(folder: str | Path, model: Any, tokenizer: Any) -> list[str]:
     staging = Path(tempfile.mkdtemp(prefix=STAGING, suffix=".tmp", dir=folder))
     try:
         model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        _save_tokenizer(tokenizer, staging)
         names = sorted(p.name for p in staging.iterdir())
         for name in names:
             if not (staging / name).is_file():
@@ -180,3 +186,15 @@ def save_encoder(folder: str | Path, model: Any, tokenizer: Any) -> list[str]:
         (folder / name).unlink(missing_ok=True)
     write_checksums(folder, names)
     return names
+
+
+def _save_tokenizer(tokenizer: Any, folder: Path) -> None:
+    kwargs = getattr(tokenizer, "init_kwargs", None)
+    if not isinstance(kwargs, dict):
+        tokenizer.save_pretrained(folder)
+        return
+    loaded_with = {key: kwargs.pop(key) for key in LOAD_ARGUMENTS if key in kwargs}
+    try:
+        tokenizer.save_pretrained(folder)
+    finally:
+        kwargs.update(loaded_with)
