@@ -56,7 +56,7 @@ test: setup
 # The SLURM rehearsal (tests/test_slurm_rehearsal.py): a local SLURM that enforces memory, network and
 # time limits (scripts/slurm_local.sh, root), and the paper recipe's rule shape through the slurm profile.
 rehearsal: setup
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -s -m rehearsal --basetemp=/tmp/sieve-rehearsal tests/test_slurm_rehearsal.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -s -m rehearsal --basetemp=/tmp/sieve-rehearsal tests/test_slurm_rehearsal.py tests/test_slurm.py
 
 # sentence-transformers' ONNX Runtime and OpenVINO backends, for bench/encode_throughput.py --st-python:
 # their own venv, as optimum-onnx needs transformers < 4.58 (bench/requirements-st-backends.txt).

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -397,3 +398,100 @@ def test_a_job_over_its_memory_is_killed_as_the_failures_page_explains(slurm_clu
     assert said, log
     failures = (REPO / "docs" / "failures.md").read_text()
     assert "oom-kill event(s)" in failures and "OUT_OF_MEMORY" in failures
+
+
+# ---- what the cluster enforces: time ----------------------------------------------------------------
+
+SEGMENT_TARGET = "results/synthkb/models/dpr/retriever.json"
+# Long enough that one 3-minute job cannot hold it: ~120 optimizer steps of MiniLM on 40 entities.
+SEGMENT_OVERLAY = {**OVERLAY, "dpr": {"epochs": 100, "max_steps": 120, "checkpoint_every": 20}}
+# The training stops this long before the job's end: with the 'short' partition's 3-minute limit a
+# segment trains for about a minute, so the run takes 2-3 segments (4 attempts allowed).
+SEGMENT_MARGIN_S = 100
+
+
+def _model_files(repo: Path) -> dict[str, bytes]:
+    folder = repo / "results" / "synthkb" / "models" / "dpr"
+    timed = ("train_log.jsonl", "train_info.json", "README.md")  # wall times and rates; compared apart
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and p.name not in timed}
+
+
+DEADLINE_PROBE = """#!/bin/sh
+cd '{repo}' && exec '{python}' -c '
+from pipeline.training.engine import JobDeadline
+deadline = JobDeadline.from_env()
+print("deadline", deadline.source, deadline.end)
+'
+"""
+
+
+@pytest.mark.slurm
+def test_training_reads_its_job_s_end_time_from_slurm(slurm_cluster, tmp_path):
+    """Inside a SLURM job with a 2-minute limit, the training's deadline is the job's start plus two
+    minutes, read from SLURM (no override set): what makes a long training stop in time."""
+    out = tmp_path / "deadline.out"
+    env = {k: v for k, v in slurm_cluster.items() if not k.startswith("SIEVE_DEADLINE")}
+    script = DEADLINE_PROBE.format(repo=REPO, python=sys.executable)
+    assert _sbatch_wait(env, script, "--time=2", out=out) == "COMPLETED", out.read_text()
+    (line,) = [line for line in out.read_text().splitlines() if line.startswith("deadline ")]
+    _, source, end = line.rsplit(" ", 2)
+    jobid = re.search(r"SLURM job (\d+)", line).group(1)
+    start = subprocess.run(
+        ["squeue", "--states=all", "-h", "-j", jobid, "-o", "%S"], env=env, capture_output=True, text=True
+    ).stdout.strip()
+    assert abs(float(end) - datetime.fromisoformat(start).timestamp() - 120) <= 1, (line, start)
+
+
+@pytest.mark.rehearsal
+def test_a_training_longer_than_its_time_limit_runs_in_segments_under_slurm(slurm_cluster, tmp_path):
+    """A training job asks for a partition whose time limit is shorter than the training: the engine
+    reads the job's end time from squeue, checkpoints and exits 75 before it, Snakemake resubmits the
+    job (the rule's retries), the next job resumes, and the model is the unsegmented run's, bit for bit.
+    How many segments it takes depends on this machine's speed: `make rehearsal` runs it on an idle
+    machine (the deterministic cut is tests/test_segments.py's)."""
+    if "maxtime.short" not in _enforced(slurm_cluster):
+        pytest.skip("this local SLURM has no time-capped partition")
+    venv_bin = str(Path(sys.executable).parent)
+    base_path = f"{venv_bin}:{os.environ.get('PATH', '')}"
+    local = _copy_repo(tmp_path / "local")
+    (local / "overlay.yaml").write_text(yaml.safe_dump(SEGMENT_OVERLAY))
+    subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", SEGMENT_TARGET, "--configfile", "overlay.yaml"],
+        cwd=local,
+        env=dict(os.environ, PATH=base_path),
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+
+    cluster = _copy_repo(tmp_path / "cluster")
+    (cluster / "overlay.yaml").write_text(yaml.safe_dump(SEGMENT_OVERLAY))
+    site_partitions(cluster, slurm_cluster)
+    env = dict(slurm_cluster, PATH=base_path, SIEVE_DEADLINE_MARGIN=str(SEGMENT_MARGIN_S))
+    cmd = [
+        sys.executable, "-m", "snakemake", "--cores", "2", "--profile", "slurm",
+        "--slurm-init-seconds-before-status-checks", "2",
+        "--set-resources", "train_dpr:slurm_partition=short", "train_dpr:runtime=3",
+        SEGMENT_TARGET, "--configfile", "overlay.yaml",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=cluster, env=env, capture_output=True, text=True, timeout=1500)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+
+    # More than one SLURM job trained the model; every one but the last stopped itself (exit 75),
+    # none was killed at its limit.
+    trained = [j for _, rule, j in _jobs_in_log(log) if rule == "train_dpr"]
+    assert len(trained) >= 2, f"the training fit one job; no segment was shown:\n{log[-4000:]}"
+    states = {
+        jobid: state
+        for jobid, (state, _, comment) in _squeue_jobs(slurm_cluster).items()
+        if "train_dpr" in comment
+    }
+    assert "TIMEOUT" not in states.values(), states
+    assert sorted(states.values()).count("COMPLETED") == 1, states
+    assert len(states) >= 2, states
+    # The end time came from SLURM itself (squeue), not from an override.
+    training_log = (cluster / "logs" / "train_dpr" / "synthkb.log").read_text()
+    assert "time limit (SLURM job" in training_log, training_log[-3000:]
+
+    assert _model_files(cluster) == _model_files(local)
