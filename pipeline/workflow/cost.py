@@ -503,8 +503,9 @@ def _throughput(data: dict, cost: JobCost) -> tuple[str, str]:
     for (kind, _), r in cost.rates.items():
         kinds = used.setdefault(f"{r.entry['status']} `{r.entry['id']}`", [])
         if r.derived and kind == "train" and r.entry["kind"] != "train":
+            # the efficiency training is derived at, and whether it is calibrated (throughputs.yaml)
             eff = train_efficiency(data, r.entry["gpu"], cost.work.precision)
-            kind = f"train (x {eff['value']:g}, {eff['status']})" if eff["value"] != 1 else kind
+            kind = f"train (x {eff['value']:g} {cost.work.precision}, {eff['status']})"
         if r.derived and kind not in kinds:
             kinds.append(kind)
     sources = "; ".join(
