@@ -51,10 +51,48 @@ def test_training_work_counts_steps_as_the_loop_does():
     # 1000 // 128 = 7 steps per epoch (the trailing part-batch is dropped) x 40 epochs
     assert work.count == 7 * 40 and work.unit == "steps" and work.gpus == 4 and work.runtime_min == 360
     arch = data["architectures"]["bert-base-uncased"]
-    step = 128 * cost.forward_flops(arch, 10) + 128 * 2 * cost.forward_flops(arch, 100)
+    # a training batch pads to its longest: questions x 1.30, passages x 1.56 (throughputs.yaml padding)
+    step = 128 * cost.forward_flops(arch, 10 * 1.30) + 128 * 2 * cost.forward_flops(arch, 100 * 1.56)
     assert work.parts == [cost.Part("train", "bert-base-uncased", 280, "steps", 3 * step)]
+    # encoding sorts by length and pads little: the mean
     shard = cost.job_work(data, _job("encode_corpus", model="dpr", shard="0"), cfg, sizes)
     assert shard.count == 500 and shard.parts[0].flops == cost.forward_flops(arch, 100)
+
+
+def test_training_is_priced_padded_and_capped_at_max_len():
+    """Training was priced at the mean token counts while its batches pad to their longest."""
+    data = cost.load_data()
+    cfg = dataset_config(load_config(), "nq")
+    sizes = {"passages": 1000, "queries": {"train": 1000, "dev": 10, "test": 10}}
+    sizes |= {"passage_tokens": 200, "query_tokens": 10}
+    arch = data["architectures"]["bert-base-uncased"]
+    work = cost.job_work(data, _job("train_dpr"), cfg, sizes)
+    p_len = cfg["model"]["passage_max_len"]  # 200 x 1.56 is past it: no text is longer than max_len
+    unpadded = 128 * cost.forward_flops(arch, 10) + 128 * 2 * cost.forward_flops(arch, min(200, p_len))
+    assert work.parts[0].flops > 3 * unpadded
+    assert work.parts[0].flops == 3 * (
+        128 * cost.forward_flops(arch, 13.0) + 256 * cost.forward_flops(arch, min(200 * 1.56, p_len))
+    )
+
+
+def test_v100_training_is_calibrated_on_dpr_and_keeps_ar2_in_range():
+    """DPR's reported day on 8 V100s came out ~4.5x low (42 of 192 GPU-h); one AR2 round must stay
+    near the sieve paper's Table 6."""
+    data = cost.load_data()
+    checks = {c.name: c for c in cost.paper_checks(data)}
+    dpr, ar2 = checks["dpr_nq"], checks["ar2_tq_round"]
+    assert dpr.low <= dpr.model_gpu_hours <= dpr.high and dpr.uncalibrated_gpu_hours < dpr.low
+    assert 0.8 < ar2.ratio < 1.5
+    # the calibrated figure is training's alone: the V100's inference rate is the reference's
+    assert (
+        cost.rate(data, "v100", "infer", "bert-base-uncased").flops_per_s
+        == cost.rate({**data, "train_efficiency": {}}, "v100", "infer", "bert-base-uncased").flops_per_s
+    )
+    fp32 = cost.rate(data, "v100", "train", "bert-base-uncased", "fp32").flops_per_s
+    mixed = cost.rate(data, "v100", "train", "bert-base-uncased", "bf16").flops_per_s
+    assert fp32 == pytest.approx(0.22 * mixed)
+    table = cost.paper_table(list(checks.values()))
+    assert max(len(line) for line in table.splitlines()) < 150
 
 
 def test_rates_say_whether_they_are_measured_or_derived(tmp_path):

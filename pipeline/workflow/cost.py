@@ -83,6 +83,7 @@ class JobWork:
     text: str = ""  # what the work is, per job, in the stage's own units
     count: float = 0.0  # the job's work in its headline unit (passages, steps, queries)
     unit: str = ""
+    precision: str = "bf16"  # its training's: the efficiency training is derived at depends on it
 
 
 # ---- data --------------------------------------------------------------------------------------------
@@ -208,9 +209,18 @@ class Rate:
     derived: bool
 
 
-def rate(data: dict, gpu: str, kind: str, model: str) -> Rate:
+def train_efficiency(data: dict, gpu: str, precision: str) -> dict:
+    """The figure (value, status, source) training derived from ``gpu``'s inference anchor runs at in
+    ``precision`` (fp32, else mixed); 1 for a GPU throughputs.yaml does not calibrate."""
+    mode = "fp32" if precision == "fp32" else "mixed"
+    uncalibrated = {"value": 1.0, "status": "estimate", "source": "not calibrated"}
+    return data.get("train_efficiency", {}).get(gpu, {}).get(mode, uncalibrated)
+
+
+def rate(data: dict, gpu: str, kind: str, model: str, precision: str = "bf16") -> Rate:
     """The FLOP/s assumed for ``kind`` work on ``model`` on ``gpu``: the entry of that kind for that model,
-    else the first of that kind, else the GPU's first ``infer`` entry (derived)."""
+    else the first of that kind, else the GPU's first ``infer`` entry (derived; training at the GPU's
+    ``train_efficiency`` for ``precision``)."""
     entries = [e for e in data["throughputs"] if e["gpu"] == gpu]
     if not entries:
         raise ConfigError(
@@ -223,7 +233,8 @@ def rate(data: dict, gpu: str, kind: str, model: str) -> Rate:
     anchor = next((e for e in entries if e["kind"] == "infer"), None)
     if anchor is None:
         raise ConfigError(f"cost model: GPU {gpu!r} has no infer entry to derive {kind} from")
-    return Rate(entry_flops_per_s(data, anchor), anchor, derived=True)
+    scale = train_efficiency(data, gpu, precision)["value"] if kind == "train" else 1.0
+    return Rate(entry_flops_per_s(data, anchor) * scale, anchor, derived=True)
 
 
 # ---- the plan ----------------------------------------------------------------------------------------
@@ -314,6 +325,15 @@ def _tok(mean: float, max_len: int) -> float:
     return float(min(mean, max_len))
 
 
+def padded(data: dict, sizes: dict) -> tuple[float, float]:
+    """(questions, passages) padding of a training batch: its longest over the mean (throughputs.yaml's
+    measured figures, or the sizes' own where a paper's run padded otherwise)."""
+    own = sizes.get("padding")
+    if own is not None:
+        return own, own
+    return data["padding"]["query"]["value"], data["padding"]["passage"]["value"]
+
+
 def _training_steps(section: dict, queries: int) -> int:
     """Optimizer steps of a train_dense run (pipeline.training.loop.schedule's count)."""
     per_epoch = (queries // section["batch_size"]) // section["grad_accum"]
@@ -345,8 +365,16 @@ def job_work(data: dict, job: PlannedJob, cfg: dict, sizes: dict) -> JobWork:
     passages = sizes["passages"]
     ar2 = cfg["ar2"]
     ranker = architecture(data, ar2["ranker"]["base"])
-    pair_tok = _tok(sizes["query_tokens"] + sizes["passage_tokens"] + 3, ar2["ranker"]["max_len"])
+    pair_len = sizes["query_tokens"] + sizes["passage_tokens"] + 3
+    pair_tok = _tok(pair_len, ar2["ranker"]["max_len"])
     ar2_p_tok = _tok(sizes["passage_tokens"], ar2["passage_max_len"])
+    # training batches pad to their longest text: training is priced at the padded length, encoding and
+    # scoring (sorted by length, pipeline.retrieval.encode) at the mean
+    pad_q, pad_p = padded(data, sizes)
+    q_pad = _tok(sizes["query_tokens"] * pad_q, model["query_max_len"])
+    p_pad = _tok(sizes["passage_tokens"] * pad_p, model["passage_max_len"])
+    pair_pad = _tok(pair_len * pad_p, ar2["ranker"]["max_len"])  # a pair is mostly its passage
+    ar2_p_pad = _tok(sizes["passage_tokens"] * pad_p, ar2["passage_max_len"])
 
     def infer(n: float, tokens: float, arch: dict = base, name: str = model["base"], unit: str = "passages"):
         work.parts.append(Part("infer", name, n, unit, forward_flops(arch, tokens)))
@@ -367,12 +395,13 @@ def job_work(data: dict, job: PlannedJob, cfg: dict, sizes: dict) -> JobWork:
         work.count, work.unit = n, "passages"
     elif rule in ("train_dpr", "train_ccr", "ar2_train_sieve_model"):
         section = cfg["dpr" if rule == "train_dpr" else "ccr"]
+        work.precision = section.get("precision", work.precision)
         steps, batch, k = (
             _training_steps(section, q["train"]),
             section["batch_size"],
             section["hard_negatives"],
         )
-        step = batch * forward_flops(base, q_tok) + batch * (1 + k) * forward_flops(base, p_tok)
+        step = batch * forward_flops(base, q_pad) + batch * (1 + k) * forward_flops(base, p_pad)
         work.parts.append(Part("train", model["base"], steps, "steps", BACKWARD * step))
         work.text = f"{steps:,} steps x {batch} queries x (1 + {k}) passages"
         work.count, work.unit = steps, "steps"
@@ -390,6 +419,7 @@ def job_work(data: dict, job: PlannedJob, cfg: dict, sizes: dict) -> JobWork:
         )
         work.count, work.unit = n, "passages"
     elif rule == "ar2_train_ranker":
+        work.precision = ar2.get("precision", work.precision)
         lw = ar2["listwise"]
         pairs = lw["batch_size"] * (1 + lw["negatives"])
         work.parts.append(
@@ -398,7 +428,7 @@ def job_work(data: dict, job: PlannedJob, cfg: dict, sizes: dict) -> JobWork:
                 ar2["ranker"]["base"],
                 lw["steps"],
                 "steps",
-                BACKWARD * pairs * forward_flops(ranker, pair_tok),
+                BACKWARD * pairs * forward_flops(ranker, pair_pad),
             )
         )
         rerank = q["dev"] * lw["rerank_depth"]
@@ -406,16 +436,17 @@ def job_work(data: dict, job: PlannedJob, cfg: dict, sizes: dict) -> JobWork:
         work.text = f"{lw['steps']:,} steps x {pairs} pairs; {_fmt(rerank)} dev pairs reranked"
         work.count, work.unit = lw["steps"], "steps"
     elif rule == "ar2_train":
+        work.precision = ar2.get("precision", work.precision)
         cands = ar2["batch_size"] * (1 + ar2["negatives"])
-        ranker_step = BACKWARD * cands * forward_flops(ranker, pair_tok)
+        ranker_step = BACKWARD * cands * forward_flops(ranker, pair_pad)
         retriever_step = BACKWARD * (
-            ar2["batch_size"] * forward_flops(base, q_tok) + cands * forward_flops(base, ar2_p_tok)
+            ar2["batch_size"] * forward_flops(base, q_pad) + cands * forward_flops(base, ar2_p_pad)
         )
         steps = ar2["ranker_steps"] + ar2["retriever_steps"]
         work.parts.append(Part("train", ar2["ranker"]["base"], ar2["ranker_steps"], "steps", ranker_step))
         work.parts.append(Part("train", model["base"], ar2["retriever_steps"], "steps", retriever_step))
         # the retriever's distillation target: the ranker's scores of the same candidates, no gradient
-        infer(ar2["retriever_steps"] * cands, pair_tok, ranker, ar2["ranker"]["base"], unit="pairs")
+        infer(ar2["retriever_steps"] * cands, pair_pad, ranker, ar2["ranker"]["base"], unit="pairs")
         work.text = f"{steps:,} steps x {cands} candidates ({ar2['ranker_steps']} ranker, {ar2['retriever_steps']} retriever)"
         work.count, work.unit = steps, "steps"
     return work
@@ -439,7 +470,7 @@ def cost_job(data: dict, work: JobWork, gpu: str) -> JobCost:
     seconds = 0.0
     rates = {}
     for part in work.parts:
-        r = rate(data, gpu, part.kind, part.model)
+        r = rate(data, gpu, part.kind, part.model, work.precision)
         rates[(part.kind, part.model)] = r
         seconds += part.count * part.flops / r.flops_per_s
     gpus = max(work.gpus, 1)
@@ -471,6 +502,10 @@ def _throughput(data: dict, cost: JobCost) -> tuple[str, str]:
     used: dict[str, list[str]] = {}
     for (kind, _), r in cost.rates.items():
         kinds = used.setdefault(f"{r.entry['status']} `{r.entry['id']}`", [])
+        if r.derived and kind == "train" and r.entry["kind"] != "train":
+            # the efficiency training is derived at, and whether it is calibrated (throughputs.yaml)
+            eff = train_efficiency(data, r.entry["gpu"], cost.work.precision)
+            kind = f"train (x {eff['value']:g} {cost.work.precision}, {eff['status']})"
         if r.derived and kind not in kinds:
             kinds.append(kind)
     sources = "; ".join(
@@ -574,6 +609,11 @@ def table(data: dict, stages: list[StageCost], gpu: str) -> str:
     lines.append(f"| **all GPU jobs** | {sum(s.jobs for s in stages)} | | | | **{total:,.0f}** | | | |")
     lines.append("")
     lines += [f"- [{n}] {source}" for source, n in notes.items()]
+    pad = data["padding"]
+    lines.append(
+        f"- training is priced padded to its batch's longest: questions x {pad['query']['value']:g}, "
+        f"passages and pairs x {pad['passage']['value']:g} ({pad['passage']['status']}, throughputs.yaml padding)"
+    )
     return "\n".join(lines)
 
 
@@ -591,6 +631,8 @@ def report(data: dict, jobs: list[PlannedJob], config: dict, gpu: str, root: Pat
         ),
         "What the jobs ask (memory and disk from the data, pipeline/workflow/resources.py):",
         requests_table(jobs),
+        "Against the papers' reported cost (model / paper: 1 = agrees):",
+        paper_table(paper_checks(data)),
     ]
     datasets = sorted({j.wildcards["dataset"] for j in jobs if "dataset" in j.wildcards})
     for dataset in datasets:
@@ -600,6 +642,80 @@ def report(data: dict, jobs: list[PlannedJob], config: dict, gpu: str, root: Pat
         except ConfigError:
             text.append(f"{dataset}: no published sizes; prepare it to size its jobs")
     return "\n\n".join(text)
+
+
+# ---- the papers' reported cost ------------------------------------------------------------------------
+
+
+@dataclass
+class PaperCheck:
+    name: str
+    model_gpu_hours: float
+    paper_gpu_hours: float
+    low: float
+    high: float
+    source: str
+    uncalibrated_gpu_hours: float  # training at the inference anchor's FLOP/s (efficiency 1)
+
+    @property
+    def ratio(self) -> float:
+        return self.model_gpu_hours / self.paper_gpu_hours
+
+
+def paper_checks(data: dict) -> list[PaperCheck]:
+    """The model's GPU-h for each run throughputs.yaml's ``papers`` reports, on that paper's GPU, at the
+    recipe's settings except the paper's own token lengths, padding and precision where it gives them."""
+    config = load_config()
+    uncalibrated = {**data, "train_efficiency": {}}
+    out = []
+    for name, paper in data["papers"].items():
+        dataset = paper["dataset"]
+        cfg = dataset_config(config, dataset)
+        sizes = dataset_sizes(data, dataset, REPO / "no-such-folder")  # the published sizes
+        tokens = paper.get("tokens")
+        if tokens:
+            model = {**cfg["model"], "query_max_len": tokens["query"], "passage_max_len": tokens["passage"]}
+            cfg = {**cfg, "model": model}  # a copy: dataset_config's may be shared
+            sizes |= {"query_tokens": tokens["query"], "passage_tokens": tokens["passage"]}
+            sizes["padding"] = tokens["padding"]
+        hours = {"calibrated": 0.0, "uncalibrated": 0.0}
+        for rule in paper["rules"]:
+            jobs = cfg["encode"]["shards"] if rule == "ar2_encode_corpus" else 1
+            job = PlannedJob(rule, {"dataset": dataset, "split": "dev"}, {"gpus": str(paper["gpus"])})
+            for key, figures in (("calibrated", data), ("uncalibrated", uncalibrated)):
+                work = job_work(figures, job, cfg, sizes)
+                work.precision = paper["precision"]
+                hours[key] += jobs * cost_job(figures, work, paper["gpu"]).gpu_hours
+        low, high = paper["range"]
+        out.append(
+            PaperCheck(
+                name,
+                hours["calibrated"],
+                paper["gpu_hours"],
+                low,
+                high,
+                paper["source"],
+                hours["uncalibrated"],
+            )
+        )
+    return out
+
+
+def paper_table(checks: list[PaperCheck]) -> str:
+    """One row a paper's run; its source in a numbered note (inline it made rows too wide)."""
+    lines = [
+        "| run | model GPU-h | paper GPU-h (range) | model / paper (range) | uncalibrated GPU-h, / paper |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for n, c in enumerate(checks, 1):
+        lines.append(
+            f"| `{c.name}` [{n}] | {c.model_gpu_hours:,.1f} | {c.paper_gpu_hours:g} ({c.low:g}-{c.high:g}) | "
+            f"{c.ratio:.2f} ({c.model_gpu_hours / c.high:.2f}-{c.model_gpu_hours / c.low:.2f}) | "
+            f"{c.uncalibrated_gpu_hours:,.1f}, {c.uncalibrated_gpu_hours / c.paper_gpu_hours:.2f} |"
+        )
+    lines.append("")
+    lines += [f"- [{n}] {c.source}" for n, c in enumerate(checks, 1)]
+    return "\n".join(lines)
 
 
 def recipe_datasets(config: dict) -> dict[str, str]:
@@ -740,6 +856,13 @@ def docs_section(data: dict, plans: dict[str, tuple[str, list[PlannedJob]]] | No
             "",
             reserve_line(jobs, dataset_config(load_config(), dataset), dataset),
         ]
+    parts += [
+        "",
+        "Against the papers' reported cost (model / paper: 1 = agrees; each run on the paper's GPU; "
+        "uncalibrated: training at the inference anchor's FLOP/s, before the DPR calibration):",
+        "",
+        paper_table(paper_checks(data)),
+    ]
     per_gpu = {gpu: recipe_costs(data, gpu, plans) for gpu in data["gpus"]}
     for recipe in DOC_RECIPES:
         for gpu, costs in per_gpu.items():
