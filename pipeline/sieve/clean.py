@@ -105,11 +105,9 @@ from pipeline.sieve.report import detection_metrics, detection_report
 log = logging.getLogger("sieve.clean")
 
 DECISIONS = ("kept", "dropped", "duplicate_of_positive")
-# The filters the cleaning command does not run -> why (their modules say; pipeline.sieve.filters).
+# The filters the cleaning command does not run that say why (their modules'); any other is an invalid choice.
 NOT_APPLICABLE = {
-    name: spec.not_cleaning or f"{name} does not judge a file of (query, positive, negatives) rows"
-    for name, spec in FILTERS.items()
-    if not spec.contract.clean
+    name: spec.not_cleaning for name, spec in FILTERS.items() if not spec.contract.clean and spec.not_cleaning
 }
 RELABEL_FORMATS = ("tevatron", "flagembedding", "labeled_pair", "labeled_list")
 # Never a text: the miner's scores and labels, and the verdicts mark mode adds (a marked file cleaned again).

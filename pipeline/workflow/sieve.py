@@ -207,10 +207,11 @@ class SieveRules:
         return [beta_tag(b) for b in sorted(self.sieve_config(d)["betas"] or [self.w.cfg(d)["ccr"]["beta"]])]
 
     def decisions(self, dataset: str, name: str) -> str:
-        """The decisions table a filter name stands for under the dataset's sieve settings (`sieve` = the
-        sieve dpr_sieve trains on: at the dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
-        if name == "sieve":
-            name = self.w.methods[dataset]["dpr_sieve"].filter
+        """The decisions table a filter name stands for under the dataset's sieve settings: the one its
+        DPR control dpr_<name> trains on, in the method table (`sieve` = the sieve dpr_sieve trains on: at
+        the dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
+        control = self.w.methods[dataset].get(f"dpr_{name}")
+        name = control.filter if control is not None and control.filter else name
         files = self.w.filter_files_name(dataset, name)
         if name.startswith(sieve_name("")):
             return negatives(dataset, files)
