@@ -795,10 +795,6 @@ CROSS_ENCODER_TRAINING = ("base", "max_len", "steps", "batch_size", "lr", "preci
 SIEVE_RULE_KEYS = ("strict", "fallback", "temperature")
 
 
-class ToySettings(Contract):
-    every: int = Field(2, ge=1, description="a candidate whose rank is a multiple of it is dropped")
-
-
 @dataclass(frozen=True)
 class FilterContract:
     """What the config and the workflow must know of a false-negative filter: its settings (section
@@ -838,7 +834,6 @@ FILTER_CONTRACTS: dict[str, FilterContract] = {
     ),
     "sieve": FilterContract(rule=True, scorer="retriever", clean=True),
     "sieve_no_ccr": FilterContract(rule=True, scorer="retriever"),
-    "toy": FilterContract(ToySettings, clean=True),
 }
 FILTER_NAMES = tuple(FILTER_CONTRACTS)
 # The filters that run a model (a retriever or the cross-encoder): their jobs take sieve.gpus.
