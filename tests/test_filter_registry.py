@@ -24,7 +24,7 @@ from pipeline.core.settings import (
     SieveSettings,
 )
 from pipeline.core.storage import DataError
-from pipeline.sieve import clean, filters
+from pipeline.sieve import clean, filter_docs, filters
 from pipeline.sieve.filters import FILTERS, CandidateFilter, FilterSetup, build_filter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,6 +79,14 @@ def test_the_filter_stage_s_help_lists_every_filter_s_description(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for name, spec in FILTERS.items():
         assert f"``{name}`` " + " ".join(spec.description.replace("`", "").split()) in out
+
+
+def test_docs_sieve_md_holds_the_filters_own_table():
+    # python -m pipeline.sieve.filter_docs docs/sieve.md after changing a filter's module
+    text = (REPO / "docs/sieve.md").read_text(encoding="utf-8")
+    assert filter_docs.update_document(text) == text
+    for name in FILTERS:
+        assert f"\n| `{name}` | " in text
 
 
 # ---- a new filter: its module and its entry, nothing else ------------------------------------------
@@ -139,6 +147,7 @@ TOY_CHECK = textwrap.dedent(
     from pipeline.core.settings import CLEAN_FILTERS, FILTER_NAMES, CleanJob, FilterJob, SieveSettings
     from pipeline.core.settings_reference import reference
     from pipeline.sieve import clean
+    from pipeline.sieve.filter_docs import filter_table
     from pipeline.sieve.filters import FILTERS
     from pipeline.workflow.sieve import clean_job, filter_job
 
@@ -153,6 +162,7 @@ TOY_CHECK = textwrap.dedent(
         "clean_job": clean_job(config, "mine"),
         "flags": "toy_every" in FilterJob.model_fields and "toy_every" in CleanJob.model_fields,
         "method": "dpr_toy" in method_table(config),
+        "docs": [row for row in filter_table().splitlines() if "toy" in row],
     }
     json.dump(found, sys.stdout)
     print()
@@ -187,6 +197,7 @@ def test_a_toy_filter_is_its_module_and_its_entry(tmp_path):
         },
         "flags": True,
         "method": True,
+        "docs": ["| `toy` | its rank is a multiple of `every` | rank | `sieve.toy` |"],
     }
     assert "`sieve.toy.every`" in reference  # docs/config.md, generated
     assert (
