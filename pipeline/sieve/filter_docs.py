@@ -9,8 +9,8 @@ tests/test_filter_registry.py fails when the committed table is not what this wr
 
 from __future__ import annotations
 
+import argparse
 import re
-import sys
 from pathlib import Path
 
 from pipeline.core.settings import SIEVE_RULE_KEYS
@@ -48,15 +48,11 @@ def update_document(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print(
-            "usage: python -m pipeline.sieve.filter_docs DOC.md  (rewrites its filter table)", file=sys.stderr
-        )
-        return 2
-    path = Path(args[0])
-    text = update_document(path.read_text(encoding="utf-8"))
-    with atomic_open(path, "w", encoding="utf-8") as handle:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.filter_docs", description=__doc__)
+    parser.add_argument("document", type=Path, help="a Markdown file with a filters section (docs/sieve.md)")
+    document = parser.parse_args(argv).document
+    text = update_document(document.read_text(encoding="utf-8"))
+    with atomic_open(document, "w", encoding="utf-8") as handle:
         handle.write(text)
     return 0
 

@@ -23,6 +23,7 @@ from pipeline.core.settings import (
     filter_job_keys,
     from_dict,
 )
+from pipeline.sieve.passage_sieve import Similarities, model_similarities
 
 # One logger for the stage and its filters (a filter's warning reads as the stage's).
 log = logging.getLogger("sieve.filters")
@@ -36,6 +37,19 @@ class FilterInputs:
     work_dir: Path  # scratch space (embedding cache)
     batch_size: int = 64
     device: str = "auto"  # where a filter's model computes (the job's --device)
+
+    def similarities(self, model: str | os.PathLike, temperature: float | None = None) -> Similarities:
+        """The retriever ``model``'s cosines of every candidate and positive (passage_sieve's)."""
+        return model_similarities(
+            self.candidates,
+            model,
+            self.corpus,
+            self.queries,
+            self.work_dir,
+            batch_size=self.batch_size,
+            temperature=temperature,
+            device=self.device,
+        )
 
 
 class CandidateFilter(abc.ABC):

@@ -10,7 +10,6 @@ import pandas as pd
 
 from pipeline.core.settings import PositiveAwareSettings
 from pipeline.sieve.filters._base import CandidateFilter, FilterInputs, FilterSetup, FilterSpec
-from pipeline.sieve.passage_sieve import model_similarities
 
 POSITIVE_AWARE_MODES = get_args(PositiveAwareSettings.model_fields["mode"].annotation)
 
@@ -50,15 +49,7 @@ class PositiveAwareFilter(CandidateFilter):
         self.model, self.mode, self.margin = model, mode, margin
 
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
-        sims = model_similarities(
-            inputs.candidates,
-            self.model,
-            inputs.corpus,
-            inputs.queries,
-            inputs.work_dir,
-            batch_size=inputs.batch_size,
-            device=inputs.device,
-        )
+        sims = inputs.similarities(self.model)
         s_pos = np.repeat(sims.positive, np.diff(sims.offsets))
         keep = positive_aware_keep(sims.candidate, s_pos, self.mode, self.margin)
         return pd.DataFrame(

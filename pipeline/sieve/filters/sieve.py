@@ -9,7 +9,7 @@ import pandas as pd
 
 from pipeline.core.schemas import SIEVE_SCHEMA
 from pipeline.sieve.filters._base import CandidateFilter, FilterInputs, FilterSetup, FilterSpec
-from pipeline.sieve.passage_sieve import model_similarities, sieve_table
+from pipeline.sieve.passage_sieve import sieve_table
 
 
 class SieveFilter(CandidateFilter):
@@ -31,16 +31,7 @@ class SieveFilter(CandidateFilter):
         self.strict, self.fallback, self.seed, self.temperature = strict, fallback, seed, temperature
 
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
-        sims = model_similarities(
-            inputs.candidates,
-            self.model,
-            inputs.corpus,
-            inputs.queries,
-            inputs.work_dir,
-            batch_size=inputs.batch_size,
-            temperature=self.temperature,
-            device=inputs.device,
-        )
+        sims = inputs.similarities(self.model, self.temperature)
         return sieve_table(
             inputs.candidates, sims, strict=self.strict, fallback=self.fallback, seed=self.seed
         )
