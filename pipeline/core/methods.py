@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
 
-from pipeline.core.settings import FILTER_NAMES, InjectionSettings, SieveSettings
+from pipeline.core.settings import FILTER_NAMES, TRUE_LABEL_FILTERS, InjectionSettings, SieveSettings
 
 # Filters other than the sieve (whose negatives carry its β): each also cleans the negatives of a
 # DPR control dpr_<filter>.
@@ -326,7 +326,7 @@ def closest(name: str, known: list[str] | tuple[str, ...] | set[str], n: int = 3
 def reads_true_labels(m: Method) -> bool:
     """Whether ``m``'s training reads the true false-negative labels (qrels_all): an oracle, which a
     user's own data cannot run (dpr_oracle, dpr_relabel_oracle)."""
-    return m.filter == "oracle"
+    return m.filter in TRUE_LABEL_FILTERS
 
 
 def control_reason(m: Method) -> str | None:
@@ -388,14 +388,14 @@ def describe(m: Method) -> str:
             "the positive masked out of the softmax (GISTEmbedLoss)"
         )
     if m.relabel:
-        if m.filter == "oracle":
+        if reads_true_labels(m):
             return (
                 "DPR from the base, the true false negatives turned into extra positives (multi-positive NCE)"
             )
         return f"DPR from the base, the candidates filter {m.filter} dropped turned into extra positives"
     if m.filter.startswith(("sieve_b", "sieve_no_ccr")):
         return f"DPR from the base on the negatives the sieve kept, {_scorer(m)}"
-    if m.filter == "oracle":
+    if reads_true_labels(m):
         return "DPR from the base on the candidates without the true false negatives"
     if m.filter == "none":
         return "DPR from the base on the sieve's candidate pool, nothing dropped"

@@ -27,6 +27,7 @@ import posixpath
 import shlex
 import sys
 import types
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
 from urllib.parse import unquote, urlparse
 
@@ -790,25 +791,61 @@ class CrossEncoderFilterSettings(Contract):
 
 # What the cross-encoder is trained with (its threshold is the filter's).
 CROSS_ENCODER_TRAINING = ("base", "max_len", "steps", "batch_size", "lr", "precision")
-FILTER_NAMES = (
-    "none",
-    "answer_match",
-    "oracle",
-    "rank_window",
-    "positive_aware",
-    "absolute_margin",
-    "positive_aware_dev",
-    "cross_encoder",
-    "sieve",
-    "sieve_no_ccr",
-)
+# The sieve's decision keys of section sieve that a filter applying its rule reads (not batch_size).
+SIEVE_RULE_KEYS = ("strict", "fallback", "temperature")
+
+
+@dataclass(frozen=True)
+class FilterContract:
+    """What the config and the workflow must know of a false-negative filter: its settings (section
+    sieve.<name>) and what it needs to run. Its code, description and builder are its module in
+    pipeline.sieve.filters, which reads this entry (the config root cannot import the sieve)."""
+
+    settings: type[Contract] | None = None  # its section sieve.<name>; None: it has no settings
+    reads: tuple[str, ...] | None = None  # the fields of its section the filter reads (None: all)
+    rule: bool = False  # reads the sieve's decision (SIEVE_RULE_KEYS of section sieve) and the seed
+    scorer: Literal["retriever", "cross_encoder"] | None = None  # the model that scores its candidates
+    labels: Literal["true", "dev"] | None = None  # the truth it reads: every candidate's, or the dev queries'
+    clean: bool = False  # sieve-clean runs it on a user's file (pipeline.sieve.clean)
+    # Its settings' flags and job keys without the section's name (--start, --mode): those of the first
+    # filters, kept for their users; a new filter's are prefixed (--toy-margin), so no two collide.
+    bare: bool = False
+
+    def fields(self) -> tuple[str, ...]:
+        """The fields of its section it reads."""
+        if self.settings is None:
+            return ()
+        return self.reads if self.reads is not None else tuple(self.settings.model_fields)
+
+
+# The filters, in the order of the comparison's documentation and of sieve.filters' choices: one entry
+# each, from which the names, the model filters, the cleaning command's filters, section sieve's
+# per-filter sections and the filter and cleaning jobs' settings are derived.
+FILTER_CONTRACTS: dict[str, FilterContract] = {
+    "none": FilterContract(clean=True),
+    "answer_match": FilterContract(),
+    "oracle": FilterContract(labels="true", clean=True),
+    "rank_window": FilterContract(RankWindowSettings, clean=True, bare=True),
+    "positive_aware": FilterContract(PositiveAwareSettings, scorer="retriever", clean=True, bare=True),
+    "absolute_margin": FilterContract(AbsoluteMarginSettings, scorer="retriever"),
+    "positive_aware_dev": FilterContract(PositiveAwareDevSettings, scorer="retriever", labels="dev"),
+    "cross_encoder": FilterContract(
+        CrossEncoderFilterSettings, reads=("threshold",), scorer="cross_encoder", clean=True, bare=True
+    ),
+    "sieve": FilterContract(rule=True, scorer="retriever", clean=True),
+    "sieve_no_ccr": FilterContract(rule=True, scorer="retriever"),
+}
+FILTER_NAMES = tuple(FILTER_CONTRACTS)
 # The filters that run a model (a retriever or the cross-encoder): their jobs take sieve.gpus.
-MODEL_FILTERS = tuple(n for n in FILTER_NAMES if n not in ("none", "answer_match", "oracle", "rank_window"))
+MODEL_FILTERS = tuple(n for n, c in FILTER_CONTRACTS.items() if c.scorer is not None)
+# The filters that read every candidate's true false-negative label (an oracle: synthkb's qrels_all).
+TRUE_LABEL_FILTERS = tuple(n for n, c in FILTER_CONTRACTS.items() if c.labels == "true")
+# The filters that judge a file of (query, positive, negatives) rows (pipeline.sieve.clean).
+CLEAN_FILTERS = tuple(n for n, c in FILTER_CONTRACTS.items() if c.clean)
 
 
-class SieveSettings(Contract):
-    """Passage sieve (Algorithm 1) and the competing false-negative filters, on the same candidates:
-    results/{dataset}/negatives/, results/{dataset}/sieve/ (docs/sieve.md)."""
+class _SieveCandidatesSettings(Contract):
+    """Section sieve up to its list of filters (SieveSettings, below, is the section)."""
 
     source: str = Field(
         "bm25",
@@ -879,11 +916,21 @@ class SieveSettings(Contract):
         ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"],
         description="the filters compared on the sieve's candidates (sieve/comparison.md)",
     )
-    rank_window: RankWindowSettings = RankWindowSettings()
-    positive_aware: PositiveAwareSettings = PositiveAwareSettings()
-    absolute_margin: AbsoluteMarginSettings = AbsoluteMarginSettings()
-    positive_aware_dev: PositiveAwareDevSettings = PositiveAwareDevSettings()
-    cross_encoder: CrossEncoderFilterSettings = CrossEncoderFilterSettings()
+
+
+# Each filter with settings has its section sieve.<name>, in FILTER_CONTRACTS' order, after sieve.filters.
+_SieveFilterSections = create_model(
+    "_SieveFilterSections",
+    __base__=_SieveCandidatesSettings,
+    __module__=__name__,
+    **{name: (c.settings, c.settings()) for name, c in FILTER_CONTRACTS.items() if c.settings is not None},
+)
+
+
+class SieveSettings(_SieveFilterSections):
+    """Passage sieve (Algorithm 1) and the competing false-negative filters, on the same candidates:
+    results/{dataset}/negatives/, results/{dataset}/sieve/ (docs/sieve.md)."""
+
     threads: int = Field(
         2,
         ge=1,
@@ -1299,9 +1346,6 @@ class DatasetSpec(Contract):
 # ---- cleaning a user's hard-negative dataset (pipeline.sieve.clean, docs/clean.md) ----------------
 
 CLEAN_FORMATS = ("triplet", "n_tuple", "labeled_pair", "labeled_list", "tevatron", "flagembedding")
-# The filters that judge a file of (query, positive, negatives) rows; answer_match needs answer
-# strings, which none of these formats carries, and sieve_no_ccr is the sieve with another --model.
-CLEAN_FILTERS = ("none", "sieve", "positive_aware", "rank_window", "cross_encoder", "oracle")
 CLEAN_MODES = ("drop", "relabel", "mark")
 CLEAN_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -1842,35 +1886,54 @@ CrossEncoderJob = job_contract(
     **fields_of(CrossEncoderFilterSettings, *CROSS_ENCODER_TRAINING),
     **fields_of(Config, "seed"),
 )
+
+
+def filter_job_keys(name: str, clean: bool = False) -> dict[str, tuple[type[Contract], str]]:
+    """Filter ``name``'s settings as a job document names them -> (their contract, its field): the fields
+    of its section it reads (in FilterJob without the section's name where its contract says ``bare``;
+    in CleanJob always with it, as sieve-clean's flags) and, for a filter applying the sieve's rule, the
+    decision keys of section sieve."""
+    c = FILTER_CONTRACTS[name]
+    prefix = "" if c.bare and not clean else name
+    keys: dict[str, tuple[type[Contract], str]] = {_dest(f, prefix): (c.settings, f) for f in c.fields()}
+    if c.rule:
+        keys |= {key: (SieveSettings, key) for key in SIEVE_RULE_KEYS}
+    return keys
+
+
+def _filters_fields(clean: bool) -> dict[str, tuple[Any, Any]]:
+    """Every filter's settings as job fields (FILTER_CONTRACTS' order; CleanJob: sieve-clean's filters)."""
+    fields: dict[str, tuple[Any, Any]] = {}
+    owner: dict[str, tuple[type[Contract], str]] = {}
+    for name, c in FILTER_CONTRACTS.items():
+        if clean and not c.clean:
+            continue
+        for key, (cls, field) in filter_job_keys(name, clean).items():
+            if owner.setdefault(key, (cls, field)) != (cls, field):
+                raise TypeError(f"filter {name!r}: job key {key!r} is another filter's setting; prefix it")
+            fields[key] = (cls.model_fields[field].annotation, copy.deepcopy(cls.model_fields[field]))
+    return fields
+
+
 FilterJob = job_contract(
     "FilterJob",
     "pipeline.sieve.filters: the seed and encoding batch size, and the settings of the filter run (section "
-    "sieve: rank_window's start, positive_aware's mode and margin, absolute_margin_*, positive_aware_dev_*, "
-    "cross_encoder's threshold, sieve_no_ccr's decision); a job's document holds its own filter's only.",
+    "sieve: each filter's own, filter_job_keys); a job's document holds its own filter's only.",
     **fields_of(Config, "seed"),
     **fields_of(SieveSettings, "batch_size"),
-    **fields_of(RankWindowSettings, "start"),
-    **fields_of(PositiveAwareSettings, "mode", "margin"),
-    **fields_of(AbsoluteMarginSettings, "margin", prefix="absolute_margin"),
-    **fields_of(
-        PositiveAwareDevSettings, *PositiveAwareDevSettings.model_fields, prefix="positive_aware_dev"
-    ),
-    **fields_of(CrossEncoderFilterSettings, "threshold"),
-    **fields_of(SieveSettings, *SIEVE_DECISION_KEYS[:-1]),
+    **_filters_fields(clean=False),
 )
 # A clean.<name> entry's job (rule clean_negatives) and a hand run of the cleaning command alike: the
 # flags a user types (--filter, --rank-window-start, ...) are this contract's, so their defaults are too.
 CleanJob = job_contract(
     "CleanJob",
     "pipeline.sieve.clean: the entry's format, filter, model, mode and near-duplicate threshold "
-    "(clean.<name>), the settings its filter reads of section sieve (rank_window's start, positive_aware's "
-    "mode and margin, cross_encoder's threshold, the sieve's decision and the seed) and the encoding batch "
-    "size of a filter that runs a model; a job's document holds its own filter's only.",
+    "(clean.<name>), the settings its filter reads of section sieve (each filter's own, prefixed with its "
+    "name: filter_job_keys; the sieve's decision and the seed) and the encoding batch size of a filter "
+    "that runs a model; a job's document holds its own filter's only.",
     **fields_of(CleanSpec, "format", "filter", "model", "mode", "near_duplicate"),
-    **fields_of(RankWindowSettings, "start", prefix="rank_window"),
-    **fields_of(PositiveAwareSettings, "mode", "margin", prefix="positive_aware"),
-    **fields_of(CrossEncoderFilterSettings, "threshold", prefix="cross_encoder"),
-    **fields_of(SieveSettings, *SIEVE_DECISION_KEYS),
+    **_filters_fields(clean=True),
+    **fields_of(SieveSettings, "batch_size"),
     **fields_of(Config, "seed"),
 )
 Ar2MineJob = job_contract(

@@ -68,7 +68,7 @@ import tempfile
 import threading
 import time
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -84,6 +84,7 @@ from pipeline.core.settings import (
     CLEAN_FILTERS,
     CLEAN_FORMATS,
     CLEAN_MODES,
+    FILTER_CONTRACTS,
     MODEL_FILTERS,
     CleanJob,
     CleanSpec,
@@ -98,24 +99,15 @@ from pipeline.core.storage import (
     write_json,
     write_table,
 )
-from pipeline.sieve.filters import (
-    CandidateFilter,
-    CrossEncoderFilter,
-    FilterInputs,
-    NoFilter,
-    OracleFilter,
-    PositiveAwareFilter,
-    RankWindowFilter,
-    SieveFilter,
-)
+from pipeline.sieve.filters import FILTERS, CandidateFilter, FilterInputs, FilterSetup, build_filter
 from pipeline.sieve.report import detection_metrics, detection_report
 
 log = logging.getLogger("sieve.clean")
 
 DECISIONS = ("kept", "dropped", "duplicate_of_positive")
+# The filters the cleaning command does not run that say why (their modules'); any other is an invalid choice.
 NOT_APPLICABLE = {
-    "answer_match": "answer_match needs each query's answer strings, which none of these formats carries",
-    "sieve_no_ccr": "sieve_no_ccr is the sieve scored by a model without CCR: use --filter sieve --model <it>",
+    name: spec.not_cleaning for name, spec in FILTERS.items() if not spec.contract.clean and spec.not_cleaning
 }
 RELABEL_FORMATS = ("tevatron", "flagembedding", "labeled_pair", "labeled_list")
 # Never a text: the miner's scores and labels, and the verdicts mark mode adds (a marked file cleaned again).
@@ -1104,58 +1096,31 @@ def labelled(passage: Passage, truth: set[str]) -> bool:
 # ---- judging ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Settings:
-    """What clean_dataset computes with: CleanJob's fields but the format (clean_dataset's ``fmt``), and
-    where a model filter computes."""
-
-    filter: str = default(CleanJob, "filter")
-    model: str = default(CleanJob, "model")
-    mode: str = default(CleanJob, "mode")
-    near_duplicate: float = default(CleanJob, "near_duplicate")
-    rank_window_start: int = default(CleanJob, "rank_window_start")
-    positive_aware_mode: str = default(CleanJob, "positive_aware_mode")
-    positive_aware_margin: float = default(CleanJob, "positive_aware_margin")
-    cross_encoder_threshold: float = default(CleanJob, "cross_encoder_threshold")
-    strict: bool = default(CleanJob, "strict")
-    fallback: str = default(CleanJob, "fallback")
-    temperature: float | None = default(CleanJob, "temperature")
-    batch_size: int = default(CleanJob, "batch_size")
-    seed: int = default(CleanJob, "seed")
-    device: str = "auto"  # where a model filter computes: auto = a visible GPU, else the CPU
+# What clean_dataset computes with: CleanJob's fields but the format (clean_dataset's ``fmt``), each
+# with its default, and where a model filter computes (auto = a visible GPU, else the CPU).
+Settings = make_dataclass(
+    "Settings",
+    [
+        (name, Any, field(default=default(CleanJob, name)))
+        for name in CleanJob.model_fields
+        if name != "format"
+    ]
+    + [("device", str, field(default="auto"))],
+)
 
 
-def make_filter(settings: Settings, fmt: str) -> CandidateFilter:
+def make_filter(settings: Any, fmt: str) -> CandidateFilter:
+    """The entry's filter (its module's builder, as the workflow's filter stage builds it), refused where
+    it cannot judge files of format ``fmt``."""
     name = settings.filter
     if name in NOT_APPLICABLE:
         raise DataError(NOT_APPLICABLE[name], field="filter")
-    if name == "none":
-        return NoFilter()
-    if name == "oracle":
-        return OracleFilter()
-    if name == "rank_window":
-        if fmt == "flagembedding":
-            raise DataError(
-                "rank_window needs ranks; FlagEmbedding's hn_mine.py samples its negatives from a rank range "
-                "in random order, so a position in neg is not a rank",
-                field="filter",
-            )
-        return RankWindowFilter(settings.rank_window_start)
-    if name == "positive_aware":
-        return PositiveAwareFilter(
-            settings.model, settings.positive_aware_mode, settings.positive_aware_margin
-        )
-    if name == "cross_encoder":
-        return CrossEncoderFilter(settings.model, settings.cross_encoder_threshold)
-    if name == "sieve":
-        return SieveFilter(
-            settings.model,
-            strict=settings.strict,
-            fallback=settings.fallback,
-            seed=settings.seed,
-            temperature=settings.temperature,
-        )
-    raise DataError(f"unknown filter {name!r} (known: {', '.join(CLEAN_FILTERS)})", field="filter")
+    if name not in CLEAN_FILTERS:
+        raise DataError(f"unknown filter {name!r} (known: {', '.join(CLEAN_FILTERS)})", field="filter")
+    refusal = FILTERS[name].refuses_formats.get(fmt)
+    if refusal:
+        raise DataError(refusal, field="filter")
+    return build_filter(FilterSetup.from_job(name, settings, clean=True, model=settings.model))
 
 
 def flag_duplicates(
@@ -1284,27 +1249,6 @@ def run_filter(
     back = np.empty(len(order), dtype=np.int64)
     back[order] = np.arange(len(order))
     return decided.iloc[back].reset_index(drop=True)
-
-
-def _reason(filter_name: str, row: dict[str, Any], kept: bool, settings: Settings) -> str:
-    verdict = "kept" if kept else "suspected false negative"
-    if filter_name == "sieve":
-        if row["fallback"]:
-            return "sieve: nothing survived; kept by the random_one fallback"
-        op = ">" if settings.strict else ">="
-        sign = op if kept else "<"
-        if not kept and settings.strict:
-            sign = "<="
-        return f"sieve: loss {row['nce_loss']:.4f} {sign} threshold {row['threshold']:.4f} (mean over P): {verdict}"
-    if filter_name == "positive_aware":
-        return f"positive_aware ({settings.positive_aware_mode}, margin {settings.positive_aware_margin:g}): statistic {row['score']:.4f}: {verdict}"
-    if filter_name == "rank_window":
-        return f"rank_window: rank {int(row['score'])} {'>' if kept else '<='} {settings.rank_window_start}: {verdict}"
-    if filter_name == "cross_encoder":
-        return f"cross_encoder: probability {row['score']:.4f} {'<' if kept else '>='} {settings.cross_encoder_threshold:g}: {verdict}"
-    if filter_name == "oracle":
-        return f"oracle: {'a known true negative' if kept else 'a known false negative'}"
-    return "no filter: kept"
 
 
 # ---- where the outputs go --------------------------------------------------------------------------
@@ -1534,7 +1478,9 @@ def clean_dataset(
                 the_filter, cands, sets, passages, work, settings.batch_size, settings.device
             )
         decided["kept"] = decided["kept"].astype(bool)
-        table, keys, actions, verdicts = _decisions(sets, duplicates, where, cands, decided, settings)
+        table, keys, actions, verdicts = _decisions(
+            sets, duplicates, where, cands, decided, settings, the_filter
+        )
         written = handler.rewrite_all(actions, verdicts)
         if written.unwritten:
             position = {key: i for i, key in enumerate(keys)}
@@ -1611,7 +1557,7 @@ def _copy_input(source: Path, out: Path, work: Path) -> None:
         shutil.copyfile(source, tmp)
 
 
-def _decisions(sets, duplicates, where, cands, decided, settings):
+def _decisions(sets, duplicates, where, cands, decided, settings, the_filter):
     """The decisions table (one row per negative occurrence), its rows' (file row, negative index), and,
     per file row, negative index -> action / verdict."""
     action_of = {
@@ -1642,7 +1588,7 @@ def _decisions(sets, duplicates, where, cands, decided, settings):
                 score, similarity = float(score_col[i]), float(cols["similarity"][i])
                 fallback = bool(cols["fallback"][i])
                 if i not in reasons:
-                    reasons[i] = _reason(settings.filter, {c: v[i] for c, v in cols.items()}, kept, settings)
+                    reasons[i] = the_filter.reason({c: v[i] for c, v in cols.items()}, kept)
                 reason, dup = reasons[i], math.nan
                 is_fn, label = truth[i], label_source[i]
             action = action_of[decision]
@@ -1694,7 +1640,7 @@ def build_report(
         "output": str(out),
         "mode": settings.mode,
         "filter": settings.filter,
-        "model": settings.model if settings.filter in ("sieve", "positive_aware", "cross_encoder") else None,
+        "model": settings.model if FILTER_CONTRACTS[settings.filter].scorer is not None else None,
         "near_duplicate_threshold": settings.near_duplicate,
         "rows_in": rows_in,
         "rows_out": rows_out,
@@ -1829,10 +1775,9 @@ def main(argv: list[str] | None = None) -> int:
     filter_flag = _flag(parser, "filter")
     filter_flag.choices = None
     filter_flag.metavar = "{" + ",".join(CLEAN_FILTERS) + "}"
-    _flag(parser, "rank_window_start").help = (
-        "rank_window: each set's negatives at positions 1..start in the file's order (the miner's ranks, "
-        "sentence-transformers' range_min) are dropped; not for FlagEmbedding files, whose order is random"
-    )
+    for name in CLEAN_FILTERS:  # a filter's own words for its flags on these files (its module's)
+        for key, text in FILTERS[name].clean_help.items():
+            _flag(parser, f"{name}_{key}").help = text
     add_job_flags(parser)
     args = parser.parse_args(argv)
     if args.filter in NOT_APPLICABLE:

@@ -17,10 +17,12 @@ from typing import Any, Callable
 from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
 from pipeline.core.settings import (
     CROSS_ENCODER_TRAINING,
+    FILTER_CONTRACTS,
     MODEL_FILTERS,
-    SIEVE_DECISION_KEYS,
     CleanSpec,
     SieveJob,
+    SieveSettings,
+    filter_job_keys,
 )
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
@@ -40,6 +42,13 @@ from pipeline.workflow.paths import (
     sieve_losses,
 )
 from pipeline.workflow.tables import Wildcards, WorkflowTables
+
+# The model a filter's scorer (pipeline.core.settings.FilterContract) is, for dataset d: the DPR warm-up
+# (the sieve's own scorer comes from sieve.scorer, in the sieve's rules) or the cross-encoder.
+SCORER_MODELS: dict[str, Callable[[str], str]] = {
+    "retriever": lambda d: retriever(d, "dpr"),
+    "cross_encoder": lambda d: ranker(d, "cross_encoder"),
+}
 
 
 def filter_model_arg(wildcards: Wildcards, input: Any) -> str:
@@ -86,20 +95,20 @@ def cross_encoder_job(config: dict, seed: int) -> dict[str, Any]:
     return {**{key: config["sieve"]["cross_encoder"][key] for key in CROSS_ENCODER_TRAINING}, "seed": seed}
 
 
+def filter_settings(sieve: dict, name: str, clean: bool = False) -> dict[str, Any]:
+    """Filter ``name``'s own settings of a resolved section ``sieve``, named as its job names them
+    (pipeline.core.settings.filter_job_keys: FilterJob's, or CleanJob's with ``clean``)."""
+    return {
+        key: sieve[field] if owner is SieveSettings else sieve[name][field]
+        for key, (owner, field) in filter_job_keys(name, clean).items()
+    }
+
+
 def filter_job(config: dict, seed: int, name: str) -> dict[str, Any]:
     """The document of filter ``name``'s filter_candidates job (pipeline.core.settings.FilterJob): the
-    seed, the encoding batch size and that filter's own settings of section sieve, named as FilterJob
-    names them (absolute_margin's and positive_aware_dev's with their section as a prefix)."""
+    seed, the encoding batch size and that filter's own settings of section sieve (filter_settings)."""
     c = config["sieve"]
-    own: dict[str, Any] = {
-        "rank_window": c["rank_window"],
-        "positive_aware": c["positive_aware"],
-        "absolute_margin": {f"absolute_margin_{k}": v for k, v in c["absolute_margin"].items()},
-        "positive_aware_dev": {f"positive_aware_dev_{k}": v for k, v in c["positive_aware_dev"].items()},
-        "cross_encoder": {"threshold": c["cross_encoder"]["threshold"]},
-        "sieve_no_ccr": {key: c[key] for key in SIEVE_DECISION_KEYS[:-1]},
-    }
-    return {"seed": seed, "batch_size": c["batch_size"], **own.get(name, {})}
+    return {"seed": seed, "batch_size": c["batch_size"], **filter_settings(c, name)}
 
 
 def clean_entry(config: dict, name: str) -> dict[str, Any]:
@@ -150,15 +159,13 @@ def clean_job(config: dict, name: str) -> dict[str, Any]:
     input of the job (--labels), not a setting."""
     spec, c = clean_entry(config, name), config["sieve"]
     document = {key: spec[key] for key in ("format", "filter", "mode", "near_duplicate")}
-    if spec["filter"] in MODEL_FILTERS:
+    needs = FILTER_CONTRACTS[spec["filter"]]
+    if needs.scorer is not None:
         document |= {"model": spec["model"], "batch_size": c["batch_size"]}
-    own: dict[str, dict[str, Any]] = {
-        "rank_window": {"rank_window_start": c["rank_window"]["start"]},
-        "positive_aware": {f"positive_aware_{k}": c["positive_aware"][k] for k in ("mode", "margin")},
-        "cross_encoder": {"cross_encoder_threshold": c["cross_encoder"]["threshold"]},
-        "sieve": {**{key: c[key] for key in SIEVE_DECISION_KEYS[:-1]}, "seed": int(config["seed"])},
-    }
-    return {**document, **own.get(spec["filter"], {})}
+    document |= filter_settings(c, spec["filter"], clean=True)
+    if needs.rule:  # the sieve's fallback draws from the seed
+        document["seed"] = int(config["seed"])
+    return document
 
 
 class SieveRules:
@@ -200,10 +207,11 @@ class SieveRules:
         return [beta_tag(b) for b in sorted(self.sieve_config(d)["betas"] or [self.w.cfg(d)["ccr"]["beta"]])]
 
     def decisions(self, dataset: str, name: str) -> str:
-        """The decisions table a filter name stands for under the dataset's sieve settings (`sieve` = the
-        sieve dpr_sieve trains on: at the dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
-        if name == "sieve":
-            name = self.w.methods[dataset]["dpr_sieve"].filter
+        """The decisions table a filter name stands for under the dataset's sieve settings: the one its
+        DPR control dpr_<name> trains on, in the method table (`sieve` = the sieve dpr_sieve trains on: at
+        the dataset's ccr.beta, or sieve_no_ccr's with sieve.scorer dpr)."""
+        control = self.w.methods[dataset].get(f"dpr_{name}")
+        name = control.filter if control is not None and control.filter else name
         files = self.w.filter_files_name(dataset, name)
         if name.startswith(sieve_name("")):
             return negatives(dataset, files)
@@ -223,10 +231,12 @@ class SieveRules:
 
     def tradeoff_filters(self, d: str, wildcards: Wildcards | None = None) -> list[str]:
         """The comparison's filters that decide on a continuous score."""
+        from pipeline.sieve.filters import FILTERS  # the filters' own modules, read once a job asks
+
         return [
             n
             for n in self.filter_names(d, wildcards)
-            if n in ("positive_aware", "cross_encoder") or n.startswith("sieve")
+            if (FILTERS[n].tradeoff if n in FILTERS else n.startswith(sieve_name("")))
         ]
 
     def tradeoff_reference(self, wildcards: Wildcards) -> str:
@@ -301,10 +311,11 @@ class SieveRules:
     def filter_inputs(self, wildcards: Wildcards) -> dict[str, str]:
         """filter_candidates' input: the candidates, and the model of a filter that runs one."""
         d, name = wildcards.dataset, wildcards.filter
-        if name == "oracle" and d not in self.w.synthetic:
+        needs = FILTER_CONTRACTS[name]
+        if needs.labels == "true" and d not in self.w.synthetic:
             # Caught while planning, not after the candidates are built: only synthkb knows the truth.
             raise ValueError(
-                f"filter/method oracle needs exact false-negative labels (qrels_all), which "
+                f"filter/method {name} needs exact false-negative labels (qrels_all), which "
                 f"dataset {d!r} does not have; use answer_match (method dpr_answer_match)"
             )
         inputs = {
@@ -312,13 +323,11 @@ class SieveRules:
             "corpus": corpus(d),
             "queries": queries(d, "train"),
         }
-        if name in ("positive_aware", "absolute_margin", "positive_aware_dev", "sieve_no_ccr"):
-            inputs["model"] = retriever(d, "dpr")
-        if name == "positive_aware_dev":
+        if needs.scorer is not None:
+            inputs["model"] = SCORER_MODELS[needs.scorer](d)
+        if needs.labels == "dev":
             inputs["dev_candidates"] = dev_candidates(d, self.w.sieve_tags(d))
             inputs["dev_queries"] = queries(d, "dev")
-        elif name == "cross_encoder":
-            inputs["model"] = ranker(d, "cross_encoder")
         return inputs
 
     def filter_settings(self, wildcards: Wildcards) -> str:
