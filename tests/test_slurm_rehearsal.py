@@ -113,7 +113,7 @@ def test_the_paper_recipe_shape_runs_through_the_slurm_profile(slurm_cluster, tm
         TARGET, "--configfile", "overlay.yaml",
     ]  # fmt: skip
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=7200)
     wall = time.monotonic() - start
     log = proc.stdout + proc.stderr
     (tmp_path / "snakemake.log").write_text(log)
