@@ -1,4 +1,4 @@
-"""Does CCR separate false from true negatives, and in which β regime? (issue 24, deliverable 3)
+"""Does CCR separate false from true negatives, and in which β regime?
 
     .venv/bin/python bench/ccr_regime.py --dataset synthkb_fn30_p50 --overlay OVERLAY.yaml \
         --betas 0 0.5 1 3 6 --taus 1 0.05 --seeds 0 1 2 --out docs/data/ccr_regime/fn30_p50.jsonl

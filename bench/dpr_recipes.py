@@ -1,4 +1,4 @@
-"""Controlled DPR runs on synthkb: why training from all-MiniLM-L6-v2 lowered retrieval (issue 10).
+"""Controlled DPR runs on synthkb: why training from all-MiniLM-L6-v2 lowered retrieval.
 
     .venv/bin/python bench/dpr_recipes.py --variants zeroshot demo_noisy clean --seeds 0
     .venv/bin/python bench/dpr_recipes.py --quick            # smoke test: 2 tiny steps, 40 queries

@@ -1,5 +1,5 @@
 """Where a demo encoding job and a demo DPR step spend their time, and what share of this CPU's
-measured matmul peak they reach (issue 26: "measure first where the time goes").
+measured matmul peak they reach: measure first where the time goes.
 
 Three measurements, one process, ``--threads`` torch threads (the demo's encode jobs run 1 thread,
 its training jobs 2):

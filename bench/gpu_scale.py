@@ -1,5 +1,5 @@
 """The neural stages at scale through the workflow itself, per stage wall, throughput and peak GPU memory
-(issue 38 item 3; scripts/gpu_check.sh runs it).
+(scripts/gpu_check.sh runs it).
 
 A synthkb dataset ``scale`` of ``--entities`` entities (~7.2 passages each) is declared in an overlay
 with the GPU sections on ``--device`` (dpr, encode, search, sieve: gpus 1 on cuda, 0 on cpu; torch

@@ -1,4 +1,4 @@
-"""The paper recipes' shapes on one device, timed (issue 38 item 4): what pipeline.workflow.cost needs.
+"""The paper recipes' shapes on one device, timed: what pipeline.workflow.cost needs.
 
 Random weights from a config (speed does not depend on the values), bf16 autocast on CUDA:
 

@@ -191,7 +191,7 @@ def test_schema_config_and_generator_agree():
 
 def test_the_rule_passes_the_dial():
     rule = (REPO / "workflow" / "rules" / "synthkb.smk").read_text()
-    assert "settings=generate_settings(W)" in rule and "{params.settings}" in rule
+    assert "settings=generate_settings(workflow_tables)" in rule and "{params.settings}" in rule
     document = generate_job({"format": "synthkb", "entities": 10, "fn_share": 0.3, "fn_paraphrase": 0.5})
     assert (document["fn_share"], document["fn_paraphrase"]) == (0.3, 0.5)
     assert generate_job({"format": "synthkb", "entities": 10})["fn_share"] is None  # the generator's own

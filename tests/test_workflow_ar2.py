@@ -13,7 +13,7 @@ from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
 from pipeline.core.settings import AR2_SIEVE_KEYS, ar2_recorded_settings
-from pipeline.workflow.ar2 import MINED_ROUND, TRAINED_ROUND, Ar2Jobs
+from pipeline.workflow.ar2 import MINED_ROUND, TRAINED_ROUND, Ar2Rules
 from pipeline.workflow.tables import WorkflowTables
 
 
@@ -32,16 +32,16 @@ def local_base(section, wildcards, name="base_model"):
     return {name: f"resources/fingerprints/{section}.json"}
 
 
-def jobs(overlay: dict | None = None, base_input=no_base) -> Ar2Jobs:
+def jobs(overlay: dict | None = None, base_input=no_base) -> Ar2Rules:
     config = load_config()
     for key, value in (overlay or {}).items():
         config[key] = value
     validate_config(config, methods=lambda: method_table(config))
-    return Ar2Jobs(WorkflowTables(config, dataset_configs(config, methods=method_table)), base_input)
+    return Ar2Rules(WorkflowTables(config, dataset_configs(config, methods=method_table)), base_input)
 
 
 @pytest.fixture(scope="module")
-def a() -> Ar2Jobs:
+def a() -> Ar2Rules:
     return jobs()
 
 

@@ -45,7 +45,7 @@ from pipeline.core.settings import (
 )
 from pipeline.workflow import jobs
 from pipeline.workflow.ar2 import (
-    Ar2Jobs,
+    Ar2Rules,
     ar2_curve_job,
     ar2_mine_job,
     ar2_ranker_job,
@@ -266,7 +266,7 @@ def test_the_rules_pass_the_documents_whole(w):
         assert _document(EvaluationRules(w).hybrid_settings(fusion)(wild)) == hybrid_job(
             w.cfg("synthkb"), fusion
         )
-    ar2 = Ar2Jobs(w, lambda section, wildcards: {})
+    ar2 = Ar2Rules(w, lambda section, wildcards: {})
     assert _document(ar2.mine_flags(wild)) == ar2_mine_job(w.cfg("synthkb"))
     assert _document(ar2.start_dev_settings(wild))["split"] == "dev"
 

@@ -13,7 +13,7 @@ provenance; the annotated positive (qrels) is one passage of it, chosen by ``Que
   falls back to ``source`` and is counted.
 - ``source``: the passage the question was generated from, drawn among every stating passage; 57 % of
   them sit in another entity's article, a labelling that teaches a retriever to leave the article the
-  question names (docs/training_experiments.md, "What the numbers show").
+  question names (docs/archive/training_experiments.md, "What the numbers show").
 
 The difference between qrels_all and qrels is the set of true false negatives.
 """

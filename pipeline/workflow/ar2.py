@@ -1,5 +1,5 @@
 """What the AR2 rules (workflow/rules/ar2.smk) compute from the config: the rounds' input files, the
-flags their stages read, the wildcard constraints of the round folders. ar2.smk builds one ``Ar2Jobs``
+flags their stages read, the wildcard constraints of the round folders. ar2.smk builds one ``Ar2Rules``
 from common.smk's ``WorkflowTables`` and its rules name these methods, so the rule file reads as a table
 of contents and the logic is unit-tested and linted here (issue 43.3). Planning the DAG imports this
 module: no torch or transformers.
@@ -99,7 +99,7 @@ def ar2_train_job(config: dict, variant: str, seed: int) -> dict[str, Any]:
     return {**ar2_recorded_settings(config["ar2"], sampling), "sampling": sampling, "seed": int(seed)}
 
 
-class Ar2Jobs:
+class Ar2Rules:
     """The AR2 rules' functions over one config's ``WorkflowTables``."""
 
     def __init__(self, tables: WorkflowTables, base_input: BaseInput):

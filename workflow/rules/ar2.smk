@@ -22,19 +22,21 @@
 # that round's run and evaluate scores it; ar2_seeds averages the seeds into {method}/metrics.json (mean,
 # std, per-seed values). Adding a seed to ar2.seeds only runs the new seed. Details: docs/ar2.md.
 
-from pipeline.workflow.ar2 import MINED_ROUND, TRAINED_ROUND, Ar2Jobs
+from pipeline.workflow.ar2 import MINED_ROUND, TRAINED_ROUND, Ar2Rules
+from pipeline.workflow.paths import (ar2_info, ar2_round_dir, ar2_round_json, ar2_start_file, ar2_trained_ranker,
+                                     corpus, embeddings, figure, method_metrics, queries, retriever, run)
 
 # The rules' functions (input files, flags, wildcard constraints): pipeline/workflow/ar2.py, over
 # common.smk's tables; content.smk's base_input finds a local ar2.ranker.base folder's fingerprint.
-A = Ar2Jobs(W, base_input)
-AR2_FOLDERS, AR2_RUNS, ROUND_WILDCARDS, KEEP_CARRY = A.folders, A.runs, A.round_wildcards, A.keep_carry
+ar2_rules = Ar2Rules(workflow_tables, base_input)
+AR2_RUNS, ROUND_WILDCARDS, KEEP_CARRY = ar2_rules.runs, ar2_rules.round_wildcards, ar2_rules.keep_carry
 
 
 rule ar2_mine:
     input:
-        model=A.previous_model,
-        embeddings=A.previous_embeddings,
-        **A.train_split("{dataset}"),
+        model=ar2_rules.previous_model,
+        embeddings=ar2_rules.previous_embeddings,
+        **ar2_rules.train_split("{dataset}"),
     output:
         negatives=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/negatives.parquet",
         stats=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/negatives.stats.json",
@@ -42,8 +44,8 @@ rule ar2_mine:
         r=MINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=A.mine_flags,
-        source=A.mine_source,
+        settings=ar2_rules.mine_flags,
+        source=ar2_rules.mine_source,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -64,7 +66,7 @@ use rule ar2_mine as ar2_mine_start with:
     input:
         model=retriever("{dataset}", "dpr"),
         embeddings=embeddings("{dataset}", "dpr"),
-        **A.train_split("{dataset}"),
+        **ar2_rules.train_split("{dataset}"),
     output:
         negatives=ar2_start_file("{dataset}", "negatives.parquet"),
         stats=ar2_start_file("{dataset}", "negatives.stats.json"),
@@ -78,7 +80,7 @@ use rule ar2_mine as ar2_mine_start with:
 
 rule ar2_sieve:
     input:
-        unpack(A.sieve_inputs),
+        unpack(ar2_rules.sieve_inputs),
     output:
         sieve=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/sieve.parquet",
         stats=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/sieve.stats.json",
@@ -86,8 +88,8 @@ rule ar2_sieve:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        files=A.sieve_files,
-        settings=A.sieve_flags,
+        files=ar2_rules.sieve_files,
+        settings=ar2_rules.sieve_flags,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -108,16 +110,16 @@ rule ar2_sieve:
 # the round's negatives; a query whose positives fell out of them is dropped, not an error.
 use rule train_ccr as ar2_train_sieve_model with:
     input:
-        init=A.sieve_model_start,
-        negatives=A.round_negatives,
-        **A.train_split("{dataset}"),
+        init=ar2_rules.sieve_model_start,
+        negatives=ar2_rules.round_negatives,
+        **ar2_rules.train_split("{dataset}"),
     output:
         ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/sieve_model/retriever.json",
     wildcard_constraints:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=train_settings("ccr", drop_queries_without_positive=True),
+        settings=training_rules.settings("ccr", drop_queries_without_positive=True),
     log:
         "logs/ar2_train_sieve_model/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
@@ -126,16 +128,16 @@ use rule train_ccr as ar2_train_sieve_model with:
 
 rule ar2_train_ranker:
     input:
-        unpack(A.ranker_inputs),
+        unpack(ar2_rules.ranker_inputs),
     output:
         ar2_trained_ranker("{dataset}", "{seed}"),
     wildcard_constraints:
         seed=r"\d+",
     params:
-        settings=A.ranker_flags,
-        dev_qrels_all=A.dev_qrels_all_flag,
+        settings=ar2_rules.ranker_flags,
+        dev_qrels_all=ar2_rules.dev_qrels_all_flag,
         # Only which metric the log line compares: a function of `output`, so not recorded.
-        metric=A.select_metric,
+        metric=ar2_rules.select_metric,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -156,7 +158,7 @@ rule ar2_train_ranker:
 
 rule ar2_train:
     input:
-        unpack(A.train_inputs),
+        unpack(ar2_rules.train_inputs),
     output:
         retriever=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/retriever/retriever.json",
         ranker=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/ranker/ranker.json",
@@ -167,9 +169,9 @@ rule ar2_train:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        files=A.train_files,
-        settings=A.train_flags,
-        round_dir=A.round_dir,
+        files=ar2_rules.train_files,
+        settings=ar2_rules.train_flags,
+        round_dir=ar2_rules.round_dir,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -193,16 +195,16 @@ use rule encode_corpus as ar2_encode_corpus with:
         model=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/retriever/retriever.json",
         corpus=corpus("{dataset}"),
     output:
-        emb=A.round_shard("npy"),
-        pids=A.round_shard("pids.parquet"),
+        emb=ar2_rules.round_shard("npy"),
+        pids=ar2_rules.round_shard("pids.parquet"),
     wildcard_constraints:
         r=TRAINED_ROUND,
         shard="|".join(str(i) for i in range(ENCODE_SHARDS)),
         **ROUND_WILDCARDS,
     params:
-        model=A.retriever_folder,
-        out_dir=A.embeddings_folder,
-        settings=A.encode_settings,
+        model=ar2_rules.retriever_folder,
+        out_dir=ar2_rules.embeddings_folder,
+        settings=ar2_rules.encode_settings,
     log:
         "logs/ar2_encode_corpus/{dataset}.{variant}.seed{seed}.round{r}.{shard}.log",
     benchmark:
@@ -213,14 +215,14 @@ use rule gather_embeddings as ar2_gather_embeddings with:
     input:
         model=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/retriever/retriever.json",
         corpus=corpus("{dataset}"),
-        shards=A.round_shards(),
+        shards=ar2_rules.round_shards(),
     output:
         ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/embeddings/manifest.json",
     wildcard_constraints:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        model=A.retriever_folder,
+        model=ar2_rules.retriever_folder,
     log:
         "logs/ar2_gather_embeddings/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:
@@ -240,7 +242,7 @@ use rule search_dense as ar2_search_dev with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=R.ar2_dev_search_settings,
+        settings=retrieval_rules.ar2_dev_search_settings,
     threads: dataset_setting("ar2", "threads")
     resources:
         **sized("ar2_search_dev", gpu_resources("ar2")),
@@ -265,7 +267,7 @@ use rule ar2_search_dev as ar2_search_dev_start with:
 
 use rule evaluate as ar2_evaluate_dev with:
     input:
-        unpack(A.round_dev_inputs),
+        unpack(ar2_rules.round_dev_inputs),
     output:
         metrics=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/metrics.json",
         per_query=ar2_round_dir("{dataset}", "{variant}", "{seed}", "{r}") + "/per_query.dev.parquet",
@@ -273,7 +275,7 @@ use rule evaluate as ar2_evaluate_dev with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=A.dev_settings,
+        settings=ar2_rules.dev_settings,
         fusion="",
     log:
         "logs/ar2_evaluate_dev/{dataset}.{variant}.seed{seed}.round{r}.log",
@@ -283,12 +285,12 @@ use rule evaluate as ar2_evaluate_dev with:
 
 use rule ar2_evaluate_dev as ar2_evaluate_dev_start with:
     input:
-        unpack(A.start_dev_inputs),
+        unpack(ar2_rules.start_dev_inputs),
     output:
         metrics=ar2_start_file("{dataset}", "metrics.dev.json"),
         per_query=ar2_start_file("{dataset}", "per_query.dev.parquet"),
     params:
-        settings=A.start_dev_settings,
+        settings=ar2_rules.start_dev_settings,
     log:
         "logs/ar2_evaluate_dev/{dataset}.start.log",
     benchmark:
@@ -297,16 +299,16 @@ use rule ar2_evaluate_dev as ar2_evaluate_dev_start with:
 
 rule ar2_round:
     input:
-        unpack(A.round_record_inputs),
+        unpack(ar2_rules.round_record_inputs),
     output:
         ar2_round_json("{dataset}", "{variant}", "{seed}", "{r}"),
     wildcard_constraints:
         r=r"\d+",
         **ROUND_WILDCARDS,
     params:
-        files=A.round_record_files,
-        recipe=recipe_label,
-        variant=A.variant,
+        files=ar2_rules.round_record_files,
+        recipe=training_rules.recipe_label,
+        variant=ar2_rules.variant,
     conda:
         CPU_ENV
     log:
@@ -319,7 +321,7 @@ rule ar2_round:
 
 rule ar2_select:
     input:
-        A.seed_rounds,
+        ar2_rules.seed_rounds,
     output:
         info=ar2_info("{dataset}", "{method}", "{seed}"),
         figure=report(figure("{dataset}", "{method}_seed{seed}_rounds.png"), category="AR2"),
@@ -327,9 +329,9 @@ rule ar2_select:
         method=AR2_RUNS,
         seed=r"\d+",
     params:
-        variant_dir=A.seed_dir,
-        variant=A.method_variant,
-        settings=A.select_settings,
+        variant_dir=ar2_rules.seed_dir,
+        variant=ar2_rules.method_variant,
+        settings=ar2_rules.select_settings,
     conda:
         CPU_ENV
     log:
@@ -352,7 +354,7 @@ rule ar2_search:
         method=AR2_RUNS,
         seed=r"\d+",
     params:
-        settings=R.depth_settings,
+        settings=retrieval_rules.depth_settings,
         device=job_device,
     threads: dataset_setting("ar2", "threads")
     resources:
@@ -375,8 +377,8 @@ ruleorder: ar2_seeds > evaluate
 
 rule ar2_seeds:
     input:
-        metrics=A.seed_metrics,
-        infos=A.seed_infos,
+        metrics=ar2_rules.seed_metrics,
+        infos=ar2_rules.seed_infos,
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
@@ -393,12 +395,12 @@ rule ar2_seeds:
 # All configured AR2 variants (and seeds) in one figure (not needed by metrics.json; ask for it or use `all`).
 rule ar2_learning_curve:
     input:
-        A.curve_infos,
+        ar2_rules.curve_infos,
     output:
         report(figure("{dataset}", "ar2_learning_curve.png"), category="AR2"),
     params:
-        args=A.curve_args,
-        settings=A.curve_settings,
+        args=ar2_rules.curve_args,
+        settings=ar2_rules.curve_settings,
     conda:
         CPU_ENV
     log:

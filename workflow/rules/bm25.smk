@@ -1,12 +1,10 @@
 # BM25 (bm25s): one index per dataset, evaluation runs, and mined hard negatives for training.
+from pipeline.workflow.paths import bm25_index_checksums, corpus, negatives, qrels, queries, run
 from pipeline.workflow.retrieval import RetrievalRules
 
 # The params and inputs of the retrieval rules, here and in encode.smk and mining.smk:
 # pipeline/workflow/retrieval.py.
-R = RetrievalRules(W)
-bm25_settings = R.bm25_settings
-search_dense_inputs, _search_source = R.search_inputs, R.search_source
-mining_sources = R.mining_sources
+retrieval_rules = RetrievalRules(workflow_tables)
 
 
 rule index_bm25:
@@ -15,7 +13,7 @@ rule index_bm25:
     output:
         bm25_index_checksums("{dataset}"),  # the folder around it is replaced whole by the stage
     params:
-        settings=bm25_settings("index"),
+        settings=retrieval_rules.bm25_settings("index"),
     conda:
         CPU_ENV
     log:
@@ -36,7 +34,7 @@ rule retrieve_bm25:
     output:
         run("{dataset}", "bm25", "{split}"),
     params:
-        settings=bm25_settings("retrieve"),
+        settings=retrieval_rules.bm25_settings("retrieve"),
     conda:
         CPU_ENV
     log:
@@ -59,7 +57,7 @@ rule mine_bm25_negatives:
     output:
         negatives("{dataset}", "bm25"),
     params:
-        settings=bm25_settings("mine"),
+        settings=retrieval_rules.bm25_settings("mine"),
     conda:
         CPU_ENV
     log:

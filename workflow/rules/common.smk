@@ -1,5 +1,6 @@
-# Helpers shared by the rule files: dataset lookups, wildcard constraints, the method table, the file layout (path
-# functions), the β tag, the job's device and GPU resources, and the conda environments.
+# Helpers shared by the rule files: dataset lookups, wildcard constraints, the method table, the β tag, the job's
+# device and GPU resources, and the conda environments. The file layout is pipeline/workflow/paths.py: each rule
+# file imports the path functions it names.
 import re
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ if _late_flags:
 # otherwise surface at DAG building as a missing input path; at start-up it names the key and the valid
 # names instead.
 try:
-    W = startup_checks(config, workflow.configfiles)
+    workflow_tables = startup_checks(config, workflow.configfiles)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 logger.info("sieve: " + precision_banner(config, cpu_flags(), os.environ))
@@ -50,17 +51,15 @@ logger.info("sieve: " + precision_banner(config, cpu_flags(), os.environ))
 # into a record (pipeline/core/methods.py: what it retrieves with, what its retriever trains on, with
 # which β, filter or fusion); the rules read the records. β tags and the model folder names come from
 # the same module.
-METHODS, RUNS, CCR_BETAS = W.methods, W.runs, W.ccr_betas  # name -> record, run folder -> record, β tag -> β
-DATASETS, SYNTHETIC, DECLARED = W.datasets, W.synthetic, W.declared
-cfg, eval_split, dataset_setting = W.cfg, W.eval_split, W.dataset_setting
-sieve_source, sieve_tags, filter_files_name, check_sieve_tag = (W.sieve_source, W.sieve_tags, W.filter_files_name,
-                                                                W.check_sieve_tag)
-run_of, runs_of, training_seeds, ar2_seeds = W.run_of, W.runs_of, W.training_seeds, W.ar2_seeds
-seeded_runs, seed_free_methods, seeded_model, gpu_resources = (W.seeded_runs, W.seed_free_methods, W.seeded_model,
-                                                               W.gpu_resources)
+METHODS, CCR_BETAS = workflow_tables.methods, workflow_tables.ccr_betas  # name -> record, β tag -> β
+DATASETS, SYNTHETIC, DECLARED = workflow_tables.datasets, workflow_tables.synthetic, workflow_tables.declared
+cfg, dataset_setting, gpu_resources = (workflow_tables.cfg, workflow_tables.dataset_setting,
+                                      workflow_tables.gpu_resources)
+runs_of, training_seeds = workflow_tables.runs_of, workflow_tables.training_seeds
+seed_free_methods, seeded_model = workflow_tables.seed_free_methods, workflow_tables.seeded_model
 # Memory and disk that grow with the data, computed from the dataset's sizes (its manifest, else the
 # published ones) by pipeline/workflow/resources.py: `**sized(rule, gpu_resources(section))`.
-sized = RuleResources(W.cfg).of
+sized = RuleResources(workflow_tables.cfg).of
 
 
 wildcard_constraints:
@@ -69,14 +68,11 @@ wildcard_constraints:
     method="[A-Za-z0-9_.]+",
 
 
-# The file layout (every path a rule names): pipeline/workflow/paths.py.
-from pipeline.workflow.paths import *  # noqa: F403  (the rules name their files through these)
-
-
 # The {stag} wildcard: the sieve tags in use, and '' (the defaults' paths, as without a tag) so that a
 # default path asked for under other settings reaches check_sieve_tag's message, not a bare "no rule".
 # Wrapped in a group: an empty constraint would read as none (Snakemake's default, one or more characters).
-SIEVE_TAG_RE = "(?:" + "|".join(sorted({""} | {re.escape(sieve_tags(d, dec)) for d in DATASETS for dec in (0, 1)})) + ")"
+_SIEVE_TAGS = {workflow_tables.sieve_tags(d, decision) for d in DATASETS for decision in (False, True)}
+SIEVE_TAG_RE = "(?:" + "|".join(sorted({""} | {re.escape(tag) for tag in _SIEVE_TAGS})) + ")"
 # What train_dpr_filtered trains on: a filter's negatives under a dataset's sieve settings.
 FILTERED_NEGS_RE = f"(?:{'|'.join(OTHER_FILTERS)}|{sieve_name(BETA_RE)}){SIEVE_TAG_RE}"
 

@@ -10,23 +10,13 @@ import hashlib
 
 from pipeline.core.content_digest import digest as content_digest, file_digest
 from pipeline.data.readers import sources as data_sources
+from pipeline.workflow.paths import fingerprint_path
 from pipeline.workflow.sieve import clean_reads, is_local_model
-
-
-# A base that from_pretrained loads from a folder here ('minilm' is the package's model, by name).
-is_local_base = is_local_model
 
 
 def fingerprint_file(path):
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(path)))[:40] or "root"
     return fingerprint_path(f"{stem}-{hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]}")
-
-
-def _base_of(c, section):
-    node = c
-    for key in section.split("."):
-        node = node[key]
-    return node["base"]
 
 
 def _local_sources(d, member):
@@ -36,11 +26,13 @@ def _local_sources(d, member):
 
 
 FINGERPRINTED = {}  # fingerprint file -> the local path it stands for
-for _d, _c in W.dataset_configs.items():
-    for _section in ("model", "sieve.cross_encoder", "ar2.ranker"):
-        # A prefetched folder is the workflow's own output (prefetch.smk), tracked as such.
-        if is_local_base(_base_of(_c, _section)) and _base_of(_c, _section) not in HUB_MODELS:
-            FINGERPRINTED[fingerprint_file(_base_of(_c, _section))] = _base_of(_c, _section)
+for _d, _c in workflow_tables.dataset_configs.items():
+    for _section in MODEL_SECTIONS:
+        # A local base (from_pretrained loads a folder; 'minilm' is the package's model, by name). A
+        # prefetched folder is the workflow's own output (prefetch.smk), tracked as such.
+        _folder = model_node(_c, _section)["base"]
+        if is_local_model(_folder) and _folder not in HUB_MODELS:
+            FINGERPRINTED[fingerprint_file(_folder)] = _folder
 for _d in DECLARED:
     for _member in (False, True):
         for _path in _local_sources(_d, _member).values():
@@ -54,10 +46,10 @@ def base_fingerprint(section):
     """input function: the fingerprint of `<section>.base` of the job's dataset when it is a local
     folder, the fetch of a prefetched one, else nothing (`minilm` stays in the params)."""
     def inputs(wildcards):
-        base = _base_of(cfg(wildcards.dataset), section)
+        base = model_node(cfg(wildcards.dataset), section)["base"]
         if base in HUB_MODELS:
             return [fetched_model(base)]  # fetch_model's output (prefetch.smk)
-        return [fingerprint_file(base)] if is_local_base(base) else []
+        return [fingerprint_file(base)] if is_local_model(base) else []
     return inputs
 
 

@@ -5,6 +5,8 @@ import shlex
 from pipeline.core.storage import SPLITS
 from pipeline.data.readers import sources as data_sources
 from pipeline.workflow.data import prepare_settings
+from pipeline.workflow.paths import (archive_member, corpus, dataset_dir, dataset_manifest, qrels, queries,
+                                     shipped_negatives, source_file)
 
 
 def prepare_inputs(wildcards):
@@ -111,7 +113,7 @@ rule prepare_dataset:
         manifest=dataset_manifest("{dataset}"),
     params:
         out_dir=dataset_dir("{dataset}"),
-        settings=prepare_settings(W),  # format, split, empty_positives: one document (pipeline/workflow/data.py)
+        settings=prepare_settings(workflow_tables),  # format, split, empty_positives: one document (pipeline/workflow/data.py)
         files=prepare_file_args,
     conda:
         CPU_ENV

@@ -2,6 +2,9 @@
 # Retriever folders results/{dataset}/models/{model}/ (retriever.json written last) come from train.smk.
 # Details and sizing: docs/encoding.md.
 
+from pipeline.workflow.paths import (corpus, embedding_shard, embeddings, embeddings_dir, index, model_dir,
+                                     retriever, run)
+
 ENCODE_SHARDS = config["encode"]["shards"]
 MODEL_NAME = r"[A-Za-z0-9_.\-]+"
 
@@ -20,7 +23,7 @@ rule encode_corpus:
         model=model_dir("{dataset}", "{model}"),
         out_dir=embeddings_dir("{dataset}", "{model}"),
         # encode.backend openvino is the CPU path: a job that holds GPUs encodes with torch (its log says so)
-        settings=R.encode_settings,
+        settings=retrieval_rules.encode_settings,
         device=job_device,
     threads: config["encode"]["threads"]
     resources:
@@ -72,7 +75,7 @@ rule build_index:
     wildcard_constraints:
         model=MODEL_NAME,
     params:
-        settings=R.index_settings,
+        settings=retrieval_rules.index_settings,
         gpu=faiss_gpu_flag,
         device=job_device,
     threads: config["index"]["threads"]
@@ -91,17 +94,17 @@ rule build_index:
 
 rule search_dense:
     input:
-        unpack(search_dense_inputs),
+        unpack(retrieval_rules.search_inputs),
     output:
         run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
         # Only the dense methods: results/{dataset}/bm25/run.{split}.parquet belongs to bm25.smk.
         method="|".join(re.escape(r) for r in runs_of("dense")),
     params:
-        source=_search_source,
+        source=retrieval_rules.search_source,
         model=lambda wildcards, input: os.path.dirname(input.model),
         # eval.depth, the backend's search knobs, encode.amp (pipeline.workflow.retrieval.search_job)
-        settings=R.search_settings,
+        settings=retrieval_rules.search_settings,
         gpu=faiss_gpu_flag,
         device=job_device,
     threads: config["search"]["threads"]

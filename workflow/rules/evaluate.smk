@@ -6,16 +6,17 @@ import json
 
 from pipeline.core.recipes import recipe_record
 from pipeline.workflow.evaluation import RUN_FOLDER, EvaluationRules, fusion_arg, fusion_choice, qrels_all_arg
+from pipeline.workflow.paths import (cleaned, dataset_metrics, method_metrics, per_query, qrels, qrels_all, queries,
+                                     run, trec_qrels, trec_run)
 
 # The evaluation's lookups (pipeline/workflow/evaluation.py): a run folder's inputs and seeds, the
-# TREC exports, every run's per-query file. method_seeds is ar2.smk's too.
-E = EvaluationRules(W)
-method_seeds = E.method_seeds
+# TREC exports, every run's per-query file; hybrid.smk's too.
+evaluation_rules = EvaluationRules(workflow_tables)
 
 
 rule evaluate:
     input:
-        unpack(E.evaluate_inputs),
+        unpack(evaluation_rules.evaluate_inputs),
     output:
         metrics=method_metrics("{dataset}", "{run}"),
         per_query=per_query("{dataset}", "{run}"),
@@ -24,7 +25,7 @@ rule evaluate:
     params:
         # dataset, method, split, eval's ks and match, and whether a query may be missing (BM25's runs):
         # one document (pipeline/workflow/evaluation.py evaluate_job)
-        settings=E.settings,
+        settings=evaluation_rules.settings,
         qrels_all=qrels_all_arg,
         fusion=fusion_arg,
     conda:
@@ -125,9 +126,9 @@ rule unknown_dataset:
 
 rule gather_metrics:
     input:
-        metrics=E.gathered_metrics,
-        trec=E.trec_exports,
-        per_query=E.per_query_files,
+        metrics=evaluation_rules.gathered_metrics,
+        trec=evaluation_rules.trec_exports,
+        per_query=evaluation_rules.per_query_files,
     output:
         json=dataset_metrics("{dataset}", "json"),
         md=dataset_metrics("{dataset}", "md"),
@@ -136,12 +137,12 @@ rule gather_metrics:
         png=report(dataset_metrics("{dataset}", "png"), caption="../report/metrics.rst", category="Metrics"),
     params:
         # each method's metrics under the name `methods` lists (its run folder may carry its β)
-        inputs=E.gather_inputs_arg,
+        inputs=evaluation_rules.gather_inputs_arg,
         # [method, baseline] pairs; gather leaves out (and logs) a pair with a method not gathered
         compare=json.dumps(config["eval"]["compare"]),
         fixed=lambda wildcards: " ".join(seed_free_methods(wildcards.dataset)),
         # every run's per-query values: a pair with one common seed is tested over the queries
-        per_query=E.per_query_arg,
+        per_query=evaluation_rules.per_query_arg,
         # the recipe in force and its settings, recorded in metrics.json
         recipe=lambda wildcards: json.dumps(recipe_record(config, wildcards.dataset), sort_keys=True),
     conda:
@@ -161,11 +162,11 @@ ruleorder: dense_seeds > evaluate
 
 rule dense_seeds:
     input:
-        E.seed_metrics,
+        evaluation_rules.seed_metrics,
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
-        method=alternatives(E.seeded_methods()),
+        method=alternatives(evaluation_rules.seeded_methods()),
     params:
         seeds=" ".join(str(s) for s in training_seeds()),
     conda:

@@ -8,20 +8,21 @@
 # Formulas: pipeline/retrieval/fusion.py; the stage: pipeline/evaluation/hybrid.py; docs/evaluation.md.
 
 from pipeline.workflow.evaluation import fusion_choice, weighted_io
+from pipeline.workflow.paths import run
 
-# The hybrids' lookups: pipeline/workflow/evaluation.py (E.hybrid_inputs and the rest; E is built in
-# evaluate.smk, included first).
+# The hybrids' lookups: pipeline/workflow/evaluation.py (evaluation_rules, built in evaluate.smk,
+# included first).
 
 
 rule fuse_rrf:
     input:
-        unpack(E.hybrid_inputs),
+        unpack(evaluation_rules.hybrid_inputs),
     output:
         run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
-        method=alternatives(E.hybrid_methods("rrf")),
+        method=alternatives(evaluation_rules.hybrid_methods("rrf")),
     params:
-        settings=E.hybrid_settings("rrf"),
+        settings=evaluation_rules.hybrid_settings("rrf"),
     resources:
         mem_mb=8000,
     conda:
@@ -39,7 +40,7 @@ use rule fuse_rrf as fuse_rrf_seed with:
     output:
         run("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method=alternatives(E.hybrid_methods("rrf")),
+        method=alternatives(evaluation_rules.hybrid_methods("rrf")),
         seed=r"\d+",
     log:
         "logs/fuse_rrf/{dataset}.{method}.seed{seed}.{split}.log",
@@ -49,14 +50,14 @@ use rule fuse_rrf as fuse_rrf_seed with:
 
 rule fuse_weighted:
     input:
-        unpack(E.hybrid_inputs),
+        unpack(evaluation_rules.hybrid_inputs),
     output:
         run=run("{dataset}", "{method}", "{split}"),
         choice=fusion_choice("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
-        method=alternatives(E.hybrid_methods("wsum")),
+        method=alternatives(evaluation_rules.hybrid_methods("wsum")),
     params:
-        settings=E.hybrid_settings("wsum"),
+        settings=evaluation_rules.hybrid_settings("wsum"),
         io=weighted_io,
     resources:
         mem_mb=8000,
@@ -76,7 +77,7 @@ use rule fuse_weighted as fuse_weighted_seed with:
         run=run("{dataset}", "{method}", "{split}", seed="{seed}"),
         choice=fusion_choice("{dataset}", "{method}", "{split}", seed="{seed}"),
     wildcard_constraints:
-        method=alternatives(E.hybrid_methods("wsum")),
+        method=alternatives(evaluation_rules.hybrid_methods("wsum")),
         seed=r"\d+",
     log:
         "logs/fuse_weighted/{dataset}.{method}.seed{seed}.{split}.log",

@@ -9,19 +9,21 @@
 # with bm25.parquet's schema, so `sieve.source: <method>` and DPR training read it like BM25's. A
 # seeded method mines with the top-level seed's model. docs/training.md "Dense negatives".
 
+from pipeline.workflow.paths import corpus, mining_run, negatives, qrels, queries, retriever
+
 use rule search_dense as search_for_mining with:
     input:
-        unpack(search_dense_inputs),
+        unpack(retrieval_rules.search_inputs),
         mining_qrels=qrels("{dataset}", "train"),
     output:
         mining_run("{dataset}", "{method}", "{split}"),
     wildcard_constraints:
-        method=alternatives(mining_sources()),
+        method=alternatives(retrieval_rules.mining_sources()),
         split="train",
     params:
         # the train qrels make it a mining search, ranked as deep as its negatives need
-        source=R.mining_source,
-        settings=R.mining_search_settings,
+        source=retrieval_rules.mining_source,
+        settings=retrieval_rules.mining_search_settings,
     log:
         "logs/search_for_mining/{dataset}.{method}.{split}.log",
     benchmark:
@@ -37,9 +39,9 @@ rule mine_dense_negatives:
     output:
         negatives("{dataset}", "{method}"),
     wildcard_constraints:
-        method=alternatives(mining_sources()),
+        method=alternatives(retrieval_rules.mining_sources()),
     params:
-        settings=R.mine_settings,  # BM25 mining's settings (pipeline.workflow.retrieval.mine_job)
+        settings=retrieval_rules.mine_settings,  # BM25 mining's settings (pipeline.workflow.retrieval.mine_job)
     conda:
         CPU_ENV
     log:
@@ -65,7 +67,7 @@ use rule train_dpr_filtered as train_dpr_mined with:
     output:
         retriever("{dataset}", "dpr_mined_{miner}"),
     wildcard_constraints:
-        miner=alternatives(mining_sources()),
+        miner=alternatives(retrieval_rules.mining_sources()),
     log:
         "logs/train_dpr_mined/{dataset}.{miner}.log",
     benchmark:
@@ -82,7 +84,7 @@ use rule train_dpr_filtered_seed as train_dpr_mined_seed with:
     output:
         retriever("{dataset}", seeded_model("dpr_mined_{miner}", "{seed}")),
     wildcard_constraints:
-        miner=alternatives(mining_sources()),
+        miner=alternatives(retrieval_rules.mining_sources()),
         seed=r"\d+",
     log:
         "logs/train_dpr_mined/{dataset}.{miner}.s{seed}.log",

@@ -9,6 +9,7 @@ import shlex
 
 from pipeline.data.models import MARKER, MODELS_DIR, is_hub_name, local_folder
 from pipeline.data.readers import sources as data_sources
+from pipeline.workflow.paths import prefetch_summary
 
 # Jobs read models from folders here, never from the hub: a missing file is then one error naming the
 # prefetch command (pipeline.data.models.require_local), not a wait on a network the node lacks. Set
@@ -21,7 +22,9 @@ MODEL_SECTIONS = ("model", "sieve.cross_encoder", "ar2.ranker")
 HUB_MODELS = {}  # local folder -> the hub name it is fetched from
 
 
-def _model_node(c, section):
+def model_node(c, section):
+    """The node of a dataset config under ``section`` (dotted: "sieve.cross_encoder"), which names its `base`;
+    content.smk's fingerprints read it too."""
     node = c
     for key in section.split("."):
         node = node[key]
@@ -31,9 +34,9 @@ def _model_node(c, section):
 # A base named by a hub name becomes its local folder in each dataset's resolved config, so every job's
 # command and settings document carry the folder (and the fetch is an input of the jobs that read it:
 # content.smk's base_fingerprint). 'minilm' and a local folder stay as they are.
-for _d, _c in W.dataset_configs.items():
+for _d, _c in workflow_tables.dataset_configs.items():
     for _section in MODEL_SECTIONS:
-        _node = _model_node(_c, _section)
+        _node = model_node(_c, _section)
         if is_hub_name(_node["base"]):
             HUB_MODELS[local_folder(_node["base"])] = _node["base"]
             _node["base"] = local_folder(_node["base"])
@@ -46,7 +49,7 @@ def fetched_model(folder):
 
 def dataset_models(d):
     """The prefetched model folders dataset ``d``'s jobs read."""
-    return sorted({_model_node(cfg(d), s)["base"] for s in MODEL_SECTIONS} & set(HUB_MODELS))
+    return sorted({model_node(cfg(d), s)["base"] for s in MODEL_SECTIONS} & set(HUB_MODELS))
 
 
 def dataset_downloads(d):

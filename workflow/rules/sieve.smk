@@ -15,20 +15,23 @@
 # differ from their defaults (methods.sieve_tag, '' at the defaults): a second setting builds beside the first.
 
 from pipeline.core.settings import MODEL_FILTERS
+from pipeline.workflow.paths import (candidates, clean_file, cleaned, comparison, corpus, dev_candidates,
+                                     filter_decisions, filter_report, negatives, qrels, queries, ranker, retriever,
+                                     sieve_figure, sieve_losses, tradeoff, train_negatives)
 from pipeline.workflow.sieve import SieveRules, filter_model_arg, pairs_arg
 
 # The sieve's lookups (pipeline/workflow/sieve.py): candidates, filters' files and settings, the β sweep.
-S = SieveRules(W)
+sieve_rules = SieveRules(workflow_tables)
 # The sieve's source and the clean entries are checked at start-up (pipeline.workflow.checks.startup_checks).
 
 
 rule sieve_candidates:
     input:
-        unpack(S.candidate_inputs),
+        unpack(sieve_rules.candidate_inputs),
     output:
         candidates("{dataset}", "{stag}"),
     params:
-        settings=S.candidate_settings,
+        settings=sieve_rules.candidate_settings,
         qrels_all=qrels_all_arg,
     conda:
         CPU_ENV
@@ -47,11 +50,11 @@ rule sieve_candidates:
 rule sieve_dev_candidates:
     # The dev queries' candidates, drawn as the train ones: where positive_aware_dev picks its margin.
     input:
-        unpack(S.dev_candidate_inputs),
+        unpack(sieve_rules.dev_candidate_inputs),
     output:
         dev_candidates("{dataset}", "{stag}"),
     params:
-        settings=S.dev_candidate_settings,
+        settings=sieve_rules.dev_candidate_settings,
         qrels_all=qrels_all_arg,
     conda:
         CPU_ENV
@@ -65,7 +68,7 @@ rule sieve_dev_candidates:
 
 rule sieve_negatives:
     input:
-        candidates=S.candidates,
+        candidates=sieve_rules.candidates,
         corpus=corpus("{dataset}"),
         queries=queries("{dataset}", "train"),
         model=retriever("{dataset}", ccr_model("{beta}")),
@@ -77,7 +80,7 @@ rule sieve_negatives:
         beta=BETA_RE,
     params:
         source_tag=sieve_name("{beta}") + "{stag}",
-        settings=S.sieve_settings,
+        settings=sieve_rules.sieve_settings,
         device=job_device,
     threads: dataset_setting("sieve", "threads")
     resources:
@@ -97,7 +100,7 @@ rule sieve_negatives:
 
 rule train_cross_encoder:
     input:
-        negatives=S.source_negatives,
+        negatives=sieve_rules.source_negatives,
         qrels=qrels("{dataset}", "train"),
         queries=queries("{dataset}", "train"),
         corpus=corpus("{dataset}"),
@@ -105,8 +108,8 @@ rule train_cross_encoder:
     output:
         ranker("{dataset}", "cross_encoder"),
     params:
-        settings=S.cross_encoder_settings,
-        recipe=recipe_label,
+        settings=sieve_rules.cross_encoder_settings,
+        recipe=training_rules.recipe_label,
         device=job_device,
     threads: dataset_setting("sieve", "threads")
     resources:
@@ -125,7 +128,7 @@ rule train_cross_encoder:
 
 rule filter_candidates:
     input:
-        unpack(S.filter_inputs),
+        unpack(sieve_rules.filter_inputs),
     output:
         decisions=filter_decisions("{dataset}", "{filter}{stag}"),
         train=train_negatives("{dataset}", "{filter}{stag}"),
@@ -133,7 +136,7 @@ rule filter_candidates:
         filter="|".join(OTHER_FILTERS),
     params:
         model=filter_model_arg,
-        settings=S.filter_settings,
+        settings=sieve_rules.filter_settings,
         device=job_device,
     threads: dataset_setting("sieve", "threads")
     resources:
@@ -154,8 +157,8 @@ rule filter_candidates:
 
 rule sieve_report:
     input:
-        decisions=lambda wildcards: S.decisions(wildcards.dataset, wildcards.filter),
-        candidates=S.candidates,
+        decisions=lambda wildcards: sieve_rules.decisions(wildcards.dataset, wildcards.filter),
+        candidates=sieve_rules.candidates,
     output:
         filter_report("{dataset}", "{filter}{stag}"),
     wildcard_constraints:
@@ -171,7 +174,7 @@ rule sieve_report:
 
 rule sieve_comparison:
     input:
-        S.comparison_reports,
+        sieve_rules.comparison_reports,
     output:
         md=comparison("{dataset}", "md", "{stag}"),
         json=comparison("{dataset}", "json", "{stag}"),
@@ -186,8 +189,8 @@ rule sieve_comparison:
 
 rule sieve_figures:
     input:
-        losses=S.figure_losses,
-        sieves=S.figure_sieves,
+        losses=sieve_rules.figure_losses,
+        sieves=sieve_rules.figure_sieves,
         comparison=comparison("{dataset}", "json", "{stag}"),
     output:
         figure1=report(sieve_figure("{dataset}", "figure1_nce_loss.png", "{stag}"), caption="../report/figure1.rst",
@@ -196,8 +199,8 @@ rule sieve_figures:
         sieve_out=report(sieve_figure("{dataset}", "sieve_out_rate.png", "{stag}"), category="Sieve"),
         filters=report(sieve_figure("{dataset}", "filters_precision_recall.png", "{stag}"), category="Sieve"),
     params:
-        losses=lambda wildcards, input: pairs_arg(S.sweep_tags(wildcards.dataset), input.losses),
-        sieves=lambda wildcards, input: pairs_arg(S.sweep_tags(wildcards.dataset), input.sieves),
+        losses=lambda wildcards, input: pairs_arg(sieve_rules.sweep_tags(wildcards.dataset), input.losses),
+        sieves=lambda wildcards, input: pairs_arg(sieve_rules.sweep_tags(wildcards.dataset), input.sieves),
     conda:
         CPU_ENV
     log:
@@ -210,13 +213,13 @@ rule sieve_figures:
 
 rule sieve_tradeoff:
     input:
-        S.tradeoff_decisions,
+        sieve_rules.tradeoff_decisions,
     output:
         json=tradeoff("{dataset}", "json", "{stag}"),
         png=report(tradeoff("{dataset}", "png", "{stag}"), category="Sieve"),
     params:
-        decisions=lambda wildcards, input: pairs_arg(S.tradeoff_filters(wildcards.dataset), input),
-        reference=S.tradeoff_reference,
+        decisions=lambda wildcards, input: pairs_arg(sieve_rules.tradeoff_filters(wildcards.dataset), input),
+        reference=sieve_rules.tradeoff_reference,
     conda:
         CPU_ENV
     log:
@@ -236,7 +239,7 @@ def clean_inputs(wildcards):
     """clean_negatives' input: the content of each file the entry reads (its fingerprint, content.smk), so
     a source replaced with an older mtime or new weights in a local model folder rerun the job and a copy
     of the same content does not; another rule's output (results/<other>/clean/...) as itself."""
-    return S.clean_inputs(wildcards, fingerprint_file)
+    return sieve_rules.clean_inputs(wildcards, fingerprint_file)
 
 
 rule clean_negatives:
@@ -248,16 +251,16 @@ rule clean_negatives:
         report=clean_file("{clean}", "{ext}", "report.json"),
         markdown=clean_file("{clean}", "{ext}", "report.md"),
     wildcard_constraints:
-        clean="|".join(S.clean) or "(?!x)x",
+        clean="|".join(sieve_rules.clean) or "(?!x)x",
         ext="|".join(s.lstrip(".") for s in CLEAN_SUFFIXES),
     params:
-        source=S.clean_source,
-        settings=S.clean_settings,
-        labels=S.clean_labels,
+        source=sieve_rules.clean_source,
+        settings=sieve_rules.clean_settings,
+        labels=sieve_rules.clean_labels,
         device=job_device,
-    threads: S.config["sieve"]["threads"]
+    threads: sieve_rules.config["sieve"]["threads"]
     resources:
-        **S.clean_resources(),
+        **sieve_rules.clean_resources(),
     conda:
         job_env
     log:

@@ -6,12 +6,13 @@ import shlex
 
 from pipeline.workflow.checks import sweep_problems
 from pipeline.workflow.evaluation import tournament_settings
+from pipeline.workflow.paths import dataset_manifest, dataset_metrics, filter_report, sweep_output
 
 SWEEP = config["sweep"]
 
 
 def _check_sweep():
-    problems = sweep_problems(W)  # what `python -m pipeline.workflow.checks` says of the same config
+    problems = sweep_problems(workflow_tables)  # what `python -m pipeline.workflow.checks` says of the same config
     if problems:
         raise WorkflowError("sweep: " + "; ".join(problems))
 
@@ -49,7 +50,7 @@ rule noise_sweep:
         " --out-json {output.json:q} --out-png {output.png:q} --out-md {output.md:q} --log {log:q}"
 
 
-# The tournament (issue 41): every contender of tournament.methods at every level of tournament.levels
+# The tournament: every contender of tournament.methods at every level of tournament.levels
 # (datasets), paired with tournament.baseline over seeds, against the oracle's gain and the untrained
 # start -> results/sweeps/tournament.{json,md,png} by pipeline.evaluation.tournament. docs/evaluation.md.
 rule tournament:
@@ -60,7 +61,7 @@ rule tournament:
         md=sweep_output("tournament", "md"),
         png=report(sweep_output("tournament", "png"), category="Sweep"),
     params:
-        settings=lambda wildcards: shlex.quote(tournament_settings(W)),
+        settings=lambda wildcards: shlex.quote(tournament_settings(workflow_tables)),
         metrics=lambda wildcards, input: " ".join(
             shlex.quote(f"{d}={m}") for d, m in zip(config["tournament"]["levels"], input.metrics)),
     conda:

@@ -1,6 +1,8 @@
 # synthkb: the embedded synthetic encyclopedia (pipeline/synthkb/generate.py, docs/synthkb.md). It writes the
 # same canonical tables as prepare_dataset, plus qrels_all.{split} (every passage stating an answer).
 from pipeline.core.storage import SPLITS
+from pipeline.workflow.paths import (corpus, dataset_dir, dataset_manifest, qrels, qrels_all, queries,
+                                     shipped_negatives)
 from pipeline.workflow.synthkb import generate_settings
 
 
@@ -14,7 +16,7 @@ rule generate_synthkb:
         manifest=dataset_manifest("{dataset}"),
     params:
         out_dir=dataset_dir("{dataset}"),
-        settings=generate_settings(W),  # the generator's settings, one document (pipeline/workflow/synthkb.py)
+        settings=generate_settings(workflow_tables),  # the generator's settings, one document (pipeline/workflow/synthkb.py)
     conda:
         CPU_ENV
     log:

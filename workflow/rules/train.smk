@@ -3,15 +3,15 @@
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
 from pipeline.core.methods import GIST_GUIDES, gist_model, relabel_model
 from pipeline.core.settings import TRAINING_ATTEMPTS
+from pipeline.workflow.paths import corpus, qrels, queries, relabel_qrels, retriever, train_negatives
 from pipeline.workflow.training import TrainingRules
 
 # The params and inputs of the training rules: pipeline/workflow/training.py.
-T = TrainingRules(W, base_input)
-train_settings, recipe_label, _base = T.settings, T.recipe_label, T.base
+training_rules = TrainingRules(workflow_tables, base_input)
 
 # The β tags of the CCR models the config asks for (ccr.beta and sieve.betas of every dataset).
 CCR_TAGS = alternatives([re.escape(tag) for tag in sorted({t for d in DATASETS for t in CCR_BETAS[d]})])
-RCL_TAGS = T.rcl_tags
+RCL_TAGS = alternatives(sorted({re.escape(tag) for tag in training_rules.rcl_tags.values()}))
 
 
 # One process on CPU or one GPU; torchrun DDP (one process per GPU) when more are reserved. The `--`
@@ -22,8 +22,6 @@ _LAUNCH = ('device=cpu; launch="python"; '
            'launch="torchrun --standalone --nproc_per_node={resources.gpus}"; fi; '
            '$launch -m pipeline.training.train_dense -- --device $device ')
 
-_TRAIN_INPUTS = T.train_inputs
-
 
 rule init_zeroshot:
     input:
@@ -31,9 +29,9 @@ rule init_zeroshot:
     output:
         retriever("{dataset}", "zeroshot"),
     params:
-        base=_base,
-        settings=T.init_settings,
-        recipe=recipe_label,
+        base=training_rules.base,
+        settings=training_rules.init_settings,
+        recipe=training_rules.recipe_label,
     conda:
         CPU_ENV
     log:
@@ -49,17 +47,17 @@ rule init_zeroshot:
 
 rule train_dpr:
     input:
-        unpack(T.dpr_inputs),
+        unpack(training_rules.dpr_inputs),
     output:
         retriever("{dataset}", "dpr"),
     params:
-        settings=T.dpr_settings,
-        files=T.dpr_files,
-        recipe=recipe_label,
+        settings=training_rules.dpr_settings,
+        files=training_rules.dpr_files,
+        recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
     resources:
-        **gpu_resources("dpr", used=T.dpr_trains),
+        **gpu_resources("dpr", used=training_rules.dpr_trains),
     conda:
         job_env
     log:
@@ -74,14 +72,14 @@ rule train_dpr:
 rule train_ccr:
     input:
         init=retriever("{dataset}", "dpr"),
-        **_TRAIN_INPUTS,
+        **training_rules.train_inputs,
     output:
         retriever("{dataset}", ccr_model("{beta}")),
     wildcard_constraints:
         beta=CCR_TAGS,
     params:
-        settings=train_settings("ccr"),
-        recipe=recipe_label,
+        settings=training_rules.settings("ccr"),
+        recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("ccr", "threads")
     resources:
@@ -113,9 +111,9 @@ rule train_dpr_filtered:
     wildcard_constraints:
         negs=FILTERED_NEGS_RE,
     params:
-        base=_base,
-        settings=train_settings("dpr"),
-        recipe=recipe_label,
+        base=training_rules.base,
+        settings=training_rules.settings("dpr"),
+        recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
     resources:
@@ -136,7 +134,7 @@ rule train_dpr_filtered:
 rule relabel_qrels:
     # The train qrels with the candidates a detector dropped as extra positives (dpr_relabel_<detector>).
     input:
-        unpack(T.relabel_inputs),
+        unpack(training_rules.relabel_inputs),
     output:
         relabel_qrels("{dataset}", "{negs}"),
     wildcard_constraints:
@@ -153,16 +151,16 @@ rule train_dpr_relabel:
     # DPR exactly as train_dpr_filtered on the detector's kept negatives, with the candidates it dropped
     # as extra positives (multi-positive NCE, dpr.relabel). See docs/training.md "Relabel".
     input:
-        unpack(T.relabel_train_inputs),
+        unpack(training_rules.relabel_train_inputs),
         base_model=base_fingerprint("model"),
     output:
         retriever("{dataset}", relabel_model("{negs}")),
     wildcard_constraints:
         negs=FILTERED_NEGS_RE,
     params:
-        base=_base,
-        settings=T.relabel_settings,
-        recipe=recipe_label,
+        base=training_rules.base,
+        settings=training_rules.relabel_settings,
+        recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
     resources:
@@ -196,9 +194,9 @@ rule train_dpr_gist:
         guide="|".join(GIST_GUIDES),
         negs="none" + SIEVE_TAG_RE,
     params:
-        base=_base,
-        settings=train_settings("dpr"),
-        recipe=recipe_label,
+        base=training_rules.base,
+        settings=training_rules.settings("dpr"),
+        recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
     resources:
@@ -220,16 +218,16 @@ rule train_dpr_rcl:
     # DPR exactly as train_dpr (same settings, seed, steps, BM25 negatives), its loss l(p+) − β·l_CCR:
     # the paper's Table 5 "DPR + CCR". Compare with dpr. See docs/training.md "Controls".
     input:
-        **_TRAIN_INPUTS,
+        **training_rules.train_inputs,
         base_model=base_fingerprint("model"),
     output:
         retriever("{dataset}", rcl_model("{rcl_beta}")),
     wildcard_constraints:
-        rcl_beta=alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
+        rcl_beta=RCL_TAGS,
     params:
-        base=_base,
-        settings=T.rcl_settings,
-        recipe=recipe_label,
+        base=training_rules.base,
+        settings=training_rules.rcl_settings,
+        recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
     resources:
@@ -263,7 +261,7 @@ use rule train_dpr as train_dpr_seed with:
 use rule train_ccr as train_ccr_seed with:
     input:
         init=retriever("{dataset}", seeded_model("dpr", "{seed}")),
-        **_TRAIN_INPUTS,
+        **training_rules.train_inputs,
     output:
         retriever("{dataset}", seeded_model(ccr_model("{beta}"), "{seed}")),
     wildcard_constraints:
@@ -291,7 +289,7 @@ use rule train_dpr_rcl as train_dpr_rcl_seed with:
     output:
         retriever("{dataset}", seeded_model(rcl_model("{rcl_beta}"), "{seed}")),
     wildcard_constraints:
-        rcl_beta=alternatives(sorted({re.escape(tag) for tag in RCL_TAGS.values()})),
+        rcl_beta=RCL_TAGS,
         seed=r"\d+",
     log:
         "logs/train_dpr_rcl/{dataset}.b{rcl_beta}.s{seed}.log",
