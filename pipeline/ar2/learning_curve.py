@@ -93,7 +93,7 @@ def read_rounds(variant_dir: str | Path, rounds: int) -> list[dict]:
 
 def check_round(data: Any, expected: int, path: Path) -> dict:
     """A round.json as the readers use it: an object for round ``expected`` whose ``dev`` (where
-    present) maps metric names to finite numbers (issue 39's own probe: a list, a missing ``round``, a
+    present) maps metric names to finite numbers (a probe's cases: a list, a missing ``round``, a
     text or NaN metric were tracebacks, or a NaN round was selected)."""
     if not isinstance(data, dict):
         raise DataError(f"must be a JSON object, got {type(data).__name__}", file=path)

@@ -333,7 +333,7 @@ class EvalSettings(Contract):
     @field_validator("depth")
     @classmethod
     def _deep_enough(cls, depth: int, info: ValidationInfo) -> int:
-        # A cut-off deeper than the runs reported R@k = R@depth as if measured at k (issue 39).
+        # A cut-off deeper than the runs reported R@k = R@depth as if measured at k.
         deeper = [k for k in info.data.get("ks") or [] if k > depth]
         if deeper:
             raise ValueError(
@@ -669,7 +669,7 @@ class TournamentLevel(Contract):
 
 
 class TournamentSettings(Contract):
-    """The tournament (issue 41): every contender trained on the same candidate pool at every level,
+    """The tournament: every contender trained on the same candidate pool at every level,
     paired with the pool's unfiltered control, the oracle and the untrained start
     (results/sweeps/tournament.{json,md,png}; sweep.smk; config/overlays/tournament/)."""
 
@@ -1794,7 +1794,7 @@ def _flag_tokens(
     return out
 
 
-# ---- one job's settings document (issue 43) ------------------------------------------------------
+# ---- one job's settings document ---------------------------------------------------------------
 # What a rule hands its stage as one JSON document (--settings-json) and a run by hand reads from a file
 # (--settings FILE; pipeline.core.jobs): that job's settings only, so a changed setting reruns the jobs
 # that read it and nothing else. Each field is its section's own (type, range, default and help taken
@@ -2016,7 +2016,7 @@ EvaluateJob = job_contract(
 )
 
 
-# ---- AR2's round jobs (issue 43): the sieve, the listwise ranker, a round's training -----------------
+# ---- AR2's round jobs: the sieve, the listwise ranker, a round's training -----------------
 
 
 def _ar2_run_seed() -> tuple[Any, Any]:

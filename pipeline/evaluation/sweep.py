@@ -1,4 +1,4 @@
-"""The noise sweep (issue 11): how much the false negatives cost and how much each method wins back,
+"""The noise sweep: how much the false negatives cost and how much each method wins back,
 across synthkb datasets generated at several levels of the false-negative dial.
 
     python -m pipeline.evaluation.sweep --dataset synthkb_fn15_p0=results/synthkb_fn15_p0/metrics.json:resources/synthkb_fn15_p0/manifest.json ... \

@@ -1,4 +1,4 @@
-"""The tournament (issue 41): which false-negative filter should a user run? Every contender trained on
+"""The tournament: which false-negative filter should a user run? Every contender trained on
 the same candidate pool at every noise level, paired over seeds with the pool's unfiltered control
 (``dpr_none``), measured against the oracle's gain and against the untrained model it started from.
 

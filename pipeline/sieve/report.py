@@ -271,7 +271,7 @@ REPORT_KEYS = (
 
 def read_report(path: str | os.PathLike) -> dict:
     """A filter's report.json as ``compare`` reads it: an object with the keys it copies, texts and
-    counts where they belong and the table's rates finite numbers or null (issue 39's own probe: a
+    counts where they belong and the table's rates finite numbers or null (a probe's cases: a
     list, a missing key or bad UTF-8 were tracebacks, a text rate went into the table)."""
     report = read_json_object(path, missing="cannot read report (file not found)", keys=REPORT_KEYS)
     for key in ("dataset", "filter", "candidates_digest"):

@@ -43,7 +43,7 @@ log = logging.getLogger("sieve.tradeoff")
 
 
 def _check_finite(values: np.ndarray, path: str | Path, field: str) -> None:
-    """A NaN or infinite score (a nce_loss or threshold too, issue 39's own probe) sorted anywhere and
+    """A NaN or infinite score (a nce_loss or threshold too) sorted anywhere and
     gave a curve, exit 0."""
     finite = np.isfinite(values)
     if not finite.all():

@@ -1,7 +1,7 @@
 """What the AR2 rules (workflow/rules/ar2.smk) compute from the config: the rounds' input files, the
 flags their stages read, the wildcard constraints of the round folders. ar2.smk builds one ``Ar2Rules``
 from common.smk's ``WorkflowTables`` and its rules name these methods, so the rule file reads as a table
-of contents and the logic is unit-tested and linted here (issue 43.3). Planning the DAG imports this
+of contents and the logic is unit-tested and linted here. Planning the DAG imports this
 module: no torch or transformers.
 """
 

@@ -1,7 +1,7 @@
 """What the evaluation and fusion rules (workflow/rules/evaluate.smk, hybrid.smk) look up: a run folder's
 inputs and seeds, the TREC exports, every run's per-query file, and a hybrid's runs and weighted-sum
 settings. Built on a ``WorkflowTables``, so that it is unit-tested and linted here rather than inside the
-rule files (issue 43.3).
+rule files.
 """
 
 from __future__ import annotations

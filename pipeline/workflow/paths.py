@@ -116,7 +116,7 @@ def bm25_index(d: str) -> str:
 
 
 def bm25_index_checksums(d: str) -> str:
-    """The BM25 index's declared output: the sha256 of each of its files, written last (issue 39.8: a
+    """The BM25 index's declared output: the sha256 of each of its files, written last (a
     directory() output is judged by its mtime alone, so a copy of results/ reran every job after it;
     a small file Snakemake compares by checksum once it is newer)."""
     return f"{bm25_index(d)}/checksums.json"

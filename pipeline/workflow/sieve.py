@@ -1,6 +1,6 @@
 """What the sieve's rules (workflow/rules/sieve.smk) look up: the candidates' inputs, each filter's
 decisions file and settings, the comparison's rows, the β sweep and the clean.<name> entries. Built on a
-``WorkflowTables``, so that it is unit-tested and linted here rather than inside the rule file (issue 43.3).
+``WorkflowTables``, so that it is unit-tested and linted here rather than inside the rule file.
 
 A rule's settings are params of the wildcards only: a params function taking ``input`` is not recorded
 by Snakemake, so a changed setting would not rerun it. The candidates, the passage sieve, the

@@ -1,7 +1,7 @@
 """What the rules look up, built once from the validated config: each dataset's resolved config (its
 recipe merged), its method records and run folders, the β tags of its CCR models, its seeds, and a
 job's GPUs and device. workflow/rules/common.smk builds one ``WorkflowTables`` and the rules read it;
-here it is unit-tested, linted and seen by duplicate scans (issue 43.3).
+here it is unit-tested, linted and seen by duplicate scans.
 """
 
 from __future__ import annotations
