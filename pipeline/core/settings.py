@@ -220,7 +220,7 @@ class Objective(Contract):
     beta: float = Field(
         0.0, ge=0, description="CCR beta relative to NCE; 0 = NCE; above 1 lifts the top negatives"
     )
-    scale: Literal["paper", "released_code", "toy"] = Field(
+    scale: Literal["paper", "released_code"] = Field(
         "paper",
         description="paper: l(p+) - beta*l_CCR; released_code: the same divided by |P| (the authors' "
         "NCE/|P| - f_beta*l_CCR with f_beta = beta/|P|)",

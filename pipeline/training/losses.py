@@ -299,32 +299,6 @@ class _Objective:
     extra_positives: int
 
 
-@register_loss
-@dataclass(frozen=True)
-class ToyMarginLoss:
-    """A toy: the hinge max(0, 1 − s+ + s_j) averaged over every column of a query's row."""
-
-    name: ClassVar[str] = "toy_margin"
-
-    @classmethod
-    def claims(cls, settings: LossSettings, guide: str | None) -> bool:
-        return _plain(settings, guide) and settings.scale == "toy"
-
-    @classmethod
-    def from_settings(cls, settings: LossSettings, guide: str | None) -> ToyMarginLoss:
-        return cls()
-
-    def __call__(
-        self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *, in_batch: bool
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        positive = scores.gather(1, positives.unsqueeze(1))
-        loss = F.relu(1 - positive + scores).mean()
-        return loss, {"nce": loss.detach(), "ccr_term": torch.zeros_like(loss.detach())}
-
-    def describe(self) -> dict[str, Any]:
-        return {"loss": self.name}
-
-
 # ---- labelled columns: several positives, columns out of the softmax -----------------------------
 
 
