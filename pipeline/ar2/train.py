@@ -166,28 +166,7 @@ def train_round(
         save_final=True,  # write_carry hands the final optimizer state to the next round
         scale_fp16=False,
     )
-    # Two optimizers, one per model, whose schedules span all rounds (total steps = rounds x steps),
-    # and round 1's warm-up optimizer for the ranker over the warm-up steps alone.
-    tot_d, tot_g = total_steps(settings)
-    opt_g = adamw(retriever, settings.retriever_lr, settings.weight_decay)
-    opt_d = adamw(ranker, settings.ranker_lr, settings.weight_decay)
-    modules = {
-        "retriever": retriever,
-        "ranker": ranker,
-        "opt_retriever": opt_g,
-        "opt_ranker": opt_d,
-        "sched_retriever": linear_schedule(opt_g, tot_g, settings.warmup_ratio),
-        "sched_ranker": linear_schedule(opt_d, tot_d, settings.warmup_ratio),
-    }
-    optimizers = {
-        RETRIEVER: (retriever, opt_g, modules["sched_retriever"]),
-        RANKER: (ranker, opt_d, modules["sched_ranker"]),
-    }
-    if n_warm:
-        opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr, settings.weight_decay)
-        sched_w = linear_schedule(opt_w, n_warm, settings.warmup_ratio)
-        modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
-        optimizers[RANKER_WARMUP] = (ranker, opt_w, sched_w)
+    modules, optimizers = _optimizers(retriever, ranker, settings, n_warm)
     # Each step re-seeds torch itself, so the checkpoint's RNG streams are not restored.
     start = engine.resume(modules, restore_rng=False)
     if start == 0 and previous_ckpt is not None:
@@ -231,6 +210,33 @@ def train_round(
     engine.check_weights([retriever, ranker], total, _advice(settings, RETRIEVER))
     summary["top1"] = top1_by_phase(engine.log_path, round_index)
     return summary
+
+
+def _optimizers(retriever, ranker, settings: Ar2Settings, n_warm: int) -> tuple[dict, dict]:
+    """The round's checkpointed modules and, per phase, (model, optimizer, schedule): two optimizers,
+    one per model, whose schedules span all rounds (total steps = rounds x steps), and round 1's
+    warm-up optimizer for the ranker over the ``n_warm`` warm-up steps alone."""
+    tot_d, tot_g = total_steps(settings)
+    opt_g = adamw(retriever, settings.retriever_lr, settings.weight_decay)
+    opt_d = adamw(ranker, settings.ranker_lr, settings.weight_decay)
+    modules = {
+        "retriever": retriever,
+        "ranker": ranker,
+        "opt_retriever": opt_g,
+        "opt_ranker": opt_d,
+        "sched_retriever": linear_schedule(opt_g, tot_g, settings.warmup_ratio),
+        "sched_ranker": linear_schedule(opt_d, tot_d, settings.warmup_ratio),
+    }
+    optimizers = {
+        RETRIEVER: (retriever, opt_g, modules["sched_retriever"]),
+        RANKER: (ranker, opt_d, modules["sched_ranker"]),
+    }
+    if n_warm:
+        opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr, settings.weight_decay)
+        sched_w = linear_schedule(opt_w, n_warm, settings.warmup_ratio)
+        modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
+        optimizers[RANKER_WARMUP] = (ranker, opt_w, sched_w)
+    return modules, optimizers
 
 
 class _RoundTrainer(StepTrainer):
