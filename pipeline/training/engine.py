@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
@@ -695,7 +695,7 @@ class StepRecord:
     record: dict[str, Any]
     label: str | None = None
     note: str = ""
-    extra: dict[str, Any] | None = field(default=None)
+    extra: dict[str, Any] | None = None
 
 
 class StepTrainer:
