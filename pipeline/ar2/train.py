@@ -37,7 +37,17 @@ from pipeline.core.settings import Ar2Settings, check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
 from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint
-from pipeline.training.engine import LOG_FILE, Engine, adamw, fix_advice, linear_schedule, step_seed
+from pipeline.training.engine import (
+    LOG_FILE,
+    Engine,
+    StepPlan,
+    StepRecord,
+    StepTrainer,
+    adamw,
+    fix_advice,
+    linear_schedule,
+    step_seed,
+)
 
 log = logging.getLogger("sieve.ar2_train")
 
@@ -146,8 +156,6 @@ def train_round(
     device = retriever.device
     n_warm, n_rank, n_ret = round_steps(settings, round_index)
     total = n_warm + n_rank + n_ret
-    similarity = retriever.settings.similarity
-    temperature = retriever.settings.temperature
     k1 = settings.negatives + 1
 
     engine = Engine.from_settings(
@@ -158,28 +166,7 @@ def train_round(
         save_final=True,  # write_carry hands the final optimizer state to the next round
         scale_fp16=False,
     )
-    # Two optimizers, one per model, whose schedules span all rounds (total steps = rounds x steps),
-    # and round 1's warm-up optimizer for the ranker over the warm-up steps alone.
-    tot_d, tot_g = total_steps(settings)
-    opt_g = adamw(retriever, settings.retriever_lr, settings.weight_decay)
-    opt_d = adamw(ranker, settings.ranker_lr, settings.weight_decay)
-    modules = {
-        "retriever": retriever,
-        "ranker": ranker,
-        "opt_retriever": opt_g,
-        "opt_ranker": opt_d,
-        "sched_retriever": linear_schedule(opt_g, tot_g, settings.warmup_ratio),
-        "sched_ranker": linear_schedule(opt_d, tot_d, settings.warmup_ratio),
-    }
-    optimizers = {
-        RETRIEVER: (retriever, opt_g, modules["sched_retriever"]),
-        RANKER: (ranker, opt_d, modules["sched_ranker"]),
-    }
-    if n_warm:
-        opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr, settings.weight_decay)
-        sched_w = linear_schedule(opt_w, n_warm, settings.warmup_ratio)
-        modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
-        optimizers[RANKER_WARMUP] = (ranker, opt_w, sched_w)
+    modules, optimizers = _optimizers(retriever, ranker, settings, n_warm)
     # Each step re-seeds torch itself, so the checkpoint's RNG streams are not restored.
     start = engine.resume(modules, restore_rng=False)
     if start == 0 and previous_ckpt is not None:
@@ -191,7 +178,6 @@ def train_round(
             )
     if start:
         log.info("round %d: resuming at step %d of %d", round_index, start, total)
-    amp_dtype = engine.amp_dtype
     log.info(
         "round %d: %d ranker steps (+%d warm-up) then %d retriever steps, %d queries x %d "
         "candidates, lambda=%g, sampling=%s, computing in %s",
@@ -214,64 +200,121 @@ def train_round(
         "start_step": start,
         "compute_precision": engine.compute_precision,
     }
-    with engine.run(start, total, f"AR2 round {round_index}") as run:
-        for step in range(start, total):
-            run.begin()
-            phase = phase_at(step, n_warm + n_rank, n_ret)
-            if phase == RANKER and step < n_warm:
-                phase = RANKER_WARMUP
-            torch.manual_seed(step_seed(seed, round_index, step))
-            batch = build_batch(data, settings, sampling, seed, round_index, step)
-            prior = batch_prior(batch, k1, device) if settings.ranker_prior == "retriever" else None
-            if phase != RETRIEVER:
-                retriever.eval()
-                loss, parts = ranker_step(ranker, batch, k1, device, amp_dtype, prior)
-            else:
-                loss, parts = _retriever_step(
-                    retriever,
-                    ranker,
-                    batch,
-                    data,
-                    prior,
-                    k1,
-                    objective,
-                    similarity,
-                    temperature,
-                    device,
-                    amp_dtype,
-                )
-            engine.backward(loss)
-            done = step + 1
-            model, opt, sched = optimizers[phase]
-            values = {"loss": float(loss.detach()), **parts}
-            lr = engine.step(done, opt, sched, values, model=model, advice=_advice(settings, phase))
-            eps = run.rate(len(batch.qids))
-            record = {
-                "round": round_index,
-                "step": done,
-                "phase": phase,
-                **values,
-                "lr": lr,
-                "examples_per_s": round(eps, 3),
-            }
-            run.end(
-                done,
-                record,
-                lr=lr,
-                eps=eps,
-                label=f"AR2 round {round_index} {phase}",
-                note=_top1_note(parts),
-                extra={"round": round_index},
-            )
-            summary["last"] = record
-            if on_step_end is not None:
-                on_step_end(done)
+    trainer = _RoundTrainer(retriever, ranker, data, settings, sampling, seed, round_index, objective, engine)
+    trainer.optimizers, trainer.phases = optimizers, (n_warm, n_rank, n_ret)
+    trainer.device, trainer.summary = device, summary
+    engine.fit(trainer, start, total, f"AR2 round {round_index}", on_step_end=on_step_end)
     retriever.eval()
     ranker.eval()
     # One advice for both: what made either diverge is in the log, phase by phase.
     engine.check_weights([retriever, ranker], total, _advice(settings, RETRIEVER))
     summary["top1"] = top1_by_phase(engine.log_path, round_index)
     return summary
+
+
+def _optimizers(retriever, ranker, settings: Ar2Settings, n_warm: int) -> tuple[dict, dict]:
+    """The round's checkpointed modules and, per phase, (model, optimizer, schedule): two optimizers,
+    one per model, whose schedules span all rounds (total steps = rounds x steps), and round 1's
+    warm-up optimizer for the ranker over the ``n_warm`` warm-up steps alone."""
+    tot_d, tot_g = total_steps(settings)
+    opt_g = adamw(retriever, settings.retriever_lr, settings.weight_decay)
+    opt_d = adamw(ranker, settings.ranker_lr, settings.weight_decay)
+    modules = {
+        "retriever": retriever,
+        "ranker": ranker,
+        "opt_retriever": opt_g,
+        "opt_ranker": opt_d,
+        "sched_retriever": linear_schedule(opt_g, tot_g, settings.warmup_ratio),
+        "sched_ranker": linear_schedule(opt_d, tot_d, settings.warmup_ratio),
+    }
+    optimizers = {
+        RETRIEVER: (retriever, opt_g, modules["sched_retriever"]),
+        RANKER: (ranker, opt_d, modules["sched_ranker"]),
+    }
+    if n_warm:
+        opt_w = adamw(ranker, settings.ranker_warmup_lr or settings.ranker_lr, settings.weight_decay)
+        sched_w = linear_schedule(opt_w, n_warm, settings.warmup_ratio)
+        modules.update(opt_ranker_warmup=opt_w, sched_ranker_warmup=sched_w)
+        optimizers[RANKER_WARMUP] = (ranker, opt_w, sched_w)
+    return modules, optimizers
+
+
+class _RoundTrainer(StepTrainer):
+    """The engine's view of an AR2 round: step t's phase (ranker warm-up, ranker, retriever), its batch,
+    the phase's loss and optimizer, and the round's log line."""
+
+    def __init__(
+        self,
+        retriever,
+        ranker,
+        data: RoundData,
+        settings: Ar2Settings,
+        sampling: str,
+        seed: int,
+        round_index: int,
+        objective: RetrieverLoss,
+        engine: Engine,
+    ) -> None:
+        self.retriever, self.ranker, self.data, self.settings = retriever, ranker, data, settings
+        self.sampling, self.seed, self.round_index, self.objective = sampling, seed, round_index, objective
+        self.engine, self.k1 = engine, settings.negatives + 1
+        self.phase = RANKER
+        self.optimizers: dict = {}
+        self.phases = (0, 0, 0)
+        self.summary: dict = {}
+
+    def batches(self, step: int) -> StepPlan:
+        n_warm, n_rank, n_ret = self.phases
+        phase = phase_at(step, n_warm + n_rank, n_ret)
+        self.phase = RANKER_WARMUP if phase == RANKER and step < n_warm else phase
+        torch.manual_seed(step_seed(self.seed, self.round_index, step))
+        batch = build_batch(self.data, self.settings, self.sampling, self.seed, self.round_index, step)
+        prior = (
+            batch_prior(batch, self.k1, self.device) if self.settings.ranker_prior == "retriever" else None
+        )
+        return StepPlan([(batch, prior)], len(batch.qids))
+
+    def loss(self, item) -> tuple[torch.Tensor, dict]:
+        batch, prior = item
+        amp_dtype = self.engine.amp_dtype
+        if self.phase != RETRIEVER:
+            self.retriever.eval()
+            return ranker_step(self.ranker, batch, self.k1, self.device, amp_dtype, prior)
+        r = self.retriever
+        return _retriever_step(
+            r,
+            self.ranker,
+            batch,
+            self.data,
+            prior,
+            self.k1,
+            self.objective,
+            r.settings.similarity,
+            r.settings.temperature,
+            self.device,
+            amp_dtype,
+        )
+
+    def update(self, step: int):
+        model, opt, sched = self.optimizers[self.phase]
+        return model, opt, sched, _advice(self.settings, self.phase)
+
+    def record(self, step: int, values: dict[str, float], lr: float, eps: float) -> StepRecord:
+        record = {
+            "round": self.round_index,
+            "step": step + 1,
+            "phase": self.phase,
+            **values,
+            "lr": lr,
+            "examples_per_s": round(eps, 3),
+        }
+        self.summary["last"] = record
+        return StepRecord(
+            record,
+            label=f"AR2 round {self.round_index} {self.phase}",
+            note=_top1_note(values),
+            extra={"round": self.round_index},
+        )
 
 
 def _top1_note(parts: dict[str, float]) -> str:

@@ -63,6 +63,9 @@ from pipeline.training.data import load_queries_with_positives
 from pipeline.training.engine import (
     LOG_FILE,
     Engine,
+    StepPlan,
+    StepRecord,
+    StepTrainer,
     adamw,
     fix_advice,
     linear_schedule,
@@ -103,23 +106,46 @@ def train_listwise(ranker: Ranker, data, settings: Ar2Settings, seed: int, ckpt:
         clip="ar2.max_grad_norm" if settings.max_grad_norm <= 0 else None,
         fp16="ar2.precision" if settings.precision == "fp16" else None,
     )
-    with engine.run(start, lw.steps, "listwise ranker") as run:
-        for step in range(start, lw.steps):
-            run.begin()
-            torch.manual_seed(step_seed(seed, _ROUND, step))
-            batch = build_batch(data, batches, "uniform", seed, _ROUND, step)
-            prior = batch_prior(batch, k1, device) if settings.ranker_prior == "retriever" else None
-            loss, parts = ranker_step(ranker, batch, k1, device, engine.amp_dtype, prior)
-            engine.backward(loss)
-            done = step + 1
-            values = {"loss": float(loss.detach()), **parts}
-            lr = engine.step(done, opt, sched, values, model=ranker, advice=advice)
-            record = {"step": done, **values, "lr": lr}
-            eps = run.rate(len(batch.qids))
-            run.end(done, record, lr=lr, eps=eps, note=f" top1 {parts['ranker_top1']:.2f}")
+    trainer = _ListwiseTrainer(ranker, data, batches, settings, seed, k1, device, engine)
+    trainer.optimizer, trainer.scheduler, trainer.advice = opt, sched, advice
+    engine.fit(trainer, start, lw.steps, "listwise ranker")
     ranker.eval()
     engine.check_weights([ranker], lw.steps, advice)
     return {"steps": lw.steps, "start_step": start, "compute_precision": engine.compute_precision}
+
+
+class _ListwiseTrainer(StepTrainer):
+    """The engine's view of the listwise ranker: step t's batch of queries x candidates (a pure function
+    of seed and step, as a round's) and the ranker's listwise loss on it."""
+
+    def __init__(
+        self,
+        ranker: Ranker,
+        data,
+        batches: Ar2Settings,
+        settings: Ar2Settings,
+        seed: int,
+        k1: int,
+        device,
+        engine: Engine,
+    ) -> None:
+        self.model, self.data, self.batch_settings, self.settings = ranker, data, batches, settings
+        self.seed, self.k1, self.device, self.engine = seed, k1, device, engine
+
+    def batches(self, step: int) -> StepPlan:
+        torch.manual_seed(step_seed(self.seed, _ROUND, step))
+        batch = build_batch(self.data, self.batch_settings, "uniform", self.seed, _ROUND, step)
+        prior = (
+            batch_prior(batch, self.k1, self.device) if self.settings.ranker_prior == "retriever" else None
+        )
+        return StepPlan([(batch, prior)], len(batch.qids))
+
+    def loss(self, item) -> tuple[torch.Tensor, dict]:
+        batch, prior = item
+        return ranker_step(self.model, batch, self.k1, self.device, self.engine.amp_dtype, prior)
+
+    def record(self, step: int, values: dict[str, float], lr: float, eps: float) -> StepRecord:
+        return StepRecord({"step": step + 1, **values, "lr": lr}, note=f" top1 {values['ranker_top1']:.2f}")
 
 
 def rerank_run(

@@ -39,7 +39,7 @@ from pipeline.core.seeding import item_rng, seed_everything
 from pipeline.core.settings import CrossEncoderJob
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
-from pipeline.training.engine import Engine, adamw, fix_advice, linear_schedule
+from pipeline.training.engine import Engine, StepPlan, StepTrainer, adamw, fix_advice, linear_schedule
 
 log = logging.getLogger("sieve.cross_encoder_filter")
 
@@ -115,24 +115,10 @@ def train_cross_encoder(
         f"lower sieve.cross_encoder.lr (now {lr:g})",
         fp16="sieve.cross_encoder.precision" if precision == "fp16" else None,
     )
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    history = []
-    with engine.run(0, steps, "cross-encoder: training") as run:
-        for step, batch in enumerate(plan, start=1):
-            run.begin()
-            qids, pids, labels = zip(*batch)
-            enc = ranker.tokenize(
-                [texts[q] for q in qids],
-                passages.loc[list(pids), "title"].tolist(),
-                passages.loc[list(pids), "text"].tolist(),
-            )
-            with engine.autocast():  # the encoder only: Ranker's head runs in fp32
-                logits = ranker({k: v.to(ranker.device) for k, v in enc.items()})
-            loss = loss_fn(logits.float(), torch.tensor(labels, device=logits.device))
-            engine.backward(loss)
-            history.append(float(loss.detach()))
-            used = engine.step(step, optim, sched, {"loss": history[-1]}, model=ranker, advice=advice)
-            run.end(step, {"step": step, "loss": history[-1], "lr": used}, lr=used, eps=run.rate(len(batch)))
+    trainer = _PointwiseTrainer(ranker, plan, texts, passages, engine)
+    trainer.optimizer, trainer.scheduler, trainer.advice = optim, sched, advice
+    engine.fit(trainer, 0, steps, "cross-encoder: training")
+    history = trainer.history
     engine.check_weights([ranker], steps, advice)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,6 +140,35 @@ def train_cross_encoder(
     ranker.save(out)  # ranker.json last: a folder with it is complete
     log.info("cross-encoder trained: %s -> %s", info, out)
     return info
+
+
+class _PointwiseTrainer(StepTrainer):
+    """The engine's view of the cross-encoder: step t trains on the plan's batch t with binary
+    cross-entropy, (query, positive) = 1 and (query, negative) = 0."""
+
+    def __init__(self, ranker, plan: list, texts: pd.Series, passages: pd.DataFrame, engine: Engine) -> None:
+        self.model, self.plan, self.texts, self.passages, self.engine = ranker, plan, texts, passages, engine
+        self.loss_fn = torch.nn.BCEWithLogitsLoss()
+        self.history: list[float] = []  # each step's loss, for train_info.json
+
+    def batches(self, step: int) -> StepPlan:
+        return StepPlan([self.plan[step]], len(self.plan[step]))
+
+    def loss(self, batch: list) -> tuple[torch.Tensor, dict]:
+        qids, pids, labels = zip(*batch)
+        enc = self.model.tokenize(
+            [self.texts[q] for q in qids],
+            self.passages.loc[list(pids), "title"].tolist(),
+            self.passages.loc[list(pids), "text"].tolist(),
+        )
+        with self.engine.autocast():  # the encoder only: Ranker's head runs in fp32
+            logits = self.model({k: v.to(self.model.device) for k, v in enc.items()})
+        return self.loss_fn(logits.float(), torch.tensor(labels, device=logits.device)), {}
+
+    def values(self, results: list) -> dict[str, float]:
+        values = super().values(results)
+        self.history.append(values["loss"])
+        return values
 
 
 def score_candidates(

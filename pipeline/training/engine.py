@@ -9,18 +9,12 @@ config terms, the checkpoint folder (fingerprint, atomic ``state.pt``, resume), 
 a terminal, plain log lines everywhere else) and the job's time limit: a run that would not finish
 before it checkpoints and exits with EXIT_CONTINUE, and the next attempt resumes (see JobDeadline).
 
-A trainer's loop then reads::
+The step loop itself is the engine's too (Engine.fit); a trainer is a StepTrainer::
 
     engine = Engine(device=..., precision=..., max_grad_norm=..., checkpoint_dir=ckpt)
     optimizer = adamw(model, lr, weight_decay); scheduler = linear_schedule(optimizer, total, ratio)
     start = engine.resume({"model": model, "optimizer": optimizer, "scheduler": scheduler})
-    with engine.run(start, total, "train") as run:
-        for step in range(start, total):
-            run.begin()
-            loss, parts = ...                                  # the trainer's batch and loss
-            engine.backward(loss)
-            lr = engine.step(step + 1, optimizer, scheduler, {"loss": ..., **parts}, model=model, advice=...)
-            run.end(step + 1, {"step": step + 1, ...}, lr=lr, eps=run.rate(examples))
+    engine.fit(trainer, start, total, "train")  # trainer: batches(step), loss(batch), update(step), record(...)
 """
 
 from __future__ import annotations
@@ -32,16 +26,18 @@ import os
 import shutil
 import subprocess
 import time
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
 import torch.distributed
 from rich import get_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from torch.nn.parallel import DistributedDataParallel
 from transformers import get_linear_schedule_with_warmup
 
 from pipeline.core.config import ConfigError
@@ -527,6 +523,42 @@ class Engine:
         optimizer.zero_grad(set_to_none=True)
         return lr
 
+    def fit(
+        self,
+        trainer: StepTrainer,
+        start: int,
+        total: int,
+        label: str,
+        *,
+        on_step_end: Callable[[int], None] | None = None,
+    ) -> None:
+        """Run the optimizer steps ``start`` .. ``total`` - 1 of ``trainer``: per step its micro-batches,
+        each forward and backward (the loss divided by their number: gradient accumulation), the update
+        with clipping and finite checks, the log line, progress, the checkpoint and the time-limit stop.
+        ``on_step_end(done)`` runs after each step (and its checkpoint)."""
+        with self.run(start, total, label) as run:
+            for step in range(start, total):
+                run.begin()
+                plan = trainer.batches(step)
+                results = []
+                last = len(plan.batches) - 1
+                for index, batch in enumerate(plan.batches):
+                    # Under DDP only the last micro-batch's backward syncs the gradients.
+                    ddp = isinstance(plan.sync_model, DistributedDataParallel) and index != last
+                    with plan.sync_model.no_sync() if ddp else nullcontext():
+                        value, parts = trainer.loss(batch)
+                        self.backward(value / len(plan.batches))
+                    results.append((value.detach(), parts))
+                done = step + 1
+                values = trainer.values(results)
+                model, optimizer, scheduler, advice = trainer.update(step)
+                lr = self.step(done, optimizer, scheduler, values, model=model, advice=advice)
+                eps = run.rate(plan.examples)
+                end = trainer.record(step, values, lr, eps)
+                run.end(done, end.record, lr=lr, eps=eps, label=end.label, note=end.note, extra=end.extra)
+                if on_step_end is not None:
+                    on_step_end(done)
+
     def check_weights(self, models: Iterable[torch.nn.Module], step: int, advice: str) -> None:
         """Refuse to hand on trained weights that are not finite (see check_finite_weights)."""
         for model in models:
@@ -641,3 +673,59 @@ class Run:
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
             due = bool(flag.item() > 0)
         return due
+
+
+# ---- what a trainer gives the engine's step loop ---------------------------------------------------
+
+
+@dataclass
+class StepPlan:
+    """One optimizer step's micro-batches (several: gradient accumulation), the examples they hold
+    (for examples/s), and the DDP-wrapped model whose gradient sync waits for the last of them."""
+
+    batches: Sequence[Any]
+    examples: int
+    sync_model: torch.nn.Module | None = None
+
+
+@dataclass
+class StepRecord:
+    """A step's JSONL ``record`` and what Run.end shows or keeps of it (see Run.end)."""
+
+    record: dict[str, Any]
+    label: str | None = None
+    note: str = ""
+    extra: dict[str, Any] | None = None
+
+
+class StepTrainer:
+    """What a trainer brings to Engine.fit: its batches, its loss and what it logs. The defaults fit a
+    trainer of one model and one optimizer, one micro-batch a step, whose loss parts are floats."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    advice: str
+
+    def batches(self, step: int) -> StepPlan:
+        """Step ``step``'s (0-based) micro-batches; seeds the step's randomness first where it must."""
+        raise NotImplementedError
+
+    def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The forward of one micro-batch: its loss (to differentiate) and its parts for the log."""
+        raise NotImplementedError
+
+    def values(self, results: list[tuple[torch.Tensor, dict[str, Any]]]) -> dict[str, float]:
+        """The step's logged loss values from its micro-batches' results (checked to be finite)."""
+        (value, parts), *_ = results
+        return {"loss": float(value.detach()), **parts}
+
+    def update(
+        self, step: int
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler, str]:
+        """The model to clip, the optimizer and schedule that apply step ``step``, the divergence advice."""
+        return self.model, self.optimizer, self.scheduler, self.advice
+
+    def record(self, step: int, values: dict[str, float], lr: float, eps: float) -> StepRecord:
+        """The log line of step ``step`` (0-based) and its progress display."""
+        return StepRecord({"step": step + 1, **values, "lr": lr})

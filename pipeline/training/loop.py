@@ -15,9 +15,8 @@ the same weights as a run that was never interrupted.
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -27,21 +26,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from torch.nn.parallel import DistributedDataParallel
 
 from pipeline.core.config import ConfigError
-from pipeline.core.distributed import DistInfo, all_gather, all_gather_with_grad, all_reduce_mean
+from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean
 from pipeline.core.settings import Objective, TrainSettings, describe_errors
 from pipeline.training.data import epoch_order, micro_batch_indices
-from pipeline.training.engine import Engine, adamw, fix_advice, linear_schedule, step_seed
+from pipeline.training.engine import (
+    Engine,
+    StepPlan,
+    StepRecord,
+    StepTrainer,
+    adamw,
+    fix_advice,
+    linear_schedule,
+    step_seed,
+)
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, run_layers
+from pipeline.training.guides import Guide, batch_labels
 from pipeline.training.losses import (
-    ColumnLabels,
     ContrastiveLoss,
-    MultiPositiveNCELoss,
-    gist_exclude,
-    loss_for,
-    one_positive,
+    build_loss,
     own_groups,
     positive_columns,
-    relabel_labels,
     similarity_scores,
 )
 
@@ -132,49 +136,6 @@ class StateCaches:
         return {"hidden": qh, "attention_mask": qm}, {"hidden": ph, "attention_mask": pm}
 
 
-class Guide:
-    """GISTEmbedLoss's guide (dpr_gist_<guide>): a frozen retriever folder that scores each micro-batch's
-    queries against its passages. Eval mode (no dropout) and float32 without autocast: the same batch
-    gets the same scores, so the mask is deterministic and a resumed run replays it."""
-
-    def __init__(self, folder: str | Path, device: torch.device):
-        from pipeline.retrieval.model import Retriever
-
-        self.folder = str(folder)
-        self.retriever = Retriever.load(folder).to(device).eval()
-        for param in self.retriever.parameters():
-            param.requires_grad_(False)
-        self.device = device
-
-    @torch.no_grad()
-    def scores(self, batch, in_batch: bool) -> torch.Tensor:
-        """[Q_local, N] guide scores, N = the (gathered, with in-batch negatives) passage columns."""
-        r = self.retriever
-        q = r.embed_queries({k: v.to(self.device) for k, v in r.tokenize_queries(batch.query_texts).items()})
-        tokens = r.tokenize_passages(batch.passage_titles, batch.passage_texts)
-        p = r.embed_passages({k: v.to(self.device) for k, v in tokens.items()})
-        if in_batch:
-            p = all_gather(p)
-        return similarity_scores(q.float(), p.float(), r.settings.similarity, r.settings.temperature)
-
-
-def batch_labels(
-    batch, positives: torch.Tensor, n_columns: int, first: int, *, in_batch: bool, guide: Guide | None
-) -> ColumnLabels:
-    """The columns' labels of a micro-batch: the relabelled positives of its queries (a batch with
-    extra positive slots), and the negatives the guide scores above a query's positive (guide)."""
-    labels = one_positive((len(batch.query_texts), n_columns), positives)
-    if batch.passage_ids is not None:
-        ids = torch.as_tensor(batch.passage_ids, device=positives.device)
-        labels = relabel_labels(
-            all_gather(ids) if in_batch else ids, batch.positive_sets, batch.group_size, first
-        )
-    if guide is not None:
-        above = gist_exclude(guide.scores(batch, in_batch).to(positives.device), positives)
-        labels = ColumnLabels(labels.positive, labels.exclude | (above & ~labels.positive))
-    return labels
-
-
 def schedule(n_queries: int, cfg: TrainConfig) -> tuple[int, int]:
     """(optimizer steps per epoch, total steps); incomplete trailing micro-batches are not used."""
     micro = n_queries // cfg.batch_size
@@ -202,52 +163,26 @@ def train(
 ) -> dict:
     """Train ``retriever`` in place on ``data`` (a TrainData) with ``loss``; return a summary.
 
-    ``loss``: the objective (pipeline.training.losses); None = the one ``cfg``'s beta/scale name, or
-    multi-positive NCE with ``guide`` (GIST's masking) or ``cfg.extra_positives`` (relabelled positives).
+    ``loss``: the objective (pipeline.training.losses); None = the registered loss ``cfg`` selects
+    (build_loss: NCE or CCR by beta/scale, multi-positive NCE with ``guide``, GIST's masking, or
+    ``cfg.extra_positives``, relabelled positives).
 
     Writes ``checkpoint_dir/state.pt`` every ``checkpoint_every`` steps and the JSONL log
     ``checkpoint_dir/train_log.jsonl``; resumes from them when present and the fingerprint matches.
     ``on_step_end(step)`` runs after each optimizer step (and its checkpoint).
     """
-    checkpoint_dir = Path(checkpoint_dir)
     device = dist_info.device
-    world, rank = dist_info.world_size, dist_info.rank
-    k = cfg.hard_negatives
     per_epoch, total = schedule(len(data), cfg)
-    examples_per_step = cfg.batch_size * cfg.grad_accum
-
     retriever.to(device)
     retriever.train()
-    frozen, caches = None, None
-    if cfg.train_layers is not None:
-        towers = [retriever.query_model] + ([retriever.passage_model] if retriever.passage_model else [])
-        frozen = [freeze_lower(t, cfg.train_layers) for t in towers][0]
-        caches = StateCaches(retriever, frozen)
-        caches.fill(data, device, dist_info.is_main)
-        log.info(
-            "train_layers %d: %d lower layers and the embeddings frozen, their outputs cached",
-            cfg.train_layers,
-            frozen,
-        )
+    frozen, caches = _freeze(retriever, data, cfg, dist_info)
     engine = Engine.from_settings(cfg, device=device, checkpoint_dir=checkpoint_dir, dist_info=dist_info)
     optimizer = adamw(retriever, cfg.lr, cfg.weight_decay)
     scheduler = linear_schedule(optimizer, total, cfg.warmup_ratio)
-
+    objective = _objective(cfg, loss, guide)
     # What decides the result; checkpoint_every does not, and the world size only changes dropout
     # masks (and, under bf16, rounding), so a run may resume on another number of GPUs. The precision
     # actually used is part of it: a checkpoint made in bf16 is not resumed on a host computing fp32.
-    labelled = guide is not None or cfg.extra_positives > 0
-    if labelled and (loss is not None or cfg.beta != 0 or cfg.scale != "paper"):
-        raise ConfigError(
-            "a guide (GIST masking) or extra_positives (relabel) trains multi-positive NCE: no other "
-            f"loss, beta 0 on the paper's scale (given beta {cfg.beta:g}, scale {cfg.scale})"
-        )
-    if labelled:
-        objective = MultiPositiveNCELoss(
-            relabel=cfg.extra_positives > 0, guide=Path(guide.folder).name if guide is not None else None
-        )
-    else:
-        objective = loss if loss is not None else loss_for(cfg.beta, cfg.scale)
     settings = cfg.model_dump(exclude={"checkpoint_every"})
     engine.prepare(
         {
@@ -260,7 +195,6 @@ def train(
     start = engine.resume({"model": retriever, "optimizer": optimizer, "scheduler": scheduler})
     if start:
         log.info("resuming at step %d of %d (epoch %d)", start, total, start // per_epoch)
-
     model: torch.nn.Module = DualEncoder(retriever, frozen)
     if dist_info.enabled:
         # The HF pooler is never used (we pool hidden states ourselves): let DDP skip unused weights.
@@ -272,61 +206,149 @@ def train(
         "%d rank(s), computing in %s",
         total,
         per_epoch,
-        examples_per_step,
-        k,
+        cfg.batch_size * cfg.grad_accum,
+        cfg.hard_negatives,
         cfg.in_batch,
         objective.describe(),
-        world,
+        dist_info.world_size,
         engine.compute_precision,
     )
+    trainer = DenseTrainer(model, retriever, data, cfg, objective, engine, dist_info, caches, guide)
+    trainer.optimizer, trainer.scheduler, trainer.per_epoch = optimizer, scheduler, per_epoch
+    trainer.summary.update(
+        steps=total,
+        start_step=start,
+        per_epoch=per_epoch,
+        loss=objective.describe(),
+        compute_precision=engine.compute_precision,
+    )
+    engine.fit(trainer, start, total, "train", on_step_end=on_step_end)
+    engine.check_weights([retriever], total, trainer.advice)
+    return trainer.summary
 
-    advice = _advice(cfg, engine.scaler is not None)
-    order_cache: dict[int, np.ndarray] = {}
-    summary = {
-        "steps": total,
-        "start_step": start,
-        "per_epoch": per_epoch,
-        "loss": objective.describe(),
-        "compute_precision": engine.compute_precision,
-    }
-    with engine.run(start, total, "train") as run:
-        for step in range(start, total):
-            run.begin()
-            epoch, position = divmod(step, per_epoch)
-            if epoch not in order_cache:
-                order_cache.clear()
-                order_cache[epoch] = epoch_order(len(data), cfg.seed, epoch)
-            torch.manual_seed(step_seed(cfg.seed, step, rank))
-            totals = torch.zeros(4, device=device)
-            for micro in range(cfg.grad_accum):
-                idx = micro_batch_indices(
-                    order_cache[epoch], position * cfg.grad_accum + micro, cfg.batch_size, rank, world
-                )
-                batch = data.batch(idx, k, epoch, cfg.extra_positives)
-                sync = micro == cfg.grad_accum - 1 or not dist_info.enabled
-                with model.no_sync() if not sync else nullcontext():
-                    value, parts = _micro_step(
-                        model, retriever, batch, cfg, objective, engine, rank, caches, guide
-                    )
-                    engine.backward(value / cfg.grad_accum)
-                excluded = parts.get("excluded", torch.zeros((), device=device))
-                totals += torch.stack([value.detach(), parts["nce"], parts["ccr_term"], excluded.to(device)])
-            # Reduced before the update: every rank then sees the same loss, so a divergence stops
-            # all ranks at the same step (none is left waiting in a collective).
-            totals = all_reduce_mean(totals / cfg.grad_accum).tolist()
-            done = step + 1
-            values = {"loss": totals[0], "nce": totals[1], "ccr": totals[2]}
-            if labelled:  # columns out of a query's softmax, per query: what the labels took out
-                values["excluded"] = totals[3]
-            lr = engine.step(done, optimizer, scheduler, values, model=retriever, advice=advice)
-            eps = run.rate(examples_per_step)
-            record = {"step": done, "epoch": epoch, **values, "lr": lr, "examples_per_s": round(eps, 3)}
-            run.end(done, record, lr=lr, eps=eps, extra={"epoch": epoch, "position": position + 1})
-            summary.update(last=record)
-            if on_step_end is not None:
-                on_step_end(done)
-    engine.check_weights([retriever], total, advice)
-    return summary
+
+def _freeze(retriever, data, cfg: TrainConfig, dist_info: DistInfo) -> tuple[int | None, StateCaches | None]:
+    """train_layers: freeze the lower layers of both towers and cache their outputs (frozen_layers)."""
+    if cfg.train_layers is None:
+        return None, None
+    towers = [retriever.query_model] + ([retriever.passage_model] if retriever.passage_model else [])
+    frozen = [freeze_lower(t, cfg.train_layers) for t in towers][0]
+    caches = StateCaches(retriever, frozen)
+    caches.fill(data, dist_info.device, dist_info.is_main)
+    log.info(
+        "train_layers %d: %d lower layers and the embeddings frozen, their outputs cached",
+        cfg.train_layers,
+        frozen,
+    )
+    return frozen, caches
+
+
+def _objective(cfg: TrainConfig, loss: ContrastiveLoss | None, guide: Guide | None) -> ContrastiveLoss:
+    """The caller's ``loss``, else the registered loss the settings select; a caller's loss cannot
+    take labelled columns (a guide or extra positives)."""
+    if loss is None:
+        return build_loss(cfg, guide.name if guide is not None else None)
+    if guide is not None or cfg.extra_positives > 0:
+        raise ConfigError(
+            "a guide (GIST masking) or extra_positives (relabel) trains multi-positive NCE: no other "
+            f"loss, beta 0 on the paper's scale (given beta {cfg.beta:g}, scale {cfg.scale})"
+        )
+    return loss
+
+
+class DenseTrainer(StepTrainer):
+    """The engine's view of DPR/CCR training: a step's micro-batches (a pure function of the step, see
+    the module docstring), the contrastive loss of one, and the step's log line."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        retriever: torch.nn.Module,
+        data,
+        cfg: TrainConfig,
+        objective: ContrastiveLoss,
+        engine: Engine,
+        dist_info: DistInfo,
+        caches: StateCaches | None,
+        guide: Guide | None,
+    ) -> None:
+        self.ddp_model, self.model, self.data, self.cfg = model, retriever, data, cfg
+        self.objective, self.engine, self.dist, self.caches, self.guide = (
+            objective,
+            engine,
+            dist_info,
+            caches,
+            guide,
+        )
+        self.labelled = getattr(objective, "labelled", False)
+        self.advice = _advice(cfg, engine.scaler is not None)
+        self.order_cache: dict[int, np.ndarray] = {}
+        self.summary: dict = {}
+        self.per_epoch = 1
+
+    def batches(self, step: int) -> StepPlan:
+        cfg, rank, world = self.cfg, self.dist.rank, self.dist.world_size
+        epoch, position = divmod(step, self.per_epoch)
+        if epoch not in self.order_cache:
+            self.order_cache.clear()
+            self.order_cache[epoch] = epoch_order(len(self.data), cfg.seed, epoch)
+        torch.manual_seed(step_seed(cfg.seed, step, rank))
+        micro = [
+            micro_batch_indices(
+                self.order_cache[epoch], position * cfg.grad_accum + i, cfg.batch_size, rank, world
+            )
+            for i in range(cfg.grad_accum)
+        ]
+        # Each micro-batch is read when its forward runs, as it always was.
+        return StepPlan(_Lazy(self.data, micro, cfg, epoch), cfg.batch_size * cfg.grad_accum, self.ddp_model)
+
+    def loss(self, batch) -> tuple[torch.Tensor, dict]:
+        return _micro_step(
+            self.ddp_model,
+            self.model,
+            batch,
+            self.cfg,
+            self.objective,
+            self.engine,
+            self.dist.rank,
+            self.caches,
+            self.guide,
+        )
+
+    def values(self, results: list[tuple[torch.Tensor, dict]]) -> dict[str, float]:
+        device = self.engine.device
+        totals = torch.zeros(4, device=device)
+        for value, parts in results:
+            excluded = parts.get("excluded", torch.zeros((), device=device))
+            totals += torch.stack([value, parts["nce"], parts["ccr_term"], excluded.to(device)])
+        # Reduced before the update: every rank then sees the same loss, so a divergence stops
+        # all ranks at the same step (none is left waiting in a collective).
+        totals = all_reduce_mean(totals / self.cfg.grad_accum).tolist()
+        values = {"loss": totals[0], "nce": totals[1], "ccr": totals[2]}
+        if self.labelled:  # columns out of a query's softmax, per query: what the labels took out
+            values["excluded"] = totals[3]
+        return values
+
+    def record(self, step: int, values: dict[str, float], lr: float, eps: float) -> StepRecord:
+        epoch, position = divmod(step, self.per_epoch)
+        record = {"step": step + 1, "epoch": epoch, **values, "lr": lr, "examples_per_s": round(eps, 3)}
+        self.summary.update(last=record)
+        return StepRecord(record, extra={"epoch": epoch, "position": position + 1})
+
+
+class _Lazy(Sequence):
+    """A step's micro-batches, each read from the data when it is indexed."""
+
+    def __init__(self, data, indices: list, cfg: TrainConfig, epoch: int) -> None:
+        self.data, self.indices, self.cfg, self.epoch = data, indices, cfg, epoch
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        if not 0 <= i < len(self.indices):
+            raise IndexError(i)
+        return self.data.batch(self.indices[i], self.cfg.hard_negatives, self.epoch, self.cfg.extra_positives)
 
 
 def _advice(cfg: TrainConfig, fp16: bool) -> str:
@@ -370,7 +392,7 @@ def _micro_step(
     settings = retriever.settings
     scores = similarity_scores(q_emb, p_emb, settings.similarity, settings.temperature)
     positives = positive_columns(n_local, batch.group_size, first, device=scores.device)
-    if not isinstance(objective, MultiPositiveNCELoss):
+    if not getattr(objective, "labelled", False):
         return objective(scores, positives, batch.group_size, in_batch=cfg.in_batch)
     labels = batch_labels(batch, positives, scores.shape[1], first, in_batch=cfg.in_batch, guide=guide)
     value, parts = objective(scores, positives, batch.group_size, in_batch=cfg.in_batch, labels=labels)

@@ -24,9 +24,11 @@ For β ≤ 1 it is positive for every negative (descent pushes them all down); f
 with p_j > β/((β−1)·|P|) are lifted toward the positive (docs/training.md).
 All functions average over queries; β=0 with scale "paper" is exactly NCE.
 
-The training loop takes a loss *object* (``ContrastiveLoss``): ``NCELoss`` or ``CCRLoss`` built from
-the config by ``loss_for``, or any callable of the same signature that a caller brings (bench/ masks
-known false negatives that way), so the loop never decides which loss it runs.
+The training loop takes a loss *object* (``ContrastiveLoss``): one of the registered losses, built
+from the job's settings by ``build_loss``, or any callable of the same signature that a caller brings
+(bench/ masks known false negatives that way), so the loop never decides which loss it runs. A loss
+joins the registry with ``@register_loss``: its ``name`` (what the run records), ``claims`` (whether
+a job's settings select it; exactly one loss may claim a job) and ``from_settings`` (how it is built).
 
 Labelled columns (methods dpr_gist_<guide> and dpr_relabel_<detector>, docs/training.md): a
 ``ColumnLabels`` says per query which columns are its positives (P+) and which leave its softmax
@@ -46,14 +48,16 @@ relabelled positives' columns.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, Sequence, get_args
+from typing import Any, ClassVar, Protocol, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
 
+from pipeline.core.config import ConfigError
 from pipeline.core.settings import Objective
 
 SCALES = get_args(Objective.model_fields["scale"].annotation)  # paper, released_code: config ccr.scale
+CCR_SCALES = ("paper", "released_code")  # the scales CCRLoss computes (a new scale may be another loss's)
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
@@ -162,9 +166,78 @@ class ContrastiveLoss(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+class LossSettings(Protocol):
+    """What a job's settings give the loss registry (the loop's TrainConfig has these)."""
+
+    beta: float
+    scale: str
+    extra_positives: int
+
+
+class RegisteredLoss(ContrastiveLoss, Protocol):
+    """A loss the settings can choose: registered under ``name`` with ``register_loss``."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def claims(cls, settings: LossSettings, guide: str | None) -> bool: ...
+
+    @classmethod
+    def from_settings(cls, settings: LossSettings, guide: str | None) -> ContrastiveLoss: ...
+
+
+LOSSES: dict[str, type[RegisteredLoss]] = {}
+
+
+def register_loss(cls: type) -> type:
+    """Add a loss class to the registry under its ``name`` (a name is registered once)."""
+    if cls.name in LOSSES:
+        raise ValueError(
+            f"loss {cls.name!r} is registered twice ({LOSSES[cls.name].__name__}, {cls.__name__})"
+        )
+    LOSSES[cls.name] = cls
+    return cls
+
+
+def build_loss(settings: LossSettings, guide: str | None = None) -> ContrastiveLoss:
+    """The loss a job's settings select (``guide``: the GIST guide folder's name, if any): the one
+    registered loss that claims them; none or several is a ConfigError naming the settings."""
+    claimed = [cls for cls in LOSSES.values() if cls.claims(settings, guide)]
+    if len(claimed) == 1:
+        return claimed[0].from_settings(settings, guide)
+    if not claimed and not _plain(settings, guide):
+        # What the shipped losses leave unclaimed: labelled columns with a CCR objective.
+        raise ConfigError(
+            "a guide (GIST masking) or extra_positives (relabel) trains multi-positive NCE: no other "
+            f"loss, beta 0 on the paper's scale (given beta {settings.beta:g}, scale {settings.scale})"
+        )
+    names = ", ".join(cls.name for cls in claimed) or "none"
+    raise ConfigError(
+        f"training settings (beta {settings.beta:g}, scale {settings.scale}) select {len(claimed)} losses "
+        f"({names}); exactly one must match: registered are {', '.join(LOSSES)}"
+    )
+
+
+def _plain(settings: LossSettings, guide: str | None) -> bool:
+    """No labelled columns: the loss is a function of the score matrix alone."""
+    return guide is None and settings.extra_positives == 0
+
+
+@register_loss
 @dataclass(frozen=True)
 class NCELoss:
     """l(p+): InfoNCE over P (DPR's loss)."""
+
+    name: ClassVar[str] = "nce"
+
+    @classmethod
+    def claims(cls, settings: LossSettings, guide: str | None) -> bool:
+        # released_code divides even NCE by |P|: that is CCR's code path at beta 0.
+        return _plain(settings, guide) and settings.beta == 0 and settings.scale == "paper"
+
+    @classmethod
+    def from_settings(cls, settings: LossSettings, guide: str | None) -> NCELoss:
+        return cls()
 
     def __call__(
         self, scores: torch.Tensor, positives: torch.Tensor, group_size: int, *, in_batch: bool
@@ -175,12 +248,23 @@ class NCELoss:
         return {"loss": "nce"}
 
 
+@register_loss
 @dataclass(frozen=True)
 class CCRLoss:
     """l(p+) − β·mean_{p∈P} l(p) (``scale`` paper), or the same divided by |P| (released_code)."""
 
+    name: ClassVar[str] = "ccr"
     beta: float
     scale: str = "paper"
+
+    @classmethod
+    def claims(cls, settings: LossSettings, guide: str | None) -> bool:
+        nce = settings.beta == 0 and settings.scale == "paper"
+        return _plain(settings, guide) and settings.scale in CCR_SCALES and not nce
+
+    @classmethod
+    def from_settings(cls, settings: LossSettings, guide: str | None) -> CCRLoss:
+        return cls(beta=settings.beta, scale=settings.scale)
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -202,12 +286,17 @@ class CCRLoss:
         return {"loss": "ccr", **asdict(self)}
 
 
-def loss_for(beta: float = 0.0, scale: str = "paper") -> NCELoss | CCRLoss:
-    """The loss a dpr/ccr section's objective settings name: NCE exactly when β is 0 on the paper's
-    scale (released_code divides even NCE by |P|), else CCR."""
-    if beta == 0 and scale == "paper":
-        return NCELoss()
-    return CCRLoss(beta=beta, scale=scale)
+def loss_for(beta: float = 0.0, scale: str = "paper") -> ContrastiveLoss:
+    """The loss a dpr/ccr section's objective settings name (NCE exactly when β is 0 on the paper's
+    scale, else CCR), through the registry."""
+    return build_loss(_Objective(beta, scale, 0))
+
+
+@dataclass(frozen=True)
+class _Objective:
+    beta: float
+    scale: str
+    extra_positives: int
 
 
 # ---- labelled columns: several positives, columns out of the softmax -----------------------------
@@ -303,14 +392,25 @@ def restrict_to_groups(labels: ColumnLabels, group_size: int, first_query: int =
     return ColumnLabels(labels.positive, labels.exclude | ~own)
 
 
+@register_loss
 @dataclass(frozen=True)
 class MultiPositiveNCELoss:
     """``multi_positive_nce`` with the labels the loop builds for each micro-batch (``labels=``):
     the relabelled positives (``relabel``) and the guide's exclusions (``guide``). Named by what it
     is given, for the record (fingerprint, train_info.json)."""
 
+    name: ClassVar[str] = "multi_positive_nce"
+    labelled: ClassVar[bool] = True  # the loop hands it the micro-batch's ColumnLabels
     relabel: bool = False
     guide: str | None = None  # the guide folder's name: what masked the negatives
+
+    @classmethod
+    def claims(cls, settings: LossSettings, guide: str | None) -> bool:
+        return not _plain(settings, guide) and settings.beta == 0 and settings.scale == "paper"
+
+    @classmethod
+    def from_settings(cls, settings: LossSettings, guide: str | None) -> MultiPositiveNCELoss:
+        return cls(relabel=settings.extra_positives > 0, guide=guide)
 
     def __call__(
         self,

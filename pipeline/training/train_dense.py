@@ -63,7 +63,8 @@ from pipeline.core.storage import DataError, atomic_open, atomic_path, refuse_ov
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
 from pipeline.training.engine import LOG_FILE
-from pipeline.training.loop import Guide, TrainConfig, train
+from pipeline.training.guides import Guide
+from pipeline.training.loop import TrainConfig, train
 from pipeline.training.model_card import CARD_FILE, model_card
 
 RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
@@ -303,7 +304,7 @@ def train_retriever(
     Resumes from ``<out>.ckpt/`` (or ``checkpoint_dir``) when it holds a checkpoint of the same
     settings and inputs. ``recipe``: the config recipe in force, written to ``recipe.json`` (the
     settings themselves are in ``train_info.json``). ``guide``: GISTEmbedLoss's guide retriever folder
-    (loop.Guide). Returns the training summary.
+    (training.guides.Guide). Returns the training summary.
     """
     out = Path(out)
     ckpt = Path(checkpoint_dir) if checkpoint_dir else out.with_name(out.name + ".ckpt")
