@@ -1,4 +1,4 @@
-"""The settings document a planned train_dense command carries (--settings-json, pipeline.workflow.training)."""
+"""The settings document a planned train_dense command carries (--settings-json, pipeline.workflow.jobs DATASET train_dpr|train_ccr|...)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ retrieval (BM25 index; the dense search, a mining search and the dense mining of
 The workflow runs once on tiny data (40 synthkb entities, the DPR fixture, DPR untrained, 2 CCR steps)
 under an overlay that sets, for every stage, a setting away from its contract default, so a hand run that
 fell back on defaults would write other bytes. Each job's command is taken from Snakemake's printout; its
-inline document must equal, as a JSON value, what ``python -m pipeline.workflow.jobs DATASET STAGE`` prints (training's:
-``python -m pipeline.workflow.training DATASET ccr``), and the
+inline document must equal, as a JSON value, what ``python -m pipeline.workflow.jobs DATASET STAGE`` prints, and the
 same command with ``--settings <that printout>`` instead rewrites the job's outputs byte for byte.
 """
 
@@ -151,8 +150,6 @@ STAGES = {
 MARKS = {"evaluate": "bm25/run.", "search_dense": "zeroshot/run.test.", "search_for_mining": "--mining-qrels"}
 # Measured, not computed: how long the job took.
 TIMINGS = {"wall_s", "examples_per_s"}
-# The printer of a stage's document, when it is not pipeline.workflow.jobs.
-PRINTERS = {"train_ccr": ["pipeline.workflow.training", "synthkb", "ccr"]}
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +207,7 @@ def _comparable(name: str, data: bytes) -> object:
 def test_a_hand_run_with_the_job_s_document_writes_the_job_s_bytes(workflow_run, stage):
     work, commands, overlay = workflow_run
     dataset, module, outputs, (contract, key, value) = STAGES[stage]
-    printer = PRINTERS.get(stage, ["pipeline.workflow.jobs", dataset, stage])
+    printer = ["pipeline.workflow.jobs", dataset, stage]
     printed = subprocess.run(
         [sys.executable, "-m", *printer, "--configfile", str(overlay)],
         cwd=REPO,

@@ -92,3 +92,25 @@ def test_retrieval_rules_read_bm25_and_search_settings():
     assert "depth" not in document and document["negatives"] == 100 and not document["exclude_answer_match"]
     assert _document(r.depth_settings(wild)) == {"depth": 100}
     assert "dpr" in r.mining_sources() and "zeroshot" in r.mining_sources()
+
+
+def test_the_one_printer_prints_each_training_rule_s_document(rules, capsys):
+    """Training has no printer of its own: python -m pipeline.workflow.jobs prints what each training
+    rule passes (at the printer's --seed and, train_ccr, --beta)."""
+    from pipeline.workflow import jobs
+
+    t = rules.t
+    rcl_beta = rules.rcl_tags["synthkb"]
+    passed = {
+        ("train_dpr",): rules.settings("dpr")(Wild(dataset="synthkb")),
+        ("train_ccr", "--beta", "0.5", "--seed", "2"): rules.settings("ccr")(
+            Wild(dataset="synthkb", beta="0.5", seed="2")
+        ),
+        ("train_dpr_rcl",): rules.rcl_settings(Wild(dataset="synthkb", rcl_beta=rcl_beta)),
+        ("train_dpr_relabel",): rules.relabel_settings(Wild(dataset="synthkb")),
+        ("init_zeroshot",): rules.init_settings(Wild(dataset="synthkb")),
+    }
+    for argv, flag in passed.items():
+        assert jobs.main(["synthkb", *argv]) == 0
+        assert json.loads(capsys.readouterr().out) == _document(flag), argv
+    assert "train_ccr" in jobs.STAGES and t.config["seed"] == 0

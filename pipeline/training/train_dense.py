@@ -17,7 +17,7 @@ Examples::
         --similarity cosine --temperature 1 --out results/squad/models/dpr_ccr_b0.5
 
     # exactly what a workflow job trained: its settings document (the job's `settings` param, or
-    # python -m pipeline.workflow.training synthkb ccr > ccr.json), then the same inputs
+    # python -m pipeline.workflow.jobs synthkb train_ccr > ccr.json), then the same inputs
     python -m pipeline.training.train_dense --settings ccr.json --init ... --out ...
 
 The settings come from a document (--settings FILE, or --settings-json as the rules pass it; schema:

@@ -49,70 +49,78 @@ from pipeline.workflow.sieve import (
 )
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
+from pipeline.workflow.training import init_job, train_job
+
+# A stage's document from (the workflow's tables, the dataset or clean entry, the printer's arguments).
+Document = Callable[[WorkflowTables, str, argparse.Namespace], dict]
 
 
-def stage_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
-    """stage -> the document of that stage's job for (dataset, the printer's arguments)."""
-    seed = int(tables.config["seed"])
-    return {
-        "generate": lambda d, args: generate_job(tables.datasets[d]),
-        "prepare": lambda d, args: prepare_job(d, tables.datasets[d]),
-        "bm25_index": lambda d, args: bm25_job(tables.cfg(d), "index"),
-        "bm25_retrieve": lambda d, args: bm25_job(tables.cfg(d), "retrieve"),
-        "bm25_mine": lambda d, args: bm25_job(tables.cfg(d), "mine"),
-        "encode_corpus": lambda d, args: encode_job(tables.cfg(d)),
-        "build_index": lambda d, args: index_job(tables.cfg(d), seed),
-        "sieve_candidates": lambda d, args: candidates_job(tables.cfg(d), seed, tables.datasets[d]["format"]),
-        "sieve_dev_candidates": lambda d, args: candidates_job(
-            tables.cfg(d), seed, tables.datasets[d]["format"], injection=False
-        ),
-        "passage_sieve": lambda d, args: sieve_job(tables.cfg(d), seed),
-        "train_cross_encoder": lambda d, args: cross_encoder_job(tables.cfg(d), seed),
-        "filter_candidates": lambda d, args: filter_job(tables.cfg(d), seed, args.filter),
-        # not a dataset's job: a clean.<name> entry's, named where the others name the dataset
-        "clean_negatives": lambda name, args: clean_job(tables.config, name),
-        "ar2_mine": lambda d, args: ar2_mine_job(tables.cfg(d)),
-        "fuse_rrf": lambda d, args: hybrid_job(tables.cfg(d), "rrf"),
-        "fuse_weighted": lambda d, args: hybrid_job(tables.cfg(d), "wsum"),
-        "evaluate": lambda d, args: evaluate_job(
-            tables, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
-        ),
-        **ar2_round_documents(tables),
-        **dense_search_documents(tables),
-    }
+def _seed(t: WorkflowTables) -> int:
+    return int(t.config["seed"])
 
 
-# ---- AR2's round jobs: documents of one AR2 run (--seed) and, for a round's training, one variant --------
+def _training_seed(t: WorkflowTables, args: argparse.Namespace) -> int:
+    return _seed(t) if args.seed is None else args.seed
 
 
-def ar2_round_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
-    """stage -> the document of an AR2 round job of (dataset, the printer's --seed and --variant)."""
-
-    def seed(d: str, args: argparse.Namespace) -> int:
-        return tables.ar2_seeds(d)[0] if args.seed is None else args.seed
-
-    return {
-        "ar2_sieve": lambda d, args: ar2_sieve_job(
-            tables.cfg(d), seed(d, args), tables.datasets[d]["format"]
-        ),
-        "ar2_train_ranker": lambda d, args: ar2_ranker_job(tables.cfg(d), seed(d, args)),
-        "ar2_train": lambda d, args: ar2_train_job(tables.cfg(d), args.variant, seed(d, args)),
-        "ar2_select": lambda d, args: ar2_select_job(tables.cfg(d)),
-        "ar2_learning_curve": lambda d, args: ar2_curve_job(tables.cfg(d)),
-    }
+def _ar2_seed(t: WorkflowTables, d: str, args: argparse.Namespace) -> int:
+    return t.ar2_seeds(d)[0] if args.seed is None else args.seed
 
 
-def dense_search_documents(tables: WorkflowTables) -> dict[str, Callable[[str, argparse.Namespace], dict]]:
-    """The dense searches' and dense mining's stages (pipeline/workflow/retrieval.py): search_dense and
-    search_for_mining over search.backend, the AR2 dev searches over the round's embeddings (torch)."""
-    backend = tables.config["search"]["backend"]
-    return {
-        "search_dense": lambda d, args: search_job(tables.cfg(d), backend),
-        "search_for_mining": lambda d, args: mining_search_job(tables.cfg(d), backend),
-        "mine_dense_negatives": lambda d, args: mine_job(tables.cfg(d)),
-        "ar2_search_dev": lambda d, args: search_job(tables.cfg(d), "torch", amp=False),
-        "ar2_search": lambda d, args: run_depth_job(tables.cfg(d)),
-    }
+def _format(t: WorkflowTables, d: str) -> str:
+    return t.datasets[d]["format"]
+
+
+STAGE_DOCUMENTS: dict[str, Document] = {
+    "generate": lambda t, d, args: generate_job(t.datasets[d]),
+    "prepare": lambda t, d, args: prepare_job(d, t.datasets[d]),
+    "bm25_index": lambda t, d, args: bm25_job(t.cfg(d), "index"),
+    "bm25_retrieve": lambda t, d, args: bm25_job(t.cfg(d), "retrieve"),
+    "bm25_mine": lambda t, d, args: bm25_job(t.cfg(d), "mine"),
+    "encode_corpus": lambda t, d, args: encode_job(t.cfg(d)),
+    "build_index": lambda t, d, args: index_job(t.cfg(d), _seed(t)),
+    # training (pipeline/workflow/training.py): train_dpr's document is also train_dpr_filtered's and
+    # train_dpr_gist's, which differ in their inputs, not their settings
+    "init_zeroshot": lambda t, d, args: init_job(t.cfg(d)),
+    "train_dpr": lambda t, d, args: train_job(t.cfg(d), "dpr", seed=_training_seed(t, args)),
+    "train_ccr": lambda t, d, args: train_job(t.cfg(d), "ccr", seed=_training_seed(t, args), beta=args.beta),
+    "train_dpr_rcl": lambda t, d, args: train_job(
+        t.cfg(d), "dpr", seed=_training_seed(t, args), objective=t.cfg(d)["dpr"]["rcl"]
+    ),
+    "train_dpr_relabel": lambda t, d, args: train_job(
+        t.cfg(d), "dpr", seed=_training_seed(t, args), relabel=t.cfg(d)["dpr"]["relabel"]
+    ),
+    # the sieve and the other filters
+    "sieve_candidates": lambda t, d, args: candidates_job(t.cfg(d), _seed(t), _format(t, d)),
+    "sieve_dev_candidates": lambda t, d, args: candidates_job(
+        t.cfg(d), _seed(t), _format(t, d), injection=False
+    ),
+    "passage_sieve": lambda t, d, args: sieve_job(t.cfg(d), _seed(t)),
+    "train_cross_encoder": lambda t, d, args: cross_encoder_job(t.cfg(d), _seed(t)),
+    "filter_candidates": lambda t, d, args: filter_job(t.cfg(d), _seed(t), args.filter),
+    # not a dataset's job: a clean.<name> entry's, named where the others name the dataset
+    "clean_negatives": lambda t, name, args: clean_job(t.config, name),
+    # AR2: a round's jobs of one AR2 run (--seed) and, for a round's training, one variant
+    "ar2_mine": lambda t, d, args: ar2_mine_job(t.cfg(d)),
+    "ar2_sieve": lambda t, d, args: ar2_sieve_job(t.cfg(d), _ar2_seed(t, d, args), _format(t, d)),
+    "ar2_train_ranker": lambda t, d, args: ar2_ranker_job(t.cfg(d), _ar2_seed(t, d, args)),
+    "ar2_train": lambda t, d, args: ar2_train_job(t.cfg(d), args.variant, _ar2_seed(t, d, args)),
+    "ar2_select": lambda t, d, args: ar2_select_job(t.cfg(d)),
+    "ar2_learning_curve": lambda t, d, args: ar2_curve_job(t.cfg(d)),
+    # fusion and evaluation
+    "fuse_rrf": lambda t, d, args: hybrid_job(t.cfg(d), "rrf"),
+    "fuse_weighted": lambda t, d, args: hybrid_job(t.cfg(d), "wsum"),
+    "evaluate": lambda t, d, args: evaluate_job(
+        t, d, args.run.split("/")[0], allow_missing_queries=args.run == "bm25"
+    ),
+    # dense search over search.backend, dense mining, the AR2 dev searches over a round's embeddings
+    "search_dense": lambda t, d, args: search_job(t.cfg(d), t.config["search"]["backend"]),
+    "search_for_mining": lambda t, d, args: mining_search_job(t.cfg(d), t.config["search"]["backend"]),
+    "mine_dense_negatives": lambda t, d, args: mine_job(t.cfg(d)),
+    "ar2_search_dev": lambda t, d, args: search_job(t.cfg(d), "torch", amp=False),
+    "ar2_search": lambda t, d, args: run_depth_job(t.cfg(d)),
+}
+STAGES = tuple(STAGE_DOCUMENTS)
 
 
 def seed_value(text: str) -> int:
@@ -129,7 +137,7 @@ SeedDocument = job_contract("SeedDocument", "The --seed of the printer.", **fiel
 
 def main(argv: list[str] | None = None) -> int:
     """Print the settings document the workflow's job of a stage would pass, to run it by hand with
-    --settings (training's jobs: python -m pipeline.workflow.training)."""
+    --settings."""
     from pipeline.core.config import load_config, validate_config
     from pipeline.core.methods import method_table
     from pipeline.core.recipes import dataset_configs
@@ -147,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--seed",
         type=seed_value,
-        help="ar2_sieve, ar2_train_ranker, ar2_train: the AR2 run (default: its first seed)",
+        help="ar2_sieve, ar2_train_ranker, ar2_train: the AR2 run (default: its first seed); the training "
+        "stages: the training seed (default: the config's seed)",
     )
+    ap.add_argument("--beta", type=float, help="train_ccr: a β of the sweep (default ccr.beta)")
     ap.add_argument(
         "--variant",
         default="plain",
@@ -177,42 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     synthetic = args.dataset in tables.synthetic
     if args.stage in ("generate", "prepare") and synthetic != (args.stage == "generate"):
         ap.error(f"dataset {args.dataset!r} is {'generated' if synthetic else 'prepared'}, not {args.stage}d")
-    document = stage_documents(tables)[args.stage](args.dataset, args)
+    document = STAGE_DOCUMENTS[args.stage](tables, args.dataset, args)
     json.dump(document, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
     return 0
-
-
-STAGES = (
-    "generate",
-    "prepare",
-    "bm25_index",
-    "bm25_retrieve",
-    "bm25_mine",
-    "encode_corpus",
-    "build_index",
-    "sieve_candidates",
-    "sieve_dev_candidates",
-    "passage_sieve",
-    "train_cross_encoder",
-    "filter_candidates",
-    "clean_negatives",
-    "ar2_mine",
-    "ar2_sieve",
-    "ar2_train_ranker",
-    "ar2_train",
-    "ar2_select",
-    "ar2_learning_curve",
-    "fuse_rrf",
-    "fuse_weighted",
-    "evaluate",
-    # dense search and mining
-    "search_dense",
-    "search_for_mining",
-    "mine_dense_negatives",
-    "ar2_search_dev",
-    "ar2_search",
-)
 
 
 if __name__ == "__main__":

@@ -6,15 +6,11 @@ or a path tag on the way.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shlex
-import sys
 from typing import Any, Callable
 
-from pipeline.core.config import load_config, validate_config
-from pipeline.core.methods import beta_tag, method_table, rcl_model, relabel_model
-from pipeline.core.recipes import dataset_configs, dataset_recipe
+from pipeline.core.methods import beta_tag, rcl_model, relabel_model
+from pipeline.core.recipes import dataset_recipe
 from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
@@ -198,42 +194,3 @@ class TrainingRules:
         """params function of dpr_relabel_<detector>: DPR's document with dpr.relabel's settings."""
         c = self.t.cfg(wildcards.dataset)
         return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), relabel=c["dpr"]["relabel"]))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Print the settings document the workflow's job would pass, to train by hand with --settings."""
-    ap = argparse.ArgumentParser(prog="python -m pipeline.workflow.training", description=main.__doc__)
-    ap.add_argument("dataset", help="a dataset of the config")
-    ap.add_argument(
-        "section",
-        choices=("dpr", "ccr", "rcl", "relabel", "init"),
-        help="the job: dpr (also dpr_<filter>, dpr_gist_<guide>), ccr, dpr_rcl, dpr_relabel_<detector>, zero-shot",
-    )
-    ap.add_argument("--beta", type=float, help="ccr: a β of the sweep (default ccr.beta)")
-    ap.add_argument("--seed", type=int, help="default: the config's seed")
-    ap.add_argument("--configfile", nargs="*", default=[], help="overlays, as given to snakemake")
-    args = ap.parse_args(argv)
-    config = load_config(args.configfile)
-    validate_config(config, methods=lambda: method_table(config))
-    datasets = dataset_configs(config, methods=method_table)
-    if args.dataset not in datasets:
-        ap.error(f"unknown dataset {args.dataset!r} (declared: {', '.join(sorted(datasets))})")
-    c = datasets[args.dataset]
-    seed = config["seed"] if args.seed is None else args.seed
-    if args.section == "init":
-        document = init_job(c)
-    elif args.section == "rcl":
-        document = train_job(c, "dpr", seed=seed, objective=c["dpr"]["rcl"])
-    elif args.section == "relabel":
-        document = train_job(c, "dpr", seed=seed, relabel=c["dpr"]["relabel"])
-    else:
-        document = train_job(c, args.section, seed=seed, beta=args.beta if args.section == "ccr" else None)
-    json.dump(document, sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    from pipeline.core.cli import run_main  # cli imports the logging set-up a rule file does not need
-
-    run_main(main)
