@@ -59,6 +59,8 @@ from pipeline.core.settings import (
     RunDepthJob,
     SearchJob,
     SearchSettings,
+    SelectionSettings,
+    SelectModelJob,
     SieveJob,
     SieveSettings,
     SweepSettings,
@@ -130,6 +132,12 @@ JOB_FIELDS = {
         "depth": DEPTH,
         "match": MATCH,
     },
+    SelectModelJob: {
+        **{k: (SelectionSettings, k) for k in ("alphas", "metric")},
+        "depth": DEPTH,
+        "match": MATCH,
+        "batch_size": (EncodeSettings, "batch_size"),
+    },
     CandidatesJob: {
         **{k: (SieveSettings, k) for k in ("candidates", "pool", "max_queries")},
         "injection_fraction": (InjectionSettings, "fraction"),
@@ -188,6 +196,7 @@ DOCUMENT_STAGES = {
     "pipeline.retrieval.mining": MineJob,
     "pipeline.ar2.selection": {"search": RunDepthJob, "select": Ar2SelectJob},
     "pipeline.ar2.learning_curve": Ar2CurveJob,
+    "pipeline.training.select_model": SelectModelJob,
 }
 
 

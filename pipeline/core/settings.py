@@ -630,6 +630,35 @@ class HybridSettings(Contract):
     )
 
 
+def _keeps_both_ends(alphas: list[float]) -> list[float]:
+    # 0 is the start model itself: without it the selection could not keep the start, which is
+    # what it is for; 1 is the trained model, the choice a run without selection makes.
+    missing = [end for end in (0, 1) if end not in alphas]
+    if missing:
+        raise ValueError(
+            f"must include {' and '.join(map(str, missing))} (0: the start model, 1: the trained one)"
+        )
+    return alphas
+
+
+class SelectionSettings(Contract):
+    """Model selection on dev (pipeline.training.select_model): WiSE-FT's weight-space interpolation
+    theta(alpha) = (1 - alpha) theta_start + alpha theta_trained at each alpha, every one scored on the dev
+    queries' candidates; the best is kept, ties to the smallest alpha (the closest to the start)."""
+
+    alphas: Annotated[Unique(Annotated[float, Field(ge=0, le=1)], 2), AfterValidator(_keeps_both_ends)] = (
+        Field(
+            [0.0, 0.25, 0.5, 0.75, 1.0],
+            description="interpolation weights tried (0 = the start model, 1 = the trained model; both required)",
+        )
+    )
+    metric: Metric = Field(
+        "hit@1",
+        description="dev metric that chooses alpha: hit@k | recall@k | MRR@10 over the --qrels given (the truth "
+        "file qrels_all: hit@1 is synthkb's primary metric hit_all@1) | R@k (answer match)",
+    )
+
+
 class SweepSettings(Contract):
     """The noise sweep results/sweeps/noise.{json,png} over synthkb datasets declared at dial levels:
     each method's metric against the measured false-negative share, paired differences with the
@@ -1991,6 +2020,15 @@ HybridWeightedJob = job_contract(
     "answer matching (eval.depth, eval.match).",
     **fields_of(HybridSettings, "weights", "select_split", "select_metric"),
     **fields_of(EvalSettings, "depth", "match"),
+)
+SelectModelJob = job_contract(
+    "SelectModelJob",
+    "pipeline.training.select_model: the interpolation weights and the dev metric (a selection section), the "
+    "candidates re-scored per dev query and answer matching (eval.depth, eval.match), the forward pass's batch "
+    "(encode.batch_size).",
+    **fields_of(SelectionSettings, "alphas", "metric"),
+    **fields_of(EvalSettings, "depth", "match"),
+    **fields_of(EncodeSettings, "batch_size"),
 )
 EvaluateJob = job_contract(
     "EvaluateJob",

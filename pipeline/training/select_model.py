@@ -1,0 +1,272 @@
+"""Model selection on dev that can keep the start model: WiSE-FT (Wortsman et al. 2022).
+
+Each alpha of ``alphas`` gives the weight-space interpolation
+
+    theta(alpha) = (1 - alpha) * theta_start + alpha * theta_trained
+
+of the model training started from (alpha 0) and the model it ended with (alpha 1). Every candidate is
+scored on the dev queries by ``metric``, and the best is written as a retriever folder. Ties go to the
+smallest alpha, the model closest to the start: a fine-tuned model that does no better on dev than the
+model it started from is not kept (the conservative choice).
+
+    python -m pipeline.workflow.jobs D select_model > select.json   # once a rule runs it; else defaults
+    python -m pipeline.training.select_model --settings select.json \\
+        --start models/zeroshot --trained results/D/dpr/model \\
+        --queries resources/D/queries.dev.parquet --qrels resources/D/qrels.dev.parquet \\
+        --corpus resources/D/corpus.parquet --candidates results/D/bm25/run.dev.parquet \\
+        [--alphas 0 0.5 1 --metric hit@1 --depth 100 ...: over the document] --out results/D/dpr_wise/model
+
+Only the candidates are scored: each dev query's top ``depth`` passages of the ``--candidates`` run
+(BM25's, say) are re-ranked by each model, so the corpus is never encoded and the selection costs the
+same on a 21M-passage corpus as on a small one. ``--qrels`` holds the labels that choose: the
+annotated dev qrels a user has, or a truth file (synthkb's qrels_all, where hit@1 is hit_all@1).
+
+``--out`` is a retriever folder (pipeline.retrieval.model) holding the chosen model and
+``selection.json``: the dev metric of every alpha, the chosen alpha, the qrels file and the tie rule.
+Interpolation runs in fp32 (each weight cast back to its dtype); the models are scored in fp32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
+from pipeline.core.jobs import add_settings_flags, job_settings
+from pipeline.core.schemas import QUERIES_SCHEMA
+from pipeline.core.settings import SelectModelJob
+from pipeline.core.storage import DataError, check_unique, read_table, refuse_overwriting_inputs, write_json
+from pipeline.evaluation.evaluate import load_queries, read_finite_run
+from pipeline.evaluation.hybrid import dev_metric
+from pipeline.retrieval.encode import resolve_device
+from pipeline.retrieval.model import SETTINGS_FILE, Retriever
+from pipeline.training.data import PassageStore
+
+log = logging.getLogger("sieve.select_model")
+
+SELECTION_FILE = "selection.json"
+TIE_RULE = "equal dev metrics: the smallest alpha (closest to the start model)"
+# Settings that change what a model computes; base (a record) and temperature (read by the losses
+# only) may differ between the start and the trained model.
+_SCORING_SETTINGS = ("pooling", "similarity", "shared_towers", "query_max_len", "passage_max_len")
+
+
+def interpolate(
+    start_state: Mapping[str, torch.Tensor], trained_state: Mapping[str, torch.Tensor], alpha: float
+) -> dict[str, torch.Tensor]:
+    """(1 - alpha) * start + alpha * trained, tensor by tensor, computed in fp32 and cast back to each
+    tensor's dtype (fp64 in fp64; alpha 0 gives the start's tensors exactly, alpha 1 the trained ones). Integer
+    buffers are not weights: they must be equal and are taken as they are. A tensor one model lacks,
+    or of another shape or dtype, is a DataError naming it."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    only = sorted(set(start_state) ^ set(trained_state))
+    if only:
+        which = "start" if only[0] in start_state else "trained"
+        raise DataError(
+            f"tensor {only[0]!r} is in the {which} model only ({len(only)} such tensors): the models do not "
+            "share an architecture",
+            field=only[0],
+        )
+    out = {}
+    for name, start in start_state.items():
+        trained = trained_state[name]
+        if start.shape != trained.shape or start.dtype != trained.dtype:
+            raise DataError(
+                f"tensor {name!r} is {_describe(start)} in the start model, {_describe(trained)} in the "
+                "trained one: the models do not share an architecture",
+                field=name,
+            )
+        if start.is_floating_point():
+            # At least fp32 (a bf16 sum rounds twice); fp64 stays fp64, or alpha 0 would not give it back.
+            wide = torch.promote_types(start.dtype, torch.float32)
+            mixed = (1.0 - alpha) * start.to(wide) + alpha * trained.to(wide)
+            out[name] = mixed.to(start.dtype)
+        elif torch.equal(start, trained):
+            out[name] = start.clone()
+        else:
+            raise DataError(
+                f"integer buffer {name!r} differs between the start and the trained model; it cannot be "
+                "interpolated",
+                field=name,
+            )
+    return out
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"{str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}"
+
+
+def choose(scores: Mapping[float, float]) -> float:
+    """The alpha of the highest dev metric; among equal metrics the smallest alpha (closest to the
+    start model: a trained model must do better on dev to replace the one it started from)."""
+    if not scores:
+        raise ValueError("no alpha was scored")
+    best = max(scores.values())
+    return min(alpha for alpha, value in scores.items() if value == best)
+
+
+def load_texts(path: str | Path, qids: Sequence[str]) -> dict[str, str]:
+    """qid -> text of the dev queries (every qid of the file; ``qids`` only checked to be among them)."""
+    queries = read_table(path, columns=["qid", "text"], schema=QUERIES_SCHEMA)
+    check_unique(queries, "qid", path)
+    nulls = queries["text"].isna()
+    if nulls.any():
+        raise DataError("null value", file=path, record=int(nulls.idxmax()), field="text")
+    texts = dict(zip(queries["qid"].astype(str), queries["text"]))
+    missing = [q for q in qids if q not in texts]
+    if missing:
+        raise DataError(f"query {missing[0]!r} has no text", file=path, field="qid")
+    return texts
+
+
+def top_candidates(run: pd.DataFrame, depth: int) -> pd.DataFrame:
+    """Each query's first ``depth`` rows of a validated run (sorted by qid, rank)."""
+    return run[run["rank"] <= depth].reset_index(drop=True)
+
+
+@torch.no_grad()
+def rescore(
+    retriever: Retriever,
+    candidates: pd.DataFrame,
+    texts: Mapping[str, str],
+    store: PassageStore,
+    batch_size: int,
+) -> pd.DataFrame:
+    """The candidates re-ranked by ``retriever`` (a run: qid, pid, rank, score); equal scores keep the
+    candidates' order."""
+    qids = list(dict.fromkeys(candidates["qid"]))
+    query_emb = retriever.encode_queries([texts[q] for q in qids], batch_size=batch_size)
+    titles, bodies = store.get(np.arange(len(store)))
+    passage_emb = retriever.encode_passages(titles, bodies, batch_size=batch_size)
+    query_row = pd.Index(qids).get_indexer(candidates["qid"])
+    passage_row = pd.Index(store.pids).get_indexer(candidates["pid"])
+    # Row by row, not a matrix product: a pair's score must not depend on which other pairs are scored.
+    scores = np.einsum("ij,ij->i", query_emb[query_row], passage_emb[passage_row])
+    run = candidates[["qid", "pid"]].assign(score=scores.astype(np.float32), order=candidates["rank"])
+    run = run.sort_values(["qid", "score", "order"], ascending=[True, False, True], kind="stable")
+    run["rank"] = run.groupby("qid", sort=False).cumcount().astype("int32") + 1
+    return run[["qid", "pid", "rank", "score"]].reset_index(drop=True)
+
+
+def check_same_settings(start: Retriever, trained: Retriever, start_dir: str, trained_dir: str) -> None:
+    """The two retrievers pool, compare and truncate alike, else interpolating them means nothing."""
+    for name in _SCORING_SETTINGS:
+        a, b = getattr(start.settings, name), getattr(trained.settings, name)
+        if a != b:
+            raise DataError(
+                f"{name} is {a!r} in the start model ({start_dir}) and {b!r} here: the models must be "
+                "scored alike to be interpolated",
+                file=Path(trained_dir) / SETTINGS_FILE,
+                field=name,
+            )
+
+
+def select(
+    start_dir: str,
+    trained_dir: str,
+    *,
+    queries: str,
+    qrels: str,
+    corpus: str,
+    candidates: str,
+    alphas: Sequence[float],
+    metric: str,
+    depth: int,
+    match: str = "string",
+    batch_size: int = 64,
+    device: str | torch.device = "cpu",
+) -> tuple[Retriever, dict]:
+    """(the chosen model, the selection record). Each alpha's model re-ranks the dev candidates and is
+    scored by ``metric`` against ``qrels``; the best alpha wins, ties to the smallest."""
+    dev_qids = list(load_queries(queries))
+    run = top_candidates(read_finite_run(candidates, set(dev_qids)), depth)
+    if run.empty:
+        raise DataError("the candidates run ranks no dev query", file=candidates, field="qid")
+    texts = load_texts(queries, dev_qids)
+    pids = np.array(sorted(set(run["pid"])), dtype=object)
+    store = PassageStore.from_corpus(corpus, pids, source_of=lambda _pid: str(candidates))
+    # qrels given as qrels_all too: with one labels file, hit_all@k and hit@k are the same count over it.
+    score = dev_metric(queries, qrels, corpus, set(pids), metric, match, qrels_all=qrels)
+
+    start, trained = Retriever.load(start_dir), Retriever.load(trained_dir)
+    check_same_settings(start, trained, start_dir, trained_dir)
+    start_state = {k: v.detach().clone() for k, v in start.state_dict().items()}
+    trained_state = {k: v.detach().clone() for k, v in trained.state_dict().items()}
+    # Fails before any scoring: a tensor the models do not share is one line naming it.
+    try:
+        interpolate(start_state, trained_state, 1.0)
+    except DataError as err:
+        raise DataError(err.message, file=trained_dir, field=err.field) from None
+    # The trained model's settings (temperature included) unless the start itself is kept.
+    model = trained.to(device)
+    by_alpha: dict[float, float] = {}
+    for alpha in sorted(float(a) for a in alphas):
+        model.load_state_dict(interpolate(start_state, trained_state, alpha))
+        by_alpha[alpha] = float(score(rescore(model, run, texts, store, batch_size)))
+        log.info("alpha %g: dev %s %.4f", alpha, metric, by_alpha[alpha])
+    chosen = choose(by_alpha)
+    log.info("chosen alpha %g (%s)", chosen, "the start model" if chosen == 0 else "interpolated/trained")
+    if chosen == 0:
+        model = start.to(device)
+    else:
+        model.load_state_dict(interpolate(start_state, trained_state, chosen))
+    record = {
+        "method": "WiSE-FT: (1 - alpha) * start + alpha * trained, interpolated in fp32",
+        "start": str(start_dir),
+        "trained": str(trained_dir),
+        "metric": metric,
+        "qrels": str(qrels),
+        "queries": str(queries),
+        "candidates": str(candidates),
+        "depth": depth,
+        "n_queries": len(dev_qids),
+        "dev_metric_by_alpha": {f"{a:g}": v for a, v in by_alpha.items()},
+        "chosen_alpha": chosen,
+        "kept_start": chosen == 0,
+        "tie_rule": TIE_RULE,
+        "retriever": dataclasses.asdict(model.settings),
+    }
+    return model, record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser("pipeline.training.select_model", __doc__)
+    parser.add_argument("--start", required=True, help="retriever folder training started from (alpha 0)")
+    parser.add_argument("--trained", required=True, help="retriever folder it ended with (alpha 1)")
+    parser.add_argument("--queries", required=True, help="dev queries Parquet")
+    parser.add_argument("--qrels", required=True, help="dev labels that choose: annotated qrels or the truth")
+    parser.add_argument("--corpus", required=True, help="corpus Parquet (only the candidates are read)")
+    parser.add_argument("--candidates", required=True, help="a run of the dev queries (e.g. BM25's)")
+    parser.add_argument(
+        "--out", required=True, help="retriever folder of the chosen model (+ selection.json)"
+    )
+    add_job_flags(parser)
+    add_settings_flags(parser, SelectModelJob, "selection")
+    args = parser.parse_args(argv)
+    job = job_settings(SelectModelJob, args)  # before any work: a bad document or flag is one line
+    inputs = {
+        f"--{k}": getattr(args, k) for k in ("start", "trained", "queries", "qrels", "corpus", "candidates")
+    }
+    refuse_overwriting_inputs({"--out": args.out, "--log": args.log}, inputs)
+    start_stage(args.log, args.threads)
+    device = resolve_device(args.device)
+    paths = {k: getattr(args, k) for k in ("queries", "qrels", "corpus", "candidates")}
+    model, record = select(args.start, args.trained, **paths, **job.model_dump(), device=device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SETTINGS_FILE).unlink(missing_ok=True)  # incomplete until save rewrites it, last
+    write_json(out / SELECTION_FILE, record)
+    model.to("cpu").save(out)
+    log.info("wrote %s: alpha %g", out, record["chosen_alpha"])
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,268 @@
+"""Model selection on dev (pipeline.training.select_model): WiSE-FT interpolation between the start and the
+trained model, the choice (ties to the start), and the stage end to end on tiny models."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from stage_args import flags
+
+from pipeline.core.config import ConfigError
+from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
+from pipeline.core.storage import DataError, write_table
+from pipeline.retrieval.model import Retriever
+from pipeline.training import select_model
+from pipeline.training.data import PassageStore
+from pipeline.training.select_model import SELECTION_FILE, choose, interpolate, rescore
+
+# ---- interpolate: hand-computed values ------------------------------------------------------------
+
+
+def test_interpolation_is_the_weighted_sum_of_the_two_models():
+    start = {"w": torch.tensor([1.0, 2.0, -4.0]), "b": torch.tensor([0.0])}
+    trained = {"w": torch.tensor([3.0, 6.0, 4.0]), "b": torch.tensor([8.0])}
+    mixed = interpolate(start, trained, 0.25)
+    # 0.75 * start + 0.25 * trained
+    assert mixed["w"].tolist() == [1.5, 3.0, -2.0] and mixed["b"].tolist() == [2.0]
+    assert interpolate(start, trained, 0.5)["w"].tolist() == [2.0, 4.0, 0.0]
+
+
+def test_the_ends_are_the_two_models_exactly():
+    gen = torch.Generator().manual_seed(0)
+    start = {
+        "w": torch.randn(50, generator=gen) * 1e3,
+        "h": torch.randn(7, dtype=torch.float64, generator=gen),
+    }
+    trained = {
+        "w": torch.randn(50, generator=gen) * 1e-3,
+        "h": torch.randn(7, dtype=torch.float64, generator=gen),
+    }
+    for alpha, expected in ((0.0, start), (1.0, trained)):
+        got = interpolate(start, trained, alpha)
+        assert all(torch.equal(got[k], expected[k]) and got[k].dtype == expected[k].dtype for k in start)
+
+
+def test_a_half_precision_tensor_is_mixed_in_fp32_and_keeps_its_dtype():
+    # bf16 holds 8 bits of mantissa: 256 and 257 are not both representable, 256 + 2 is.
+    start = {"w": torch.tensor([256.0, 1.0], dtype=torch.bfloat16)}
+    trained = {"w": torch.tensor([258.0, 2.0], dtype=torch.bfloat16)}
+    got = interpolate(start, trained, 0.5)["w"]
+    assert got.dtype == torch.bfloat16
+    # fp32: (128 + 129, 0.5 + 1) = (257, 1.5), then rounded once to bf16 (257 -> 256, ties to even)
+    assert got.tolist() == [256.0, 1.5]
+
+
+def test_integer_buffers_are_taken_as_they_are_and_must_be_equal():
+    start = {"ids": torch.arange(4), "w": torch.zeros(2)}
+    got = interpolate(start, {"ids": torch.arange(4), "w": torch.ones(2)}, 0.5)
+    assert got["ids"].dtype == torch.int64 and got["ids"].tolist() == [0, 1, 2, 3]
+    with pytest.raises(DataError, match=r"integer buffer 'ids' differs") as err:
+        interpolate(start, {"ids": torch.arange(1, 5), "w": torch.ones(2)}, 0.5)
+    assert err.value.field == "ids"
+
+
+@pytest.mark.parametrize(
+    "trained,message",
+    [
+        ({"a": torch.zeros(2), "c": torch.zeros(2)}, r"tensor 'b' is in the start model only"),
+        (
+            {"a": torch.zeros(2), "b": torch.zeros(2), "c": torch.zeros(1)},
+            r"tensor 'c' is in the trained model only",
+        ),
+        (
+            {"a": torch.zeros(2), "b": torch.zeros(3)},
+            r"tensor 'b' is float32 \[2\] in the start model, float32 \[3\]",
+        ),
+        (
+            {"a": torch.zeros(2), "b": torch.zeros(2, dtype=torch.float16)},
+            r"tensor 'b' is float32 \[2\] .* float16",
+        ),
+    ],
+)
+def test_tensors_the_models_do_not_share_are_one_line_naming_the_tensor(trained, message):
+    start = {"a": torch.zeros(2), "b": torch.zeros(2)}
+    with pytest.raises(DataError, match=message) as err:
+        interpolate(start, trained, 0.5)
+    assert "\n" not in str(err.value)
+
+
+def test_alpha_outside_the_unit_interval_is_refused():
+    with pytest.raises(ValueError, match="alpha"):
+        interpolate({"w": torch.zeros(1)}, {"w": torch.ones(1)}, 1.5)
+
+
+# ---- choose: max, ties to the smallest alpha -------------------------------------------------------
+
+
+def test_choose_takes_the_best_metric():
+    assert choose({0.0: 0.40, 0.25: 0.45, 0.5: 0.52, 0.75: 0.50, 1.0: 0.30}) == 0.5
+
+
+def test_choose_breaks_ties_towards_the_start():
+    assert choose({0.0: 0.5, 0.5: 0.6, 1.0: 0.6}) == 0.5
+    assert choose({0.0: 0.7, 0.25: 0.7, 1.0: 0.7}) == 0.0
+    # the dict's order is not the rule: the smallest alpha wins whatever order the scores come in
+    assert choose({1.0: 0.6, 0.75: 0.6, 0.0: 0.1}) == 0.75
+
+
+def test_the_settings_keep_both_ends_and_stay_in_the_unit_interval():
+    from pipeline.core.settings import SelectModelJob, from_dict
+
+    assert from_dict(SelectModelJob, {}, "settings").alphas == [0.0, 0.25, 0.5, 0.75, 1.0]
+    for alphas, message in (
+        ([0.5, 1], "must include 0"),
+        ([0, 0.5], "must include 1"),
+        ([0, 1.2, 1], "less than"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            from_dict(SelectModelJob, {"alphas": alphas}, "settings")
+    with pytest.raises(ConfigError, match="listed twice"):
+        from_dict(SelectModelJob, {"alphas": [0, 1, 1]}, "settings")
+
+
+# ---- the stage on tiny models ------------------------------------------------------------------------
+
+N_QUERIES, N_PASSAGES, DEPTH = 8, 30, 10
+WORDS = "river stone market winter garden engine bridge violin harbor forest lantern copper meadow".split()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, make_retriever):
+    """Two tiny retrievers of one architecture (start, trained), dev queries, a corpus and a candidates
+    run of DEPTH passages per query, plus 5 passages per query below DEPTH that must not be scored."""
+    root = tmp_path_factory.mktemp("select")
+    rng = np.random.default_rng(0)
+    paths = {name: root / f"{name}.parquet" for name in ("corpus", "queries", "candidates")}
+    pids = [f"p{i:02d}" for i in range(N_PASSAGES)]
+    corpus = pd.DataFrame(
+        {
+            "pid": pids,
+            "title": [f"t{i}" for i in range(N_PASSAGES)],
+            "text": [" ".join(rng.choice(WORDS, 6)) for _ in pids],
+        }
+    )
+    write_table(paths["corpus"], corpus, CORPUS_SCHEMA)
+    qids = [f"q{i}" for i in range(N_QUERIES)]
+    queries = pd.DataFrame(
+        {"qid": qids, "text": [" ".join(rng.choice(WORDS, 3)) for _ in qids], "answers": [[]] * N_QUERIES}
+    )
+    write_table(paths["queries"], queries, QUERIES_SCHEMA)
+    rows = []
+    for qid in qids:
+        for rank, pid in enumerate(rng.permutation(pids)[: DEPTH + 5], start=1):
+            rows.append((qid, pid, rank, float(100 - rank)))
+    write_table(paths["candidates"], pd.DataFrame(rows, columns=RUN_SCHEMA.names), RUN_SCHEMA)
+    start = make_retriever(root / "start", seed=0)
+    trained = make_retriever(root / "trained", seed=1)
+    return root, paths, start, trained
+
+
+def _scored(folder_or_model, paths, state=None) -> pd.DataFrame:
+    """The dev candidates re-ranked by a retriever folder (or a model with ``state`` loaded)."""
+    model = Retriever.load(folder_or_model) if not isinstance(folder_or_model, Retriever) else folder_or_model
+    if state is not None:
+        model.load_state_dict(state)
+    run = select_model.top_candidates(
+        pd.read_parquet(paths["candidates"]).sort_values(["qid", "rank"]), DEPTH
+    )
+    texts = select_model.load_texts(paths["queries"], list(run["qid"].unique()))
+    store = PassageStore.from_corpus(paths["corpus"], np.array(sorted(set(run["pid"])), dtype=object))
+    return rescore(model, run, texts, store, batch_size=4)
+
+
+def _qrels_from_top(run: pd.DataFrame, path) -> None:
+    """Labels that a given model's first passage is the relevant one for every query (hit@1 = 1 for it)."""
+    top = run[run["rank"] == 1]
+    write_table(path, top.assign(relevance=1)[["qid", "pid", "relevance"]], QRELS_SCHEMA)
+
+
+def _run_stage(root, paths, start, trained, qrels, out, *extra) -> dict:
+    argv = flags(paths, "queries", "corpus", "candidates", start=start, trained=trained, qrels=qrels, out=out)
+    assert (
+        select_model.main([*argv, "--depth", str(DEPTH), "--batch-size", "4", "--device", "cpu", *extra]) == 0
+    )
+    return json.loads((out / SELECTION_FILE).read_text())
+
+
+def test_alpha_0_scores_as_the_start_model_and_alpha_1_as_the_trained_one(world):
+    _root, paths, start, trained = world
+    start_state = Retriever.load(start).state_dict()
+    trained_state = Retriever.load(trained).state_dict()
+    model = Retriever.load(trained)
+    for alpha, folder in ((0.0, start), (1.0, trained)):
+        mixed = _scored(model, paths, interpolate(start_state, trained_state, alpha))
+        pd.testing.assert_frame_equal(mixed, _scored(folder, paths), check_exact=True)
+    # and the two models do rank differently, so the comparison above can tell them apart
+    assert not _scored(start, paths)["pid"].equals(_scored(trained, paths)["pid"])
+
+
+def test_only_the_top_depth_candidates_are_scored(world):
+    _root, paths, start, _trained = world
+    run = _scored(start, paths)
+    assert run.groupby("qid").size().eq(DEPTH).all()
+    candidates = pd.read_parquet(paths["candidates"])
+    assert set(zip(run["qid"], run["pid"])) == set(
+        zip(*candidates[candidates["rank"] <= DEPTH][["qid", "pid"]].to_numpy().T)
+    )
+
+
+def test_a_trained_model_worse_on_dev_keeps_the_start(world):
+    root, paths, start, trained = world
+    qrels = root / "qrels.start_top.parquet"
+    _qrels_from_top(_scored(start, paths), qrels)  # the start model is right on every dev query
+    out = root / "kept"
+    record = _run_stage(root, paths, start, trained, qrels, out)
+    by_alpha = record["dev_metric_by_alpha"]
+    assert by_alpha["0"] == 1.0 and by_alpha["1"] < 1.0
+    assert record["chosen_alpha"] == 0.0 and record["kept_start"] and record["qrels"] == str(qrels)
+    assert "smallest alpha" in record["tie_rule"]
+    pd.testing.assert_frame_equal(_scored(out, paths), _scored(start, paths), check_exact=True)
+
+
+def test_the_chosen_folder_loads_and_scores_as_the_chosen_alpha(world):
+    root, paths, start, trained = world
+    qrels = root / "qrels.trained_top.parquet"
+    _qrels_from_top(_scored(trained, paths), qrels)  # the trained model is right on every dev query
+    out = root / "chosen"
+    record = _run_stage(root, paths, start, trained, qrels, out, "--alphas", "0", "0.5", "1")
+    by_alpha = {float(a): v for a, v in record["dev_metric_by_alpha"].items()}
+    assert set(by_alpha) == {0.0, 0.5, 1.0} and by_alpha[1.0] == 1.0 > by_alpha[0.0]
+    chosen = record["chosen_alpha"]
+    assert chosen == choose(by_alpha) > 0
+    states = (Retriever.load(start).state_dict(), Retriever.load(trained).state_dict())
+    expected = _scored(Retriever.load(trained), paths, interpolate(*states, chosen))
+    pd.testing.assert_frame_equal(_scored(out, paths), expected, check_exact=True)
+
+
+def test_models_of_another_shape_are_one_line_naming_the_tensor(world, tmp_path, capsys):
+    from pipeline.retrieval.model import RetrieverSettings, make_tiny_encoder
+
+    root, paths, start, _trained = world
+    wide = make_tiny_encoder(tmp_path / "wide-base", seed=2, hidden=16)
+    Retriever.from_pretrained(str(wide), RetrieverSettings(base="tiny", temperature=0.05)).save(
+        tmp_path / "wide"
+    )
+    qrels = root / "qrels.any.parquet"
+    _qrels_from_top(_scored(start, paths), qrels)
+    argv = flags(
+        paths, "queries", "corpus", "candidates", start=start, trained=tmp_path / "wide", qrels=qrels
+    )
+    with pytest.raises(SystemExit) as exit_:
+        select_model.run_main(select_model.main, [*argv, "--out", str(tmp_path / "out"), "--device", "cpu"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert str(tmp_path / "wide") in err and "tensor 'query_model." in err and "[" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_output_may_not_be_an_input(world):
+    root, paths, start, trained = world
+    argv = flags(
+        paths, "queries", "corpus", "candidates", start=start, trained=trained, qrels=paths["queries"]
+    )
+    with pytest.raises(DataError, match="--out is the same file as the input --start|--out .* input --start"):
+        select_model.main([*argv, "--out", str(start), "--device", "cpu"])
