@@ -9,12 +9,15 @@ scored on the dev queries by ``metric``, and the best is written as a retriever 
 smallest alpha, the model closest to the start: a fine-tuned model that does no better on dev than the
 model it started from is not kept (the conservative choice).
 
-    python -m pipeline.workflow.jobs D select_model > select.json   # once a rule runs it; else defaults
-    python -m pipeline.training.select_model --settings select.json \\
-        --start models/zeroshot --trained results/D/dpr/model \\
+    python -m pipeline.training.select_model \\
+        --start results/D/models/zeroshot --trained results/D/models/dpr \\
         --queries resources/D/queries.dev.parquet --qrels resources/D/qrels.dev.parquet \\
         --corpus resources/D/corpus.parquet --candidates results/D/bm25/run.dev.parquet \\
-        [--alphas 0 0.5 1 --metric hit@1 --depth 100 ...: over the document] --out results/D/dpr_wise/model
+        [--settings FILE] [--alphas 0 0.5 1 --metric MRR@10 --depth 100 ...] --out results/D/models/dpr_wise
+
+The settings (pipeline.core.settings.SelectModelJob: alphas, metric, depth, match, batch_size) come as
+one document (``--settings FILE`` or ``--settings-json``), each flag over it, the contract's default
+for a key neither gives.
 
 Only the candidates are scored: each dev query's top ``depth`` passages of the ``--candidates`` run
 (BM25's, say) are re-ranked by each model, so the corpus is never encoded and the selection costs the
@@ -37,7 +40,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import SelectModelJob
@@ -255,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--{k}": getattr(args, k) for k in ("start", "trained", "queries", "qrels", "corpus", "candidates")
     }
     refuse_overwriting_inputs({"--out": args.out, "--log": args.log}, inputs)
+    check_writable(args.out, args.log)
     start_stage(args.log, args.threads)
     device = resolve_device(args.device)
     paths = {k: getattr(args, k) for k in ("queries", "qrels", "corpus", "candidates")}
