@@ -239,14 +239,21 @@ def select(
     return model, record
 
 
+# The stage's inputs: flag -> help.
+INPUTS = {
+    "start": "retriever folder training started from (alpha 0)",
+    "trained": "retriever folder it ended with (alpha 1)",
+    "queries": "dev queries Parquet",
+    "qrels": "dev labels that choose: annotated qrels or the truth (qrels_all)",
+    "corpus": "corpus Parquet (only the candidates' passages are read)",
+    "candidates": "a run of the dev queries (e.g. BM25's) whose top depth passages are re-scored",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("pipeline.training.select_model", __doc__)
-    parser.add_argument("--start", required=True, help="retriever folder training started from (alpha 0)")
-    parser.add_argument("--trained", required=True, help="retriever folder it ended with (alpha 1)")
-    parser.add_argument("--queries", required=True, help="dev queries Parquet")
-    parser.add_argument("--qrels", required=True, help="dev labels that choose: annotated qrels or the truth")
-    parser.add_argument("--corpus", required=True, help="corpus Parquet (only the candidates are read)")
-    parser.add_argument("--candidates", required=True, help="a run of the dev queries (e.g. BM25's)")
+    for name, text in INPUTS.items():
+        parser.add_argument(f"--{name}", required=True, help=text)
     parser.add_argument(
         "--out", required=True, help="retriever folder of the chosen model (+ selection.json)"
     )
@@ -254,9 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     add_settings_flags(parser, SelectModelJob, "selection")
     args = parser.parse_args(argv)
     job = job_settings(SelectModelJob, args)  # before any work: a bad document or flag is one line
-    inputs = {
-        f"--{k}": getattr(args, k) for k in ("start", "trained", "queries", "qrels", "corpus", "candidates")
-    }
+    inputs = {f"--{name}": getattr(args, name) for name in INPUTS}
     refuse_overwriting_inputs({"--out": args.out, "--log": args.log}, inputs)
     check_writable(args.out, args.log)
     start_stage(args.log, args.threads)
