@@ -266,3 +266,29 @@ def test_the_output_may_not_be_an_input(world):
     )
     with pytest.raises(DataError, match="--out is the same file as the input --start|--out .* input --start"):
         select_model.main([*argv, "--out", str(start), "--device", "cpu"])
+
+
+def test_models_scored_differently_are_one_line_naming_the_setting(world, tmp_path):
+    from pipeline.retrieval.model import RetrieverSettings, make_tiny_encoder
+
+    root, paths, start, _trained = world
+    base = make_tiny_encoder(tmp_path / "cls-base", seed=3)
+    Retriever.from_pretrained(str(base), RetrieverSettings(base="tiny", pooling="cls")).save(tmp_path / "cls")
+    qrels = root / "qrels.any.parquet"
+    _qrels_from_top(_scored(start, paths), qrels)
+    argv = flags(paths, "queries", "corpus", "candidates", start=start, trained=tmp_path / "cls", qrels=qrels)
+    with pytest.raises(DataError, match=r"retriever.json: field 'pooling': pooling is 'mean' in the start"):
+        select_model.main([*argv, "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_truth_file_chooses_by_hit_all(world, tmp_path):
+    # One labels file: hit_all@1 over it is hit@1 over it (synthkb's qrels_all as --qrels).
+    root, paths, start, trained = world
+    qrels = root / "qrels.any.parquet"
+    _qrels_from_top(_scored(start, paths), qrels)
+    by_name = {
+        metric: _run_stage(root, paths, start, trained, qrels, tmp_path / metric, "--metric", metric)
+        for metric in ("hit@1", "hit_all@1")
+    }
+    assert by_name["hit@1"]["dev_metric_by_alpha"] == by_name["hit_all@1"]["dev_metric_by_alpha"]
