@@ -215,7 +215,8 @@ def select(
         by_alpha[alpha] = float(score(rescore(model, run, texts, store, batch_size)))
         log.info("alpha %g: dev %s %.4f", alpha, metric, by_alpha[alpha])
     chosen = choose(by_alpha)
-    log.info("chosen alpha %g (%s)", chosen, "the start model" if chosen == 0 else "interpolated/trained")
+    kept = {0.0: "the start model", 1.0: "the trained model"}.get(chosen, "an interpolation")
+    log.info("chosen alpha %g: %s", chosen, kept)
     if chosen == 0:
         model = start.to(device)
     else:
