@@ -19,6 +19,11 @@ a method name of its own. The file layout of each record is pipeline/workflow/pa
     dpr_relabel_<detector>    DPR on what a filter kept, its dropped candidates as extra positives
                               (multi-positive NCE; dpr_relabel_sieve: the sieve dpr_sieve trains on)
     dpr_mined_<dense>         DPR on the negatives a dense method mined (mining.smk)
+    <trained>_wise            a trained dense method's model chosen on dev among WiSE-FT interpolations
+                              with the model it started from (alpha 0 keeps the start), by the dev
+                              qrels a user has                             model <model>_wise
+    <trained>_wise_truth      the same chosen by the true dev labels (qrels_all): a label-reading
+                              control                                      model <model>_wise_truth
     hybrid_{rrf,wsum}_<dense> BM25 fused with a dense method's run (hybrid.smk)
     ar2, ar2_sieve, ...       AR2 rounds per seed (ar2.smk)
 """
@@ -72,6 +77,9 @@ SIEVE_DECISION_TAG_KEYS = ("strict", "fallback")
 SIEVE_FILTERS = ("sieve", "sieve_no_ccr")
 # GISTEmbedLoss's guides (dpr_gist_<guide>): the untrained base and the DPR warm-up.
 GIST_GUIDES = ("zeroshot", "dpr")
+# Model selection on dev (<trained>_wise...): the name's suffix -> the dev labels that choose (dev: the
+# annotated qrels a user has; truth: qrels_all, which only synthetic data has).
+SELECTIONS = {"wise": "dev", "wise_truth": "truth"}
 
 
 def beta_tag(beta: float) -> str:
@@ -165,6 +173,12 @@ def gist_model(guide: str, negatives: str) -> str:
     return f"dpr_gist_{guide}_{negatives}"
 
 
+def selected_model(model: str, labels: str) -> str:
+    """The folder of ``model``'s selection on dev by ``labels`` (dev or truth; SELECTIONS)."""
+    suffix = {kind: name for name, kind in SELECTIONS.items()}[labels]
+    return f"{model}_{suffix}"
+
+
 def relabel_model(negatives: str) -> str:
     """The model folder of DPR trained on a detector's kept ``negatives`` with its dropped candidates
     as extra positives (the qrels relabel_qrels writes beside them)."""
@@ -195,6 +209,8 @@ class Method:
     variant_dir: str | None = (
         None  # ar2: its folder results/{dataset}/ar2/<variant_dir>/ (variant + sieve tag)
     )
+    selects: str | None = None  # <trained>_wise*: the model folder it selects from (with its start)
+    labels: Literal["dev", "truth"] | None = None  # <trained>_wise*: the dev labels that choose
 
     @property
     def random(self) -> bool:
@@ -278,6 +294,20 @@ def method_table(config: dict) -> dict[str, Method]:
         )
         for m in list(dense)
     ]
+    # Model selection on dev between each trained model and the one it started from (opt-in).
+    dense += [
+        replace(
+            m,
+            name=f"{m.name}_{suffix}",
+            run=selected_model(m.run, labels),
+            model=selected_model(m.model, labels),
+            selects=m.model,
+            labels=labels,
+        )
+        for m in list(dense)
+        if m.trains is not None
+        for suffix, labels in SELECTIONS.items()
+    ]
     hybrids = [
         Method(
             f"hybrid_{fusion}_{m.name}", "hybrid", run=f"hybrid_{fusion}_{m.run}", fusion=fusion, base=m.run
@@ -325,8 +355,9 @@ def closest(name: str, known: list[str] | tuple[str, ...] | set[str], n: int = 3
 
 def reads_true_labels(m: Method) -> bool:
     """Whether ``m``'s training reads the true false-negative labels (qrels_all): an oracle, which a
-    user's own data cannot run (dpr_oracle, dpr_relabel_oracle)."""
-    return m.filter in TRUE_LABEL_FILTERS
+    user's own data cannot run (dpr_oracle, dpr_relabel_oracle), or its model is chosen by them
+    (<trained>_wise_truth)."""
+    return m.filter in TRUE_LABEL_FILTERS or m.labels == "truth"
 
 
 def control_reason(m: Method) -> str | None:
@@ -334,6 +365,8 @@ def control_reason(m: Method) -> str | None:
     dpr_oracle uses the dataset's true false-negative labels, which real data does not have; dpr_none
     trains on the filters' candidate pool with nothing dropped; a β-0 run (dpr_ccr_b0, dpr_sieve_b0) is
     the same training without CCR's regulariser."""
+    if m.labels == "truth":
+        return "chosen by the true dev labels (qrels_all), which real data does not have"
     if reads_true_labels(m):
         return "uses the true false-negative labels (qrels_all), which real data does not have"
     if m.filter == "none" and m.guide is None:
@@ -365,6 +398,13 @@ def _scorer(m: Method) -> str:
 
 def describe(m: Method) -> str:
     """What ``m`` is, in one line: its training and, for a DPR on filtered negatives, what chose them."""
+    if m.selects is not None:
+        labels = "the true dev labels (qrels_all)" if m.labels == "truth" else "the dev qrels"
+        trained = replace(m, selects=None, labels=None)
+        return (
+            f"models/{m.selects} or a WiSE-FT interpolation with models/{started_from(m)} it started from, "
+            f"chosen by {labels} (trained: {describe(trained)})"
+        )
     if m.kind == "bm25":
         return "BM25 (no training)"
     if m.kind == "hybrid":

@@ -641,7 +641,7 @@ def _keeps_both_ends(alphas: list[float]) -> list[float]:
     return alphas
 
 
-class SelectionSettings(Contract):
+class SelectionSettings(JobResources):
     """Model selection on dev (pipeline.training.select_model): WiSE-FT's weight-space interpolation
     theta(alpha) = (1 - alpha) theta_start + alpha theta_trained at each alpha, every one scored on the dev
     queries' candidates; the best is kept, ties to the smallest alpha (the closest to the start)."""
@@ -1476,6 +1476,7 @@ class Config(Contract):
     index: IndexSettings = IndexSettings()
     search: SearchSettings = SearchSettings()
     hybrid: HybridSettings = HybridSettings()
+    selection: SelectionSettings = SelectionSettings()
     sweep: SweepSettings = SweepSettings()
     tournament: TournamentSettings = TournamentSettings()
     sieve: SieveSettings = SieveSettings()
@@ -1521,6 +1522,7 @@ SECTIONS: dict[str, type[Contract]] = {
         "index",
         "search",
         "hybrid",
+        "selection",
         "sweep",
         "tournament",
         "sieve",

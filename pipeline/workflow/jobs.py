@@ -49,7 +49,7 @@ from pipeline.workflow.sieve import (
 )
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
-from pipeline.workflow.training import init_job, train_job
+from pipeline.workflow.training import init_job, select_job, train_job
 
 # A stage's document from (the workflow's tables, the dataset or clean entry, the printer's arguments).
 Document = Callable[[WorkflowTables, str, argparse.Namespace], dict]
@@ -90,6 +90,7 @@ STAGE_DOCUMENTS: dict[str, Document] = {
     "train_dpr_relabel": lambda t, d, args: train_job(
         t.cfg(d), "dpr", seed=_training_seed(t, args), relabel=t.cfg(d)["dpr"]["relabel"]
     ),
+    "select_model": lambda t, d, args: select_job(t.cfg(d)),
     # the sieve and the other filters
     "sieve_candidates": lambda t, d, args: candidates_job(t.cfg(d), _seed(t), _format(t, d)),
     "sieve_dev_candidates": lambda t, d, args: candidates_job(

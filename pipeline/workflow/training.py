@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Callable
 
-from pipeline.core.methods import beta_tag, rcl_model, relabel_model
+from pipeline.core.methods import Method, beta_tag, rcl_model, relabel_model, started_from
 from pipeline.core.recipes import dataset_recipe
 from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
 from pipeline.workflow.documents import settings_flag
@@ -18,8 +18,11 @@ from pipeline.workflow.paths import (
     filter_decisions,
     negatives,
     qrels,
+    qrels_all,
     queries,
     relabel_qrels,
+    retriever,
+    run,
     train_negatives,
 )
 from pipeline.workflow.tables import Wildcards, WorkflowTables
@@ -83,6 +86,10 @@ class TrainingRules:
         self.t, self.base_input = tables, base_input
         # The β tag of each dataset's dpr_rcl (dpr.rcl.beta).
         self.rcl_tags = {d: beta_tag(tables.cfg(d)["dpr"]["rcl"]["beta"]) for d in tables.datasets}
+        # The model folders of the <trained>_wise* methods (select_model's {model}).
+        self.selected_models = sorted(
+            {m.model for d in tables.datasets for m in tables.runs[d].values() if m.selects is not None}
+        )
         self.train_inputs = {
             "queries": queries("{dataset}", "train"),
             "qrels": qrels("{dataset}", "train"),
@@ -160,6 +167,45 @@ class TrainingRules:
             )
         return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), objective=c["dpr"]["rcl"]))
 
+    def selection(self, wildcards: Wildcards) -> Method:
+        """The <trained>_wise* method whose model folder a select_model job's {model} is."""
+        d = wildcards.dataset
+        for m in self.t.runs[d].values():
+            if m.selects is not None and m.model == wildcards.model:
+                return m
+        raise ValueError(f"models/{wildcards.model} of dataset {d!r}: no <trained>_wise method selects it")
+
+    def select_inputs(self, wildcards: Wildcards) -> dict[str, str]:
+        """input function of select_model: the model training started from (alpha 0) and the trained one
+        (alpha 1), a seed's own where they are trained, the dev split's tables with the labels that
+        choose (the dev qrels, or qrels_all for the truth), and BM25's dev run whose candidates are
+        re-scored."""
+        d, m = wildcards.dataset, self.selection(wildcards)
+        start, trained = self.t.runs[d][started_from(m)], m.selects
+        start_model = start.model
+        if "seed" in wildcards.keys():
+            trained = self.t.seeded_model(trained, wildcards.seed)
+            if start.random:
+                start_model = self.t.seeded_model(start_model, wildcards.seed)
+        if m.labels == "truth" and d not in self.t.synthetic:
+            raise ValueError(
+                f"{m.name} of dataset {d!r} is chosen by the true dev labels (qrels_all), which only a "
+                "synthetic dataset has; use the dev qrels' selection instead"
+            )
+        labels = qrels_all(d, "dev") if m.labels == "truth" else qrels(d, "dev")
+        return {
+            "start": retriever(d, start_model),
+            "trained": retriever(d, trained),
+            "queries": queries(d, "dev"),
+            "qrels": labels,
+            "corpus": corpus(d),
+            "candidates": run(d, "bm25", "dev"),
+        }
+
+    def select_settings(self, wildcards: Wildcards) -> str:
+        """params function: select_model's document (select_job), recorded and passed whole."""
+        return settings_flag(select_job(self.t.cfg(wildcards.dataset)))
+
     def relabel_detector(self, wildcards: Wildcards) -> str:
         """The filter whose dropped candidates a relabel job's {negs} (its kept negatives) stands for."""
         d = wildcards.dataset
@@ -194,3 +240,11 @@ class TrainingRules:
         """params function of dpr_relabel_<detector>: DPR's document with dpr.relabel's settings."""
         c = self.t.cfg(wildcards.dataset)
         return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), relabel=c["dpr"]["relabel"]))
+
+
+def select_job(config: dict) -> dict[str, Any]:
+    """The document of a select_model job of a dataset whose resolved config is ``config``
+    (pipeline.core.settings.SelectModelJob): section selection's alphas and metric, the candidates'
+    depth and answer matching (eval), the forward pass's batch (encode)."""
+    reads = (("selection", ("alphas", "metric")), ("eval", ("depth", "match")), ("encode", ("batch_size",)))
+    return {key: config[section][key] for section, keys in reads for key in keys}

@@ -320,3 +320,44 @@ use rule train_dpr_gist as train_dpr_gist_seed with:
         "logs/train_dpr_gist/{dataset}.{guide}.{negs}.s{seed}.log",
     benchmark:
         "benchmarks/train_dpr_gist/{dataset}.{guide}.{negs}.s{seed}.tsv"
+
+
+rule select_model:
+    # Model selection on dev (opt-in methods <trained>_wise, <trained>_wise_truth): the trained model,
+    # the model it started from or a WiSE-FT interpolation of the two, the best on dev; see
+    # docs/training.md "Keeping the start: model selection on dev".
+    input:
+        unpack(training_rules.select_inputs),
+    output:
+        retriever("{dataset}", "{model}"),
+    wildcard_constraints:
+        model=alternatives([re.escape(m) for m in training_rules.selected_models]),
+    params:
+        settings=training_rules.select_settings,
+        device=job_device,  # for job_env
+    threads: dataset_setting("selection", "threads")
+    resources:
+        **sized("select_model", gpu_resources("selection")),
+    conda:
+        job_env
+    log:
+        "logs/select_model/{dataset}.{model}.log",
+    benchmark:
+        "benchmarks/select_model/{dataset}.{model}.tsv"
+    shell:
+        "python -m pipeline.training.select_model --device {params.device} --start \"$(dirname {input.start:q})\""
+        " --trained \"$(dirname {input.trained:q})\" --queries {input.queries:q} --qrels {input.qrels:q}"
+        " --corpus {input.corpus:q} --candidates {input.candidates:q} {params.settings} --threads {threads}"
+        " --out \"$(dirname {output:q})\" --log {log:q}"
+
+
+use rule select_model as select_model_seed with:
+    output:
+        retriever("{dataset}", seeded_model("{model}", "{seed}")),
+    wildcard_constraints:
+        model=alternatives([re.escape(m) for m in training_rules.selected_models]),
+        seed=r"\d+",
+    log:
+        "logs/select_model/{dataset}.{model}.s{seed}.log",
+    benchmark:
+        "benchmarks/select_model/{dataset}.{model}.s{seed}.tsv"
