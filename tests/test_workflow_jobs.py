@@ -40,6 +40,7 @@ from pipeline.core.settings import (
     PrepareJob,
     RunDepthJob,
     SearchJob,
+    SelectModelJob,
     SieveJob,
     from_dict,
 )
@@ -75,6 +76,7 @@ from pipeline.workflow.sieve import (
     sieve_job,
 )
 from pipeline.workflow.synthkb import generate_job
+from pipeline.workflow.training import TrainingRules, select_job
 
 
 class Wild(SimpleNamespace):
@@ -97,6 +99,7 @@ OVERLAY = {
     "hybrid": {"rrf_k": 10, "weights": [0.5, 1.0]},
     "encode": {"batch_size": 16, "shards": 3},
     "index": {"factory": "IVF4,Flat", "threads": 3},
+    "selection": {"alphas": [0.0, 0.5, 1.0], "metric": "MRR@10", "threads": 4},
     "seed": 3,
 }
 
@@ -136,6 +139,7 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         HybridWeightedJob: hybrid_job(c, "wsum"),
         SearchJob: {**search_job(c, "faiss"), **search_job(c, "torch")},  # each backend reads its knobs
         MiningSearchJob: {**mining_search_job(c, "faiss"), **mining_search_job(c, "torch")},
+        SelectModelJob: select_job(c),
     }
     for contract, document in documents.items():
         assert set(document) == set(contract.model_fields), contract.__name__  # every setting, no other
@@ -195,6 +199,14 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         "select_metric": "R@5",
         "depth": 40,
         "match": "regex",
+    }
+    # model selection: section selection's alphas and metric, not its resources (threads reruns nothing)
+    assert documents[SelectModelJob] == {
+        "alphas": [0.0, 0.5, 1.0],
+        "metric": "MRR@10",
+        "depth": 40,
+        "match": "regex",
+        "batch_size": 16,
     }
     # a search's: the depth, batch and its backend's knobs, queries encoded as the corpus (encode.amp)
     assert search_job(c, "faiss") == {
@@ -266,6 +278,8 @@ def test_the_rules_pass_the_documents_whole(w):
         assert _document(EvaluationRules(w).hybrid_settings(fusion)(wild)) == hybrid_job(
             w.cfg("synthkb"), fusion
         )
+    training = TrainingRules(w, lambda section, wildcards: {})
+    assert _document(training.select_settings(wild)) == select_job(w.cfg("synthkb"))
     ar2 = Ar2Rules(w, lambda section, wildcards: {})
     assert _document(ar2.mine_flags(wild)) == ar2_mine_job(w.cfg("synthkb"))
     assert _document(ar2.start_dev_settings(wild))["split"] == "dev"
@@ -289,6 +303,8 @@ def test_the_printer_prints_what_the_rule_passes(capsys, tmp_path):
     )
     assert jobs.main(["synthkb", "fuse_weighted", "--configfile", str(overlay)]) == 0
     assert json.loads(capsys.readouterr().out) == hybrid_job(tables(OVERLAY).cfg("synthkb"), "wsum")
+    assert jobs.main(["synthkb", "select_model", "--configfile", str(overlay)]) == 0
+    assert json.loads(capsys.readouterr().out) == select_job(tables(OVERLAY).cfg("synthkb"))
     assert jobs.main(["synthkb", "build_index", "--configfile", str(overlay)]) == 0
     assert json.loads(capsys.readouterr().out)["factory"] == "IVF4,Flat"
     # an AR2 round job: the run's seed (default the first AR2 seed) and a round's training's variant

@@ -114,3 +114,48 @@ def test_the_one_printer_prints_each_training_rule_s_document(rules, capsys):
         assert jobs.main(["synthkb", *argv]) == 0
         assert json.loads(capsys.readouterr().out) == _document(flag), argv
     assert "train_ccr" in jobs.STAGES and t.config["seed"] == 0
+
+
+@pytest.mark.parametrize(
+    "model, seed, start, trained, labels",
+    [
+        # a DPR from the base starts from the zero-shot model, seed-free whatever the seed
+        ("dpr_wise", None, "zeroshot", "dpr", "qrels"),
+        ("dpr_wise_truth", None, "zeroshot", "dpr", "qrels_all"),
+        ("dpr_wise_truth", "1", "zeroshot", "dpr-s1", "qrels_all"),
+        # a CCR fine-tune starts from models/dpr, a seed's from that seed's dpr
+        ("dpr_ccr_b6_wise", None, "dpr", "dpr_ccr_b6", "qrels"),
+        ("dpr_ccr_b6_wise_truth", "2", "dpr-s2", "dpr_ccr_b6-s2", "qrels_all"),
+        # a filtered DPR (the demo's dpr_sieve: the sieve scored by models/dpr) starts from the base
+        ("dpr_sieve_no_ccr_wise", None, "zeroshot", "dpr_sieve_no_ccr", "qrels"),
+    ],
+)
+def test_a_selection_reads_the_start_of_its_training_and_the_labels_its_name_says(
+    rules, model, seed, start, trained, labels
+):
+    wild = Wild(dataset="synthkb", model=model, **({"seed": seed} if seed else {}))
+    inputs = rules.select_inputs(wild)
+    assert inputs == {
+        "start": f"results/synthkb/models/{start}/retriever.json",
+        "trained": f"results/synthkb/models/{trained}/retriever.json",
+        "queries": "resources/synthkb/queries.dev.parquet",
+        "qrels": f"resources/synthkb/{labels}.dev.parquet",
+        "corpus": "resources/synthkb/corpus.parquet",
+        "candidates": "results/synthkb/bm25/run.dev.parquet",
+    }
+    assert model in rules.selected_models
+    assert _document(rules.select_settings(wild)) == {
+        "alphas": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "metric": "hit@1",
+        "depth": 100,
+        "match": "string",
+        "batch_size": 64,
+    }
+
+
+def test_a_truth_selection_of_a_dataset_without_the_truth_is_refused(rules):
+    assert rules.select_inputs(Wild(dataset="nq", model="dpr_wise"))["qrels"] == "resources/nq/qrels.dev.parquet"
+    with pytest.raises(ValueError, match="only a synthetic dataset has"):
+        rules.select_inputs(Wild(dataset="nq", model="dpr_wise_truth"))
+    with pytest.raises(ValueError, match="no <trained>_wise method selects it"):
+        rules.select_inputs(Wild(dataset="synthkb", model="zeroshot_wise"))

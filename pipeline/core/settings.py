@@ -658,6 +658,14 @@ class SelectionSettings(JobResources):
         "file qrels_all: hit@1 is synthkb's primary metric hit_all@1) | R@k (answer match)",
     )
 
+    @field_validator("gpus")
+    @classmethod
+    def _one_process(cls, gpus: int) -> int:
+        # The stage has no DDP launch: a second GPU would be reserved and never used.
+        if gpus > 1:
+            raise ValueError(f"at most 1 (model selection runs one process), got {gpus}")
+        return gpus
+
 
 class SweepSettings(Contract):
     """The noise sweep results/sweeps/noise.{json,png} over synthkb datasets declared at dial levels:
