@@ -392,3 +392,24 @@ def test_ar2_sieve_init_warm_plans_the_warm_up_dpr_and_the_ccr_settings(tmp_path
         assert all(
             f"--model {folder}/round{r}/sieve_model " in line for r, line in enumerate(sieves, start=1)
         )
+
+
+def test_every_trained_dense_method_has_two_selections_and_the_truth_s_reads_the_labels(table):
+    from pipeline.core.methods import control_reason, reads_true_labels, started_from
+
+    trained = [m for m in table.values() if m.kind == "dense" and m.trains and m.selects is None]
+    assert {"dpr", "dpr_ccr", "dpr_sieve", "dpr_rank_window", "dpr_oracle"} <= {m.name for m in trained}
+    for m in trained:
+        dev, truth = table[f"{m.name}_wise"], table[f"{m.name}_wise_truth"]
+        assert (dev.model, truth.model) == (f"{m.model}_wise", f"{m.model}_wise_truth")
+        assert dev.run == dev.model and dev.selects == truth.selects == m.model
+        assert (dev.labels, truth.labels) == ("dev", "truth")
+        assert started_from(dev) == started_from(truth) == started_from(m)
+        assert reads_true_labels(truth) and "true dev labels" in control_reason(truth)
+        assert reads_true_labels(dev) == reads_true_labels(m) and dev.random
+    assert started_from(table["dpr_ccr_wise"]) == "dpr" and table["dpr_ccr_wise"].model == "dpr_ccr_b0.5_wise"
+    assert started_from(table["dpr_wise"]) == "zeroshot" and control_reason(table["dpr_wise"]) is None
+    # nothing untrained or already selected is selected again
+    assert "zeroshot_wise" not in table and "dpr_wise_wise" not in table
+    # opt-in: the default config asks for none of them
+    assert not [name for name in load_config()["methods"] if table[name].selects is not None]

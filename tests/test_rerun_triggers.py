@@ -69,6 +69,8 @@ BASE = {
         "dpr_positive_aware_dev",
         "dpr_gist_zeroshot",
         "dpr_relabel_rank_window",
+        # model selection on dev (select_model, select_model_seed)
+        "dpr_wise",
     ],
     "datasets": {
         "toy": {
@@ -308,6 +310,15 @@ SETTINGS: dict[str, tuple] = {
     "sweep.oracle": ("dpr_sieve", ("noise_sweep",)),
     "sweep.metric": ("R@1", ("noise_sweep",)),
     "sweep.pairs": ([["dpr_sieve", "dpr_rank_window"]], ("noise_sweep",)),
+    # model selection reruns the selections alone: not the models it chooses between, nor BM25's dev run
+    **{
+        f"selection.{key}": (
+            value,
+            ("select_model", "select_model_seed"),
+            ("init_zeroshot", "train_dpr", "train_dpr_seed", "retrieve_bm25"),
+        )
+        for key, value in {"alphas": [0.0, 0.5, 1.0], "metric": "MRR@10"}.items()
+    },
     "hybrid.rrf_k": (10, ("fuse_rrf", "fuse_rrf_seed"), ("fuse_weighted", "fuse_weighted_seed")),
     "hybrid.weights": ([0.0, 0.5, 1.0], ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
     "hybrid.select_split": ("train", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
