@@ -182,6 +182,7 @@ def test_gpu_capable_rules_follow_their_gpus(workflow):
         "train_dpr_mined",
         "train_ccr",
         "search_dense",
+        "select_model",  # model selection on dev: one forward pass per alpha
     }
     assert gpu_rules == trained | {f"{r}_seed" for r in trained} | {
         "encode_corpus",
