@@ -154,7 +154,9 @@ def test_a_selection_reads_the_start_of_its_training_and_the_labels_its_name_say
 
 
 def test_a_truth_selection_of_a_dataset_without_the_truth_is_refused(rules):
-    assert rules.select_inputs(Wild(dataset="nq", model="dpr_wise"))["qrels"] == "resources/nq/qrels.dev.parquet"
+    assert (
+        rules.select_inputs(Wild(dataset="nq", model="dpr_wise"))["qrels"] == "resources/nq/qrels.dev.parquet"
+    )
     with pytest.raises(ValueError, match="only a synthetic dataset has"):
         rules.select_inputs(Wild(dataset="nq", model="dpr_wise_truth"))
     with pytest.raises(ValueError, match="no <trained>_wise method selects it"):
