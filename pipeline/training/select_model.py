@@ -45,7 +45,7 @@ from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import SelectModelJob
 from pipeline.core.storage import DataError, check_unique, read_table, refuse_overwriting_inputs, write_json
-from pipeline.evaluation.evaluate import load_queries, read_finite_run
+from pipeline.evaluation.evaluate import read_finite_run
 from pipeline.evaluation.hybrid import dev_metric
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever
@@ -115,13 +115,17 @@ def choose(scores: Mapping[float, float]) -> float:
     return min(alpha for alpha, value in scores.items() if value == best)
 
 
-def load_texts(path: str | Path, qids: Sequence[str]) -> dict[str, str]:
-    """qid -> text of the dev queries (every qid of the file; ``qids`` only checked to be among them)."""
+def load_texts(path: str | Path, qids: Sequence[str] = ()) -> dict[str, str]:
+    """qid -> text of the dev queries, in file order (the one read of the file); ``qids`` must be among
+    them."""
     queries = read_table(path, columns=["qid", "text"], schema=QUERIES_SCHEMA)
+    if len(queries) == 0:
+        raise DataError("no queries to evaluate", file=path)
     check_unique(queries, "qid", path)
-    nulls = queries["text"].isna()
-    if nulls.any():
-        raise DataError("null value", file=path, record=int(nulls.idxmax()), field="text")
+    for field in ("qid", "text"):
+        nulls = queries[field].isna()
+        if nulls.any():
+            raise DataError("null value", file=path, record=int(nulls.idxmax()), field=field)
     texts = dict(zip(queries["qid"].astype(str), queries["text"]))
     missing = [q for q in qids if q not in texts]
     if missing:
@@ -188,11 +192,11 @@ def select(
 ) -> tuple[Retriever, dict]:
     """(the chosen model, the selection record). Each alpha's model re-ranks the dev candidates and is
     scored by ``metric`` against ``qrels``; the best alpha wins, ties to the smallest."""
-    dev_qids = list(load_queries(queries))
+    texts = load_texts(queries)
+    dev_qids = list(texts)
     run = top_candidates(read_finite_run(candidates, set(dev_qids)), depth)
     if run.empty:
         raise DataError("the candidates run ranks no dev query", file=candidates, field="qid")
-    texts = load_texts(queries, dev_qids)
     pids = np.array(sorted(set(run["pid"])), dtype=object)
     store = PassageStore.from_corpus(corpus, pids, source_of=lambda _pid: str(candidates))
     # qrels given as qrels_all too: with one labels file, hit_all@k and hit@k are the same count over it.
