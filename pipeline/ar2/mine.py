@@ -28,8 +28,8 @@ from typing import Any
 
 from pipeline.ar2.data import mine_negatives, stats_path, write_negatives
 from pipeline.ar2.round_data import load_retriever
-from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
-from pipeline.core.jobs import add_settings_flags, job_settings
+from pipeline.core.cli import add_job_flags, run_main, stage_parser
+from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import RETRIEVER_OVERRIDE_KEYS, Ar2MineJob, Ar2Settings, pick
 from pipeline.core.storage import read_table, write_json
@@ -97,12 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    job = job_settings(Ar2MineJob, args)  # before any work: a bad document or flag is one line
-    start_stage(args.log, args.threads)
-    check_writable(args.out)
-    mine_round(args, job)
-    return 0
+    return run_job(build_parser(), Ar2MineJob, mine_round, argv)
 
 
 if __name__ == "__main__":

@@ -46,8 +46,8 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.ar2.data import lookup_embeddings, stats_path
-from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
-from pipeline.core.jobs import add_settings_flags, job_settings
+from pipeline.core.cli import add_job_flags, run_main, stage_parser
+from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.schemas import SIEVE_SCHEMA
 from pipeline.core.settings import Ar2SieveJob
 from pipeline.core.storage import DataError, write_json, write_table
@@ -184,11 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    job = job_settings(Ar2SieveJob, args)  # before any work: a bad document or flag is one line
-    start_stage(args.log, args.threads)
-    check_writable(args.out)
+def _sieve(args: argparse.Namespace, job: Ar2SieveJob) -> None:
     sieve_round(
         args.negatives,
         args.out,
@@ -201,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         qrels_all=args.qrels_all,
         device=args.device,
     )
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_job(build_parser(), Ar2SieveJob, _sieve, argv)
 
 
 if __name__ == "__main__":

@@ -43,10 +43,10 @@ import torch
 
 from pipeline.ar2.round_data import base_ranker, load_round_data
 from pipeline.ar2.train import batch_prior, build_batch, ranker_step
-from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, run_main, stage_parser
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
-from pipeline.core.jobs import add_settings_flags, job_settings
+from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings import AR2_RANKER_KEYS, Ar2RankerJob, Ar2Settings, default, from_dict
@@ -279,12 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    job = job_settings(Ar2RankerJob, args)  # before any work: a bad document or flag is one line
-    start_stage(args.log, args.threads)
-    check_writable(args.out)
-    train_ranker(args, job)
-    return 0
+    return run_job(build_parser(), Ar2RankerJob, train_ranker, argv)
 
 
 if __name__ == "__main__":

@@ -39,11 +39,11 @@ from typing import Any
 
 from pipeline.ar2.round_data import base_ranker, load_retriever, load_round_data
 from pipeline.ar2.train import CKPT_DIR, train_round, write_carry
-from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
+from pipeline.core.cli import add_job_flags, run_main, stage_parser
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
-from pipeline.core.jobs import add_settings_flags, job_settings
+from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.settings import (
     AR2_TRAIN_KEYS,
@@ -166,12 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    job = job_settings(Ar2TrainJob, args)  # before any work: a bad document or flag is one line
-    start_stage(args.log, args.threads)
-    check_writable(args.round_dir)
-    train_one_round(args, job)
-    return 0
+    return run_job(build_parser(), Ar2TrainJob, train_one_round, argv, output="round_dir")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Callable, Literal, get_args, get_origin
 
+from pipeline.core.cli import check_writable, start_stage
 from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
 from pipeline.core.settings import Contract, _nested, _strip, add_flags, flag_name, from_dict, pick
 
@@ -108,3 +109,22 @@ def job_settings(cls: type[Contract], args: argparse.Namespace) -> Any:
     flag, not only the document's key)."""
     flagged = {name: flag_name(name) for name in cls.model_fields if getattr(args, name, None) is not None}
     return from_dict(cls, merged_document(cls, args), "settings", given_by=flagged)
+
+
+def run_job(
+    parser: argparse.ArgumentParser,
+    cls: type[Contract],
+    work: Callable[[argparse.Namespace, Any], object],
+    argv: list[str] | None,
+    output: str = "out",
+) -> int:
+    """A stage's main, for a stage whose parser has add_job_flags and add_settings_flags(``cls``): its
+    settings first (a bad document or flag is one line before any work), then its log and CPU threads,
+    then a check that the flag ``output`` names a place it can write (found before hours of work, not by
+    the last write), then ``work(args, job)``."""
+    args = parser.parse_args(argv)
+    job = job_settings(cls, args)
+    start_stage(args.log, args.threads)
+    check_writable(getattr(args, output))
+    work(args, job)
+    return 0
