@@ -13,12 +13,11 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import pyarrow as pa
 
-from pipeline.core.storage import atomic_open, type_name
+from pipeline.core.storage import rewrite_text, type_name
 
 # A column has one type in every table that has it, declared here once; the exception is ``score``:
 # float32 where it is a retriever's or the source's score (runs, negatives), float64 for a filter's
@@ -312,10 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m pipeline.core.schemas DOC.md  (rewrites its schema tables)", file=sys.stderr)
         return 2
-    path = Path(args[0])
-    text = update_document(path.read_text(encoding="utf-8"))
-    with atomic_open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    rewrite_text(args[0], update_document)
     return 0
 
 

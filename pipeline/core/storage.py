@@ -214,6 +214,14 @@ def write_png(path: str | os.PathLike, fig: Any, **savefig: Any) -> None:
     plt.close(fig)
 
 
+def rewrite_text(path: str | os.PathLike, update: Callable[[str], str]) -> None:
+    """Replace the UTF-8 text of ``path`` with ``update`` of it, atomically: an update that raises or a
+    failed write leaves the file as it was (the documents whose marked sections are generated)."""
+    text = update(Path(path).read_text(encoding="utf-8"))
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_open(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=False, ensure_ascii=False)

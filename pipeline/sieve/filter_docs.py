@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from pipeline.core.settings import SIEVE_RULE_KEYS
-from pipeline.core.storage import atomic_open
+from pipeline.core.storage import rewrite_text
 from pipeline.sieve.filters import FILTERS
 
 _MARKED = re.compile(r"<!-- filters -->\n.*?<!-- /filters -->", re.S)
@@ -50,10 +50,7 @@ def update_document(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.sieve.filter_docs", description=__doc__)
     parser.add_argument("document", type=Path, help="a Markdown file with a filters section (docs/sieve.md)")
-    document = parser.parse_args(argv).document
-    text = update_document(document.read_text(encoding="utf-8"))
-    with atomic_open(document, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    rewrite_text(parser.parse_args(argv).document, update_document)
     return 0
 
 
