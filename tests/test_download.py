@@ -8,12 +8,11 @@ import hashlib
 import io
 import logging
 import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from range_server import FilesServer, serving
 
 from pipeline.core.cli import run_main
 from pipeline.core.storage import DataError
@@ -24,76 +23,16 @@ BODY = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(10_000))
 BODY_SHA = hashlib.sha256(BODY).hexdigest()
 
 
-class Server:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.cut_once: dict[str, int] = {}  # path -> bytes sent before dropping (first request)
-        self.fail_once: dict[str, int] = {}  # path -> status returned by the first request
-        self.ignore_range: set[str] = set()
-        # paths served with "Content-Encoding: gzip", as some hosts label .gz files
-        self.content_encoding_gzip: set[str] = set()
-        self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                rng = self.headers.get("Range")
-                server.requests.append((self.path, rng))
-                if self.path not in server.files:
-                    self.send_error(404)
-                    return
-                if self.path in server.fail_once:
-                    self.send_error(server.fail_once.pop(self.path))
-                    return
-                data = server.files[self.path]
-                start = 0
-                if rng and self.path not in server.ignore_range:
-                    start = int(rng.removeprefix("bytes=").split("-")[0])
-                    if start >= len(data):
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{len(data)}")
-                        self.end_headers()
-                        return
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(data) - start))
-                if self.path in server.content_encoding_gzip:
-                    self.send_header("Content-Encoding", "gzip")
-                self.end_headers()
-                body = data[start:]
-                if self.path in server.cut_once:
-                    body = body[: server.cut_once.pop(self.path)]
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> "Server":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def server():
-    with Server() as srv:
-        srv.files["/data.bin"] = BODY
+    with serving(FilesServer({"/data.bin": BODY})) as srv:
         yield srv
 
 
 def test_full_download_writes_digest_and_warns(server, tmp_path, caplog):
     out = tmp_path / "d" / "corpus"
     with caplog.at_level(logging.WARNING, logger="sieve.download"):
-        digest = download(server.url + "/data.bin", out, backoff=0)
+        digest = download(server.base + "/data.bin", out, backoff=0)
     assert out.read_bytes() == BODY and digest == BODY_SHA
     assert (tmp_path / "d" / "corpus.sha256").read_text() == f"{BODY_SHA}  corpus\n"
     assert not (tmp_path / "d" / "corpus.part").exists()
@@ -103,20 +42,20 @@ def test_full_download_writes_digest_and_warns(server, tmp_path, caplog):
 def test_resume_from_a_truncated_part(server, tmp_path):
     out = tmp_path / "corpus"
     (tmp_path / "corpus.part").write_bytes(BODY[:100_000])
-    download(server.url + "/data.bin", out, sha256=BODY_SHA, backoff=0)
+    download(server.base + "/data.bin", out, sha256=BODY_SHA, backoff=0)
     assert out.read_bytes() == BODY
     assert server.requests == [("/data.bin", "bytes=100000-")]
 
 
 def test_complete_part_is_not_fetched_again(server, tmp_path):
     (tmp_path / "corpus.part").write_bytes(BODY)
-    download(server.url + "/data.bin", tmp_path / "corpus", sha256=BODY_SHA, backoff=0)
+    download(server.base + "/data.bin", tmp_path / "corpus", sha256=BODY_SHA, backoff=0)
     assert (tmp_path / "corpus").read_bytes() == BODY  # the server answered 416: nothing left
 
 
 def test_dropped_connection_is_retried_with_range(server, tmp_path):
     server.cut_once["/data.bin"] = 200_000
-    download(server.url + "/data.bin", tmp_path / "corpus", sha256=BODY_SHA, backoff=0)
+    download(server.base + "/data.bin", tmp_path / "corpus", sha256=BODY_SHA, backoff=0)
     assert (tmp_path / "corpus").read_bytes() == BODY
     assert len(server.requests) == 2 and server.requests[1][1] is not None
     # the retry asks for the rest: from the last complete read before the cut
@@ -125,10 +64,10 @@ def test_dropped_connection_is_retried_with_range(server, tmp_path):
 
 def test_server_error_is_retried_client_error_is_not(server, tmp_path):
     server.fail_once["/data.bin"] = 503
-    download(server.url + "/data.bin", tmp_path / "a", backoff=0)
+    download(server.base + "/data.bin", tmp_path / "a", backoff=0)
     assert (tmp_path / "a").read_bytes() == BODY and len(server.requests) == 2
     with pytest.raises(DataError, match="HTTP 404"):
-        download(server.url + "/missing", tmp_path / "b", backoff=0)
+        download(server.base + "/missing", tmp_path / "b", backoff=0)
     assert [p for p, _ in server.requests].count("/missing") == 1
 
 
@@ -136,18 +75,18 @@ def test_gives_up_after_retries(server, tmp_path):
     server.files["/flaky"] = BODY
     server.cut_once["/flaky"] = 100_000
     with pytest.raises(DataError, match="after 0 retries"):
-        download(server.url + "/flaky", tmp_path / "f", retries=0, backoff=0)
+        download(server.base + "/flaky", tmp_path / "f", retries=0, backoff=0)
     kept = (tmp_path / "f.part").read_bytes()  # kept: the next run resumes from it
     assert 0 < len(kept) <= 100_000 and BODY.startswith(kept)
     assert not (tmp_path / "f").exists()
-    download(server.url + "/flaky", tmp_path / "f", sha256=BODY_SHA, backoff=0)
+    download(server.base + "/flaky", tmp_path / "f", sha256=BODY_SHA, backoff=0)
     assert server.requests[-1] == ("/flaky", f"bytes={len(kept)}-")
 
 
 def test_server_ignoring_range_restarts(server, tmp_path):
     server.ignore_range.add("/data.bin")
     (tmp_path / "c.part").write_bytes(b"stale bytes")
-    download(server.url + "/data.bin", tmp_path / "c", sha256=BODY_SHA, backoff=0)
+    download(server.base + "/data.bin", tmp_path / "c", sha256=BODY_SHA, backoff=0)
     assert (tmp_path / "c").read_bytes() == BODY
 
 
@@ -155,7 +94,7 @@ def test_bytes_are_stored_as_served_even_with_content_encoding(server, tmp_path)
     packed = gzip.compress(BODY)
     server.files["/psgs.tsv.gz"] = packed
     server.content_encoding_gzip.add("/psgs.tsv.gz")
-    download(server.url + "/psgs.tsv.gz", tmp_path / "corpus", backoff=0)
+    download(server.base + "/psgs.tsv.gz", tmp_path / "corpus", backoff=0)
     assert (tmp_path / "corpus").read_bytes() == packed
 
 
@@ -164,7 +103,7 @@ def test_checksum_mismatch_deletes_the_download(server, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         run_main(
             main,
-            ["--url", server.url + "/data.bin", "--out", str(out), "--sha256", "0" * 64, "--backoff", "0"],
+            ["--url", server.base + "/data.bin", "--out", str(out), "--sha256", "0" * 64, "--backoff", "0"],
         )
     assert exc.value.code == 2
     err = capsys.readouterr().err
@@ -195,7 +134,7 @@ def test_tar_member_from_url(server, tmp_path):
         main(
             [
                 "--url",
-                server.url + "/collectionandqueries.tar.gz",
+                server.base + "/collectionandqueries.tar.gz",
                 "--out",
                 str(out),
                 "--member",

@@ -16,13 +16,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from range_server import FilesServer
+from range_server import serving as serve
 
 from pipeline.core.storage import DataError
 from pipeline.data import models
@@ -37,57 +37,10 @@ WEIGHTS = bytes(range(256)) * 64  # 16 KiB
 VOCAB = b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n"
 
 
-class HubServer:
-    """``files`` ({url path: bytes}) served with an ETag and Range support; any other path is a 404."""
-
-    def __init__(self, files: dict[str, bytes]) -> None:
-        self.files = files
-        self.cut_once: dict[str, int] = {}  # path -> bytes sent before dropping the connection, once
-        self.requests: list[tuple[str, str | None]] = []  # (path, Range)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                rng = self.headers.get("Range")
-                hub.requests.append((self.path, rng))
-                data = hub.files.get(self.path)
-                if data is None:
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
-                start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
-                self.send_response(206 if rng else 200)
-                if rng:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                self.send_header("ETag", etag)
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                body = data[start:]
-                cut = hub.cut_once.pop(self.path, None)
-                self.wfile.write(body if cut is None else body[:cut])
-
-        return Handler
-
-
 @contextmanager
-def serving(files: dict[str, bytes]) -> Iterator[HubServer]:
-    server = HubServer(files)
-    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
+def serving(files: dict[str, bytes]) -> Iterator[FilesServer]:
+    with serve(FilesServer(files, etags=True)) as hub:
+        yield hub
 
 
 def repo_files(name: str = "acme/tiny-bert", revision: str = "main", **extra: bytes) -> dict[str, bytes]:
