@@ -130,26 +130,18 @@ class Search:
         try:
             for _ in range(3):
                 if self.dial.fn_share is not None:
-                    level = round(
-                        self._solve(
-                            lambda x, p=para: self.at(x, p)["share"],
-                            self.dial.fn_share,
-                            level,
-                            0.0,
-                            [1.0 + n for n in ECHO_STEPS],
-                        ),
-                        6,
+                    level = self._fit(
+                        lambda x, p=para: self.at(x, p)["share"],
+                        self.dial.fn_share,
+                        level,
+                        [1.0 + n for n in ECHO_STEPS],
                     )
                 if self.dial.fn_paraphrase > 0:
-                    para = round(
-                        self._solve(
-                            lambda x, lv=level: self.at(lv, x)["string_free_share"],
-                            self.dial.fn_paraphrase,
-                            para,
-                            0.0,
-                            [1.0],
-                        ),
-                        6,
+                    para = self._fit(
+                        lambda x, lv=level: self.at(lv, x)["string_free_share"],
+                        self.dial.fn_paraphrase,
+                        para,
+                        [1.0],
                     )
                 if not self.misses(self.at(level, para)):
                     break
@@ -164,6 +156,12 @@ class Search:
         share = abs(m["share"] - self.dial.fn_share) if self.dial.fn_share is not None else 0.0
         free = abs(m["string_free_share"] - self.dial.fn_paraphrase) if self.dial.fn_paraphrase else 0.0
         return max(share - TOLERANCE, 0.0), free, share
+
+    @classmethod
+    def _fit(cls, f: Callable[[float], float], target: float, x0: float, highs: list[float]) -> float:
+        """One knob's search, from 0 up (neither knob goes below 0), its result on the grid of 6 decimals
+        that ``at`` keys its measurements by."""
+        return round(cls._solve(f, target, x0, 0.0, highs), 6)
 
     @staticmethod
     def _solve(f: Callable[[float], float], target: float, x0: float, lo: float, highs: list[float]) -> float:
