@@ -439,13 +439,20 @@ def test_a_folder_that_is_not_a_datasets_folder(tmp_path, capsys):
           "not a datasets folder", outputs=[tmp_path / "c"])  # fmt: skip
 
 
-def test_a_lone_surrogate_is_named(tmp_path, capsys):
+def refuses_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture, text: str, *names: str) -> None:
+    """sieve-clean on a FlagEmbedding file holding ``text`` exits 2 with one line naming the file and
+    each of ``names``, and writes no output."""
     source = tmp_path / "fe.jsonl"
-    source.write_text('{"query": "q", "pos": ["p"], "neg": ["n"]}\n'
-                      '{"query": "q2", "pos": ["p"], "neg": ["ok", "bad \\ud800 text"]}\n')  # fmt: skip
+    source.write_text(text)
     out = tmp_path / "c.jsonl"
-    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "fe.jsonl",
-          "record 1 (line 2)", "neg[1]", "surrogate", outputs=[out])  # fmt: skip
+    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "fe.jsonl", *names,
+          outputs=[out])  # fmt: skip
+
+
+def test_a_lone_surrogate_is_named(tmp_path, capsys):
+    refuses_jsonl(tmp_path, capsys, '{"query": "q", "pos": ["p"], "neg": ["n"]}\n'
+                  '{"query": "q2", "pos": ["p"], "neg": ["ok", "bad \\ud800 text"]}\n',
+                  "record 1 (line 2)", "neg[1]", "surrogate")  # fmt: skip
 
 
 def test_out_under_a_file_is_named(tmp_path, capsys):
@@ -457,22 +464,16 @@ def test_out_under_a_file_is_named(tmp_path, capsys):
 
 def test_a_repeated_key_is_refused(tmp_path, capsys):
     """json.loads kept the last value silently."""
-    source = tmp_path / "fe.jsonl"
-    source.write_text('{"query": "q", "pos": ["p"], "neg": ["n"]}\n{"query": "q2", "pos": ["p"], "neg": ["a"], '
-                      '"neg": ["b"]}\n')  # fmt: skip
-    out = tmp_path / "c.jsonl"
-    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "fe.jsonl",
-          "record 1 (line 2)", "field 'neg'", "twice", outputs=[out])  # fmt: skip
+    refuses_jsonl(tmp_path, capsys, '{"query": "q", "pos": ["p"], "neg": ["n"]}\n'
+                  '{"query": "q2", "pos": ["p"], "neg": ["a"], "neg": ["b"]}\n',
+                  "record 1 (line 2)", "field 'neg'", "twice")  # fmt: skip
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity"])
 def test_a_non_finite_score_is_refused(tmp_path, capsys, value):
     """NaN in neg_scores was written back."""
-    source = tmp_path / "fe.jsonl"
-    source.write_text(f'{{"query": "q", "pos": ["p"], "neg": ["a", "b"], "neg_scores": [0.5, {value}]}}\n')
-    out = tmp_path / "c.jsonl"
-    fails(clean.main, ["--input", source, "--out", out, "--filter", "none"], capsys, "fe.jsonl", "record 0",
-          "neg_scores[1]", "finite", outputs=[out])  # fmt: skip
+    refuses_jsonl(tmp_path, capsys, f'{{"query": "q", "pos": ["p"], "neg": ["a", "b"], "neg_scores": [0.5, {value}]}}\n',
+                  "record 0", "neg_scores[1]", "finite")  # fmt: skip
 
 
 def test_a_nan_score_in_parquet_is_refused(tmp_path, capsys):
