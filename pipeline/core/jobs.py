@@ -13,7 +13,9 @@ import json
 from typing import Any, Literal, get_args, get_origin
 
 from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
-from pipeline.core.settings import Contract, _nested, _strip, add_flags, flag_name, from_dict, pick
+from pipeline.core.settings.base import Contract, _strip
+from pipeline.core.settings.flags import _nested, add_flags, flag_name, pick
+from pipeline.core.settings.validation import from_dict
 
 
 def add_settings_flags(

@@ -17,7 +17,9 @@ from typing import Any, Literal, Union, get_args, get_origin
 import annotated_types
 from pydantic.fields import FieldInfo
 
-from pipeline.core.settings import SECTIONS, CleanSpec, Config, Contract
+from pipeline.core.settings.base import Contract
+from pipeline.core.settings.root import SECTIONS, Config
+from pipeline.core.settings.sieve import CleanSpec
 
 HEADER = """\
 # Configuration reference

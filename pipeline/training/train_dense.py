@@ -48,17 +48,12 @@ from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.fingerprint import file_id
 from pipeline.core.jobs import read_document
 from pipeline.core.seeding import seed_everything
-from pipeline.core.settings import (
-    RETRIEVER_KEYS,
-    Config,
-    ModelSettings,
-    Objective,
-    TrainJob,
-    TrainSettings,
-    add_flags,
-    default,
-    from_dict,
-)
+from pipeline.core.settings.base import default
+from pipeline.core.settings.flags import add_flags
+from pipeline.core.settings.retrieval import RETRIEVER_KEYS, ModelSettings
+from pipeline.core.settings.root import Config
+from pipeline.core.settings.training import Objective, TrainJob, TrainSettings
+from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, atomic_path, refuse_overwriting_inputs, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
