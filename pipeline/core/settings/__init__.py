@@ -18,11 +18,13 @@ docs/config.md, the reference users read, is generated from these models
 
 The modules: base (Contract, the bounds, ConfigError), flags, validation, data (datasets and recipes),
 retrieval, evaluation, training, sieve, ar2, root (Config and its sections) and job_documents (each
-stage's settings document). A family's contracts live here under core rather than in its own package
-because imports go down the family order (core, data, ..., training, sieve, ar2, workflow) and readers
-below a family need its contracts: core's method table reads the sieve's filters, evaluation the
-training and sieve sections, and the config root all of them. This package re-exports every public
-name, so ``pipeline.core.settings.X`` names each contract wherever it is declared.
+stage's settings document). Each family's contracts live here under core, not in the family's own
+package, because imports go down the family order (core, data, synthkb, retrieval, evaluation,
+training, sieve, ar2, workflow) while readers below a family need its contracts: core's method table
+(pipeline.core.methods) reads the sieve's filter registry, core's config check validates every
+section, and evaluation reads a whole config (the tournament, the method notes), training's and the
+sieve's sections included. This package re-exports every public name, so
+``pipeline.core.settings.X`` names each contract wherever its module is.
 """
 
 from __future__ import annotations
