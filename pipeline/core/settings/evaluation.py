@@ -19,8 +19,6 @@ from pipeline.core.settings.base import (
     Unique,
 )
 
-# ---- the other sections -------------------------------------------------------------------------
-
 
 class EvalSettings(Contract):
     """What results/{dataset}/metrics.json measures (docs/evaluation.md)."""

@@ -45,7 +45,7 @@ from pipeline.core.settings.sieve import (
 # (--settings FILE; pipeline.core.jobs): that job's settings only, so a changed setting reruns the jobs
 # that read it and nothing else. Each field is its section's own (type, range, default and help taken
 # from that contract, never restated); pipeline/workflow/*.py builds the documents from a dataset's
-# resolved config. train_dense's document is TrainJob (above).
+# resolved config. train_dense's document is TrainJob (pipeline.core.settings.training).
 
 
 def fields_of(cls: type[Contract], *names: str, prefix: str = "") -> dict[str, tuple[Any, Any]]:
