@@ -40,14 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.core.config import load_config
 from pipeline.core.methods import method_table, sieve_tag
 from pipeline.core.recipes import dataset_config
-from pipeline.core.settings import (
-    RETRIEVER_KEYS,
-    SIEVE_DECISION_KEYS,
-    ModelSettings,
-    SieveSettings,
-    TrainSettings,
-    to_flags,
-)
+from pipeline.core.settings.flags import to_flags
+from pipeline.core.settings.retrieval import RETRIEVER_KEYS, ModelSettings
+from pipeline.core.settings.sieve import SIEVE_DECISION_KEYS, SieveSettings
+from pipeline.core.settings.training import TrainSettings
 from pipeline.evaluation.seed_stats import mean_std, paired_difference, t_quantile
 
 REPORTED = {

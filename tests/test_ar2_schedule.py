@@ -18,7 +18,7 @@ from pipeline.ar2.sampling import (
     step_negatives,
 )
 from pipeline.ar2.train import round_steps, total_steps
-from pipeline.core.settings import Ar2Settings
+from pipeline.core.settings.ar2 import Ar2Settings
 
 
 def test_round_is_ranker_steps_then_retriever_steps():

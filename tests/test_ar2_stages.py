@@ -19,7 +19,8 @@ from pipeline.ar2 import mine, round_summary, sieving, train_round
 from pipeline.ar2 import selection as ar2_select
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.settings import Ar2Settings, defaults
+from pipeline.core.settings.ar2 import Ar2Settings
+from pipeline.core.settings.root import defaults
 from pipeline.core.storage import write_table
 from pipeline.evaluation import evaluate
 from pipeline.retrieval import search
@@ -426,7 +427,7 @@ def test_the_listwise_ranker_resumes_and_is_scored_beside_the_retriever(data, tm
     """ar2.ranker_init listwise: the ranker trained on the DPR start's candidates, crashed and resumed to
     the weights of an uninterrupted run, then both rank the retriever's dev top n."""
     from pipeline.ar2 import train_ranker
-    from pipeline.core.settings import AR2_RANKER_KEYS
+    from pipeline.core.settings.ar2 import AR2_RANKER_KEYS
     from pipeline.retrieval.ranker import Ranker
 
     mined, dev = tmp_path / "negatives.parquet", tmp_path / "run.dev.parquet"
@@ -494,7 +495,7 @@ def test_a_ranker_with_the_retriever_prior_starts_as_the_retriever(data):
     before any step D's logits are the retriever's and it ranks exactly as the retriever does."""
     from pipeline.ar2.round_data import base_ranker
     from pipeline.ar2.train import StepBatch, batch_prior, ranker_logits
-    from pipeline.core.settings import from_dict
+    from pipeline.core.settings.validation import from_dict
 
     settings = from_dict(
         Ar2Settings, {"ranker": {"base": str(data / "tiny"), "max_len": 32}, "ranker_prior": "retriever"}

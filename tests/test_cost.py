@@ -10,7 +10,7 @@ import yaml
 
 from pipeline.core.config import load_config
 from pipeline.core.recipes import dataset_config
-from pipeline.core.settings import ConfigError
+from pipeline.core.settings.base import ConfigError
 from pipeline.workflow import cost
 
 

@@ -99,7 +99,7 @@ def test_ar2_round_stops_on_divergence(tmp_path):
     from ar2_toy import TINY_ROUND, round_data, tiny_models
 
     from pipeline.ar2.train import train_round
-    from pipeline.core.settings import Ar2Settings
+    from pipeline.core.settings.ar2 import Ar2Settings
 
     tiny = str(make_tiny_encoder(tmp_path / "tiny", seed=0))
     passages = {f"p{i}": (f"T{i % 3}", f"alpha beta fact {i}") for i in range(12)}

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.settings import (
+from pipeline.core.settings.job_documents import FilterJob
+from pipeline.core.settings.sieve import (
     CLEAN_FILTERS,
     FILTER_CONTRACTS,
     FILTER_NAMES,
     MODEL_FILTERS,
-    FilterJob,
     SieveSettings,
 )
 from pipeline.core.storage import DataError
@@ -131,7 +131,7 @@ TOY_ENTRY = '    "toy": FilterContract(ToySettings, clean=True),\n'
 def add_toy_filter(root: Path) -> None:
     """The two edits that add a filter: its module, and its settings and entry in core's registry."""
     (root / "pipeline/sieve/filters/toy.py").write_text(TOY_MODULE, encoding="utf-8")
-    settings = root / "pipeline/core/settings.py"
+    settings = root / "pipeline/core/settings/sieve.py"
     text = settings.read_text(encoding="utf-8")
     contract, end = "\n@dataclass(frozen=True)\nclass FilterContract", "}\nFILTER_NAMES = "
     assert text.count(contract) == text.count(end) == 1

@@ -26,11 +26,11 @@ from test_workflow import snakemake
 
 from pipeline.core.config import deep_merge, load_config
 from pipeline.core.methods import ar2_sieve_tag
-from pipeline.core.settings import (
+from pipeline.core.settings.base import default
+from pipeline.core.settings.job_documents import (
     Ar2MineJob,
     Ar2SieveJob,
     Bm25IndexJob,
-    CcrSettings,
     EvaluateJob,
     GenerateJob,
     MineJob,
@@ -38,8 +38,8 @@ from pipeline.core.settings import (
     PrepareJob,
     SearchJob,
     SieveJob,
-    default,
 )
+from pipeline.core.settings.training import CcrSettings
 from pipeline.workflow import paths
 
 pytestmark = pytest.mark.slow

@@ -417,7 +417,7 @@ def test_a_dataset_named_like_a_workflow_folder_is_refused(name):
     """resources/models/ holds the fetched models and resources/prefetch/ their summaries: a dataset of
     that name would write its tables among them."""
     from pipeline.core.config import load_config, validate_config
-    from pipeline.core.settings import ConfigError
+    from pipeline.core.settings.base import ConfigError
 
     config = load_config()
     config["datasets"][name] = {"format": "synthkb", "entities": 10}

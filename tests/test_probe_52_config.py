@@ -19,6 +19,7 @@ import yaml
 
 from pipeline.core import settings as S
 from pipeline.core.config import ConfigError, deep_merge, load_config, validate_config
+from pipeline.core.settings.base import _strip
 from pipeline.workflow import checks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +118,7 @@ def _int_fields(cls: type, seen: set) -> list[str]:
         return unbounded
     seen.add(cls)
     for name, field in cls.model_fields.items():
-        hint = S._strip(field.annotation)
+        hint = _strip(field.annotation)
         if isinstance(hint, type) and issubclass(hint, S.Contract):
             unbounded += _int_fields(hint, seen)
             continue
@@ -126,7 +127,7 @@ def _int_fields(cls: type, seen: set) -> list[str]:
             item = get_args(hint)[0]
             if get_origin(item) is Annotated:
                 metadata = [m for a in get_args(item)[1:] for m in getattr(a, "metadata", [a])]
-            hint = S._strip(item)
+            hint = _strip(item)
         if get_origin(hint) in (Union, types.UnionType):
             continue
         if hint is int and not any(hasattr(m, "le") or hasattr(m, "lt") for m in metadata):

@@ -18,7 +18,8 @@ from ar2_toy import TINY_ROUND, round_data, tiny_models
 from pipeline.ar2.train import train_round
 from pipeline.ar2.train_ranker import train_listwise
 from pipeline.core.cli import run_main
-from pipeline.core.settings import Ar2Settings, ConfigError
+from pipeline.core.settings.ar2 import Ar2Settings
+from pipeline.core.settings.base import ConfigError
 from pipeline.retrieval.model import make_tiny_encoder
 from pipeline.training import engine as engine_module
 from pipeline.training.engine import EXIT_CONTINUE, JobDeadline, TimeLimitStop
@@ -269,7 +270,7 @@ _TRAINERS = ("pipeline.training.train_dense", "pipeline.ar2.train_round", "pipel
 def test_every_training_rule_gets_the_attempts_its_segments_need(workflow):
     """A stop before the time limit is a failed attempt to Snakemake: without ``retries`` the run
     stops there (the checkpoint kept, the workflow failed). The zero-shot save trains nothing."""
-    from pipeline.core.settings import TRAINING_ATTEMPTS
+    from pipeline.core.settings.base import TRAINING_ATTEMPTS
 
     training = [
         rule

@@ -110,7 +110,8 @@ def test_choose_breaks_ties_towards_the_start():
 
 
 def test_the_settings_keep_both_ends_and_stay_in_the_unit_interval():
-    from pipeline.core.settings import SelectModelJob, from_dict
+    from pipeline.core.settings.job_documents import SelectModelJob
+    from pipeline.core.settings.validation import from_dict
 
     assert from_dict(SelectModelJob, {}, "settings").alphas == [0.0, 0.25, 0.5, 0.75, 1.0]
     for alphas, message in (

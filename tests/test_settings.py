@@ -12,22 +12,18 @@ import pytest
 import yaml
 
 from pipeline.core.config import DEFAULT_CONFIG, REPO_ROOT, ConfigError, load_config, validate_config
-from pipeline.core.settings import (
+from pipeline.core.settings.base import Contract
+from pipeline.core.settings.flags import add_flags, to_flags
+from pipeline.core.settings.root import (
     SECTIONS,
     TOP_LEVEL_DEFAULTS,
-    CcrSettings,
-    Contract,
-    DprSettings,
-    Objective,
-    TrainSettings,
-    add_flags,
     apply_defaults,
     config_schema,
     defaults,
-    from_dict,
     section,
-    to_flags,
 )
+from pipeline.core.settings.training import CcrSettings, DprSettings, Objective, TrainSettings
+from pipeline.core.settings.validation import from_dict
 from pipeline.core.settings_reference import reference
 from pipeline.training.loop import TrainConfig
 

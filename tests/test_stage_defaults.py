@@ -12,61 +12,58 @@ import pytest
 from pipeline.core.config import load_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
-from pipeline.core.settings import (
-    AR2_SIEVE_KEYS,
-    CROSS_ENCODER_TRAINING,
+from pipeline.core.settings.ar2 import AR2_SIEVE_KEYS, Ar2Settings
+from pipeline.core.settings.base import Contract, default
+from pipeline.core.settings.data import DatasetSpec
+from pipeline.core.settings.evaluation import EvalSettings, SelectionSettings, SweepSettings
+from pipeline.core.settings.job_documents import (
     SYNTHKB_SPLIT,
-    AbsoluteMarginSettings,
     Ar2CurveJob,
     Ar2MineJob,
     Ar2RankerJob,
     Ar2SelectJob,
-    Ar2Settings,
     Ar2SieveJob,
     Ar2TrainJob,
     Bm25IndexJob,
-    Bm25Settings,
     CandidatesJob,
-    CcrSettings,
     CleanJob,
-    CleanSpec,
-    Config,
-    Contract,
-    CrossEncoderFilterSettings,
     CrossEncoderJob,
-    DatasetSpec,
-    DprSettings,
     EncodeJob,
-    EncodeSettings,
-    EvalSettings,
     EvaluateJob,
     FilterJob,
     GenerateJob,
     HybridRrfJob,
-    HybridSettings,
     HybridWeightedJob,
     IndexJob,
-    IndexSettings,
-    InjectionSettings,
     MineJob,
     MiningSearchJob,
-    ModelSettings,
-    Objective,
-    PositiveAwareDevSettings,
-    PositiveAwareSettings,
     PrepareJob,
-    RankWindowSettings,
     RunDepthJob,
     SearchJob,
-    SearchSettings,
-    SelectionSettings,
     SelectModelJob,
     SieveJob,
-    SieveSettings,
-    SweepSettings,
-    TrainSettings,
-    default,
 )
+from pipeline.core.settings.retrieval import (
+    Bm25Settings,
+    EncodeSettings,
+    HybridSettings,
+    IndexSettings,
+    ModelSettings,
+    SearchSettings,
+)
+from pipeline.core.settings.root import Config
+from pipeline.core.settings.sieve import (
+    CROSS_ENCODER_TRAINING,
+    AbsoluteMarginSettings,
+    CleanSpec,
+    CrossEncoderFilterSettings,
+    InjectionSettings,
+    PositiveAwareDevSettings,
+    PositiveAwareSettings,
+    RankWindowSettings,
+    SieveSettings,
+)
+from pipeline.core.settings.training import CcrSettings, DprSettings, Objective, TrainSettings
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.training import train_job
 

@@ -10,7 +10,7 @@ import yaml
 
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, validate_config
-from pipeline.core.settings import DatasetSpec
+from pipeline.core.settings.data import DatasetSpec
 from pipeline.data.answers import string_has_answer
 from pipeline.synthkb import generate as synthkb
 from pipeline.synthkb.dial import Dial, knobs_at, make_dial

@@ -15,8 +15,7 @@ from test_workflow_tables import tables
 
 from pipeline.core.config import ConfigError
 from pipeline.core.jobs import add_settings_flags, job_settings, merged_document
-from pipeline.core.settings import (
-    FILTER_NAMES,
+from pipeline.core.settings.job_documents import (
     SYNTHKB_SPLIT,
     Ar2CurveJob,
     Ar2MineJob,
@@ -42,8 +41,9 @@ from pipeline.core.settings import (
     SearchJob,
     SelectModelJob,
     SieveJob,
-    from_dict,
 )
+from pipeline.core.settings.sieve import FILTER_NAMES
+from pipeline.core.settings.validation import from_dict
 from pipeline.workflow import jobs
 from pipeline.workflow.ar2 import (
     Ar2Rules,

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.plotting import palette_color, span_limits
-from pipeline.core.settings import Ar2CurveJob
+from pipeline.core.settings.job_documents import Ar2CurveJob
 from pipeline.core.storage import DataError, read_json, read_json_object, write_png
 
 log = logging.getLogger("sieve.learning_curve")

@@ -31,7 +31,9 @@ from pipeline.ar2.round_data import load_retriever
 from pipeline.core.cli import add_job_flags, run_main, stage_parser
 from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import RETRIEVER_OVERRIDE_KEYS, Ar2MineJob, Ar2Settings, pick
+from pipeline.core.settings.ar2 import RETRIEVER_OVERRIDE_KEYS, Ar2Settings
+from pipeline.core.settings.flags import pick
+from pipeline.core.settings.job_documents import Ar2MineJob
 from pipeline.core.storage import read_table, write_json
 from pipeline.retrieval.encode import resolve_device
 from pipeline.training.data import load_queries_with_positives

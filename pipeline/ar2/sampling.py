@@ -20,7 +20,8 @@ from typing import Sequence, get_args
 import numpy as np
 
 from pipeline.core.seeding import item_rng
-from pipeline.core.settings import Ar2TrainJob, SimansSettings
+from pipeline.core.settings.ar2 import SimansSettings
+from pipeline.core.settings.job_documents import Ar2TrainJob
 
 RANKER = "ranker"
 RETRIEVER = "retriever"

@@ -32,7 +32,7 @@ from pipeline.core.config import ConfigError
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.methods import method_of
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import Ar2SelectJob, RunDepthJob
+from pipeline.core.settings.job_documents import Ar2SelectJob, RunDepthJob
 from pipeline.core.storage import DataError, read_json_object, read_table, write_json, write_table
 from pipeline.retrieval.model import Retriever
 

@@ -49,7 +49,7 @@ from pipeline.ar2.data import lookup_embeddings, stats_path
 from pipeline.core.cli import add_job_flags, run_main, stage_parser
 from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.schemas import SIEVE_SCHEMA
-from pipeline.core.settings import Ar2SieveJob
+from pipeline.core.settings.job_documents import Ar2SieveJob
 from pipeline.core.storage import DataError, write_json, write_table
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import Retriever

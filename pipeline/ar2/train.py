@@ -33,7 +33,8 @@ from pipeline.ar2.sampling import (
     step_negatives,
 )
 from pipeline.core.precision import autocast
-from pipeline.core.settings import Ar2Settings, check_choice
+from pipeline.core.settings.ar2 import Ar2Settings
+from pipeline.core.settings.flags import check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss
 from pipeline.training.checkpoint import STATE_FILE, load_checkpoint, read_checkpoint

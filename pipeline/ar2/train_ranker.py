@@ -49,7 +49,10 @@ from pipeline.core.fingerprint import file_id
 from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import AR2_RANKER_KEYS, Ar2RankerJob, Ar2Settings, default, from_dict
+from pipeline.core.settings.ar2 import AR2_RANKER_KEYS, Ar2Settings
+from pipeline.core.settings.base import default
+from pipeline.core.settings.job_documents import Ar2RankerJob
+from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_path, read_table, write_json, write_table
 from pipeline.evaluation.evaluate import evaluate
 from pipeline.retrieval.encode import resolve_device

@@ -45,13 +45,9 @@ from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.precision import autocast_dtype, precision_name
-from pipeline.core.settings import (
-    AR2_TRAIN_KEYS,
-    RETRIEVER_OVERRIDE_KEYS,
-    Ar2Settings,
-    Ar2TrainJob,
-    from_dict,
-)
+from pipeline.core.settings.ar2 import AR2_TRAIN_KEYS, RETRIEVER_OVERRIDE_KEYS, Ar2Settings
+from pipeline.core.settings.job_documents import Ar2TrainJob
+from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import write_json
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.ranker import Ranker

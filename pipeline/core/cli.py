@@ -15,7 +15,7 @@ from typing import Callable, Sequence, TextIO
 
 from rich.logging import RichHandler
 
-from pipeline.core.settings import MAX_THREADS, ConfigError
+from pipeline.core.settings.base import MAX_THREADS, ConfigError
 from pipeline.core.storage import DataError
 
 log = logging.getLogger("sieve")

@@ -19,7 +19,9 @@ import yaml
 from pydantic import ValidationError
 
 from pipeline.core.methods import closest
-from pipeline.core.settings import Config, ConfigError, apply_defaults, describe_errors  # noqa: F401  (ConfigError: its public home)
+from pipeline.core.settings.base import ConfigError  # noqa: F401  (ConfigError: its public home)
+from pipeline.core.settings.root import Config, apply_defaults
+from pipeline.core.settings.validation import describe_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "config.yaml"
@@ -154,7 +156,7 @@ def validate_config(
         Config.model_validate(config)
         lines: list[str] = []
     except ValidationError as err:
-        lines = describe_errors(err)
+        lines = describe_errors(err, Config)
     if methods is not None and not lines:
         lines = unknown_methods(config, methods() if callable(methods) else methods)
     if lines:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable, Literal, get_args, get_origin
+from typing import Any, Callable, Literal, Mapping, Optional, Sequence, get_args, get_origin
 
 from pipeline.core.cli import check_writable, start_stage
 from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
-from pipeline.core.settings import Contract, _nested, _strip, add_flags, flag_name, from_dict, pick
+from pipeline.core.settings.base import Contract, _strip
+from pipeline.core.settings.flags import _nested, add_flags, flag_name, pick
+from pipeline.core.settings.validation import from_dict
 
 
 def add_settings_flags(
@@ -85,22 +87,48 @@ def read_document(args: argparse.Namespace) -> dict:
     return document
 
 
-def merged_document(cls: type[Contract], args: argparse.Namespace) -> dict:
-    """The document with each flag of ``cls`` that was given over it (unvalidated). A field that is a
-    section of its own (ar2.simans) takes its flags (--simans-a) key by key over the document's."""
-    document = read_document(args)
+# A field of a job document that is a mapping of another contract's keys (train_dense's ``train``:
+# TrainSettings') -> (that contract, the keys of it the field takes; None: all). Its flags are the
+# contract's own, spelled without the field's name (--lr, --beta), as ``add_flags`` wrote them.
+Parts = Mapping[str, tuple[type[Contract], Optional[Sequence[str]]]]
+
+
+def merge_flags(
+    cls: type[Contract], document: dict, args: argparse.Namespace, parts: Parts | None = None
+) -> dict:
+    """``document`` with each flag of ``cls`` that was given over it (unvalidated; ``document`` itself
+    is left as it is). A field that is a section of its own (ar2.simans) takes its flags (--simans-a)
+    key by key over the document's, and so does each field of ``parts`` (train_dense's train takes
+    --lr). Such a field that the document gives as anything but a mapping is a ConfigError naming it,
+    whether or not a flag is given (a flag would otherwise replace it unseen)."""
+    nested = {
+        name: (field.annotation, None, name)
+        for name, field in cls.model_fields.items()
+        if _nested(field.annotation)
+    }
+    nested.update({name: (contract, names, "") for name, (contract, names) in (parts or {}).items()})
     flagged: dict[str, Any] = {}
-    for name, field in cls.model_fields.items():
-        if _nested(field.annotation):
-            given = {
-                key: value for key, value in pick(field.annotation, args, name).items() if value is not None
-            }
+    for name in cls.model_fields:
+        if name in nested:
+            contract, names, prefix = nested[name]
+            inner = document.get(name, {})
+            if not isinstance(inner, dict):
+                raise ConfigError(
+                    f"config key 'settings.{name}': a mapping is needed, got {type(inner).__name__}"
+                )
+            picked = pick(contract, args, prefix, names)
+            given = {key: value for key, value in picked.items() if value is not None}
             if given:
-                inner = document.get(name)
-                flagged[name] = {**(inner if isinstance(inner, dict) else {}), **given}
+                flagged[name] = {**inner, **given}
         elif (value := getattr(args, name, None)) is not None:
             flagged[name] = value
     return {**document, **flagged}
+
+
+def merged_document(cls: type[Contract], args: argparse.Namespace) -> dict:
+    """The document (--settings or --settings-json) with each flag of ``cls`` that was given over it
+    (unvalidated; ``merge_flags``)."""
+    return merge_flags(cls, read_document(args), args)
 
 
 def job_settings(cls: type[Contract], args: argparse.Namespace) -> Any:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
 
-from pipeline.core.settings import FILTER_NAMES, TRUE_LABEL_FILTERS, InjectionSettings, SieveSettings
+from pipeline.core.settings.sieve import FILTER_NAMES, TRUE_LABEL_FILTERS, InjectionSettings, SieveSettings
 
 # Filters other than the sieve (whose negatives carry its β): each also cleans the negatives of a
 # DPR control dpr_<filter>.

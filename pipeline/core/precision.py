@@ -26,7 +26,7 @@ import os
 import torch
 
 from pipeline.core.cpu_features import NATIVE_BF16_ENV, forced_native_bf16  # noqa: F401 (re-exported)
-from pipeline.core.settings import PRECISIONS
+from pipeline.core.settings.base import PRECISIONS
 
 NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}
 

@@ -42,7 +42,7 @@ from rich.progress import (
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
-from pipeline.core.settings import unsupported_url
+from pipeline.core.settings.data import unsupported_url
 from pipeline.core.storage import DataError, atomic_open, refuse_overwriting_inputs, write_json
 
 log = logging.getLogger("sieve.download")

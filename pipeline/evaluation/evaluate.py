@@ -37,7 +37,7 @@ from rich.progress import Progress
 from pipeline.core.cli import check_writable, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, per_query_schema
-from pipeline.core.settings import EvaluateJob
+from pipeline.core.settings.job_documents import EvaluateJob
 from pipeline.core.storage import (
     DataError,
     check_unique,

@@ -32,7 +32,7 @@ import pandas as pd
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import RUN_SCHEMA
-from pipeline.core.settings import HybridRrfJob, HybridWeightedJob
+from pipeline.core.settings.job_documents import HybridRrfJob, HybridWeightedJob
 from pipeline.core.storage import DataError, refuse_overwriting_inputs, write_json, write_table
 from pipeline.data.answers import AnswerMatcher
 from pipeline.evaluation.evaluate import (

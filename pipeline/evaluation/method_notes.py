@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass
 
 from pipeline.core.methods import Method, control_reason, describe, folders, method_table, started_from
-from pipeline.core.settings import apply_defaults
+from pipeline.core.settings.root import apply_defaults
 from pipeline.evaluation.seed_stats import paired_difference
 
 # The primary metric: the first of these that a gathered method has. hit_all@1 where the dataset marks

@@ -28,7 +28,9 @@ from typing import Mapping, Sequence
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.methods import method_table, reads_true_labels
-from pipeline.core.settings import TournamentSettings, apply_defaults, from_dict, section
+from pipeline.core.settings.evaluation import TournamentSettings
+from pipeline.core.settings.root import apply_defaults, section
+from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference, t_quantile
 from pipeline.evaluation.sweep import per_seed

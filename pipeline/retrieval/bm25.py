@@ -43,7 +43,7 @@ from pipeline.core.schemas import (
     QUERIES_SCHEMA,
     RUN_SCHEMA,
 )
-from pipeline.core.settings import Bm25IndexJob, MineJob, RunDepthJob
+from pipeline.core.settings.job_documents import Bm25IndexJob, MineJob, RunDepthJob
 from pipeline.core.storage import (
     DataError,
     ParquetTableWriter,

@@ -24,7 +24,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.core.settings import HybridSettings, default
+from pipeline.core.settings.base import default
+from pipeline.core.settings.retrieval import HybridSettings
 
 RRF_K: int = default(HybridSettings, "rrf_k")  # 60, the RRF paper's (Elasticsearch, Vespa, OpenSearch)
 

@@ -47,7 +47,7 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import PASSAGE_IDS_SCHEMA
-from pipeline.core.settings import IndexJob
+from pipeline.core.settings.job_documents import IndexJob
 from pipeline.core.storage import (
     DataError,
     atomic_path,

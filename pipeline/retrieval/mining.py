@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.settings import MineJob
+from pipeline.core.settings.job_documents import MineJob
 from pipeline.core.storage import DataError, open_parquet, read_table, write_json, write_table
 from pipeline.data.answers import AnswerMatcher
 

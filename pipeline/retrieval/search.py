@@ -48,14 +48,10 @@ import torch
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import RUN_SCHEMA
-from pipeline.core.settings import (
-    MiningSearchJob,
-    SearchJob,
-    SearchSettings,
-    add_flags,
-    default,
-    flag_name,
-)
+from pipeline.core.settings.base import default
+from pipeline.core.settings.flags import add_flags, flag_name
+from pipeline.core.settings.job_documents import MiningSearchJob, SearchJob
+from pipeline.core.settings.retrieval import SearchSettings
 from pipeline.core.storage import DataError, write_table
 from pipeline.retrieval.embeddings import EmbeddingSet, read_ids
 from pipeline.retrieval.encode import (

@@ -36,7 +36,7 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CANDIDATES_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.settings import CandidatesJob
+from pipeline.core.settings.job_documents import CandidatesJob
 from pipeline.core.storage import DataError, write_table
 from pipeline.data.answers import AnswerMatcher
 from pipeline.sieve.data import NegativesFile, iter_corpus, load_passages, read_positives, read_queries

@@ -80,16 +80,16 @@ import pyarrow.parquet as pq
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CLEAN_DECISIONS_SCHEMA, CORPUS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.settings import (
+from pipeline.core.settings.base import default
+from pipeline.core.settings.flags import add_flags
+from pipeline.core.settings.job_documents import CleanJob
+from pipeline.core.settings.sieve import (
     CLEAN_FILTERS,
     CLEAN_FORMATS,
     CLEAN_MODES,
     FILTER_CONTRACTS,
     MODEL_FILTERS,
-    CleanJob,
     CleanSpec,
-    add_flags,
-    default,
 )
 from pipeline.core.storage import (
     DataError,

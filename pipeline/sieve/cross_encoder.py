@@ -36,7 +36,7 @@ from rich.progress import Progress
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.seeding import item_rng, seed_everything
-from pipeline.core.settings import CrossEncoderJob
+from pipeline.core.settings.job_documents import CrossEncoderJob
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
 from pipeline.training.engine import Engine, StepPlan, StepTrainer, adamw, fix_advice, linear_schedule

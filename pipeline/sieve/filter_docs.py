@@ -13,7 +13,7 @@ import argparse
 import re
 from pathlib import Path
 
-from pipeline.core.settings import SIEVE_RULE_KEYS
+from pipeline.core.settings.sieve import SIEVE_RULE_KEYS
 from pipeline.core.storage import rewrite_text
 from pipeline.sieve.filters import FILTERS
 

@@ -40,7 +40,8 @@ from pipeline.core.cli import add_job_flags, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
-from pipeline.core.settings import SieveJob, SieveSettings
+from pipeline.core.settings.job_documents import SieveJob
+from pipeline.core.settings.sieve import SieveSettings
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
 

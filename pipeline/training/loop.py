@@ -27,7 +27,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean
-from pipeline.core.settings import Objective, TrainSettings, describe_errors
+from pipeline.core.settings.training import Objective, TrainSettings
+from pipeline.core.settings.validation import describe_errors
 from pipeline.training.data import epoch_order, micro_batch_indices
 from pipeline.training.engine import (
     Engine,

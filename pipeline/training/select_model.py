@@ -43,7 +43,7 @@ import torch
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings import SelectModelJob
+from pipeline.core.settings.job_documents import SelectModelJob
 from pipeline.core.storage import DataError, check_unique, read_table, refuse_overwriting_inputs, write_json
 from pipeline.evaluation.evaluate import read_finite_run
 from pipeline.evaluation.hybrid import dev_metric

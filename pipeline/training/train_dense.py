@@ -46,19 +46,14 @@ from pipeline.core.cli import check_writable, run_main, stage_parser, start_stag
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, barrier, init_from_env, shutdown
 from pipeline.core.fingerprint import file_id
-from pipeline.core.jobs import read_document
+from pipeline.core.jobs import merge_flags, read_document
 from pipeline.core.seeding import seed_everything
-from pipeline.core.settings import (
-    RETRIEVER_KEYS,
-    Config,
-    ModelSettings,
-    Objective,
-    TrainJob,
-    TrainSettings,
-    add_flags,
-    default,
-    from_dict,
-)
+from pipeline.core.settings.base import default
+from pipeline.core.settings.flags import add_flags
+from pipeline.core.settings.retrieval import RETRIEVER_KEYS, ModelSettings
+from pipeline.core.settings.root import Config
+from pipeline.core.settings.training import Objective, TrainJob, TrainSettings
+from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, atomic_path, refuse_overwriting_inputs, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.training.data import TrainData
@@ -109,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--relabel",
+        dest="relabel_defaults",  # not the document's field relabel, which the flags merge over
         action="store_true",
         help="relabel (dpr_relabel_<detector>): the qrels' other positives take dpr.relabel.extra_positives "
         "slots per query (multi-positive NCE); the document's relabel section, or its defaults",
@@ -145,45 +141,31 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# The document's parts and the flags over each (their contracts' own, unprefixed: --lr, --beta, --pooling).
+DOCUMENT_PARTS = {
+    "train": (TrainSettings, None),
+    "objective": (Objective, None),
+    "retriever": (ModelSettings, RETRIEVER_KEYS),
+}
+
+
 def job_settings(args: argparse.Namespace) -> TrainJob:
     """The run's settings: the document (--settings/--settings-json), the flags over it, validated."""
     document = read_document(args)
-    for key in ("train", "objective", "retriever"):
-        if not isinstance(document.get(key, {}), dict):
-            raise ConfigError(
-                f"config key 'settings.{key}': a mapping is needed, got {type(document[key]).__name__}"
-            )
+    merged = merge_flags(TrainJob, document, args, DOCUMENT_PARTS)
     section = document.get("section", args.section or "dpr")
     if args.section and args.section != section:
         raise ConfigError(f"--section {args.section}: the settings document is section {section!r}")
-    flagged = {
-        name: value for name in TrainSettings.model_fields if (value := getattr(args, name)) is not None
-    }
-    objective = {name: value for name in Objective.model_fields if (value := getattr(args, name)) is not None}
-    retriever = {**document.get("retriever", {}), **_overrides(args)}
-    relabel = document.get("relabel")
-    if args.relabel and relabel is None:
-        relabel = {}
+    merged.setdefault("section", section)
+    merged.setdefault("seed", default(Config, "seed"))
     if args.separate_towers:
-        retriever["shared_towers"] = False
-    seed = args.seed if args.seed is not None else document.get("seed", default(Config, "seed"))
-    merged = {
-        **document,
-        "section": section,
-        "seed": seed,
-        "train": {**document.get("train", {}), **flagged},
-        "objective": {**document.get("objective", {}), **objective},
-        "retriever": retriever,
-        "relabel": relabel,
-    }
+        merged["retriever"] = {**merged.get("retriever", {}), "shared_towers": False}
+    if args.relabel_defaults and merged.get("relabel") is None:
+        merged["relabel"] = {}
     job = from_dict(TrainJob, merged, "settings")
     job.resolved()  # every part validated by its contract now, before any work
     job.relabel_settings()
     return job
-
-
-def _overrides(args: argparse.Namespace) -> dict:
-    return {name: getattr(args, name) for name in RETRIEVER_KEYS if getattr(args, name) is not None}
 
 
 def init_only(args: argparse.Namespace, job: TrainJob) -> None:

@@ -36,7 +36,7 @@ import yaml
 from pipeline.core.config import load_config
 from pipeline.core.methods import closest
 from pipeline.core.recipes import dataset_config
-from pipeline.core.settings import ConfigError
+from pipeline.core.settings.base import ConfigError
 from pipeline.workflow.resources import cpu_hours, folder_architecture, manifest_counts
 from pipeline.workflow.resources import dataset_sizes as job_sizes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pipeline.core.settings import PrepareJob
+from pipeline.core.settings.job_documents import PrepareJob
 from pipeline.workflow.documents import from_entry, settings_flag
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 

@@ -10,7 +10,7 @@ import json
 import shlex
 from typing import Any, Sequence
 
-from pipeline.core.settings import Contract, default
+from pipeline.core.settings.base import Contract, default
 
 
 def as_json(document: dict[str, Any]) -> str:

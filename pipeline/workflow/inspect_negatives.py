@@ -31,7 +31,9 @@ from rich.text import Text
 from pipeline.core.cli import run_main
 from pipeline.core.methods import BETA_RE
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA, QUERIES_SCHEMA, SIEVE_SCHEMA
-from pipeline.core.settings import FILTER_NAMES, Config, ConfigError, default
+from pipeline.core.settings.base import ConfigError, default
+from pipeline.core.settings.root import Config
+from pipeline.core.settings.sieve import FILTER_NAMES
 from pipeline.core.storage import DataError, read_table
 from pipeline.sieve.data import load_passages
 from pipeline.sieve.report import detection_metrics

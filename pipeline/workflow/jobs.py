@@ -19,7 +19,9 @@ import sys
 from typing import Callable
 
 from pipeline.core.methods import AR2_SAMPLING, OTHER_FILTERS
-from pipeline.core.settings import Config, fields_of, from_dict, job_contract
+from pipeline.core.settings.job_documents import fields_of, job_contract
+from pipeline.core.settings.root import Config
+from pipeline.core.settings.validation import from_dict
 from pipeline.workflow.ar2 import (
     ar2_curve_job,
     ar2_mine_job,

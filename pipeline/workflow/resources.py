@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.core.settings import TRAINING_ATTEMPTS, ConfigError
+from pipeline.core.settings.base import TRAINING_ATTEMPTS, ConfigError
 
 FIGURES = Path(__file__).with_name("resources.yaml")
 THROUGHPUTS = Path(__file__).with_name("throughputs.yaml")  # published dataset sizes, encoder shapes

@@ -15,14 +15,13 @@ import shlex
 from typing import Any, Callable
 
 from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
-from pipeline.core.settings import (
+from pipeline.core.settings.job_documents import SieveJob, filter_job_keys
+from pipeline.core.settings.sieve import (
     CROSS_ENCODER_TRAINING,
     FILTER_CONTRACTS,
     MODEL_FILTERS,
     CleanSpec,
-    SieveJob,
     SieveSettings,
-    filter_job_keys,
 )
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (

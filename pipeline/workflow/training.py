@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from pipeline.core.methods import Method, beta_tag, rcl_model, relabel_model, started_from
 from pipeline.core.recipes import dataset_recipe
-from pipeline.core.settings import RETRIEVER_KEYS, Objective, TrainSettings
+from pipeline.core.settings.retrieval import RETRIEVER_KEYS
+from pipeline.core.settings.training import Objective, TrainSettings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     corpus,

@@ -2,7 +2,7 @@
 # Each writes results/{dataset}/models/{model}/ (retriever.json last; train_log.jsonl, train_info.json);
 # training checkpoints live in models/{model}.ckpt/ until the run succeeds. See docs/training.md.
 from pipeline.core.methods import GIST_GUIDES, gist_model, relabel_model
-from pipeline.core.settings import TRAINING_ATTEMPTS
+from pipeline.core.settings.base import TRAINING_ATTEMPTS
 from pipeline.workflow.paths import corpus, qrels, queries, relabel_qrels, retriever, train_negatives
 from pipeline.workflow.training import TrainingRules
 

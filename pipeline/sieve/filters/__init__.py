@@ -33,7 +33,8 @@ import pyarrow as pa
 from pipeline.core.cli import add_job_flags, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA
-from pipeline.core.settings import FILTER_CONTRACTS, FILTER_NAMES, FilterJob
+from pipeline.core.settings.job_documents import FilterJob
+from pipeline.core.settings.sieve import FILTER_CONTRACTS, FILTER_NAMES
 from pipeline.core.storage import DataError, arrow_frame, write_table
 from pipeline.sieve.filters._base import (
     CandidateFilter,

@@ -16,13 +16,9 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA
-from pipeline.core.settings import (
-    FILTER_CONTRACTS,
-    FilterContract,
-    SieveSettings,
-    filter_job_keys,
-    from_dict,
-)
+from pipeline.core.settings.job_documents import filter_job_keys
+from pipeline.core.settings.sieve import FILTER_CONTRACTS, FilterContract, SieveSettings
+from pipeline.core.settings.validation import from_dict
 from pipeline.sieve.passage_sieve import Similarities, model_similarities
 
 # One logger for the stage and its filters (a filter's warning reads as the stage's).

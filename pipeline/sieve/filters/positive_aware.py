@@ -8,7 +8,7 @@ from typing import Any, Mapping, get_args
 import numpy as np
 import pandas as pd
 
-from pipeline.core.settings import PositiveAwareSettings
+from pipeline.core.settings.sieve import PositiveAwareSettings
 from pipeline.sieve.filters._base import CandidateFilter, FilterInputs, FilterSetup, FilterSpec
 
 POSITIVE_AWARE_MODES = get_args(PositiveAwareSettings.model_fields["mode"].annotation)

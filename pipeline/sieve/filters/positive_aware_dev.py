@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.core.settings import PositiveAwareDevSettings
+from pipeline.core.settings.sieve import PositiveAwareDevSettings
 from pipeline.core.storage import DataError
 from pipeline.sieve.filters._base import CandidateFilter, FilterInputs, FilterSetup, FilterSpec, log
 from pipeline.sieve.filters.oracle import EXACT_LABELS
