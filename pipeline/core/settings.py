@@ -471,6 +471,11 @@ class ModelSettings(Contract):
 RETRIEVER_KEYS = ("pooling", "similarity", "temperature", "query_max_len", "passage_max_len")
 
 
+# Snapshots a training run keeps for model selection (selection.checkpoints): each is one model's
+# weights (MiniLM: 90 MB), so the bound keeps a typo from filling a disk.
+Snapshots = Annotated[int, Field(ge=0, le=50)]
+
+
 class TrainJob(Contract):
     """One train_dense run's settings as one document: what the workflow's job hands the stage (its
     recorded param, as JSON) and what a run by hand reads (``--settings FILE``). A key it leaves out
@@ -490,6 +495,9 @@ class TrainJob(Contract):
         None,
         description="dpr.relabel's settings (RelabelSettings' keys): multi-positive NCE over the qrels' other "
         "positives (dpr_relabel_<detector>); null = NCE over the first positive",
+    )
+    snapshots: Snapshots = Field(
+        0, description="weight snapshots kept at N evenly spaced steps (selection.checkpoints); 0 = none"
     )
 
     def relabel_settings(self) -> dict[str, Any] | None:
@@ -656,6 +664,12 @@ class SelectionSettings(JobResources):
         "hit@1",
         description="dev metric that chooses alpha: hit@k | recall@k | MRR@10 over the --qrels given (the truth "
         "file qrels_all: hit@1 is synthkb's primary metric hit_all@1) | R@k (answer match)",
+    )
+    checkpoints: Snapshots = Field(
+        0,
+        description="weight snapshots each dense training run (sections dpr, ccr) keeps at N evenly spaced "
+        "steps (k * steps // (N + 1), k = 1..N; models/<m>/snapshots/step<k>/, one model's weights each), "
+        "candidates of the selection besides the start and the trained model; 0 = none",
     )
 
     @field_validator("gpus")
