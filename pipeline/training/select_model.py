@@ -324,12 +324,15 @@ def _weights(
 def selection_card(record: Mapping[str, Any]) -> str:
     """README.md of the chosen folder: what was chosen among which candidates, on what, and why."""
     chosen = record["chosen"]
-    what = {
-        "start": "the start model itself: no trained candidate did better on dev",
-        "snapshot": f"the training's snapshot at step {record['chosen_step']}",
-        "interpolation": f"the WiSE-FT interpolation at alpha {record['chosen_alpha']:g}",
-        "trained": "the trained model as training ended",
-    }[record["chosen_kind"]]
+    kind = record["chosen_kind"]
+    if kind == "snapshot":
+        what = f"the training's snapshot at step {record['chosen_step']}"
+    elif kind == "interpolation":
+        what = f"the WiSE-FT interpolation at alpha {record['chosen_alpha']:g}"
+    elif kind == "start":
+        what = "the start model itself: no trained candidate did better on dev"
+    else:
+        what = "the trained model as training ended"
     lines = [
         "# Dense retriever chosen on dev by sieve",
         "",
