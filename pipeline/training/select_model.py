@@ -4,10 +4,12 @@ Each alpha of ``alphas`` gives the weight-space interpolation
 
     theta(alpha) = (1 - alpha) * theta_start + alpha * theta_trained
 
-of the model training started from (alpha 0) and the model it ended with (alpha 1). Every candidate is
-scored on the dev queries by ``metric``, and the best is written as a retriever folder. Ties go to the
-smallest alpha, the model closest to the start: a fine-tuned model that does no better on dev than the
-model it started from is not kept (the conservative choice).
+of the model training started from (alpha 0) and the model it ended with (alpha 1). The trained
+folder's snapshots (``snapshots/step<k>/``, kept by training under selection.checkpoints:
+pipeline.training.snapshots) are candidates too. Every candidate is scored on the dev queries by
+``metric``, and the best is written as a retriever folder. Ties go to the first in the order start,
+snapshots by step, interpolations by alpha, trained model: a fine-tuned model that does no better on
+dev than the model it started from is not kept (the conservative choice).
 
     python -m pipeline.training.select_model \\
         --start results/D/models/zeroshot --trained results/D/models/dpr \\
@@ -24,8 +26,9 @@ Only the candidates are scored: each dev query's top ``depth`` passages of the `
 same on a 21M-passage corpus as on a small one. ``--qrels`` holds the labels that choose: the
 annotated dev qrels a user has, or a truth file (synthkb's qrels_all, where hit@1 is hit_all@1).
 
-``--out`` is a retriever folder (pipeline.retrieval.model) holding the chosen model and
-``selection.json``: the dev metric of every alpha, the chosen alpha, the qrels file and the tie rule.
+``--out`` is a retriever folder (pipeline.retrieval.model) holding the chosen model, its model card
+(README.md) and ``selection.json``: the dev metric of every candidate, the chosen one, the qrels file
+and the tie rule.
 Interpolation runs in fp32 (each weight cast back to its dtype); the models are scored in fp32.
 """
 
