@@ -319,12 +319,12 @@ SETTINGS: dict[str, tuple] = {
         )
         for key, value in {"alphas": [0.0, 0.5, 1.0], "metric": "MRR@10"}.items()
     },
-    # snapshots are kept by training: the dense models train again (and the selections over them), the
-    # untrained start, BM25 and AR2's round scorer (which no selection reads) do not
+    # snapshots are kept by training: the dense models train again (the selections and all else built
+    # from them follow from their inputs); the untrained start and BM25 do not
     "selection.checkpoints": (
         2,
-        ("train_dpr", "train_dpr_seed", "train_ccr", "select_model", "select_model_seed"),
-        ("init_zeroshot", "retrieve_bm25", "ar2_train_sieve_model"),
+        ("train_dpr", "train_dpr_seed", "train_ccr"),
+        ("init_zeroshot", "retrieve_bm25"),
     ),
     "hybrid.rrf_k": (10, ("fuse_rrf", "fuse_rrf_seed"), ("fuse_weighted", "fuse_weighted_seed")),
     "hybrid.weights": ([0.0, 0.5, 1.0], ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
