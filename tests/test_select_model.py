@@ -528,3 +528,27 @@ def test_the_training_document_carries_snapshots_only_when_kept():
     assert from_dict(TrainJob, train_job(kept, "dpr", seed=0), "settings").snapshots == 2
     with pytest.raises(ConfigError, match="snapshots"):
         from_dict(TrainJob, {"snapshots": 51}, "settings")
+
+
+def test_a_snapshots_folder_that_is_not_one_is_one_line_naming_the_entry(tmp_path):
+    from pipeline.training.snapshots import collect, list_snapshots, load_snapshot
+
+    assert list_snapshots(tmp_path) == []  # a folder that keeps none
+    (tmp_path / "snapshots" / "step10").mkdir(parents=True)
+    with pytest.raises(DataError, match="without its weights") as err:
+        list_snapshots(tmp_path)
+    assert err.value.file.endswith("step10/model.safetensors")
+    (tmp_path / "snapshots" / "step10" / "model.safetensors").write_bytes(b"not safetensors")
+    (tmp_path / "snapshots" / "latest").mkdir()
+    with pytest.raises(DataError, match="not a snapshot folder") as err:
+        list_snapshots(tmp_path)
+    assert err.value.file.endswith("snapshots/latest")
+    (tmp_path / "snapshots" / "latest").rmdir()
+    [(step, path)] = list_snapshots(tmp_path)
+    with pytest.raises(DataError, match="not a readable snapshot") as err:
+        load_snapshot(path)
+    assert step == 10 and "\n" not in str(err.value)
+    # a step the run should have kept but did not: never a model folder with a gap
+    with pytest.raises(DataError, match="snapshot of step 20 is missing"):
+        collect(tmp_path / "snapshots", tmp_path / "out", [10, 20], keep_source=False)
+    assert not (tmp_path / "out").exists()
