@@ -321,6 +321,13 @@ SETTINGS: dict[str, tuple] = {
         )
         for key, value in {"alphas": [0.0, 0.5, 1.0], "metric": "MRR@10"}.items()
     },
+    # snapshots are kept by training: the dense models train again (the selections and all else built
+    # from them follow from their inputs); the untrained start and BM25 do not
+    "selection.checkpoints": (
+        2,
+        ("train_dpr", "train_dpr_seed", "train_ccr"),
+        ("init_zeroshot", "retrieve_bm25"),
+    ),
     "hybrid.rrf_k": (10, ("fuse_rrf", "fuse_rrf_seed"), ("fuse_weighted", "fuse_weighted_seed")),
     "hybrid.weights": ([0.0, 0.5, 1.0], ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),
     "hybrid.select_split": ("train", ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),

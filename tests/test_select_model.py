@@ -293,3 +293,263 @@ def test_the_truth_file_chooses_by_hit_all(world, tmp_path):
         for metric in ("hit@1", "hit_all@1")
     }
     assert by_name["hit@1"]["dev_metric_by_alpha"] == by_name["hit_all@1"]["dev_metric_by_alpha"]
+
+
+# ---- checkpoints as candidates: snapshots kept by training ----------------------------------------
+
+
+def test_snapshot_steps_are_evenly_spaced_inside_the_run():
+    from pipeline.training.snapshots import snapshot_steps
+
+    assert snapshot_steps(30, 2) == [10, 20]
+    assert snapshot_steps(60, 3) == [15, 30, 45]
+    assert snapshot_steps(7, 2) == [2, 4]  # 7 // 3, 14 // 3
+    assert snapshot_steps(5, 10) == [1, 2, 3, 4]  # at most one a step, never the last (the trained model)
+    assert snapshot_steps(1, 3) == [] and snapshot_steps(30, 0) == []
+
+
+def _candidate(name: str):
+    from pipeline.training.select_model import Candidate
+
+    if name in ("start", "trained"):
+        return Candidate(name, alpha=0.0 if name == "start" else 1.0)
+    if name.startswith("step"):
+        return Candidate("snapshot", step=int(name[4:]))
+    return Candidate("interpolation", alpha=float(name[5:]))
+
+
+def _choice(scores: dict[str, float]) -> str:
+    from pipeline.training.select_model import Candidate
+
+    # listed in an order that is not the tie order: the rule, not the dict, must decide
+    return choose({_candidate(n): v for n, v in reversed(scores.items())}, Candidate.order).name
+
+
+def test_choose_among_checkpoints_takes_the_best_and_ties_go_to_the_start():
+    # hand-computed: step20 alone is best
+    assert (
+        _choice({"start": 0.50, "step10": 0.55, "step20": 0.61, "alpha0.5": 0.60, "trained": 0.58})
+        == "step20"
+    )
+    # a tie among trained candidates: the earliest snapshot (before interpolations and the trained model)
+    assert _choice({"start": 0.5, "step10": 0.7, "step20": 0.7, "alpha0.5": 0.7, "trained": 0.7}) == "step10"
+    assert (
+        _choice({"start": 0.5, "step10": 0.6, "alpha0.25": 0.7, "alpha0.75": 0.7, "trained": 0.7})
+        == "alpha0.25"
+    )
+    # the start ties with everything: it is kept
+    assert _choice({"start": 0.7, "step10": 0.7, "alpha0.5": 0.7, "trained": 0.7}) == "start"
+
+
+def _with_snapshots(trained, folder, states: dict[int, dict]) -> str:
+    """A copy of the trained folder keeping ``states`` as its snapshots (step -> state_dict)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from pipeline.training.snapshots import SNAPSHOT_DIR, step_folder
+
+    shutil.copytree(trained, folder)
+    for step, state in states.items():
+        path = step_folder(folder / SNAPSHOT_DIR, step)
+        path.mkdir(parents=True)
+        save_file({k: v.contiguous().clone() for k, v in state.items()}, str(path / "model.safetensors"))
+    return folder
+
+
+def test_a_snapshot_best_on_dev_is_chosen_and_its_folder_is_complete(world, tmp_path, make_retriever):
+    root, paths, start, trained = world
+    other = Retriever.load(make_retriever(tmp_path / "other", seed=5)).state_dict()
+    halfway = interpolate(Retriever.load(start).state_dict(), Retriever.load(trained).state_dict(), 0.5)
+    folder = _with_snapshots(trained, tmp_path / "trained", {20: halfway, 10: other})
+    snapshot_run = _scored(Retriever.load(trained), paths, other)
+    qrels = tmp_path / "qrels.snapshot_top.parquet"
+    _qrels_from_top(snapshot_run, qrels)  # step 10's model is right on every dev query
+    out = tmp_path / "chosen"
+    record = _run_stage(root, paths, start, folder, qrels, out, "--alphas", "0", "0.5", "1")
+    assert [c["name"] for c in record["scored"]] == ["start", "step10", "step20", "alpha0.5", "trained"]
+    by_name = {c["name"]: c["dev_metric"] for c in record["scored"]}
+    assert by_name["step10"] == 1.0 > max(v for n, v in by_name.items() if n != "step10")
+    # step 20 is the halfway interpolation's weights: the same dev metric, computed twice
+    assert by_name["step20"] == by_name["alpha0.5"] == record["dev_metric_by_alpha"]["0.5"]
+    assert record["dev_metric_by_snapshot"] == {"10": 1.0, "20": by_name["step20"]}
+    assert record["chosen"] == "step10" and record["chosen_step"] == 10 and record["chosen_alpha"] is None
+    assert not record["kept_start"]
+    pd.testing.assert_frame_equal(_scored(out, paths), snapshot_run, check_exact=True)
+    assert Retriever.load(out).settings == Retriever.load(trained).settings
+    card = (out / "README.md").read_text()
+    assert "snapshot at step 10" in card and "| step10 (chosen) | 1.0000 |" in card
+
+
+def test_a_snapshot_that_is_the_start_s_copy_ties_and_the_start_is_kept(world, tmp_path):
+    root, paths, start, trained = world
+    folder = _with_snapshots(trained, tmp_path / "trained", {10: Retriever.load(start).state_dict()})
+    qrels = tmp_path / "qrels.start_top.parquet"
+    _qrels_from_top(_scored(start, paths), qrels)
+    out = tmp_path / "kept"
+    record = _run_stage(root, paths, start, folder, qrels, out, "--alphas", "0", "1")
+    by_name = {c["name"]: c["dev_metric"] for c in record["scored"]}
+    assert by_name["start"] == by_name["step10"] == 1.0 > by_name["trained"]
+    assert record["chosen"] == "start" and record["kept_start"] and "start model first" in record["tie_rule"]
+    pd.testing.assert_frame_equal(_scored(out, paths), _scored(start, paths), check_exact=True)
+    assert "the start model itself" in (out / "README.md").read_text()
+
+
+def test_a_snapshot_of_another_shape_is_one_line_naming_its_file(world, tmp_path, capsys):
+    root, paths, start, trained = world
+    state = Retriever.load(trained).state_dict()
+    name = next(k for k, v in state.items() if v.ndim == 2)
+    state[name] = state[name][:1]
+    folder = _with_snapshots(trained, tmp_path / "trained", {10: state})
+    qrels = root / "qrels.any.parquet"
+    _qrels_from_top(_scored(start, paths), qrels)
+    argv = flags(paths, "queries", "corpus", "candidates", start=start, trained=folder, qrels=qrels)
+    with pytest.raises(SystemExit) as exit_:
+        select_model.run_main(select_model.main, [*argv, "--out", str(tmp_path / "out"), "--device", "cpu"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert "step10/model.safetensors" in err and f"tensor {name!r}" in err and "snapshot" in err
+
+
+# ---- training keeps the snapshots: resume-safe, in the model folder ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def train_setup(tmp_path_factory, make_train_files, tiny_model_dir):
+    from pipeline.training.data import TrainData
+
+    root = tmp_path_factory.mktemp("snapshots")
+    paths = make_train_files(root / "data")
+    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
+    return root, tiny_model_dir(root), data, paths
+
+
+def _snapshot_bytes(ckpt) -> dict[str, bytes]:
+    return {
+        p.parent.name: p.read_bytes() for p in sorted((ckpt / "snapshots").glob("step*/model.safetensors"))
+    }
+
+
+def test_a_killed_run_resumed_writes_the_same_snapshots(
+    resume_config, train_setup, tmp_path, tiny_retriever, train_until_crash
+):
+    from pipeline.training.loop import train
+
+    _, model_dir, data, _ = train_setup
+    cfg = resume_config()  # 6 steps, a checkpoint every 3, killed after step 4
+    summary = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "ref", snapshots=2)
+    assert summary["snapshots"] == [2, 4]
+    train_until_crash(tiny_retriever(model_dir), data, cfg, tmp_path / "run", snapshots=2)
+    summary = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "run", snapshots=2)
+    assert summary["start_step"] == 3
+    reference = _snapshot_bytes(tmp_path / "ref")
+    assert list(reference) == ["step2", "step4"] and reference == _snapshot_bytes(tmp_path / "run")
+    # the snapshots differ from each other (training moved the weights between them)
+    assert reference["step2"] != reference["step4"]
+
+
+def test_a_kill_right_after_a_checkpoint_keeps_that_step_s_snapshot(
+    resume_config, train_setup, tmp_path, tiny_retriever, monkeypatch
+):
+    # Step 3 is both a snapshot and a checkpoint; the run dies as the checkpoint is written, and the
+    # resume starts after step 3: its snapshot must already be on disk.
+    from pipeline.training import engine as engine_module
+    from pipeline.training.loop import train
+
+    _, model_dir, data, _ = train_setup
+    cfg = resume_config()
+    reference = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "ref", snapshots=1)
+    assert reference["snapshots"] == [3]
+    save = engine_module.Engine.save
+
+    def save_then_die(self, step, extra=None):
+        save(self, step, extra)
+        raise RuntimeError("simulated kill")
+
+    monkeypatch.setattr(engine_module.Engine, "save", save_then_die)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "run", snapshots=1)
+    monkeypatch.setattr(engine_module.Engine, "save", save)
+    summary = train(tiny_retriever(model_dir), data, cfg, checkpoint_dir=tmp_path / "run", snapshots=1)
+    assert summary["start_step"] == 3
+    assert _snapshot_bytes(tmp_path / "run") == _snapshot_bytes(tmp_path / "ref") != {}
+
+
+def test_a_checkpoint_made_without_snapshots_is_not_resumed_with_them(
+    resume_config, train_setup, tmp_path, tiny_retriever, train_until_crash
+):
+    from pipeline.training.loop import train
+
+    _, model_dir, data, _ = train_setup
+    train_until_crash(tiny_retriever(model_dir), data, resume_config(), tmp_path / "c")
+    summary = train(
+        tiny_retriever(model_dir), data, resume_config(), checkpoint_dir=tmp_path / "c", snapshots=2
+    )
+    assert summary["start_step"] == 0 and list(_snapshot_bytes(tmp_path / "c")) == ["step2", "step4"]
+
+
+def test_the_model_folder_holds_its_snapshots_and_the_default_keeps_none(
+    train_setup, tmp_path, resume_config
+):
+    from pipeline.training.train_dense import TrainInputs, train_retriever
+
+    _, model_dir, _, paths = train_setup
+    inputs = TrainInputs(*(str(paths[k]) for k in ("queries", "qrels", "negatives", "corpus")))
+    cfg = resume_config()
+    out = tmp_path / "kept"
+    train_retriever(str(model_dir), inputs, out, cfg, snapshots=2)
+    assert [p.name for p in sorted((out / "snapshots").iterdir())] == ["step2", "step4"]
+    assert json.loads((out / "train_info.json").read_text())["summary"]["snapshots"] == [2, 4]
+    assert (
+        not (tmp_path / "kept.ckpt").exists()
+        and "Weight snapshots at steps 2, 4" in (out / "README.md").read_text()
+    )
+    # the same folder trained again without snapshots: the earlier ones would pass for this model's
+    train_retriever(str(model_dir), inputs, out, cfg)
+    assert not (out / "snapshots").exists()
+    assert "snapshots" not in json.loads((out / "train_info.json").read_text())["summary"]
+    assert "Weight snapshots" not in (out / "README.md").read_text()
+
+
+def test_the_training_document_carries_snapshots_only_when_kept():
+    import copy
+
+    from pipeline.core.config import load_config
+    from pipeline.core.methods import method_table
+    from pipeline.core.recipes import dataset_configs
+    from pipeline.core.settings import TrainJob, from_dict
+    from pipeline.workflow.training import train_job
+
+    config = dataset_configs(load_config(), methods=method_table)["synthkb"]
+    assert "snapshots" not in train_job(config, "dpr", seed=0)  # the default jobs' params are unchanged
+    kept = copy.deepcopy(config)
+    kept["selection"]["checkpoints"] = 2
+    assert train_job(kept, "ccr", seed=0)["snapshots"] == 2
+    assert "snapshots" not in train_job(kept, "ccr", seed=0, snapshots=False)  # AR2's round scorer
+    assert from_dict(TrainJob, train_job(kept, "dpr", seed=0), "settings").snapshots == 2
+    with pytest.raises(ConfigError, match="snapshots"):
+        from_dict(TrainJob, {"snapshots": 51}, "settings")
+
+
+def test_a_snapshots_folder_that_is_not_one_is_one_line_naming_the_entry(tmp_path):
+    from pipeline.training.snapshots import collect, list_snapshots, load_snapshot
+
+    assert list_snapshots(tmp_path) == []  # a folder that keeps none
+    (tmp_path / "snapshots" / "step10").mkdir(parents=True)
+    with pytest.raises(DataError, match="without its weights") as err:
+        list_snapshots(tmp_path)
+    assert err.value.file.endswith("step10/model.safetensors")
+    (tmp_path / "snapshots" / "step10" / "model.safetensors").write_bytes(b"not safetensors")
+    (tmp_path / "snapshots" / "latest").mkdir()
+    with pytest.raises(DataError, match="not a snapshot folder") as err:
+        list_snapshots(tmp_path)
+    assert err.value.file.endswith("snapshots/latest")
+    (tmp_path / "snapshots" / "latest").rmdir()
+    [(step, path)] = list_snapshots(tmp_path)
+    with pytest.raises(DataError, match="not a readable snapshot") as err:
+        load_snapshot(path)
+    assert step == 10 and "\n" not in str(err.value)
+    # a step the run should have kept but did not: never a model folder with a gap
+    with pytest.raises(DataError, match="snapshot of step 20 is missing"):
+        collect(tmp_path / "snapshots", tmp_path / "out", [10, 20], keep_source=False)
+    assert not (tmp_path / "out").exists()

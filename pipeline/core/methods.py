@@ -78,7 +78,9 @@ SIEVE_FILTERS = ("sieve", "sieve_no_ccr")
 # GISTEmbedLoss's guides (dpr_gist_<guide>): the untrained base and the DPR warm-up.
 GIST_GUIDES = ("zeroshot", "dpr")
 # Model selection on dev (<trained>_wise...): the name's suffix -> the dev labels that choose (dev: the
-# annotated qrels a user has; truth: qrels_all, which only synthetic data has).
+# annotated qrels a user has; truth: qrels_all, which only synthetic data has). The candidates are the
+# start, the WiSE-FT interpolations and the trained model, and with selection.checkpoints > 0 also the
+# training's snapshots: the same names, the setting decides what they consider.
 SELECTIONS = {"wise": "dev", "wise_truth": "truth"}
 
 

@@ -531,11 +531,14 @@ class Engine:
         label: str,
         *,
         on_step_end: Callable[[int], None] | None = None,
+        after_update: Callable[[int], None] | None = None,
     ) -> None:
         """Run the optimizer steps ``start`` .. ``total`` - 1 of ``trainer``: per step its micro-batches,
         each forward and backward (the loss divided by their number: gradient accumulation), the update
         with clipping and finite checks, the log line, progress, the checkpoint and the time-limit stop.
-        ``on_step_end(done)`` runs after each step (and its checkpoint)."""
+        ``on_step_end(done)`` runs after each step (and its checkpoint); ``after_update(done)`` after
+        its update and before its log line and checkpoint, so what it writes is never of a step a
+        resume skips (a kill in between resumes from an earlier checkpoint and replays the step)."""
         with self.run(start, total, label) as run:
             for step in range(start, total):
                 run.begin()
@@ -555,6 +558,8 @@ class Engine:
                 lr = self.step(done, optimizer, scheduler, values, model=model, advice=advice)
                 eps = run.rate(plan.examples)
                 end = trainer.record(step, values, lr, eps)
+                if after_update is not None:
+                    after_update(done)
                 run.end(done, end.record, lr=lr, eps=eps, label=end.label, note=end.note, extra=end.extra)
                 if on_step_end is not None:
                     on_step_end(done)

@@ -49,6 +49,7 @@ from pipeline.training.losses import (
     positive_columns,
     similarity_scores,
 )
+from pipeline.training.snapshots import SNAPSHOT_DIR, save_snapshot, snapshot_steps
 
 log = logging.getLogger("sieve.trainer")
 
@@ -161,6 +162,7 @@ def train(
     on_step_end: Callable[[int], None] | None = None,
     loss: ContrastiveLoss | None = None,
     guide: Guide | None = None,
+    snapshots: int = 0,
 ) -> dict:
     """Train ``retriever`` in place on ``data`` (a TrainData) with ``loss``; return a summary.
 
@@ -170,10 +172,13 @@ def train(
 
     Writes ``checkpoint_dir/state.pt`` every ``checkpoint_every`` steps and the JSONL log
     ``checkpoint_dir/train_log.jsonl``; resumes from them when present and the fingerprint matches.
-    ``on_step_end(step)`` runs after each optimizer step (and its checkpoint).
+    ``on_step_end(step)`` runs after each optimizer step (and its checkpoint). ``snapshots``: the
+    weights are kept at that many evenly spaced steps in ``checkpoint_dir/snapshots/``
+    (pipeline.training.snapshots; the summary's ``snapshots`` lists the steps).
     """
     device = dist_info.device
     per_epoch, total = schedule(len(data), cfg)
+    keep = set(snapshot_steps(total, snapshots))
     retriever.to(device)
     retriever.train()
     frozen, caches = _freeze(retriever, data, cfg, dist_info)
@@ -190,6 +195,8 @@ def train(
             "config": settings,
             "loss": objective.describe(),
             "compute_precision": engine.compute_precision,
+            # A checkpoint made without a snapshot this run keeps cannot give it back: start afresh.
+            **({"snapshots": sorted(keep)} if keep else {}),
             **(fingerprint or {}),
         }
     )
@@ -223,7 +230,16 @@ def train(
         loss=objective.describe(),
         compute_precision=engine.compute_precision,
     )
-    engine.fit(trainer, start, total, "train", on_step_end=on_step_end)
+    if keep:
+        trainer.summary["snapshots"] = sorted(keep)
+
+    def snapshot(done: int) -> None:
+        if done in keep and dist_info.is_main:
+            save_snapshot(retriever, Path(checkpoint_dir) / SNAPSHOT_DIR, done)
+
+    engine.fit(
+        trainer, start, total, "train", on_step_end=on_step_end, after_update=snapshot if keep else None
+    )
     engine.check_weights([retriever], total, trainer.advice)
     return trainer.summary
 

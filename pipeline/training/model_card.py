@@ -96,6 +96,13 @@ def model_card(info: dict, settings: dict, recipe: str | None, inputs: dict[str,
     ]
     if "loss" in last:
         lines += [f"Last step's loss: {last['loss']:.4f}.", ""]
+    if summary.get("snapshots"):
+        steps = ", ".join(str(s) for s in summary["snapshots"])
+        lines += [
+            f"Weight snapshots at steps {steps}: `snapshots/step<k>/model.safetensors` (this folder's",
+            "architecture and settings), the candidates of model selection on dev besides the start and this model.",
+            "",
+        ]
     towers = (
         "Both queries and passages go through this one encoder."
         if settings.get("shared_towers", True)

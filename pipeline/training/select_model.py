@@ -4,10 +4,12 @@ Each alpha of ``alphas`` gives the weight-space interpolation
 
     theta(alpha) = (1 - alpha) * theta_start + alpha * theta_trained
 
-of the model training started from (alpha 0) and the model it ended with (alpha 1). Every candidate is
-scored on the dev queries by ``metric``, and the best is written as a retriever folder. Ties go to the
-smallest alpha, the model closest to the start: a fine-tuned model that does no better on dev than the
-model it started from is not kept (the conservative choice).
+of the model training started from (alpha 0) and the model it ended with (alpha 1). The trained
+folder's snapshots (``snapshots/step<k>/``, kept by training under selection.checkpoints:
+pipeline.training.snapshots) are candidates too. Every candidate is scored on the dev queries by
+``metric``, and the best is written as a retriever folder. Ties go to the first in the order start,
+snapshots by step, interpolations by alpha, trained model: a fine-tuned model that does no better on
+dev than the model it started from is not kept (the conservative choice).
 
     python -m pipeline.training.select_model \\
         --start results/D/models/zeroshot --trained results/D/models/dpr \\
@@ -24,8 +26,9 @@ Only the candidates are scored: each dev query's top ``depth`` passages of the `
 same on a 21M-passage corpus as on a small one. ``--qrels`` holds the labels that choose: the
 annotated dev qrels a user has, or a truth file (synthkb's qrels_all, where hit@1 is hit_all@1).
 
-``--out`` is a retriever folder (pipeline.retrieval.model) holding the chosen model and
-``selection.json``: the dev metric of every alpha, the chosen alpha, the qrels file and the tie rule.
+``--out`` is a retriever folder (pipeline.retrieval.model) holding the chosen model, its model card
+(README.md) and ``selection.json``: the dev metric of every candidate, the chosen one, the qrels file
+and the tie rule.
 Interpolation runs in fp32 (each weight cast back to its dtype); the models are scored in fp32.
 """
 
@@ -34,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -44,36 +47,51 @@ from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_par
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings.job_documents import SelectModelJob
-from pipeline.core.storage import DataError, check_unique, read_table, refuse_overwriting_inputs, write_json
+from pipeline.core.storage import (
+    DataError,
+    atomic_open,
+    check_unique,
+    read_table,
+    refuse_overwriting_inputs,
+    write_json,
+)
 from pipeline.evaluation.evaluate import read_finite_run
 from pipeline.evaluation.hybrid import dev_metric
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever
 from pipeline.training.data import PassageStore
+from pipeline.training.model_card import CARD_FILE
+from pipeline.training.snapshots import list_snapshots, load_snapshot
 
 log = logging.getLogger("sieve.select_model")
 
 SELECTION_FILE = "selection.json"
-TIE_RULE = "equal dev metrics: the smallest alpha (closest to the start model)"
+TIE_RULE = (
+    "equal dev metrics: the first in the order start model, snapshots by step, interpolations by "
+    "smallest alpha, trained model (the start model first)"
+)
 # Settings that change what a model computes; base (a record) and temperature (read by the losses
 # only) may differ between the start and the trained model.
 _SCORING_SETTINGS = ("pooling", "similarity", "shared_towers", "query_max_len", "passage_max_len")
 
 
 def interpolate(
-    start_state: Mapping[str, torch.Tensor], trained_state: Mapping[str, torch.Tensor], alpha: float
+    start_state: Mapping[str, torch.Tensor],
+    trained_state: Mapping[str, torch.Tensor],
+    alpha: float,
+    names: tuple[str, str] = ("start model", "trained model"),
 ) -> dict[str, torch.Tensor]:
     """(1 - alpha) * start + alpha * trained, tensor by tensor, computed in fp32 and cast back to each
     tensor's dtype (fp64 in fp64; alpha 0 gives the start's tensors exactly, alpha 1 the trained ones). Integer
     buffers are not weights: they must be equal and are taken as they are. A tensor one model lacks,
-    or of another shape or dtype, is a DataError naming it."""
+    or of another shape or dtype, is a DataError naming it (``names``: the two models' in messages)."""
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     only = sorted(set(start_state) ^ set(trained_state))
     if only:
-        which = "start" if only[0] in start_state else "trained"
+        which = names[0] if only[0] in start_state else names[1]
         raise DataError(
-            f"tensor {only[0]!r} is in the {which} model only ({len(only)} such tensors): the models do not "
+            f"tensor {only[0]!r} is in the {which} only ({len(only)} such tensors): the models do not "
             "share an architecture",
             field=only[0],
         )
@@ -82,8 +100,8 @@ def interpolate(
         trained = trained_state[name]
         if start.shape != trained.shape or start.dtype != trained.dtype:
             raise DataError(
-                f"tensor {name!r} is {_describe(start)} in the start model, {_describe(trained)} in the "
-                "trained one: the models do not share an architecture",
+                f"tensor {name!r} is {_describe(start)} in the {names[0]}, {_describe(trained)} in the "
+                f"{names[1]}: the models do not share an architecture",
                 field=name,
             )
         if start.is_floating_point():
@@ -95,7 +113,7 @@ def interpolate(
             out[name] = start.clone()
         else:
             raise DataError(
-                f"integer buffer {name!r} differs between the start and the trained model; it cannot be "
+                f"integer buffer {name!r} differs between the {names[0]} and the {names[1]}; it cannot be "
                 "interpolated",
                 field=name,
             )
@@ -106,13 +124,50 @@ def _describe(tensor: torch.Tensor) -> str:
     return f"{str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}"
 
 
-def choose(scores: Mapping[float, float]) -> float:
-    """The alpha of the highest dev metric; among equal metrics the smallest alpha (closest to the
-    start model: a trained model must do better on dev to replace the one it started from)."""
+K = TypeVar("K")
+
+
+def choose(scores: Mapping[K, float], order: Callable[[K], Any] = lambda key: key) -> K:
+    """The key of the highest dev metric; among equal metrics the one first by ``order`` (alphas: the
+    smallest, closest to the start model: a trained model must do better on dev to replace the one it
+    started from)."""
     if not scores:
-        raise ValueError("no alpha was scored")
+        raise ValueError("no candidate was scored")
     best = max(scores.values())
-    return min(alpha for alpha, value in scores.items() if value == best)
+    return min((key for key, value in scores.items() if value == best), key=order)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One model the selection scores: the start (alpha 0), a snapshot of training (its step), an
+    interpolation (its alpha) or the trained model (alpha 1)."""
+
+    kind: str  # start | snapshot | interpolation | trained
+    alpha: float | None = None
+    step: int | None = None
+    weights: Path | None = None  # a snapshot's file
+
+    @property
+    def name(self) -> str:
+        if self.kind == "snapshot":
+            return f"step{self.step}"
+        if self.kind == "interpolation":
+            return f"alpha{self.alpha:g}"
+        return self.kind
+
+    def order(self) -> tuple:
+        """The tie order (TIE_RULE): start, snapshots by step, interpolations by alpha, trained."""
+        rank = ("start", "snapshot", "interpolation", "trained").index(self.kind)
+        return (rank, self.step or 0, self.alpha or 0.0)
+
+
+def candidates_of(alphas: Sequence[float], snapshots: Sequence[tuple[int, Path]]) -> list[Candidate]:
+    """The candidates in tie order: alpha 0 is the start, 1 the trained model, the snapshots between."""
+    found = [Candidate("snapshot", step=step, weights=path) for step, path in snapshots]
+    for alpha in sorted({float(a) for a in alphas}):
+        kind = {0.0: "start", 1.0: "trained"}.get(alpha, "interpolation")
+        found.append(Candidate(kind, alpha=alpha))
+    return sorted(found, key=Candidate.order)
 
 
 def load_texts(path: str | Path, qids: Sequence[str] = ()) -> dict[str, str]:
@@ -190,8 +245,9 @@ def select(
     batch_size: int = 64,
     device: str | torch.device = "cpu",
 ) -> tuple[Retriever, dict]:
-    """(the chosen model, the selection record). Each alpha's model re-ranks the dev candidates and is
-    scored by ``metric`` against ``qrels``; the best alpha wins, ties to the smallest."""
+    """(the chosen model, the selection record). Each candidate (every alpha's interpolation and every
+    snapshot the trained folder keeps, pipeline.training.snapshots) re-ranks the dev candidates and is
+    scored by ``metric`` against ``qrels``; the best wins, ties by TIE_RULE (the start first)."""
     texts = load_texts(queries)
     dev_qids = list(texts)
     run = top_candidates(read_finite_run(candidates, set(dev_qids)), depth)
@@ -213,20 +269,21 @@ def select(
         raise DataError(err.message, file=trained_dir, field=err.field) from None
     # The trained model's settings (temperature included) unless the start itself is kept.
     model = trained.to(device)
-    by_alpha: dict[float, float] = {}
-    for alpha in sorted(float(a) for a in alphas):
-        model.load_state_dict(interpolate(start_state, trained_state, alpha))
-        by_alpha[alpha] = float(score(rescore(model, run, texts, store, batch_size)))
-        log.info("alpha %g: dev %s %.4f", alpha, metric, by_alpha[alpha])
-    chosen = choose(by_alpha)
-    kept = {0.0: "the start model", 1.0: "the trained model"}.get(chosen, "an interpolation")
-    log.info("chosen alpha %g: %s", chosen, kept)
-    if chosen == 0:
+    by_candidate: dict[Candidate, float] = {}
+    for candidate in candidates_of(alphas, list_snapshots(trained_dir)):
+        model.load_state_dict(_weights(candidate, start_state, trained_state))
+        by_candidate[candidate] = float(score(rescore(model, run, texts, store, batch_size)))
+        log.info("%s: dev %s %.4f", candidate.name, metric, by_candidate[candidate])
+    chosen = choose(by_candidate, Candidate.order)
+    log.info("chosen: %s", chosen.name)
+    if chosen.kind == "start":
         model = start.to(device)
     else:
-        model.load_state_dict(interpolate(start_state, trained_state, chosen))
+        model.load_state_dict(_weights(chosen, start_state, trained_state))
+    by_alpha = {c.alpha: v for c, v in by_candidate.items() if c.alpha is not None}
     record = {
-        "method": "WiSE-FT: (1 - alpha) * start + alpha * trained, interpolated in fp32",
+        "method": "the best on dev of the start model, the training's snapshots and the WiSE-FT "
+        "interpolations (1 - alpha) * start + alpha * trained (fp32); alpha 1 is the trained model",
         "start": str(start_dir),
         "trained": str(trained_dir),
         "metric": metric,
@@ -236,12 +293,68 @@ def select(
         "depth": depth,
         "n_queries": len(dev_qids),
         "dev_metric_by_alpha": {f"{a:g}": v for a, v in by_alpha.items()},
-        "chosen_alpha": chosen,
-        "kept_start": chosen == 0,
+        "dev_metric_by_snapshot": {str(c.step): v for c, v in by_candidate.items() if c.kind == "snapshot"},
+        "scored": [
+            {"name": c.name, "kind": c.kind, "alpha": c.alpha, "step": c.step, "dev_metric": v}
+            for c, v in by_candidate.items()
+        ],
+        "chosen": chosen.name,
+        "chosen_kind": chosen.kind,
+        "chosen_alpha": chosen.alpha,
+        "chosen_step": chosen.step,
+        "kept_start": chosen.kind == "start",
         "tie_rule": TIE_RULE,
         "retriever": dataclasses.asdict(model.settings),
     }
     return model, record
+
+
+def _weights(
+    candidate: Candidate, start_state: Mapping[str, torch.Tensor], trained_state: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """A candidate's state_dict: an interpolation's, or a snapshot's checked tensor by tensor against
+    the trained model (alpha 1 of trained -> snapshot is the snapshot exactly)."""
+    if candidate.weights is None:
+        return interpolate(start_state, trained_state, candidate.alpha)
+    try:
+        return interpolate(
+            trained_state, load_snapshot(candidate.weights), 1.0, ("trained model", "snapshot")
+        )
+    except DataError as err:
+        raise DataError(err.message, file=candidate.weights, field=err.field) from None
+
+
+def selection_card(record: Mapping[str, Any]) -> str:
+    """README.md of the chosen folder: what was chosen among which candidates, on what, and why."""
+    chosen = record["chosen"]
+    kind = record["chosen_kind"]
+    if kind == "snapshot":
+        what = f"the training's snapshot at step {record['chosen_step']}"
+    elif kind == "interpolation":
+        what = f"the WiSE-FT interpolation at alpha {record['chosen_alpha']:g}"
+    elif kind == "start":
+        what = "the start model itself: no trained candidate did better on dev"
+    else:
+        what = "the trained model as training ended"
+    lines = [
+        "# Dense retriever chosen on dev by sieve",
+        "",
+        f"This folder holds `{chosen}`: {what}. Start: `{record['start']}`; trained: `{record['trained']}`.",
+        f"Every candidate re-ranked the first {record['depth']} passages of `{record['candidates']}` for the "
+        f"{record['n_queries']:,} dev queries of `{record['queries']}` and was scored by {record['metric']} "
+        f"against `{record['qrels']}`; the highest wins; {record['tie_rule']}.",
+        "",
+        f"| candidate | dev {record['metric']} |",
+        "|---|---:|",
+        *(
+            f"| {c['name']}{' (chosen)' if c['name'] == chosen else ''} | {c['dev_metric']:.4f} |"
+            for c in record["scored"]
+        ),
+        "",
+        "The full record: `selection.json`.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 # The stage's inputs: flag -> help.
@@ -277,8 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / SETTINGS_FILE).unlink(missing_ok=True)  # incomplete until save rewrites it, last
     write_json(out / SELECTION_FILE, record)
+    with atomic_open(out / CARD_FILE, "w", encoding="utf-8") as handle:
+        handle.write(selection_card(record))
     model.to("cpu").save(out)
-    log.info("wrote %s: alpha %g", out, record["chosen_alpha"])
+    log.info("wrote %s: %s", out, record["chosen"])
     return 0
 
 

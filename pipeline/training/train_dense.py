@@ -61,6 +61,7 @@ from pipeline.training.engine import LOG_FILE
 from pipeline.training.guides import Guide
 from pipeline.training.loop import TrainConfig, train
 from pipeline.training.model_card import CARD_FILE, model_card
+from pipeline.training.snapshots import SNAPSHOT_DIR, collect
 
 RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
 
@@ -178,6 +179,7 @@ def init_only(args: argparse.Namespace, job: TrainJob) -> None:
     (out / SETTINGS_FILE).unlink(missing_ok=True)
     (out / LOG_FILE).unlink(missing_ok=True)  # a stale log would describe another model
     (out / RECIPE_FILE).unlink(missing_ok=True)
+    shutil.rmtree(out / SNAPSHOT_DIR, ignore_errors=True)  # a trained run's, not this model's
     if args.recipe:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / RECIPE_FILE, {"recipe": args.recipe, "trained": False})
@@ -253,6 +255,7 @@ def _train(args: argparse.Namespace, job: TrainJob, dist_info: DistInfo) -> int:
         dist_info=dist_info,
         recipe=args.recipe,
         guide=args.guide,
+        snapshots=job.snapshots,
     )
     return 0
 
@@ -280,13 +283,15 @@ def train_retriever(
     dist_info: DistInfo = DistInfo(),
     recipe: str | None = None,
     guide: str | None = None,
+    snapshots: int = 0,
 ) -> dict:
     """Train from ``init`` (a retriever folder or a base encoder) and write the retriever to ``out``.
 
     Resumes from ``<out>.ckpt/`` (or ``checkpoint_dir``) when it holds a checkpoint of the same
     settings and inputs. ``recipe``: the config recipe in force, written to ``recipe.json`` (the
     settings themselves are in ``train_info.json``). ``guide``: GISTEmbedLoss's guide retriever folder
-    (training.guides.Guide). Returns the training summary.
+    (training.guides.Guide). ``snapshots``: the weights kept at that many evenly spaced steps, in
+    ``<out>/snapshots/step<k>/`` (pipeline.training.snapshots). Returns the training summary.
     """
     out = Path(out)
     ckpt = Path(checkpoint_dir) if checkpoint_dir else out.with_name(out.name + ".ckpt")
@@ -319,6 +324,7 @@ def train_retriever(
         dist_info=dist_info,
         fingerprint=fingerprint,
         guide=Guide(guide, dist_info.device) if guide else None,
+        snapshots=snapshots,
     )
     if dist_info.is_main:
         (out / SETTINGS_FILE).unlink(missing_ok=True)
@@ -326,6 +332,13 @@ def train_retriever(
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / LOG_FILE) as tmp:
             shutil.copyfile(ckpt / LOG_FILE, tmp)
+        # Also with none kept: an earlier run's snapshots would be taken for this model's.
+        collect(
+            ckpt / SNAPSHOT_DIR,
+            out / SNAPSHOT_DIR,
+            summary.get("snapshots", []),
+            keep_source=keep_checkpoint,
+        )
         info = {
             "init": init,
             "guide": guide,

@@ -44,13 +44,15 @@ def train_job(
     beta: float | None = None,
     objective: dict | None = None,
     relabel: dict | None = None,
+    snapshots: bool = True,
     **fixed: Any,
 ) -> dict[str, Any]:
     """The document a ``section`` (dpr or ccr) training job of a dataset whose resolved config is
     ``config`` runs with. ``beta``: a CCR model of the β sweep (its own β instead of ccr.beta);
     ``objective``: DPR's loss when it is not NCE (dpr.rcl); ``fixed``: training settings a rule pins
     (AR2's per-round CCR drops queries whose positives fell out of its candidates); ``relabel``:
-    dpr.relabel's settings for a dpr_relabel_<detector> run."""
+    dpr.relabel's settings for a dpr_relabel_<detector> run; ``snapshots``: whether the run keeps
+    selection.checkpoints' weight snapshots (a model no selection reads, AR2's round scorer, does not)."""
     settings = {**config[section], **fixed}
     if beta is not None:
         settings["beta"] = beta
@@ -59,6 +61,9 @@ def train_job(
         "seed": int(seed),
         "train": {key: settings[key] for key in TrainSettings.model_fields},
     }
+    # Only when kept: the default document, and with it every training job's params, stays as it was.
+    if snapshots and config["selection"]["checkpoints"]:
+        document["snapshots"] = config["selection"]["checkpoints"]
     if section == "ccr":
         document["objective"] = {key: settings[key] for key in Objective.model_fields}
         document["retriever"] = retriever_settings(
@@ -101,7 +106,7 @@ class TrainingRules:
     def _seed(self, wildcards: Wildcards) -> int:
         return int(wildcards["seed"] if "seed" in wildcards.keys() else self.t.config["seed"])
 
-    def settings(self, section: str, **fixed: Any) -> Callable[[Wildcards], str]:
+    def settings(self, section: str, *, snapshots: bool = True, **fixed: Any) -> Callable[[Wildcards], str]:
         """params function: the settings document of a `dpr` or `ccr` training job of the job's dataset
         (train_job), recorded and passed whole. A CCR model of the β sweep trains at the β its folder's
         tag stands for (the tag is a key of the config's β values, never parsed); a seeded model at its
@@ -111,7 +116,14 @@ class TrainingRules:
             d = wildcards.dataset
             beta = self.t.ccr_betas[d][wildcards.beta] if "beta" in wildcards.keys() else None
             return settings_flag(
-                train_job(self.t.cfg(d), section, seed=self._seed(wildcards), beta=beta, **fixed)
+                train_job(
+                    self.t.cfg(d),
+                    section,
+                    seed=self._seed(wildcards),
+                    beta=beta,
+                    snapshots=snapshots,
+                    **fixed,
+                )
             )
 
         return settings

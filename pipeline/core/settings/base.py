@@ -147,3 +147,8 @@ def default(cls: type[Contract], name: str) -> Any:
     """The default of setting ``name`` of ``cls``: what a stage's flag defaults to when it is run by
     hand, so that it computes what the workflow's job computes."""
     return copy.deepcopy(cls.model_fields[name].default)
+
+
+# Snapshots a training run keeps for model selection (selection.checkpoints): each is one model's
+# weights (MiniLM: 90 MB), so the bound keeps a typo from filling a disk.
+Snapshots = Annotated[int, Field(ge=0, le=50)]

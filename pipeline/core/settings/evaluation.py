@@ -16,6 +16,7 @@ from pipeline.core.settings.base import (
     Metric,
     Name,
     Pair,
+    Snapshots,
     Unique,
 )
 
@@ -99,6 +100,12 @@ class SelectionSettings(JobResources):
         "hit@1",
         description="dev metric that chooses alpha: hit@k | recall@k | MRR@10 over the --qrels given (the truth "
         "file qrels_all: hit@1 is synthkb's primary metric hit_all@1) | R@k (answer match)",
+    )
+    checkpoints: Snapshots = Field(
+        0,
+        description="weight snapshots each dense training run (sections dpr, ccr) keeps at N evenly spaced "
+        "steps (k * steps // (N + 1), k = 1..N; models/<m>/snapshots/step<k>/, one model's weights each), "
+        "candidates of the selection besides the start and the trained model; 0 = none",
     )
 
     @field_validator("gpus")

@@ -21,6 +21,7 @@ from pipeline.core.settings.base import (
     JobResources,
     Precision,
     Seed,
+    Snapshots,
     default,
 )
 from pipeline.core.settings.retrieval import RETRIEVER_KEYS, ModelSettings
@@ -194,6 +195,9 @@ class TrainJob(Contract):
         None,
         description="dpr.relabel's settings (RelabelSettings' keys): multi-positive NCE over the qrels' other "
         "positives (dpr_relabel_<detector>); null = NCE over the first positive",
+    )
+    snapshots: Snapshots = Field(
+        0, description="weight snapshots kept at N evenly spaced steps (selection.checkpoints); 0 = none"
     )
 
     def relabel_settings(self) -> dict[str, Any] | None:
