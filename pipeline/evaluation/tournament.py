@@ -404,7 +404,8 @@ def true_label_methods() -> set[str]:
 def _reads(m: Method, table: dict[str, Method]) -> str | None:
     if reads_true_labels(m):
         return "reads the true labels (qrels_all)"
-    if m.filter is not None and FILTER_CONTRACTS[m.filter].labels == "dev":
+    contract = FILTER_CONTRACTS.get(m.filter) if m.filter is not None else None  # sieve_b<β>: none
+    if contract is not None and contract.labels == "dev":
         return (
             "picks its setting on the dev queries' every-candidate truth (qrels_all; answer match without it)"
         )
@@ -513,11 +514,22 @@ def default_sentence(result: dict) -> str:
         parts.append(f"Never chosen (they read labels a user lacks): {', '.join(choice['excluded'])}.")
     if choice["out"]:
         parts.append(f"Out, shown below {baseline} somewhere: {', '.join(choice['out'])}.")
+    for ref in result["references"]:
+        cells = [
+            (lv["dataset"], lv["rows"][ref]["metrics"][lv["primary"]]["vs_baseline"])
+            for lv in result["levels"]
+            if lv["rows"][ref]["run"]
+        ]
+        above = [d for d, c in cells if _shown(c) > 0]
+        below = [d for d, c in cells if _shown(c) < 0]
+        parts.append(
+            f"The reference {ref} is shown above {baseline} at {named(above)} and below it at {named(below)}."
+        )
     verb = "is" if choice["decided"] else "would be"
     leader = choice["leader"]
     if not choice["tied"]:
         parts.append(
-            f"No other contender is shown above {baseline} at any level: the default {verb} {baseline}, "
+            f"No contender is shown above {baseline} at any level: the default {verb} {baseline}, "
             "no filter (the data show none worth running)."
         )
     elif len(choice["tied"]) == 1:
