@@ -7,12 +7,15 @@ the same candidate pool at every noise level, paired over seeds with the pool's 
         --out-png results/sweeps/tournament.png
 
 Everything comes from the config's ``tournament`` section (the levels, the contenders, the baseline,
-the oracle, the start and the metrics; pipeline.core.settings.TournamentSettings) and each level's
-gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another file). Per level
-× contender × metric: the mean over seeds with its 95% t-interval; the paired difference with the
-baseline; the share of the oracle's gain, (m − baseline) / (oracle − baseline), with Fieller's interval
-over the same seeds; the paired difference with the start (seed-free: its one run against each seed)
-and with the demo's filter (``incumbent``); and the default filter by docs/results.md's rule
+the oracle, the start, the references and the metrics; pipeline.core.settings.TournamentSettings) and
+each level's gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another
+file). Per level × row (the start and the references, BM25, then the contenders) × metric: the mean
+over seeds with its 95% t-interval; the paired difference with the baseline, its p and, on the primary
+metric, Holm's correction over the whole matrix (``correct_matrix``); the share of the oracle's gain,
+(m − baseline) / (oracle − baseline), with Fieller's interval over the same seeds; the paired difference
+with the start (seed-free: its one run against each seed) and with the demo's filter (``incumbent``,
+information only); what each contender's filter did to the pool (``--detections``: its drop rate and,
+with true labels, detection precision and recall); and the default by docs/results.md's rule, version 2
 (``choose_default``; ``--levels`` builds the levels a run has finished, and then decides nothing). A
 contender, seed or metric that is missing is an error naming the level and its file, except a
 contender listed in the level's ``skip`` (not run there, e.g. the oracle on SQuAD, which has no
