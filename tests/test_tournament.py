@@ -414,6 +414,11 @@ def test_drop_rates_and_detection_come_from_each_filters_decisions(files, tmp_pa
     ):
         with pytest.raises(DataError, match=message):
             tournament.read_detections([bad], SETTINGS)
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps({k: v for k, v in json.loads(open(sieve).read()).items() if k != "recall"}))
+    with pytest.raises(DataError, match="a filter report without 'recall'") as err:
+        tournament.read_detections([f"kb30:dpr_sieve_no_ccr:drops={cut}"], SETTINGS)
+    assert str(cut) in str(err.value)
 
 
 def test_the_oracles_are_the_methods_that_read_the_true_labels():
