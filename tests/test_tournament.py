@@ -80,6 +80,7 @@ def _gathered(path, values: dict, start: dict) -> str:
         for m, by_metric in values.items()
     }
     methods["zeroshot"] = {"metrics": start}
+    methods["bm25"] = {"metrics": BM25[path.stem]}
     path.write_text(json.dumps({"dataset": path.stem, "methods": methods}))
     return str(path)
 
@@ -91,6 +92,8 @@ SETTINGS = {
     "start": "zeroshot",
     "metrics": ["hit_all@1", "R@5"],
     "incumbent": "dpr_sieve_no_ccr",
+    "references": ["bm25"],
+    "alpha": 0.05,
     "levels": {
         "kb30": {"label": "30%", "oracle": None, "metrics": None, "skip": []},
         "sq": {"label": "SQuAD", "oracle": "dpr_answer_match", "metrics": ["R@1"], "skip": ["dpr_oracle"]},
@@ -104,6 +107,8 @@ KB30 = {
     "dpr_sieve_no_ccr": {"hit_all@1": [0.55, 0.56, 0.60], "R@5": [0.82, 0.81, 0.80]},
     "dpr_answer_match": {"hit_all@1": [0.51, 0.52, 0.53], "R@5": [0.80, 0.81, 0.82]},
 }
+# BM25, seed-free: one run against each seed
+BM25 = {"kb30": {"hit_all@1": 0.40, "R@5": 0.70}, "sq": {"R@1": 0.78}}
 SQ = {
     "dpr_none": {"R@1": [0.60, 0.61, 0.62]},
     "dpr_sieve_no_ccr": {"R@1": [0.61, 0.62, 0.66]},
@@ -148,7 +153,10 @@ def test_intervals_shares_and_the_start_against_hand_computed_values(files):
     assert kb["rows"]["dpr_none"]["metrics"]["R@5"]["vs_baseline"]["ci_high"] == pytest.approx(0.0)
     # SQuAD: its own metric, answer match as the oracle (gains 0.06 each seed), the oracle not run
     assert (sq["primary"], sq["oracle"]) == ("R@1", "dpr_answer_match")
-    assert sq["rows"]["dpr_oracle"] == {"run": False, "metrics": {}}
+    assert sq["rows"]["dpr_oracle"] == {"run": False, "reference": False, "metrics": {}, "detection": None}
+    assert sq["rows"]["bm25"]["reference"] and sq["rows"]["bm25"]["metrics"]["R@1"]["mean"] == pytest.approx(
+        0.78
+    )
     sq_sieve = sq["rows"]["dpr_sieve_no_ccr"]["metrics"]["R@1"]
     assert sq_sieve["vs_baseline"]["mean"] == pytest.approx(0.02)
     assert sq_sieve["oracle_share"]["mean"] == pytest.approx(0.02 / 0.06)
@@ -171,123 +179,246 @@ def test_the_table_and_the_figure_are_written_and_deterministic(files, tmp_path)
     md = outs[0][1].decode()
     assert "| 30% (hit_all@1) | dpr_sieve_no_ccr | 0.570 (+0.050 [+0.025, +0.075]) | 0.810 (+0.010 " in md
     assert "| 50% [25%, 75%] | -0.010 [" in md  # the share of the oracle's gain, then − zeroshot
-    assert "| SQuAD (R@1) | dpr_oracle | not run |" in md
-    assert "| SQuAD (R@1) | dpr_answer_match (oracle) | – | – | 0.670 (+0.060 [+0.060, +0.060]) | – |" in md
+    assert "| SQuAD (R@1) | dpr_oracle (the oracle, reads labels) | not run |" in md
+    assert (
+        "| SQuAD (R@1) | dpr_answer_match (the oracle at SQuAD) | – | – | 0.670 (+0.060 [+0.060, +0.060]) | – |"
+        in md
+    )
+    assert "| SQuAD (R@1) | bm25 (reference) | – | – | 0.780 (+0.170 [+0.145, +0.195]) | – |" in md
     assert outs[0][2][:8] == b"\x89PNG\r\n\x1a\n" and len(outs[0][2]) > 5000
 
 
-def test_the_summary_matrices_are_contenders_by_levels_on_the_primary_metric(files):
-    summary = tournament.tournament_summary(tournament.build_tournament(SETTINGS, files))
-    vs_pool, vs_incumbent = summary.split("\n\n")[1], summary.split("\n\n")[3]
-    assert (
-        vs_pool.splitlines()[0]
-        == "| contender | 30% (hit_all@1) | SQuAD (R@1) | levels above / below dpr_none |"
-    )
-    rows = vs_pool.splitlines()[2:]
-    assert rows[0] == "| dpr_none | – | – | 0 / 0 |"
-    # the oracle reads the true labels: no standing; at SQuAD it is not run
-    assert rows[1] == "| dpr_oracle (the oracle) | +0.100 [+0.100, +0.100] | not run | true labels |"
-    # the sieve: 0.05, 0.04, 0.06 at 30% (shown), 0.01, 0.01, 0.04 at SQuAD (mean 0.02, holds 0)
-    assert rows[2] == "| dpr_sieve_no_ccr | +0.050 [+0.025, +0.075] | +0.020 [-0.023, +0.063] | 1 / 0 |"
-    # answer match is SQuAD's oracle only: it reads no true labels and stands like any contender
-    assert rows[3] == (
-        "| dpr_answer_match (the oracle at SQuAD) | +0.000 [-0.025, +0.025] | +0.060 [+0.060, +0.060] | 1 / 0 |"
-    )
-    # against the incumbent: answer match − sieve at 30% −0.04, −0.04, −0.07; at SQuAD 0.05, 0.05, 0.02
-    inc = vs_incumbent.splitlines()
-    assert inc[0] == "| contender | 30% (hit_all@1) | SQuAD (R@1) |"
-    assert inc[4] == "| dpr_sieve_no_ccr | – | – |"
-    assert inc[5] == (
-        "| dpr_answer_match (the oracle at SQuAD) | -0.050 [-0.093, -0.007] | +0.040 [-0.003, +0.083] |"
-    )
-    assert summary.rstrip().endswith("It is the demo's filter, which stays.")
+def test_a_paired_p_value_against_the_closed_form_of_t_with_two_degrees_of_freedom():
+    # with 2 df, P(|T| > t) = 1 − t / √(t² + 2): differences 0.05, 0.04, 0.06 give t = 0.05 / (0.01/√3)
+    d = paired_difference({0: 0.55, 1: 0.56, 2: 0.60}, {0: 0.50, 1: 0.52, 2: 0.54})
+    t = 0.05 / (0.01 / math.sqrt(3))
+    assert tournament.paired_p_value(d) == pytest.approx(1 - t / math.sqrt(t * t + 2))
+    assert tournament.paired_p_value(d) == pytest.approx(0.013072, abs=1e-6)
+    # no spread: every seed the same gain is p 0; no gain at all p 1; one seed no test
+    same = paired_difference({0: 0.6, 1: 0.6}, {0: 0.5, 1: 0.5})
+    assert tournament.paired_p_value(same) == 0.0
+    assert tournament.paired_p_value(paired_difference({0: 0.5, 1: 0.5}, {0: 0.5, 1: 0.5})) == 1.0
+    assert tournament.paired_p_value(paired_difference({0: 0.6}, {0: 0.5})) is None
 
 
-# ---- the default filter: docs/results.md's rule, on hand-made levels ------------------------------
+def test_holm_on_a_hand_computed_family():
+    # m = 4, α 0.05: sorted 0.005 (step 1, ≤ 0.05/4 = 0.0125: rejected), 0.01 (step 2, ≤ 0.05/3:
+    # rejected), 0.03 (step 3, > 0.05/2 = 0.025: stop), 0.04 (step 4: not rejected after a stop, though
+    # it is below 0.05/1). Corrected levels: 1 − 0.05/4 and 1 − 0.05/3 at the rejected steps, the
+    # stopping step's 1 − 0.05/2 for the rest. Bonferroni (0.0125 for all) would reject 0.005 alone.
+    out = tournament.holm([0.01, 0.04, 0.03, 0.005], 0.05)
+    assert [d["rejected"] for d in out] == [True, False, False, True]
+    assert [d["step"] for d in out] == [2, 4, 3, 1]
+    assert [d["level"] for d in out] == pytest.approx([1 - 0.05 / 3, 0.975, 0.975, 1 - 0.05 / 4])
+    # ties keep their order; an empty family rejects nothing
+    assert [d["step"] for d in tournament.holm([0.02, 0.02], 0.05)] == [1, 2]
+    assert tournament.holm([], 0.05) == []
 
 
-def test_the_incumbent_that_leads_stays(files):
+def test_the_matrix_is_corrected_by_holm_over_every_row_and_level(files):
+    # the family: zeroshot, bm25, dpr_oracle, the sieve and answer match at 30%; zeroshot, bm25, the
+    # sieve and answer match at SQuAD (the oracle is skipped there): 9 tests. p by hand (2 df, closed
+    # form): 30% oracle 0 (0.10 every seed), bm25 −0.10, −0.12, −0.14 (t 10.39: p 0.0092), the sieve
+    # 0.0131, zeroshot +0.08, +0.06, +0.04 (t 5.20: p 0.0351), answer match p 1; SQuAD answer match 0
+    # (0.06 every seed), bm25 +0.18, +0.17, +0.16 (t 29.4: p 0.0012), zeroshot 0.0202, the sieve 0.1835.
+    # Holm: 0 ≤ 0.05/9, 0 ≤ 0.05/8, 0.0012 ≤ 0.05/7, then 0.0092 > 0.05/6 = 0.0083 stops: 3 rejected.
     result = tournament.build_tournament(SETTINGS, files)
-    choice = result["default"]
-    # dpr_oracle reads the true labels: never a default, however far ahead
-    assert choice["excluded"] == ["dpr_oracle"]
-    # the sieve: +0.05 [+0.025, +0.075] at 30% (shown), +0.02 at SQuAD (differences 0.01, 0.01, 0.04:
-    # its interval holds 0); answer match: 0.00 at 30% (holds 0), +0.06 every seed at SQuAD (shown)
-    assert choice["standing"]["dpr_sieve_no_ccr"]["above"] == ["kb30"]
-    assert choice["standing"]["dpr_sieve_no_ccr"]["mean"] == pytest.approx(0.035)
-    assert choice["standing"]["dpr_answer_match"] == {
-        "above": ["sq"],
-        "below": [],
-        "mean": pytest.approx(0.03),
-    }
-    assert choice["standing"]["dpr_none"] == {"above": [], "below": [], "mean": 0.0}
-    # one shown level each: the larger mean difference leads; nothing drops below dpr_none
-    assert choice["ranking"] == ["dpr_sieve_no_ccr", "dpr_answer_match", "dpr_none"]
-    assert (choice["winner"], choice["replaced"], choice["default"]) == (
-        "dpr_sieve_no_ccr",
-        False,
-        "dpr_sieve_no_ccr",
-    )
-    # the sieve against itself: no cell; answer match − sieve at SQuAD: 0.05, 0.05, 0.02
+    assert result["holm"] == {"alpha": 0.05, "tests": 9, "rejected": 3}
     kb, sq = result["levels"]
-    assert sq["rows"]["dpr_answer_match"]["metrics"]["R@1"]["vs_incumbent"]["mean"] == pytest.approx(0.04)
-    assert "It is the demo's filter, which stays." in tournament.tournament_markdown(result)
+
+    def cell(level, m):
+        return level["rows"][m]["metrics"][level["primary"]]["vs_baseline"]
+
+    assert cell(kb, "bm25")["p"] == pytest.approx(1 - 0.12 / 0.02 * math.sqrt(3) / math.sqrt(108 + 2))
+    shown = {
+        (lv["dataset"], m)
+        for lv in (kb, sq)
+        for m in lv["rows"]
+        if lv["rows"][m]["run"] and tournament._shown(cell(lv, m))
+    }
+    assert shown == {("kb30", "dpr_oracle"), ("sq", "dpr_answer_match"), ("sq", "bm25")}
+    # the sieve at 30% is above 0 uncorrected ([+0.025, +0.075]) but not shown: its corrected interval,
+    # at the stopping step's level 1 − 0.05/6, holds 0
+    sieve = cell(kb, "dpr_sieve_no_ccr")
+    assert sieve["ci_low"] > 0 and sieve["corrected"]["shown"] == 0
+    half = t_quantile(1 - 0.05 / 6, 2) * 0.01 / math.sqrt(3)
+    assert (sieve["corrected"]["ci_low"], sieve["corrected"]["ci_high"]) == pytest.approx(
+        (0.05 - half, 0.05 + half)
+    )
+    assert sieve["corrected"]["ci_low"] < 0 < sieve["corrected"]["ci_high"]
+    # bm25 at SQuAD: step 3, level 1 − 0.05/7, its interval above 0
+    assert cell(sq, "bm25")["corrected"]["step"] == 3
+    assert cell(sq, "bm25")["corrected"]["ci_low"] > 0
 
 
-def test_a_winner_shown_above_the_incumbent_somewhere_and_below_it_nowhere_replaces_it(files):
-    settings = {**SETTINGS, "incumbent": "dpr_answer_match"}
-    choice = tournament.build_tournament(settings, files)["default"]
-    # sieve − answer match: 30% 0.04, 0.04, 0.07 (mean 0.05, s 0.0173: [+0.007, +0.093], shown);
-    # SQuAD −0.05, −0.05, −0.02 (mean −0.04, [−0.083, +0.003], holds 0)
-    assert (choice["beats_incumbent_at"], choice["loses_to_incumbent_at"]) == (["kb30"], [])
-    assert choice["decided"]  # every level is in the table
-    assert (choice["winner"], choice["replaced"], choice["default"]) == (
-        "dpr_sieve_no_ccr",
-        True,
-        "dpr_sieve_no_ccr",
+def test_the_summary_has_bm25_and_zeroshot_rows_and_marks_every_label_reader(files):
+    result = tournament.build_tournament(SETTINGS, files)
+    summary = tournament.tournament_summary(result)
+    vs_pool, drops = summary.split("\n\n")[1], summary.split("\n\n")[3]
+    lines = vs_pool.splitlines()
+    assert lines[0] == "| row | 30% (hit_all@1) | SQuAD (R@1) | levels above / below dpr_none (Holm) |"
+    names = [line.split(" | ")[0].lstrip("| ") for line in lines[2:]]
+    assert names[:2] == ["zeroshot (reference)", "bm25 (reference)"]
+    assert names[2:] == ["dpr_none", "dpr_oracle (the oracle, reads labels)", "dpr_sieve_no_ccr",
+                         "dpr_answer_match (the oracle at SQuAD)"]  # fmt: skip
+    # bm25 at SQuAD: +0.17 [uncorrected]; Holm [...], shown above (↑); a reference is never chosen
+    assert lines[3].startswith("| bm25 (reference) | -0.120 [-0.170, -0.070]; Holm [")
+    assert "| ↑ +0.170 [+0.145, +0.195]; Holm [" in lines[3] and lines[3].endswith(
+        "| reference, not chosen |"
+    )
+    assert lines[5].endswith("| reads labels, not chosen |")
+    assert drops.splitlines()[0].startswith("| row | 30% (hit_all@1) |")  # the drop-rate matrix
+    # the JSON says who reads labels and why; positive_aware_dev tunes itself on dev's true labels
+    assert list(result["label_readers"]) == ["dpr_oracle"]
+    assert "qrels_all" in tournament.label_reading("dpr_positive_aware_dev")
+    assert tournament.label_reading("dpr_rank_window") is None
+    assert tournament.label_reading("dpr_relabel_oracle") and tournament.label_reading("dpr_oracle_wise")
+    assert tournament.label_reading("hybrid_wsum_dpr_oracle") and tournament.label_reading(
+        "dpr_mined_dpr_oracle"
     )
 
 
-def test_a_winner_shown_below_the_incumbent_somewhere_leaves_it(tmp_path):
-    # the sieve now +0.01 every seed at SQuAD (shown over dpr_none: two levels, so it leads), but
-    # −0.05 every seed against answer match there
-    sq = {**SQ, "dpr_sieve_no_ccr": {"R@1": [0.61, 0.62, 0.63]}}
-    settings = {**SETTINGS, "incumbent": "dpr_answer_match"}
-    result = tournament.build_tournament(settings, _files(tmp_path, sq=sq))
+# ---- the default: docs/results.md's rule (version 2), on hand-made levels --------------------------
+
+
+def test_the_rule_picks_the_best_where_the_first_rule_kept_the_incumbent(tmp_path):
+    # answer match +0.10 every seed at 30% and +0.06 at SQuAD: shown above dpr_none at both levels
+    # (p 0, whatever the family); the incumbent, the sieve, +0.12, +0.02, +0.16 at 30% and +0.01,
+    # +0.01, +0.04 at SQuAD, shown at neither. Seed by seed answer match − sieve is −0.02, +0.08, −0.06
+    # and +0.05, +0.05, +0.02: not separated, so the first rule (the winner replaces the incumbent only
+    # by beating it seed by seed) kept the sieve. Version 2 has no incumbent: answer match is first.
+    kb = {
+        **KB30,
+        "dpr_sieve_no_ccr": {"hit_all@1": [0.62, 0.54, 0.70], "R@5": [0.80, 0.80, 0.80]},
+        "dpr_answer_match": {"hit_all@1": [0.60, 0.62, 0.64], "R@5": [0.80, 0.81, 0.82]},
+    }
+    result = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb))
     choice = result["default"]
-    assert choice["standing"]["dpr_sieve_no_ccr"]["above"] == ["kb30", "sq"]
-    assert (choice["beats_incumbent_at"], choice["loses_to_incumbent_at"]) == (["kb30"], ["sq"])
-    assert (choice["winner"], choice["replaced"], choice["default"]) == (
-        "dpr_sieve_no_ccr",
-        False,
-        "dpr_answer_match",
+    assert choice["standing"]["dpr_answer_match"] == {"above": ["kb30", "sq"], "below": []}
+    assert choice["standing"]["dpr_sieve_no_ccr"] == {"above": [], "below": []}
+    assert (choice["tied"], choice["default"]) == (["dpr_answer_match"], "dpr_answer_match")
+    assert choice["excluded"] == ["dpr_oracle"]  # the oracle reads the true labels: never chosen
+    sentence = tournament.default_sentence(result)
+    assert "dpr_answer_match is shown above dpr_none at 2 of 2 levels (30%; SQuAD)" in sentence
+    assert sentence.endswith("the default is dpr_answer_match.")
+
+
+def test_tied_leaders_are_reported_as_tied_and_ranked_within_each_level(tmp_path):
+    # the sieve +0.05 every seed at 30% (shown), answer match +0.06 every seed at SQuAD (shown): one
+    # level each, a tie. Within-level ranks of their means: 30% the sieve 0.57 (1), answer match 0.52
+    # (2); SQuAD the sieve 0.63 (2), answer match 0.67 (1): mean ranks 1.5 and 1.5, the tie stands and
+    # the table's order puts the sieve first. A mean of the differences (0.035 against 0.03) would have
+    # added hit_all@1 to R@1.
+    kb = {**KB30, "dpr_sieve_no_ccr": {"hit_all@1": [0.55, 0.57, 0.59], "R@5": [0.82, 0.81, 0.80]}}
+    result = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb))
+    choice = result["default"]
+    assert choice["tied"] == ["dpr_sieve_no_ccr", "dpr_answer_match"] and choice["top"] == 1
+    assert choice["mean_rank"] == {"dpr_sieve_no_ccr": 1.5, "dpr_answer_match": 1.5}
+    assert (choice["tie_stands"], choice["default"]) == (True, "dpr_sieve_no_ccr")
+    sentence = tournament.default_sentence(result)
+    assert (
+        "Tied, each shown above dpr_none at 1 of 2 levels and below it at none: dpr_sieve_no_ccr, "
+        in sentence
     )
-    assert "the data do not separate them and dpr_answer_match stays" in tournament.tournament_markdown(
-        result
+    assert "the tie stands, and the table's order puts dpr_sieve_no_ccr first" in sentence
+    # the sieve ahead at SQuAD too (0.69, not shown: +0.12, +0.00, +0.15): ranks 1 and 1, against 2 and
+    # 2; the tie-break decides and says so
+    sq = {**SQ, "dpr_sieve_no_ccr": {"R@1": [0.72, 0.61, 0.77]}}
+    choice = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb, sq=sq))["default"]
+    assert choice["mean_rank"] == {"dpr_sieve_no_ccr": 1.0, "dpr_answer_match": 2.0}
+    assert (choice["tie_stands"], choice["default"]) == (False, "dpr_sieve_no_ccr")
+
+
+def test_nothing_shown_above_the_pool_leaves_no_filter(files):
+    # KB30/SQ: Holm shows the oracle, answer match at SQuAD and BM25 at SQuAD. Without answer match among
+    # the contenders nothing that may be chosen is shown above dpr_none: the default is dpr_none.
+    settings = {**SETTINGS, "methods": ["dpr_none", "dpr_oracle", "dpr_sieve_no_ccr"]}
+    settings["levels"] = {
+        "kb30": SETTINGS["levels"]["kb30"],
+        "sq": {**SETTINGS["levels"]["sq"], "oracle": "dpr_sieve_no_ccr"},
+    }
+    result = tournament.build_tournament(settings, files)
+    assert (result["default"]["tied"], result["default"]["default"]) == ([], "dpr_none")
+    assert "No contender is shown above dpr_none at any level: the default is dpr_none" in (
+        tournament.default_sentence(result)
     )
 
 
-def test_a_contender_shown_below_the_unfiltered_pool_anywhere_does_not_qualify(tmp_path):
-    # answer match −0.10, −0.11, −0.12 at 30%, whatever it gains at SQuAD
-    kb = {**KB30, "dpr_answer_match": {"hit_all@1": [0.40, 0.41, 0.42], "R@5": [0.80, 0.81, 0.82]}}
-    choice = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb))["default"]
-    assert choice["standing"]["dpr_answer_match"]["below"] == ["kb30"]
-    assert "dpr_answer_match" not in choice["ranking"]
+def test_a_contender_shown_below_the_unfiltered_pool_anywhere_is_out(tmp_path):
+    # answer match −0.10 every seed at 30% (p 0: shown below), whatever it gains at SQuAD
+    kb = {**KB30, "dpr_answer_match": {"hit_all@1": [0.40, 0.42, 0.44], "R@5": [0.80, 0.81, 0.82]}}
+    result = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb))
+    choice = result["default"]
+    assert choice["standing"]["dpr_answer_match"] == {"above": ["sq"], "below": ["kb30"]}
+    assert choice["out"] == ["dpr_answer_match"] and "dpr_answer_match" not in choice["tied"]
+    assert "Out, shown below dpr_none somewhere: dpr_answer_match." in tournament.default_sentence(result)
 
 
 def test_a_table_over_some_of_the_levels_decides_nothing(files):
-    settings = {**SETTINGS, "incumbent": "dpr_answer_match"}
-    result = tournament.build_tournament(settings, files, only=["kb30"])
+    result = tournament.build_tournament(SETTINGS, files, only=["sq"])
     choice = result["default"]
-    assert [lv["dataset"] for lv in result["levels"]] == ["kb30"] and result["levels_left_out"] == ["SQuAD"]
-    # over kb30 alone the sieve leads and is above answer match there, yet nothing is replaced
-    assert (choice["winner"], choice["beats_incumbent_at"]) == ("dpr_sieve_no_ccr", ["kb30"])
-    assert (choice["decided"], choice["replaced"], choice["default"]) == (False, False, "dpr_answer_match")
+    assert [lv["dataset"] for lv in result["levels"]] == ["sq"] and result["levels_left_out"] == ["30%"]
+    assert (choice["decided"], choice["leader"], choice["default"]) == (False, "dpr_answer_match", None)
     sentence = tournament.default_sentence(result)
-    assert sentence.startswith("Not decided: 1 of 2 levels (not in this table: SQuAD)")
-    assert sentence.endswith("it would replace it.")
+    assert sentence.startswith("Not decided: 1 of 2 levels (not in this table: 30%)")
+    assert sentence.endswith("the default would be dpr_answer_match.")
     with pytest.raises(DataError, match=r"\['kb7'\] are not levels"):
-        tournament.build_tournament(settings, files, only=["kb7"])
+        tournament.build_tournament(SETTINGS, files, only=["kb7"])
+
+
+# ---- what each filter did: drop rate and detection from its decisions ----------------------------
+
+
+def _report(tmp_path, name: str, kept: list[bool], is_fn: list, source: str = "qrels_all") -> str:
+    """A filter's report.json from a tiny decisions table, as pipeline.sieve.report writes it."""
+    import pandas as pd
+
+    from pipeline.sieve.report import detection_report
+
+    n = len(kept)
+    table = pd.DataFrame({
+        "qid": ["q1"] * (n // 2) + ["q2"] * (n - n // 2), "pid": [f"p{i}" for i in range(n)],
+        "rank": list(range(1, n + 1)), "kept": kept, "is_false_negative": pd.array(is_fn, dtype="boolean"),
+        "fn_label_source": [source if v is not None else None for v in is_fn],
+    })  # fmt: skip
+    path = tmp_path / f"{name}.report.json"
+    path.write_text(json.dumps(detection_report(table)))
+    return str(path)
+
+
+def test_drop_rates_and_detection_come_from_each_filters_decisions(files, tmp_path):
+    # 8 candidates, 3 false negatives; the sieve drops 4: 2 false negatives, 2 true negatives ->
+    # drop rate 0.5, precision 0.5, recall 2/3, true negatives kept 3/5
+    sieve = _report(tmp_path, "sieve", [False, False, False, False, True, True, True, True],
+                    [True, True, False, False, True, False, False, False])  # fmt: skip
+    # SQuAD: no true labels (suspected answer matches): a drop rate, no precision or recall
+    squad = _report(tmp_path, "squad", [False, True, True, True], [None, None, None, None], "suspected")
+    given = [f"kb30:dpr_sieve_no_ccr:drops={sieve}", f"sq:dpr_sieve_no_ccr:relabels={squad}"]
+    detections = tournament.read_detections(given, SETTINGS)
+    result = tournament.build_tournament(SETTINGS, files, detections=detections)
+    kb, sq = result["levels"]
+    d = kb["rows"]["dpr_sieve_no_ccr"]["detection"]
+    assert (d["drop_rate"], d["precision"], d["recall"], d["tn_kept"]) == pytest.approx(
+        (0.5, 0.5, 2 / 3, 0.6)
+    )
+    assert sq["rows"]["dpr_sieve_no_ccr"]["detection"]["drop_rate"] == 0.25
+    assert sq["rows"]["dpr_sieve_no_ccr"]["detection"]["precision"] is None
+    assert kb["rows"]["dpr_answer_match"]["detection"] is None
+    drops = tournament.tournament_summary(result).split("\n\n")[3].splitlines()
+    assert drops[6] == "| dpr_sieve_no_ccr | dropped 50.0% (P 0.50, R 0.67) | relabelled 25.0% |"
+    for bad, message in (
+        ("kb30:dpr_sieve_no_ccr=x", "DATASET:METHOD:ACTION=REPORT"),
+        (f"kb30:dpr_sieve_no_ccr:keeps={sieve}", "'keeps': the action is one of drops, relabels"),
+        (f"kb7:dpr_sieve_no_ccr:drops={sieve}", "'kb7' is not a level"),
+        (f"kb30:dpr_gist_dpr:drops={sieve}", "'dpr_gist_dpr' is not a contender"),
+    ):
+        with pytest.raises(DataError, match=message):
+            tournament.read_detections([bad], SETTINGS)
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps({k: v for k, v in json.loads(open(sieve).read()).items() if k != "recall"}))
+    with pytest.raises(DataError, match="a filter report without 'recall'") as err:
+        tournament.read_detections([f"kb30:dpr_sieve_no_ccr:drops={cut}"], SETTINGS)
+    assert str(cut) in str(err.value)
 
 
 def test_the_oracles_are_the_methods_that_read_the_true_labels():
@@ -402,3 +533,91 @@ def test_the_default_metrics_files_are_the_workflows_layout():
 
     files = tournament.metrics_files({"levels": {"kb30": {}, "squad36": {}}}, [])
     assert files == {d: dataset_metrics(d) for d in ("kb30", "squad36")}
+
+
+# ---- version 2's overlay ------------------------------------------------------------------------
+
+OVERLAY_V2 = REPO_ROOT / "config/overlays/tournament/tournament_v2.yaml"
+
+
+def test_the_v2_overlay_names_methods_of_the_table_at_every_level_and_adds_the_mined_source():
+    w = _tables(OVERLAY_V2)
+    t = w.config["tournament"]
+    for d in t["levels"]:
+        known = set(method_table(w.cfg(d)))
+        assert [m for m in [*t["methods"], *t["references"]] if m not in known] == [], d
+    assert json.loads(tournament_settings(w)) == t  # every row is in its level's methods
+    assert t["references"] == ["bm25"] and w.config["seeds"] == [0, 1, 2, 3, 4]
+    # the first run's contenders stay; the selections that can keep the start and the hybrid join
+    first = load_config([OVERLAY])["tournament"]["methods"]
+    assert t["methods"][: len(first)] == first
+    assert {"dpr_none_wise", "dpr_sieve_no_ccr_wise", "hybrid_wsum_dpr_sieve_no_ccr"} <= set(t["methods"])
+    # the realistic source: the same data, the filters' candidates mined by zero-shot MiniLM
+    for d in ("synthkb_fn07_p0_zsmined", "synthkb_fn30_p50_zsmined"):
+        assert w.cfg(d)["sieve"]["source"] == "zeroshot" and d in t["levels"]
+        assert w.methods[d]["dpr_none"].negatives == "none_source_zeroshot"
+        assert w.methods[d.removesuffix("_zsmined")]["dpr_none"].negatives == "none"
+    # the label readers among the contenders, as the table marks them
+    assert [m for m in t["methods"] if tournament.label_reading(m)] == [
+        "dpr_oracle",
+        "dpr_positive_aware_dev",
+        "dpr_relabel_oracle",
+    ]
+
+
+def test_the_v2_overlay_reads_a_filter_report_per_filtered_contender():
+    from pipeline.workflow.evaluation import tournament_detections
+
+    w = _tables(OVERLAY_V2)
+    found = tournament_detections(w)
+    by = {(d, m): (a, r) for d, m, a, r in found}
+    assert by["synthkb_fn30_p50", "dpr_sieve_no_ccr"] == (
+        "drops",
+        "results/synthkb_fn30_p50/sieve/sieve_no_ccr/report.json",
+    )
+    assert by["synthkb_fn30_p50", "dpr_relabel_sieve_no_ccr"][0] == "relabels"
+    # a selection and a hybrid are their trained model's filter; in-loss masking has no decisions
+    assert by["squad36", "hybrid_wsum_dpr_sieve_no_ccr"] == by["squad36", "dpr_sieve_no_ccr"]
+    assert by["synthkb_fn07_p0_zsmined", "dpr_none_wise"][1].endswith(
+        "sieve/none_source_zeroshot/report.json"
+    )
+    assert not [k for k in by if k[1].startswith("dpr_gist_")] and ("squad36", "dpr_oracle") not in by
+    # the synthkb levels' 10 filters and SQuAD-36's 9 (no oracle): one report each
+    assert len({r for *_, r in found}) == 6 * 10 + 9
+
+
+@pytest.mark.slow
+def test_snakemake_plans_the_v2_overlay(tmp_path):
+    # the trainings follow from the overlay: per level its contenders of each kind × 5 seeds (the
+    # top-level seed's rule and the _seed rule for the other four)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+    from test_workflow import jobs_in_dry_run
+
+    # the overlay as it is, SQuAD-36's sample by its absolute path (the plan runs in tmp_path)
+    overlay = yaml.safe_load(OVERLAY_V2.read_text())
+    sample = (REPO_ROOT / overlay["datasets"]["squad36"]["source"]).resolve()
+    if not sample.is_file():
+        pytest.skip(f"SQuAD-36's sample is not beside the checkout ({sample})")
+    overlay["datasets"]["squad36"]["source"] = str(sample)
+    (tmp_path / "v2.yaml").write_text(yaml.safe_dump(overlay))
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "-n", "--cores", "1", "--directory", str(tmp_path),
+         "-s", str(REPO_ROOT / "Snakefile"), "--configfile", str(REPO_ROOT / "config.yaml"),
+         str(tmp_path / "v2.yaml"), "--", "results/sweeps/tournament.json"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    jobs = jobs_in_dry_run(done.stdout)
+    levels, synthkb = 7, 6
+    # dropping filters: 10 at a synthkb level, 9 at SQuAD-36 (no oracle)
+    assert (jobs["train_dpr_filtered"], jobs["train_dpr_filtered_seed"]) == (69, 69 * 4)
+    assert (jobs["train_dpr_gist"], jobs["train_dpr_gist_seed"]) == (2 * levels, 2 * levels * 4)
+    assert (jobs["train_dpr_relabel"], jobs["relabel_qrels"]) == (3 * synthkb + 2, 3 * synthkb + 2)
+    assert (jobs["select_model"], jobs["select_model_seed"]) == (5 * levels, 5 * levels * 4)
+    assert (jobs["fuse_weighted_seed"], jobs["sieve_report"], jobs["tournament"]) == (5 * levels, 69, 1)
+    assert jobs["mine_dense_negatives"] == 2  # zero-shot's negatives for the two mined-source levels
+    assert sum(jobs.values()) == 6131

@@ -7,12 +7,15 @@ the same candidate pool at every noise level, paired over seeds with the pool's 
         --out-png results/sweeps/tournament.png
 
 Everything comes from the config's ``tournament`` section (the levels, the contenders, the baseline,
-the oracle, the start and the metrics; pipeline.core.settings.TournamentSettings) and each level's
-gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another file). Per level
-× contender × metric: the mean over seeds with its 95% t-interval; the paired difference with the
-baseline; the share of the oracle's gain, (m − baseline) / (oracle − baseline), with Fieller's interval
-over the same seeds; the paired difference with the start (seed-free: its one run against each seed)
-and with the demo's filter (``incumbent``); and the default filter by docs/results.md's rule
+the oracle, the start, the references and the metrics; pipeline.core.settings.TournamentSettings) and
+each level's gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another
+file). Per level × row (the start and the references, BM25, then the contenders) × metric: the mean
+over seeds with its 95% t-interval; the paired difference with the baseline, its p and, on the primary
+metric, Holm's correction over the whole matrix (``correct_matrix``); the share of the oracle's gain,
+(m − baseline) / (oracle − baseline), with Fieller's interval over the same seeds; the paired difference
+with the start (seed-free: its one run against each seed) and with the demo's filter (``incumbent``,
+information only); what each contender's filter did to the pool (``--detections``: its drop rate and,
+with true labels, detection precision and recall); and the default by docs/results.md's rule, version 2
 (``choose_default``; ``--levels`` builds the levels a run has finished, and then decides nothing). A
 contender, seed or metric that is missing is an error naming the level and its file, except a
 contender listed in the level's ``skip`` (not run there, e.g. the oracle on SQuAD, which has no
@@ -26,10 +29,13 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from scipy import stats
+
 from pipeline.core.cli import run_main, stage_parser, start_stage
-from pipeline.core.methods import method_table, reads_true_labels
+from pipeline.core.methods import Method, method_table, reads_true_labels, runs
 from pipeline.core.settings.evaluation import TournamentSettings
 from pipeline.core.settings.root import apply_defaults, section
+from pipeline.core.settings.sieve import FILTER_CONTRACTS
 from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference, t_quantile
@@ -102,6 +108,13 @@ def _level_settings(dataset: str, level: dict, settings: dict) -> dict:
     }
 
 
+def _references(settings: dict) -> list[str]:
+    """The rows shown beside the contenders and never chosen: the start, then tournament.references."""
+    return [
+        m for m in dict.fromkeys([settings["start"], *settings["references"]]) if m not in settings["methods"]
+    ]
+
+
 def check_settings(settings: dict) -> None:
     """What the tournament needs of its section: contenders, levels, and the controls among the
     contenders wherever they are used (a stale or skipped control would pair with nothing)."""
@@ -116,9 +129,12 @@ def check_settings(settings: dict) -> None:
     for dataset, raw in settings["levels"].items():
         level = _level_settings(dataset, raw, settings)
         where = f"tournament.levels.{dataset}"
-        unknown = [m for m in level["skip"] if m not in settings["methods"]]
+        rows = [*settings["methods"], *_references(settings)]
+        unknown = [m for m in level["skip"] if m not in rows]
         if unknown:
-            raise DataError(f"skips {unknown}, which are not contenders", field=f"{where}.skip")
+            raise DataError(
+                f"skips {unknown}, which are neither contenders nor references", field=f"{where}.skip"
+            )
         for role, name in (("baseline", settings["baseline"]), ("oracle", level["oracle"])):
             if name not in settings["methods"] or name in level["skip"]:
                 raise DataError(
@@ -142,13 +158,27 @@ def _values(metrics: dict, method: str, metric: str, file: str, seeds: list | No
     return values
 
 
-def level_result(level: dict, settings: dict, metrics: dict, file: str) -> dict:
-    """One level (a column): every contender's row; ``metrics`` is the dataset's gathered metrics.json."""
+def _seed_free_or_paired(metrics: dict, method: str, metric: str, file: str, seeds: list) -> dict:
+    """seed -> value: a seed-free run (bm25, zeroshot) is its one run against each seed; a trained
+    one must have exactly the baseline's seeds."""
+    values = per_seed(metrics, method, metric, file)
+    if list(values) == [None]:
+        return dict.fromkeys(seeds, values[None])
+    return _values(metrics, method, metric, file, seeds)
+
+
+def level_result(
+    level: dict, settings: dict, metrics: dict, file: str, detections: Mapping[str, dict] | None = None
+) -> dict:
+    """One level (a column): every contender's and reference's row; ``metrics`` is the dataset's
+    gathered metrics.json, ``detections`` contender -> what its filter did there (``detection``)."""
     baseline, start, oracle = settings["baseline"], settings["start"], level["oracle"]
     incumbent = settings["incumbent"]
+    references = _references(settings)
     run = [m for m in settings["methods"] if m not in level["skip"]]
+    shown = [m for m in references if m not in level["skip"]]
     gathered = metrics.get("methods") if isinstance(metrics.get("methods"), dict) else {}
-    missing = [m for m in dict.fromkeys([*run, start]) if m not in gathered]
+    missing = [m for m in dict.fromkeys([*run, start, *shown]) if m not in gathered]
     if missing:
         raise DataError(
             f"level {level['label']!r} ({level['dataset']}) misses {', '.join(missing)}: add them to "
@@ -175,24 +205,22 @@ def level_result(level: dict, settings: dict, metrics: dict, file: str) -> dict:
                 file=file,
                 field=f"methods.{baseline}",
             )
-        start_values = per_seed(metrics, start, metric, file)
-        if list(start_values) == [None]:  # seed-free (zeroshot): its one run is every seed's start
-            start_values = dict.fromkeys(seeds, start_values[None])
-        elif list(start_values) != seeds:
-            _values(metrics, start, metric, file, seeds)
+        start_values = _seed_free_or_paired(metrics, start, metric, file, seeds)
         out["start"][metric] = _own_interval(start_values)
         out["seeds"] = seeds
         values = {m: _values(metrics, m, metric, file, seeds) for m in run}
+        values |= {m: _seed_free_or_paired(metrics, m, metric, file, seeds) for m in shown}
         oracle_gain = {s: values[oracle][s] - base[s] for s in seeds}
-        for m in settings["methods"]:
-            row = out["rows"].setdefault(m, {"run": m in run, "metrics": {}})
-            if m not in run:
+        for m in [*references, *settings["methods"]]:
+            row = out["rows"].setdefault(m, {"run": m in values, "reference": m in references, "metrics": {}})
+            if m not in values:
                 continue
             gain = {s: values[m][s] - base[s] for s in seeds}
-            share = oracle_share(gain, oracle_gain)
+            share = oracle_share(gain, oracle_gain) if m not in references else Share(None, None, None, 0)
+            diff = paired_difference(values[m], base, LEVEL)
             row["metrics"][metric] = {
                 **_own_interval(values[m]),
-                "vs_baseline": _interval(paired_difference(values[m], base, LEVEL)),
+                "vs_baseline": {**_interval(diff), "std": diff.std, "p": paired_p_value(diff)},
                 "oracle_share": {"mean": share.ratio, "ci_low": share.ci_low, "ci_high": share.ci_high},
                 "vs_start": _interval(paired_difference(values[m], start_values, LEVEL)),
                 "vs_incumbent": (
@@ -201,15 +229,75 @@ def level_result(level: dict, settings: dict, metrics: dict, file: str) -> dict:
                     else None
                 ),
             }
+    for m, row in out["rows"].items():
+        row["detection"] = (detections or {}).get(m) if row["run"] else None
+    return out
+
+
+# ---- what each filter did to the candidate pool (its detection report) --------------------------
+
+
+ACTIONS = ("drops", "relabels")
+
+
+def detection(report: Mapping, action: str, file: str) -> dict:
+    """What a contender's filter did at a level, from its report (results/<dataset>/sieve/<negatives>/
+    report.json, pipeline.sieve.report): the share of the candidate pool it dropped (relabel: turned
+    into positives) and, where every candidate has a true label (synthkb's qrels_all), the precision
+    and recall of those decisions as false-negative detection and the share of true negatives kept."""
+    for key in (
+        "n_candidates",
+        "n_labelled",
+        "sieve_out_rate",
+        "precision",
+        "recall",
+        "true_negative_retention",
+    ):
+        if key not in report:
+            raise DataError(f"a filter report without {key!r}", file=file, field=key)
+    labelled = report["n_candidates"] > 0 and report["n_labelled"] == report["n_candidates"]
+    return {
+        "report": file,
+        "action": action,
+        "n_candidates": report["n_candidates"],
+        "drop_rate": report["sieve_out_rate"],
+        "precision": report["precision"] if labelled else None,
+        "recall": report["recall"] if labelled else None,
+        "tn_kept": report["true_negative_retention"] if labelled else None,
+    }
+
+
+def read_detections(given: Sequence[str], settings: dict) -> dict[str, dict[str, dict]]:
+    """dataset -> contender -> detection, from ``given`` DATASET:METHOD:ACTION=REPORT (what the rule
+    passes; ACTION drops or relabels, what the contender does with the filter's flagged candidates)."""
+    out: dict[str, dict[str, dict]] = {}
+    for item in given:
+        key, sep, path = item.partition("=")
+        parts = key.split(":")
+        if not (sep and path and len(parts) == 3 and all(parts)):
+            raise DataError(f"expected DATASET:METHOD:ACTION=REPORT, got {item!r}", field="--detections")
+        dataset, method, action = parts
+        if dataset not in settings["levels"]:
+            raise DataError(f"{dataset!r} is not a level of tournament.levels", field="--detections")
+        if method not in settings["methods"]:
+            raise DataError(f"{method!r} is not a contender (tournament.methods)", field="--detections")
+        if action not in ACTIONS:
+            raise DataError(f"{action!r}: the action is one of {', '.join(ACTIONS)}", field="--detections")
+        report = read_json_object(path, missing="file not found (did the sieve_report rule run?)")
+        out.setdefault(dataset, {})[method] = detection(report, action, path)
     return out
 
 
 def build_tournament(
-    settings: dict, metrics_files: Mapping[str, str], only: Sequence[str] | None = None
+    settings: dict,
+    metrics_files: Mapping[str, str],
+    only: Sequence[str] | None = None,
+    detections: Mapping[str, Mapping[str, dict]] | None = None,
 ) -> dict:
     """Every level of ``settings`` (the config's tournament section, defaults filled) from its
     dataset's gathered metrics (``metrics_files``: dataset -> path); with ``only``, those levels alone
-    (a run that has not finished every level: the default is then not decided)."""
+    (a run that has not finished every level: the default is then not decided); ``detections``:
+    dataset -> contender -> what its filter did (``read_detections``)."""
     check_settings(settings)
     unknown = [d for d in only or [] if d not in settings["levels"]]
     if unknown:
@@ -222,29 +310,96 @@ def build_tournament(
         level = _level_settings(dataset, settings["levels"][dataset], settings)
         path = metrics_files[level["dataset"]]
         metrics = read_json_object(path, missing="file not found (did gather_metrics run for this dataset?)")
-        levels.append(level_result(level, settings, metrics, str(path)))
+        levels.append(level_result(level, settings, metrics, str(path), (detections or {}).get(dataset)))
     result = {
         "methods": list(settings["methods"]),
+        "references": _references(settings),
+        "alpha": settings["alpha"],
+        "label_readers": {m: r for m in settings["methods"] if (r := label_reading(m)) is not None},
         "baseline": settings["baseline"],
         "start": settings["start"],
         "incumbent": settings["incumbent"],
         "level": LEVEL,
-        "interval": "95% Student-t over seeds (paired by seed); oracle share: Fieller's interval",
+        "interval": "95% Student-t over seeds (paired by seed); oracle share: Fieller's interval; "
+        "corrected: Holm over the matrix's tests (rows × levels on the primary metric)",
         "levels": levels,
         "levels_left_out": [raw["label"] for d, raw in settings["levels"].items() if d not in built],
     }
+    result["holm"] = correct_matrix(result)
     result["default"] = choose_default(result)
     return result
 
 
-# ---- the default filter (docs/results.md: the rule was fixed before the table's numbers) -----------
+# ---- the default filter (docs/results.md, the rule's version 2, fixed before its numbers) ------------
+
+
+def paired_p_value(diff) -> float | None:
+    """Two-sided p of the paired t-test of "no difference" (n − 1 df); None below two seeds. With no
+    spread: 0 for a non-zero mean (every seed the same gain), 1 for none."""
+    if diff.n < 2 or diff.std is None:
+        return None
+    if diff.std == 0:
+        return 0.0 if diff.mean != 0 else 1.0
+    t = diff.mean / (diff.std / math.sqrt(diff.n))
+    return float(2.0 * stats.t.sf(abs(t), diff.n - 1))
+
+
+def holm(pvalues: Sequence[float], alpha: float) -> list[dict]:
+    """Holm's step-down over ``pvalues`` (a family), in their order: per test whether it is rejected,
+    its step in Holm's order (1 = smallest p; equal p keep their order) and the confidence level of
+    its corrected interval: 1 − α / (m − k + 1) at a rejected step k, and for every test from the
+    first step j not rejected on, that step's 1 − α / (m − j + 1), so the corrected interval excludes
+    0 exactly where Holm rejects."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out: list[dict] = [{} for _ in pvalues]
+    stopped = None  # the level of the first step not rejected
+    for step, i in enumerate(order, start=1):
+        threshold = alpha / (m - step + 1)
+        if stopped is None and pvalues[i] > threshold:
+            stopped = 1.0 - threshold
+        rejected = stopped is None
+        out[i] = {"rejected": rejected, "step": step, "level": 1.0 - threshold if rejected else stopped}
+    return out
+
+
+def _cells(result: dict) -> list[tuple[dict, str, dict]]:
+    """(level, row, its primary metric's difference with the baseline) for every test of the matrix:
+    each row but the baseline (contenders and references) at each level it ran."""
+    baseline = result["baseline"]
+    return [
+        (lv, m, lv["rows"][m]["metrics"][lv["primary"]]["vs_baseline"])
+        for lv in result["levels"]
+        for m in [*result["references"], *result["methods"]]
+        if m != baseline and lv["rows"][m]["run"]
+    ]
+
+
+def correct_matrix(result: dict) -> dict:
+    """Holm over the matrix's tests (``_cells``) at tournament.alpha: each cell's ``corrected`` (its
+    interval at Holm's level, the step, and ``shown``: +1 / −1 where rejected above / below 0, else
+    0). A cell without a test (one seed) is no member of the family and is never shown."""
+    alpha = result["alpha"]
+    tested = [(lv, m, cell) for lv, m, cell in _cells(result) if cell["p"] is not None]
+    decisions = holm([cell["p"] for _, _, cell in tested], alpha)
+    for (_, _, cell), d in zip(tested, decisions):
+        half = t_quantile(d["level"], cell["n"] - 1) * cell["std"] / math.sqrt(cell["n"])
+        sign = (1 if cell["mean"] > 0 else -1) if d["rejected"] else 0
+        cell["corrected"] = {
+            "ci_low": cell["mean"] - half,
+            "ci_high": cell["mean"] + half,
+            "level": d["level"],
+            "step": d["step"],
+            "shown": sign,
+        }
+    for _, _, cell in _cells(result):
+        cell.setdefault("corrected", None)
+    return {"alpha": alpha, "tests": len(tested), "rejected": sum(d["rejected"] for d in decisions)}
 
 
 def _shown(d: dict | None) -> int:
-    """+1 where the interval lies above 0, −1 where it lies below, 0 where it holds 0 or is missing."""
-    if d is None or d.get("ci_low") is None:
-        return 0
-    return 1 if d["ci_low"] > 0 else -1 if d["ci_high"] < 0 else 0
+    """Holm's decision on a cell: +1 shown above 0, −1 below, 0 not shown (or no test)."""
+    return 0 if d is None or d.get("corrected") is None else d["corrected"]["shown"]
 
 
 def true_label_methods() -> set[str]:
@@ -252,17 +407,55 @@ def true_label_methods() -> set[str]:
     return {name for name, m in method_table(apply_defaults({})).items() if reads_true_labels(m)}
 
 
+def _reads(m: Method, table: dict[str, Method]) -> str | None:
+    if reads_true_labels(m):
+        return "reads the true labels (qrels_all)"
+    contract = FILTER_CONTRACTS.get(m.filter) if m.filter is not None else None  # sieve_b<β>: none
+    if contract is not None and contract.labels == "dev":
+        return (
+            "picks its setting on the dev queries' every-candidate truth (qrels_all; answer match without it)"
+        )
+    base = m.base if m.kind == "hybrid" else m.miner
+    inner = runs(table).get(base) if base is not None else None
+    return _reads(inner, table) if inner is not None else None
+
+
+def label_reading(name: str) -> str | None:
+    """Why contender ``name`` reads labels a user's data lacks, or None: an oracle, a model chosen by
+    the true dev labels, a filter that tunes itself on the dev queries' true false negatives
+    (positive_aware_dev: a user's dev qrels hold the annotated positives, not the false negatives among
+    the candidates), or what is built on one of these (a hybrid, a DPR on its mined negatives). By the
+    method table at the defaults: which filter a name uses does not depend on β or the sieve's tag."""
+    table = method_table(apply_defaults({}))
+    m = table.get(name)
+    return None if m is None else _reads(m, table)
+
+
+def _mean_ranks(result: dict, tied: list[str]) -> dict[str, float]:
+    """The tie-break: at each level the ``tied`` contenders it ran, ranked by their mean primary metric
+    over seeds (1 = highest, equal means share the average rank); per contender the mean of its ranks
+    over the levels it ran. Ranks within a level, so metrics of different kinds are never added."""
+    ranks: dict[str, list[float]] = {m: [] for m in tied}
+    for lv in result["levels"]:
+        means = {m: lv["rows"][m]["metrics"][lv["primary"]]["mean"] for m in tied if lv["rows"][m]["run"]}
+        for m, v in means.items():
+            above = sum(1 for w in means.values() if w > v)
+            equal = sum(1 for w in means.values() if w == v)
+            ranks[m].append(above + (equal + 1) / 2)
+    return {m: math.fsum(r) / len(r) for m, r in ranks.items() if r}
+
+
 def choose_default(result: dict) -> dict:
-    """The rule of docs/results.md on each level's primary metric. A contender qualifies when it reads no
-    true labels and its paired difference with the baseline is shown negative at no level; the qualifier
-    shown above the baseline at the most levels wins (ties: the larger mean difference over its levels,
-    then the table's order). The winner replaces the incumbent only if shown above it seed by seed at
-    one level at least and below it at none, and only when every level is in ``result``."""
-    incumbent, levels = result["incumbent"], result["levels"]
-    oracles = true_label_methods()
+    """docs/results.md's rule (version 2) on each level's primary metric, Holm-corrected: a contender
+    that reads no labels a user lacks and is shown below the baseline at no level qualifies; the most
+    levels shown above the baseline leads; tied leaders are reported as tied and ordered by their mean
+    within-level rank, then by the table's order (said when it decides). If no contender is shown above
+    the baseline anywhere, the default is the baseline (drop nothing). Nothing is privileged."""
+    baseline, levels = result["baseline"], result["levels"]
+    readers = result["label_readers"]
     standing = {}
     for m in result["methods"]:
-        if m in oracles:
+        if m in readers:
             continue
         cells = {
             lv["dataset"]: lv["rows"][m]["metrics"][lv["primary"]]["vs_baseline"]
@@ -270,76 +463,104 @@ def choose_default(result: dict) -> dict:
             if lv["rows"][m]["run"]
         }
         standing[m] = {
-            "above": [d for d, c in cells.items() if _shown(c) > 0],
-            "below": [d for d, c in cells.items() if _shown(c) < 0],
-            "mean": math.fsum(c["mean"] for c in cells.values()) / len(cells) if cells else None,
+            "above": [d for d, c in cells.items() if m != baseline and _shown(c) > 0],
+            "below": [d for d, c in cells.items() if m != baseline and _shown(c) < 0],
         }
-    qualified = [m for m, s in standing.items() if not s["below"] and s["mean"] is not None]
-    ranking = sorted(qualified, key=lambda m: (-len(standing[m]["above"]), -standing[m]["mean"]))
-    winner = ranking[0] if ranking else None
-    against = {}
-    if winner is not None and winner != incumbent:
-        against = {
-            lv["dataset"]: _shown(lv["rows"][winner]["metrics"][lv["primary"]]["vs_incumbent"])
-            for lv in levels
-            if lv["rows"][winner]["run"] and lv["rows"][incumbent]["run"]
-        }
-    beats = [d for d, s in against.items() if s > 0]
-    loses = [d for d, s in against.items() if s < 0]
+    qualified = [m for m, st in standing.items() if not st["below"]]
+    top = max((len(standing[m]["above"]) for m in qualified), default=0)
+    tied = [m for m in qualified if len(standing[m]["above"]) == top] if top > 0 else []
+    mean_rank = _mean_ranks(result, tied) if len(tied) > 1 else {}
+    if not tied:
+        leader, first = baseline, [baseline]
+    elif len(tied) == 1:
+        leader, first = tied[0], tied
+    else:
+        best = min(mean_rank.values())
+        first = [m for m in tied if math.isclose(mean_rank[m], best, rel_tol=0, abs_tol=1e-12)]
+        leader = first[0]
     decided = not result["levels_left_out"]
-    replaced = decided and bool(beats) and not loses
     return {
+        "rule": "docs/results.md, version 2",
         "decided": decided,
-        "excluded": [m for m in result["methods"] if m in oracles],
+        "excluded": list(readers),
         "standing": standing,
-        "ranking": ranking,
-        "winner": winner,
-        "beats_incumbent_at": beats,
-        "loses_to_incumbent_at": loses,
-        "replaced": replaced,
-        "default": winner if replaced else incumbent,
+        "out": [m for m, st in standing.items() if st["below"]],
+        "top": top,
+        "tied": tied,
+        "tie_break": "mean within-level rank of the mean primary metric (1 = highest), then the table's order",
+        "mean_rank": mean_rank,
+        "tie_stands": len(first) > 1,
+        "leader": leader,
+        "default": leader if decided else None,
     }
 
 
 def default_sentence(result: dict) -> str:
-    """The decision in words: the winner, its standing, and whether it replaces the incumbent."""
-    choice, incumbent, baseline = result["default"], result["incumbent"], result["baseline"]
+    """The decision in words: who is out and why, who leads, the tie and its tie-break."""
+    choice, baseline = result["default"], result["baseline"]
     labels = {lv["dataset"]: lv["label"] for lv in result["levels"]}
+    holm_note = (
+        f"Holm over the matrix's {result['holm']['tests']} tests at α {result['alpha']:g}, "
+        f"{result['holm']['rejected']} rejected"
+    )
 
     def named(datasets: list[str]) -> str:
         return "; ".join(labels[d] for d in datasets) or "none"  # labels hold commas
 
-    winner = choice["winner"]
     left_out = result["levels_left_out"]
-    head = "Default (docs/results.md's rule)"
+    head = f"Default (docs/results.md's rule, version 2; {holm_note})"
     if left_out:
         head = (
             f"Not decided: {len(labels)} of {len(labels) + len(left_out)} levels (not in this table: "
-            f"{'; '.join(left_out)}), and a level that has not finished decides nothing. Over these levels"
+            f"{'; '.join(left_out)}), and a level that has not finished decides nothing ({holm_note}). "
+            "Over these levels"
         )
-    if winner is None:
-        return (
-            f"{head}: every contender is shown below {baseline} at some level; the demo's filter "
-            f"{incumbent} stays, and the data support none."
+    parts = []
+    if choice["excluded"]:
+        parts.append(f"Never chosen (they read labels a user lacks): {', '.join(choice['excluded'])}.")
+    if choice["out"]:
+        parts.append(f"Out, shown below {baseline} somewhere: {', '.join(choice['out'])}.")
+    for ref in result["references"]:
+        cells = [
+            (lv["dataset"], lv["rows"][ref]["metrics"][lv["primary"]]["vs_baseline"])
+            for lv in result["levels"]
+            if lv["rows"][ref]["run"]
+        ]
+        above = [d for d, c in cells if _shown(c) > 0]
+        below = [d for d, c in cells if _shown(c) < 0]
+        parts.append(
+            f"The reference {ref} is shown above {baseline} at {named(above)} and below it at {named(below)}."
         )
-    s = choice["standing"][winner]
-    text = (
-        f"{head}: {winner} leads the contenders that read no true labels and are "
-        f"shown below {baseline} at no level: above it at {len(s['above'])} of {len(labels)} levels "
-        f"({named(s['above'])}), mean difference {s['mean']:+.3f} on the primary metric."
-    )
-    if winner == incumbent:
-        return text + " It is the demo's filter, which stays."
-    if choice["beats_incumbent_at"] and not choice["loses_to_incumbent_at"]:
-        return text + (
-            f" Seed by seed it is above the demo's filter {incumbent} at {named(choice['beats_incumbent_at'])} "
-            f"and below it nowhere: it {'replaces' if choice['decided'] else 'would replace'} it."
+    verb = "is" if choice["decided"] else "would be"
+    leader = choice["leader"]
+    if not choice["tied"]:
+        parts.append(
+            f"No contender is shown above {baseline} at any level: the default {verb} {baseline}, "
+            "no filter (the data show none worth running)."
         )
-    return text + (
-        f" Against the demo's filter {incumbent}, seed by seed: above at "
-        f"{named(choice['beats_incumbent_at'])}, below at {named(choice['loses_to_incumbent_at'])}; "
-        f"the data do not separate them and {incumbent} stays."
-    )
+    elif len(choice["tied"]) == 1:
+        above = choice["standing"][leader]["above"]
+        parts.append(
+            f"{leader} is shown above {baseline} at {len(above)} of {len(labels)} levels ({named(above)}), "
+            f"more than any other, and below it at none: the default {verb} {leader}."
+        )
+    else:
+        ranks = ", ".join(f"{m} {choice['mean_rank'][m]:.2f}" for m in choice["tied"])
+        parts.append(
+            f"Tied, each shown above {baseline} at {choice['top']} of {len(labels)} levels and below it at "
+            f"none: {', '.join(choice['tied'])}. Tie-break ({choice['tie_break']}): {ranks}."
+        )
+        if choice["tie_stands"]:
+            equal = [
+                m for m in choice["tied"] if math.isclose(choice["mean_rank"][m], choice["mean_rank"][leader])
+            ]
+            parts.append(
+                f"{' and '.join(equal)} share the best mean rank: the tie stands, and the table's order "
+                f"puts {leader} first: the default {verb} {leader}."
+            )
+        else:
+            parts.append(f"The default {verb} {leader}.")
+    return f"{head}: " + " ".join(parts)
 
 
 # ---- the table and the figure --------------------------------------------------------------------
@@ -367,45 +588,104 @@ def _columns(result: dict) -> list[str]:
     return list(dict.fromkeys(m for level in result["levels"] for m in level["metrics"]))
 
 
+def _row_name(result: dict, method: str) -> str:
+    """The row's name with what it is: the oracle (where), a reference, a reader of labels."""
+    levels = result["levels"]
+    oracle_at = [lv["label"] for lv in levels if lv["oracle"] == method]
+    ran = [lv for lv in levels if lv["rows"][method]["run"]]
+    where = "" if len(oracle_at) == len(ran) else " at " + "; ".join(oracle_at)
+    notes = [f"the oracle{where}"] if oracle_at else []
+    if method in result["references"]:
+        notes.append("reference")
+    if method in result["label_readers"]:
+        notes.append("reads labels")
+    return method + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _holm_cell(d: dict) -> str:
+    """The uncorrected interval, then Holm's; an arrow where Holm shows the difference."""
+    text = _signed(d)
+    corrected = d.get("corrected")
+    if corrected is None:
+        return text
+    arrow = {1: "↑ ", -1: "↓ ", 0: ""}[corrected["shown"]]
+    return f"{arrow}{text}; Holm [{corrected['ci_low']:+.3f}, {corrected['ci_high']:+.3f}]"
+
+
+def _detection_cell(d: dict | None) -> str:
+    if d is None:
+        return "–"
+    verb = "relabelled" if d["action"] == "relabels" else "dropped"
+    text = f"{verb} {d['drop_rate']:.1%}"
+    if d["precision"] is not None or d["recall"] is not None:
+        p = "–" if d["precision"] is None else f"{d['precision']:.2f}"
+        r = "–" if d["recall"] is None else f"{d['recall']:.2f}"
+        text += f" (P {p}, R {r})"
+    return text
+
+
 def _matrix(result: dict, key: str, skip: str, standing: bool) -> list[str]:
-    """Contenders × levels: each level's primary metric, the paired difference ``key`` of every row
-    (``skip``: the method the difference is taken with, a dash); with ``standing``, the rule's count of
-    levels shown above and below the baseline."""
+    """Rows (references, then contenders) × levels: each level's primary metric, the paired difference
+    ``key`` of every row (``skip``: the method the difference is taken with, a dash; ``detection``:
+    what the row's filter did instead); with ``standing``, the rule's count of levels shown above and
+    below the baseline (corrected)."""
     levels, choice = result["levels"], result["default"]
-    head = ["contender", *[f"{lv['label']} ({lv['primary']})" for lv in levels]]
-    head += [f"levels above / below {result['baseline']}"] if standing else []
+    head = ["row", *[f"{lv['label']} ({lv['primary']})" for lv in levels]]
+    head += [f"levels above / below {result['baseline']} (Holm)"] if standing else []
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
-    for method in result["methods"]:
+    for method in [*result["references"], *result["methods"]]:
         cells = []
         for lv in levels:
             row = lv["rows"][method]
             if not row["run"]:
                 cells.append("not run")
+            elif key == "detection":
+                cells.append(_detection_cell(row["detection"]))
+            elif method == skip:
+                cells.append("–")
+            elif key == "vs_baseline":
+                cells.append(_holm_cell(row["metrics"][lv["primary"]][key]))
             else:
-                cells.append("–" if method == skip else _signed(row["metrics"][lv["primary"]][key] or {}))
+                cells.append(_signed(row["metrics"][lv["primary"]][key] or {}))
         if standing:
             s = choice["standing"].get(method)
-            cells.append("true labels" if s is None else f"{len(s['above'])} / {len(s['below'])}")
-        oracle_at = [lv["label"] for lv in levels if lv["oracle"] == method]
-        ran = [lv for lv in levels if lv["rows"][method]["run"]]
-        where = "" if len(oracle_at) == len(ran) else " at " + "; ".join(oracle_at)
-        name = method + (f" (the oracle{where})" if oracle_at else "")
-        lines.append("| " + " | ".join([name, *cells]) + " |")
+            if method in result["references"]:
+                cells.append("reference, not chosen")
+            elif s is None:
+                cells.append("reads labels, not chosen")
+            else:
+                cells.append(f"{len(s['above'])} / {len(s['below'])}")
+        lines.append("| " + " | ".join([_row_name(result, method), *cells]) + " |")
     return lines
 
 
 def tournament_summary(result: dict) -> str:
-    """The two matrices the rule reads, contenders × levels on each level's primary metric: the paired
-    difference with the baseline (with each contender's count of levels shown above and below it) and
-    with the incumbent; then the decision."""
+    """The matrices, rows × levels on each level's primary metric: the paired difference with the
+    baseline, uncorrected and Holm-corrected, with each contender's count of levels shown above and
+    below it (the rule reads this one); what each filter did to the pool; the paired difference with
+    the demo's current filter (information only); then the decision."""
     baseline, incumbent = result["baseline"], result["incumbent"]
+    holm_note = (
+        f"Holm over the matrix's {result['holm']['tests']} tests (every row but {baseline} × the levels "
+        f"it ran) at α {result['alpha']:g}"
+    )
     lines = [
         f"Primary metric − {baseline} (the same pool, nothing dropped): the mean paired difference over "
-        f"seeds [{LEVEL:.0%} Student-t interval]; shown above or below where the interval excludes 0.",
+        f"seeds [{LEVEL:.0%} Student-t interval, uncorrected]; Holm [the interval at Holm's level]: "
+        f'{holm_note}; ↑ / ↓ where Holm shows it above / below ("shown" always means corrected). '
+        "BM25 and zero-shot are seed-free: their one run against each seed.",
         "",
         *_matrix(result, "vs_baseline", baseline, standing=True),
         "",
-        f"Primary metric − {incumbent} (the demo's filter, tournament.incumbent), seed by seed:",
+        "What each contender's filter did to the candidate pool at each level: the share of the pool "
+        "dropped (relabel: turned into positives) and, where every candidate has a true label (synthkb's "
+        "qrels_all), the precision and recall of those decisions as false-negative detection; – where "
+        "the row has no filter decisions (references, in-loss masking, mined negatives) or none was given.",
+        "",
+        *_matrix(result, "detection", "", standing=False),
+        "",
+        f"Primary metric − {incumbent} (the demo's filter today, tournament.incumbent), seed by seed; "
+        "information only, the rule does not read it:",
         "",
         *_matrix(result, "vs_incumbent", incumbent, standing=False),
         "",
@@ -438,7 +718,7 @@ def tournament_markdown(result: dict) -> str:
         primary = level["primary"]
         label = f"{level['label']} ({primary})"
         for method, row in level["rows"].items():
-            name = f"{method} (oracle)" if method == level["oracle"] else method
+            name = _row_name(result, method)
             if not row["run"]:
                 lines.append("| " + " | ".join([label, name, *["not run"] * (len(head) - 2)]) + " |")
                 continue
@@ -451,7 +731,8 @@ def tournament_markdown(result: dict) -> str:
                     diff = "" if method == baseline else f" ({_signed(cell['vs_baseline'])})"
                     cells.append(f"{cell['mean']:.3f}{diff}")
             top = row["metrics"][primary]
-            cells.append("–" if method in (baseline, level["oracle"]) else _share(top["oracle_share"]))
+            plain = method in (baseline, level["oracle"], *result["references"])
+            cells.append("–" if plain else _share(top["oracle_share"]))
             cells.append(_signed(top["vs_start"]))
             cells.append("–" if method == incumbent else _signed(top["vs_incumbent"] or {}))
             lines.append("| " + " | ".join([label, name, *cells]) + " |")
@@ -486,7 +767,7 @@ def plot_tournament(result: dict, out: str) -> None:
     import numpy as np
 
     baseline, start = result["baseline"], result["start"]
-    methods, levels = result["methods"], result["levels"]
+    methods, levels = [*result["references"], *result["methods"]], result["levels"]
     panels = (("vs_baseline", f"− {baseline}"), ("vs_start", f"− {start} (the untrained start)"))
     fig, axes = plt.subplots(
         1, 2, figsize=(2.3 * len(levels) * 2 + 4.5, 0.62 * len(methods) + 2.2), squeeze=False
@@ -563,6 +844,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     source.add_argument("--settings", help="the tournament section as JSON (what the rule passes)")
     parser.add_argument("--metrics", nargs="*", default=[], metavar="DATASET=PATH")
     parser.add_argument(
+        "--detections",
+        nargs="*",
+        default=[],
+        metavar="DATASET:METHOD:ACTION=REPORT",
+        help="a contender's filter report at a level (results/<dataset>/sieve/<negatives>/report.json); "
+        "ACTION: drops or relabels",
+    )
+    parser.add_argument(
         "--levels",
         nargs="+",
         metavar="DATASET",
@@ -575,7 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start_stage(args.log, libraries=())
     settings = settings_from(args)
-    result = build_tournament(settings, metrics_files(settings, args.metrics), args.levels)
+    detections = read_detections(args.detections, settings)
+    result = build_tournament(settings, metrics_files(settings, args.metrics), args.levels, detections)
     write_json(args.out_json, result)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:
         handle.write(tournament_markdown(result))

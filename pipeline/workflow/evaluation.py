@@ -16,6 +16,7 @@ from pipeline.evaluation.tournament import check_settings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     corpus,
+    filter_report,
     method_metrics,
     per_query,
     qrels,
@@ -239,7 +240,7 @@ def tournament_settings(w: WorkflowTables) -> str:
             problems.append(f"{d}: not a dataset of `datasets` ({closest(d, list(w.datasets))})")
             continue
         skip = level.get("skip") or []
-        wanted = [m for m in [*t["methods"], t["start"]] if m not in skip]
+        wanted = [m for m in [*t["methods"], t["start"], *t["references"]] if m not in skip]
         missing = [m for m in dict.fromkeys(wanted) if m not in w.cfg(d)["methods"]]
         if missing:
             problems.append(f"{d}: {', '.join(missing)} not in its methods (add them, or to its skip)")
@@ -250,3 +251,25 @@ def tournament_settings(w: WorkflowTables) -> str:
     if problems:
         raise ValueError("tournament: " + "; ".join(problems))
     return json.dumps(t)  # in the config's order: the levels are the table's columns
+
+
+def tournament_detections(w: WorkflowTables) -> list[tuple[str, str, str, str]]:
+    """(dataset, contender, action, report) for each contender at each level whose training acts on a
+    filter's decisions (drops them, or relabels them as positives): the filter's detection report
+    (sieve_report), what the tournament reads for its drop rate and detection precision and recall. A
+    hybrid is its dense run's; a model selection its trained model's; in-loss masking (GIST) and mined
+    negatives have no decisions."""
+    t = w.config["tournament"]
+    out = []
+    for d, level in t["levels"].items():
+        skip = level.get("skip") or []
+        for name in t["methods"]:
+            m = w.methods[d].get(name)
+            if name in skip or m is None:
+                continue
+            if m.kind == "hybrid":
+                m = w.runs[d].get(m.base)
+            if m is None or m.filter is None or m.guide is not None:
+                continue
+            out.append((d, name, "relabels" if m.relabel else "drops", filter_report(d, m.negatives)))
+    return out

@@ -5,7 +5,7 @@ import json
 import shlex
 
 from pipeline.workflow.checks import sweep_problems
-from pipeline.workflow.evaluation import tournament_settings
+from pipeline.workflow.evaluation import tournament_detections, tournament_settings
 from pipeline.workflow.paths import dataset_manifest, dataset_metrics, filter_report, sweep_output
 
 SWEEP = config["sweep"]
@@ -56,6 +56,8 @@ rule noise_sweep:
 rule tournament:
     input:
         metrics=lambda wildcards: [dataset_metrics(d) for d in config["tournament"]["levels"]],
+        # each filtered contender's detection report: its drop rate, precision and recall per level
+        reports=lambda wildcards: list(dict.fromkeys(r for *_, r in tournament_detections(workflow_tables))),
     output:
         json=sweep_output("tournament", "json"),
         md=sweep_output("tournament", "md"),
@@ -64,10 +66,12 @@ rule tournament:
         settings=lambda wildcards: shlex.quote(tournament_settings(workflow_tables)),
         metrics=lambda wildcards, input: " ".join(
             shlex.quote(f"{d}={m}") for d, m in zip(config["tournament"]["levels"], input.metrics)),
+        detections=lambda wildcards: " ".join(
+            shlex.quote(f"{d}:{m}:{a}={r}") for d, m, a, r in tournament_detections(workflow_tables)),
     conda:
         CPU_ENV
     log:
         "logs/tournament.log",
     shell:
         "python -m pipeline.evaluation.tournament --settings {params.settings} --metrics {params.metrics}"
-        " --out-json {output.json:q} --out-md {output.md:q} --out-png {output.png:q} --log {log:q}"
+        " --detections {params.detections} --out-json {output.json:q} --out-md {output.md:q} --out-png {output.png:q} --log {log:q}"

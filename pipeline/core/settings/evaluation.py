@@ -178,6 +178,18 @@ class TournamentSettings(Contract):
     )
     incumbent: MethodName = Field(
         "dpr_sieve_no_ccr",
-        description="the demo's filter (the sieve scored by models/dpr): the table's winner replaces it "
-        "only by beating it seed by seed (docs/results.md, the tournament's rule)",
+        description="the filter the demo runs now (the sieve scored by models/dpr): a column of paired "
+        "differences beside the table, which the rule that picks the default does not read",
+    )
+    references: Unique(MethodName) = Field(
+        ["bm25"],
+        description="rows shown beside the start in every table (paired with the baseline, Holm-corrected "
+        "with the contenders) and never chosen: untrained retrievers a user could run instead",
+    )
+    alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="the family-wise error rate of Holm's correction over each matrix's tests "
+        "(rows × levels); shown above or below means rejected by it",
     )

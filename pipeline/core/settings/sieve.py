@@ -186,8 +186,7 @@ class _SieveCandidatesSettings(Contract):
         "dpr",
         description="model scoring the sieve (the sieve filter, dpr_sieve, AR2's initial sieve): ccr = "
         "models/dpr_ccr_b<ccr.beta> (the paper; recipes.paper); dpr = models/dpr, no CCR (dpr_sieve is then "
-        "dpr_sieve_no_ccr). dpr: the filter tournament's choice (docs/results.md; its figures beside "
-        "methods in config.yaml)",
+        "dpr_sieve_no_ccr). How the filters compare: docs/results.md, the tournament",
     )
     candidates: int = Field(
         30, ge=1, le=MAX_RANKS, description="hard negatives per query judged by the sieve (released code: 30)"
