@@ -1,0 +1,27 @@
+"""``positive_aware_teacher``: NV-Retriever's positive-aware rule scored by the teacher (sieve.teacher)."""
+
+from __future__ import annotations
+
+from pipeline.sieve.filters._base import FilterSetup, FilterSpec
+from pipeline.sieve.filters.positive_aware import PositiveAwareFilter
+
+
+class PositiveAwareTeacherFilter(PositiveAwareFilter):
+    """positive_aware's rule under its own name: its model is the teacher, its settings its own section
+    (NV-Retriever tuned 0.95 on a teacher's scores, so a margin chosen for models/dpr need not carry over)."""
+
+    name = "positive_aware_teacher"
+
+
+def build(setup: FilterSetup) -> PositiveAwareTeacherFilter:
+    return PositiveAwareTeacherFilter(setup.model, setup.settings.mode, setup.settings.margin)
+
+
+FILTER = FilterSpec(
+    "positive_aware_teacher",
+    "positive_aware's rule (s_neg > margin·s_pos by default: NV-Retriever's TopK-PercPos at 0.95, the way "
+    "it was published, with a teacher) scored by the teacher `models/{sieve.teacher}` (sieve-clean: --model)",
+    build,
+    score="as positive_aware's",
+    tradeoff=True,
+)
