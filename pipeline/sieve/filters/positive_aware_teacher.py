@@ -19,8 +19,8 @@ def build(setup: FilterSetup) -> PositiveAwareTeacherFilter:
 
 FILTER = FilterSpec(
     "positive_aware_teacher",
-    "positive_aware's rule (s_neg > margin·s_pos by default: NV-Retriever's TopK-PercPos at 0.95, the way "
-    "it was published, with a teacher) scored by the teacher `models/{sieve.teacher}` (sieve-clean: --model)",
+    "positive_aware's rule (by default NV-Retriever's s_neg > 0.95·s_pos, as published: with a teacher) "
+    "scored by the teacher `models/{sieve.teacher}` (when cleaning a file: the model it names)",
     build,
     score="as positive_aware's",
     tradeoff=True,

@@ -81,7 +81,7 @@ def build(setup: FilterSetup) -> PositiveAwareTeacherSieveFilter:
 FILTER = FilterSpec(
     "positive_aware_teacher_sieve",
     "what the sieve's rule or positive_aware's rule drops (the union), both scored by the teacher "
-    "`models/{sieve.teacher}` (sieve-clean: --model): what a practitioner with one start model would try",
+    "`models/{sieve.teacher}` (when cleaning a file: the model it names): what a practitioner with one start model would try",
     build,
-    score="as positive_aware's (the sieve's loss is in sieve-clean's reason)",
+    score="as positive_aware's (the sieve's loss is in a cleaning run's reason)",
 )

@@ -7,8 +7,8 @@ from pipeline.sieve.filters.sieve import build
 
 FILTER = FilterSpec(
     "sieve_teacher",
-    "Algorithm 1 scored by the teacher `models/{sieve.teacher}` (zero-shot MiniLM by default; sieve-clean: "
-    "--model) instead of a model trained on the noisy negatives; sieve layout",
+    "Algorithm 1 scored by the teacher `models/{sieve.teacher}` (zero-shot MiniLM by default; when cleaning "
+    "a file: the model it names) instead of a model trained on the noisy negatives; sieve layout",
     build,
     score="loss",
     tradeoff=True,
