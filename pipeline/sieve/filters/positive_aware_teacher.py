@@ -1,21 +1,11 @@
-"""``positive_aware_teacher``: NV-Retriever's positive-aware rule scored by the teacher (sieve.teacher)."""
+"""``positive_aware_teacher``: NV-Retriever's positive-aware rule scored by the teacher (sieve.teacher),
+under its own settings section: NV-Retriever tuned 0.95 on a teacher's scores, so a margin chosen for
+models/dpr need not carry over."""
 
 from __future__ import annotations
 
-from pipeline.sieve.filters._base import FilterSetup, FilterSpec
-from pipeline.sieve.filters.positive_aware import PositiveAwareFilter
-
-
-class PositiveAwareTeacherFilter(PositiveAwareFilter):
-    """positive_aware's rule under its own name: its model is the teacher, its settings its own section
-    (NV-Retriever tuned 0.95 on a teacher's scores, so a margin chosen for models/dpr need not carry over)."""
-
-    name = "positive_aware_teacher"
-
-
-def build(setup: FilterSetup) -> PositiveAwareTeacherFilter:
-    return PositiveAwareTeacherFilter(setup.model, setup.settings.mode, setup.settings.margin)
-
+from pipeline.sieve.filters._base import FilterSpec
+from pipeline.sieve.filters.positive_aware import build
 
 FILTER = FilterSpec(
     "positive_aware_teacher",
