@@ -73,6 +73,9 @@ BASE = {
         "dpr_relabel_rank_window",
         # model selection on dev (select_model, select_model_seed)
         "dpr_wise",
+        # the filters scored by the teacher (sieve.teacher), each with a section of its own
+        "dpr_positive_aware_teacher",
+        "dpr_positive_aware_teacher_sieve",
     ],
     "datasets": {
         "toy": {
@@ -370,6 +373,16 @@ SETTINGS: dict[str, tuple] = {
     "sieve.positive_aware_dev.grid_min": (0.85, ("filter_candidates",), ("sieve_dev_candidates",)),
     "sieve.positive_aware_dev.grid_max": (0.99, ("filter_candidates",), ("sieve_dev_candidates",)),
     "sieve.positive_aware_dev.grid_step": (0.02, ("filter_candidates",), ("sieve_dev_candidates",)),
+    # another teacher scores the teacher filters (new names: models/dpr's, built already, is no rerun)
+    "sieve.teacher": (
+        "dpr",
+        ("filter_candidates", "train_dpr_filtered", "train_dpr_filtered_seed"),
+        ("sieve_candidates", "train_dpr", "train_dpr_seed"),
+    ),
+    "sieve.positive_aware_teacher.mode": ("absolute", ("filter_candidates",)),
+    "sieve.positive_aware_teacher.margin": (0.9, ("filter_candidates",)),
+    "sieve.positive_aware_teacher_sieve.mode": ("absolute", ("filter_candidates",)),
+    "sieve.positive_aware_teacher_sieve.margin": (0.9, ("filter_candidates",)),
     "sieve.cross_encoder.threshold": (0.2, ("filter_candidates",), ("train_cross_encoder",)),
     "sieve.cross_encoder.base": ("other-encoder", ("train_cross_encoder",)),
     "sieve.cross_encoder.max_len": (64, ("train_cross_encoder",)),

@@ -35,7 +35,13 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
 
-from pipeline.core.settings.sieve import FILTER_NAMES, TRUE_LABEL_FILTERS, InjectionSettings, SieveSettings
+from pipeline.core.settings.sieve import (
+    FILTER_CONTRACTS,
+    FILTER_NAMES,
+    TRUE_LABEL_FILTERS,
+    InjectionSettings,
+    SieveSettings,
+)
 
 # Filters other than the sieve (whose negatives carry its β): each also cleans the negatives of a
 # DPR control dpr_<filter>.
@@ -73,8 +79,11 @@ BETA_RE = r"[0-9]+(\.[0-9]+)?"
 # filters (which filters, not how), the other filters' own sections.
 SIEVE_CANDIDATE_TAG_KEYS = ("source", "candidates", "pool", "max_queries")
 SIEVE_DECISION_TAG_KEYS = ("strict", "fallback")
-# Besides sieve_b<β>: the filter names that apply the sieve's rule (sieve: the one dpr_sieve trains on).
-SIEVE_FILTERS = ("sieve", "sieve_no_ccr")
+# Besides sieve_b<β>: the filter names that apply the sieve's rule (sieve: the one dpr_sieve trains on;
+# sieve_teacher and positive_aware_teacher_sieve: scored by the teacher).
+SIEVE_FILTERS = tuple(name for name, c in FILTER_CONTRACTS.items() if c.rule)
+# The filters scored by the teacher (sieve.teacher): a teacher other than the default is in their names.
+TEACHER_FILTERS = tuple(name for name, c in FILTER_CONTRACTS.items() if c.scorer == "teacher")
 # GISTEmbedLoss's guides (dpr_gist_<guide>): the untrained base and the DPR warm-up.
 GIST_GUIDES = ("zeroshot", "dpr")
 # Model selection on dev (<trained>_wise...): the name's suffix -> the dev labels that choose (dev: the
@@ -117,7 +126,17 @@ def _tag_part(key: str, value: object) -> str:
     return f"{key}{beta_tag(value) if isinstance(value, float) else value}"
 
 
-def sieve_tag(sieve: dict, source_run: str | None = None, decision: bool = False) -> str:
+def applies_sieve_rule(filter_name: str) -> bool:
+    """Whether filter ``filter_name`` decides by the sieve's rule (its names carry the decision keys)."""
+    return filter_name in SIEVE_FILTERS or filter_name.startswith(sieve_name(""))
+
+
+def sieve_tag(
+    sieve: dict,
+    source_run: str | None = None,
+    decision: bool = False,
+    teacher_model: str | None = None,
+) -> str:
     """What tells two sieve settings apart in a path: '' at the contract's defaults, else '_' + each
     setting that differs, in SIEVE_CANDIDATE_TAG_KEYS order, then injection.fraction, then (with
     ``decision``: the names of the sieve's own negatives) SIEVE_DECISION_TAG_KEYS, so the candidates'
@@ -137,6 +156,8 @@ def sieve_tag(sieve: dict, source_run: str | None = None, decision: bool = False
     for key in SIEVE_DECISION_TAG_KEYS if decision else ():
         if sieve[key] != getattr(defaults, key):
             parts.append(_tag_part(key, sieve[key]))
+    if teacher_model is not None and sieve["teacher"] != defaults.teacher:
+        parts.append(_tag_part("teacher", teacher_model))
     return "".join(f"_{part}" for part in parts)
 
 
@@ -158,11 +179,14 @@ def ar2_sieve_tag(config: dict) -> str:
     return scorer + "".join(f"_{part}" for part in parts)
 
 
-def filter_negatives(filter_name: str, sieve: dict, source_run: str | None = None) -> str:
+def filter_negatives(
+    filter_name: str, sieve: dict, source_run: str | None = None, teacher_model: str | None = None
+) -> str:
     """The name of a filter's negatives (and, with dpr_on, of the DPR trained on them) under these
-    sieve settings: the filter plus the sieve_tag of what it depends on."""
-    sieves = filter_name in SIEVE_FILTERS or filter_name.startswith(sieve_name(""))
-    return f"{filter_name}{sieve_tag(sieve, source_run, decision=sieves)}"
+    sieve settings: the filter plus the sieve_tag of what it depends on (``teacher_model``, the model
+    folder of sieve.teacher, for a teacher-scored filter)."""
+    teacher = teacher_model if filter_name in TEACHER_FILTERS else None
+    return f"{filter_name}{sieve_tag(sieve, source_run, applies_sieve_rule(filter_name), teacher)}"
 
 
 def dpr_on(negatives: str) -> str:
@@ -213,6 +237,7 @@ class Method:
     )
     selects: str | None = None  # <trained>_wise*: the model folder it selects from (with its start)
     labels: Literal["dev", "truth"] | None = None  # <trained>_wise*: the dev labels that choose
+    teacher: str | None = None  # dense, its filter scored by sieve.teacher: the teacher's model folder
 
     @property
     def random(self) -> bool:
@@ -232,6 +257,21 @@ def method_table(config: dict) -> dict[str, Method]:
     of sieve.betas (the β sweep) is a method of its own under that name, so ``methods: [dpr_ccr_b0.5,
     dpr_ccr_b6]`` (with both in sieve.betas) compares two β side by side.
     """
+    table = _methods(config, None)
+    # A teacher-scored filter's records name the teacher's model folder, known once the table is where
+    # the teacher is a later method (a mined DPR, a selection): a second pass then. The teacher is never
+    # one of the filtered DPRs whose names it changes (check_sources refuses those).
+    teacher = config["sieve"]["teacher"]
+    m = table.get(teacher)
+    folder = m.model if m is not None and m.model else teacher
+    if any(x.teacher not in (None, folder) for x in table.values()):
+        table = _methods(config, folder)
+    return table
+
+
+def _methods(config: dict, teacher_model: str | None) -> dict[str, Method]:
+    """method_table's records; ``teacher_model``: the folder of sieve.teacher where it is not one of the
+    untrained or BM25-trained models resolved here."""
     betas = ccr_betas(config)
     main = beta_tag(float(config["ccr"]["beta"]))
     rcl_beta = float(config["dpr"]["rcl"]["beta"])
@@ -249,9 +289,12 @@ def method_table(config: dict) -> dict[str, Method]:
     # Everything built from the sieve's candidates carries the sieve's settings (a source method by its run).
     source = config["sieve"]["source"]
     source_run = {m.name: m.run for m in dense}.get(source, source)
+    teacher = config["sieve"]["teacher"]
+    teacher_model = {m.name: m.model for m in dense}.get(teacher, teacher_model or teacher)
 
     def filtered(name: str, filter_name: str, **fields) -> Method:
-        negs = filter_negatives(filter_name, config["sieve"], source_run)
+        scorer = teacher_model if filter_name in TEACHER_FILTERS else None
+        negs = filter_negatives(filter_name, config["sieve"], source_run, scorer)
         return _dense(
             name,
             run=dpr_on(negs),
@@ -259,6 +302,7 @@ def method_table(config: dict) -> dict[str, Method]:
             trains="dpr",
             negatives=negs,
             filter=filter_name,
+            teacher=scorer,
             **fields,
         )
 
@@ -393,6 +437,8 @@ def started_from(m: Method) -> str | None:
 
 def _scorer(m: Method) -> str:
     """What scored the sieve whose negatives ``m`` (a filtered DPR) trains on."""
+    if m.teacher is not None:
+        return f"scored by the teacher models/{m.teacher} (sieve.teacher)"
     if m.filter is not None and m.filter.startswith("sieve_no_ccr"):
         return "scored by models/dpr (sieve.scorer dpr: no CCR)"
     return f"scored by models/{ccr_model(beta_tag(m.beta))} (CCR at β {beta_tag(m.beta)})"
@@ -434,7 +480,11 @@ def describe(m: Method) -> str:
             return (
                 "DPR from the base, the true false negatives turned into extra positives (multi-positive NCE)"
             )
-        return f"DPR from the base, the candidates filter {m.filter} dropped turned into extra positives"
+        return f"DPR from the base, the candidates filter {m.filter} dropped turned into extra positives" + (
+            f", {_scorer(m)}" if m.teacher is not None else ""
+        )
+    if m.teacher is not None:
+        return f"DPR from the base on the negatives filter {m.filter} kept, {_scorer(m)}"
     if m.filter.startswith(("sieve_b", "sieve_no_ccr")):
         return f"DPR from the base on the negatives the sieve kept, {_scorer(m)}"
     if reads_true_labels(m):

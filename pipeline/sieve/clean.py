@@ -3,7 +3,8 @@ dropped, relabelled as a positive or marked, with every negative's verdict and a
 
     python -m pipeline.sieve.clean --input mined.parquet --out cleaned.parquet \
         [--format auto|triplet|n_tuple|labeled_pair|labeled_list|tevatron|flagembedding] \
-        [--filter sieve|positive_aware|rank_window|cross_encoder|oracle|none] [--model minilm|FOLDER] \
+        [--filter sieve|positive_aware|rank_window|cross_encoder|oracle|none|sieve_teacher|
+                  positive_aware_teacher|positive_aware_teacher_sieve] [--model minilm|FOLDER] \
         [--mode drop|relabel|mark] [--labels known.jsonl] [--near-duplicate 0.9] \
         [--decisions cleaned.decisions.parquet] [--report cleaned.report.json]
 

@@ -26,6 +26,8 @@ def _settings(name: str) -> str:
     keys = [f"`sieve.{name}`"] if contract.settings is not None else []
     if contract.rule:
         keys += [f"`sieve.{key}`" for key in SIEVE_RULE_KEYS]
+    if contract.scorer == "teacher":
+        keys.append("`sieve.teacher`")
     return ", ".join(keys)
 
 

@@ -14,7 +14,15 @@ import os
 import shlex
 from typing import Any, Callable
 
-from pipeline.core.methods import beta_tag, filtered_candidates, sieve_name
+from pipeline.core.methods import (
+    TEACHER_FILTERS,
+    applies_sieve_rule,
+    beta_tag,
+    closest,
+    filtered_candidates,
+    reads_true_labels,
+    sieve_name,
+)
 from pipeline.core.settings.job_documents import SieveJob, filter_job_keys
 from pipeline.core.settings.sieve import (
     CROSS_ENCODER_TRAINING,
@@ -43,7 +51,8 @@ from pipeline.workflow.paths import (
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 
 # The model a filter's scorer (pipeline.core.settings.FilterContract) is, for dataset d: the DPR warm-up
-# (the sieve's own scorer comes from sieve.scorer, in the sieve's rules) or the cross-encoder.
+# (the sieve's own scorer comes from sieve.scorer, in the sieve's rules) or the cross-encoder; the
+# teacher is the model of the method sieve.teacher names (SieveRules.scorer_model).
 SCORER_MODELS: dict[str, Callable[[str], str]] = {
     "retriever": lambda d: retriever(d, "dpr"),
     "cross_encoder": lambda d: ranker(d, "cross_encoder"),
@@ -193,6 +202,34 @@ class SieveRules:
                     "filtered candidates: it needs the sieve's own candidates first (a cycle). Use bm25, "
                     "a model trained without them (zeroshot, dpr, dpr_ccr) or your own negatives file"
                 )
+            self.check_teacher(d)
+
+    def check_teacher(self, d: str) -> None:
+        """sieve.teacher must name a dense method's model that a user could have before the filters run:
+        not one that reads the true labels (the filters would be oracles) nor one trained on the filtered
+        candidates (it needs the filters' own output first: a cycle)."""
+        teacher = self.sieve_config(d)["teacher"]
+        table = self.w.methods[d]
+        m = table.get(teacher)
+        where = f"sieve.teacher of dataset {d!r} is {teacher!r}"
+        if m is None or m.kind != "dense":
+            hint = closest(teacher, [name for name, x in table.items() if x.kind == "dense"])
+            if not hint.startswith("closest"):
+                hint = "e.g. zeroshot, dpr, dpr_ccr"
+            raise ValueError(
+                f"{where}, which is not a dense method ({hint}): the teacher-scored filters need a "
+                "retriever model folder"
+            )
+        if reads_true_labels(m):
+            raise ValueError(
+                f"{where}, which reads the true labels (qrels_all): the teacher-scored filters would be "
+                "oracles; use zeroshot or a model a user has (dpr, dpr_ccr)"
+            )
+        if filtered_candidates(table, teacher):
+            raise ValueError(
+                f"{where}, a DPR trained on filtered candidates: it needs the filters' own output first (a "
+                "cycle); use zeroshot, a model trained without them (dpr, dpr_ccr) or a mined DPR"
+            )
 
     def main_tag(self, d: str) -> str:
         """The β tag of the dataset's ccr.beta (the sieve dpr_sieve trains on, with scorer ccr)."""
@@ -294,7 +331,8 @@ class SieveRules:
 
     def candidates(self, wildcards: Wildcards) -> str:
         """The candidates under the dataset's sieve settings (a path's tag that is not theirs is refused)."""
-        self.w.check_sieve_tag(wildcards, decision=getattr(wildcards, "filter", "sieve").startswith("sieve"))
+        name = getattr(wildcards, "filter", "sieve")
+        self.w.check_sieve_tag(wildcards, decision=applies_sieve_rule(name), teacher=name in TEACHER_FILTERS)
         return candidates(wildcards.dataset, self.w.sieve_tags(wildcards.dataset))
 
     def source_negatives(self, wildcards: Wildcards) -> str:
@@ -322,7 +360,9 @@ class SieveRules:
             "corpus": corpus(d),
             "queries": queries(d, "train"),
         }
-        if needs.scorer is not None:
+        if needs.scorer == "teacher":
+            inputs["model"] = retriever(d, self.w.teacher_model(d))
+        elif needs.scorer is not None:
             inputs["model"] = SCORER_MODELS[needs.scorer](d)
         if needs.labels == "dev":
             inputs["dev_candidates"] = dev_candidates(d, self.w.sieve_tags(d))

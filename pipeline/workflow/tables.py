@@ -61,19 +61,28 @@ class WorkflowTables:
         source = self.cfg(d)["sieve"]["source"]
         return self.methods[d][source].run if source in self.methods[d] else source
 
-    def sieve_tags(self, d: str, decision: bool = False) -> str:
+    def teacher_model(self, d: str) -> str:
+        """The model folder of dataset ``d``'s sieve.teacher (the teacher-scored filters' scorer); a name
+        that is no method's stays itself until the start-up checks refuse it (SieveRules.check_teacher)."""
+        teacher = self.cfg(d)["sieve"]["teacher"]
+        m = self.methods[d].get(teacher)
+        return m.model if m is not None and m.model else teacher
+
+    def sieve_tags(self, d: str, decision: bool = False, teacher: bool = False) -> str:
         """The sieve settings of dataset ``d`` as they appear in its paths (methods.sieve_tag): those of
-        the candidates, or with ``decision`` also the sieve rule's own (its negatives, comparison, figures)."""
-        return sieve_tag(self.cfg(d)["sieve"], self.sieve_source(d), decision=decision)
+        the candidates, or with ``decision`` also the sieve rule's own (its negatives, comparison, figures),
+        with ``teacher`` also the teacher of a teacher-scored filter."""
+        scorer = self.teacher_model(d) if teacher else None
+        return sieve_tag(self.cfg(d)["sieve"], self.sieve_source(d), decision=decision, teacher_model=scorer)
 
     def filter_files_name(self, d: str, name: str) -> str:
         """The name of filter ``name``'s files (decisions, report) under dataset ``d``'s sieve settings
         (``sieve``, the sieve dpr_sieve trains on, is a row of its own in the comparison)."""
-        return filter_negatives(name, self.cfg(d)["sieve"], self.sieve_source(d))
+        return filter_negatives(name, self.cfg(d)["sieve"], self.sieve_source(d), self.teacher_model(d))
 
-    def check_sieve_tag(self, wildcards: Wildcards, decision: bool = False) -> None:
+    def check_sieve_tag(self, wildcards: Wildcards, decision: bool = False, teacher: bool = False) -> None:
         """A path's sieve tag must be the config's: the rule runs with the config's sieve settings."""
-        expected = self.sieve_tags(wildcards.dataset, decision)
+        expected = self.sieve_tags(wildcards.dataset, decision, teacher)
         if wildcards.stag != expected:
             raise ValueError(
                 f"dataset {wildcards.dataset!r}: a path with sieve tag {wildcards.stag!r} was asked for, but "

@@ -71,7 +71,8 @@ wildcard_constraints:
 # The {stag} wildcard: the sieve tags in use, and '' (the defaults' paths, as without a tag) so that a
 # default path asked for under other settings reaches check_sieve_tag's message, not a bare "no rule".
 # Wrapped in a group: an empty constraint would read as none (Snakemake's default, one or more characters).
-_SIEVE_TAGS = {workflow_tables.sieve_tags(d, decision) for d in DATASETS for decision in (False, True)}
+_SIEVE_TAGS = {workflow_tables.sieve_tags(d, decision, teacher) for d in DATASETS
+               for decision in (False, True) for teacher in (False, True)}
 SIEVE_TAG_RE = "(?:" + "|".join(sorted({""} | {re.escape(tag) for tag in _SIEVE_TAGS})) + ")"
 # What train_dpr_filtered trains on: a filter's negatives under a dataset's sieve settings.
 FILTERED_NEGS_RE = f"(?:{'|'.join(OTHER_FILTERS)}|{sieve_name(BETA_RE)}){SIEVE_TAG_RE}"

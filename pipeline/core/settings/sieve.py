@@ -134,7 +134,9 @@ class FilterContract:
     settings: type[Contract] | None = None  # its section sieve.<name>; None: it has no settings
     reads: tuple[str, ...] | None = None  # the fields of its section the filter reads (None: all)
     rule: bool = False  # reads the sieve's decision (SIEVE_RULE_KEYS of section sieve) and the seed
-    scorer: Literal["retriever", "cross_encoder"] | None = None  # the model that scores its candidates
+    # the model that scores its candidates: the DPR warm-up (retriever), the cross-encoder, or the start
+    # model a user has (teacher: the method sieve.teacher names, zero-shot MiniLM by default)
+    scorer: Literal["retriever", "cross_encoder", "teacher"] | None = None
     labels: Literal["true", "dev"] | None = None  # the truth it reads: every candidate's, or the dev queries'
     clean: bool = False  # sieve-clean runs it on a user's file (pipeline.sieve.clean)
     # Its settings' flags and job keys without the section's name (--start, --mode): those of the first
@@ -164,6 +166,12 @@ FILTER_CONTRACTS: dict[str, FilterContract] = {
     ),
     "sieve": FilterContract(rule=True, scorer="retriever", clean=True),
     "sieve_no_ccr": FilterContract(rule=True, scorer="retriever"),
+    # The same rules scored by the teacher (sieve.teacher) instead of a model trained on the noisy negatives.
+    "sieve_teacher": FilterContract(rule=True, scorer="teacher", clean=True),
+    "positive_aware_teacher": FilterContract(PositiveAwareSettings, scorer="teacher", clean=True),
+    "positive_aware_teacher_sieve": FilterContract(
+        PositiveAwareSettings, rule=True, scorer="teacher", clean=True
+    ),
 }
 FILTER_NAMES = tuple(FILTER_CONTRACTS)
 # The filters that run a model (a retriever or the cross-encoder): their jobs take sieve.gpus.
@@ -187,6 +195,13 @@ class _SieveCandidatesSettings(Contract):
         description="model scoring the sieve (the sieve filter, dpr_sieve, AR2's initial sieve): ccr = "
         "models/dpr_ccr_b<ccr.beta> (the paper; recipes.paper); dpr = models/dpr, no CCR (dpr_sieve is then "
         "dpr_sieve_no_ccr). How the filters compare: docs/results.md, the tournament",
+    )
+    teacher: str = Field(
+        "zeroshot",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="method whose model scores the teacher-scored filters (sieve_teacher, "
+        "positive_aware_teacher, positive_aware_teacher_sieve): the start model a user has; a dense method "
+        "that reads no true labels and is not trained on the sieve's candidates (zeroshot, dpr, dpr_ccr)",
     )
     candidates: int = Field(
         30, ge=1, le=MAX_RANKS, description="hard negatives per query judged by the sieve (released code: 30)"
@@ -303,8 +318,9 @@ class CleanSpec(Contract):
     model: str = Field(
         "minilm",
         min_length=1,
-        description="retriever (sieve, positive_aware) or cross-encoder folder (cross_encoder) that scores "
-        "the negatives; minilm = the offline all-MiniLM-L6-v2",
+        description="retriever (sieve, positive_aware; the teacher of sieve_teacher, positive_aware_teacher, "
+        "positive_aware_teacher_sieve) or cross-encoder folder (cross_encoder) that scores the negatives; "
+        "minilm = the offline all-MiniLM-L6-v2",
     )
     mode: Literal[CLEAN_MODES] = Field(
         "drop",

@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model",
         default=None,
-        help=f"retriever ({_scorers('retriever')}) or cross-encoder folder ({_scorers('cross_encoder')})",
+        help=f"retriever ({_scorers('retriever')}), the teacher's retriever folder ({_scorers('teacher')}: "
+        f"the workflow's sieve.teacher) or cross-encoder folder ({_scorers('cross_encoder')})",
     )
     parser.add_argument("--out", required=True)
     add_settings_flags(parser, FilterJob, "settings (config section sieve; the filter run reads its own)")

@@ -43,10 +43,14 @@ def positive_aware_statistic(s_neg: np.ndarray, s_pos: np.ndarray, mode: str) ->
 class PositiveAwareFilter(CandidateFilter):
     name = "positive_aware"
 
-    def __init__(self, model: str | os.PathLike, mode: str = "relative", margin: float = 0.95):
+    def __init__(
+        self, model: str | os.PathLike, mode: str = "relative", margin: float = 0.95, name: str | None = None
+    ):
         if mode not in POSITIVE_AWARE_MODES:
             raise ValueError(f"unknown positive_aware mode {mode!r} (expected one of {POSITIVE_AWARE_MODES})")
         self.model, self.mode, self.margin = model, mode, margin
+        if name is not None:  # the same rule under another filter's name (positive_aware_teacher)
+            self.name = name
 
     def decide(self, inputs: FilterInputs) -> pd.DataFrame:
         sims = inputs.similarities(self.model)
@@ -62,7 +66,8 @@ class PositiveAwareFilter(CandidateFilter):
 
 
 def build(setup: FilterSetup) -> PositiveAwareFilter:
-    return PositiveAwareFilter(setup.model, setup.settings.mode, setup.settings.margin)
+    """positive_aware's rule under ``setup.name`` (positive_aware, positive_aware_teacher), its own section."""
+    return PositiveAwareFilter(setup.model, setup.settings.mode, setup.settings.margin, name=setup.name)
 
 
 FILTER = FilterSpec(
