@@ -187,8 +187,8 @@ class TrainSettings(Contract):
         60,
         ge=0,
         le=MAX_STEPS,
-        description="cap on optimizer steps; 0 = no cap (epochs decide). The demo's cap: one MiniLM step "
-        "of 16 queries takes 2-3 s on 2 CPU cores",
+        description="cap on optimizer steps; 0 = no cap (epochs decide). The demo's cap keeps its training "
+        "within a CPU budget (step times, with their CPU and precision: docs/results.md)",
     )
     checkpoint_every: int = Field(
         50,
@@ -912,7 +912,7 @@ class _SieveCandidatesSettings(Contract):
         ge=1,
         le=MAX_QUERIES,
         description="seeded sample of train queries; null = all (the cross-encoder filter scores every "
-        "candidate pair: ~45 pairs/s on 2 CPU cores)",
+        "candidate pair; its throughput, with the CPU: docs/results.md)",
     )
 
     @field_validator("pool")
