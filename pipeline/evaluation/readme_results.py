@@ -6,9 +6,10 @@ prints the Markdown between the README's ``<!-- demo results -->`` markers: the 
 the best method by it (controls left out), the trained methods that end below the model they started
 from, the headline table of metrics.md, and every paired difference on the primary metric with the
 interval it has (over the test queries for the demo's one seed); and, between the
-``<!-- first screen -->`` markers under the README's title, three plain sentences from the same numbers:
-what the false negatives cost, what the default filter wins back, where the final model stands against
-the model it starts from and BM25, and so when the tool is worth running. The metrics' definitions stay
+``<!-- first screen -->`` markers under the README's title, two or three plain sentences from the same
+numbers, each a template picked by the signs of the paired intervals: what the false negatives cost, what
+the default filter wins back (or loses), where the final model stands against the model it starts from
+and BM25, and which retriever to use on such data. The metrics' definitions stay
 in metrics.md: the README is read in two minutes. tests/test_readme.py checks that the
 README's block equals what this prints from docs/data/demo/metrics.json, the committed copy of a
 `make demo` run's metrics.json; ``--check README.md`` does the same from the command line, and
@@ -113,8 +114,9 @@ def _d(diff: dict, sign: str = "+") -> str:
 def _basis(kinds: set[str], gathered: dict) -> str:
     """Where the first screen's intervals come from, said once."""
     if kinds == {"queries"}:
-        n = next((e["n_queries"] for e in gathered["methods"].values() if "n_queries" in e), None)
-        queries = f"the {n:,} test queries" if n else "the test queries"
+        first = next(iter(gathered["methods"].values()), {})
+        n, split = first.get("n_queries"), first.get("split", "test")
+        queries = f"the {n:,} {split} queries" if n else f"the {split} queries"
         return f" (95% intervals over {queries} of one training seed, not over retrains)"
     if kinds == {"seeds"}:
         return " (95% intervals over the training seeds)"
@@ -163,7 +165,8 @@ def _advice(gathered: dict, metric: str, v: dict, final: str | None, kinds: set[
     model, the default pipeline's final model and a hybrid of BM25 with a trained model, with the
     hybrid's paired difference from BM25 where it was gathered."""
     hybrids = sorted((m for m in v if m.startswith("hybrid_") and v[m] is not None), key=lambda m: -v[m])
-    hybrid = hybrids[0] if hybrids else None
+    # a hybrid is BM25 plus a model: it is weighed against BM25 or not at all
+    hybrid = hybrids[0] if hybrids and v.get("bm25") is not None else None
     options = {m: v[m] for m in ("bm25", "zeroshot", final, hybrid) if m is not None and v.get(m) is not None}
     if len(options) < 2:
         return None
@@ -171,7 +174,7 @@ def _advice(gathered: dict, metric: str, v: dict, final: str | None, kinds: set[
     versus = _paired(gathered, hybrid, "bm25", metric) if hybrid and "bm25" in options else None
     if versus:
         kinds.add(versus[1])
-    if leader == hybrid and "bm25" in options:
+    if leader == hybrid:
         side = _side(versus[0]) if versus else 1
         gap = _d(versus[0]) if versus else f"{options[hybrid] - options['bm25']:+.3f} (no paired interval)"
         if side > 0:
