@@ -12,6 +12,7 @@ link resolves inside the repository.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -133,30 +134,159 @@ def test_the_first_screen_is_what_the_script_prints_from_the_demos_metrics():
     assert text.index(readme_results.FIRST_BEGIN) < text.index("## ")
 
 
-def _metrics(**values: float) -> dict:
+def _metrics(pairs: dict | None = None, interval: str = "queries", **values: float) -> dict:
+    """Hand-made gathered metrics: one hit_all@1 mean per method and, per (method, baseline), a paired
+    difference (d, lo, hi) with its interval's kind."""
+    comparisons = [
+        {
+            "method": m,
+            "baseline": b,
+            "interval": interval,
+            "metrics": {"hit_all@1": {"diff": d, "ci_low": lo, "ci_high": hi, "p_value": 0.01}},
+        }
+        for (m, b), (d, lo, hi) in (pairs or {}).items()
+    ]
     return {
         "dataset": "d",
         "methods": {
             m: {"split": "test", "n_queries": 10, "metrics": {"hit_all@1": v}} for m, v in values.items()
         },
+        "comparisons": comparisons,
     }
 
 
-def test_the_first_screen_says_what_false_negatives_cost_and_whether_training_paid():
-    worse = readme_results.first_screen(
-        _metrics(bm25=0.7, zeroshot=0.64, dpr_none=0.52, dpr_oracle=0.67, dpr_sieve=0.62, ar2_sieve=0.53)
+# The demo's shape: BM25 ahead of every trained model, the filter winning back most of the cost.
+DEMO_LIKE = dict(bm25=0.7, zeroshot=0.64, dpr_none=0.52, dpr_oracle=0.67, dpr_sieve=0.62, ar2_sieve=0.53)
+COST = {("dpr_oracle", "dpr_none"): (0.15, 0.11, 0.19)}
+
+
+def test_the_first_screen_says_what_the_false_negatives_cost_and_what_the_filter_wins_back():
+    text = readme_results.first_screen(
+        _metrics({**COST, ("dpr_sieve", "dpr_none"): (0.10, 0.06, 0.13)}, **DEMO_LIKE)
     )
-    assert "scores 0.520 hit_all@1" in worse and "the false negatives cost 0.150" in worse
-    assert "wins back +0.100 (67% of it)" in worse
-    assert "ar2_sieve (0.530), ends below the untrained model it starts from (zeroshot, 0.640)" in worse
-    assert "and below BM25 (0.700)" in worse and "keep the model you start from, or BM25" in worse
-    better = readme_results.first_screen(
-        _metrics(bm25=0.5, zeroshot=0.6, dpr_none=0.6, dpr_oracle=0.7, dpr_sieve=0.68, ar2_sieve=0.75)
+    assert "scores 0.520 hit_all@1 and, with the false negatives removed by the true labels, 0.670" in text
+    assert "the false negatives cost 0.150 [0.110, 0.190]" in text
+    assert "wins back +0.100 [+0.060, +0.130], 67% of that cost" in text
+    # the intervals' basis is said once: one seed's test queries are not retrains
+    assert text.count("95% intervals over the 10 test queries of one training seed, not over retrains") == 1
+    assert "ar2_sieve (0.530), ends below the untrained model it starts from (zeroshot, 0.640)" in text
+    assert "and below BM25 (0.700)" in text
+    # two or three plain sentences, one paragraph
+    assert text.count(". ") + 1 <= 4 and text.endswith(".\n") and "\n" not in text[:-1]
+
+
+def test_a_filter_that_loses_or_is_not_separated_is_said_so():
+    loses = readme_results.first_screen(
+        _metrics(
+            {**COST, ("dpr_sieve", "dpr_none"): (-0.05, -0.08, -0.02)}, **{**DEMO_LIKE, "dpr_sieve": 0.47}
+        )
     )
-    assert "ends above the untrained model" in better and "above BM25 (0.500)" in better
-    assert "worth running" in better and "keep the model" not in better
+    assert (
+        "the passage sieve, loses a further -0.050 [-0.080, -0.020] against the unfiltered candidates"
+        in loses
+    )
+    assert "wins back" not in loses and "of that cost" not in loses
+    level = readme_results.first_screen(
+        _metrics({**COST, ("dpr_sieve", "dpr_none"): (0.01, -0.02, 0.04)}, **{**DEMO_LIKE, "dpr_sieve": 0.53})
+    )
+    assert "is not separated from the unfiltered candidates (+0.010 [-0.020, +0.040])" in level
+    assert "wins back" not in level
+    # a cost whose interval holds 0 is no cost shown, and there is nothing to win back a share of
+    free = readme_results.first_screen(
+        _metrics(
+            {("dpr_oracle", "dpr_none"): (0.02, -0.01, 0.05), ("dpr_sieve", "dpr_none"): (0.03, 0.01, 0.05)},
+            **{**DEMO_LIKE, "dpr_oracle": 0.54, "dpr_sieve": 0.55},
+        )
+    )
+    assert "here the false negatives cost nothing that shows (0.020 [-0.010, 0.050])" in free
+    assert "wins back +0.030 [+0.010, +0.050] (95% intervals" in free and "of that cost" not in free
+
+
+def test_when_bm25_leads_the_first_screen_says_use_bm25_or_the_hybrid_as_its_interval_says():
+    alone = readme_results.first_screen(_metrics(COST, **DEMO_LIKE))
+    assert (
+        "On this data BM25 (0.700) is ahead of every model trained here (the best, dpr_oracle, 0.670)"
+        in alone
+    )
+    assert "use BM25 (this run measured no hybrid of BM25 and a trained model)." in alone
+    tied = readme_results.first_screen(
+        _metrics(
+            {**COST, ("hybrid_wsum_dpr_sieve", "bm25"): (-0.01, -0.03, 0.01)},
+            **DEMO_LIKE,
+            hybrid_wsum_dpr_sieve=0.69,
+        )
+    )
+    assert (
+        "its hybrid with the trained model, hybrid_wsum_dpr_sieve (0.690), is not separated from it" in tied
+    )
+    assert tied.rstrip().endswith("use BM25 or the hybrid.")
+    below = readme_results.first_screen(
+        _metrics(
+            {**COST, ("hybrid_wsum_dpr_sieve", "bm25"): (-0.05, -0.07, -0.03)},
+            **DEMO_LIKE,
+            hybrid_wsum_dpr_sieve=0.65,
+        )
+    )
+    assert (
+        "and of its hybrid with the trained model, hybrid_wsum_dpr_sieve (-0.050 [-0.070, -0.030]): use BM25."
+        in below
+    )
+    # a trained control above BM25: BM25 is then only ahead of the final model and the untrained one
+    oracle_ahead = readme_results.first_screen(_metrics(COST, **{**DEMO_LIKE, "dpr_oracle": 0.75}))
+    assert "ahead of the default pipeline's final model and the untrained one" in oracle_ahead
+
+
+def test_the_first_screen_names_the_hybrid_the_final_model_or_the_start_when_it_leads():
+    hybrid = readme_results.first_screen(
+        _metrics(
+            {**COST, ("hybrid_wsum_dpr_sieve", "bm25"): (0.04, 0.02, 0.06)},
+            **DEMO_LIKE,
+            hybrid_wsum_dpr_sieve=0.74,
+        )
+    )
+    assert (
+        "BM25 fused with the trained model, hybrid_wsum_dpr_sieve (0.740), is ahead of BM25 (0.700) by "
+        in hybrid
+    )
+    assert hybrid.rstrip().endswith("+0.040 [+0.020, +0.060]: use the hybrid.")
+    level = readme_results.first_screen(
+        _metrics(
+            {**COST, ("hybrid_wsum_dpr_sieve", "bm25"): (0.01, -0.01, 0.03)},
+            **DEMO_LIKE,
+            hybrid_wsum_dpr_sieve=0.71,
+        )
+    )
+    assert (
+        "hybrid_wsum_dpr_sieve (0.710) is not separated from BM25 (0.700; +0.010 [-0.010, +0.030])" in level
+    )
+    trained = readme_results.first_screen(_metrics(COST, **{**DEMO_LIKE, "bm25": 0.5, "ar2_sieve": 0.75}))
+    assert "ar2_sieve (0.750), ends above the untrained model" in trained and "above BM25 (0.500)" in trained
+    assert "final model (ar2_sieve, 0.750) is ahead of bm25 (0.500) and zeroshot (0.640)" in trained
+    assert "train with the defaults" in trained and "use BM25" not in trained
+    start = readme_results.first_screen(_metrics(COST, **{**DEMO_LIKE, "bm25": 0.5}))
+    assert (
+        "the untrained model (zeroshot, 0.640) is ahead of the others: keep the model you start from" in start
+    )
+    # intervals over seeds are called that
+    seeds = readme_results.first_screen(_metrics(COST, interval="seeds", **DEMO_LIKE))
+    assert "(95% intervals over the training seeds)" in seeds and "test queries" not in seeds
     # a run without the controls says nothing it cannot back
     assert readme_results.first_screen(_metrics(bm25=0.5)) == "\n"
+
+
+def test_changed_metrics_make_the_readmes_first_screen_stale(tmp_path, capsys):
+    """Regenerated from docs/data/demo's metrics, the first screen equals the README's; from the same
+    metrics with BM25 no longer ahead, it does not, and the check says so."""
+    gathered = readme_results.read_json_object(DEMO_METRICS)
+    text = README.read_text(encoding="utf-8")
+    block = readme_results.readme_block(text, readme_results.FIRST_BEGIN, readme_results.FIRST_END)
+    assert block == readme_results.first_screen(gathered)
+    gathered["methods"]["bm25"]["metrics"]["hit_all@1"] = 0.3
+    changed = tmp_path / "metrics.json"
+    changed.write_text(json.dumps(gathered), encoding="utf-8")
+    assert readme_results.first_screen(gathered) != block
+    assert readme_results.main([str(changed), "--check", str(README)]) == 1
+    assert "the first screen block differs" in capsys.readouterr().err
 
 
 def test_a_stale_first_screen_fails_the_check(tmp_path, capsys):

@@ -6,9 +6,10 @@ prints the Markdown between the README's ``<!-- demo results -->`` markers: the 
 the best method by it (controls left out), the trained methods that end below the model they started
 from, the headline table of metrics.md, and every paired difference on the primary metric with the
 interval it has (over the test queries for the demo's one seed); and, between the
-``<!-- first screen -->`` markers under the README's title, three plain sentences from the same numbers:
-what the false negatives cost, what the default filter wins back, where the final model stands against
-the model it starts from and BM25, and so when the tool is worth running. The metrics' definitions stay
+``<!-- first screen -->`` markers under the README's title, two or three plain sentences from the same
+numbers, each a template picked by the signs of the paired intervals: what the false negatives cost, what
+the default filter wins back (or loses), where the final model stands against the model it starts from
+and BM25, and which retriever to use on such data. The metrics' definitions stay
 in metrics.md: the README is read in two minutes. tests/test_readme.py checks that the
 README's block equals what this prints from docs/data/demo/metrics.json, the committed copy of a
 `make demo` run's metrics.json; ``--check README.md`` does the same from the command line, and
@@ -87,46 +88,176 @@ def _against(value: float, other: float) -> str:
     return "above" if value > other else "below" if value < other else "level with"
 
 
+def _paired(gathered: dict, method: str, baseline: str, metric: str) -> tuple[dict, str] | None:
+    """The paired difference method − baseline on ``metric`` and the kind of its interval, if gathered."""
+    for c in gathered.get("comparisons") or []:
+        if c["method"] == method and c["baseline"] == baseline and c["metrics"].get(metric):
+            return c["metrics"][metric], c.get("interval", "seeds")
+    return None
+
+
+def _side(diff: dict) -> int:
+    """+1 when the 95% interval lies above 0, -1 below, 0 when it holds 0; without an interval (one
+    run, nothing to pair over) the sign of the difference itself, which the text then calls one run."""
+    low, high = diff.get("ci_low"), diff.get("ci_high")
+    if low is None or high is None:
+        return (diff["diff"] > 0) - (diff["diff"] < 0)
+    return 1 if low > 0 else -1 if high < 0 else 0
+
+
+def _d(diff: dict, sign: str = "+") -> str:
+    if diff.get("ci_low") is None:
+        return f"{diff['diff']:{sign}.3f} (one run, no interval)"
+    return f"{diff['diff']:{sign}.3f} [{diff['ci_low']:{sign}.3f}, {diff['ci_high']:{sign}.3f}]"
+
+
+def _basis(kinds: set[str], gathered: dict) -> str:
+    """Where the first screen's intervals come from, said once."""
+    if kinds == {"queries"}:
+        first = next(iter(gathered["methods"].values()), {})
+        n, split = first.get("n_queries"), first.get("split", "test")
+        queries = f"the {n:,} {split} queries" if n else f"the {split} queries"
+        return f" (95% intervals over {queries} of one training seed, not over retrains)"
+    if kinds == {"seeds"}:
+        return " (95% intervals over the training seeds)"
+    return " (95% intervals over the training seeds, or over the test queries of one seed)" if kinds else ""
+
+
+def _cost_and_filter(gathered: dict, metric: str, v: dict, kinds: set[str]) -> str | None:
+    """What the false negatives cost (dpr_oracle − dpr_none: the same candidate pool, cleaned by the true
+    labels or not) and what the default filter does with them (dpr_sieve − dpr_none)."""
+    none, oracle, sieve = v.get("dpr_none"), v.get("dpr_oracle"), v.get("dpr_sieve")
+    if none is None or oracle is None:
+        return None
+    cost = _paired(gathered, "dpr_oracle", "dpr_none", metric)
+    cost_side = _side(cost[0]) if cost else (oracle > none) - (oracle < none)
+    if cost:
+        kinds.add(cost[1])
+    cost_text = _d(cost[0], "") if cost else f"{oracle - none:.3f} (no paired interval)"
+    text = (
+        f"On the demo's data, whose mined negatives include false ones, DPR trained on the unfiltered "
+        f"candidates scores {none:.3f} {metric} and, with the false negatives removed by the true labels, "
+        f"{oracle:.3f}: "
+        + (
+            f"the false negatives cost {cost_text}"
+            if cost_side > 0
+            else f"here the false negatives cost nothing that shows ({cost_text})"
+        )
+    )
+    if sieve is None:
+        return text + "."
+    won = _paired(gathered, "dpr_sieve", "dpr_none", metric)
+    won_side = _side(won[0]) if won else (sieve > none) - (sieve < none)
+    if won:
+        kinds.add(won[1])
+    won_text = _d(won[0]) if won else f"{sieve - none:+.3f} (no paired interval)"
+    share = f", {(sieve - none) / (oracle - none):.0%} of that cost" if cost_side > 0 and won_side > 0 else ""
+    verdict = {
+        1: f"wins back {won_text}{share}",
+        0: f"is not separated from the unfiltered candidates ({won_text})",
+        -1: f"loses a further {won_text} against the unfiltered candidates",
+    }[won_side]
+    return f"{text}; the default filter, the passage sieve, {verdict}."
+
+
+def _advice(gathered: dict, metric: str, v: dict, final: str | None, kinds: set[str]) -> str | None:
+    """Which retriever to use on data like this: the leader on the means among BM25, the untrained
+    model, the default pipeline's final model and a hybrid of BM25 with a trained model, with the
+    hybrid's paired difference from BM25 where it was gathered."""
+    hybrids = sorted((m for m in v if m.startswith("hybrid_") and v[m] is not None), key=lambda m: -v[m])
+    # a hybrid is BM25 plus a model: it is weighed against BM25 or not at all
+    hybrid = hybrids[0] if hybrids and v.get("bm25") is not None else None
+    options = {m: v[m] for m in ("bm25", "zeroshot", final, hybrid) if m is not None and v.get(m) is not None}
+    if len(options) < 2:
+        return None
+    leader = max(options, key=lambda m: options[m])
+    versus = _paired(gathered, hybrid, "bm25", metric) if hybrid and "bm25" in options else None
+    if versus:
+        kinds.add(versus[1])
+    if leader == hybrid:
+        side = _side(versus[0]) if versus else 1
+        gap = _d(versus[0]) if versus else f"{options[hybrid] - options['bm25']:+.3f} (no paired interval)"
+        if side > 0:
+            return (
+                f"On this data BM25 fused with the trained model, {hybrid} ({options[hybrid]:.3f}), is ahead of "
+                f"BM25 ({options['bm25']:.3f}) by {gap}: use the hybrid."
+            )
+        return (
+            f"On this data {hybrid} ({options[hybrid]:.3f}) is not separated from BM25 ({options['bm25']:.3f}; "
+            f"{gap}): use BM25 or the hybrid."
+        )
+    if leader == "bm25":
+        trained = {m: x for m, x in v.items() if x is not None and m not in ("bm25", "zeroshot")
+                   and not m.startswith("hybrid_")}  # fmt: skip
+        best = max(trained, key=lambda m: trained[m]) if trained else None
+        ahead = (
+            f"every model trained here (the best, {best}, {trained[best]:.3f})"
+            if best is not None and options["bm25"] > trained[best]
+            else "the default pipeline's final model and the untrained one"
+        )
+        if hybrid is None:
+            return (
+                f"On this data BM25 ({options['bm25']:.3f}) is ahead of {ahead}: use BM25 (this run "
+                "measured no hybrid of BM25 and a trained model)."
+            )
+        side = _side(versus[0]) if versus else -1
+        gap = _d(versus[0]) if versus else f"{options[hybrid] - options['bm25']:+.3f} (no paired interval)"
+        if side < 0:
+            return (
+                f"On this data BM25 ({options['bm25']:.3f}) is ahead of {ahead} and of its hybrid with the "
+                f"trained model, {hybrid} ({gap}): use BM25."
+            )
+        return (
+            f"On this data BM25 ({options['bm25']:.3f}) is ahead of {ahead}, and its hybrid with the trained "
+            f"model, {hybrid} ({options[hybrid]:.3f}), is not separated from it ({gap}): use BM25 or the hybrid."
+        )
+    if leader == "zeroshot":
+        return (
+            f"On this data the untrained model (zeroshot, {options['zeroshot']:.3f}) is ahead of the others: keep "
+            "the model you start from; the controls above say what training on these negatives cost."
+        )
+    return (
+        f"On this data the default pipeline's final model ({final}, {options[final]:.3f}) is ahead of "
+        + " and ".join(f"{m} ({options[m]:.3f})" for m in options if m != final)
+        + " on the means: train with the defaults, and check the same on your own dev set."
+    )
+
+
 def first_screen(gathered: dict) -> str:
     """Two to four plain sentences for the top of the README, from the demo's metrics: what the false
-    negatives cost (dpr_oracle − dpr_none: the same candidate pool, cleaned by the true labels or not),
-    what the default filter wins back (dpr_sieve − dpr_none), where the default pipeline's final model
-    stands against the model it starts from and BM25, and what follows for a user. A sentence whose
-    methods the run lacks is left out; means of the runs, their intervals in the Results block."""
+    negatives cost, what the default filter wins back (each with its paired interval where the run has
+    one), where the default pipeline's final model stands against the model it starts from and BM25,
+    and which retriever to use on data like this. Each sentence is one of a few templates picked by
+    the signs of the intervals (of the means where there is none), so the README cannot claim what the
+    metrics do not show. A sentence whose methods the run lacks is left out."""
     metric = primary_metric(gathered)
     v = {m: _value(gathered, m, metric) for m in gathered["methods"]}
+    kinds: set[str] = set()
     lines = []
-    none, oracle, sieve = v.get("dpr_none"), v.get("dpr_oracle"), v.get("dpr_sieve")
-    if none is not None and oracle is not None:
-        cost = oracle - none
-        lines.append(
-            f"On the demo's data, whose mined negatives include false ones, DPR trained on the unfiltered "
-            f"candidates scores {none:.3f} {metric}; with the false negatives removed by the true labels it "
-            f"scores {oracle:.3f}: the false negatives cost {cost:.3f}."
-        )
-        if sieve is not None:
-            won = sieve - none
-            share = f" ({won / cost:.0%} of it)" if cost > 0 else ""
-            lines.append(
-                f"The default filter, the passage sieve, {'wins back' if won > 0 else 'changes that by'} "
-                f"{won:+.3f}{share}."
-            )
+    cost = _cost_and_filter(gathered, metric, v, kinds)
+    if cost:
+        lines.append(cost)
+    # the line after which the intervals' basis is said once: the first that carries an interval
+    basis_at = 0 if kinds else None
     final = next((m for m in FINAL_METHODS if v.get(m) is not None), None)
     start, bm25 = v.get("zeroshot"), v.get("bm25")
     if final is not None and start is not None:
         tail = f" and {_against(v[final], bm25)} BM25 ({bm25:.3f})" if bm25 is not None else ""
         lines.append(
-            f"The final model of the default pipeline, {final} ({v[final]:.3f}), ends "
+            f"The default pipeline's final model, {final} ({v[final]:.3f}), ends "
             f"{_against(v[final], start)} the untrained model it starts from (zeroshot, {start:.3f}){tail}."
         )
-        beaten = [b for b in (start, bm25) if b is not None and v[final] <= b]
-        lines.append(
-            "So on data like this, sieve measures what false negatives cost and how much a filter wins "
-            "back, against controls; keep the model you start from, or BM25, unless your own run's "
-            "metrics.json shows the trained model ahead of both."
-            if beaten
-            else "On data like this the trained pipeline is worth running; check it on your own dev set."
-        )
+    had = bool(kinds)
+    advice = _advice(gathered, metric, v, final, kinds) if lines else None
+    if advice:
+        lines.append(advice)
+        if basis_at is None and kinds and not had:
+            basis_at = len(lines) - 1
+    if not lines:
+        return "\n"
+    basis = _basis(kinds, gathered)
+    if basis and basis_at is not None:
+        lines[basis_at] = lines[basis_at][:-1] + basis + "."
     return " ".join(lines) + "\n"
 
 

@@ -65,6 +65,8 @@ class EvalSettings(Contract):
             ["dpr_sieve", "dpr_sieve_no_ccr"],
             ["ar2_sieve", "ar2"],
             ["ar2_simans_sieve", "ar2_simans"],
+            ["hybrid_wsum_dpr_sieve", "bm25"],
+            ["hybrid_wsum_dpr_sieve", "dpr_sieve"],
         ],
         description="[method, baseline] pairs: paired difference, 95% interval over common seeds (metrics.md); "
         "a pair with a method not in `methods` is left out. bm25 and zeroshot have no seed: as a baseline "

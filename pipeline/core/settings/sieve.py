@@ -217,7 +217,7 @@ class _SieveCandidatesSettings(Contract):
         ge=1,
         le=MAX_QUERIES,
         description="seeded sample of train queries; null = all (the cross-encoder filter scores every "
-        "candidate pair: ~45 pairs/s on 2 CPU cores)",
+        "candidate pair; its throughput, with the CPU: docs/results.md)",
     )
 
     @field_validator("pool")

@@ -63,8 +63,8 @@ class TrainSettings(Contract):
         60,
         ge=0,
         le=MAX_STEPS,
-        description="cap on optimizer steps; 0 = no cap (epochs decide). The demo's cap: one MiniLM step "
-        "of 16 queries takes 2-3 s on 2 CPU cores",
+        description="cap on optimizer steps; 0 = no cap (epochs decide). The demo's cap keeps its training "
+        "within a CPU budget (step times, with their CPU and precision: docs/results.md)",
     )
     checkpoint_every: int = Field(
         50,
