@@ -613,11 +613,11 @@ def test_snakemake_plans_the_v2_overlay(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     jobs = jobs_in_dry_run(done.stdout)
     levels, synthkb = 7, 6
-    # dropping filters: 10 at a synthkb level, 9 at SQuAD-36 (no oracle)
-    assert (jobs["train_dpr_filtered"], jobs["train_dpr_filtered_seed"]) == (69, 69 * 4)
+    # dropping filters: 13 at a synthkb level, 12 at SQuAD-36 (no oracle)
+    assert (jobs["train_dpr_filtered"], jobs["train_dpr_filtered_seed"]) == (90, 90 * 4)
     assert (jobs["train_dpr_gist"], jobs["train_dpr_gist_seed"]) == (2 * levels, 2 * levels * 4)
-    assert (jobs["train_dpr_relabel"], jobs["relabel_qrels"]) == (3 * synthkb + 2, 3 * synthkb + 2)
+    assert (jobs["train_dpr_relabel"], jobs["relabel_qrels"]) == (4 * synthkb + 3, 4 * synthkb + 3)
     assert (jobs["select_model"], jobs["select_model_seed"]) == (5 * levels, 5 * levels * 4)
-    assert (jobs["fuse_weighted_seed"], jobs["sieve_report"], jobs["tournament"]) == (5 * levels, 69, 1)
+    assert (jobs["fuse_weighted_seed"], jobs["sieve_report"], jobs["tournament"]) == (5 * levels, 90, 1)
     assert jobs["mine_dense_negatives"] == 2  # zero-shot's negatives for the two mined-source levels
-    assert sum(jobs.values()) == 6131
+    assert sum(jobs.values()) == 7328
