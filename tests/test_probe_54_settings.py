@@ -45,7 +45,7 @@ def test_a_flag_over_a_document_lands_in_its_part():
     }
     assert DOCUMENT["objective"] == {"beta": 6, "scale": "released_code"}  # the document is left as given
     job = train_dense.job_settings(args)
-    assert job.model_dump() == {**merged, "relabel": None}
+    assert job.model_dump() == {**merged, "relabel": None, "snapshots": 0}
     train, objective, retriever = job.resolved()
     assert objective == {"beta": 0.5, "scale": "released_code"}
     assert (train["lr"], train["max_steps"]) == (1e-6, 9)
