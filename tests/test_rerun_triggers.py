@@ -308,6 +308,8 @@ SETTINGS: dict[str, tuple] = {
     "tournament.oracle": ("dpr_absolute_margin", ("tournament",)),
     "tournament.start": ("bm25", ("tournament",)),
     "tournament.incumbent": ("dpr_absolute_margin", ("tournament",)),
+    "tournament.references": ([], ("tournament",)),
+    "tournament.alpha": (0.1, ("tournament",)),
     "tournament.metrics": (["R@5", "hit_all@1"], ("tournament",), ("evaluate",)),
     "sweep.datasets": ([], ("noise_sweep",)),
     "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),

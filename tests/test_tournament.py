@@ -582,8 +582,8 @@ def test_the_v2_overlay_reads_a_filter_report_per_filtered_contender():
         "sieve/none_source_zeroshot/report.json"
     )
     assert not [k for k in by if k[1].startswith("dpr_gist_")] and ("squad36", "dpr_oracle") not in by
-    # the synthkb levels' 10 filters and SQuAD-36's 9 (no oracle): one report each
-    assert len({r for *_, r in found}) == 6 * 10 + 9
+    # the synthkb levels' 13 filters and SQuAD-36's 12 (no oracle): one report each
+    assert len({r for *_, r in found}) == 6 * 13 + 12
 
 
 @pytest.mark.slow
