@@ -1,5 +1,5 @@
 """The false-negative filters' registries: each filter is one module of pipeline/sieve/filters/ (its code,
-description and builder) and one entry of pipeline.core.settings.FILTER_CONTRACTS (its settings and
+description and builder) and one entry of pipeline.core.settings.sieve.FILTER_CONTRACTS (its settings and
 needs, which the config reads); the workflow, the cleaning command and the docs find both. A toy filter
 added as those two edits, in a copy of the package, is run by sieve-clean and planned by the workflow's
 lookups with nothing else edited."""
@@ -144,7 +144,8 @@ TOY_CHECK = textwrap.dedent(
     import json, sys
     from pipeline.core.config import load_config, validate_config
     from pipeline.core.methods import method_table
-    from pipeline.core.settings import CLEAN_FILTERS, FILTER_NAMES, CleanJob, FilterJob, SieveSettings
+    from pipeline.core.settings.job_documents import CleanJob, FilterJob
+    from pipeline.core.settings.sieve import CLEAN_FILTERS, FILTER_NAMES, SieveSettings
     from pipeline.core.settings_reference import reference
     from pipeline.sieve import clean
     from pipeline.sieve.filter_docs import filter_table

@@ -17,9 +17,11 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import pytest
 import yaml
 
-from pipeline.core import settings as S
 from pipeline.core.config import ConfigError, deep_merge, load_config, validate_config
-from pipeline.core.settings.base import _strip
+from pipeline.core.settings.base import MAX_RANKS, MAX_RUNS, MAX_SHARDS, MAX_STEPS, Contract, _strip
+from pipeline.core.settings.data import DatasetSpec, SplitUnits
+from pipeline.core.settings.root import Config
+from pipeline.core.settings.sieve import CleanSpec
 from pipeline.workflow import checks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,8 +108,8 @@ def test_a_count_out_of_range_is_refused_naming_its_key(overlay, key):
 
 def test_a_count_at_its_bound_is_accepted():
     # The bounds are reachable: a real run at the ceiling passes.
-    accepted({"encode": {"shards": S.MAX_SHARDS}, "index": {"shards": S.MAX_SHARDS}})
-    accepted({"eval": {"depth": S.MAX_RANKS, "ks": [1, S.MAX_RANKS]}, "dpr": {"max_steps": S.MAX_STEPS}})
+    accepted({"encode": {"shards": MAX_SHARDS}, "index": {"shards": MAX_SHARDS}})
+    accepted({"eval": {"depth": MAX_RANKS, "ks": [1, MAX_RANKS]}, "dpr": {"max_steps": MAX_STEPS}})
 
 
 def _int_fields(cls: type, seen: set) -> list[str]:
@@ -119,7 +121,7 @@ def _int_fields(cls: type, seen: set) -> list[str]:
     seen.add(cls)
     for name, field in cls.model_fields.items():
         hint = _strip(field.annotation)
-        if isinstance(hint, type) and issubclass(hint, S.Contract):
+        if isinstance(hint, type) and issubclass(hint, Contract):
             unbounded += _int_fields(hint, seen)
             continue
         metadata = list(field.metadata)
@@ -137,8 +139,8 @@ def _int_fields(cls: type, seen: set) -> list[str]:
 
 def test_every_count_of_the_config_has_an_upper_bound():
     seen: set = set()
-    unbounded = _int_fields(S.Config, seen)
-    for spec in (S.DatasetSpec, S.CleanSpec, S.SplitUnits):
+    unbounded = _int_fields(Config, seen)
+    for spec in (DatasetSpec, CleanSpec, SplitUnits):
         unbounded += _int_fields(spec, seen)
     assert unbounded == []
 
@@ -147,7 +149,7 @@ def test_the_config_check_refuses_a_huge_shard_count_in_one_line(tmp_path, capsy
     overlay = write_yaml(tmp_path / "o.yaml", {"encode": {"shards": 99999999999999999999}})
     code, line = check([overlay], capsys)
     assert code == 2
-    assert "encode.shards" in line and str(S.MAX_SHARDS) in line
+    assert "encode.shards" in line and str(MAX_SHARDS) in line
 
 
 def test_more_index_parts_than_embedding_shards_is_refused():
@@ -414,6 +416,6 @@ def test_a_folder_given_as_a_config_file_is_named(tmp_path, capsys):
 def test_a_list_that_multiplies_the_runs_is_bounded(key):
     # Each seed (each β) trains again: 1,000 of them made a DAG as large as 1,000 shards.
     section, _, name = key.rpartition(".")
-    values = list(range(S.MAX_RUNS + 1))
+    values = list(range(MAX_RUNS + 1))
     overlay = {section: {name: values}} if section else {name: values}
-    refused(overlay, f"'{key}'", str(S.MAX_RUNS))
+    refused(overlay, f"'{key}'", str(MAX_RUNS))

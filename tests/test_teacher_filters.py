@@ -19,7 +19,7 @@ from stage_failures import fails
 from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import describe, method_table
 from pipeline.core.recipes import dataset_configs
-from pipeline.core.settings import FilterJob
+from pipeline.core.settings.job_documents import FilterJob
 from pipeline.sieve import candidates as fn_labels
 from pipeline.sieve import clean, filters
 from pipeline.sieve.filters import FilterInputs, FilterSetup, build_filter

@@ -10,7 +10,7 @@
     python -m pipeline.ar2.mine --settings mine.json --retriever ... --out ...
 
 The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
-pipeline.core.settings.Ar2MineJob), each flag over it; what neither gives is the contract's default.
+pipeline.core.settings.job_documents.Ar2MineJob), each flag over it; what neither gives is the contract's default.
 
 The DAG runs it once per dataset with the DPR start (``ar2/start/negatives.parquet``: round 1 of every
 AR2 variant and seed, and the trained ranker, read it) and once per later round with the previous

@@ -26,7 +26,7 @@ negatives); this module judges:
     python -m pipeline.ar2.sieving --settings sieve.json --negatives ... --out ...
 
 The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
-pipeline.core.settings.Ar2SieveJob), each flag over it; what neither gives is the contract's default.
+pipeline.core.settings.job_documents.Ar2SieveJob), each flag over it; what neither gives is the contract's default.
 
 ``<out stem>.stats.json`` (sieve-out rate, false-negative recall where the truth is known) is written
 before the table.

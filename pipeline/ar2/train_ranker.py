@@ -13,7 +13,7 @@ candidates, trained once per dataset and seed before round 1, and scored against
     python -m pipeline.ar2.train_ranker --settings ranker.json --mined ... --out ...
 
 The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
-pipeline.core.settings.Ar2RankerJob), each flag over it; what neither gives is the contract's default.
+pipeline.core.settings.job_documents.Ar2RankerJob), each flag over it; what neither gives is the contract's default.
 ``--compare-metric`` (ar2.select_metric) is not one of them: it only names the metric the log line
 compares, and a changed one retrains nothing.
 

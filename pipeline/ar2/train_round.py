@@ -14,7 +14,7 @@
     python -m pipeline.ar2.train_round --settings round.json --round 2 --round-dir ... --mined ...
 
 The settings are a document (--settings FILE, or --settings-json as the rules pass it; schema:
-pipeline.core.settings.Ar2TrainJob), each flag over it; what neither gives is the contract's default.
+pipeline.core.settings.job_documents.Ar2TrainJob), each flag over it; what neither gives is the contract's default.
 
 Writes into the round folder ``ranker/``, ``retriever/`` (complete once ``retriever.json`` exists),
 ``carry/state.pt`` (the optimizer and scheduler state the next round continues from: the schedules span

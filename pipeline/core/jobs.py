@@ -28,7 +28,7 @@ def add_settings_flags(
     flag that a hand-written command may still use (--split-spec)."""
     ap.add_argument(
         "--settings",
-        help=f"the job's settings document (JSON or YAML; pipeline.core.settings.{cls.__name__}), as the "
+        help=f"the job's settings document (JSON or YAML; {cls.__module__}.{cls.__name__}), as the "
         "workflow's job gets it: python -m pipeline.workflow.jobs DATASET STAGE > FILE",
     )
     ap.add_argument("--settings-json", help="the settings document inline (what the rules pass)")

@@ -9,7 +9,7 @@
     python -m pipeline.data.prepare --settings nq.json --file corpus=downloads/nq/corpus ... --out-dir resources/nq
 
 The settings (dataset, format, split, empty_positives) are a document (--settings FILE, or
---settings-json as the rule passes it; schema: pipeline.core.settings.PrepareJob), each flag over it.
+--settings-json as the rule passes it; schema: pipeline.core.settings.job_documents.PrepareJob), each flag over it.
 
 Writes corpus.parquet, queries.{train,dev,test}.parquet, qrels.{train,dev,test}.parquet,
 negatives.train.parquet (empty when the source ships none) and, last, manifest.json (format, split

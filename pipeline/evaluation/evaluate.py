@@ -10,7 +10,7 @@
     python -m pipeline.evaluation.evaluate --settings evaluate.json --run ... --out ...
 
 The settings (dataset, method, split, ks, match, allow_missing_queries) are a document (--settings FILE,
-or --settings-json as the rule passes it; schema: pipeline.core.settings.EvaluateJob), each flag over it;
+or --settings-json as the rule passes it; schema: pipeline.core.settings.job_documents.EvaluateJob), each flag over it;
 what neither gives is config section eval's default.
 
 Writes ``{"dataset","method","split","n_queries","match","depth",...,"metrics":{...}}``. ``R@k`` is

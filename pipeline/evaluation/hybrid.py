@@ -13,7 +13,7 @@
         --corpus resources/D/corpus.parquet [--select-metric R@5 --weights 0 0.5 1 ...: over the document] \
         --out results/D/hybrid_wsum_dpr/run.test.parquet --choice-out results/D/hybrid_wsum_dpr/fusion.test.json
 
-Each subcommand's settings (pipeline.core.settings.HybridRrfJob, HybridWeightedJob) come as one document,
+Each subcommand's settings (pipeline.core.settings.job_documents.HybridRrfJob, HybridWeightedJob) come as one document,
 the workflow's job's (``--settings-json``) or a file (``--settings``), each flag over it.
 
 The weighted sum's w is chosen on the dev split, never on the evaluated one; fusion.json records the

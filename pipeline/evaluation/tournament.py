@@ -7,7 +7,7 @@ the same candidate pool at every noise level, paired over seeds with the pool's 
         --out-png results/sweeps/tournament.png
 
 Everything comes from the config's ``tournament`` section (the levels, the contenders, the baseline,
-the oracle, the start, the references and the metrics; pipeline.core.settings.TournamentSettings) and
+the oracle, the start, the references and the metrics; pipeline.core.settings.evaluation.TournamentSettings) and
 each level's gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another
 file). Per level × row (the start and the references, BM25, then the contenders) × metric: the mean
 over seeds with its 95% t-interval; the paired difference with the baseline, its p and, on the primary

@@ -9,7 +9,7 @@
     python -m pipeline.retrieval.bm25 index --settings index.json --corpus C --out-dir results/D/bm25/index
 
 Each subcommand's settings are a document (--settings FILE, or --settings-json as the rules pass it;
-schemas: pipeline.core.settings.Bm25IndexJob, RunDepthJob, MineJob), each flag over it; what
+schemas: pipeline.core.settings.job_documents.Bm25IndexJob, RunDepthJob, MineJob), each flag over it; what
 neither gives is the contract's default (config sections bm25 and eval).
 
 The corpus is tokenised in streamed batches into compact int32 arrays (title + " " + text), so the

@@ -18,7 +18,7 @@ CLI::
     python -m pipeline.retrieval.encode queries --model results/squad/models/zeroshot \
         --queries resources/squad/queries.test.parquet --out-dir results/squad/query_embeddings/test
 
-The encoding's settings (pipeline.core.settings.EncodeJob) come as one document, the workflow's job's
+The encoding's settings (pipeline.core.settings.job_documents.EncodeJob) come as one document, the workflow's job's
 (``--settings-json``) or a file (``--settings``), each flag over it; without either, the contract's.
 """
 

@@ -25,7 +25,7 @@ CLI::
     python -m pipeline.retrieval.index --settings index.json --embeddings results/squad/embeddings/zeroshot \
         --out-dir results/squad/index/zeroshot [--factory Flat --shards 1 ...: over the document] [--no-gpu]
 
-The settings (pipeline.core.settings.IndexJob) come as one document, the workflow's job's
+The settings (pipeline.core.settings.job_documents.IndexJob) come as one document, the workflow's job's
 (``--settings-json``) or a file (``--settings``), each flag over it.
 """
 

@@ -10,7 +10,7 @@ run of the train queries (rule mine_dense_negatives -> results/{dataset}/negativ
     python -m pipeline.workflow.jobs D mine_dense_negatives > mine.json
     python -m pipeline.retrieval.mining --settings mine.json --run ... --source dpr --out ...
 
-The settings (pipeline.core.settings.MineJob, BM25 mining's too: bm25.negatives and
+The settings (pipeline.core.settings.job_documents.MineJob, BM25 mining's too: bm25.negatives and
 exclude_answer_match, eval.match) come as one document, the workflow's job's (``--settings-json``) or a
 file (``--settings``), each flag over it; without either, the contract's.
 

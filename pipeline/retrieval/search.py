@@ -24,7 +24,7 @@ CLI::
     python -m pipeline.retrieval.search --settings search.json --model ... --queries ... --out ... \
         --backend faiss --index results/squad/index/zeroshot
 
-The settings (pipeline.core.settings.SearchJob: eval.depth, section search's batch and knobs, encode.amp)
+The settings (pipeline.core.settings.job_documents.SearchJob: eval.depth, section search's batch and knobs, encode.amp)
 come as one document, the workflow's job's (``--settings-json``) or a file (``--settings``), each flag
 over it; without either, the contract's. With ``--mining-qrels`` (rule search_for_mining) the document is
 a MiningSearchJob: no depth, but the negatives to be mined (section bm25), from which the depth follows

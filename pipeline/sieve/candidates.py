@@ -7,7 +7,7 @@
         --queries resources/D/queries.train.parquet --corpus resources/D/corpus.parquet \
         [--candidates 30 --pool 100 ...: over the document] --out results/D/sieve/candidates.parquet
 
-The settings (pipeline.core.settings.CandidatesJob) come as one document, the workflow's job's
+The settings (pipeline.core.settings.job_documents.CandidatesJob) come as one document, the workflow's job's
 (``--settings-json``) or a file (``--settings``), each flag over it.
 
 Labels (``is_false_negative``, ``fn_label_source``), first rule that applies wins:

@@ -8,7 +8,7 @@ dropped, relabelled as a positive or marked, with every negative's verdict and a
         [--mode drop|relabel|mark] [--labels known.jsonl] [--near-duplicate 0.9] \
         [--decisions cleaned.decisions.parquet] [--report cleaned.report.json]
 
-Its settings (pipeline.core.settings.CleanJob: these flags and the filters' own, ``--rank-window-start``,
+Its settings (pipeline.core.settings.job_documents.CleanJob: these flags and the filters' own, ``--rank-window-start``,
 ``--positive-aware-mode``, ``--cross-encoder-threshold``, ``--strict``, ``--seed``, ...) default to the
 contract's. Rule clean_negatives passes a clean.<name> entry's as one document (``--settings-json``: the
 entry's and what its filter reads of section sieve); a run by hand reads the same from a file, each flag

@@ -7,7 +7,7 @@
         --corpus resources/D/corpus.parquet [--steps 150 ...: over the document] \
         --out results/D/models/cross_encoder
 
-The settings (pipeline.core.settings.CrossEncoderJob) come as one document, the workflow's job's
+The settings (pipeline.core.settings.job_documents.CrossEncoderJob) come as one document, the workflow's job's
 (``--settings-json``) or a file (``--settings``), each flag over it.
 
 The model is AR2's ranker architecture (pipeline.retrieval.ranker: base encoder, [CLS] -> Linear -> 1 logit),

@@ -1,5 +1,5 @@
 """The filter table of docs/sieve.md, generated from the filters' own modules (pipeline.sieve.filters)
-and their entries of pipeline.core.settings.FILTER_CONTRACTS, between ``<!-- filters -->`` and
+and their entries of pipeline.core.settings.sieve.FILTER_CONTRACTS, between ``<!-- filters -->`` and
 ``<!-- /filters -->``. A new filter's row comes with its module:
 
     python -m pipeline.sieve.filter_docs docs/sieve.md

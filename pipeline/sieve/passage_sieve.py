@@ -11,7 +11,7 @@
     python -m pipeline.sieve.passage_sieve --settings sieve.json --candidates ... --out ...
 
 The settings are a document (--settings FILE, or --settings-json as the rule passes it; schema:
-pipeline.core.settings.SieveJob), each flag over it; what neither gives is config section sieve's default.
+pipeline.core.settings.job_documents.SieveJob), each flag over it; what neither gives is config section sieve's default.
 
 For every training query, P = {positive} + its candidates, scored by cosine similarity with the
 (CCR-trained) retriever. ``l(p) = -s_p/tau + logsumexp_P(s/tau)``; the threshold is the mean of l

@@ -9,7 +9,7 @@
     python -m pipeline.synthkb.generate --settings synthkb.json --out-dir resources/synthkb
 
 The settings are a document (--settings FILE, or --settings-json as the rule passes it; schema:
-pipeline.core.settings.GenerateJob), each flag over it; what neither gives is the contract's default.
+pipeline.core.settings.job_documents.GenerateJob), each flag over it; what neither gives is the contract's default.
 
 Made-up people, places, organisations and works, linked by typed relations; each entity has an article
 of ~100-word passages stating its facts in varied wording amid filler prose, and facts are stated again

@@ -17,7 +17,7 @@ dev than the model it started from is not kept (the conservative choice).
         --corpus resources/D/corpus.parquet --candidates results/D/bm25/run.dev.parquet \\
         [--settings FILE] [--alphas 0 0.5 1 --metric MRR@10 --depth 100 ...] --out results/D/models/dpr_wise
 
-The settings (pipeline.core.settings.SelectModelJob: alphas, metric, depth, match, batch_size) come as
+The settings (pipeline.core.settings.job_documents.SelectModelJob: alphas, metric, depth, match, batch_size) come as
 one document (``--settings FILE`` or ``--settings-json``), each flag over it, the contract's default
 for a key neither gives.
 

@@ -21,7 +21,7 @@ Examples::
     python -m pipeline.training.train_dense --settings ccr.json --init ... --out ...
 
 The settings come from a document (--settings FILE, or --settings-json as the rules pass it; schema:
-pipeline.core.settings.TrainJob), each flag over it; what neither gives is config section dpr's default
+pipeline.core.settings.training.TrainJob), each flag over it; what neither gives is config section dpr's default
 (ccr's with --section ccr or a ccr document): docs/config.md.
 
 Under ``torchrun --nproc_per_node=N -m pipeline.training.train_dense -- ARGS`` it trains with DDP (the ``--``
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="retriever folder to write")
     ap.add_argument(
         "--settings",
-        help="the run's settings document (JSON or YAML; pipeline.core.settings.TrainJob): section, seed, "
+        help="the run's settings document (JSON or YAML; pipeline.core.settings.training.TrainJob): section, seed, "
         "train, objective, retriever. The workflow's job passes the same document (--settings-json); "
         "the flags below override it",
     )

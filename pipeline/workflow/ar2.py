@@ -51,14 +51,14 @@ def _quoted(args: list[str]) -> str:
 
 
 def ar2_mine_job(config: dict) -> dict[str, Any]:
-    """The document of an AR2 mining job (pipeline.core.settings.Ar2MineJob) of a dataset whose resolved
+    """The document of an AR2 mining job (pipeline.core.settings.job_documents.Ar2MineJob) of a dataset whose resolved
     config is ``config``: what mining reads of section ar2 (top_k, answer-match exclusion, retriever
     overrides) and eval.match."""
     return {**{key: config["ar2"][key] for key in AR2_MINE_KEYS}, "match": config["eval"]["match"]}
 
 
 def ar2_sieve_job(config: dict, seed: int, dataset_format: str) -> dict[str, Any]:
-    """The document of a sieve variant's round sieve (pipeline.core.settings.Ar2SieveJob): config sieve's
+    """The document of a sieve variant's round sieve (pipeline.core.settings.job_documents.Ar2SieveJob): config sieve's
     candidates, pool and decision keys, eval.match, the run's seed; a SQuAD-format dataset's candidates
     from the positive's own article are suspects. The sieve model's own settings ride on its files."""
     return {
@@ -70,7 +70,7 @@ def ar2_sieve_job(config: dict, seed: int, dataset_format: str) -> dict[str, Any
 
 
 def ar2_ranker_job(config: dict, seed: int) -> dict[str, Any]:
-    """The document of the listwise ranker's training (pipeline.core.settings.Ar2RankerJob): what it reads
+    """The document of the listwise ranker's training (pipeline.core.settings.job_documents.Ar2RankerJob): what it reads
     of section ar2, the run's seed, and the dev metrics it is scored by (eval.ks, eval.match)."""
     return {
         **{key: config["ar2"][key] for key in AR2_RANKER_KEYS},
@@ -81,18 +81,18 @@ def ar2_ranker_job(config: dict, seed: int) -> dict[str, Any]:
 
 
 def ar2_select_job(config: dict) -> dict[str, Any]:
-    """The document of an AR2 run's round selection (pipeline.core.settings.Ar2SelectJob): ar2.rounds and
+    """The document of an AR2 run's round selection (pipeline.core.settings.job_documents.Ar2SelectJob): ar2.rounds and
     ar2.select_metric."""
     return {key: config["ar2"][key] for key in ("rounds", "select_metric")}
 
 
 def ar2_curve_job(config: dict) -> dict[str, Any]:
-    """The document of the AR2 learning curve (pipeline.core.settings.Ar2CurveJob): ar2.rounds."""
+    """The document of the AR2 learning curve (pipeline.core.settings.job_documents.Ar2CurveJob): ar2.rounds."""
     return {"rounds": config["ar2"]["rounds"]}
 
 
 def ar2_train_job(config: dict, variant: str, seed: int) -> dict[str, Any]:
-    """The document of a round's training (pipeline.core.settings.Ar2TrainJob) of AR2 variant ``variant``
+    """The document of a round's training (pipeline.core.settings.job_documents.Ar2TrainJob) of AR2 variant ``variant``
     (plain, sieve, ...): every ar2 key it reads (ar2_recorded_settings: a changed one reruns this round's
     training and everything after it, and nothing else), the variant's sampling, the run's seed."""
     sampling = AR2_SAMPLING[variant]

@@ -1,4 +1,4 @@
-"""The settings document of a prepare_dataset job (pipeline.core.settings.PrepareJob), built from the
+"""The settings document of a prepare_dataset job (pipeline.core.settings.job_documents.PrepareJob), built from the
 dataset's entry in the config (workflow/rules/data.smk passes it whole; a hand run reads it from a file:
 python -m pipeline.workflow.jobs DATASET prepare). The source files are the job's inputs, not settings."""
 

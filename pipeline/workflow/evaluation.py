@@ -64,14 +64,14 @@ HYBRID_READS = {
 
 def hybrid_job(config: dict, fusion: str) -> dict[str, Any]:
     """The document of a fuse_rrf (``fusion`` rrf) or fuse_weighted (wsum) job of a dataset whose resolved
-    config is ``config`` (pipeline.core.settings.HybridRrfJob, HybridWeightedJob)."""
+    config is ``config`` (pipeline.core.settings.job_documents.HybridRrfJob, HybridWeightedJob)."""
     return {key: config[section][key] for section, keys in HYBRID_READS[fusion] for key in keys}
 
 
 def evaluate_job(
     w: WorkflowTables, d: str, method: str, split: str | None = None, allow_missing_queries: bool = False
 ) -> dict[str, Any]:
-    """The document of an evaluate job of dataset ``d`` (pipeline.core.settings.EvaluateJob): the labels
+    """The document of an evaluate job of dataset ``d`` (pipeline.core.settings.job_documents.EvaluateJob): the labels
     metrics.json carries (``method``), the evaluated split (default: the dataset's), eval's cut-offs and
     matching, and whether the run may miss a query."""
     return {

@@ -127,7 +127,7 @@ STAGES = tuple(STAGE_DOCUMENTS)
 
 
 def seed_value(text: str) -> int:
-    """argparse type of --seed: a seed the settings take (pipeline.core.settings.Seed); -4 was printed
+    """argparse type of --seed: a seed the settings take (pipeline.core.settings.base.Seed); -4 was printed
     into a document that every stage then refused."""
     try:
         return from_dict(SeedDocument, {"seed": int(text)}).seed

@@ -22,7 +22,7 @@ BM25_READS = {
 
 def bm25_job(config: dict, command: str) -> dict[str, Any]:
     """The document of a BM25 ``command`` job of a dataset whose resolved config is ``config``
-    (pipeline.core.settings.Bm25IndexJob, RunDepthJob, MineJob)."""
+    (pipeline.core.settings.job_documents.Bm25IndexJob, RunDepthJob, MineJob)."""
     return {key: config[section][key] for section, keys in BM25_READS[command] for key in keys}
 
 
@@ -32,7 +32,7 @@ SEARCH_READS = {"faiss": ("batch_size", "nprobe", "ef_search"), "torch": ("batch
 
 
 def search_job(config: dict, backend: str, *, amp: bool | None = None) -> dict[str, Any]:
-    """The document of a search_dense job over ``backend`` (pipeline.core.settings.SearchJob): eval.depth,
+    """The document of a search_dense job over ``backend`` (pipeline.core.settings.job_documents.SearchJob): eval.depth,
     the backend's knobs of section search, and encode.amp (queries encoded as the corpus), unless ``amp``
     says otherwise (AR2's dev search: fp32)."""
     return {
@@ -61,13 +61,13 @@ def run_depth_job(config: dict) -> dict[str, Any]:
 
 
 def encode_job(config: dict) -> dict[str, Any]:
-    """The document of an encode_corpus job (pipeline.core.settings.EncodeJob): section encode's forward
+    """The document of an encode_corpus job (pipeline.core.settings.job_documents.EncodeJob): section encode's forward
     pass settings (not its shard count, which the shard paths carry, nor its resources)."""
     return {key: config["encode"][key] for key in ("batch_size", "sort_buffer", "amp", "backend")}
 
 
 def index_job(config: dict, seed: int) -> dict[str, Any]:
-    """The document of a build_index job (pipeline.core.settings.IndexJob): section index's type, part
+    """The document of a build_index job (pipeline.core.settings.job_documents.IndexJob): section index's type, part
     count and training sample (not its resources), the seed."""
     return {**{key: config["index"][key] for key in ("factory", "shards", "train_size")}, "seed": seed}
 

@@ -50,7 +50,7 @@ from pipeline.workflow.paths import (
 )
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 
-# The model a filter's scorer (pipeline.core.settings.FilterContract) is, for dataset d: the DPR warm-up
+# The model a filter's scorer (pipeline.core.settings.sieve.FilterContract) is, for dataset d: the DPR warm-up
 # (the sieve's own scorer comes from sieve.scorer, in the sieve's rules) or the cross-encoder; the
 # teacher is the model of the method sieve.teacher names (SieveRules.scorer_model).
 SCORER_MODELS: dict[str, Callable[[str], str]] = {
@@ -76,14 +76,14 @@ def pairs_arg(names: list[str], paths: Any) -> str:
 
 
 def sieve_job(config: dict, seed: int) -> dict[str, Any]:
-    """The document of a passage_sieve job (pipeline.core.settings.SieveJob) of a dataset whose resolved
+    """The document of a passage_sieve job (pipeline.core.settings.job_documents.SieveJob) of a dataset whose resolved
     config is ``config``: section sieve's decision keys, in-batch negatives and figure queries, the seed."""
     keys = [key for key in SieveJob.model_fields if key != "seed"]
     return {**{key: config["sieve"][key] for key in keys}, "seed": seed}
 
 
 def candidates_job(config: dict, seed: int, data_format: str, injection: bool = True) -> dict[str, Any]:
-    """The document of a sieve_candidates job (pipeline.core.settings.CandidatesJob) of a dataset whose
+    """The document of a sieve_candidates job (pipeline.core.settings.job_documents.CandidatesJob) of a dataset whose
     resolved config is ``config`` and whose format is ``data_format``. ``injection`` False: the dev
     queries' (sieve_dev_candidates), none injected: the injection simulates noise in the train data, the
     dev truth is qrels_all or answer match, so sieve.injection does not rerun that job."""
@@ -98,14 +98,14 @@ def candidates_job(config: dict, seed: int, data_format: str, injection: bool = 
 
 
 def cross_encoder_job(config: dict, seed: int) -> dict[str, Any]:
-    """The document of a train_cross_encoder job (pipeline.core.settings.CrossEncoderJob): the training
+    """The document of a train_cross_encoder job (pipeline.core.settings.job_documents.CrossEncoderJob): the training
     settings of sieve.cross_encoder (not its threshold: the filter's), the seed."""
     return {**{key: config["sieve"]["cross_encoder"][key] for key in CROSS_ENCODER_TRAINING}, "seed": seed}
 
 
 def filter_settings(sieve: dict, name: str, clean: bool = False) -> dict[str, Any]:
     """Filter ``name``'s own settings of a resolved section ``sieve``, named as its job names them
-    (pipeline.core.settings.filter_job_keys: FilterJob's, or CleanJob's with ``clean``)."""
+    (pipeline.core.settings.job_documents.filter_job_keys: FilterJob's, or CleanJob's with ``clean``)."""
     return {
         key: sieve[field] if owner is SieveSettings else sieve[name][field]
         for key, (owner, field) in filter_job_keys(name, clean).items()
@@ -113,7 +113,7 @@ def filter_settings(sieve: dict, name: str, clean: bool = False) -> dict[str, An
 
 
 def filter_job(config: dict, seed: int, name: str) -> dict[str, Any]:
-    """The document of filter ``name``'s filter_candidates job (pipeline.core.settings.FilterJob): the
+    """The document of filter ``name``'s filter_candidates job (pipeline.core.settings.job_documents.FilterJob): the
     seed, the encoding batch size and that filter's own settings of section sieve (filter_settings)."""
     c = config["sieve"]
     return {"seed": seed, "batch_size": c["batch_size"], **filter_settings(c, name)}
@@ -159,7 +159,7 @@ def clean_made_inputs(config: dict, name: str) -> dict[str, str]:
 
 
 def clean_job(config: dict, name: str) -> dict[str, Any]:
-    """The document of clean entry ``name``'s clean_negatives job (pipeline.core.settings.CleanJob): the
+    """The document of clean entry ``name``'s clean_negatives job (pipeline.core.settings.job_documents.CleanJob): the
     entry's format, filter, mode and near-duplicate threshold, and what its filter reads of the top-level
     section sieve (named as CleanJob names them): a filter that runs a model its model and the encoding
     batch size, the sieve its decision and the seed. Its filter's only, as filter_job: a changed

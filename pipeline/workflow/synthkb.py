@@ -1,4 +1,4 @@
-"""The settings document of a generate_synthkb job (pipeline.core.settings.GenerateJob), built from the
+"""The settings document of a generate_synthkb job (pipeline.core.settings.job_documents.GenerateJob), built from the
 dataset's entry in the config (workflow/rules/synthkb.smk passes it whole; a hand run reads it from a
 file: python -m pipeline.workflow.jobs DATASET generate)."""
 

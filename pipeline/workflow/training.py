@@ -1,4 +1,4 @@
-"""The settings document of a train_dense job (pipeline.core.settings.TrainJob), built from a dataset's
+"""The settings document of a train_dense job (pipeline.core.settings.training.TrainJob), built from a dataset's
 resolved config: the rules pass it to the stage as JSON, the stage validates it with its contracts, and
 a run by hand reads the same document from a file (``--settings FILE``). No setting travels as a flag
 or a path tag on the way.
@@ -257,7 +257,7 @@ class TrainingRules:
 
 def select_job(config: dict) -> dict[str, Any]:
     """The document of a select_model job of a dataset whose resolved config is ``config``
-    (pipeline.core.settings.SelectModelJob): section selection's alphas and metric, the candidates'
+    (pipeline.core.settings.job_documents.SelectModelJob): section selection's alphas and metric, the candidates'
     depth and answer matching (eval), the forward pass's batch (encode)."""
     reads = (("selection", ("alphas", "metric")), ("eval", ("depth", "match")), ("encode", ("batch_size",)))
     return {key: config[section][key] for section, keys in reads for key in keys}

@@ -6,7 +6,7 @@
         --corpus resources/D/corpus.parquet --queries resources/D/queries.train.parquet \
         --model results/D/models/dpr --out results/D/sieve/positive_aware/decisions.parquet
 
-The settings (pipeline.core.settings.FilterJob) come as one document, the workflow's job's
+The settings (pipeline.core.settings.job_documents.FilterJob) come as one document, the workflow's job's
 (``--settings-json``: its filter's settings only) or a file (``--settings``), each flag over it.
 
 A filter reads the candidates (pipeline.sieve.candidates) and decides per row: ``kept`` (stays a negative)
@@ -14,7 +14,7 @@ or dropped (suspected false negative), with the ``score`` it decided on.
 
 Each filter is one module of this package that declares ``FILTER`` (a FilterSpec: its name, what it
 does, its builder) beside its code; its settings and needs are its entry of
-pipeline.core.settings.FILTER_CONTRACTS. ``FILTERS`` below finds the modules; the workflow, the
+pipeline.core.settings.sieve.FILTER_CONTRACTS. ``FILTERS`` below finds the modules; the workflow, the
 cleaning command (pipeline.sieve.clean) and the docs read it, so a new filter is its module and that
 entry. The filters, each dropping a candidate when:
 """
