@@ -326,12 +326,13 @@ SETTINGS: dict[str, tuple] = {
         )
         for key, value in {"alphas": [0.0, 0.5, 1.0], "metric": "MRR@10"}.items()
     },
-    # snapshots are kept by training: the dense models train again (the selections and all else built
-    # from them follow from their inputs); the untrained start and BM25 do not
+    # snapshots are kept by the trainings a selection reads (dpr_wise's dpr): they train again (CCR,
+    # the selections and all else built from dpr follow from their inputs); a training no selection
+    # reads and built from no dpr (RCL, GIST on BM25's candidates), the untrained start and BM25 do not
     "selection.checkpoints": (
         2,
-        ("train_dpr", "train_dpr_seed", "train_ccr"),
-        ("init_zeroshot", "retrieve_bm25"),
+        ("train_dpr", "train_dpr_seed"),
+        ("init_zeroshot", "retrieve_bm25", "train_dpr_rcl", "train_dpr_gist"),
     ),
     "hybrid.rrf_k": (10, ("fuse_rrf", "fuse_rrf_seed"), ("fuse_weighted", "fuse_weighted_seed")),
     "hybrid.weights": ([0.0, 0.5, 1.0], ("fuse_weighted", "fuse_weighted_seed"), ("fuse_rrf",)),

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from test_workflow_tables import tables
 
+from pipeline.core.config import load_config
 from pipeline.workflow.retrieval import RetrievalRules
 from pipeline.workflow.training import TrainingRules
 
@@ -33,10 +34,39 @@ def rules() -> TrainingRules:
 
 
 def test_a_ccr_model_of_the_sweep_trains_at_its_own_beta_and_seed(rules):
-    flag = rules.settings("ccr")(Wild(dataset="synthkb", beta="0.5", seed="2"))
+    flag = rules.settings("ccr", lambda w: f"dpr_ccr_b{w.beta}")(
+        Wild(dataset="synthkb", beta="0.5", seed="2")
+    )
     document = _document(flag)
     assert document["objective"]["beta"] == 0.5 and document["seed"] == 2 and document["section"] == "ccr"
-    assert _document(rules.settings("dpr")(Wild(dataset="synthkb")))["seed"] == 0
+    assert _document(rules.settings("dpr", lambda w: "dpr_none")(Wild(dataset="synthkb")))["seed"] == 0
+
+
+def test_only_a_training_a_selection_reads_keeps_snapshots():
+    """selection.checkpoints: the trained folder of a <trained>_wise* in methods (or of the run a hybrid
+    fuses) keeps snapshots, seeds included; a model nothing selects from trains as without the setting."""
+    config = load_config()
+    methods = ["bm25", "dpr", "dpr_wise", "dpr_ccr", "dpr_rank_window", "hybrid_wsum_dpr_sieve_wise"]
+    r = TrainingRules(
+        tables({"methods": methods, "selection": {**config["selection"], "checkpoints": 2}}), None
+    )
+    wild = Wild(dataset="synthkb", seed="3")
+    assert _document(r.dpr_settings(Wild(dataset="synthkb")))["snapshots"] == 2
+    assert _document(r.settings("dpr", lambda w: "dpr")(wild))["snapshots"] == 2
+    assert "snapshots" not in _document(r.settings("dpr", lambda w: "dpr_rank_window")(wild))
+    assert "snapshots" not in _document(
+        r.settings("ccr", lambda w: f"dpr_ccr_b{w.beta}")(Wild(dataset="synthkb", beta="0.5"))
+    )
+    # the hybrid fuses dpr_sieve_wise, which selects from the sieve's DPR
+    sieve_model = r.t.methods["synthkb"]["dpr_sieve"].model
+    assert _document(r.settings("dpr", lambda w: sieve_model)(wild))["snapshots"] == 2
+    assert "snapshots" not in _document(r.settings("ccr", None)(Wild(dataset="synthkb", beta="0.5")))
+    # the one printer prints what the rules pass
+    from pipeline.workflow.jobs import STAGE_DOCUMENTS
+
+    args = SimpleNamespace(seed=None, beta=None)
+    assert STAGE_DOCUMENTS["train_dpr"](r.t, "synthkb", args)["snapshots"] == 2
+    assert "snapshots" not in STAGE_DOCUMENTS["train_ccr"](r.t, "synthkb", args)
 
 
 def test_dpr_trains_unless_skipped_and_names_its_tables(rules):
@@ -102,12 +132,12 @@ def test_the_one_printer_prints_each_training_rule_s_document(rules, capsys):
     t = rules.t
     rcl_beta = rules.rcl_tags["synthkb"]
     passed = {
-        ("train_dpr",): rules.settings("dpr")(Wild(dataset="synthkb")),
-        ("train_ccr", "--beta", "0.5", "--seed", "2"): rules.settings("ccr")(
+        ("train_dpr",): rules.dpr_settings(Wild(dataset="synthkb")).split(" ", 2)[2],
+        ("train_ccr", "--beta", "0.5", "--seed", "2"): rules.settings("ccr", lambda w: f"dpr_ccr_b{w.beta}")(
             Wild(dataset="synthkb", beta="0.5", seed="2")
         ),
         ("train_dpr_rcl",): rules.rcl_settings(Wild(dataset="synthkb", rcl_beta=rcl_beta)),
-        ("train_dpr_relabel",): rules.relabel_settings(Wild(dataset="synthkb")),
+        ("train_dpr_relabel",): rules.relabel_settings(Wild(dataset="synthkb", negs="rank_window")),
         ("init_zeroshot",): rules.init_settings(Wild(dataset="synthkb")),
     }
     for argv, flag in passed.items():

@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Callable
 
-from pipeline.core.methods import AR2_SAMPLING, OTHER_FILTERS
+from pipeline.core.methods import AR2_SAMPLING, OTHER_FILTERS, beta_tag, ccr_model, rcl_model
 from pipeline.core.settings.job_documents import fields_of, job_contract
 from pipeline.core.settings.root import Config
 from pipeline.core.settings.validation import from_dict
@@ -51,7 +51,7 @@ from pipeline.workflow.sieve import (
 )
 from pipeline.workflow.synthkb import generate_job
 from pipeline.workflow.tables import WorkflowTables
-from pipeline.workflow.training import init_job, select_job, train_job
+from pipeline.workflow.training import init_job, select_job, selected_folders, train_job
 
 # A stage's document from (the workflow's tables, the dataset or clean entry, the printer's arguments).
 Document = Callable[[WorkflowTables, str, argparse.Namespace], dict]
@@ -82,15 +82,34 @@ STAGE_DOCUMENTS: dict[str, Document] = {
     "encode_corpus": lambda t, d, args: encode_job(t.cfg(d)),
     "build_index": lambda t, d, args: index_job(t.cfg(d), _seed(t)),
     # training (pipeline/workflow/training.py): train_dpr's document is also train_dpr_filtered's and
-    # train_dpr_gist's, which differ in their inputs, not their settings
+    # train_dpr_gist's, which differ in their inputs, not their settings, but for the snapshots
+    # (selection.checkpoints) a folder keeps only where a selection reads it; printed for models/dpr
+    # (train_dpr), for the β's folder (train_ccr), for any selected one (train_dpr_relabel)
     "init_zeroshot": lambda t, d, args: init_job(t.cfg(d)),
-    "train_dpr": lambda t, d, args: train_job(t.cfg(d), "dpr", seed=_training_seed(t, args)),
-    "train_ccr": lambda t, d, args: train_job(t.cfg(d), "ccr", seed=_training_seed(t, args), beta=args.beta),
+    "train_dpr": lambda t, d, args: train_job(
+        t.cfg(d), "dpr", seed=_training_seed(t, args), snapshots="dpr" in selected_folders(t, d)
+    ),
+    "train_ccr": lambda t, d, args: train_job(
+        t.cfg(d),
+        "ccr",
+        seed=_training_seed(t, args),
+        beta=args.beta,
+        snapshots=ccr_model(beta_tag(args.beta if args.beta is not None else t.cfg(d)["ccr"]["beta"]))
+        in selected_folders(t, d),
+    ),
     "train_dpr_rcl": lambda t, d, args: train_job(
-        t.cfg(d), "dpr", seed=_training_seed(t, args), objective=t.cfg(d)["dpr"]["rcl"]
+        t.cfg(d),
+        "dpr",
+        seed=_training_seed(t, args),
+        objective=t.cfg(d)["dpr"]["rcl"],
+        snapshots=rcl_model(beta_tag(t.cfg(d)["dpr"]["rcl"]["beta"])) in selected_folders(t, d),
     ),
     "train_dpr_relabel": lambda t, d, args: train_job(
-        t.cfg(d), "dpr", seed=_training_seed(t, args), relabel=t.cfg(d)["dpr"]["relabel"]
+        t.cfg(d),
+        "dpr",
+        seed=_training_seed(t, args),
+        relabel=t.cfg(d)["dpr"]["relabel"],
+        snapshots=any(f.startswith("dpr_relabel_") for f in selected_folders(t, d)),
     ),
     "select_model": lambda t, d, args: select_job(t.cfg(d)),
     # the sieve and the other filters

@@ -84,6 +84,18 @@ def init_job(config: dict) -> dict[str, Any]:
     return {"retriever": retriever_settings(config)}
 
 
+def selected_folders(tables: WorkflowTables, d: str) -> set[str]:
+    """The trained folders (seed aside) that the selections dataset ``d`` builds choose from: a
+    <trained>_wise* method in its methods, or the run a hybrid fuses, a miner mines with or the
+    sieve's teacher scores with. Only their trainings keep selection.checkpoints' snapshots."""
+    table, runs, c = tables.methods[d], tables.runs[d], tables.cfg(d)
+    wanted = [table[name] for name in c["methods"] if name in table]
+    wanted += [runs[r] for m in wanted for r in (m.base, m.miner) if r in runs]
+    if c["sieve"]["teacher"] in table:
+        wanted.append(table[c["sieve"]["teacher"]])
+    return {m.selects for m in wanted if m.selects is not None}
+
+
 class TrainingRules:
     """The params and inputs of the training rules (workflow/rules/train.smk), from the lookups of
     ``tables``; ``base_input(section, wildcards)``: content.smk's fingerprint of a local base folder."""
@@ -96,6 +108,7 @@ class TrainingRules:
         self.selected_models = sorted(
             {m.model for d in tables.datasets for m in tables.runs[d].values() if m.selects is not None}
         )
+        self.selected_from = {d: selected_folders(tables, d) for d in tables.datasets}
         self.train_inputs = {
             "queries": queries("{dataset}", "train"),
             "qrels": qrels("{dataset}", "train"),
@@ -106,11 +119,22 @@ class TrainingRules:
     def _seed(self, wildcards: Wildcards) -> int:
         return int(wildcards["seed"] if "seed" in wildcards.keys() else self.t.config["seed"])
 
-    def settings(self, section: str, *, snapshots: bool = True, **fixed: Any) -> Callable[[Wildcards], str]:
-        """params function: the settings document of a `dpr` or `ccr` training job of the job's dataset
-        (train_job), recorded and passed whole. A CCR model of the β sweep trains at the β its folder's
-        tag stands for (the tag is a key of the config's β values, never parsed); a seeded model at its
-        path's seed."""
+    def keeps_snapshots(self, wildcards: Wildcards, folder: str) -> bool:
+        """Whether the training job writing model ``folder`` (its name without the seed) keeps
+        selection.checkpoints' snapshots: only a folder some <trained>_wise* method chooses from does.
+        Another's would be disk nothing reads (MiniLM: 90 MB each), and its document, so its model,
+        stays as it is when the setting changes."""
+        return folder in self.selected_from[wildcards.dataset]
+
+    def settings(
+        self, section: str, folder: Callable[[Wildcards], str] | None, **fixed: Any
+    ) -> Callable[[Wildcards], str]:
+        """params function (of the wildcards only, so Snakemake records it): the settings document of a
+        `dpr` or `ccr` training job of the job's dataset (train_job), passed whole. A CCR model of the β
+        sweep trains at the β its folder's tag stands for (the tag is a key of the config's β values,
+        never parsed); a seeded model at its path's seed. ``folder``: the job's model folder from its
+        wildcards, seed aside (keeps_snapshots); None for a model no selection can read (AR2's round
+        scorer)."""
 
         def settings(wildcards: Wildcards) -> str:
             d = wildcards.dataset
@@ -121,7 +145,7 @@ class TrainingRules:
                     section,
                     seed=self._seed(wildcards),
                     beta=beta,
-                    snapshots=snapshots,
+                    snapshots=folder is not None and self.keeps_snapshots(wildcards, folder(wildcards)),
                     **fixed,
                 )
             )
@@ -162,7 +186,7 @@ class TrainingRules:
         c = self.t.cfg(wildcards.dataset)
         if self.dpr_skipped(c):
             return f"--init-only --base {self.base(wildcards)} {settings_flag(init_job(c))}"
-        return f"--init {self.base(wildcards)} {self.settings('dpr')(wildcards)}"
+        return f"--init {self.base(wildcards)} {self.settings('dpr', lambda _: 'dpr')(wildcards)}"
 
     @staticmethod
     def dpr_files(wildcards: Wildcards, input: Any) -> str:
@@ -178,7 +202,10 @@ class TrainingRules:
                 f"{rcl_model(wildcards.rcl_beta)} of dataset {wildcards.dataset!r}: its dpr.rcl.beta is "
                 f"{c['dpr']['rcl']['beta']} (folder {rcl_model(tag)}); set dpr.rcl.beta to build another"
             )
-        return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), objective=c["dpr"]["rcl"]))
+        snapshots = self.keeps_snapshots(wildcards, rcl_model(tag))
+        return settings_flag(
+            train_job(c, "dpr", seed=self._seed(wildcards), objective=c["dpr"]["rcl"], snapshots=snapshots)
+        )
 
     def selection(self, wildcards: Wildcards) -> Method:
         """The <trained>_wise* method whose model folder a select_model job's {model} is."""
@@ -252,7 +279,10 @@ class TrainingRules:
     def relabel_settings(self, wildcards: Wildcards) -> str:
         """params function of dpr_relabel_<detector>: DPR's document with dpr.relabel's settings."""
         c = self.t.cfg(wildcards.dataset)
-        return settings_flag(train_job(c, "dpr", seed=self._seed(wildcards), relabel=c["dpr"]["relabel"]))
+        snapshots = self.keeps_snapshots(wildcards, relabel_model(wildcards.negs))
+        return settings_flag(
+            train_job(c, "dpr", seed=self._seed(wildcards), relabel=c["dpr"]["relabel"], snapshots=snapshots)
+        )
 
 
 def select_job(config: dict) -> dict[str, Any]:

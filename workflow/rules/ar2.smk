@@ -119,7 +119,7 @@ use rule train_ccr as ar2_train_sieve_model with:
         r=TRAINED_ROUND,
         **ROUND_WILDCARDS,
     params:
-        settings=training_rules.settings("ccr", snapshots=False, drop_queries_without_positive=True),
+        settings=training_rules.settings("ccr", None, drop_queries_without_positive=True),
     log:
         "logs/ar2_train_sieve_model/{dataset}.{variant}.seed{seed}.round{r}.log",
     benchmark:

@@ -68,6 +68,8 @@ use rule train_dpr_filtered as train_dpr_mined with:
         retriever("{dataset}", "dpr_mined_{miner}"),
     wildcard_constraints:
         miner=alternatives(retrieval_rules.mining_sources()),
+    params:
+        settings=training_rules.settings("dpr", lambda w: f"dpr_mined_{w.miner}"),
     log:
         "logs/train_dpr_mined/{dataset}.{miner}.log",
     benchmark:
@@ -86,6 +88,8 @@ use rule train_dpr_filtered_seed as train_dpr_mined_seed with:
     wildcard_constraints:
         miner=alternatives(retrieval_rules.mining_sources()),
         seed=r"\d+",
+    params:
+        settings=training_rules.settings("dpr", lambda w: f"dpr_mined_{w.miner}"),
     log:
         "logs/train_dpr_mined/{dataset}.{miner}.s{seed}.log",
     benchmark:

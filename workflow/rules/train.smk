@@ -78,7 +78,7 @@ rule train_ccr:
     wildcard_constraints:
         beta=CCR_TAGS,
     params:
-        settings=training_rules.settings("ccr"),
+        settings=training_rules.settings("ccr", lambda w: ccr_model(w.beta)),
         recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("ccr", "threads")
@@ -112,7 +112,7 @@ rule train_dpr_filtered:
         negs=FILTERED_NEGS_RE,
     params:
         base=training_rules.base,
-        settings=training_rules.settings("dpr"),
+        settings=training_rules.settings("dpr", lambda w: dpr_on(w.negs)),
         recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")
@@ -195,7 +195,7 @@ rule train_dpr_gist:
         negs="none" + SIEVE_TAG_RE,
     params:
         base=training_rules.base,
-        settings=training_rules.settings("dpr"),
+        settings=training_rules.settings("dpr", lambda w: gist_model(w.guide, w.negs)),
         recipe=training_rules.recipe_label,
         device=job_device,  # for job_env; _LAUNCH reads the same resources.gpus
     threads: dataset_setting("dpr", "threads")

@@ -105,7 +105,7 @@ class SelectionSettings(JobResources):
     )
     checkpoints: Snapshots = Field(
         0,
-        description="weight snapshots each dense training run (sections dpr, ccr) keeps at N evenly spaced "
+        description="weight snapshots each dense training run a selection reads (sections dpr, ccr) keeps at N evenly spaced "
         "steps (k * steps // (N + 1), k = 1..N; models/<m>/snapshots/step<k>/, one model's weights each), "
         "candidates of the selection besides the start and the trained model; 0 = none",
     )
