@@ -562,7 +562,12 @@ def test_the_v2_overlay_names_methods_of_the_table_at_every_level_and_adds_the_m
         "dpr_oracle",
         "dpr_positive_aware_dev",
         "dpr_relabel_oracle",
+        "dpr_none_wise_truth",
+        "dpr_sieve_no_ccr_wise_truth",
     ]
+    # the selections consider 2 checkpoints; SQuAD-36 (no qrels_all) has no truth-label selection
+    assert w.config["selection"]["checkpoints"] == 2
+    assert not [m for m in w.cfg("squad36")["methods"] if m.endswith("_wise_truth")]
 
 
 def test_the_v2_overlay_reads_a_filter_report_per_filtered_contender():
@@ -617,7 +622,9 @@ def test_snakemake_plans_the_v2_overlay(tmp_path):
     assert (jobs["train_dpr_filtered"], jobs["train_dpr_filtered_seed"]) == (90, 90 * 4)
     assert (jobs["train_dpr_gist"], jobs["train_dpr_gist_seed"]) == (2 * levels, 2 * levels * 4)
     assert (jobs["train_dpr_relabel"], jobs["relabel_qrels"]) == (4 * synthkb + 3, 4 * synthkb + 3)
-    assert (jobs["select_model"], jobs["select_model_seed"]) == (5 * levels, 5 * levels * 4)
+    # five selections with the annotated dev labels at every level, two with the truth at synthkb's
+    selections = 5 * levels + 2 * synthkb
+    assert (jobs["select_model"], jobs["select_model_seed"]) == (selections, selections * 4)
     assert (jobs["fuse_weighted_seed"], jobs["sieve_report"], jobs["tournament"]) == (5 * levels, 90, 1)
     assert jobs["mine_dense_negatives"] == 2  # zero-shot's negatives for the two mined-source levels
-    assert sum(jobs.values()) == 7328
+    assert sum(jobs.values()) == 7820
