@@ -343,3 +343,25 @@ def test_jobs_run_with_the_interpreter_running_snakemake(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("True")
+
+
+def test_the_goals_are_met_only_where_the_run_shows_it():
+    # paired intervals: one below 0 (shown below), one holding 0 (not shown below)
+    shown = readme_results.goal_lines(
+        _metrics(
+            {("ar2_sieve", "zeroshot"): (-0.11, -0.15, -0.07), ("ar2_sieve", "dpr_none"): (-0.01, -0.04, 0.02)},
+            **DEMO_LIKE,
+        ),
+        "hit_all@1",
+    )
+    assert "- ar2_sieve not shown below zeroshot: not met, -0.110 [-0.150, -0.070] (queries)" in shown
+    assert "- ar2_sieve not shown below dpr_none: met, -0.010 [-0.040, +0.020] (queries)" in shown
+    # (0.62 - 0.52) / (0.67 - 0.52) = 67%
+    assert "- dpr_sieve closes ≥ 90% of the oracle's gain: not met, 67%" in shown
+    # no interval: a mean below decides nothing, a mean above is no loss
+    means = readme_results.goal_lines(_metrics({}, **{**DEMO_LIKE, "dpr_sieve": 0.66}), "hit_all@1")
+    assert "- ar2_sieve not shown below zeroshot: undecided, below on the means (0.530 vs 0.640)" in means[2]
+    assert means[3] == "- ar2_sieve not shown below dpr_none: met, 0.530 vs 0.520 on the means"
+    assert means[4] == "- dpr_sieve closes ≥ 90% of the oracle's gain: met, 93%"
+    # a run without the methods states no goal
+    assert readme_results.goal_lines(_metrics({}, bm25=0.7, zeroshot=0.6), "hit_all@1") == []

@@ -64,6 +64,8 @@ class EvalSettings(Contract):
             ["dpr_rcl", "dpr"],
             ["dpr_sieve", "dpr_sieve_no_ccr"],
             ["ar2_sieve", "ar2"],
+            ["ar2_sieve", "zeroshot"],
+            ["ar2_sieve", "dpr_none"],
             ["ar2_simans_sieve", "ar2_simans"],
             ["hybrid_wsum_dpr_sieve", "bm25"],
             ["hybrid_wsum_dpr_sieve", "dpr_sieve"],
@@ -72,7 +74,8 @@ class EvalSettings(Contract):
         "a pair with a method not in `methods` is left out. bm25 and zeroshot have no seed: as a baseline "
         "their one run is paired with every seed of the method. dpr_none (DPR on the filters' own candidate "
         "pool) isolates a filter from the pool; dpr_ccr_b0 (the same CCR fine-tune at beta 0) isolates beta "
-        "from tau, k and the extra steps; dpr_sieve_no_ccr (the same sieve scored by models/dpr) isolates CCR",
+        "from tau, k and the extra steps; dpr_sieve_no_ccr (the same sieve scored by models/dpr) isolates CCR; "
+        "ar2_sieve against zeroshot and dpr_none: the default pipeline's final model against its goals' baselines",
     )
 
 
