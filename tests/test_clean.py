@@ -26,6 +26,7 @@ from pipeline.sieve import clean
 from pipeline.sieve import passage_sieve as sv
 from pipeline.sieve.report import detection_report
 from tests.squad_data import squad36
+from tests.tevatron_data import tevatron_rows
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -515,18 +516,8 @@ def test_sieve_decisions_and_fn_recall_equal_the_projects_own_sieve(
     cands = sv.read_candidates(cands_path)
     corpus = pd.read_parquet(paths["corpus"]).set_index("pid")
     queries = pd.read_parquet(paths["queries"]).set_index("qid")
-    passage = lambda pid: {"docid": pid, "title": corpus.at[pid, "title"], "text": corpus.at[pid, "text"]}  # noqa: E731
-    rows = [
-        {
-            "query_id": qid,
-            "query": queries.at[qid, "text"],
-            "positive_passages": [passage(group["positive_pid"].iat[0])],
-            "negative_passages": [passage(p) for p in group["pid"]],
-        }
-        for qid, group in cands.groupby("qid", sort=True)
-    ]
     source = tmp_path / "toy.jsonl"
-    _write_jsonl(source, rows)
+    _write_jsonl(source, tevatron_rows(cands, corpus, queries))
     qrels_all = pd.read_parquet(paths["qrels_all"])
     labels = _labels(
         tmp_path,

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from stage_args import flags
 from stage_failures import fails
+from tevatron_data import tevatron_rows
 
 from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import describe, method_table
@@ -284,19 +285,7 @@ def _tevatron(toy, path: Path) -> Path:
     cands = read_candidates(toy["candidates"])
     corpus = pd.read_parquet(toy["corpus"]).set_index("pid")
     queries = pd.read_parquet(toy["queries"]).set_index("qid")
-
-    def passage(pid):
-        return {"docid": pid, "title": corpus.at[pid, "title"], "text": corpus.at[pid, "text"]}
-
-    rows = [
-        {
-            "query_id": qid,
-            "query": queries.at[qid, "text"],
-            "positive_passages": [passage(group["positive_pid"].iat[0])],
-            "negative_passages": [passage(pid) for pid in group["pid"]],
-        }
-        for qid, group in cands.groupby("qid", sort=True)
-    ]
+    rows = tevatron_rows(cands, corpus, queries)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
