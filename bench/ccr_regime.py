@@ -41,10 +41,10 @@ from pipeline.core.config import load_config
 from pipeline.core.methods import method_table, sieve_tag
 from pipeline.core.recipes import dataset_config
 from pipeline.core.settings.flags import to_flags
-from pipeline.core.settings.retrieval import RETRIEVER_KEYS, ModelSettings
-from pipeline.core.settings.sieve import SIEVE_DECISION_KEYS, SieveSettings
-from pipeline.core.settings.training import TrainSettings
 from pipeline.evaluation.seed_stats import mean_std, paired_difference, t_quantile
+from pipeline.retrieval.settings import RETRIEVER_KEYS, ModelSettings
+from pipeline.sieve.settings import SIEVE_DECISION_KEYS, SieveSettings
+from pipeline.training.settings import TrainSettings
 
 REPORTED = {
     "per_query_auc": "separation_auc_per_query",

@@ -11,8 +11,8 @@ import pytest
 import torch
 from ar2_toy import TINY_ROUND, round_data, tiny_models
 
+from pipeline.ar2.settings import Ar2Settings
 from pipeline.ar2.train import RoundData, train_round
-from pipeline.core.settings.ar2 import Ar2Settings
 from pipeline.retrieval.model import Retriever, make_tiny_encoder
 from pipeline.retrieval.ranker import Ranker
 

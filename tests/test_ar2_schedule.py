@@ -17,8 +17,8 @@ from pipeline.ar2.sampling import (
     sampling_weights,
     step_negatives,
 )
+from pipeline.ar2.settings import Ar2Settings
 from pipeline.ar2.train import round_steps, total_steps
-from pipeline.core.settings.ar2 import Ar2Settings
 
 
 def test_round_is_ranker_steps_then_retriever_steps():

@@ -17,9 +17,9 @@ from stage_args import encode_corpus
 
 from pipeline.ar2 import mine, round_summary, sieving, train_round
 from pipeline.ar2 import selection as ar2_select
+from pipeline.ar2.settings import Ar2Settings
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from pipeline.core.settings.ar2 import Ar2Settings
 from pipeline.core.settings.root import defaults
 from pipeline.core.storage import write_table
 from pipeline.evaluation import evaluate
@@ -427,7 +427,7 @@ def test_the_listwise_ranker_resumes_and_is_scored_beside_the_retriever(data, tm
     """ar2.ranker_init listwise: the ranker trained on the DPR start's candidates, crashed and resumed to
     the weights of an uninterrupted run, then both rank the retriever's dev top n."""
     from pipeline.ar2 import train_ranker
-    from pipeline.core.settings.ar2 import AR2_RANKER_KEYS
+    from pipeline.ar2.settings import AR2_RANKER_KEYS
     from pipeline.retrieval.ranker import Ranker
 
     mined, dev = tmp_path / "negatives.parquet", tmp_path / "run.dev.parquet"

@@ -98,8 +98,8 @@ def test_non_finite_gradient_stops_training_before_the_update(train_inputs, tmp_
 def test_ar2_round_stops_on_divergence(tmp_path):
     from ar2_toy import TINY_ROUND, round_data, tiny_models
 
+    from pipeline.ar2.settings import Ar2Settings
     from pipeline.ar2.train import train_round
-    from pipeline.core.settings.ar2 import Ar2Settings
 
     tiny = str(make_tiny_encoder(tmp_path / "tiny", seed=0))
     passages = {f"p{i}": (f"T{i % 3}", f"alpha beta fact {i}") for i in range(12)}

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from stage_args import encode_corpus
 
-from pipeline.core.settings.ar2 import Ar2Settings
+from pipeline.ar2.settings import Ar2Settings
 from pipeline.core.settings.root import defaults
 from pipeline.workflow.ar2 import ar2_train_job
 from pipeline.workflow.documents import settings_flag

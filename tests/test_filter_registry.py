@@ -1,5 +1,5 @@
 """The false-negative filters' registries: each filter is one module of pipeline/sieve/filters/ (its code,
-description and builder) and one entry of pipeline.core.settings.sieve.FILTER_CONTRACTS (its settings and
+description and builder) and one entry of pipeline.sieve.settings.FILTER_CONTRACTS (its settings and
 needs, which the config reads); the workflow, the cleaning command and the docs find both. A toy filter
 added as those two edits, in a copy of the package, is run by sieve-clean and planned by the workflow's
 lookups with nothing else edited."""
@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.settings.job_documents import FilterJob
-from pipeline.core.settings.sieve import (
+from pipeline.core.storage import DataError
+from pipeline.sieve import clean, filter_docs, filters
+from pipeline.sieve.filters import FILTERS, CandidateFilter, FilterSetup, build_filter
+from pipeline.sieve.settings import (
     CLEAN_FILTERS,
     FILTER_CONTRACTS,
     FILTER_NAMES,
     MODEL_FILTERS,
     SieveSettings,
 )
-from pipeline.core.storage import DataError
-from pipeline.sieve import clean, filter_docs, filters
-from pipeline.sieve.filters import FILTERS, CandidateFilter, FilterSetup, build_filter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,7 @@ TOY_ENTRY = '    "toy": FilterContract(ToySettings, clean=True),\n'
 def add_toy_filter(root: Path) -> None:
     """The two edits that add a filter: its module, and its settings and entry in core's registry."""
     (root / "pipeline/sieve/filters/toy.py").write_text(TOY_MODULE, encoding="utf-8")
-    settings = root / "pipeline/core/settings/sieve.py"
+    settings = root / "pipeline/sieve/settings.py"
     text = settings.read_text(encoding="utf-8")
     contract, end = "\n@dataclass(frozen=True)\nclass FilterContract", "}\nFILTER_NAMES = "
     assert text.count(contract) == text.count(end) == 1
@@ -145,7 +145,7 @@ TOY_CHECK = textwrap.dedent(
     from pipeline.core.config import load_config, validate_config
     from pipeline.core.methods import method_table
     from pipeline.core.settings.job_documents import CleanJob, FilterJob
-    from pipeline.core.settings.sieve import CLEAN_FILTERS, FILTER_NAMES, SieveSettings
+    from pipeline.sieve.settings import CLEAN_FILTERS, FILTER_NAMES, SieveSettings
     from pipeline.core.settings_reference import reference
     from pipeline.sieve import clean
     from pipeline.sieve.filter_docs import filter_table

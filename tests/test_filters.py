@@ -372,7 +372,7 @@ def test_pick_margin_by_hand():
 
 
 def test_dev_grid_and_truth():
-    from pipeline.core.settings.sieve import PositiveAwareDevSettings
+    from pipeline.sieve.settings import PositiveAwareDevSettings
 
     assert PositiveAwareDevSettings(grid_min=0.9, grid_max=1.0, grid_step=0.05).grid() == [0.9, 0.95, 1.0]
     assert len(PositiveAwareDevSettings().grid()) == 21

@@ -39,7 +39,7 @@ from pipeline.core.settings.job_documents import (
     SearchJob,
     SieveJob,
 )
-from pipeline.core.settings.training import CcrSettings
+from pipeline.training.settings import CcrSettings
 from pipeline.workflow import paths
 
 pytestmark = pytest.mark.slow

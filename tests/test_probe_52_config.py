@@ -19,9 +19,9 @@ import yaml
 
 from pipeline.core.config import ConfigError, deep_merge, load_config, validate_config
 from pipeline.core.settings.base import MAX_RANKS, MAX_RUNS, MAX_SHARDS, MAX_STEPS, Contract, _strip
-from pipeline.core.settings.data import DatasetSpec, SplitUnits
 from pipeline.core.settings.root import Config
-from pipeline.core.settings.sieve import CleanSpec
+from pipeline.data.settings import DatasetSpec, SplitUnits
+from pipeline.sieve.settings import CleanSpec
 from pipeline.workflow import checks
 
 REPO = Path(__file__).resolve().parents[1]

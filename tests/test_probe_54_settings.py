@@ -13,8 +13,8 @@ import pytest
 from pipeline.core.jobs import add_settings_flags, job_settings, merge_flags
 from pipeline.core.settings.base import ConfigError
 from pipeline.core.settings.job_documents import Ar2TrainJob
-from pipeline.core.settings.training import TrainJob
 from pipeline.training import train_dense
+from pipeline.training.settings import TrainJob
 
 DOCUMENT = {
     "section": "ccr",

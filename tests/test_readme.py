@@ -349,7 +349,10 @@ def test_the_goals_are_met_only_where_the_run_shows_it():
     # paired intervals: one below 0 (shown below), one holding 0 (not shown below)
     shown = readme_results.goal_lines(
         _metrics(
-            {("ar2_sieve", "zeroshot"): (-0.11, -0.15, -0.07), ("ar2_sieve", "dpr_none"): (-0.01, -0.04, 0.02)},
+            {
+                ("ar2_sieve", "zeroshot"): (-0.11, -0.15, -0.07),
+                ("ar2_sieve", "dpr_none"): (-0.01, -0.04, 0.02),
+            },
             **DEMO_LIKE,
         ),
         "hit_all@1",

@@ -16,7 +16,7 @@ from shell_settings import job_document
 
 from pipeline.core.config import ConfigError, load_config
 from pipeline.core.recipes import dataset_config, dataset_configs, dataset_recipe, recipe_chain, recipe_record
-from pipeline.core.settings.training import TrainSettings
+from pipeline.training.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parent.parent
 

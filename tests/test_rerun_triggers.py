@@ -36,8 +36,8 @@ import pytest
 import yaml
 
 from pipeline.core.settings.base import RESOURCE_KEYS
-from pipeline.core.settings.data import DatasetSpec
 from pipeline.core.settings.root import SECTIONS, TOP_LEVEL_DEFAULTS, Config, defaults
+from pipeline.data.settings import DatasetSpec
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -699,7 +699,7 @@ def test_a_changed_setting_reruns_its_rules(workspace, base_config, setting):
 def test_a_trained_ranker_start_records_no_ar2_ranker():
     """ranker_init: cross_encoder takes round 1's ranker from models/cross_encoder: ar2.ranker builds
     nothing, so it is not part of a round's recorded settings (a change of it reruns no round)."""
-    from pipeline.core.settings.ar2 import Ar2Settings, ar2_recorded_settings
+    from pipeline.ar2.settings import Ar2Settings, ar2_recorded_settings
 
     ar2 = defaults(Ar2Settings)
     assert ar2["ranker_init"] == "base" and "ranker" in ar2_recorded_settings(ar2)

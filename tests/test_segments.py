@@ -15,10 +15,10 @@ import pytest
 import torch
 from ar2_toy import TINY_ROUND, round_data, tiny_models
 
+from pipeline.ar2.settings import Ar2Settings
 from pipeline.ar2.train import train_round
 from pipeline.ar2.train_ranker import train_listwise
 from pipeline.core.cli import run_main
-from pipeline.core.settings.ar2 import Ar2Settings
 from pipeline.core.settings.base import ConfigError
 from pipeline.retrieval.model import make_tiny_encoder
 from pipeline.training import engine as engine_module

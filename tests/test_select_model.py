@@ -517,8 +517,8 @@ def test_the_training_document_carries_snapshots_only_when_kept():
     from pipeline.core.config import load_config
     from pipeline.core.methods import method_table
     from pipeline.core.recipes import dataset_configs
-    from pipeline.core.settings.training import TrainJob
     from pipeline.core.settings.validation import from_dict
+    from pipeline.training.settings import TrainJob
     from pipeline.workflow.training import train_job
 
     config = dataset_configs(load_config(), methods=method_table)["synthkb"]

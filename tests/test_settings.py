@@ -22,10 +22,10 @@ from pipeline.core.settings.root import (
     defaults,
     section,
 )
-from pipeline.core.settings.training import CcrSettings, DprSettings, Objective, TrainSettings
 from pipeline.core.settings.validation import from_dict
 from pipeline.core.settings_reference import reference
 from pipeline.training.loop import TrainConfig
+from pipeline.training.settings import CcrSettings, DprSettings, Objective, TrainSettings
 
 SCHEMA_FILE = REPO_ROOT / "workflow" / "schemas" / "config.schema.json"
 

@@ -9,13 +9,11 @@ import json
 
 import pytest
 
+from pipeline.ar2.settings import AR2_SIEVE_KEYS, Ar2Settings
 from pipeline.core.config import load_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
-from pipeline.core.settings.ar2 import AR2_SIEVE_KEYS, Ar2Settings
 from pipeline.core.settings.base import Contract, default
-from pipeline.core.settings.data import DatasetSpec
-from pipeline.core.settings.evaluation import EvalSettings, SelectionSettings, SweepSettings
 from pipeline.core.settings.job_documents import (
     SYNTHKB_SPLIT,
     Ar2CurveJob,
@@ -43,7 +41,10 @@ from pipeline.core.settings.job_documents import (
     SelectModelJob,
     SieveJob,
 )
-from pipeline.core.settings.retrieval import (
+from pipeline.core.settings.root import Config
+from pipeline.data.settings import DatasetSpec
+from pipeline.evaluation.settings import EvalSettings, SelectionSettings, SweepSettings
+from pipeline.retrieval.settings import (
     Bm25Settings,
     EncodeSettings,
     HybridSettings,
@@ -51,8 +52,7 @@ from pipeline.core.settings.retrieval import (
     ModelSettings,
     SearchSettings,
 )
-from pipeline.core.settings.root import Config
-from pipeline.core.settings.sieve import (
+from pipeline.sieve.settings import (
     CROSS_ENCODER_TRAINING,
     AbsoluteMarginSettings,
     CleanSpec,
@@ -63,7 +63,7 @@ from pipeline.core.settings.sieve import (
     RankWindowSettings,
     SieveSettings,
 )
-from pipeline.core.settings.training import CcrSettings, DprSettings, Objective, TrainSettings
+from pipeline.training.settings import CcrSettings, DprSettings, Objective, TrainSettings
 from pipeline.workflow.documents import as_json
 from pipeline.workflow.training import train_job
 

@@ -10,8 +10,8 @@ import yaml
 
 from pipeline.core.cli import run_main
 from pipeline.core.config import ConfigError, validate_config
-from pipeline.core.settings.data import DatasetSpec
 from pipeline.data.answers import string_has_answer
+from pipeline.data.settings import DatasetSpec
 from pipeline.synthkb import generate as synthkb
 from pipeline.synthkb.dial import Dial, knobs_at, make_dial
 from pipeline.synthkb.draft import Knobs

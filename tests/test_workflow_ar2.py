@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from pipeline.ar2.settings import AR2_SIEVE_KEYS, ar2_recorded_settings
 from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
-from pipeline.core.settings.ar2 import AR2_SIEVE_KEYS, ar2_recorded_settings
 from pipeline.workflow.ar2 import MINED_ROUND, TRAINED_ROUND, Ar2Rules
 from pipeline.workflow.tables import WorkflowTables
 

@@ -42,8 +42,8 @@ from pipeline.core.settings.job_documents import (
     SelectModelJob,
     SieveJob,
 )
-from pipeline.core.settings.sieve import FILTER_NAMES
 from pipeline.core.settings.validation import from_dict
+from pipeline.sieve.settings import FILTER_NAMES
 from pipeline.workflow import jobs
 from pipeline.workflow.ar2 import (
     Ar2Rules,

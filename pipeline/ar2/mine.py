@@ -28,10 +28,10 @@ from typing import Any
 
 from pipeline.ar2.data import mine_negatives, stats_path, write_negatives
 from pipeline.ar2.round_data import load_retriever
+from pipeline.ar2.settings import RETRIEVER_OVERRIDE_KEYS, Ar2Settings
 from pipeline.core.cli import add_job_flags, run_main, stage_parser
 from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings.ar2 import RETRIEVER_OVERRIDE_KEYS, Ar2Settings
 from pipeline.core.settings.flags import pick
 from pipeline.core.settings.job_documents import Ar2MineJob
 from pipeline.core.storage import read_table, write_json

@@ -19,8 +19,8 @@ from typing import Sequence, get_args
 
 import numpy as np
 
+from pipeline.ar2.settings import SimansSettings
 from pipeline.core.seeding import item_rng
-from pipeline.core.settings.ar2 import SimansSettings
 from pipeline.core.settings.job_documents import Ar2TrainJob
 
 RANKER = "ranker"

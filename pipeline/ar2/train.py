@@ -32,8 +32,8 @@ from pipeline.ar2.sampling import (
     query_batch,
     step_negatives,
 )
+from pipeline.ar2.settings import Ar2Settings
 from pipeline.core.precision import autocast
-from pipeline.core.settings.ar2 import Ar2Settings
 from pipeline.core.settings.flags import check_choice
 from pipeline.core.storage import atomic_path
 from pipeline.retrieval.ranker import listwise_loss

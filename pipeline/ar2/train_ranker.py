@@ -42,6 +42,7 @@ import pandas as pd
 import torch
 
 from pipeline.ar2.round_data import base_ranker, load_round_data
+from pipeline.ar2.settings import AR2_RANKER_KEYS, Ar2Settings
 from pipeline.ar2.train import batch_prior, build_batch, ranker_step
 from pipeline.core.cli import add_job_flags, run_main, stage_parser
 from pipeline.core.distributed import DistInfo
@@ -49,7 +50,6 @@ from pipeline.core.fingerprint import file_id
 from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.precision import autocast_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
-from pipeline.core.settings.ar2 import AR2_RANKER_KEYS, Ar2Settings
 from pipeline.core.settings.base import default
 from pipeline.core.settings.job_documents import Ar2RankerJob
 from pipeline.core.settings.validation import from_dict

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.ar2.round_data import base_ranker, load_retriever, load_round_data
+from pipeline.ar2.settings import AR2_TRAIN_KEYS, RETRIEVER_OVERRIDE_KEYS, Ar2Settings
 from pipeline.ar2.train import CKPT_DIR, train_round, write_carry
 from pipeline.core.cli import add_job_flags, run_main, stage_parser
 from pipeline.core.config import ConfigError
@@ -45,7 +46,6 @@ from pipeline.core.distributed import DistInfo
 from pipeline.core.fingerprint import file_id
 from pipeline.core.jobs import add_settings_flags, run_job
 from pipeline.core.precision import autocast_dtype, precision_name
-from pipeline.core.settings.ar2 import AR2_TRAIN_KEYS, RETRIEVER_OVERRIDE_KEYS, Ar2Settings
 from pipeline.core.settings.job_documents import Ar2TrainJob
 from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import write_json

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
 
-from pipeline.core.settings.sieve import (
+from pipeline.sieve.settings import (
     FILTER_CONTRACTS,
     FILTER_NAMES,
     TRUE_LABEL_FILTERS,

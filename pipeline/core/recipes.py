@@ -18,7 +18,7 @@ from typing import Callable, Collection
 
 from pipeline.core.config import deep_merge, validate_config
 from pipeline.core.settings.base import RESOURCE_KEYS, ConfigError
-from pipeline.core.settings.data import RECIPE_SECTIONS
+from pipeline.data.settings import RECIPE_SECTIONS
 
 # The sections a recipe may set, and its other keys.
 DEFAULT_RECIPE = "demo"

@@ -19,12 +19,13 @@ from pydantic.fields import FieldInfo
 
 from pipeline.core.settings.base import Contract
 from pipeline.core.settings.root import SECTIONS, Config
-from pipeline.core.settings.sieve import CleanSpec
+from pipeline.sieve.settings import CleanSpec
 
 HEADER = """\
 # Configuration reference
 
-Generated from the contracts in `pipeline/core/settings/` (`python -m pipeline.core.settings_reference
+Generated from the contracts (each family's in `pipeline/<family>/settings.py`, composed in
+`pipeline/core/settings/`; `python -m pipeline.core.settings_reference
 > docs/config.md`); do not edit by hand. Each setting's default is declared there once: `config.yaml`
 holds only what the demo and the declared datasets set (`methods`, `datasets`, `recipes`), and an
 overlay (`--configfile overlay.yaml`) or a recipe (docs/recipes.md) changes the rest. An unknown key or

@@ -42,8 +42,8 @@ from rich.progress import (
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
-from pipeline.core.settings.data import unsupported_url
 from pipeline.core.storage import DataError, atomic_open, refuse_overwriting_inputs, write_json
+from pipeline.data.settings import unsupported_url
 
 log = logging.getLogger("sieve.download")
 CHUNK = 1 << 20

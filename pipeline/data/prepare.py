@@ -29,11 +29,11 @@ from pipeline.core.cli import check_writable, run_main, stage_parser, start_stag
 from pipeline.core.config import ConfigError
 from pipeline.core.jobs import add_settings_flags, merged_document
 from pipeline.core.settings.base import default
-from pipeline.core.settings.data import SplitUnits
 from pipeline.core.settings.job_documents import PrepareJob
 from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, write_json
 from pipeline.data.readers import FORMATS, BuildOptions, DatasetWriter, check_roles
+from pipeline.data.settings import SplitUnits
 from pipeline.data.splits import parse_split_spec
 
 log = logging.getLogger("sieve.prepare_data")

@@ -30,9 +30,9 @@ from typing import Callable, Sequence
 
 from pipeline.core.cli import json_pairs, run_main, stage_parser, start_stage
 from pipeline.core.settings.base import default
-from pipeline.core.settings.evaluation import SweepSettings
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference
+from pipeline.evaluation.settings import SweepSettings
 
 log = logging.getLogger("sieve.sweep")
 

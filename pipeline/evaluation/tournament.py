@@ -7,7 +7,7 @@ the same candidate pool at every noise level, paired over seeds with the pool's 
         --out-png results/sweeps/tournament.png
 
 Everything comes from the config's ``tournament`` section (the levels, the contenders, the baseline,
-the oracle, the start, the references and the metrics; pipeline.core.settings.evaluation.TournamentSettings) and
+the oracle, the start, the references and the metrics; pipeline.evaluation.settings.TournamentSettings) and
 each level's gathered ``results/<dataset>/metrics.json`` (``--metrics DATASET=PATH`` reads another
 file). Per level × row (the start and the references, BM25, then the contenders) × metric: the mean
 over seeds with its 95% t-interval; the paired difference with the baseline, its p and, on the primary
@@ -33,13 +33,13 @@ from scipy import stats
 
 from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.methods import Method, method_table, reads_true_labels, runs
-from pipeline.core.settings.evaluation import TournamentSettings
 from pipeline.core.settings.root import apply_defaults, section
-from pipeline.core.settings.sieve import FILTER_CONTRACTS
 from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
 from pipeline.evaluation.seed_stats import paired_difference, t_quantile
+from pipeline.evaluation.settings import TournamentSettings
 from pipeline.evaluation.sweep import per_seed
+from pipeline.sieve.settings import FILTER_CONTRACTS
 
 log = logging.getLogger("sieve.tournament")
 

@@ -51,9 +51,9 @@ from pipeline.core.cli import check_writable, run_main, stage_parser, start_stag
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.precision import autocast, encoding_dtype, precision_name
 from pipeline.core.settings.job_documents import EncodeJob
-from pipeline.core.settings.retrieval import EncodeSettings
 from pipeline.core.storage import DataError, check_unique_ids, open_parquet
 from pipeline.retrieval import embeddings as emb_io
+from pipeline.retrieval.settings import EncodeSettings
 
 log = logging.getLogger("sieve.encode")
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.settings.base import default
-from pipeline.core.settings.retrieval import HybridSettings
+from pipeline.retrieval.settings import HybridSettings
 
 RRF_K: int = default(HybridSettings, "rrf_k")  # 60, the RRF paper's (Elasticsearch, Vespa, OpenSearch)
 

@@ -51,7 +51,6 @@ from pipeline.core.schemas import RUN_SCHEMA
 from pipeline.core.settings.base import default
 from pipeline.core.settings.flags import add_flags, flag_name
 from pipeline.core.settings.job_documents import MiningSearchJob, SearchJob
-from pipeline.core.settings.retrieval import SearchSettings
 from pipeline.core.storage import DataError, write_table
 from pipeline.retrieval.embeddings import EmbeddingSet, read_ids
 from pipeline.retrieval.encode import (
@@ -63,6 +62,7 @@ from pipeline.retrieval.encode import (
     parquet_rows,
     resolve_device,
 )
+from pipeline.retrieval.settings import SearchSettings
 
 log = logging.getLogger("sieve.search")
 

@@ -84,14 +84,6 @@ from pipeline.core.schemas import CLEAN_DECISIONS_SCHEMA, CORPUS_SCHEMA, QUERIES
 from pipeline.core.settings.base import default
 from pipeline.core.settings.flags import add_flags
 from pipeline.core.settings.job_documents import CleanJob
-from pipeline.core.settings.sieve import (
-    CLEAN_FILTERS,
-    CLEAN_FORMATS,
-    CLEAN_MODES,
-    FILTER_CONTRACTS,
-    MODEL_FILTERS,
-    CleanSpec,
-)
 from pipeline.core.storage import (
     DataError,
     atomic_open,
@@ -102,6 +94,14 @@ from pipeline.core.storage import (
 )
 from pipeline.sieve.filters import FILTERS, CandidateFilter, FilterInputs, FilterSetup, build_filter
 from pipeline.sieve.report import detection_metrics, detection_report
+from pipeline.sieve.settings import (
+    CLEAN_FILTERS,
+    CLEAN_FORMATS,
+    CLEAN_MODES,
+    FILTER_CONTRACTS,
+    MODEL_FILTERS,
+    CleanSpec,
+)
 
 log = logging.getLogger("sieve.clean")
 

@@ -1,5 +1,5 @@
 """The filter table of docs/sieve.md, generated from the filters' own modules (pipeline.sieve.filters)
-and their entries of pipeline.core.settings.sieve.FILTER_CONTRACTS, between ``<!-- filters -->`` and
+and their entries of pipeline.sieve.settings.FILTER_CONTRACTS, between ``<!-- filters -->`` and
 ``<!-- /filters -->``. A new filter's row comes with its module:
 
     python -m pipeline.sieve.filter_docs docs/sieve.md
@@ -13,9 +13,9 @@ import argparse
 import re
 from pathlib import Path
 
-from pipeline.core.settings.sieve import SIEVE_RULE_KEYS
 from pipeline.core.storage import rewrite_text
 from pipeline.sieve.filters import FILTERS
+from pipeline.sieve.settings import SIEVE_RULE_KEYS
 
 _MARKED = re.compile(r"<!-- filters -->\n.*?<!-- /filters -->", re.S)
 

@@ -41,9 +41,9 @@ from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIEVE_LOSSES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.settings.job_documents import SieveJob
-from pipeline.core.settings.sieve import SieveSettings
 from pipeline.core.storage import DataError, read_table, write_table
 from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
+from pipeline.sieve.settings import SieveSettings
 
 log = logging.getLogger("sieve.sieve")
 

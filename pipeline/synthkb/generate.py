@@ -41,9 +41,9 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.config import ConfigError
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, SHIPPED_NEGATIVES_SCHEMA
-from pipeline.core.settings.data import SplitUnits
 from pipeline.core.settings.job_documents import GenerateJob
 from pipeline.core.storage import SPLITS, ParquetStreamWriter, write_json, write_table
+from pipeline.data.settings import SplitUnits
 from pipeline.data.splits import SplitSpec, assign_splits, parse_split_spec
 from pipeline.synthkb.articles import ArticleWriter
 from pipeline.synthkb.dial import ACCEPT, PROBE_ENTITIES, Dial, Search, knobs_at, make_dial

@@ -27,7 +27,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from pipeline.core.config import ConfigError
 from pipeline.core.distributed import DistInfo, all_gather_with_grad, all_reduce_mean
-from pipeline.core.settings.training import Objective, TrainSettings
 from pipeline.core.settings.validation import describe_errors
 from pipeline.training.data import epoch_order, micro_batch_indices
 from pipeline.training.engine import (
@@ -49,6 +48,7 @@ from pipeline.training.losses import (
     positive_columns,
     similarity_scores,
 )
+from pipeline.training.settings import Objective, TrainSettings
 from pipeline.training.snapshots import SNAPSHOT_DIR, save_snapshot, snapshot_steps
 
 log = logging.getLogger("sieve.trainer")

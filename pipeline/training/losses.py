@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.core.config import ConfigError
-from pipeline.core.settings.training import Objective
+from pipeline.training.settings import Objective
 
 SCALES = get_args(Objective.model_fields["scale"].annotation)  # paper, released_code: config ccr.scale
 CCR_SCALES = ("paper", "released_code")  # the scales CCRLoss computes (a new scale may be another loss's)

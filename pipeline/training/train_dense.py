@@ -21,7 +21,7 @@ Examples::
     python -m pipeline.training.train_dense --settings ccr.json --init ... --out ...
 
 The settings come from a document (--settings FILE, or --settings-json as the rules pass it; schema:
-pipeline.core.settings.training.TrainJob), each flag over it; what neither gives is config section dpr's default
+pipeline.training.settings.TrainJob), each flag over it; what neither gives is config section dpr's default
 (ccr's with --section ccr or a ccr document): docs/config.md.
 
 Under ``torchrun --nproc_per_node=N -m pipeline.training.train_dense -- ARGS`` it trains with DDP (the ``--``
@@ -50,17 +50,17 @@ from pipeline.core.jobs import merge_flags, read_document
 from pipeline.core.seeding import seed_everything
 from pipeline.core.settings.base import default
 from pipeline.core.settings.flags import add_flags
-from pipeline.core.settings.retrieval import RETRIEVER_KEYS, ModelSettings
 from pipeline.core.settings.root import Config
-from pipeline.core.settings.training import Objective, TrainJob, TrainSettings
 from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, atomic_path, refuse_overwriting_inputs, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
+from pipeline.retrieval.settings import RETRIEVER_KEYS, ModelSettings
 from pipeline.training.data import TrainData
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.guides import Guide
 from pipeline.training.loop import TrainConfig, train
 from pipeline.training.model_card import CARD_FILE, model_card
+from pipeline.training.settings import Objective, TrainJob, TrainSettings
 from pipeline.training.snapshots import SNAPSHOT_DIR, collect
 
 RECIPE_FILE = "recipe.json"  # the config recipe a model was made under (pipeline.core.recipes)
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="retriever folder to write")
     ap.add_argument(
         "--settings",
-        help="the run's settings document (JSON or YAML; pipeline.core.settings.training.TrainJob): section, seed, "
+        help="the run's settings document (JSON or YAML; pipeline.training.settings.TrainJob): section, seed, "
         "train, objective, retriever. The workflow's job passes the same document (--settings-json); "
         "the flags below override it",
     )

@@ -12,8 +12,8 @@ import re
 import shlex
 from typing import Any, Callable
 
+from pipeline.ar2.settings import AR2_MINE_KEYS, AR2_RANKER_KEYS, AR2_SIEVE_KEYS, ar2_recorded_settings
 from pipeline.core.methods import AR2_SAMPLING, AR2_VARIANTS, beta_tag, ccr_model
-from pipeline.core.settings.ar2 import AR2_MINE_KEYS, AR2_RANKER_KEYS, AR2_SIEVE_KEYS, ar2_recorded_settings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.evaluation import evaluate_job
 from pipeline.workflow.paths import (

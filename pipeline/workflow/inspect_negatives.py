@@ -33,10 +33,10 @@ from pipeline.core.methods import BETA_RE
 from pipeline.core.schemas import CANDIDATES_SCHEMA, FILTER_DECISIONS_SCHEMA, QUERIES_SCHEMA, SIEVE_SCHEMA
 from pipeline.core.settings.base import ConfigError, default
 from pipeline.core.settings.root import Config
-from pipeline.core.settings.sieve import FILTER_NAMES
 from pipeline.core.storage import DataError, read_table
 from pipeline.sieve.data import load_passages
 from pipeline.sieve.report import detection_metrics
+from pipeline.sieve.settings import FILTER_NAMES
 
 # What the sieve's own settings (strict, fallback) add after the candidates' tag (methods.sieve_tag).
 _DECISION_TAG = r"(?:_(?:no)?strict)?(?:_fallback_[a-z_]+)?"

@@ -24,7 +24,7 @@ from pipeline.core.methods import (
     sieve_name,
 )
 from pipeline.core.settings.job_documents import SieveJob, filter_job_keys
-from pipeline.core.settings.sieve import (
+from pipeline.sieve.settings import (
     CROSS_ENCODER_TRAINING,
     FILTER_CONTRACTS,
     MODEL_FILTERS,
@@ -50,7 +50,7 @@ from pipeline.workflow.paths import (
 )
 from pipeline.workflow.tables import Wildcards, WorkflowTables
 
-# The model a filter's scorer (pipeline.core.settings.sieve.FilterContract) is, for dataset d: the DPR warm-up
+# The model a filter's scorer (pipeline.sieve.settings.FilterContract) is, for dataset d: the DPR warm-up
 # (the sieve's own scorer comes from sieve.scorer, in the sieve's rules) or the cross-encoder; the
 # teacher is the model of the method sieve.teacher names (SieveRules.scorer_model).
 SCORER_MODELS: dict[str, Callable[[str], str]] = {

@@ -1,4 +1,4 @@
-"""The settings document of a train_dense job (pipeline.core.settings.training.TrainJob), built from a dataset's
+"""The settings document of a train_dense job (pipeline.training.settings.TrainJob), built from a dataset's
 resolved config: the rules pass it to the stage as JSON, the stage validates it with its contracts, and
 a run by hand reads the same document from a file (``--settings FILE``). No setting travels as a flag
 or a path tag on the way.
@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from pipeline.core.methods import Method, beta_tag, rcl_model, relabel_model, started_from
 from pipeline.core.recipes import dataset_recipe
-from pipeline.core.settings.retrieval import RETRIEVER_KEYS
-from pipeline.core.settings.training import Objective, TrainSettings
+from pipeline.retrieval.settings import RETRIEVER_KEYS
+from pipeline.training.settings import Objective, TrainSettings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     corpus,

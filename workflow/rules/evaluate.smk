@@ -84,7 +84,7 @@ rule export_qrels:
 # matched here too, this rule's input function was evaluated beside it for every cleaned file and printed
 # its "unknown dataset" exception and traceback before the job ran. Any other file under .../clean/ is
 # named against the clean entries, not the datasets (a forgotten overlay, the source's extension).
-from pipeline.core.settings.sieve import CLEAN_SUFFIXES
+from pipeline.sieve.settings import CLEAN_SUFFIXES
 
 _CLEAN_DIRS = "|".join(re.escape(name) for name in config["clean"]) or "(?!x)x"
 _CLEAN_FILES = (f"(?:{_CLEAN_DIRS})/clean/cleaned\\.(?:{'|'.join(s.lstrip('.') for s in CLEAN_SUFFIXES)})"

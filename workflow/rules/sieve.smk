@@ -14,7 +14,7 @@
 # training, the sieve and what reads it, never the mining or DPR training. {stag} is the sieve settings that
 # differ from their defaults (methods.sieve_tag, '' at the defaults): a second setting builds beside the first.
 
-from pipeline.core.settings.sieve import MODEL_FILTERS
+from pipeline.sieve.settings import MODEL_FILTERS
 from pipeline.workflow.paths import (candidates, clean_file, cleaned, comparison, corpus, dev_candidates,
                                      filter_decisions, filter_report, negatives, qrels, queries, ranker, retriever,
                                      sieve_figure, sieve_losses, tradeoff, train_negatives)
@@ -232,7 +232,7 @@ rule sieve_tradeoff:
 # ---- a hard-negative dataset of the user's, cleaned (config clean.<name>; docs/clean.md) ------------
 #   results/{clean}/clean/cleaned.{ext}   the same schema back; .decisions.parquet, .report.{json,md} beside
 
-from pipeline.core.settings.sieve import CLEAN_SUFFIXES
+from pipeline.sieve.settings import CLEAN_SUFFIXES
 
 
 def clean_inputs(wildcards):

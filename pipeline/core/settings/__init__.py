@@ -1,5 +1,5 @@
 """One contract per config section: the only declaration of every setting's name, type, range,
-default and help, one module per family.
+default and help.
 
 Each section of config.yaml is a pydantic model here (``extra="forbid"``, strict types, finite
 numbers). Everything else is derived from these models:
@@ -16,14 +16,13 @@ CPU cores); recipes and overlays change it for paper-scale runs. config.yaml res
 docs/config.md, the reference users read, is generated from these models
 (pipeline.core.settings_reference); tests/test_settings.py checks both.
 
-The modules: base (Contract, the bounds, ConfigError), flags, validation, data (datasets and recipes),
-retrieval, evaluation, training, sieve, ar2, root (Config and its sections) and job_documents (each
-stage's settings document). Each family's contracts live here under core, not in the family's own
-package, because imports go down the family order (core, data, synthkb, retrieval, evaluation,
-training, sieve, ar2, workflow) while readers below a family need its contracts: core's method table
-(pipeline.core.methods) reads the sieve's filter registry, core's config check validates every
-section, and evaluation reads a whole config (the tournament, the method notes), training's and the
-sieve's sections included. Import a contract from its module
-(``from pipeline.core.settings.sieve import SieveSettings``): the package re-exports nothing, so each
-name has one address.
+Where they live: each family's section contracts beside its stages, in pipeline/<family>/settings.py
+(data: datasets and recipes; retrieval; evaluation; training; sieve: the sieve and its filters; ar2);
+here, what they share and what composes them: base (Contract, the bounds, ConfigError), flags,
+validation, root (Config: every section) and job_documents (each stage's settings document). These
+modules are the bottom layer of the package (tests/test_layout.py): they import only each other, and
+every module may import them, so a reader below a family (core's method table, evaluation's
+tournament) reads that family's contracts without importing its stages. Import a contract from its
+module (``from pipeline.sieve.settings import SieveSettings``): nothing is re-exported, so each name
+has one address.
 """

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from pipeline.core.settings.ar2 import (
+from pipeline.ar2.settings import (
     AR2_MINE_KEYS,
     AR2_RANKER_KEYS,
     AR2_SIEVE_KEYS,
@@ -18,18 +18,18 @@ from pipeline.core.settings.ar2 import (
     Ar2Settings,
 )
 from pipeline.core.settings.base import Contract, MethodName, Name, Seed
-from pipeline.core.settings.data import DatasetSpec, Split
-from pipeline.core.settings.evaluation import EvalSettings, SelectionSettings
 from pipeline.core.settings.flags import _dest
-from pipeline.core.settings.retrieval import (
+from pipeline.core.settings.root import Config
+from pipeline.data.settings import DatasetSpec, Split
+from pipeline.evaluation.settings import EvalSettings, SelectionSettings
+from pipeline.retrieval.settings import (
     Bm25Settings,
     EncodeSettings,
     HybridSettings,
     IndexSettings,
     SearchSettings,
 )
-from pipeline.core.settings.root import Config
-from pipeline.core.settings.sieve import (
+from pipeline.sieve.settings import (
     CROSS_ENCODER_TRAINING,
     FILTER_CONTRACTS,
     SIEVE_DECISION_KEYS,
@@ -45,7 +45,7 @@ from pipeline.core.settings.sieve import (
 # (--settings FILE; pipeline.core.jobs): that job's settings only, so a changed setting reruns the jobs
 # that read it and nothing else. Each field is its section's own (type, range, default and help taken
 # from that contract, never restated); pipeline/workflow/*.py builds the documents from a dataset's
-# resolved config. train_dense's document is TrainJob (pipeline.core.settings.training).
+# resolved config. train_dense's document is TrainJob (pipeline.training.settings).
 
 
 def fields_of(cls: type[Contract], *names: str, prefix: str = "") -> dict[str, tuple[Any, Any]]:

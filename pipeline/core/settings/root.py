@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from pipeline.core.settings.ar2 import Ar2Settings
+from pipeline.ar2.settings import Ar2Settings
 from pipeline.core.settings.base import (
     MAX_RUNS,
     RESERVED_FOLDERS,
@@ -19,14 +19,15 @@ from pipeline.core.settings.base import (
     Seed,
     Unique,
 )
-from pipeline.core.settings.data import DatasetSpec, RecipeSpec
-from pipeline.core.settings.evaluation import (
+from pipeline.core.settings.validation import from_dict
+from pipeline.data.settings import DatasetSpec, RecipeSpec
+from pipeline.evaluation.settings import (
     EvalSettings,
     SelectionSettings,
     SweepSettings,
     TournamentSettings,
 )
-from pipeline.core.settings.retrieval import (
+from pipeline.retrieval.settings import (
     Bm25Settings,
     EncodeSettings,
     HybridSettings,
@@ -34,9 +35,8 @@ from pipeline.core.settings.retrieval import (
     ModelSettings,
     SearchSettings,
 )
-from pipeline.core.settings.sieve import CleanSpec, SieveSettings
-from pipeline.core.settings.training import CcrSettings, DprSettings
-from pipeline.core.settings.validation import from_dict
+from pipeline.sieve.settings import CleanSpec, SieveSettings
+from pipeline.training.settings import CcrSettings, DprSettings
 
 
 class Config(Contract):

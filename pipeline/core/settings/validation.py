@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from pipeline.core.settings.base import ConfigError, Contract, _strip
-from pipeline.core.settings.data import PathFile, SplitUnits, UrlFile
+from pipeline.data.settings import PathFile, SplitUnits, UrlFile
 
 
 def from_dict(

@@ -14,7 +14,7 @@ or dropped (suspected false negative), with the ``score`` it decided on.
 
 Each filter is one module of this package that declares ``FILTER`` (a FilterSpec: its name, what it
 does, its builder) beside its code; its settings and needs are its entry of
-pipeline.core.settings.sieve.FILTER_CONTRACTS. ``FILTERS`` below finds the modules; the workflow, the
+pipeline.sieve.settings.FILTER_CONTRACTS. ``FILTERS`` below finds the modules; the workflow, the
 cleaning command (pipeline.sieve.clean) and the docs read it, so a new filter is its module and that
 entry. The filters, each dropping a candidate when:
 """
@@ -34,7 +34,6 @@ from pipeline.core.cli import add_job_flags, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
 from pipeline.core.schemas import MINED_NEGATIVES_SCHEMA
 from pipeline.core.settings.job_documents import FilterJob
-from pipeline.core.settings.sieve import FILTER_CONTRACTS, FILTER_NAMES
 from pipeline.core.storage import DataError, arrow_frame, write_table
 from pipeline.sieve.filters._base import (
     CandidateFilter,
@@ -50,6 +49,7 @@ from pipeline.sieve.filters.positive_aware import (
 )
 from pipeline.sieve.filters.positive_aware_dev import dev_truth, pick_margin
 from pipeline.sieve.passage_sieve import read_candidates, train_negatives
+from pipeline.sieve.settings import FILTER_CONTRACTS, FILTER_NAMES
 
 __all__ = [
     "FILTERS",

@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from pipeline.core.schemas import FILTER_DECISIONS_SCHEMA
 from pipeline.core.settings.job_documents import filter_job_keys
-from pipeline.core.settings.sieve import FILTER_CONTRACTS, FilterContract, SieveSettings
 from pipeline.core.settings.validation import from_dict
 from pipeline.sieve.passage_sieve import Similarities, model_similarities
+from pipeline.sieve.settings import FILTER_CONTRACTS, FilterContract, SieveSettings
 
 # One logger for the stage and its filters (a filter's warning reads as the stage's).
 log = logging.getLogger("sieve.filters")

@@ -8,8 +8,8 @@ from typing import Any, Mapping, get_args
 import numpy as np
 import pandas as pd
 
-from pipeline.core.settings.sieve import PositiveAwareSettings
 from pipeline.sieve.filters._base import CandidateFilter, FilterInputs, FilterSetup, FilterSpec
+from pipeline.sieve.settings import PositiveAwareSettings
 
 POSITIVE_AWARE_MODES = get_args(PositiveAwareSettings.model_fields["mode"].annotation)
 

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.core.settings.sieve import PositiveAwareDevSettings
 from pipeline.core.storage import DataError
 from pipeline.sieve.filters._base import CandidateFilter, FilterInputs, FilterSetup, FilterSpec, log
 from pipeline.sieve.filters.oracle import EXACT_LABELS
 from pipeline.sieve.filters.positive_aware import PositiveAwareFilter, positive_aware_statistic
 from pipeline.sieve.passage_sieve import model_similarities, read_candidates
 from pipeline.sieve.report import DEV_MARGIN_KEY
+from pipeline.sieve.settings import PositiveAwareDevSettings
 
 
 def dev_truth(cands: pd.DataFrame, path: str | os.PathLike) -> tuple[np.ndarray, str]:

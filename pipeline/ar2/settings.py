@@ -23,7 +23,7 @@ from pipeline.core.settings.base import (
     Seed,
     Unique,
 )
-from pipeline.core.settings.sieve import SIEVE_DECISION_KEYS
+from pipeline.sieve.settings import SIEVE_DECISION_KEYS
 
 
 class SimansSettings(Contract):

@@ -24,8 +24,8 @@ from pipeline.core.settings.base import (
     Snapshots,
     default,
 )
-from pipeline.core.settings.retrieval import RETRIEVER_KEYS, ModelSettings
 from pipeline.core.settings.validation import from_dict
+from pipeline.retrieval.settings import RETRIEVER_KEYS, ModelSettings
 
 # ---- training (sections dpr and ccr): what pipeline.training.train_dense trains with ------------
 
