@@ -129,7 +129,8 @@ TOY_ENTRY = '    "toy": FilterContract(ToySettings, clean=True),\n'
 
 
 def add_toy_filter(root: Path) -> None:
-    """The two edits that add a filter: its module, and its settings and entry in core's registry."""
+    """The two edits that add a filter: its module, and its settings and entry in the sieve's registry
+    (pipeline/sieve/settings.py)."""
     (root / "pipeline/sieve/filters/toy.py").write_text(TOY_MODULE, encoding="utf-8")
     settings = root / "pipeline/sieve/settings.py"
     text = settings.read_text(encoding="utf-8")
