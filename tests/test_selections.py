@@ -356,33 +356,16 @@ def test_the_rule_reads_every_selection_of_the_v2_overlay_at_every_level_and_see
 
 @pytest.mark.slow
 def test_snakemake_plans_the_selections_table_on_the_v2_overlay(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    import yaml
+    from test_tournament import plan_v2_overlay
     from test_workflow import jobs_in_dry_run
 
-    overlay = yaml.safe_load(OVERLAY_V2.read_text())
-    sample = (REPO_ROOT / overlay["datasets"]["squad36"]["source"]).resolve()
-    if not sample.is_file():
-        pytest.skip(f"SQuAD-36's sample is not beside the checkout ({sample})")
-    overlay["datasets"]["squad36"]["source"] = str(sample)
-    (tmp_path / "v2.yaml").write_text(yaml.safe_dump(overlay))
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("snakemake")), "-n", "--cores", "1", "--printshellcmds",
-         "--directory", str(tmp_path), "-s", str(REPO_ROOT / "Snakefile"),
-         "--configfile", str(REPO_ROOT / "config.yaml"), str(tmp_path / "v2.yaml"),
-         "--", "results/sweeps/tournament_selections.json"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    jobs = jobs_in_dry_run(done.stdout)
+    out = plan_v2_overlay(tmp_path, "results/sweeps/tournament_selections.json", "--printshellcmds")
+    jobs = jobs_in_dry_run(out)
     levels, synthkb = 7, 6
     selections_run = 5 * levels + 2 * synthkb
     assert jobs["tournament_selections"] == 1
     assert (jobs["select_model"], jobs["select_model_seed"]) == (selections_run, selections_run * 4)
-    command = next(line for line in done.stdout.splitlines() if "pipeline.evaluation.selections" in line)
+    command = next(line for line in out.splitlines() if "pipeline.evaluation.selections" in line)
     records = command.split("--selections ")[1].split(" --metrics ")[0].split()
     assert len(records) == selections_run * 5 == 235
     assert all(r.endswith("/selection.json") for r in records)

@@ -45,7 +45,7 @@ from pipeline.core.storage import (
 )
 from pipeline.evaluation.seed_stats import paired_difference
 from pipeline.evaluation.sweep import per_seed
-from pipeline.evaluation.tournament import check_settings, settings_from
+from pipeline.evaluation.tournament import check_settings, level_item, settings_from
 
 log = logging.getLogger("sieve.selections")
 
@@ -356,13 +356,7 @@ def parse_selections(given: Sequence[str], settings: Mapping, contenders: Mappin
     """dataset -> contender -> seed -> record path, from ``given`` DATASET:METHOD:SEED=PATH."""
     out: dict = {}
     for item in given:
-        key, sep, path = item.partition("=")
-        parts = key.split(":")
-        if not (sep and path and len(parts) == 3 and all(parts)):
-            raise DataError(f"expected DATASET:METHOD:SEED=PATH, got {item!r}", field="--selections")
-        dataset, method, seed = parts
-        if dataset not in settings["levels"]:
-            raise DataError(f"{dataset!r} is not a level of tournament.levels", field="--selections")
+        (dataset, method, seed), path = level_item(item, "DATASET:METHOD:SEED=PATH", settings, "--selections")
         if method not in contenders:
             raise DataError(
                 f"{method!r} is not a selection contender of tournament.methods ({', '.join(contenders)})",
