@@ -591,18 +591,15 @@ def test_the_v2_overlay_reads_a_filter_report_per_filtered_contender():
     assert len({r for *_, r in found}) == 6 * 13 + 12
 
 
-@pytest.mark.slow
-def test_snakemake_plans_the_v2_overlay(tmp_path):
-    # the trainings follow from the overlay: per level its contenders of each kind × 5 seeds (the
-    # top-level seed's rule and the _seed rule for the other four)
+def plan_v2_overlay(tmp_path, target: str, *flags: str) -> str:
+    """`snakemake -n` of ``target`` on the v2 overlay as it is, SQuAD-36's sample by its absolute path
+    (the plan runs in tmp_path): its output (skips the test where the sample is not beside the checkout)."""
     import subprocess
     import sys
     from pathlib import Path
 
     import yaml
-    from test_workflow import jobs_in_dry_run
 
-    # the overlay as it is, SQuAD-36's sample by its absolute path (the plan runs in tmp_path)
     overlay = yaml.safe_load(OVERLAY_V2.read_text())
     sample = (REPO_ROOT / overlay["datasets"]["squad36"]["source"]).resolve()
     if not sample.is_file():
@@ -610,13 +607,22 @@ def test_snakemake_plans_the_v2_overlay(tmp_path):
     overlay["datasets"]["squad36"]["source"] = str(sample)
     (tmp_path / "v2.yaml").write_text(yaml.safe_dump(overlay))
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("snakemake")), "-n", "--cores", "1", "--directory", str(tmp_path),
-         "-s", str(REPO_ROOT / "Snakefile"), "--configfile", str(REPO_ROOT / "config.yaml"),
-         str(tmp_path / "v2.yaml"), "--", "results/sweeps/tournament.json"],
+        [str(Path(sys.executable).with_name("snakemake")), "-n", "--cores", "1", *flags, "--directory",
+         str(tmp_path), "-s", str(REPO_ROOT / "Snakefile"), "--configfile", str(REPO_ROOT / "config.yaml"),
+         str(tmp_path / "v2.yaml"), "--", target],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    jobs = jobs_in_dry_run(done.stdout)
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_snakemake_plans_the_v2_overlay(tmp_path):
+    # the trainings follow from the overlay: per level its contenders of each kind × 5 seeds (the
+    # top-level seed's rule and the _seed rule for the other four)
+    from test_workflow import jobs_in_dry_run
+
+    jobs = jobs_in_dry_run(plan_v2_overlay(tmp_path, "results/sweeps/tournament.json"))
     levels, synthkb = 7, 6
     # dropping filters: 13 at a synthkb level, 12 at SQuAD-36 (no oracle)
     assert (jobs["train_dpr_filtered"], jobs["train_dpr_filtered_seed"]) == (90, 90 * 4)

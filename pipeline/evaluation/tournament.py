@@ -267,18 +267,26 @@ def detection(report: Mapping, action: str, file: str) -> dict:
     }
 
 
+def level_item(item: str, shape: str, settings: Mapping, flag: str) -> tuple[list[str], str]:
+    """(the parts before '=', the path) of a flag's ``item`` shaped as ``shape`` (DATASET:A:B=PATH: as
+    many parts, none empty), its DATASET a level of ``settings``; else a DataError naming ``flag``."""
+    key, sep, path = item.partition("=")
+    parts = key.split(":")
+    if not (sep and path and len(parts) == shape.count(":") + 1 and all(parts)):
+        raise DataError(f"expected {shape}, got {item!r}", field=flag)
+    if parts[0] not in settings["levels"]:
+        raise DataError(f"{parts[0]!r} is not a level of tournament.levels", field=flag)
+    return parts, path
+
+
 def read_detections(given: Sequence[str], settings: dict) -> dict[str, dict[str, dict]]:
     """dataset -> contender -> detection, from ``given`` DATASET:METHOD:ACTION=REPORT (what the rule
     passes; ACTION drops or relabels, what the contender does with the filter's flagged candidates)."""
     out: dict[str, dict[str, dict]] = {}
     for item in given:
-        key, sep, path = item.partition("=")
-        parts = key.split(":")
-        if not (sep and path and len(parts) == 3 and all(parts)):
-            raise DataError(f"expected DATASET:METHOD:ACTION=REPORT, got {item!r}", field="--detections")
-        dataset, method, action = parts
-        if dataset not in settings["levels"]:
-            raise DataError(f"{dataset!r} is not a level of tournament.levels", field="--detections")
+        (dataset, method, action), path = level_item(
+            item, "DATASET:METHOD:ACTION=REPORT", settings, "--detections"
+        )
         if method not in settings["methods"]:
             raise DataError(f"{method!r} is not a contender (tournament.methods)", field="--detections")
         if action not in ACTIONS:

@@ -57,6 +57,7 @@ from pipeline.core.storage import (
 )
 from pipeline.evaluation.evaluate import read_finite_run
 from pipeline.evaluation.hybrid import dev_metric
+from pipeline.evaluation.selections import SELECTION_FILE, candidate_order
 from pipeline.retrieval.encode import resolve_device
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever
 from pipeline.training.data import PassageStore
@@ -65,7 +66,6 @@ from pipeline.training.snapshots import list_snapshots, load_snapshot
 
 log = logging.getLogger("sieve.select_model")
 
-SELECTION_FILE = "selection.json"
 TIE_RULE = (
     "equal dev metrics: the first in the order start model, snapshots by step, interpolations by "
     "smallest alpha, trained model (the start model first)"
@@ -156,9 +156,9 @@ class Candidate:
         return self.kind
 
     def order(self) -> tuple:
-        """The tie order (TIE_RULE): start, snapshots by step, interpolations by alpha, trained."""
-        rank = ("start", "snapshot", "interpolation", "trained").index(self.kind)
-        return (rank, self.step or 0, self.alpha or 0.0)
+        """The tie order (TIE_RULE): start, snapshots by step, interpolations by alpha, trained; the
+        selections' table (pipeline.evaluation.selections) reads records by the same order."""
+        return candidate_order(self.kind, self.step, self.alpha)
 
 
 def candidates_of(alphas: Sequence[float], snapshots: Sequence[tuple[int, Path]]) -> list[Candidate]:

@@ -10,18 +10,21 @@ import re
 import shlex
 from typing import Any, Callable
 
-from pipeline.core.methods import closest
+from pipeline.core.methods import Method, closest
 from pipeline.core.storage import DataError
+from pipeline.evaluation.selections import SELECTION_FILE
 from pipeline.evaluation.tournament import check_settings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
     corpus,
     filter_report,
     method_metrics,
+    model_dir,
     per_query,
     qrels,
     qrels_all,
     queries,
+    retriever,
     run,
     run_dir,
     trec_qrels,
@@ -259,17 +262,38 @@ def tournament_detections(w: WorkflowTables) -> list[tuple[str, str, str, str]]:
     (sieve_report), what the tournament reads for its drop rate and detection precision and recall. A
     hybrid is its dense run's; a model selection its trained model's; in-loss masking (GIST) and mined
     negatives have no decisions."""
-    t = w.config["tournament"]
     out = []
-    for d, level in t["levels"].items():
-        skip = level.get("skip") or []
-        for name in t["methods"]:
-            m = w.methods[d].get(name)
-            if name in skip or m is None:
-                continue
-            if m.kind == "hybrid":
-                m = w.runs[d].get(m.base)
-            if m is None or m.filter is None or m.guide is not None:
-                continue
-            out.append((d, name, "relabels" if m.relabel else "drops", filter_report(d, m.negatives)))
+    for d, name, m in _contenders_run(w):
+        if m.kind == "hybrid":
+            m = w.runs[d].get(m.base)
+        if m is None or m.filter is None or m.guide is not None:
+            continue
+        out.append((d, name, "relabels" if m.relabel else "drops", filter_report(d, m.negatives)))
+    return out
+
+
+def _contenders_run(w: WorkflowTables) -> list[tuple[str, str, Method]]:
+    """(dataset, contender, its method) at each level of tournament.levels, for each contender of
+    tournament.methods the level runs (not in its skip; in the dataset's method table)."""
+    t = w.config["tournament"]
+    return [
+        (d, name, w.methods[d][name])
+        for d, level in t["levels"].items()
+        for name in t["methods"]
+        if name not in (level.get("skip") or []) and name in w.methods[d]
+    ]
+
+
+def tournament_selections(w: WorkflowTables) -> list[tuple[str, str, int, str, str]]:
+    """(dataset, contender, seed, retriever.json, selection.json) for each contender of tournament.methods
+    that is a model selection on dev (<trained>_wise*), at each level that runs it, for each training
+    seed: the model folder's retriever.json is select_model's declared output (written last), the
+    selection.json beside it what the selections' table reads."""
+    out = []
+    for d, name, m in _contenders_run(w):
+        if m.selects is None:
+            continue
+        for seed in w.training_seeds():
+            folder = w.seeded_model(m.model, seed)
+            out.append((d, name, seed, retriever(d, folder), f"{model_dir(d, folder)}/{SELECTION_FILE}"))
     return out

@@ -5,7 +5,7 @@ import json
 import shlex
 
 from pipeline.workflow.checks import sweep_problems
-from pipeline.workflow.evaluation import tournament_detections, tournament_settings
+from pipeline.workflow.evaluation import tournament_detections, tournament_selections, tournament_settings
 from pipeline.workflow.paths import dataset_manifest, dataset_metrics, filter_report, sweep_output
 
 SWEEP = config["sweep"]
@@ -75,3 +75,30 @@ rule tournament:
     shell:
         "python -m pipeline.evaluation.tournament --settings {params.settings} --metrics {params.metrics}"
         " --detections {params.detections} --out-json {output.json:q} --out-md {output.md:q} --out-png {output.png:q} --log {log:q}"
+
+
+# The selections' table: each model selection on dev among the tournament's contenders (<trained>_wise*),
+# each level and seed: what it chose (start, snapshot, interpolation, trained), what that is worth on
+# test against the trained model and the start, and the annotated dev labels' choice against the
+# truth's -> results/sweeps/tournament_selections.{json,md} by pipeline.evaluation.selections.
+rule tournament_selections:
+    input:
+        metrics=lambda wildcards: [dataset_metrics(d) for d in config["tournament"]["levels"]],
+        # select_model's declared output; the selection.json beside it is what the table reads
+        models=lambda wildcards: [r for *_, r, _ in tournament_selections(workflow_tables)],
+    output:
+        json=sweep_output("tournament_selections", "json"),
+        md=sweep_output("tournament_selections", "md"),
+    params:
+        settings=lambda wildcards: shlex.quote(tournament_settings(workflow_tables)),
+        metrics=lambda wildcards, input: " ".join(
+            shlex.quote(f"{d}={m}") for d, m in zip(config["tournament"]["levels"], input.metrics)),
+        selections=lambda wildcards: " ".join(
+            shlex.quote(f"{d}:{m}:{s}={record}") for d, m, s, _, record in tournament_selections(workflow_tables)),
+    conda:
+        CPU_ENV
+    log:
+        "logs/tournament_selections.log",
+    shell:
+        "python -m pipeline.evaluation.selections --settings {params.settings} --selections {params.selections}"
+        " --metrics {params.metrics} --out-json {output.json:q} --out-md {output.md:q} --log {log:q}"
