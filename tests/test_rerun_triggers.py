@@ -103,7 +103,7 @@ BASE = {
     # the tournament over the one synthkb level, the same stand-in oracle
     "tournament": {
         "levels": {"synthkb": {"label": "demo"}},
-        "methods": ["dpr", "dpr_rank_window", "dpr_absolute_margin"],
+        "methods": ["dpr", "dpr_rank_window", "dpr_absolute_margin", "dpr_wise"],
         "baseline": "dpr",
         "oracle": "dpr_rank_window",
         "incumbent": "dpr_rank_window",
@@ -113,6 +113,7 @@ BASE = {
 TARGETS = [
     "results/sweeps/noise.json",
     "results/sweeps/tournament.json",
+    "results/sweeps/tournament_selections.json",
     "results/synthkb/metrics.json",
     "results/synthkb/sieve/comparison{stag}.md",
     "results/synthkb/sieve/tradeoff{stag}.json",
@@ -303,14 +304,19 @@ SETTINGS: dict[str, tuple] = {
     "search.nprobe": (8, ANY_SEARCH, AR2_DEV),
     "search.ef_search": (64, ANY_SEARCH, AR2_DEV),
     "search.chunk_rows": (1024, AR2_DEV, ANY_SEARCH),
-    "tournament.methods": (["dpr", "dpr_rank_window"], ("tournament",), ("noise_sweep",)),
-    "tournament.baseline": ("dpr_absolute_margin", ("tournament",)),
-    "tournament.oracle": ("dpr_absolute_margin", ("tournament",)),
-    "tournament.start": ("bm25", ("tournament",)),
-    "tournament.incumbent": ("dpr_absolute_margin", ("tournament",)),
-    "tournament.references": ([], ("tournament",)),
-    "tournament.alpha": (0.1, ("tournament",)),
-    "tournament.metrics": (["R@5", "hit_all@1"], ("tournament",), ("evaluate",)),
+    # the selections' table reads the tournament's settings too (its levels, contenders, metrics)
+    "tournament.methods": (
+        ["dpr", "dpr_rank_window", "dpr_wise"],
+        ("tournament", "tournament_selections"),
+        ("noise_sweep",),
+    ),
+    "tournament.baseline": ("dpr_absolute_margin", ("tournament", "tournament_selections")),
+    "tournament.oracle": ("dpr_absolute_margin", ("tournament", "tournament_selections")),
+    "tournament.start": ("bm25", ("tournament", "tournament_selections")),
+    "tournament.incumbent": ("dpr_absolute_margin", ("tournament", "tournament_selections")),
+    "tournament.references": ([], ("tournament", "tournament_selections")),
+    "tournament.alpha": (0.1, ("tournament", "tournament_selections")),
+    "tournament.metrics": (["R@5", "hit_all@1"], ("tournament", "tournament_selections"), ("evaluate",)),
     "sweep.datasets": ([], ("noise_sweep",)),
     "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),
     "sweep.baseline": ("dpr_sieve", ("noise_sweep",)),
@@ -851,4 +857,9 @@ def test_sieve_init_warm_reruns_the_ar2_sieve_runs_and_nothing_upstream(workspac
         "ar2_seeds",
         "gather_metrics",
     }
-    assert scheduled <= downstream | {"ar2_learning_curve", "noise_sweep", "tournament"}, planned.describe()
+    assert scheduled <= downstream | {
+        "ar2_learning_curve",
+        "noise_sweep",
+        "tournament",
+        "tournament_selections",
+    }, planned.describe()
