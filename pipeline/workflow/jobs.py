@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Callable
 
-from pipeline.core.methods import AR2_SAMPLING, OTHER_FILTERS, beta_tag, ccr_model, rcl_model
+from pipeline.core.methods import AR2_SAMPLING, OTHER_FILTERS, beta_tag, ccr_model, rcl_model, relabel_model
 from pipeline.core.settings.job_documents import fields_of, job_contract
 from pipeline.core.settings.root import Config
 from pipeline.core.settings.validation import from_dict
@@ -84,7 +84,7 @@ STAGE_DOCUMENTS: dict[str, Document] = {
     # training (pipeline/workflow/training.py): train_dpr's document is also train_dpr_filtered's and
     # train_dpr_gist's, which differ in their inputs, not their settings, but for the snapshots
     # (selection.checkpoints) a folder keeps only where a selection reads it; printed for models/dpr
-    # (train_dpr), for the β's folder (train_ccr), for any selected one (train_dpr_relabel)
+    # (train_dpr), for the β's folder (train_ccr), for --filter's detections (train_dpr_relabel)
     "init_zeroshot": lambda t, d, args: init_job(t.cfg(d)),
     "train_dpr": lambda t, d, args: train_job(
         t.cfg(d), "dpr", seed=_training_seed(t, args), snapshots="dpr" in selected_folders(t, d)
@@ -109,7 +109,7 @@ STAGE_DOCUMENTS: dict[str, Document] = {
         "dpr",
         seed=_training_seed(t, args),
         relabel=t.cfg(d)["dpr"]["relabel"],
-        snapshots=any(f.startswith("dpr_relabel_") for f in selected_folders(t, d)),
+        snapshots=relabel_model(t.filter_files_name(d, args.filter)) in selected_folders(t, d),
     ),
     "select_model": lambda t, d, args: select_job(t.cfg(d)),
     # the sieve and the other filters
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "--filter",
         default="none",
         choices=OTHER_FILTERS,
-        help="filter_candidates: the filter (default none)",
+        help="filter_candidates, train_dpr_relabel: the filter (default none)",
     )
     ap.add_argument(
         "--seed",
