@@ -284,9 +284,10 @@ SETTINGS: dict[str, tuple] = {
         3,
         ("encode_corpus", "gather_embeddings", "ar2_encode_corpus", "ar2_gather_embeddings"),
     ),
-    "encode.batch_size": (32, ("encode_corpus",)),  # AR2's rounds encode at ar2.encode_batch_size
+    # AR2's rounds encode at ar2.encode_batch_size; model selection scores as the corpus is encoded
+    "encode.batch_size": (32, ("encode_corpus", "select_model", "select_model_seed")),
     "encode.sort_buffer": (1000, ("encode_corpus", "ar2_encode_corpus")),
-    "encode.amp": (False, ("encode_corpus", *ANY_SEARCH)),
+    "encode.amp": (False, ("encode_corpus", *ANY_SEARCH, "select_model", "select_model_seed")),
     "encode.backend": ("openvino", ("encode_corpus", "ar2_encode_corpus")),
     # The index ranks the train queries for dense mining, so a DPR trained on mined negatives
     # (dpr_mined_dpr) is retrained and re-encoded; the models the index cannot affect are not.

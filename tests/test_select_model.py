@@ -12,12 +12,14 @@ import torch
 from stage_args import flags
 
 from pipeline.core.config import ConfigError
+from pipeline.core.precision import encoding_dtype, precision_name
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, write_table
+from pipeline.retrieval.encode import encode_buffer
 from pipeline.retrieval.model import Retriever
 from pipeline.training import select_model
 from pipeline.training.data import PassageStore
-from pipeline.training.select_model import SELECTION_FILE, choose, interpolate, rescore
+from pipeline.training.select_model import SELECTION_FILE, DevCandidates, choose, interpolate, rescore
 
 # ---- interpolate: hand-computed values ------------------------------------------------------------
 
@@ -172,7 +174,8 @@ def _scored(folder_or_model, paths, state=None) -> pd.DataFrame:
     )
     texts = select_model.load_texts(paths["queries"], list(run["qid"].unique()))
     store = PassageStore.from_corpus(paths["corpus"], np.array(sorted(set(run["pid"])), dtype=object))
-    return rescore(model, run, texts, store, batch_size=4)
+    dev = DevCandidates.tokenize(model, run, texts, store)
+    return rescore(model, dev, batch_size=4, device=torch.device("cpu"), amp=True)
 
 
 def _qrels_from_top(run: pd.DataFrame, path) -> None:
@@ -199,6 +202,35 @@ def test_alpha_0_scores_as_the_start_model_and_alpha_1_as_the_trained_one(world)
         pd.testing.assert_frame_equal(mixed, _scored(folder, paths), check_exact=True)
     # and the two models do rank differently, so the comparison above can tell them apart
     assert not _scored(start, paths)["pid"].equals(_scored(trained, paths)["pid"])
+
+
+def test_a_candidate_scores_with_the_corpus_encoding_s_embeddings(world):
+    """Scored as pipeline.retrieval.encode computes the test corpus (encode.amp's autocast), so the model
+    chosen on dev is measured as the evaluation will see it; a pair's score is its two embeddings' dot."""
+    _root, paths, start, _trained = world
+    model = Retriever.load(start)
+    run = _scored(model, paths)
+    corpus = pd.read_parquet(paths["corpus"]).set_index("pid")
+    texts = select_model.load_texts(paths["queries"])
+    qids, pids = sorted(set(run["qid"])), sorted(set(run["pid"]))
+    options = {"batch_size": 4, "device": torch.device("cpu"), "amp": True, "dtype": torch.float32}
+    query_emb = dict(zip(qids, encode_buffer(model, [texts[q] for q in qids], None, **options)))
+    passages = corpus.loc[pids]
+    passage_emb = dict(
+        zip(pids, encode_buffer(model, list(passages["text"]), list(passages["title"]), **options))
+    )
+    expected = [np.float32(np.dot(query_emb[q], passage_emb[p])) for q, p in zip(run["qid"], run["pid"])]
+    np.testing.assert_allclose(run["score"].to_numpy(), expected, rtol=0, atol=1e-6)
+
+
+def test_the_record_names_the_precision_the_models_were_scored_in(world):
+    root, paths, start, trained = world
+    qrels = root / "qrels.precision_top.parquet"
+    _qrels_from_top(_scored(start, paths), qrels)
+    autocast_name = precision_name(encoding_dtype("cpu", True))  # bf16 on a CPU with native bf16
+    assert _run_stage(root, paths, start, trained, qrels, root / "amp")["precision"] == autocast_name
+    record = _run_stage(root, paths, start, trained, qrels, root / "fp32", "--no-amp")
+    assert record["precision"] == "fp32"
 
 
 def test_only_the_top_depth_candidates_are_scored(world):

@@ -200,13 +200,15 @@ def test_each_document_carries_the_config_s_values_and_its_contract_accepts_it(w
         "depth": 40,
         "match": "regex",
     }
-    # model selection: section selection's alphas and metric, not its resources (threads reruns nothing)
+    # model selection: section selection's alphas and metric, not its resources (threads reruns nothing);
+    # the models scored as the corpus is encoded (encode.amp)
     assert documents[SelectModelJob] == {
         "alphas": [0.0, 0.5, 1.0],
         "metric": "MRR@10",
         "depth": 40,
         "match": "regex",
         "batch_size": 16,
+        "amp": True,
     }
     # a search's: the depth, batch and its backend's knobs, queries encoded as the corpus (encode.amp)
     assert search_job(c, "faiss") == {

@@ -180,6 +180,7 @@ def test_a_selection_reads_the_start_of_its_training_and_the_labels_its_name_say
         "depth": 100,
         "match": "string",
         "batch_size": 64,
+        "amp": True,
     }
 
 

@@ -17,7 +17,7 @@ dev than the model it started from is not kept (the conservative choice).
         --corpus resources/D/corpus.parquet --candidates results/D/bm25/run.dev.parquet \\
         [--settings FILE] [--alphas 0 0.5 1 --metric MRR@10 --depth 100 ...] --out results/D/models/dpr_wise
 
-The settings (pipeline.core.settings.job_documents.SelectModelJob: alphas, metric, depth, match, batch_size) come as
+The settings (pipeline.core.settings.job_documents.SelectModelJob: alphas, metric, depth, match, batch_size, amp) come as
 one document (``--settings FILE`` or ``--settings-json``), each flag over it, the contract's default
 for a key neither gives.
 
@@ -29,7 +29,9 @@ annotated dev qrels a user has, or a truth file (synthkb's qrels_all, where hit@
 ``--out`` is a retriever folder (pipeline.retrieval.model) holding the chosen model, its model card
 (README.md) and ``selection.json``: the dev metric of every candidate, the chosen one, the qrels file
 and the tie rule.
-Interpolation runs in fp32 (each weight cast back to its dtype); the models are scored in fp32.
+Interpolation runs in fp32 (each weight cast back to its dtype); the models are scored as the corpus
+encoding computes (``amp``, encode.amp: bf16 autocast on a CPU with native bf16, fp16 on CUDA, else fp32;
+the record's ``precision``), the dev passages tokenised once for every candidate.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import torch
 
 from pipeline.core.cli import add_job_flags, check_writable, run_main, stage_parser, start_stage
 from pipeline.core.jobs import add_settings_flags, job_settings
+from pipeline.core.precision import encoding_dtype, precision_name
 from pipeline.core.schemas import QUERIES_SCHEMA
 from pipeline.core.settings.job_documents import SelectModelJob
 from pipeline.core.storage import (
@@ -58,7 +61,7 @@ from pipeline.core.storage import (
 from pipeline.evaluation.evaluate import read_finite_run
 from pipeline.evaluation.hybrid import dev_metric
 from pipeline.evaluation.selections import SELECTION_FILE, candidate_order
-from pipeline.retrieval.encode import resolve_device
+from pipeline.retrieval.encode import encode_tokenized, resolve_device, tokenize_buffer
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever
 from pipeline.training.data import PassageStore
 from pipeline.training.model_card import CARD_FILE
@@ -193,25 +196,44 @@ def top_candidates(run: pd.DataFrame, depth: int) -> pd.DataFrame:
     return run[run["rank"] <= depth].reset_index(drop=True)
 
 
-@torch.no_grad()
+@dataclasses.dataclass(frozen=True)
+class DevCandidates:
+    """The dev candidates every model of a selection re-ranks, tokenised once: ``run`` (qid, pid, rank),
+    the queries' and passages' token arrays (pipeline.retrieval.encode.tokenize_buffer) and each run row's
+    query and passage row in them."""
+
+    run: pd.DataFrame
+    queries: dict[str, np.ndarray]
+    passages: dict[str, np.ndarray]
+    query_row: np.ndarray
+    passage_row: np.ndarray
+
+    @classmethod
+    def tokenize(
+        cls, retriever: Retriever, run: pd.DataFrame, texts: Mapping[str, str], store: PassageStore
+    ) -> DevCandidates:
+        qids = list(dict.fromkeys(run["qid"]))
+        titles, bodies = store.get(np.arange(len(store)))
+        return cls(
+            run=run,
+            queries=tokenize_buffer(retriever, [texts[q] for q in qids], None),
+            passages=tokenize_buffer(retriever, bodies, titles),
+            query_row=pd.Index(qids).get_indexer(run["qid"]),
+            passage_row=pd.Index(store.pids).get_indexer(run["pid"]),
+        )
+
+
 def rescore(
-    retriever: Retriever,
-    candidates: pd.DataFrame,
-    texts: Mapping[str, str],
-    store: PassageStore,
-    batch_size: int,
+    retriever: Retriever, dev: DevCandidates, *, batch_size: int, device: torch.device, amp: bool
 ) -> pd.DataFrame:
-    """The candidates re-ranked by ``retriever`` (a run: qid, pid, rank, score); equal scores keep the
-    candidates' order."""
-    qids = list(dict.fromkeys(candidates["qid"]))
-    query_emb = retriever.encode_queries([texts[q] for q in qids], batch_size=batch_size)
-    titles, bodies = store.get(np.arange(len(store)))
-    passage_emb = retriever.encode_passages(titles, bodies, batch_size=batch_size)
-    query_row = pd.Index(qids).get_indexer(candidates["qid"])
-    passage_row = pd.Index(store.pids).get_indexer(candidates["pid"])
+    """The candidates re-ranked by ``retriever`` (a run: qid, pid, rank, score), its forward passes as the
+    corpus encoding computes them (``amp``: encode.amp); equal scores keep the candidates' order."""
+    options = {"batch_size": batch_size, "device": device, "amp": amp, "dtype": torch.float32}
+    query_emb = encode_tokenized(retriever, dev.queries, passages=False, **options)
+    passage_emb = encode_tokenized(retriever, dev.passages, passages=True, **options)
     # Row by row, not a matrix product: a pair's score must not depend on which other pairs are scored.
-    scores = np.einsum("ij,ij->i", query_emb[query_row], passage_emb[passage_row])
-    run = candidates[["qid", "pid"]].assign(score=scores.astype(np.float32), order=candidates["rank"])
+    scores = np.einsum("ij,ij->i", query_emb[dev.query_row], passage_emb[dev.passage_row])
+    run = dev.run[["qid", "pid"]].assign(score=scores.astype(np.float32), order=dev.run["rank"])
     run = run.sort_values(["qid", "score", "order"], ascending=[True, False, True], kind="stable")
     run["rank"] = run.groupby("qid", sort=False).cumcount().astype("int32") + 1
     return run[["qid", "pid", "rank", "score"]].reset_index(drop=True)
@@ -243,6 +265,7 @@ def select(
     depth: int,
     match: str = "string",
     batch_size: int = 64,
+    amp: bool = True,
     device: str | torch.device = "cpu",
 ) -> tuple[Retriever, dict]:
     """(the chosen model, the selection record). Each candidate (every alpha's interpolation and every
@@ -269,10 +292,12 @@ def select(
         raise DataError(err.message, file=trained_dir, field=err.field) from None
     # The trained model's settings (temperature included) unless the start itself is kept.
     model = trained.to(device)
+    dev = DevCandidates.tokenize(model, run, texts, store)  # the scoring settings are the start's too
     by_candidate: dict[Candidate, float] = {}
     for candidate in candidates_of(alphas, list_snapshots(trained_dir)):
         model.load_state_dict(_weights(candidate, start_state, trained_state))
-        by_candidate[candidate] = float(score(rescore(model, run, texts, store, batch_size)))
+        scored = rescore(model, dev, batch_size=batch_size, device=device, amp=amp)
+        by_candidate[candidate] = float(score(scored))
         log.info("%s: dev %s %.4f", candidate.name, metric, by_candidate[candidate])
     chosen = choose(by_candidate, Candidate.order)
     log.info("chosen: %s", chosen.name)
@@ -291,6 +316,7 @@ def select(
         "queries": str(queries),
         "candidates": str(candidates),
         "depth": depth,
+        "precision": precision_name(encoding_dtype(device, amp)),
         "n_queries": len(dev_qids),
         "dev_metric_by_alpha": {f"{a:g}": v for a, v in by_alpha.items()},
         "dev_metric_by_snapshot": {str(c.step): v for c, v in by_candidate.items() if c.kind == "snapshot"},

@@ -288,6 +288,10 @@ class TrainingRules:
 def select_job(config: dict) -> dict[str, Any]:
     """The document of a select_model job of a dataset whose resolved config is ``config``
     (pipeline.core.settings.job_documents.SelectModelJob): section selection's alphas and metric, the candidates'
-    depth and answer matching (eval), the forward pass's batch (encode)."""
-    reads = (("selection", ("alphas", "metric")), ("eval", ("depth", "match")), ("encode", ("batch_size",)))
+    depth and answer matching (eval), the forward pass's batch and autocast (encode)."""
+    reads = (
+        ("selection", ("alphas", "metric")),
+        ("eval", ("depth", "match")),
+        ("encode", ("batch_size", "amp")),
+    )
     return {key: config[section][key] for section, keys in reads for key in keys}

@@ -242,10 +242,10 @@ SelectModelJob = job_contract(
     "SelectModelJob",
     "pipeline.training.select_model: the interpolation weights and the dev metric (a selection section), the "
     "candidates re-scored per dev query and answer matching (eval.depth, eval.match), the forward pass's batch "
-    "(encode.batch_size).",
+    "and autocast (encode.batch_size, encode.amp: the models are scored as the corpus encoding computes).",
     **fields_of(SelectionSettings, "alphas", "metric"),
     **fields_of(EvalSettings, "depth", "match"),
-    **fields_of(EncodeSettings, "batch_size"),
+    **fields_of(EncodeSettings, "batch_size", "amp"),
 )
 EvaluateJob = job_contract(
     "EvaluateJob",
