@@ -47,11 +47,12 @@ lock:
 demo: setup
 	$(BIN)/snakemake --cores $(CORES) results/synthkb/metrics.json
 
-# Lint and format check first (ruff at its locked version): seconds, and a style slip fails fast.
+# Lint and format check first (ruff at its locked version): seconds, and a style slip fails fast. The
+# suite runs one pytest-xdist worker per core (CORES); every test works in its own tmp folder.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q tests
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -n $(CORES) tests
 
 # The SLURM rehearsal (tests/test_slurm_rehearsal.py): a local SLURM that enforces memory, network and
 # time limits (scripts/slurm_local.sh, root), and the paper recipe's rule shape through the slurm profile.
