@@ -324,6 +324,15 @@ def test_a_selection_of_a_skipped_or_unknown_contender_is_refused():
         selections.parse_selections(["kb:dpr_none_wise=x.json"], settings, contenders)
 
 
+def test_a_level_that_skips_every_selection_says_so(tmp_path):
+    settings = tiny_settings()
+    settings["levels"]["kb"]["skip"] = ["dpr_none_wise", "dpr_none_wise_truth"]
+    result = selections.build_selections(settings, {}, {"kb": write(tmp_path / "m.json", tiny_metrics())})
+    assert result["levels"][0]["selections"] == {}
+    assert result["levels"][0]["skip"] == ["dpr_none_wise", "dpr_none_wise_truth"]
+    assert "No selection runs at this level" in selections.selections_markdown(result)
+
+
 # ---- the workflow's inputs ---------------------------------------------------------------------------
 
 
@@ -341,8 +350,9 @@ def test_the_rule_reads_every_selection_of_the_v2_overlay_at_every_level_and_see
     from pipeline.workflow.evaluation import tournament_selections
 
     found = tournament_selections(_v2_tables())
-    levels, synthkb, seeds = 7, 6, 5
-    assert len(found) == (5 * levels + 2 * synthkb) * seeds == 235
+    # the 2 mined-source levels run no selection (sieve-clean's contenders only)
+    full, synthkb, seeds = 5, 4, 5
+    assert len(found) == (5 * full + 2 * synthkb) * seeds == 165
     by = {(d, m, s): (model, rec) for d, m, s, model, rec in found}
     assert by["synthkb_fn30_p50", "dpr_none_wise", 0] == (
         "results/synthkb_fn30_p50/models/dpr_none_wise/retriever.json",
@@ -352,6 +362,7 @@ def test_the_rule_reads_every_selection_of_the_v2_overlay_at_every_level_and_see
         "results/squad36/models/dpr_gist_zeroshot_none_wise-s3/selection.json"
     )
     assert not [k for k in by if k[0] == "squad36" and k[1].endswith("_truth")]
+    assert not [k for k in by if k[0].endswith("_zsmined")]
 
 
 @pytest.mark.slow
@@ -361,12 +372,12 @@ def test_snakemake_plans_the_selections_table_on_the_v2_overlay(tmp_path):
 
     out = plan_v2_overlay(tmp_path, "results/sweeps/tournament_selections.json", "--printshellcmds")
     jobs = jobs_in_dry_run(out)
-    levels, synthkb = 7, 6
-    selections_run = 5 * levels + 2 * synthkb
+    levels, full, synthkb = 7, 5, 4  # the 2 mined-source levels run no selection
+    selections_run = 5 * full + 2 * synthkb
     assert jobs["tournament_selections"] == 1
     assert (jobs["select_model"], jobs["select_model_seed"]) == (selections_run, selections_run * 4)
     command = next(line for line in out.splitlines() if "pipeline.evaluation.selections" in line)
     records = command.split("--selections ")[1].split(" --metrics ")[0].split()
-    assert len(records) == selections_run * 5 == 235
+    assert len(records) == selections_run * 5 == 165
     assert all(r.endswith("/selection.json") for r in records)
     assert len(command.split(" --metrics ")[1].split(" --out-json ")[0].split()) == levels

@@ -583,12 +583,14 @@ def test_the_v2_overlay_reads_a_filter_report_per_filtered_contender():
     assert by["synthkb_fn30_p50", "dpr_relabel_sieve_no_ccr"][0] == "relabels"
     # a selection and a hybrid are their trained model's filter; in-loss masking has no decisions
     assert by["squad36", "hybrid_wsum_dpr_sieve_no_ccr"] == by["squad36", "dpr_sieve_no_ccr"]
-    assert by["synthkb_fn07_p0_zsmined", "dpr_none_wise"][1].endswith(
-        "sieve/none_source_zeroshot/report.json"
-    )
+    assert by["synthkb_fn07_p0_zsmined", "dpr_none"][1].endswith("sieve/none_source_zeroshot/report.json")
     assert not [k for k in by if k[1].startswith("dpr_gist_")] and ("squad36", "dpr_oracle") not in by
-    # the synthkb levels' 13 filters and SQuAD-36's 12 (no oracle): one report each
-    assert len({r for *_, r in found}) == 6 * 13 + 12
+    # the mined-source levels run sieve-clean's contenders only: no selection, no answer match there
+    assert ("synthkb_fn30_p50_zsmined", "dpr_none_wise") not in by
+    assert ("synthkb_fn30_p50_zsmined", "dpr_answer_match") not in by
+    # the BM25-source synthkb levels' 13 filters, the mined-source levels' 10 (sieve-clean's) and
+    # SQuAD-36's 12 (no oracle): one report each
+    assert len({r for *_, r in found}) == 4 * 13 + 2 * 10 + 12
 
 
 def plan_v2_overlay(tmp_path, target: str, *flags: str) -> str:
@@ -623,14 +625,21 @@ def test_snakemake_plans_the_v2_overlay(tmp_path):
     from test_workflow import jobs_in_dry_run
 
     jobs = jobs_in_dry_run(plan_v2_overlay(tmp_path, "results/sweeps/tournament.json"))
-    levels, synthkb = 7, 6
-    # dropping filters: 13 at a synthkb level, 12 at SQuAD-36 (no oracle)
-    assert (jobs["train_dpr_filtered"], jobs["train_dpr_filtered_seed"]) == (90, 90 * 4)
-    assert (jobs["train_dpr_gist"], jobs["train_dpr_gist_seed"]) == (2 * levels, 2 * levels * 4)
-    assert (jobs["train_dpr_relabel"], jobs["relabel_qrels"]) == (4 * synthkb + 3, 4 * synthkb + 3)
-    # five selections with the annotated dev labels at every level, two with the truth at synthkb's
-    selections = 5 * levels + 2 * synthkb
+    # 4 synthkb levels of BM25's candidates and SQuAD-36 run every contender; the 2 mined-source
+    # levels sieve-clean's: 10 dropping filters (none and oracle among them), 2 relabels, no GIST,
+    # selection or hybrid
+    full, synthkb, mined = 5, 4, 2
+    # dropping filters: 13 at a synthkb level, 12 at SQuAD-36 (no oracle), 10 at a mined-source level
+    filtered = 13 * synthkb + 12 + 10 * mined
+    assert (jobs["train_dpr_filtered"], jobs["train_dpr_filtered_seed"]) == (filtered, filtered * 4)
+    assert (jobs["train_dpr_gist"], jobs["train_dpr_gist_seed"]) == (2 * full, 2 * full * 4)
+    relabels = 4 * synthkb + 3 + 2 * mined
+    assert (jobs["train_dpr_relabel"], jobs["relabel_qrels"]) == (relabels, relabels)
+    # five selections with the annotated dev labels at every full level, two with the truth at synthkb's
+    selections = 5 * full + 2 * synthkb
     assert (jobs["select_model"], jobs["select_model_seed"]) == (selections, selections * 4)
-    assert (jobs["fuse_weighted_seed"], jobs["sieve_report"], jobs["tournament"]) == (5 * levels, 90, 1)
+    assert (jobs["fuse_weighted_seed"], jobs["sieve_report"], jobs["tournament"]) == (5 * full, filtered, 1)
     assert jobs["mine_dense_negatives"] == 2  # zero-shot's negatives for the two mined-source levels
-    assert sum(jobs.values()) == 7820
+    assert (
+        sum(jobs.values()) == 6608
+    )  # 7,820 before the mined-source levels ran sieve-clean's contenders only

@@ -469,6 +469,9 @@ def selections_markdown(result: dict) -> str:
     for level in result["levels"]:
         primary = level["primary"]
         lines += [f"## {level['label']} ({level['dataset']}), test {primary}", ""]
+        if not level["selections"]:
+            lines += ["No selection runs at this level (tournament.levels' skip).", ""]
+            continue
         lines += [
             "| selection | labels | from | chosen per seed | start · snapshot · interpolation · trained "
             f"| dev metric: chosen / trained / start | test {primary}: selection / trained / {start} "
