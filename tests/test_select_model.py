@@ -12,7 +12,6 @@ import torch
 from stage_args import flags
 
 from pipeline.core.config import ConfigError
-from pipeline.core.precision import encoding_dtype, precision_name
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, write_table
 from pipeline.retrieval.encode import encode_buffer
@@ -204,31 +203,37 @@ def test_alpha_0_scores_as_the_start_model_and_alpha_1_as_the_trained_one(world)
     assert not _scored(start, paths)["pid"].equals(_scored(trained, paths)["pid"])
 
 
-def test_a_candidate_scores_with_the_corpus_encoding_s_embeddings(world):
-    """Scored as pipeline.retrieval.encode computes the test corpus (encode.amp's autocast), so the model
-    chosen on dev is measured as the evaluation will see it; a pair's score is its two embeddings' dot."""
+def test_a_candidate_scores_with_the_corpus_encoding_s_embeddings(world, monkeypatch):
+    """Scored as pipeline.retrieval.encode computes the test corpus (encode.amp's autocast: bf16 on a CPU
+    with native bf16, forced here), so the model chosen on dev is measured as the evaluation will see it;
+    a pair's score is its two embeddings' dot."""
+    monkeypatch.setenv("SIEVE_CPU_BF16", "1")
     _root, paths, start, _trained = world
     model = Retriever.load(start)
     run = _scored(model, paths)
     corpus = pd.read_parquet(paths["corpus"]).set_index("pid")
     texts = select_model.load_texts(paths["queries"])
     qids, pids = sorted(set(run["qid"])), sorted(set(run["pid"]))
-    options = {"batch_size": 4, "device": torch.device("cpu"), "amp": True, "dtype": torch.float32}
-    query_emb = dict(zip(qids, encode_buffer(model, [texts[q] for q in qids], None, **options)))
     passages = corpus.loc[pids]
-    passage_emb = dict(
-        zip(pids, encode_buffer(model, list(passages["text"]), list(passages["title"]), **options))
-    )
-    expected = [np.float32(np.dot(query_emb[q], passage_emb[p])) for q, p in zip(run["qid"], run["pid"])]
-    np.testing.assert_allclose(run["score"].to_numpy(), expected, rtol=0, atol=1e-6)
+
+    def scores(amp: bool) -> list:
+        options = {"batch_size": 4, "device": torch.device("cpu"), "amp": amp, "dtype": torch.float32}
+        queries = dict(zip(qids, encode_buffer(model, [texts[q] for q in qids], None, **options)))
+        embedded = encode_buffer(model, list(passages["text"]), list(passages["title"]), **options)
+        by_pid = dict(zip(pids, embedded))
+        return [np.float32(np.dot(queries[q], by_pid[p])) for q, p in zip(run["qid"], run["pid"])]
+
+    np.testing.assert_allclose(run["score"].to_numpy(), scores(amp=True), rtol=0, atol=1e-6)
+    # and bf16 is what was compared: fp32 embeddings score the pairs measurably otherwise
+    assert np.abs(run["score"].to_numpy() - scores(amp=False)).max() > 1e-5
 
 
-def test_the_record_names_the_precision_the_models_were_scored_in(world):
+def test_the_record_names_the_precision_the_models_were_scored_in(world, monkeypatch):
+    monkeypatch.setenv("SIEVE_CPU_BF16", "1")  # as on a CPU with native bf16
     root, paths, start, trained = world
     qrels = root / "qrels.precision_top.parquet"
     _qrels_from_top(_scored(start, paths), qrels)
-    autocast_name = precision_name(encoding_dtype("cpu", True))  # bf16 on a CPU with native bf16
-    assert _run_stage(root, paths, start, trained, qrels, root / "amp")["precision"] == autocast_name
+    assert _run_stage(root, paths, start, trained, qrels, root / "amp")["precision"] == "bf16"
     record = _run_stage(root, paths, start, trained, qrels, root / "fp32", "--no-amp")
     assert record["precision"] == "fp32"
 
