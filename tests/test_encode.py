@@ -156,6 +156,14 @@ def test_encode_buffer_sorts_by_token_length_but_returns_input_order(retriever):
     np.testing.assert_allclose(out, retriever.encode_queries(texts), atol=1e-5)
 
 
+def test_an_empty_buffer_is_no_rows_of_the_asked_dtype(retriever):
+    dim = retriever.query_model.config.hidden_size
+    assert encode_queries_fp32(retriever, []).shape == (0, dim)
+    cpu = dict(device=torch.device("cpu"), batch_size=2)
+    out = encode.encode_buffer(retriever, [], [], **cpu)  # passages, the default fp16 storage
+    assert out.shape == (0, dim) and out.dtype == np.float16
+
+
 def test_null_text_names_the_row_and_leaves_no_output(tmp_path, retriever):
     df = make_corpus(tmp_path / "corpus.parquet", n=50)
     df.loc[41, "text"] = None

@@ -168,10 +168,6 @@ def encode_buffer(
     Non-finite embeddings (in ``dtype``) are a DataError naming ``model`` (the retriever's folder).
     ``tower`` (an ``OpenVINOTower`` of the right kind) computes the forward pass instead of torch.
     """
-    if len(texts) == 0:
-        dim = retriever.query_model.config.hidden_size
-        dtype = options.get("dtype", torch.float16)
-        return np.zeros((0, dim), dtype=torch.empty(0, dtype=dtype).numpy().dtype)
     encoded = tokenize_buffer(retriever, texts, titles)
     return encode_tokenized(retriever, encoded, passages=titles is not None, **options)
 
@@ -192,6 +188,8 @@ def encode_tokenized(
     """``encode_buffer`` of a buffer ``tokenize_buffer`` made (``passages``: by its passage tower), so
     that one tokenisation serves several models (model selection scores ~7 on the same dev passages)."""
     n, dim = len(encoded["input_ids"]), retriever.query_model.config.hidden_size
+    if n == 0:
+        return np.zeros((0, dim), dtype=torch.empty(0, dtype=dtype).numpy().dtype)
     lengths = encoded["attention_mask"].sum(axis=1)
     order = np.argsort(-lengths, kind="stable")
     left = retriever.tokenizer.padding_side == "left"
