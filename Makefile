@@ -48,11 +48,14 @@ demo: setup
 	$(BIN)/snakemake --cores $(CORES) results/synthkb/metrics.json
 
 # Lint and format check first (ruff at its locked version): seconds, and a style slip fails fast. The
-# suite runs one pytest-xdist worker per core (CORES); every test works in its own tmp folder.
+# suite runs one pytest-xdist worker per core (CORES); every test works in its own tmp folder. A test
+# file runs on one worker (--dist loadfile): its module fixtures, one SLURM cluster or one workflow run,
+# are built once (spread over two workers, a second cluster could not start and its tests skipped).
+# xdist_group marks would not do it: pytest-xdist 3.8's loadgroup does not group under pytest 9.2.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -n $(CORES) tests
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -n $(CORES) --dist loadfile tests
 
 # The SLURM rehearsal (tests/test_slurm_rehearsal.py): a local SLURM that enforces memory, network and
 # time limits (scripts/slurm_local.sh, root), and the paper recipe's rule shape through the slurm profile.

@@ -276,7 +276,8 @@ def test_the_readme_names_setup_the_demos_html_and_how_long_the_tests_take():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert "make setup" in text
     assert "results/synthkb/metrics.html" in text
-    assert re.search(r"`make test` took \d+ s in CI on .*EPYC", " ".join(text.split()))
+    # The figure names the CPU it was measured on (the session machines differ: Xeon, EPYC, AVX2-only).
+    assert re.search(r"`make test` took \d+ s in CI on [^.]*(Intel Xeon|AMD EPYC)", " ".join(text.split()))
 
 
 def test_the_demo_builds_the_metrics_html_the_readme_names(workflow):

@@ -159,6 +159,10 @@ def slurm_cluster(tmp_path_factory):
         )
         if start.returncode == 3:
             reason = start.stderr.strip().splitlines()[-1] if start.stderr.strip() else "unknown"
+            # A cluster already running is this machine's state, not a missing capability: skipping would
+            # hide the cluster tests (a second test worker starting its own cluster did so in CI).
+            if "another local cluster is running" in reason:
+                pytest.fail(f"local SLURM: {reason}")
             pytest.skip(f"no local SLURM: {reason}")
         assert start.returncode == 0, f"slurm_local.sh start failed:\n{start.stderr[-4000:]}"
         yield env
