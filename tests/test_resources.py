@@ -9,6 +9,7 @@ partition of profiles/slurm/partitions.yaml, chosen by the SLURM plugin's own pa
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,8 +25,11 @@ from pipeline.workflow.resources import (
     bytes_per_vector,
     cpu_hours,
     disk_mb,
+    encoder_parameters,
     figures,
+    folder_architecture,
     memory_mb,
+    selection_mib,
 )
 
 PARTITIONS = cost.REPO / "profiles" / "slurm" / "partitions.yaml"
@@ -70,6 +74,56 @@ def test_each_memory_line_passes_through_its_two_measured_points():
             assert line["base_mib"] + line["per_unit_kib"] * units / 1024 == pytest.approx(mib, rel=0.02), (
                 rule
             )
+
+
+def test_the_parameter_count_is_the_shipped_minilm_s_and_bert_base_s():
+    from safetensors import safe_open
+
+    from pipeline.core.config import resolve_model_path
+
+    folder = Path(resolve_model_path("minilm"))
+    with safe_open(str(folder / "model.safetensors"), "np") as weights:
+        stored = sum(
+            math.prod(weights.get_slice(k).get_shape()) for k in weights.keys() if "position_ids" not in k
+        )
+    assert encoder_parameters(folder_architecture(str(folder))) == stored == 22_713_216
+    published = yaml.safe_load((cost.REPO / "pipeline" / "workflow" / "throughputs.yaml").read_text())
+    assert encoder_parameters(published["architectures"]["minilm"]) == stored
+    assert encoder_parameters(published["architectures"]["bert-base-uncased"]) == 109_482_240  # BERT's 110M
+
+
+def _selection_cfg(depth: int, length: int = 128, batch: int = 64) -> dict:
+    return {"model": {"passage_max_len": length}, "encode": {"batch_size": batch}, "eval": {"depth": depth}}
+
+
+def test_a_selection_s_measured_peaks_lie_at_or_below_its_sum_of_terms():
+    """resources.yaml's two points: select_model run by hand on synthkb_fn30_p50 (282 dev questions, 6,055
+    passages, MiniLM) at eval depths 20 and 100."""
+    minilm = yaml.safe_load((cost.REPO / "pipeline" / "workflow" / "throughputs.yaml").read_text())
+    sizes = Sizes(6_055, {"dev": 282}, 384, minilm["architectures"]["minilm"])
+    for depth, peak in figures()["selection"]["points"]:
+        assert peak <= selection_mib(_selection_cfg(depth), sizes) <= 1.1 * peak, depth
+
+
+def test_an_nq_selection_asks_for_its_dev_candidates_by_hand():
+    """BERT-base at 256 tokens, NQ's 6,515 dev questions x depth 100: every term by hand."""
+    arch = {"layers": 12, "hidden": 768, "intermediate": 3072, "heads": 12, "vocab": 30_522}
+    sizes = Sizes(NQ.passages, NQ.queries, 768, arch)
+    rows = 6_515 * 100
+    terms = (
+        5 * 4 * 109_482_240  # the weights, five times
+        + rows * (256 * (13 + 8) + 2 * 4 * 768)  # each row a passage: tokens, text, two embedding copies
+        + rows * 512
+        + 65_536 * 2 * 4 * 768  # one scoring chunk of the row pairs
+        + 64 * 256 * 4 * (3 * 3072 + 2 * 12 * 256)  # one forward batch
+    )
+    need = 750 + terms / MIB
+    assert selection_mib(_selection_cfg(100, 256), sizes) == pytest.approx(need)
+    assert memory_mb("select_model", _selection_cfg(100, 256), sizes) == math.ceil(need * 1.5 + 512)
+    # the fixed 6,000 MB it asked for before would have been killed: ~10.9 GiB at its peak
+    assert need > 10_000
+    # without the encoder's shape the stage's mem_mb setting stands
+    assert memory_mb("select_model", _selection_cfg(100, 256), NQ) is None
 
 
 def test_stages_whose_need_does_not_grow_keep_their_setting():

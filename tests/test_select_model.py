@@ -14,11 +14,18 @@ from stage_args import flags
 from pipeline.core.config import ConfigError
 from pipeline.core.schemas import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, RUN_SCHEMA
 from pipeline.core.storage import DataError, write_table
+from pipeline.retrieval.embeddings import rowwise_dot
 from pipeline.retrieval.encode import encode_buffer
 from pipeline.retrieval.model import Retriever
 from pipeline.training import select_model
 from pipeline.training.data import PassageStore
-from pipeline.training.select_model import SELECTION_FILE, DevCandidates, choose, interpolate, rescore
+from pipeline.training.select_model import (
+    SELECTION_FILE,
+    DevCandidates,
+    choose,
+    interpolate,
+    rescore,
+)
 
 # ---- interpolate: hand-computed values ------------------------------------------------------------
 
@@ -97,6 +104,28 @@ def test_alpha_outside_the_unit_interval_is_refused():
 
 
 # ---- choose: max, ties to the smallest alpha -------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rowwise_dot_is_each_pair_s_dot_product_whatever_the_chunk(dtype):
+    rng = np.random.default_rng(0)
+    queries, passages = (
+        rng.standard_normal((5, 8), dtype=np.float32),
+        rng.standard_normal((9, 8), dtype=np.float32),
+    )
+    query_row, passage_row = rng.integers(0, 5, 23), rng.integers(0, 9, 23)
+    expected = np.array(
+        [np.dot(queries[q].astype(dtype), passages[p].astype(dtype)) for q, p in zip(query_row, passage_row)]
+    )
+    whole = rowwise_dot(queries, query_row, passages, passage_row, dtype=dtype)
+    assert whole.dtype == dtype
+    np.testing.assert_allclose(whole, expected, rtol=1e-6)
+    # Chunks that do not divide the rows (the last one short) and single rows give every pair the same value.
+    for chunk in (1, 4, 7, 23, 100):
+        np.testing.assert_array_equal(
+            rowwise_dot(queries, query_row, passages, passage_row, dtype, chunk), whole
+        )
+    assert rowwise_dot(queries, query_row[:0], passages, passage_row[:0]).shape == (0,)
 
 
 def test_choose_takes_the_best_metric():

@@ -32,7 +32,6 @@ from pipeline.core.storage import (
 log = logging.getLogger("sieve.sieve_data")
 
 CORPUS_BATCH = 8_192
-SCORE_CHUNK = 262_144
 
 
 # ---- negatives and qrels -------------------------------------------------------------------------
@@ -252,16 +251,3 @@ def normalize_rows(vecs: np.ndarray) -> np.ndarray:
     vecs = np.asarray(vecs, dtype=np.float32)
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     return vecs / np.maximum(norms, 1e-12)
-
-
-def rowwise_dot(
-    left: np.ndarray, left_idx: np.ndarray, right: np.ndarray, right_idx: np.ndarray
-) -> np.ndarray:
-    """float64 dot products left[left_idx[i]] . right[right_idx[i]], computed in bounded chunks."""
-    out = np.empty(len(left_idx), dtype=np.float64)
-    for start in range(0, len(left_idx), SCORE_CHUNK):
-        sl = slice(start, start + SCORE_CHUNK)
-        a = np.asarray(left[left_idx[sl]], dtype=np.float64)
-        b = np.asarray(right[right_idx[sl]], dtype=np.float64)
-        out[sl] = np.einsum("ij,ij->i", a, b)
-    return out

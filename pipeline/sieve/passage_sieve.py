@@ -42,7 +42,8 @@ from pipeline.core.schemas import CANDIDATES_SCHEMA, MINED_NEGATIVES_SCHEMA, SIE
 from pipeline.core.seeding import item_rng, stable_hash
 from pipeline.core.settings.job_documents import SieveJob
 from pipeline.core.storage import DataError, read_table, write_table
-from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries, rowwise_dot
+from pipeline.retrieval.embeddings import rowwise_dot
+from pipeline.sieve.data import encode_unique_passages, normalize_rows, read_queries
 from pipeline.sieve.settings import SieveSettings
 
 log = logging.getLogger("sieve.sieve")

@@ -61,6 +61,7 @@ from pipeline.core.storage import (
 from pipeline.evaluation.evaluate import read_finite_run
 from pipeline.evaluation.hybrid import dev_metric
 from pipeline.evaluation.selections import SELECTION_FILE, candidate_order
+from pipeline.retrieval.embeddings import rowwise_dot
 from pipeline.retrieval.encode import encode_tokenized, resolve_device, tokenize_buffer
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever
 from pipeline.training.data import PassageStore
@@ -231,9 +232,9 @@ def rescore(
     options = {"batch_size": batch_size, "device": device, "amp": amp, "dtype": torch.float32}
     query_emb = encode_tokenized(retriever, dev.queries, passages=False, **options)
     passage_emb = encode_tokenized(retriever, dev.passages, passages=True, **options)
-    # Row by row, not a matrix product: a pair's score must not depend on which other pairs are scored.
-    scores = np.einsum("ij,ij->i", query_emb[dev.query_row], passage_emb[dev.passage_row])
-    run = dev.run[["qid", "pid"]].assign(score=scores.astype(np.float32), order=dev.run["rank"])
+    # Row by row (rowwise_dot), not a matrix product: a pair's score must not depend on the other pairs.
+    scores = rowwise_dot(query_emb, dev.query_row, passage_emb, dev.passage_row, dtype=np.float32)
+    run = dev.run[["qid", "pid"]].assign(score=scores, order=dev.run["rank"])
     run = run.sort_values(["qid", "score", "order"], ascending=[True, False, True], kind="stable")
     run["rank"] = run.groupby("qid", sort=False).cumcount().astype("int32") + 1
     return run[["qid", "pid", "rank", "score"]].reset_index(drop=True)

@@ -16,10 +16,12 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 import yaml
 
 from pipeline.core.settings.base import TRAINING_ATTEMPTS, ConfigError
+from pipeline.retrieval.embeddings import SCORE_CHUNK
 
 FIGURES = Path(__file__).with_name("resources.yaml")
 THROUGHPUTS = Path(__file__).with_name("throughputs.yaml")  # published dataset sizes, encoder shapes
@@ -51,7 +53,20 @@ def folder_architecture(name: str) -> dict | None:
         "layers": c["num_hidden_layers"],
         "hidden": c["hidden_size"],
         "intermediate": c["intermediate_size"],
+        "heads": c["num_attention_heads"],
+        "vocab": c["vocab_size"],
     }
+
+
+def encoder_parameters(arch: Mapping[str, int]) -> int:
+    """Weights of a BERT-shaped encoder: the embeddings (vocabulary, 512 positions, 2 token types, their
+    LayerNorm), per layer the attention's four h x h projections, the feed-forward pair and two
+    LayerNorms (4h^2 + 2hi + 9h + i), and the pooler (h^2 + h). MiniLM-L6: 22,713,216; BERT-base:
+    109,482,240 (the published 22.7M and 110M)."""
+    h, i = arch["hidden"], arch["intermediate"]
+    embeddings = (arch["vocab"] + 512 + 2) * h + 2 * h
+    layer = 4 * h * h + 2 * h * i + 9 * h + i
+    return embeddings + arch["layers"] * layer + h * h + h
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,8 @@ class Sizes:
     passages: int
     queries: dict[str, int]
     dim: int
+    # the encoder's shape (throughputs.yaml's architectures); None where only the dimension is known
+    encoder: Mapping[str, int] | None = None
 
     @property
     def questions(self) -> int:
@@ -99,7 +116,7 @@ def dataset_sizes(cfg: dict, dataset: str, root: Path = Path(".")) -> Sizes:
     arch = data["architectures"].get(name) or folder_architecture(name)
     if arch is None:
         raise ConfigError(f"encoder {name!r}: not in throughputs.yaml's architectures, no config.json")
-    return Sizes(counted[0], counted[1], int(arch["hidden"]))
+    return Sizes(counted[0], counted[1], int(arch["hidden"]), arch)
 
 
 def _factory_parts(factory: str) -> list[str]:
@@ -169,9 +186,39 @@ def memory_mb(rule: str, cfg: dict, sizes: Sizes) -> int | None:
     elif rule in ("search_dense", "search_dense_seed", "ar2_search", "ar2_search_dev", "ar2_search_dev_start",
                   "ar2_mine", "ar2_mine_start"):  # fmt: skip
         need = index_part_mb(cfg, sizes) + f["search_base_mib"]
+    elif rule in ("select_model", "select_model_seed") and sizes.encoder is not None:
+        need = selection_mib(cfg, sizes)
     else:
         return None
     return int(math.ceil(need * f["headroom"]["memory"] + f["job_runner_mib"]))
+
+
+def selection_mib(cfg: dict, sizes: Sizes) -> float:
+    """MiB a model selection (pipeline.training.select_model) holds at its peak, resources.yaml's
+    `selection` terms: the process, the encoder's fp32 weights `model_copies` times, each dev candidate
+    passage's token arrays, text and embeddings (every dev run row a passage of its own at most), the run's
+    rows, one scoring chunk and one forward batch's activations."""
+    s, arch = figures()["selection"], sizes.encoder
+    length, batch = cfg["model"]["passage_max_len"], cfg["encode"]["batch_size"]
+    rows = sizes.queries.get("dev", 0) * cfg["eval"]["depth"]
+    passages = min(rows, sizes.passages)
+    per_passage = (
+        length * (s["token_bytes"] + s["text_bytes_per_token"]) + s["embedding_copies"] * 4 * sizes.dim
+    )
+    activations = (
+        batch
+        * length
+        * 4
+        * (s["feed_forward_tensors"] * arch["intermediate"] + s["attention_tensors"] * arch["heads"] * length)
+    )
+    need = (
+        s["model_copies"] * 4 * encoder_parameters(arch)
+        + passages * per_passage
+        + rows * s["row_bytes"]
+        + min(rows, SCORE_CHUNK) * 2 * 4 * sizes.dim
+        + activations
+    )
+    return s["base_mib"] + need / MIB
 
 
 def checkpoint_mb(parameters: float) -> float:
