@@ -17,6 +17,7 @@ from pipeline.core.settings.base import (
     MAX_STEPS,
     MAX_THREADS,
     MAX_TOKENS,
+    MEM_MB_HELP,
     RESOURCE_KEYS,
     Contract,
     Precision,
@@ -173,7 +174,7 @@ class Ar2Settings(Contract):
     threads: int = Field(
         1, ge=1, le=MAX_THREADS, description="per AR2 job: two variants then run side by side on 2 cores"
     )
-    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
+    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
     gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the job reserves")
 
 

@@ -22,6 +22,7 @@ from pipeline.core.settings.base import (
     MAX_SORT_BUFFER,
     MAX_THREADS,
     MAX_TOKENS,
+    MEM_MB_HELP,
     Contract,
     Metric,
     Unique,
@@ -161,7 +162,7 @@ class EncodeSettings(Contract):
     threads: int = Field(
         1, ge=1, le=MAX_THREADS, description="CPU threads per encode job (shards x threads <= cores)"
     )
-    mem_mb: int = Field(4000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
+    mem_mb: int = Field(4000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
 
 
 class IndexSettings(Contract):
@@ -185,7 +186,7 @@ class IndexSettings(Contract):
         0, ge=0, le=MAX_GPUS, description="GPUs per build_index job; used when faiss sees GPUs (`gpu` extra)"
     )
     threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
-    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
+    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
 
 
 class SearchSettings(Contract):
@@ -205,7 +206,7 @@ class SearchSettings(Contract):
         0, ge=0, le=MAX_GPUS, description="GPUs per search job: query encoding, torch search, FAISS on GPU"
     )
     threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
-    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
+    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
 
 
 class HybridSettings(Contract):

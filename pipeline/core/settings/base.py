@@ -97,6 +97,11 @@ MAX_ROUNDS = 100
 # A job's reservation on one node: no node has more hardware threads, 16 TiB of memory or 64 GPUs.
 MAX_THREADS = 1_024
 MAX_MEM_MB = 2**24
+# Every stage's `mem_mb`: a rule whose need grows with the data asks what its sizes compute instead.
+MEM_MB_HELP = (
+    "memory the job reserves (MB) where its rule does not compute it from the dataset's sizes "
+    "(build_index, the dense searches, AR2's included, and select_model do: docs/cluster.md section 3)"
+)
 MAX_GPUS = 64
 
 # Attempts a training job gets (Snakemake's `retries` + 1 on the training rules). A run that would
@@ -122,7 +127,7 @@ class JobResources(Contract):
     """What a job reserves (Snakemake resources/threads), not what it computes."""
 
     threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
-    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description="memory the job reserves (MB)")
+    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
     gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the job reserves (more than 1: torchrun DDP)")
 
 
