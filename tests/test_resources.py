@@ -97,8 +97,8 @@ def _selection_cfg(depth: int, length: int = 128, batch: int = 64) -> dict:
 
 
 def test_a_selection_s_measured_peaks_lie_at_or_below_its_sum_of_terms():
-    """resources.yaml's two points: select_model run by hand on synthkb_fn30_p50 (282 dev questions, 6,055
-    passages, MiniLM) at eval depths 20 and 100."""
+    """resources.yaml's points: select_model on synthkb_fn30_p50 (282 dev questions, 6,055 passages,
+    MiniLM) at eval depths 20 and 100."""
     minilm = yaml.safe_load((cost.REPO / "pipeline" / "workflow" / "throughputs.yaml").read_text())
     sizes = Sizes(6_055, {"dev": 282}, 384, minilm["architectures"]["minilm"])
     for depth, peak in figures()["selection"]["points"]:
@@ -117,7 +117,7 @@ def test_an_nq_selection_asks_for_its_dev_candidates_by_hand():
         + 65_536 * 2 * 4 * 768  # one scoring chunk of the row pairs
         + 64 * 256 * 4 * (3 * 3072 + 2 * 12 * 256)  # one forward batch
     )
-    need = 750 + terms / MIB
+    need = 760 + terms / MIB
     assert selection_mib(_selection_cfg(100, 256), sizes) == pytest.approx(need)
     assert memory_mb("select_model", _selection_cfg(100, 256), sizes) == math.ceil(need * 1.5 + 512)
     # the fixed 6,000 MB it asked for before would have been killed: ~10.9 GiB at its peak
