@@ -8,6 +8,7 @@ partition of profiles/slurm/partitions.yaml, chosen by the SLURM plugin's own pa
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -122,8 +123,25 @@ def test_an_nq_selection_asks_for_its_dev_candidates_by_hand():
     assert memory_mb("select_model", _selection_cfg(100, 256), sizes) == math.ceil(need * 1.5 + 512)
     # the fixed 6,000 MB it asked for before would have been killed: ~10.9 GiB at its peak
     assert need > 10_000
-    # without the encoder's shape the stage's mem_mb setting stands
+    # without the encoder's shape (or a folder's config.json without heads or vocabulary) the stage's
+    # mem_mb setting stands
     assert memory_mb("select_model", _selection_cfg(100, 256), NQ) is None
+    partial = Sizes(NQ.passages, NQ.queries, 768, {**arch, "heads": None})
+    assert memory_mb("select_model", _selection_cfg(100, 256), partial) is None
+
+
+def test_a_model_folder_s_config_gives_its_shape(tmp_path):
+    config = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert folder_architecture(str(tmp_path)) == {
+        "layers": 2,
+        "hidden": 64,
+        "intermediate": 256,
+        "heads": 4,
+        "vocab": None,
+    }
+    (tmp_path / "config.json").write_text(json.dumps({**config, "vocab_size": 100}))
+    assert folder_architecture(str(tmp_path))["vocab"] == 100
 
 
 def test_stages_whose_need_does_not_grow_keep_their_setting():

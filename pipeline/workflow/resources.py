@@ -53,12 +53,13 @@ def folder_architecture(name: str) -> dict | None:
         "layers": c["num_hidden_layers"],
         "hidden": c["hidden_size"],
         "intermediate": c["intermediate_size"],
-        "heads": c["num_attention_heads"],
-        "vocab": c["vocab_size"],
+        # what select_model's memory needs besides (absent: its stage's mem_mb setting stands)
+        "heads": c.get("num_attention_heads"),
+        "vocab": c.get("vocab_size"),
     }
 
 
-def encoder_parameters(arch: Mapping[str, int]) -> int:
+def encoder_parameters(arch: Mapping[str, int | None]) -> int:
     """Weights of a BERT-shaped encoder: the embeddings (vocabulary, 512 positions, 2 token types, their
     LayerNorm), per layer the attention's four h x h projections, the feed-forward pair and two
     LayerNorms (4h^2 + 2hi + 9h + i), and the pooler (h^2 + h). MiniLM-L6: 22,713,216; BERT-base:
@@ -77,7 +78,7 @@ class Sizes:
     queries: dict[str, int]
     dim: int
     # the encoder's shape (throughputs.yaml's architectures); None where only the dimension is known
-    encoder: Mapping[str, int] | None = None
+    encoder: Mapping[str, int | None] | None = None
 
     @property
     def questions(self) -> int:
@@ -186,11 +187,15 @@ def memory_mb(rule: str, cfg: dict, sizes: Sizes) -> int | None:
     elif rule in ("search_dense", "search_dense_seed", "ar2_search", "ar2_search_dev", "ar2_search_dev_start",
                   "ar2_mine", "ar2_mine_start"):  # fmt: skip
         need = index_part_mb(cfg, sizes) + f["search_base_mib"]
-    elif rule in ("select_model", "select_model_seed") and sizes.encoder is not None:
+    elif rule in ("select_model", "select_model_seed") and _whole_shape(sizes.encoder):
         need = selection_mib(cfg, sizes)
     else:
         return None
     return int(math.ceil(need * f["headroom"]["memory"] + f["job_runner_mib"]))
+
+
+def _whole_shape(arch: Mapping[str, int | None] | None) -> bool:
+    return arch is not None and None not in (arch.get("heads"), arch.get("vocab"))
 
 
 def selection_mib(cfg: dict, sizes: Sizes) -> float:
