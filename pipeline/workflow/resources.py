@@ -226,10 +226,6 @@ def selection_mib(cfg: dict, sizes: Sizes) -> float:
     return s["base_mib"] + need / MIB
 
 
-def checkpoint_mb(parameters: float) -> float:
-    return parameters * figures()["disk"]["checkpoint_per_parameter"] / MIB
-
-
 def disk_mb(rule: str, cfg: dict, sizes: Sizes) -> int | None:
     """MB a job of ``rule`` writes (headroom included), or None where it is small."""
     d = figures()["disk"]
