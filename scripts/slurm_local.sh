@@ -21,7 +21,8 @@
 # it; $STATE/enforced records what is in force (tests that need it skip on its absence).
 #
 # Exit status: 0 ok; 3 this machine cannot run it (not root, no apt-get, packages not installable,
-# a foreign /etc/slurm/slurm.conf): tests skip on 3 and fail on anything else.
+# a foreign /etc/slurm/slurm.conf); 4 another cluster of this script is running (a state folder other
+# than $STATE): stop it first. Tests skip on 3 and fail on anything else, 4 included.
 # State (config copy, spool, logs, pids): ${SIEVE_SLURM_STATE:-/tmp/sieve-slurm}.
 # The cluster has no accounting database (accounting_storage/none): `sacct` cannot report jobs, so
 # Snakemake must poll with `squeue` (profile setting slurm-status-command: squeue); MinJobAge=7200
@@ -46,6 +47,7 @@ NEEDED_BINARIES=(munged munge unmunge slurmctld slurmd sbatch squeue scontrol si
 
 say() { echo "slurm_local: $*" >&2; }
 cannot() { say "cannot run here: $*"; exit 3; }
+busy() { say "busy: $*"; exit 4; }
 die() { say "error: $*"; exit 1; }
 
 # ---- recorded pids: a pid counts as ours only while /proc/<pid>/comm still names the daemon ----------
@@ -147,7 +149,7 @@ write_conf() {
     local other
     other=$(sed -n 's#^StateSaveLocation=\(.*\)/spool/ctld$#\1#p' "$CONF" 2>/dev/null || true)
     if [[ -n $other && $other != "$STATE" ]] && { STATE=$other our_pid slurmctld || STATE=$other our_pid slurmd; } >/dev/null; then
-        cannot "another local cluster is running (state $other); stop it first:" \
+        busy "another local cluster is running (state $other); stop it first:" \
                "SIEVE_SLURM_STATE=$other $0 stop"
     fi
     local hw node plugin track ctld_addr=127.0.0.1 node_addr=127.0.0.1 network=host

@@ -157,12 +157,11 @@ def slurm_cluster(tmp_path_factory):
         start = subprocess.run(
             ["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900
         )
+        # Only 3 (this machine cannot run it) skips. 4, a cluster already running, is this machine's
+        # state, not a missing capability: skipping would hide the cluster tests (a second test worker
+        # starting its own cluster did so in CI), so it fails with the rest.
         if start.returncode == 3:
             reason = start.stderr.strip().splitlines()[-1] if start.stderr.strip() else "unknown"
-            # A cluster already running is this machine's state, not a missing capability: skipping would
-            # hide the cluster tests (a second test worker starting its own cluster did so in CI).
-            if "another local cluster is running" in reason:
-                pytest.fail(f"local SLURM: {reason}")
             pytest.skip(f"no local SLURM: {reason}")
         assert start.returncode == 0, f"slurm_local.sh start failed:\n{start.stderr[-4000:]}"
         yield env
@@ -375,6 +374,20 @@ def test_jobs_reach_the_controller_and_nothing_else(slurm_cluster, tmp_path):
     lines = out.read_text().splitlines()
     assert "controller reachable" in lines, lines
     assert "outside unreachable 101" in lines, lines
+
+
+@pytest.mark.slurm
+def test_a_second_cluster_is_refused_with_its_own_exit_status(slurm_cluster, tmp_path):
+    """Beside a running cluster, `start` with another state folder exits 4 (busy), not 3 (cannot run
+    here): the fixture fails on 4, so a second test worker's cluster cannot skip the SLURM tests."""
+    env = dict(slurm_cluster, SIEVE_SLURM_STATE=str(tmp_path / "second"))
+    second = subprocess.run(
+        ["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert second.returncode == 4, second.stderr[-2000:]
+    assert f"another local cluster is running (state {slurm_cluster['SIEVE_SLURM_STATE']})" in second.stderr
+    # the running cluster is untouched: its controller still answers
+    assert subprocess.run(["scontrol", "ping"], env=slurm_cluster, capture_output=True).returncode == 0
 
 
 MEMORY_HOG = """#!/bin/sh
