@@ -171,6 +171,8 @@ SETTINGS: dict[str, tuple] = {
     "datasets.synthkb.fn_paraphrase": (0.0, ("generate_synthkb",)),
     "datasets.synthkb.split": ({"by": "entity", "dev": 0.2, "test": 0.2, "seed": 0}, ("generate_synthkb",)),
     "datasets.synthkb.eval_split": ("train", ("evaluate",), ("generate_synthkb",)),
+    # a dataset's own seeds: its new seed trains, its means re-gather; its data stays
+    "datasets.synthkb.seeds": ([0, 2], ("dense_seeds", "train_dpr_seed"), ("generate_synthkb", "index_bm25")),
     "datasets.toy.source": (
         {"url": "https://example.org/v2/toy.tar.gz", "member": "train.json"},
         ("download", "extract_member"),
@@ -178,6 +180,12 @@ SETTINGS: dict[str, tuple] = {
     "datasets.toy.split": ({"by": "article", "dev": 0.3, "test": 0.2, "seed": 0}, ("prepare_dataset",)),
     "datasets.toy.empty_positives": ("drop", ("prepare_dataset",)),
     "datasets.toy.eval_split": ("dev", ("evaluate",)),
+    # toy runs BM25 only: seeds reach no rule of it, and synthkb's seeds stay the top-level ones
+    "datasets.toy.seeds": (
+        [0, 2],
+        (),
+        ("prepare_dataset", "index_bm25", "evaluate", "train_dpr_seed", "dense_seeds"),
+    ),
     # A recipe's settings reach exactly the rules that read them, on the datasets that declare it.
     "recipes": (
         {"toy_recipe": {"bm25": {"k1": 1.2}}, "other": {"dpr": {"lr": 1e-4}}},

@@ -9,6 +9,8 @@ import pytest
 from pipeline.core.config import load_config, validate_config
 from pipeline.core.methods import method_table
 from pipeline.core.recipes import dataset_configs
+from pipeline.core.settings.base import ConfigError
+from pipeline.workflow.evaluation import EvaluationRules
 from pipeline.workflow.tables import WorkflowTables, alternatives, faiss_gpu_flag, job_device
 
 
@@ -48,14 +50,36 @@ def test_the_demo_sieve_and_its_names(w):
 
 def test_seeds_and_seeded_folders():
     one = tables()
-    assert one.training_seeds() == [0] and one.seeded_runs("synthkb") == []
+    assert one.training_seeds("synthkb") == [0] and one.seeded_runs("synthkb") == []
     assert one.seeded_model("dpr", 0) == "dpr" and one.seeded_model("dpr", 2) == "dpr-s2"
     assert one.seeded_model("dpr", "{seed}") == "dpr-s{seed}"
     three = tables({"seeds": [0, 1, 2]})
-    assert three.training_seeds() == [0, 1, 2] and three.ar2_seeds("synthkb") == [0, 1, 2]
+    assert three.training_seeds("synthkb") == [0, 1, 2] and three.ar2_seeds("synthkb") == [0, 1, 2]
     assert "dpr" in three.seeded_runs("synthkb") and "bm25" not in three.seeded_runs("synthkb")
     assert {"bm25", "zeroshot"} <= set(three.seed_free_methods("synthkb"))
     assert "dpr" not in three.seed_free_methods("synthkb")
+
+
+def test_a_dataset_s_own_seeds_override_the_top_level_ones():
+    """datasets.<d>.seeds: five seeds where a comparison needs them, the top-level list elsewhere."""
+    config = load_config()
+    config["seeds"] = [0, 1, 2]
+    config["datasets"]["synthkb"]["seeds"] = [0, 1, 2, 3, 4]
+    config["datasets"]["nq"]["seeds"] = [7]
+    validate_config(config, methods=lambda: method_table(config))
+    w = WorkflowTables(config, dataset_configs(config, methods=method_table))
+    assert w.training_seeds("synthkb") == [0, 1, 2, 3, 4] and w.ar2_seeds("synthkb") == [0, 1, 2, 3, 4]
+    assert w.training_seeds("msmarco") == [0, 1, 2]
+    # one seed: the dataset's models in their plain folders, whatever the other datasets run
+    assert w.training_seeds("nq") == [7] and w.seeded_runs("nq") == [] and "dpr" in w.seeded_runs("synthkb")
+    rules = EvaluationRules(w)
+    assert "nq" not in rules.seeded_datasets() and {"synthkb", "msmarco"} <= set(rules.seeded_datasets())
+    assert rules.seed_metrics(SimpleNamespace(dataset="synthkb", method="dpr")) == [
+        f"results/synthkb/dpr/seed{s}/metrics.json" for s in range(5)
+    ]
+    config["datasets"]["synthkb"]["seeds"] = [1, 1]
+    with pytest.raises(ConfigError, match="datasets.synthkb.seeds"):
+        validate_config(config, methods=lambda: method_table(config))
 
 
 def test_gpus_follow_the_section_and_what_the_job_runs(w):

@@ -7,8 +7,9 @@ first: so ``nq`` (recipe ``paper``) trains BERT-base for 40 epochs while ``synth
 empty) trains with the top-level demo sections, in one run. An overlay changes a recipe where it is
 declared (``recipes: {paper: {dpr: {max_steps: 100}}}``) or switches a dataset's recipe
 (``datasets: {nq: {recipe: demo}}``). Sections a recipe cannot set (eval, encode, index, search,
-sweep, seeds) are the same for every dataset: comparable metrics, and infrastructure a site sizes in
-its profile. docs/recipes.md.
+sweep) are the same for every dataset: comparable metrics, and infrastructure a site sizes in its
+profile. The training seeds are the dataset's own (``datasets.<d>.seeds``, else the top-level
+``seeds``). docs/recipes.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from pipeline.core.settings.base import MAX_ENTITIES, Contract, MethodName, Seed, Unique
+from pipeline.core.settings.base import MAX_ENTITIES, MAX_RUNS, Contract, MethodName, Seed, Unique
 
 # ---- datasets and recipes -----------------------------------------------------------------------
 
@@ -165,6 +165,11 @@ class DatasetSpec(Contract):
         0.0, ge=0, le=1, description="synthkb only: share of false negatives without the answer string"
     )
     eval_split: Optional[Literal["train", "dev", "test"]] = Field(None, description="null = eval.split")
+    # Seeds are a budget per dataset: one NQ training takes what 2,000 synthkb trainings take, and a
+    # comparison adds seeds where its intervals overlap, not everywhere.
+    seeds: Optional[Unique(Seed, 1, MAX_RUNS)] = Field(
+        None, description="training seeds of this dataset's trained methods; null = the top-level seeds"
+    )
     recipe: str = Field(
         "demo", description="the recipe (config recipes.<name>) that sets its training settings"
     )

@@ -137,7 +137,7 @@ class EvaluationRules:
         training seeds, for the trained dense methods; else None (results/{d}/{run}/)."""
         if self.w.runs[d][name].kind == "ar2":
             return list(self.w.ar2_seeds(d))
-        return list(self.w.training_seeds()) if name in self.w.seeded_runs(d) else [None]
+        return list(self.w.training_seeds(d)) if name in self.w.seeded_runs(d) else [None]
 
     def trec_exports(self, wildcards: Wildcards) -> list[str]:
         """run.{split}.trec of every method (every seed), when config eval.trec_export asks for them."""
@@ -187,7 +187,13 @@ class EvaluationRules:
 
     def seed_metrics(self, wildcards: Wildcards) -> list[str]:
         """dense_seeds' input: the method's metrics.json of each training seed."""
-        return [method_metrics(wildcards.dataset, wildcards.method, seed) for seed in self.w.training_seeds()]
+        d = wildcards.dataset
+        return [method_metrics(d, wildcards.method, seed) for seed in self.w.training_seeds(d)]
+
+    def seeded_datasets(self) -> list[str]:
+        """dense_seeds' dataset constraint: the datasets with several training seeds, escaped (a run
+        seeded in one dataset is evaluated whole in a dataset with one seed)."""
+        return sorted(re.escape(d) for d in self.w.datasets if self.w.seeded_runs(d))
 
     def seeded_methods(self) -> list[str]:
         """dense_seeds' method constraint: the seeded runs of every dataset, escaped."""
@@ -293,7 +299,7 @@ def tournament_selections(w: WorkflowTables) -> list[tuple[str, str, int, str, s
     for d, name, m in _contenders_run(w):
         if m.selects is None:
             continue
-        for seed in w.training_seeds():
+        for seed in w.training_seeds(d):
             folder = w.seeded_model(m.model, seed)
             out.append((d, name, seed, retriever(d, folder), f"{model_dir(d, folder)}/{SELECTION_FILE}"))
     return out

@@ -103,20 +103,21 @@ class WorkflowTables:
             {run for d in self.datasets for run, m in self.runs[d].items() if m.kind == kind and where(m)}
         )
 
-    def training_seeds(self) -> list[int]:
-        """The training seeds of the trained dense methods (config seeds; null = [seed])."""
-        seeds = self.config["seeds"]
+    def training_seeds(self, d: str) -> list[int]:
+        """The training seeds of dataset ``d``'s trained dense methods: datasets.<d>.seeds, else the
+        top-level seeds; null = [seed]."""
+        seeds = self.datasets[d].get("seeds") or self.config["seeds"]
         return [int(s) for s in seeds] if seeds else [int(self.config["seed"])]
 
     def ar2_seeds(self, d: str) -> list[int]:
         """AR2 seeds of dataset ``d`` (ar2.seeds, else the training seeds); each seed is a whole AR2 run."""
         seeds = self.cfg(d)["ar2"]["seeds"]
-        return [int(s) for s in seeds] if seeds else self.training_seeds()
+        return [int(s) for s in seeds] if seeds else self.training_seeds(d)
 
     def seeded_runs(self, d: str) -> list[str]:
         """Runs with a folder per training seed (with several seeds): the trained dense methods and
         their hybrids."""
-        if len(self.training_seeds()) == 1:
+        if len(self.training_seeds(d)) == 1:
             return []
         return [run for run, m in self.runs[d].items() if m.kind in ("dense", "hybrid") and m.random]
 

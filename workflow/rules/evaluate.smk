@@ -166,9 +166,10 @@ rule dense_seeds:
     output:
         method_metrics("{dataset}", "{method}"),
     wildcard_constraints:
+        dataset=alternatives(evaluation_rules.seeded_datasets()),
         method=alternatives(evaluation_rules.seeded_methods()),
     params:
-        seeds=" ".join(str(s) for s in training_seeds()),
+        seeds=lambda wildcards: " ".join(str(s) for s in training_seeds(wildcards.dataset)),
     conda:
         CPU_ENV
     log:

@@ -45,7 +45,8 @@ class Config(Contract):
     seed: Seed = Field(0, description="names result folders (-s<seed>, seed<seed>)")
     seeds: Optional[Unique(Seed, 1, MAX_RUNS)] = Field(
         None,
-        description="training seeds of every trained method (null = [seed]); ar2.seeds overrides for AR2",
+        description="training seeds of every trained method (null = [seed]); datasets.<d>.seeds overrides "
+        "per dataset, ar2.seeds for AR2",
     )
     methods: Unique(MethodName) = Field(
         description="methods that results/{dataset}/metrics.json builds and gathers"
