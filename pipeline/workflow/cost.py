@@ -245,10 +245,11 @@ class PlannedJob:
     rule: str
     wildcards: dict[str, str]
     resources: dict[str, str]
+    benchmark: str | None = None  # the file its run will write (rules with a benchmark directive)
 
 
 def parse_plan(output: str) -> list[PlannedJob]:
-    """The jobs of a ``snakemake -n -p`` output: rule, wildcards, resources."""
+    """The jobs of a ``snakemake -n -p`` output: rule, wildcards, resources, benchmark file."""
     jobs = []
     for block in re.split(r"\n(?=\[[^\n]*\]\n(?:local)?rule )", output):
         rule = re.search(r"^(?:local)?rule (\w+):", block, flags=re.MULTILINE)
@@ -258,18 +259,29 @@ def parse_plan(output: str) -> list[PlannedJob]:
         for key in ("wildcards", "resources"):
             line = re.search(rf"^\s+{key}: (.*)$", block, flags=re.MULTILINE)
             found[key] = dict(kv.split("=", 1) for kv in line.group(1).split(", ")) if line else {}
-        jobs.append(PlannedJob(rule.group(1), found["wildcards"], found["resources"]))
+        benchmark = re.search(r"^\s+benchmark: (.*)$", block, flags=re.MULTILINE)
+        jobs.append(
+            PlannedJob(
+                rule.group(1),
+                found["wildcards"],
+                found["resources"],
+                benchmark.group(1) if benchmark else None,
+            )
+        )
     return jobs
 
 
 def plan(
     targets: list[str],
     configfiles: list[str],
-    profile: Path = PROFILE,
+    profile: Path | None = PROFILE,
     directory: Path | None = None,
 ) -> list[PlannedJob]:
-    """Snakemake's dry run of ``targets`` with the profile (``directory``: where outputs are looked up)."""
-    cmd = [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "32", "--profile", str(profile)]
+    """Snakemake's dry run of ``targets`` with the profile (None: none, this machine; ``directory``:
+    where outputs are looked up)."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "32"]
+    if profile is not None:
+        cmd += ["--profile", str(profile)]
     cmd += ["--snakefile", str(REPO / "Snakefile")]
     if directory is not None:
         cmd += ["--directory", str(directory)]
