@@ -33,6 +33,7 @@ from typing import Iterable
 
 import yaml
 
+from pipeline.core.cli import run_main, stage_parser
 from pipeline.core.config import load_config
 from pipeline.core.methods import closest
 from pipeline.core.recipes import dataset_config
@@ -901,11 +902,7 @@ def write_docs(data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m pipeline.workflow.cost",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = stage_parser("pipeline.workflow.cost", __doc__)
     ap.add_argument("targets", nargs="*", help="Snakemake targets (e.g. results/nq/metrics.json)")
     ap.add_argument("--recipe", help="with --dataset: results/<dataset>/metrics.json under this recipe")
     ap.add_argument("--dataset")
@@ -960,6 +957,4 @@ def _check_recipe_dataset(ap: argparse.ArgumentParser, args: argparse.Namespace,
 
 
 if __name__ == "__main__":
-    from pipeline.core.cli import run_main  # cli's logging set-up is the program's, not an importer's
-
     run_main(main)

@@ -19,13 +19,13 @@ would alone.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.core.cli import run_main, stage_parser
 from pipeline.core.storage import DataError
 from pipeline.workflow.cost import PlannedJob, plan
 
@@ -189,11 +189,7 @@ def report(measured: list[Measured], left: dict[str, Remaining] | None = None, c
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m pipeline.workflow.spent",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = stage_parser("pipeline.workflow.spent", __doc__)
     ap.add_argument("targets", nargs="*", help="Snakemake targets whose remaining jobs are priced")
     ap.add_argument("--directory", default=".", help="the workflow's directory (default: this one)")
     ap.add_argument("--configfile", nargs="*", default=[], help="config files, as given to snakemake")
@@ -212,6 +208,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.core.cli import run_main  # cli's logging set-up is the program's, not an importer's
-
     run_main(main)
