@@ -70,10 +70,20 @@ def test_a_dataset_s_own_seeds_override_the_top_level_ones():
     w = WorkflowTables(config, dataset_configs(config, methods=method_table))
     assert w.training_seeds("synthkb") == [0, 1, 2, 3, 4] and w.ar2_seeds("synthkb") == [0, 1, 2, 3, 4]
     assert w.training_seeds("msmarco") == [0, 1, 2]
-    # one seed: the dataset's models in their plain folders, whatever the other datasets run
-    assert w.training_seeds("nq") == [7] and w.seeded_runs("nq") == [] and "dpr" in w.seeded_runs("synthkb")
+    # one seed other than the top-level one trains with that seed in its own folders ...
+    assert (
+        w.training_seeds("nq") == [7] and "dpr" in w.seeded_runs("nq") and "dpr" in w.seeded_runs("synthkb")
+    )
     rules = EvaluationRules(w)
-    assert "nq" not in rules.seeded_datasets() and {"synthkb", "msmarco"} <= set(rules.seeded_datasets())
+    assert rules.seed_metrics(SimpleNamespace(dataset="nq", method="dpr")) == [
+        "results/nq/dpr/seed7/metrics.json"
+    ]
+    # ... and the top-level seed alone keeps the plain folders, whatever the other datasets run
+    config["datasets"]["nq"]["seeds"] = [0]
+    w = WorkflowTables(config, dataset_configs(config, methods=method_table))
+    rules = EvaluationRules(w)
+    assert w.seeded_runs("nq") == [] and "nq" not in rules.seeded_datasets()
+    assert {"synthkb", "msmarco"} <= set(rules.seeded_datasets())
     assert rules.seed_metrics(SimpleNamespace(dataset="synthkb", method="dpr")) == [
         f"results/synthkb/dpr/seed{s}/metrics.json" for s in range(5)
     ]

@@ -115,9 +115,11 @@ class WorkflowTables:
         return [int(s) for s in seeds] if seeds else self.training_seeds(d)
 
     def seeded_runs(self, d: str) -> list[str]:
-        """Runs with a folder per training seed (with several seeds): the trained dense methods and
-        their hybrids."""
-        if len(self.training_seeds(d)) == 1:
+        """Runs with a folder per training seed: the trained dense methods and their hybrids, unless the
+        one training seed is the top-level seed (whose models sit in the plain folders). One other
+        seed is a seeded run too: the plain folders' trainings use the top-level seed, so `seeds: [7]`
+        kept there trained with seed 0."""
+        if self.training_seeds(d) == [int(self.config["seed"])]:
             return []
         return [run for run, m in self.runs[d].items() if m.kind in ("dense", "hybrid") and m.random]
 
