@@ -61,6 +61,18 @@ def test_totals_per_dataset_and_rule(benchmarks):
     assert "| **all** | 5 | 1.78 | 3.52 | 2,500 |" in text
 
 
+def test_a_job_snakemake_did_not_measure_counts_in_jobs_and_wall_only(benchmarks):
+    path = benchmarks / "evaluate" / "synthkb.bm25.tsv"
+    path.write_text(HEADER + "0.4\t0:00:00\tNA\tNA\tNA\tNA\tNA\tNA\tNA\tNA\n")
+    measured = read_benchmarks(benchmarks)
+    evaluate = spent_by(measured, "rule")["evaluate"]
+    assert evaluate.jobs == 2 and evaluate.unmeasured == 1 and evaluate.cpu_h == pytest.approx(18 / 3600)
+    assert "1 job(s) ended before Snakemake's first measurement (NA)" in report(measured)
+    # the rest is priced at the measured jobs' median only
+    job = PlannedJob("evaluate", {"dataset": "synthkb"}, {}, "benchmarks/evaluate/synthkb.dpr.tsv")
+    assert remaining([job], measured)["evaluate"].cpu_h == pytest.approx(18 / 3600)
+
+
 def test_the_rest_is_priced_at_the_medians_of_its_rule(benchmarks):
     measured = read_benchmarks(benchmarks)
     jobs = [
@@ -122,6 +134,7 @@ localrule sieve_report:
             "record 1: field 's': 'nan' is not a non-negative",
         ),
         (HEADER + "1\t0:00:00\t1\t0\t0\t0\t0\t0\t0\t-\n", "record 1: field 'cpu_time': '-' is not a number"),
+        (HEADER + "NA\t0:00:00\t1\t0\t0\t0\t0\t0\t0\t1\n", "record 1: field 's': 'NA' is not a number"),
     ],
 )
 def test_a_malformed_benchmark_file_is_one_line_naming_it(tmp_path, content, problem):

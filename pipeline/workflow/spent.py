@@ -7,7 +7,8 @@
 Every rule writes benchmarks/<rule>/<dataset>.<...>.tsv when a job completes; a job killed before its
 end writes none, so work lost to a kill is not counted. Per dataset and rule: jobs, wall hours (each
 job's own wall: jobs that ran side by side each count theirs), CPU hours (Snakemake's ``cpu_time``,
-user plus system time of the job's processes) and the largest peak RSS.
+user plus system time of the job's processes) and the largest peak RSS; a job that ended before
+Snakemake's first measurement (its figures NA) counts in jobs and wall only.
 
 With targets, Snakemake's dry run (no profile: the jobs this directory still lacks) gives the jobs left.
 Each is priced at the median CPU time measured for its rule on its dataset, else for its rule on any
@@ -31,6 +32,8 @@ from pipeline.workflow.cost import PlannedJob, plan
 
 # Snakemake's benchmark columns this report reads: wall seconds, peak RSS (MB), CPU seconds.
 COLUMNS = ("s", "max_rss", "cpu_time")
+# What Snakemake writes for memory and CPU when a job ended before its first measurement.
+NOT_MEASURED = "NA"
 NO_DATASET = "-"
 
 
@@ -39,8 +42,8 @@ class Measured:
     rule: str
     dataset: str
     wall_s: float
-    cpu_s: float
-    max_rss_mb: float
+    cpu_s: float | None  # None: Snakemake wrote NA (the job ended before its first measurement)
+    max_rss_mb: float | None
 
 
 def dataset_of(relative: Path) -> str:
@@ -52,8 +55,10 @@ def dataset_of(relative: Path) -> str:
     return first.split(".", 1)[0] if "." in first else NO_DATASET
 
 
-def _number(row: dict, column: str, path: Path) -> float:
+def _number(row: dict, column: str, path: Path) -> float | None:
     value = row.get(column)
+    if value == NOT_MEASURED and column != "s":
+        return None
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -97,12 +102,17 @@ class Spent:
     wall_h: float = 0.0
     cpu_h: float = 0.0
     max_rss_mb: float = 0.0
+    # jobs whose CPU time Snakemake did not measure (NA): in jobs and wall, not in CPU hours
+    unmeasured: int = 0
 
     def add(self, m: Measured) -> None:
         self.jobs += 1
         self.wall_h += m.wall_s / 3600
-        self.cpu_h += m.cpu_s / 3600
-        self.max_rss_mb = max(self.max_rss_mb, m.max_rss_mb)
+        if m.cpu_s is None:
+            self.unmeasured += 1
+        else:
+            self.cpu_h += m.cpu_s / 3600
+        self.max_rss_mb = max(self.max_rss_mb, m.max_rss_mb or 0.0)
 
 
 def spent_by(measured: list[Measured], key: str) -> dict[str, Spent]:
@@ -136,8 +146,9 @@ def remaining(jobs: list[PlannedJob], measured: list[Measured]) -> dict[str, Rem
     by_rule_dataset: dict[tuple[str, str], list[float]] = defaultdict(list)
     by_rule: dict[str, list[float]] = defaultdict(list)
     for m in measured:
-        by_rule_dataset[(m.rule, m.dataset)].append(m.cpu_s)
-        by_rule[m.rule].append(m.cpu_s)
+        if m.cpu_s is not None:
+            by_rule_dataset[(m.rule, m.dataset)].append(m.cpu_s)
+            by_rule[m.rule].append(m.cpu_s)
     out: dict[str, Remaining] = defaultdict(Remaining)
     for job in jobs:
         rule, dataset = planned_key(job)
@@ -159,9 +170,15 @@ def _spent_table(title: str, rows: dict[str, Spent]) -> list[str]:
         total.wall_h += s.wall_h
         total.cpu_h += s.cpu_h
         total.max_rss_mb = max(total.max_rss_mb, s.max_rss_mb)
+        total.unmeasured += s.unmeasured
     lines.append(
         f"| **all** | {total.jobs:,} | {total.wall_h:.2f} | {total.cpu_h:.2f} | {total.max_rss_mb:,.0f} |"
     )
+    if total.unmeasured:
+        lines.append(
+            f"\n{total.unmeasured:,} job(s) ended before Snakemake's first measurement (NA): counted in "
+            "jobs and wall, not in CPU hours or RSS."
+        )
     return lines
 
 
