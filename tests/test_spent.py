@@ -150,5 +150,9 @@ def test_the_command_reports_a_workflow_directory(benchmarks, capsys):
     assert main(["--directory", str(benchmarks.parent)]) == 0
     out = capsys.readouterr().out
     assert "| synthkb | 3 | 1.51 | 3.00 | 2,500 |" in out and "## Left" not in out
-    with pytest.raises(DataError, match="no benchmark folder"):
+    with pytest.raises(DataError, match="no such workflow directory"):
         main(["--directory", str(benchmarks.parent / "elsewhere")])
+    # a clone where nothing has run yet: an empty report, not an error
+    (benchmarks.parent / "fresh").mkdir()
+    assert main(["--directory", str(benchmarks.parent / "fresh")]) == 0
+    assert "No benchmark file yet: no job has completed here." in capsys.readouterr().out

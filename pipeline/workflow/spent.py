@@ -85,8 +85,10 @@ def read_benchmark(path: Path, rule: str, dataset: str) -> Measured:
 def read_benchmarks(root: str | Path) -> list[Measured]:
     """Every job's figures under ``root`` (benchmarks/<rule>/...tsv), in path order."""
     root = Path(root)
-    if not root.is_dir():
-        raise DataError("no benchmark folder (run from the workflow's directory)", file=root)
+    if not root.parent.is_dir():
+        raise DataError("no such workflow directory", file=root.parent)
+    if not root.is_dir():  # a clone where no job has completed yet
+        return []
     found = []
     for path in sorted(root.rglob("*.tsv")):
         relative = path.relative_to(root)
@@ -143,21 +145,21 @@ def planned_key(job: PlannedJob) -> tuple[str, str]:
 def remaining(jobs: list[PlannedJob], measured: list[Measured]) -> dict[str, Remaining]:
     """Per rule (benchmark folder): the jobs left and their CPU hours at the measured medians (the
     rule on the job's dataset, else the rule on any dataset)."""
-    by_rule_dataset: dict[tuple[str, str], list[float]] = defaultdict(list)
-    by_rule: dict[str, list[float]] = defaultdict(list)
+    samples: dict[tuple[str, str | None], list[float]] = defaultdict(list)
     for m in measured:
         if m.cpu_s is not None:
-            by_rule_dataset[(m.rule, m.dataset)].append(m.cpu_s)
-            by_rule[m.rule].append(m.cpu_s)
+            samples[(m.rule, m.dataset)].append(m.cpu_s)
+            samples[(m.rule, None)].append(m.cpu_s)
+    median_h = {key: statistics.median(values) / 3600 for key, values in samples.items()}
     out: dict[str, Remaining] = defaultdict(Remaining)
     for job in jobs:
         rule, dataset = planned_key(job)
         left = out[rule]
         left.jobs += 1
-        seconds = by_rule_dataset.get((rule, dataset)) or by_rule.get(rule)
-        if seconds:
+        hours = median_h.get((rule, dataset), median_h.get((rule, None)))
+        if hours is not None:
             left.priced += 1
-            left.cpu_h += statistics.median(seconds) / 3600
+            left.cpu_h += hours
     return dict(sorted(out.items(), key=lambda kv: (-kv[1].cpu_h, kv[0])))
 
 
@@ -184,6 +186,8 @@ def _spent_table(title: str, rows: dict[str, Spent]) -> list[str]:
 
 def report(measured: list[Measured], left: dict[str, Remaining] | None = None, cores: int = 1) -> str:
     lines = ["## Spent (completed jobs' benchmark files)", ""]
+    if not measured:
+        lines.append("No benchmark file yet: no job has completed here.")
     lines += _spent_table("dataset", spent_by(measured, "dataset")) + [""]
     lines += _spent_table("rule", spent_by(measured, "rule"))
     if left is None:
