@@ -180,9 +180,6 @@ def test_each_selection_contender_selects_from_its_trained_method_by_the_method_
     assert found == {
         "dpr_none_wise": {"trained": "dpr_none", "labels": "dev"},
         "dpr_sieve_no_ccr_wise": {"trained": "dpr_sieve_no_ccr", "labels": "dev"},
-        "dpr_rank_window_wise": {"trained": "dpr_rank_window", "labels": "dev"},
-        "dpr_gist_zeroshot_wise": {"trained": "dpr_gist_zeroshot", "labels": "dev"},
-        "dpr_relabel_sieve_no_ccr_wise": {"trained": "dpr_relabel_sieve_no_ccr", "labels": "dev"},
         "dpr_none_wise_truth": {"trained": "dpr_none", "labels": "truth"},
         "dpr_sieve_no_ccr_wise_truth": {"trained": "dpr_sieve_no_ccr", "labels": "truth"},
     }
@@ -352,14 +349,14 @@ def test_the_rule_reads_every_selection_of_the_v2_overlay_at_every_level_and_see
     found = tournament_selections(_v2_tables())
     # the 2 mined-source levels run no selection (sieve-clean's contenders only)
     full, synthkb, seeds = 5, 4, 5
-    assert len(found) == (5 * full + 2 * synthkb) * seeds == 165
+    assert len(found) == (2 * full + 2 * synthkb) * seeds == 90
     by = {(d, m, s): (model, rec) for d, m, s, model, rec in found}
     assert by["synthkb_fn30_p50", "dpr_none_wise", 0] == (
         "results/synthkb_fn30_p50/models/dpr_none_wise/retriever.json",
         "results/synthkb_fn30_p50/models/dpr_none_wise/selection.json",
     )
-    assert by["squad36", "dpr_gist_zeroshot_wise", 3][1] == (
-        "results/squad36/models/dpr_gist_zeroshot_none_wise-s3/selection.json"
+    assert by["squad36", "dpr_sieve_no_ccr_wise", 3][1] == (
+        "results/squad36/models/dpr_sieve_no_ccr_wise-s3/selection.json"
     )
     assert not [k for k in by if k[0] == "squad36" and k[1].endswith("_truth")]
     assert not [k for k in by if k[0].endswith("_zsmined")]
@@ -373,11 +370,11 @@ def test_snakemake_plans_the_selections_table_on_the_v2_overlay(tmp_path):
     out = plan_v2_overlay(tmp_path, "results/sweeps/tournament_selections.json", "--printshellcmds")
     jobs = jobs_in_dry_run(out)
     levels, full, synthkb = 7, 5, 4  # the 2 mined-source levels run no selection
-    selections_run = 5 * full + 2 * synthkb
+    selections_run = 2 * full + 2 * synthkb
     assert jobs["tournament_selections"] == 1
     assert (jobs["select_model"], jobs["select_model_seed"]) == (selections_run, selections_run * 4)
     command = next(line for line in out.splitlines() if "pipeline.evaluation.selections" in line)
     records = command.split("--selections ")[1].split(" --metrics ")[0].split()
-    assert len(records) == selections_run * 5 == 165
+    assert len(records) == selections_run * 5 == 90
     assert all(r.endswith("/selection.json") for r in records)
     assert len(command.split(" --metrics ")[1].split(" --out-json ")[0].split()) == levels

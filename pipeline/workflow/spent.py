@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import statistics
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,8 +83,9 @@ def read_benchmark(path: Path, rule: str, dataset: str) -> Measured:
     return Measured(rule, dataset, wall, cpu, rss)
 
 
-def read_benchmarks(root: str | Path) -> list[Measured]:
-    """Every job's figures under ``root`` (benchmarks/<rule>/...tsv), in path order."""
+def read_benchmarks(root: str | Path, skip: Collection[str] = ()) -> list[Measured]:
+    """Every job's figures under ``root`` (benchmarks/<rule>/...tsv), in path order, but for the files
+    ``skip`` names (relative to ``root``: those measured before a campaign block started)."""
     root = Path(root)
     if not root.parent.is_dir():
         raise DataError("no such workflow directory", file=root.parent)
@@ -92,6 +94,8 @@ def read_benchmarks(root: str | Path) -> list[Measured]:
     found = []
     for path in sorted(root.rglob("*.tsv")):
         relative = path.relative_to(root)
+        if str(relative) in skip:
+            continue
         if len(relative.parts) < 2:
             raise DataError("a benchmark file outside a rule's folder", file=path)
         found.append(read_benchmark(path, relative.parts[0], dataset_of(Path(*relative.parts[1:]))))
