@@ -50,7 +50,7 @@ from recipe_inputs import (
 )
 
 from pipeline.core.seeding import seed_everything
-from pipeline.training.data import epoch_order
+from pipeline.training.data import TrainInputs, epoch_order
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.loop import (
     TrainConfig,
@@ -232,11 +232,14 @@ class Runner:
                 precision="bf16",
                 seed=seed,
             )
-            data = AuditedData(
+            tables = TrainInputs(
                 str(inputs.data / "queries.train.parquet"),
                 str(qrels),
                 str(negatives),
                 str(inputs.data / "corpus.parquet"),
+            )
+            data = AuditedData(
+                tables,
                 depth=v.depth,
                 seed=seed,
                 qrels_all=inputs.qrels_all["train"],

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.retrieval.bm25 import main as bm25
 from pipeline.retrieval.model import Retriever, RetrieverSettings
 from pipeline.synthkb.generate import main as generate_synthkb
-from pipeline.training.data import TrainData
+from pipeline.training.data import TrainData, TrainInputs
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.loop import TrainConfig, train
 
@@ -60,14 +60,13 @@ def demo_train_data(work: Path, entities: int) -> tuple[TrainData, Path]:
             str(work / "negatives.parquet"),
         ]
     )
-    data = TrainData(
+    inputs = TrainInputs(
         skb / "queries.train.parquet",
         skb / "qrels.train.parquet",
         work / "negatives.parquet",
         skb / "corpus.parquet",
-        depth=30,
-        seed=0,
     )
+    data = TrainData(inputs, depth=30, seed=0)
     return data, skb
 
 

@@ -140,17 +140,16 @@ def write_triplets(data: TrainData, steps: int, path: Path) -> None:
 
 def load_train_data(work: Path) -> TrainData:
     """TrainData over the files demo_train_data wrote under ``work`` (same depth and seed)."""
-    from pipeline.training.data import TrainData
+    from pipeline.training.data import TrainData, TrainInputs
 
     skb = work / "skb"
-    return TrainData(
+    inputs = TrainInputs(
         skb / "queries.train.parquet",
         skb / "qrels.train.parquet",
         work / "negatives.parquet",
         skb / "corpus.parquet",
-        depth=DEPTH,
-        seed=SEED,
     )
+    return TrainData(inputs, depth=DEPTH, seed=SEED)
 
 
 def without_dropout(model: torch.nn.Module) -> None:

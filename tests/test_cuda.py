@@ -21,7 +21,7 @@ from pipeline.retrieval import embeddings as E
 from pipeline.retrieval import encode
 from pipeline.retrieval.search import search_torch
 from pipeline.training.checkpoint import STATE_FILE, read_checkpoint
-from pipeline.training.data import TrainData
+from pipeline.training.data import TrainData, TrainInputs
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.loop import train
 
@@ -38,7 +38,7 @@ def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     root = tmp_path_factory.mktemp("cuda")
     paths = make_train_files(root / "data", n_queries=16, n_passages=48)
     model_dir = tiny_model_dir(root)
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
+    data = TrainData(TrainInputs(**paths), depth=5, seed=3)
     return root, model_dir, data, paths
 
 

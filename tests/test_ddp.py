@@ -96,9 +96,9 @@ def test_wrong_label_offset_would_be_caught():
 
 
 def _train_data(paths: dict):
-    from pipeline.training.data import TrainData
+    from pipeline.training.data import TrainData, TrainInputs
 
-    return TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=0)
+    return TrainData(TrainInputs(**paths), depth=5, seed=0)
 
 
 def _train_worker(rank: int, port: int, root: str, paths: dict, cfg, tiny_retriever) -> None:

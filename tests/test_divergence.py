@@ -25,7 +25,7 @@ from pipeline.retrieval import encode
 from pipeline.retrieval import index as I
 from pipeline.retrieval import search as S
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
-from pipeline.training.data import TrainData
+from pipeline.training.data import TrainData, TrainInputs
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.loop import TrainConfig, train
 from pipeline.training.train_dense import main as train_main
@@ -83,7 +83,7 @@ def test_train_log_stays_strict_json_when_training_diverges(train_inputs, tmp_pa
 
 def test_non_finite_gradient_stops_training_before_the_update(train_inputs, tmp_path, tiny_retriever):
     paths, tiny = train_inputs
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=0)
+    data = TrainData(TrainInputs(**paths), depth=5, seed=0)
     retriever = tiny_retriever(tiny)
     # The loss stays finite; only the backward pass yields NaN (e.g. an overflow in a kernel).
     weight = retriever.query_model.embeddings.word_embeddings.weight

@@ -8,7 +8,7 @@ import torch
 
 from pipeline.core.config import ConfigError
 from pipeline.retrieval.model import Retriever, RetrieverSettings, make_tiny_encoder
-from pipeline.training.data import TrainData
+from pipeline.training.data import TrainData, TrainInputs
 from pipeline.training.frozen_layers import LowerStateCache, freeze_lower, lower_states, run_layers
 from pipeline.training.loop import DualEncoder, train
 
@@ -74,7 +74,7 @@ def test_freeze_checks_the_layer_count_and_the_cache_its_cap(three_layers):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, make_train_files):
     paths = make_train_files(tmp_path_factory.mktemp("frozen-data"))
-    return TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
+    return TrainData(TrainInputs(**paths), depth=5, seed=3)
 
 
 @pytest.fixture

@@ -142,11 +142,11 @@ def test_an_archive_url_ending_in_dot_dot_is_a_config_error():
 
 @pytest.fixture(scope="module")
 def train_setup(tmp_path_factory, make_train_files, tiny_model_dir):
-    from pipeline.training.data import TrainData
+    from pipeline.training.data import TrainData, TrainInputs
 
     root = tmp_path_factory.mktemp("resume39")
     paths = make_train_files(root / "data")
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
+    data = TrainData(TrainInputs(**paths), depth=5, seed=3)
     return tiny_model_dir(root), data
 
 
@@ -276,7 +276,7 @@ def test_a_corpus_without_any_negative_is_a_data_error(tmp_path):
 
     from pipeline.core.schemas import CORPUS_SCHEMA, MINED_NEGATIVES_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
     from pipeline.core.storage import write_table
-    from pipeline.training.data import TrainData
+    from pipeline.training.data import TrainData, TrainInputs
 
     q, r, n, c = (tmp_path / f"{name}.parquet" for name in "qrnc")
     write_table(c, pd.DataFrame({"pid": ["p1"], "title": ["t"], "text": ["river"]}), CORPUS_SCHEMA)
@@ -289,7 +289,7 @@ def test_a_corpus_without_any_negative_is_a_data_error(tmp_path):
         r, pd.DataFrame({"qid": ["q1", "q2"], "pid": ["p1", "p1"], "relevance": [1, 1]}), QRELS_SCHEMA
     )
     write_table(n, MINED_NEGATIVES_SCHEMA.empty_table(), MINED_NEGATIVES_SCHEMA)
-    data = TrainData(q, r, n, c, depth=5, seed=0)
+    data = TrainData(TrainInputs(q, r, n, c), depth=5, seed=0)
     with pytest.raises(DataError, match="no train query has a hard-negative candidate") as exc:
         data.batch([0, 1], 1, 0)
     assert exc.value.file == str(n)

@@ -72,7 +72,7 @@ def test_fit_accumulates_micro_batches_as_a_hand_written_loop(tmp_path):
 def test_a_registered_loss_is_what_the_loop_trains_with(
     monkeypatch, make_train_files, tiny_model_dir, tiny_retriever, resume_config, tmp_path
 ):
-    from pipeline.training.data import TrainData
+    from pipeline.training.data import TrainData, TrainInputs
     from pipeline.training.loop import train
 
     calls = []
@@ -100,13 +100,6 @@ def test_a_registered_loss_is_what_the_loop_trains_with(
     losses.register_loss(Toy)
     paths = make_train_files(tmp_path / "data")
     cfg = resume_config(beta=0.0, max_steps=2)
-    data = TrainData(
-        paths["queries"],
-        paths["qrels"],
-        paths["negatives"],
-        paths["corpus"],
-        depth=cfg.negatives_depth,
-        seed=3,
-    )
+    data = TrainData(TrainInputs(**paths), depth=cfg.negatives_depth, seed=3)
     summary = train(tiny_retriever(tiny_model_dir(tmp_path)), data, cfg, checkpoint_dir=tmp_path / "ckpt")
     assert summary["loss"] == {"loss": "toy"} and len(calls) == 2

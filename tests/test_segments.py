@@ -114,7 +114,7 @@ def dense_setup(tmp_path_factory, make_train_files, tiny_model_dir):
     root = tmp_path_factory.mktemp("segments")
     paths = make_train_files(root / "data")
     model_dir = tiny_model_dir(root)
-    inputs = TrainInputs(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"])
+    inputs = TrainInputs(**paths)
     return str(model_dir), inputs
 
 

@@ -482,11 +482,11 @@ def test_a_snapshot_of_another_shape_is_one_line_naming_its_file(world, tmp_path
 
 @pytest.fixture(scope="module")
 def train_setup(tmp_path_factory, make_train_files, tiny_model_dir):
-    from pipeline.training.data import TrainData
+    from pipeline.training.data import TrainData, TrainInputs
 
     root = tmp_path_factory.mktemp("snapshots")
     paths = make_train_files(root / "data")
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
+    data = TrainData(TrainInputs(**paths), depth=5, seed=3)
     return root, tiny_model_dir(root), data, paths
 
 
@@ -560,7 +560,7 @@ def test_the_model_folder_holds_its_snapshots_and_the_default_keeps_none(
     from pipeline.training.train_dense import TrainInputs, train_retriever
 
     _, model_dir, _, paths = train_setup
-    inputs = TrainInputs(*(str(paths[k]) for k in ("queries", "qrels", "negatives", "corpus")))
+    inputs = TrainInputs(**paths)
     cfg = resume_config()
     out = tmp_path / "kept"
     train_retriever(str(model_dir), inputs, out, cfg, snapshots=2)

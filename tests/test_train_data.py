@@ -9,6 +9,7 @@ from pipeline.core.seeding import item_rng
 from pipeline.core.storage import DataError, write_table
 from pipeline.training.data import (
     TrainData,
+    TrainInputs,
     epoch_order,
     load_queries_with_positives,
     micro_batch_indices,
@@ -23,10 +24,7 @@ def files(tmp_path, make_train_files):
 
 def _data(paths, **kw):
     return TrainData(
-        paths["queries"],
-        paths["qrels"],
-        paths["negatives"],
-        paths["corpus"],
+        TrainInputs(**paths),
         depth=kw.pop("depth", 4),
         seed=kw.pop("seed", 0),
         **kw,

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.core.schemas import QRELS_SCHEMA
 from pipeline.core.storage import write_table
-from pipeline.training.data import TrainData
+from pipeline.training.data import TrainData, TrainInputs
 from pipeline.training.train_dense import main
 
 
@@ -28,7 +28,9 @@ def inputs(tmp_path_factory, make_train_files, tiny_model_dir):
 
 
 def _data(paths, qrels="relabelled"):
-    return TrainData(paths["queries"], paths[qrels], paths["negatives"], paths["corpus"], depth=5, seed=0)
+    return TrainData(
+        TrainInputs(paths["queries"], paths[qrels], paths["negatives"], paths["corpus"]), depth=5, seed=0
+    )
 
 
 def test_batch_with_extra_positive_slots(inputs):

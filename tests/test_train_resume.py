@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from pipeline.training.data import TrainData
+from pipeline.training.data import TrainData, TrainInputs
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.loop import train
 
@@ -16,7 +16,7 @@ def setup(tmp_path_factory, make_train_files, tiny_model_dir):
     root = tmp_path_factory.mktemp("resume")
     paths = make_train_files(root / "data")
     model_dir = tiny_model_dir(root)
-    data = TrainData(paths["queries"], paths["qrels"], paths["negatives"], paths["corpus"], depth=5, seed=3)
+    data = TrainData(TrainInputs(**paths), depth=5, seed=3)
     return root, model_dir, data
 
 

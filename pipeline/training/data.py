@@ -270,28 +270,36 @@ def micro_batch_indices(
     return order[start : start + per_rank]
 
 
+@dataclass(frozen=True)
+class TrainInputs:
+    """The training tables: train queries, their qrels, mined negatives, the corpus (what TrainData
+    reads and train_dense trains a retriever on)."""
+
+    queries: str | Path
+    qrels: str | Path
+    negatives: str | Path
+    corpus: str | Path
+
+
 class TrainData:
     """Queries + positives + candidate negatives + the passages they need, ready to batch."""
 
     def __init__(
         self,
-        queries_path: str | Path,
-        qrels_path: str | Path,
-        negatives_path: str | Path,
-        corpus_path: str | Path,
+        inputs: TrainInputs,
         *,
         depth: int,
         seed: int,
         drop_without_positive: bool = False,
     ):
         queries, positives, dropped = load_queries_with_positives(
-            queries_path, qrels_path, drop_without_positive
+            inputs.queries, inputs.qrels, drop_without_positive
         )
         if queries.empty:
-            raise DataError("no train queries with a positive", file=queries_path)
-        cand = load_candidates(negatives_path, queries, positives, depth, dropped)
+            raise DataError("no train queries with a positive", file=inputs.queries)
+        cand = load_candidates(inputs.negatives, queries, positives, depth, dropped)
         self.seed = seed
-        self.negatives_path = str(negatives_path)
+        self.negatives_path = str(inputs.negatives)
         self.n_dropped = len(dropped)
         self.qids: list[str] = queries["qid"].tolist()
         self.query_texts: list[str] = queries["text"].tolist()
@@ -324,14 +332,14 @@ class TrainData:
                 "%d train queries have no usable hard-negative candidate in %s; their "
                 "negatives are drawn from the other queries' candidates",
                 self.n_without_candidates,
-                negatives_path,
+                inputs.negatives,
             )
 
         positive_pids = set(positives["pid"])
         self.passages = PassageStore.from_corpus(
-            corpus_path,
+            inputs.corpus,
             uniques,
-            source_of=lambda pid: str(qrels_path if pid in positive_pids else negatives_path),
+            source_of=lambda pid: str(inputs.qrels if pid in positive_pids else inputs.negatives),
         )
         log.info(
             "training data: %d queries (%d dropped), %d passages, %.1f candidates/query",

@@ -37,7 +37,7 @@ import argparse
 import logging
 import shutil
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -55,7 +55,7 @@ from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, atomic_path, refuse_overwriting_inputs, write_json
 from pipeline.retrieval.model import SETTINGS_FILE, Retriever, RetrieverSettings
 from pipeline.retrieval.settings import RETRIEVER_KEYS, ModelSettings
-from pipeline.training.data import TrainData
+from pipeline.training.data import TrainData, TrainInputs
 from pipeline.training.engine import LOG_FILE
 from pipeline.training.guides import Guide
 from pipeline.training.loop import TrainConfig, train
@@ -260,16 +260,6 @@ def _train(args: argparse.Namespace, job: TrainJob, dist_info: DistInfo) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class TrainInputs:
-    """The training tables: train queries, their qrels, mined negatives, the corpus."""
-
-    queries: str
-    qrels: str
-    negatives: str
-    corpus: str
-
-
 def train_retriever(
     init: str,
     inputs: TrainInputs,
@@ -299,10 +289,7 @@ def train_retriever(
         check_writable(out, ckpt)  # before the training, not by the write at its end
     seed_everything(cfg.seed)
     data = TrainData(
-        inputs.queries,
-        inputs.qrels,
-        inputs.negatives,
-        inputs.corpus,
+        inputs,
         depth=cfg.negatives_depth,
         seed=cfg.seed,
         drop_without_positive=cfg.drop_queries_without_positive,
