@@ -39,6 +39,7 @@ from pipeline.core.seeding import item_rng, seed_everything
 from pipeline.core.settings.job_documents import CrossEncoderJob
 from pipeline.core.storage import DataError, atomic_open
 from pipeline.sieve.data import load_passages, read_negatives, read_positives, read_queries
+from pipeline.training.data import TrainInputs
 from pipeline.training.engine import Engine, StepPlan, StepTrainer, adamw, fix_advice, linear_schedule
 
 log = logging.getLogger("sieve.cross_encoder_filter")
@@ -73,10 +74,7 @@ def sample_pairs(
 
 
 def train_cross_encoder(
-    negatives: str | os.PathLike,
-    qrels: str | os.PathLike,
-    queries: str | os.PathLike,
-    corpus: str | os.PathLike,
+    inputs: TrainInputs,
     out: str | os.PathLike,
     *,
     base: str = "minilm",
@@ -95,15 +93,15 @@ def train_cross_encoder(
 
     check_writable(out)  # before the training, not by the save at its end
     seed_everything(seed)
-    negs = read_negatives(negatives)
-    positives = read_positives(qrels)
+    negs = read_negatives(inputs.negatives)
+    positives = read_positives(inputs.qrels)
     ordered = negs.sort_values(["qid", "rank"], kind="stable").groupby("qid")["pid"].apply(list)
     # An annotated positive is never a training negative, even if a negatives file lists it.
     by_query = {q: [p for p in pids if p not in positives.get(q, ())] for q, pids in ordered.items()}
     plan = sample_pairs(by_query, positives, steps=steps, batch_size=batch_size, seed=seed)
     used_q = sorted({q for batch in plan for q, _, _ in batch})
-    texts = read_queries(queries, used_q).set_index("qid")["text"]
-    passages = load_passages(corpus, {p for batch in plan for _, p, _ in batch})
+    texts = read_queries(inputs.queries, used_q).set_index("qid")["text"]
+    passages = load_passages(inputs.corpus, {p for batch in plan for _, p, _ in batch})
     ranker = Ranker.from_pretrained(base, RankerSettings(base=base, max_len=max_len), seed=seed)
     ranker.to(resolve_device(device)).train()
     # No checkpoint: a run is minutes. Clipping at 1.0 is RocketQA's, not a setting. Decay on every
@@ -231,10 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     job = job_settings(CrossEncoderJob, args)  # before any work: a bad document or flag is one line
     start_stage(args.log, args.threads)
     train_cross_encoder(
-        args.negatives,
-        args.qrels,
-        args.queries,
-        args.corpus,
+        TrainInputs(args.queries, args.qrels, args.negatives, args.corpus),
         args.out,
         recipe=args.recipe,
         device=args.device,

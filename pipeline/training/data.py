@@ -273,7 +273,7 @@ def micro_batch_indices(
 @dataclass(frozen=True)
 class TrainInputs:
     """The training tables: train queries, their qrels, mined negatives, the corpus (what TrainData
-    reads and train_dense trains a retriever on)."""
+    reads and train_dense trains a retriever on; the cross_encoder filter's model trains on them too)."""
 
     queries: str | Path
     qrels: str | Path
