@@ -20,6 +20,7 @@ from pipeline.workflow.campaign import (
     main,
     next_block,
     read_records,
+    remaining_cpu,
     restore,
     save,
     status,
@@ -177,6 +178,9 @@ def test_status_says_where_each_block_ran_and_where_seeds_disagree(tmp_path):
         "| toy | 0 | 2026-11-29 at 0123456 | Intel(R) Xeon(R) Processor, 2 cores | fp32 | 40 | 1.25 |" in text
     )
     assert "| toy | 1 | no |" in text and "1 of 2 blocks archived, 1.2 CPU hours." in text
+    assert "Left: 1 blocks, ~1 CPU hours at the archived blocks' median" in text
+    assert remaining_cpu(blocks + [Block("toy", 2, ())], {"toy.seed0": one}) == 2.5
+    assert remaining_cpu(blocks, {}) is None
     other = {**one, "shared_inputs": {"resources/toy/corpus.parquet": "bb"}}
     text = status(blocks, {"toy.seed0": one, "toy.seed1": other})
     assert text.endswith("toy: the seeds trained on different resources/toy/corpus.parquet")

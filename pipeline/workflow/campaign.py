@@ -38,6 +38,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -299,8 +300,29 @@ def status(blocks: list[Block], records: dict[str, dict]) -> str:
             f"{record['jobs']} | {record['cpu_hours']:.2f} |"
         )
     lines += ["", f"{done} of {len(blocks)} blocks archived, {cpu:.1f} CPU hours."]
+    left = remaining_cpu(blocks, records)
+    if left is not None:
+        lines.append(
+            f"Left: {len(blocks) - done} blocks, ~{left:.0f} CPU hours at the archived blocks' median "
+            "(a level's first seed and its others apart: the first also runs BM25, zero-shot and the reports)."
+        )
     lines += disagreements(blocks, records)
     return "\n".join(lines)
+
+
+def remaining_cpu(blocks: list[Block], records: dict[str, dict]) -> float | None:
+    """The blocks not archived, each priced at the median CPU hours of the archived blocks of its kind
+    (a level's first seed, or another; the other kind's median where one kind has none yet); None
+    before any block is archived."""
+    first = {b.name for b in blocks if b.seed == min(x.seed for x in blocks if x.dataset == b.dataset)}
+    kinds: dict[bool, list[float]] = {True: [], False: []}
+    for b in blocks:
+        if b.name in records:
+            kinds[b.name in first].append(records[b.name]["cpu_hours"])
+    if not kinds[True] and not kinds[False]:
+        return None
+    median = {k: statistics.median(v or kinds[not k]) for k, v in kinds.items()}
+    return sum(median[b.name in first] for b in blocks if b.name not in records)
 
 
 def disagreements(blocks: list[Block], records: dict[str, dict]) -> list[str]:
