@@ -157,8 +157,18 @@ def test_restore_and_save_refuse_other_content(tmp_path):
     with pytest.raises(DataError, match="metrics.json is missing or differs from its block record"):
         restore(archive, tmp_path / "third")
     _build(work, BLOCK, text="rebuilt")
-    with pytest.raises(DataError, match="already holds other content .*block toy.seed1"):
+    with pytest.raises(
+        DataError, match="already holds other content .*the archive keeps it for block toy.seed1"
+    ):
         save(BLOCK, work, archive, "abc")
+
+
+def test_a_killed_saves_leftover_is_overwritten(tmp_path):
+    work, archive = tmp_path / "work", tmp_path / "archive"
+    _build(work, BLOCK)
+    _build(archive, Block("toy", 1, BLOCK.files[:1]), text="half-copied")  # no record names it
+    save(BLOCK, work, archive, "abc")
+    assert (archive / BLOCK.files[0]).read_text() == (work / BLOCK.files[0]).read_text()
 
 
 def test_status_says_where_each_block_ran_and_where_seeds_disagree(tmp_path):

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from pipeline.core.cli import run_main, stage_parser
 from pipeline.core.cpu_features import NATIVE_BF16_ENV, NATIVE_BF16_FLAGS, cpu_flags
-from pipeline.core.storage import DataError, file_sha256, write_json
+from pipeline.core.storage import DataError, atomic_path, file_sha256, write_json
 from pipeline.workflow.evaluation import EvaluationRules, tournament_detections, tournament_selections
 from pipeline.workflow.paths import method_metrics, per_query, trec_qrels, trec_run
 from pipeline.workflow.spent import read_benchmarks
@@ -203,15 +203,18 @@ def save(
             f"{len(block.files)} files are missing, e.g. {missing[0]}"
         )
     digests = {f: file_sha256(directory / f) for f in block.files}
+    # A file no record names is a save's leftover (killed before its record): it is overwritten.
+    kept_by = {f: name for name, r in read_records(archive).items() for f in r["files"]}
     for f, digest in digests.items():
         kept = archive / f
-        if kept.exists() and file_sha256(kept) != digest:
+        if f in kept_by and kept.exists() and file_sha256(kept) != digest:
             raise DataError(
-                f"campaign: {kept} already holds other content than {directory / f} (block {block.name})"
+                f"campaign: {kept} already holds other content than {directory / f} (block "
+                f"{block.name}; the archive keeps it for block {kept_by[f]})"
             )
     for f in block.files:
-        (archive / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(directory / f, archive / f)
+        with atomic_path(archive / f) as tmp:
+            shutil.copyfile(directory / f, tmp)
     measured = [
         m
         for m in read_benchmarks(directory / "benchmarks", benchmarks_before or ())
