@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.core.cpu_features import cpu_flags, precision_banner
+from pipeline.core.cpu_features import cpu_flags, cpu_model_name, precision_banner
 
 BF16 = {"dpr": {"precision": "bf16"}, "ccr": {"precision": "bf16"}, "ar2": {"precision": "bf16"}}
 XEON = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n\nprocessor\t: 1\n"
@@ -25,6 +25,13 @@ def test_cpu_flags_read_the_first_processor(tmp_path, cpuinfo, expected):
     else:
         assert expected <= flags and ("amx_bf16" in flags) == ("amx_bf16" in expected)
     assert cpu_flags(tmp_path / "absent") is None
+
+
+def test_the_model_name_is_the_first_processors(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n\nmodel name\t: other\n")
+    assert cpu_model_name(path) == "Intel(R) Xeon(R) Processor"
+    assert cpu_model_name(tmp_path / "absent") is None
 
 
 def test_a_cpu_with_native_bf16_computes_the_bf16_settings_in_bf16():

@@ -33,16 +33,27 @@ def forced_native_bf16(env: Mapping[str, str]) -> bool | None:
     return value in _TRUE
 
 
-def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str] | None:
-    """The first processor's flags, or None where the file does not exist or holds none (macOS)."""
+def _cpuinfo_field(keys: tuple[str, ...], cpuinfo: str | os.PathLike) -> str | None:
+    """The first processor's value of the first of ``keys`` found, or None (no file, as on macOS)."""
     path = Path(cpuinfo)
     if not path.exists():
         return None
     for line in path.read_text(errors="replace").splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
+        if key.strip() in keys:
+            return value.strip()
     return None
+
+
+def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str] | None:
+    """The first processor's flags, or None where the file does not exist or holds none (macOS)."""
+    flags = _cpuinfo_field(("flags", "Features"), cpuinfo)
+    return None if flags is None else set(flags.split())
+
+
+def cpu_model_name(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name as lscpu prints it ("Intel(R) Xeon(R) Processor"), or None."""
+    return _cpuinfo_field(("model name",), cpuinfo)
 
 
 def _section(config: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:

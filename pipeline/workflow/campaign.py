@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.cli import run_main, stage_parser
-from pipeline.core.cpu_features import NATIVE_BF16_ENV, NATIVE_BF16_FLAGS, cpu_flags
+from pipeline.core.cpu_features import NATIVE_BF16_ENV, NATIVE_BF16_FLAGS, cpu_flags, cpu_model_name
 from pipeline.core.storage import DataError, atomic_path, file_sha256, write_json
 from pipeline.workflow.evaluation import EvaluationRules, tournament_detections, tournament_selections
 from pipeline.workflow.paths import method_metrics, per_query, trec_qrels, trec_run
@@ -115,10 +115,12 @@ def campaign_blocks(w: WorkflowTables, datasets: list[str]) -> list[Block]:
 def next_block(blocks: list[Block], records: dict[str, dict]) -> Block | None:
     """The first block not archived, seed by seed: every level's first seed before any level's second,
     so that every level's means arrive before any level has all its seeds (levels in their order)."""
-    index: dict[str, int] = {}  # a block's place among its level's seeds
+    place: dict[str, int] = {}  # a block's place among its level's seeds
+    seen: dict[str, int] = {}
     for block in blocks:
-        index[block.name] = sum(b.dataset == block.dataset for b in blocks[: blocks.index(block)])
-    ranked = sorted(blocks, key=lambda b: index[b.name])  # stable: the levels keep their order
+        place[block.name] = seen.get(block.dataset, 0)
+        seen[block.dataset] = place[block.name] + 1
+    ranked = sorted(blocks, key=lambda b: place[b.name])  # stable: the levels keep their order
     return next((b for b in ranked if b.name not in records), None)
 
 
@@ -140,17 +142,9 @@ def record_path(archive: Path, block: Block) -> Path:
 
 def machine() -> dict:
     """The CPU a block ran on, as lscpu names it, and whether it computes bf16 natively."""
-    model = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-                break
     flags = cpu_flags() or set()
     return {
-        "cpu": model or platform.processor() or platform.machine(),
+        "cpu": cpu_model_name() or platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "native_bf16": sorted(f for f in NATIVE_BF16_FLAGS if f in flags),
         "python": platform.python_version(),
@@ -158,21 +152,11 @@ def machine() -> dict:
 
 
 def trained_precisions(directory: Path, dataset: str) -> list[str]:
-    """The precisions the dataset's trainings report in their train_info.json (compute_precision)."""
+    """The precisions the dataset's trainings computed in (train_info.json's summary)."""
     found = set()
     for info in sorted((directory / "results" / dataset / "models").glob("*/train_info.json")):
-        found |= set(_values_of(json.loads(info.read_text(encoding="utf-8")), "compute_precision"))
+        found.add(json.loads(info.read_text(encoding="utf-8"))["summary"]["compute_precision"])
     return sorted(found)
-
-
-def _values_of(node: object, key: str) -> list[str]:
-    if isinstance(node, dict):
-        return [str(v) for k, v in node.items() if k == key] + [
-            x for v in node.values() for x in _values_of(v, key)
-        ]
-    if isinstance(node, list):
-        return [x for v in node for x in _values_of(v, key)]
-    return []
 
 
 def shared_inputs(directory: Path, dataset: str) -> dict[str, str]:
