@@ -13,12 +13,16 @@ import pytest
 
 from pipeline.core.storage import DataError, file_sha256
 from pipeline.workflow.campaign import (
+    PREVIEW_MIN_SEEDS,
     Block,
+    archived_seeds,
     campaign_blocks,
     check_commit,
     level_blocks,
     main,
     next_block,
+    planned_rules,
+    preview,
     read_records,
     remaining_cpu,
     restore,
@@ -247,3 +251,93 @@ def test_every_block_of_an_archive_runs_at_one_commit():
         DataError, match="the archive's blocks ran at 0123456789ab; this directory is at fedcba"
     ):
         check_commit({"toy.seed0": {"commit": "0123456789abcdef"}}, "fedcba")
+
+
+ARCHIVE = ROOT / "docs/data/tournament/v2"  # the campaign's own archive: its blocks never change
+LEVEL = "synthkb_fn30_p50"
+
+
+def _checkout(where: Path) -> Path:
+    shutil.copytree(
+        ROOT,
+        where,
+        ignore=shutil.ignore_patterns(
+            ".venv", "results", "resources", ".snakemake", ".git", "logs", "benchmarks"
+        ),
+    )
+    return where
+
+
+def test_the_dry_runs_job_stats_are_read_rule_by_rule():
+    text = (
+        "Building DAG of jobs...\nJob stats:\njob               count\n--------------  -------\n"
+        "dense_seeds          18\ngather_metrics        1\ntotal                19\n"
+    )
+    assert planned_rules(text) == {"dense_seeds": 18, "gather_metrics": 1}
+    assert planned_rules("Nothing to be done (all requested files are present and up to date).") == {}
+
+
+def test_a_preview_needs_a_level_with_two_archived_seeds(tmp_path, tournament):
+    blocks = campaign_blocks(tournament, [LEVEL, "squad36"])
+    (tmp_path / "blocks").mkdir()
+    (tmp_path / "blocks" / f"{LEVEL}.seed0.json").write_text('{"files": {}}')
+    with pytest.raises(
+        DataError, match=r"no level has 2 archived seeds yet \(archived: synthkb_fn30_p50 \[0\]\)"
+    ):
+        preview(tournament, blocks, tmp_path, tmp_path / "checkout", TOURNAMENT, tmp_path / "out", 1)
+
+
+def test_the_preview_builds_the_tables_from_the_archive_alone(tmp_path, tournament):
+    """The demo's level from its two archived seeds: the seeds' means and the gathering run, nothing
+    else, and the tournament's numbers are the archived runs' (paired by seed, by hand here)."""
+    blocks = campaign_blocks(tournament, [LEVEL])
+    out = tmp_path / "out"
+    assert preview(tournament, blocks, ARCHIVE, _checkout(tmp_path / "checkout"), TOURNAMENT, out, 1) == [
+        LEVEL
+    ]
+
+    def archived(method: str, seed: int) -> float:
+        file = ARCHIVE / f"results/{LEVEL}/{method}/seed{seed}/metrics.json"
+        return json.loads(file.read_text())["metrics"]["hit_all@1"]
+
+    result = json.loads((out / "tournament_preview.json").read_text())
+    (level,) = result["levels"]
+    assert level["seeds"] == [0, 1] and result["default"]["decided"] is False
+    none = level["rows"]["dpr_none"]["metrics"]["hit_all@1"]
+    assert none["mean"] == pytest.approx((archived("dpr_none", 0) + archived("dpr_none", 1)) / 2, abs=1e-12)
+    sieve = level["rows"]["dpr_sieve_no_ccr"]["metrics"]["hit_all@1"]["vs_baseline"]
+    diffs = [archived("dpr_sieve_no_ccr", s) - archived("dpr_none", s) for s in (0, 1)]
+    assert (sieve["mean"], sieve["n"]) == (pytest.approx(sum(diffs) / 2, abs=1e-12), 2)
+    assert json.loads((out / "preview_seeds.yaml").read_text()) == {"datasets": {LEVEL: {"seeds": [0, 1]}}}
+    (chosen,) = json.loads((out / "tournament_selections_preview.json").read_text())["levels"]
+    assert chosen["dataset"] == LEVEL
+    assert "Not decided" in (out / "tournament_preview.md").read_text()
+
+
+def test_a_preview_refuses_an_archive_that_lacks_a_file_the_tables_read(tmp_path, tournament):
+    archive = tmp_path / "archive"
+    shutil.copytree(ARCHIVE, archive)
+    record_file = archive / "blocks" / f"{LEVEL}.seed1.json"
+    record = json.loads(record_file.read_text())
+    lost = f"results/{LEVEL}/dpr_none/seed1/metrics.json"
+    del record["files"][lost]
+    record_file.write_text(json.dumps(record))
+    (archive / lost).unlink()
+    blocks = campaign_blocks(tournament, [LEVEL])
+    with pytest.raises(
+        DataError, match=r"lacks files the tables read: Snakemake would run .*evaluate.*train_"
+    ):
+        preview(
+            tournament, blocks, archive, _checkout(tmp_path / "checkout"), TOURNAMENT, tmp_path / "out", 1
+        )
+
+
+def test_the_documented_preview_has_every_archived_seed(tournament):
+    """docs/results.md links the archive's preview: a block archived without rebuilding it fails here
+    (the command: docs/evaluation.md, the campaign)."""
+    levels = list(tournament.config["tournament"]["levels"])
+    seeds = archived_seeds(campaign_blocks(tournament, levels), read_records(ARCHIVE))
+    shown = json.loads((ARCHIVE / "preview" / "preview_seeds.yaml").read_text())["datasets"]
+    assert {d: v["seeds"] for d, v in shown.items()} == {
+        d: s for d, s in seeds.items() if len(s) >= PREVIEW_MIN_SEEDS
+    }

@@ -4,6 +4,7 @@
         --configfile config.yaml config/overlays/tournament/tournament_v2.yaml
     python -m pipeline.workflow.campaign run synthkb_fn30_p50 0 --directory /scratch/t --archive ... --configfile ...
     python -m pipeline.workflow.campaign restore --directory /scratch/t --archive ...
+    python -m pipeline.workflow.campaign preview --directory /scratch/t --archive ... --out ... --configfile ...
 
 The tournament is thousands of jobs; a machine that is wiped between sittings keeps none of a
 Snakemake directory, and resuming one is no help anyway: a shared input rebuilt for the work left
@@ -18,7 +19,9 @@ embeddings and indexes stay behind, so the archive is megabytes, not gigabytes.
 ``restore`` puts every archived file back into a directory; Snakemake then runs no job whose output is
 there, and builds only what is missing: once every block is archived, the level's gathering, its
 seed means and the tournament's tables, in minutes. A restored file that differs from what the
-directory already holds stops the restore.
+directory already holds stops the restore. Before that, ``preview`` builds the tournament's tables over
+the levels with two or more archived seeds, each with the seeds it has, from the archive alone (it
+refuses to run anything but the seeds' means and the gatherings); such a table decides nothing.
 
 Each block runs whole on one machine, so the paired differences the tables test (a contender against
 ``dpr_none`` within a seed) never mix machines; the seeds do, as they come from whatever machine each
@@ -48,7 +51,12 @@ from pathlib import Path
 from pipeline.core.cli import run_main, stage_parser
 from pipeline.core.cpu_features import NATIVE_BF16_ENV, NATIVE_BF16_FLAGS, cpu_flags, cpu_model_name
 from pipeline.core.storage import DataError, atomic_path, file_sha256, write_json
-from pipeline.workflow.evaluation import EvaluationRules, tournament_detections, tournament_selections
+from pipeline.workflow.evaluation import (
+    EvaluationRules,
+    tournament_detections,
+    tournament_selections,
+    tournament_settings,
+)
 from pipeline.workflow.paths import method_metrics, per_query, trec_qrels, trec_run
 from pipeline.workflow.spent import read_benchmarks
 from pipeline.workflow.tables import WorkflowTables
@@ -329,6 +337,129 @@ def disagreements(blocks: list[Block], records: dict[str, dict]) -> list[str]:
     return out
 
 
+# ---- a preview from the blocks archived so far ---------------------------------------------------------
+
+# What Snakemake may run in a restored directory for a preview: the seeds' means and each level's
+# gathering. Anything else means the archive lacks a file the tables read (a training would follow).
+PREVIEW_RULES = frozenset({"dense_seeds", "gather_metrics"})
+PREVIEW_MIN_SEEDS = 2  # a paired interval over seeds needs two
+
+
+def archived_seeds(blocks: list[Block], records: dict[str, dict]) -> dict[str, list[int]]:
+    """dataset -> the seeds of its archived blocks, levels in the campaign's order."""
+    seeds: dict[str, list[int]] = {}
+    for block in blocks:
+        if block.name in records:
+            seeds.setdefault(block.dataset, []).append(block.seed)
+    return seeds
+
+
+def planned_rules(output: str) -> dict[str, int]:
+    """rule -> job count from the job-stats table of Snakemake's dry run (``-n --quiet rules``)."""
+    counts: dict[str, int] = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def preview(
+    w: WorkflowTables,
+    blocks: list[Block],
+    archive: Path,
+    directory: Path,
+    configfiles: list[str],
+    out: Path,
+    cores: int,
+) -> list[str]:
+    """The tournament's tables over the levels with at least two archived seeds, from the archive alone:
+    restore it into ``directory`` (a checkout), have Snakemake gather those levels with their archived
+    seeds (a config overlay written to ``out``; nothing but seed means and gatherings may run), then
+    the tournament (those levels alone, so it decides nothing) and the selections' table into ``out``.
+    Returns the levels previewed."""
+    from pipeline.evaluation import selections, tournament
+
+    records = read_records(archive)
+    seeds = archived_seeds(blocks, records)
+    levels = [d for d in w.config["tournament"]["levels"] if len(seeds.get(d, ())) >= PREVIEW_MIN_SEEDS]
+    if not levels:
+        raise DataError(
+            f"campaign preview: no level has {PREVIEW_MIN_SEEDS} archived seeds yet (archived: "
+            + (", ".join(f"{d} {s}" for d, s in seeds.items()) or "none")
+            + ")"
+        )
+    if not (directory / "Snakefile").is_file():
+        raise DataError(f"campaign preview: {directory} is not a checkout (no Snakefile)")
+    restore(archive, directory)
+    out.mkdir(parents=True, exist_ok=True)
+    overlay = out / "preview_seeds.yaml"
+    write_json(overlay, {"datasets": {d: {"seeds": seeds[d]} for d in levels}})  # JSON is YAML
+    configs = [*configfiles, str(overlay.resolve())]
+    targets = [f"results/{d}/metrics.json" for d in levels]
+    snakemake = [
+        str(Path(sys.executable).with_name("snakemake")),
+        "--cores",
+        str(cores),
+        "--configfile",
+        *configs,
+    ]
+    dry = subprocess.run(
+        [*snakemake, "-n", "--quiet", "rules", "--", *targets], cwd=directory, capture_output=True, text=True
+    )
+    if dry.returncode != 0:
+        raise DataError(f"campaign preview: snakemake -n failed in {directory}: {dry.stderr.strip()[-1500:]}")
+    other = {r: n for r, n in planned_rules(dry.stdout + dry.stderr).items() if r not in PREVIEW_RULES}
+    if other:
+        raise DataError(
+            "campaign preview: the archive lacks files the tables read: Snakemake would run "
+            + ", ".join(f"{n} {r}" for r, n in sorted(other.items()))
+            + f" in {directory} (a preview runs only {', '.join(sorted(PREVIEW_RULES))})"
+        )
+    done = subprocess.run([*snakemake, "--", *targets], cwd=directory)
+    if done.returncode != 0:
+        raise DataError(f"campaign preview: snakemake exited {done.returncode} in {directory}")
+    gathered = [f"{d}={directory / 'results' / d / 'metrics.json'}" for d in levels]
+    section = json.loads(tournament_settings(w))
+    detections = [f"{d}:{m}:{a}={directory / r}" for d, m, a, r in tournament_detections(w) if d in levels]
+    tournament.main(
+        [
+            "--settings",
+            json.dumps(section),
+            "--metrics",
+            *gathered,
+            "--levels",
+            *levels,
+            "--detections",
+            *detections,
+            *_outputs(out, "tournament_preview", ("json", "md", "png")),
+        ]
+    )
+    chosen = [
+        f"{d}:{m}:{s}={directory / record}"
+        for d, m, s, _, record in tournament_selections(w)
+        if d in levels and s in seeds[d]
+    ]
+    if chosen:
+        section["levels"] = {d: lv for d, lv in section["levels"].items() if d in levels}
+        selections.main(
+            [
+                "--settings",
+                json.dumps(section),
+                "--selections",
+                *chosen,
+                "--metrics",
+                *gathered,
+                *_outputs(out, "tournament_selections_preview", ("json", "md")),
+            ]
+        )
+    return levels
+
+
+def _outputs(out: Path, stem: str, kinds: tuple[str, ...]) -> list[str]:
+    return [arg for kind in kinds for arg in (f"--out-{kind}", str(out / f"{stem}.{kind}"))]
+
+
 # ---- the command ----------------------------------------------------------------------------------------
 
 
@@ -396,6 +527,13 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", parents=[block, where, config], help="build a block, then archive it")
     rn.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     sub.add_parser("restore", parents=[where], help="put every archived file back into a directory")
+    pv = sub.add_parser(
+        "preview",
+        parents=[where, config],
+        help="the tournament's tables over the levels with two or more archived seeds (decides nothing)",
+    )
+    pv.add_argument("--out", required=True, help="folder of the preview's tables")
+    pv.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
 
     if args.command == "restore":
@@ -416,6 +554,19 @@ def main(argv: list[str] | None = None) -> int:
             print("every block is archived", file=sys.stderr)
             return 1
         print(pending.dataset, pending.seed)
+        return 0
+    if args.command == "preview":
+        configfiles = [str(Path(f).resolve()) for f in args.configfile]
+        levels = preview(
+            w,
+            blocks,
+            Path(args.archive).resolve(),
+            Path(args.directory).resolve(),
+            configfiles,
+            Path(args.out).resolve(),
+            args.cores,
+        )
+        print(f"previewed {', '.join(levels)} -> {args.out}")
         return 0
     block = find_block(blocks, args.dataset, args.seed)
     if args.command == "targets":
