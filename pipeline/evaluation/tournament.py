@@ -776,7 +776,7 @@ def plot_tournament(result: dict, out: str) -> None:
 
     baseline, start = result["baseline"], result["start"]
     methods, levels = [*result["references"], *result["methods"]], result["levels"]
-    panels = (("vs_baseline", f"− {baseline}"), ("vs_start", f"− {start} (the untrained start)"))
+    panels = (("vs_baseline", f"− {baseline}"), ("vs_start", f"− {start}\n(the untrained start)"))
     fig, axes = plt.subplots(
         1, 2, figsize=(2.3 * len(levels) * 2 + 4.5, 0.62 * len(methods) + 2.2), squeeze=False
     )
