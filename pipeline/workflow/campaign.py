@@ -337,6 +337,17 @@ def disagreements(blocks: list[Block], records: dict[str, dict]) -> list[str]:
     return out
 
 
+def snakemake_command(cores: int, configfiles: list[str]) -> list[str]:
+    """This environment's Snakemake (beside its Python) with the campaign's config files."""
+    return [
+        str(Path(sys.executable).with_name("snakemake")),
+        "--cores",
+        str(cores),
+        "--configfile",
+        *configfiles,
+    ]
+
+
 # ---- a preview from the blocks archived so far ---------------------------------------------------------
 
 # What Snakemake may run in a restored directory for a preview: the seeds' means and each level's
@@ -397,13 +408,7 @@ def preview(
     write_json(overlay, {"datasets": {d: {"seeds": seeds[d]} for d in levels}})  # JSON is YAML
     configs = [*configfiles, str(overlay.resolve())]
     targets = [f"results/{d}/metrics.json" for d in levels]
-    snakemake = [
-        str(Path(sys.executable).with_name("snakemake")),
-        "--cores",
-        str(cores),
-        "--configfile",
-        *configs,
-    ]
+    snakemake = snakemake_command(cores, configs)
     dry = subprocess.run(
         [*snakemake, "-n", "--quiet", "rules", "--", *targets], cwd=directory, capture_output=True, text=True
     )
@@ -494,8 +499,7 @@ def run_block(block: Block, directory: Path, archive: Path, configfiles: list[st
     save(); a failed build archives nothing."""
     commit = git_commit(directory)
     check_commit(read_records(archive), commit)
-    snakemake = Path(sys.executable).with_name("snakemake")
-    cmd = [str(snakemake), "--cores", str(cores), "--configfile", *configfiles, "--", *block.targets]
+    cmd = [*snakemake_command(cores, configfiles), "--", *block.targets]
     before = benchmark_files(directory)
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=directory)
