@@ -424,9 +424,14 @@ def preview(
     done = subprocess.run([*snakemake, "--", *targets], cwd=directory)
     if done.returncode != 0:
         raise DataError(f"campaign preview: snakemake exited {done.returncode} in {directory}")
-    gathered = [f"{d}={directory / 'results' / d / 'metrics.json'}" for d in levels]
+
+    # paths as given from here, so the tables record "../preview/results/..." rather than this machine's
+    def there(path: str) -> str:
+        return os.path.relpath(directory / path)
+
+    gathered = [f"{d}={there(f'results/{d}/metrics.json')}" for d in levels]
     section = json.loads(tournament_settings(w))
-    detections = [f"{d}:{m}:{a}={directory / r}" for d, m, a, r in tournament_detections(w) if d in levels]
+    detections = [f"{d}:{m}:{a}={there(r)}" for d, m, a, r in tournament_detections(w) if d in levels]
     tournament.main(
         [
             "--settings",
@@ -441,7 +446,7 @@ def preview(
         ]
     )
     chosen = [
-        f"{d}:{m}:{s}={directory / record}"
+        f"{d}:{m}:{s}={there(record)}"
         for d, m, s, _, record in tournament_selections(w)
         if d in levels and s in seeds[d]
     ]
