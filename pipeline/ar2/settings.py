@@ -7,21 +7,23 @@ from typing import Any, Literal, Optional
 from pydantic import Field
 
 from pipeline.core.settings.base import (
-    MAX_BATCH,
-    MAX_GPUS,
-    MAX_MEM_MB,
-    MAX_NEGATIVES,
     MAX_RANKS,
     MAX_ROUNDS,
     MAX_RUNS,
     MAX_STEPS,
-    MAX_THREADS,
     MAX_TOKENS,
     MEM_MB_HELP,
     RESOURCE_KEYS,
+    BatchSize,
     Contract,
+    Gpus,
+    MemMb,
+    Negatives,
     Precision,
+    Ranks,
     Seed,
+    Steps,
+    Threads,
     Unique,
 )
 from pipeline.sieve.settings import SIEVE_DECISION_KEYS
@@ -51,10 +53,8 @@ class Ar2ListwiseSettings(Contract):
 
     steps: int = Field(400, ge=1, le=MAX_STEPS, description="training steps")
     lr: float = Field(3e-5, gt=0, description="peak learning rate (AdamW)")
-    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="queries per step")
-    negatives: int = Field(
-        7, ge=1, le=MAX_NEGATIVES, description="sampled negatives per query: 1 + k candidates"
-    )
+    batch_size: BatchSize = Field(8, description="queries per step")
+    negatives: Negatives = Field(7, description="sampled negatives per query: 1 + k candidates")
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="linear warm-up share, then linear decay")
     rerank_depth: int = Field(
         30, ge=2, le=MAX_RANKS, description="dev: the retriever's top n, reranked and scored"
@@ -76,36 +76,27 @@ class Ar2Settings(Contract):
         None,
         description="AR2 runs, one per seed; null = the top-level `seeds`. Adding a seed runs only the new one",
     )
-    top_k: int = Field(
-        30,
-        ge=1,
-        le=MAX_RANKS,
-        description="retrieved per train query by the previous round's retriever (AR2: 100; MS MARCO 200)",
+    top_k: Ranks = Field(
+        30, description="retrieved per train query by the previous round's retriever (AR2: 100; MS MARCO 200)"
     )
     exclude_answer_match: bool = Field(
         False, description="true (NQ/TQ recipe): candidates containing an answer are not negatives"
     )
-    negatives: int = Field(
-        3,
-        ge=1,
-        le=MAX_NEGATIVES,
-        description="k sampled negatives per query per step: 1 + k candidates (AR2: 15)",
+    negatives: Negatives = Field(
+        3, description="k sampled negatives per query per step: 1 + k candidates (AR2: 15)"
     )
-    batch_size: int = Field(4, ge=1, le=MAX_BATCH, description="queries per step")
-    ranker_warmup_steps: int = Field(
-        8,
-        ge=0,
-        le=MAX_STEPS,
-        description="extra ranker steps at the start of round 1 (the ranker starts from the base model)",
+    batch_size: BatchSize = Field(4, description="queries per step")
+    ranker_warmup_steps: Steps = Field(
+        8, description="extra ranker steps at the start of round 1 (the ranker starts from the base model)"
     )
     ranker_warmup_lr: Optional[float] = Field(
         None, gt=0, description="own optimizer and schedule for the warm-up; null = ranker_lr"
     )
-    ranker_steps: int = Field(
-        4, ge=0, le=MAX_STEPS, description="ranker steps per round, first (AR2: ~500 of each 2000-step block)"
+    ranker_steps: Steps = Field(
+        4, description="ranker steps per round, first (AR2: ~500 of each 2000-step block)"
     )
-    retriever_steps: int = Field(
-        8, ge=0, le=MAX_STEPS, description="retriever steps per round, after the ranker's (AR2: ~1500)"
+    retriever_steps: Steps = Field(
+        8, description="retriever steps per round, after the ranker's (AR2: ~1500)"
     )
     retriever_lr: float = Field(1e-5, gt=0, description="the retriever's peak learning rate")
     ranker_lr: float = Field(3e-5, gt=0, description="the ranker's peak learning rate")
@@ -158,24 +149,17 @@ class Ar2Settings(Contract):
     select_metric: str = Field(
         "R@5", min_length=1, description="dev metric that picks the reported round (MS MARCO: MRR@10)"
     )
-    checkpoint_every: int = Field(
-        25, ge=0, le=MAX_STEPS, description="steps; a crashed round resumes from its last checkpoint"
-    )
+    checkpoint_every: Steps = Field(25, description="steps; a crashed round resumes from its last checkpoint")
     keep_checkpoints: bool = Field(
         False, description="false: round r's optimizer state is deleted once round r+1 has trained"
     )
     precision: Precision = Field("bf16", description="as dpr.precision")
-    encode_batch_size: int = Field(
-        64,
-        ge=1,
-        le=MAX_BATCH,
-        description="a round's corpus encoding (encode.shards parallel jobs, at ar2.precision)",
+    encode_batch_size: BatchSize = Field(
+        64, description="a round's corpus encoding (encode.shards parallel jobs, at ar2.precision)"
     )
-    threads: int = Field(
-        1, ge=1, le=MAX_THREADS, description="per AR2 job: two variants then run side by side on 2 cores"
-    )
-    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
-    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the job reserves")
+    threads: Threads = Field(1, description="per AR2 job: two variants then run side by side on 2 cores")
+    mem_mb: MemMb = Field(6000, description=MEM_MB_HELP)
+    gpus: Gpus = Field(0, description="GPUs the job reserves")
 
 
 # What each AR2 rule reads of config ar2 (workflow/rules/ar2.smk records exactly these as its params, so

@@ -16,6 +16,7 @@ from pipeline.core.settings.base import (
     Metric,
     Name,
     Pair,
+    Ranks,
     Snapshots,
     Unique,
 )
@@ -33,9 +34,7 @@ class EvalSettings(Contract):
     ks: Unique(Annotated[int, Field(ge=1, le=MAX_RANKS)], 1) = Field(
         [1, 5, 20, 100], description="cut-offs for R@k (answers), hit@k and recall@k (qrels)"
     )
-    depth: int = Field(
-        100, ge=1, le=MAX_RANKS, description="passages retrieved per query for evaluation runs"
-    )
+    depth: Ranks = Field(100, description="passages retrieved per query for evaluation runs")
 
     @field_validator("depth")
     @classmethod

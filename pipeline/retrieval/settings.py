@@ -10,21 +10,21 @@ from typing import Annotated, Literal, Optional, Sequence
 from pydantic import Field, field_validator
 
 from pipeline.core.settings.base import (
-    MAX_BATCH,
     MAX_CHUNK_ROWS,
-    MAX_GPUS,
-    MAX_MEM_MB,
     MAX_PASSAGES,
     MAX_PROBES,
-    MAX_RANKS,
     MAX_RRF_K,
-    MAX_SHARDS,
     MAX_SORT_BUFFER,
-    MAX_THREADS,
     MAX_TOKENS,
     MEM_MB_HELP,
+    BatchSize,
     Contract,
+    Gpus,
+    MemMb,
     Metric,
+    Ranks,
+    Shards,
+    Threads,
     Unique,
 )
 
@@ -93,11 +93,8 @@ class Bm25Settings(Contract):
             raise ValueError(problem)
         return name
 
-    negatives: int = Field(
-        100,
-        ge=1,
-        le=MAX_RANKS,
-        description="BM25 negatives mined per train query (results/{dataset}/negatives/bm25.parquet)",
+    negatives: Ranks = Field(
+        100, description="BM25 negatives mined per train query (results/{dataset}/negatives/bm25.parquet)"
     )
     exclude_answer_match: bool = Field(
         False, description="mark passages holding an answer string excluded (the DPR recipe)"
@@ -136,13 +133,11 @@ RETRIEVER_KEYS = ("pooling", "similarity", "temperature", "query_max_len", "pass
 class EncodeSettings(Contract):
     """Corpus encoding, scattered over shards and gathered (docs/encoding.md)."""
 
-    shards: int = Field(
+    shards: Shards = Field(
         2,
-        ge=1,
-        le=MAX_SHARDS,
         description="parallel encode_corpus jobs per model; shard i holds corpus rows [i*N/n, (i+1)*N/n)",
     )
-    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="passages per forward pass")
+    batch_size: BatchSize = Field(64, description="passages per forward pass")
     sort_buffer: int = Field(
         20000,
         ge=1,
@@ -158,11 +153,9 @@ class EncodeSettings(Contract):
         description="corpus encoding's forward pass: torch, or openvino (CPU jobs: the model compiled by "
         "OpenVINO in the same precision)",
     )
-    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs per encode job (Snakemake resource); 0 = CPU")
-    threads: int = Field(
-        1, ge=1, le=MAX_THREADS, description="CPU threads per encode job (shards x threads <= cores)"
-    )
-    mem_mb: int = Field(4000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
+    gpus: Gpus = Field(0, description="GPUs per encode job (Snakemake resource); 0 = CPU")
+    threads: Threads = Field(1, description="CPU threads per encode job (shards x threads <= cores)")
+    mem_mb: MemMb = Field(4000, description=MEM_MB_HELP)
 
 
 class IndexSettings(Contract):
@@ -173,20 +166,15 @@ class IndexSettings(Contract):
         min_length=1,
         description="FAISS index_factory: Flat | SQfp16 | IVF4096,Flat | HNSW32 | IVF65536,PQ64 ...",
     )
-    shards: int = Field(
-        1,
-        ge=1,
-        le=MAX_SHARDS,
-        description="index parts, 1..encode.shards: > 1 = one index per group of embedding shards",
+    shards: Shards = Field(
+        1, description="index parts, 1..encode.shards: > 1 = one index per group of embedding shards"
     )
     train_size: int = Field(
         100000, ge=1, le=MAX_PASSAGES, description="vectors sampled (seeded) to train IVF / PQ"
     )
-    gpus: int = Field(
-        0, ge=0, le=MAX_GPUS, description="GPUs per build_index job; used when faiss sees GPUs (`gpu` extra)"
-    )
-    threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
-    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
+    gpus: Gpus = Field(0, description="GPUs per build_index job; used when faiss sees GPUs (`gpu` extra)")
+    threads: Threads = Field(2, description="CPU threads of the job")
+    mem_mb: MemMb = Field(8000, description=MEM_MB_HELP)
 
 
 class SearchSettings(Contract):
@@ -196,17 +184,15 @@ class SearchSettings(Contract):
         "faiss",
         description="faiss, or torch (exact; streams the fp16 shards, on CUDA when the job holds a GPU)",
     )
-    batch_size: int = Field(128, ge=1, le=MAX_BATCH, description="queries per forward pass")
+    batch_size: BatchSize = Field(128, description="queries per forward pass")
     nprobe: int = Field(32, ge=1, le=MAX_PROBES, description="IVF cells probed per query")
     ef_search: int = Field(128, ge=1, le=MAX_PROBES, description="HNSW search breadth")
     chunk_rows: int = Field(
         65536, ge=1, le=MAX_CHUNK_ROWS, description="torch backend: passages scored per chunk"
     )
-    gpus: int = Field(
-        0, ge=0, le=MAX_GPUS, description="GPUs per search job: query encoding, torch search, FAISS on GPU"
-    )
-    threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
-    mem_mb: int = Field(8000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
+    gpus: Gpus = Field(0, description="GPUs per search job: query encoding, torch search, FAISS on GPU")
+    threads: Threads = Field(2, description="CPU threads of the job")
+    mem_mb: MemMb = Field(8000, description=MEM_MB_HELP)
 
 
 class HybridSettings(Contract):

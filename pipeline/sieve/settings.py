@@ -11,17 +11,18 @@ from typing import Annotated, Literal, Optional
 from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
 from pipeline.core.settings.base import (
-    MAX_BATCH,
-    MAX_GPUS,
     MAX_GRID_POINTS,
-    MAX_MEM_MB,
     MAX_QUERIES,
     MAX_RANKS,
     MAX_RUNS,
     MAX_STEPS,
-    MAX_THREADS,
     MAX_TOKENS,
+    BatchSize,
     Contract,
+    Gpus,
+    MemMb,
+    Ranks,
+    Threads,
     Unique,
 )
 
@@ -107,11 +108,8 @@ class CrossEncoderFilterSettings(Contract):
     base: str = Field("minilm", min_length=1, description="encoder the cross-encoder is fine-tuned from")
     max_len: int = Field(128, ge=8, le=MAX_TOKENS, description="tokens of a query-passage pair")
     steps: int = Field(150, ge=1, le=MAX_STEPS, description="training steps: its stated budget")
-    batch_size: int = Field(
-        16,
-        ge=1,
-        le=MAX_BATCH,
-        description="queries per step (each gives one positive and one BM25-negative pair)",
+    batch_size: BatchSize = Field(
+        16, description="queries per step (each gives one positive and one BM25-negative pair)"
     )
     lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
     precision: Literal["bf16", "fp32"] = Field(
@@ -203,14 +201,11 @@ class _SieveCandidatesSettings(Contract):
         "positive_aware_teacher, positive_aware_teacher_sieve): the start model a user has; a dense method "
         "that reads no true labels and is not trained on the sieve's candidates (zeroshot, dpr, dpr_ccr)",
     )
-    candidates: int = Field(
-        30, ge=1, le=MAX_RANKS, description="hard negatives per query judged by the sieve (released code: 30)"
+    candidates: Ranks = Field(
+        30, description="hard negatives per query judged by the sieve (released code: 30)"
     )
-    pool: int = Field(
-        100,
-        ge=1,
-        le=MAX_RANKS,
-        description="candidates are sampled per query (seeded) from the top <pool> ranks",
+    pool: Ranks = Field(
+        100, description="candidates are sampled per query (seeded) from the top <pool> ranks"
     )
     max_queries: Optional[int] = Field(
         None,
@@ -254,7 +249,7 @@ class _SieveCandidatesSettings(Contract):
     figure_queries: Optional[int] = Field(
         2000, ge=1, le=MAX_QUERIES, description="queries sampled for Figure 1 (null = all)"
     )
-    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="encoding batch size")
+    batch_size: BatchSize = Field(64, description="encoding batch size")
     injection: InjectionSettings = InjectionSettings()
     filters: Unique(Literal[FILTER_NAMES]) = Field(
         ["none", "answer_match", "rank_window", "positive_aware", "cross_encoder", "sieve", "sieve_no_ccr"],
@@ -275,17 +270,12 @@ class SieveSettings(_SieveFilterSections):
     """Passage sieve (Algorithm 1) and the competing false-negative filters, on the same candidates:
     results/{dataset}/negatives/, results/{dataset}/sieve/ (docs/sieve.md)."""
 
-    threads: int = Field(
-        2,
-        ge=1,
-        le=MAX_THREADS,
-        description="CPU threads of the jobs that run a model: the sieve, positive_aware, cross_encoder",
+    threads: Threads = Field(
+        2, description="CPU threads of the jobs that run a model: the sieve, positive_aware, cross_encoder"
     )
-    mem_mb: int = Field(4000, ge=1, le=MAX_MEM_MB, description="memory those jobs reserve (MB)")
-    gpus: int = Field(
+    mem_mb: MemMb = Field(4000, description="memory those jobs reserve (MB)")
+    gpus: Gpus = Field(
         0,
-        ge=0,
-        le=MAX_GPUS,
         description="GPUs of those jobs (the sieve's scoring, the model-based filters, the cross-encoder's "
         "training); the paper recipe: 1. AR2's own sieve takes ar2.gpus",
     )

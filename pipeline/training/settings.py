@@ -9,19 +9,20 @@ from typing import Any, Literal, Optional
 from pydantic import Field
 
 from pipeline.core.settings.base import (
-    MAX_BATCH,
     MAX_EPOCHS,
     MAX_GRAD_ACCUM,
     MAX_LAYERS,
     MAX_NEGATIVES,
-    MAX_RANKS,
-    MAX_STEPS,
+    BatchSize,
     ConfigError,
     Contract,
     JobResources,
+    Negatives,
     Precision,
+    Ranks,
     Seed,
     Snapshots,
+    Steps,
     default,
 )
 from pipeline.core.settings.validation import from_dict
@@ -35,20 +36,15 @@ class TrainSettings(Contract):
 
     lr: float = Field(2e-5, gt=0, description="peak learning rate (AdamW)")
     epochs: int = Field(1, ge=1, le=MAX_EPOCHS, description="passes over the training queries")
-    batch_size: int = Field(
-        16,
-        ge=1,
-        le=MAX_BATCH,
-        description="GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool",
+    batch_size: BatchSize = Field(
+        16, description="GLOBAL queries per micro-batch (split over DDP ranks): the in-batch pool"
     )
     grad_accum: int = Field(1, ge=1, le=MAX_GRAD_ACCUM, description="micro-batches per optimizer step")
     hard_negatives: int = Field(
         1, ge=0, le=MAX_NEGATIVES, description="k: hard negatives per query, sampled per (qid, epoch, seed)"
     )
-    negatives_depth: int = Field(
+    negatives_depth: Ranks = Field(
         30,
-        ge=1,
-        le=MAX_RANKS,
         description="sample the k negatives from this many top candidates (non-excluded, positives removed)",
     )
     in_batch: bool = Field(
@@ -59,18 +55,13 @@ class TrainSettings(Contract):
     )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (not on biases and LayerNorm)")
     max_grad_norm: float = Field(2.0, ge=0, description="gradient clipping norm; 0 = no clipping")
-    max_steps: int = Field(
+    max_steps: Steps = Field(
         60,
-        ge=0,
-        le=MAX_STEPS,
         description="cap on optimizer steps; 0 = no cap (epochs decide). The demo's cap keeps its training "
         "within a CPU budget (step times, with their CPU and precision: docs/results.md)",
     )
-    checkpoint_every: int = Field(
-        50,
-        ge=0,
-        le=MAX_STEPS,
-        description="optimizer steps between checkpoints (a rerun resumes there); 0 = never",
+    checkpoint_every: Steps = Field(
+        50, description="optimizer steps between checkpoints (a rerun resumes there); 0 = never"
     )
     precision: Precision = Field(
         "bf16", description="autocast: as asked on CUDA; bf16 on a CPU with native bf16, else fp32"
@@ -119,10 +110,8 @@ class RelabelSettings(Contract):
     """Methods dpr_relabel_<detector> (RLHN's relabelling): a detector's false negatives become extra
     positives, trained with multi-positive NCE (docs/training.md "Relabel")."""
 
-    extra_positives: int = Field(
+    extra_positives: Negatives = Field(
         1,
-        ge=1,
-        le=MAX_NEGATIVES,
         description="slots per query for its relabelled positives, drawn per (seed, qid, epoch) beside its "
         "positive and k hard negatives; a query with fewer leaves the rest empty (in no softmax)",
     )
@@ -152,18 +141,13 @@ class CcrSettings(JobResources, Objective, TrainSettings):
     move the model; recipes.paper has the paper's."""
 
     lr: float = Field(1e-5, gt=0, description="peak learning rate (AdamW)")
-    hard_negatives: int = Field(
-        5,
-        ge=1,
-        le=MAX_NEGATIVES,
-        description="k: BM25 hard negatives per query in the CCR softmax (released code: 5; 3 MS MARCO)",
+    hard_negatives: Negatives = Field(
+        5, description="k: BM25 hard negatives per query in the CCR softmax (released code: 5; 3 MS MARCO)"
     )
     in_batch: bool = Field(
         False, description="other queries' passages in the softmax too (released code: off)"
     )
-    max_steps: int = Field(
-        20, ge=0, le=MAX_STEPS, description="cap on optimizer steps; 0 = no cap (epochs decide)"
-    )
+    max_steps: Steps = Field(20, description="cap on optimizer steps; 0 = no cap (epochs decide)")
     beta: float = Field(
         6,
         ge=0,

@@ -104,6 +104,17 @@ MEM_MB_HELP = (
 )
 MAX_GPUS = 64
 
+# The counts most sections declare, each with its floor and ceiling once: a field says `top_k: Ranks =
+# Field(30, description=...)`. A count whose floor differs (a cut-off that needs two ranks) states it.
+Shards = Annotated[int, Field(ge=1, le=MAX_SHARDS)]
+Ranks = Annotated[int, Field(ge=1, le=MAX_RANKS)]
+Negatives = Annotated[int, Field(ge=1, le=MAX_NEGATIVES)]
+Steps = Annotated[int, Field(ge=0, le=MAX_STEPS)]  # what 0 means (no cap, never, none), each field says
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH)]
+Threads = Annotated[int, Field(ge=1, le=MAX_THREADS)]
+MemMb = Annotated[int, Field(ge=1, le=MAX_MEM_MB)]
+Gpus = Annotated[int, Field(ge=0, le=MAX_GPUS)]
+
 # Attempts a training job gets (Snakemake's `retries` + 1 on the training rules). A run that would
 # outlast its job's time limit checkpoints and exits before it (pipeline.training.engine), and the next
 # attempt continues: the longest paper-recipe job, AR2's listwise ranker at ~45 h on an H200, needs 2
@@ -126,9 +137,9 @@ class Contract(BaseModel):
 class JobResources(Contract):
     """What a job reserves (Snakemake resources/threads), not what it computes."""
 
-    threads: int = Field(2, ge=1, le=MAX_THREADS, description="CPU threads of the job")
-    mem_mb: int = Field(6000, ge=1, le=MAX_MEM_MB, description=MEM_MB_HELP)
-    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the job reserves (more than 1: torchrun DDP)")
+    threads: Threads = Field(2, description="CPU threads of the job")
+    mem_mb: MemMb = Field(6000, description=MEM_MB_HELP)
+    gpus: Gpus = Field(0, description="GPUs the job reserves (more than 1: torchrun DDP)")
 
 
 RESOURCE_KEYS = tuple(JobResources.model_fields)
