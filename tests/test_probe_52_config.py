@@ -18,7 +18,15 @@ import pytest
 import yaml
 
 from pipeline.core.config import ConfigError, deep_merge, load_config, validate_config
-from pipeline.core.settings.base import MAX_RANKS, MAX_RUNS, MAX_SHARDS, MAX_STEPS, Contract, _strip
+from pipeline.core.settings.base import (
+    MAX_RANKS,
+    MAX_RUNS,
+    MAX_SHARDS,
+    MAX_STEPS,
+    Contract,
+    _strip,
+    field_constraints,
+)
 from pipeline.core.settings.root import Config
 from pipeline.data.settings import DatasetSpec, SplitUnits
 from pipeline.sieve.settings import CleanSpec
@@ -124,7 +132,7 @@ def _int_fields(cls: type, seen: set) -> list[str]:
         if isinstance(hint, type) and issubclass(hint, Contract):
             unbounded += _int_fields(hint, seen)
             continue
-        metadata = list(field.metadata)
+        metadata = field_constraints(field)
         if get_origin(hint) is list:
             item = get_args(hint)[0]
             if get_origin(item) is Annotated:

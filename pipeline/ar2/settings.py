@@ -11,7 +11,6 @@ from pipeline.core.settings.base import (
     MAX_ROUNDS,
     MAX_RUNS,
     MAX_STEPS,
-    MAX_TOKENS,
     MEM_MB_HELP,
     RESOURCE_KEYS,
     BatchSize,
@@ -22,8 +21,10 @@ from pipeline.core.settings.base import (
     Precision,
     Ranks,
     Seed,
+    Share,
     Steps,
     Threads,
+    Tokens,
     Unique,
 )
 from pipeline.sieve.settings import SIEVE_DECISION_KEYS
@@ -44,7 +45,7 @@ class Ar2RankerSettings(Contract):
     """AR2's cross-encoder ranker: base encoder, [CLS] -> Linear -> 1 logit."""
 
     base: str = Field("minilm", min_length=1, description="HF encoder name or folder")
-    max_len: int = Field(128, ge=8, le=MAX_TOKENS, description="tokens of a query-passage pair")
+    max_len: Tokens = Field(128, description="tokens of a query-passage pair")
 
 
 class Ar2ListwiseSettings(Contract):
@@ -55,7 +56,7 @@ class Ar2ListwiseSettings(Contract):
     lr: float = Field(3e-5, gt=0, description="peak learning rate (AdamW)")
     batch_size: BatchSize = Field(8, description="queries per step")
     negatives: Negatives = Field(7, description="sampled negatives per query: 1 + k candidates")
-    warmup_ratio: float = Field(0.1, ge=0, le=1, description="linear warm-up share, then linear decay")
+    warmup_ratio: Share = Field(0.1, description="linear warm-up share, then linear decay")
     rerank_depth: int = Field(
         30, ge=2, le=MAX_RANKS, description="dev: the retriever's top n, reranked and scored"
     )
@@ -101,15 +102,13 @@ class Ar2Settings(Contract):
     retriever_lr: float = Field(1e-5, gt=0, description="the retriever's peak learning rate")
     ranker_lr: float = Field(3e-5, gt=0, description="the ranker's peak learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
-    warmup_ratio: float = Field(
+    warmup_ratio: Share = Field(
         0.1,
-        ge=0,
-        le=1,
         description="linear warm-up/decay over all rounds' steps (optimizer and scheduler carried across rounds)",
     )
     max_grad_norm: float = Field(2.0, ge=0, description="gradient clipping norm; 0 = no clipping")
-    adv_lambda: float = Field(
-        0.0, ge=0, le=1, description="λ in λ·adv + (1-λ)·distill: 0.5 AR2's recipe, 0 the sieve paper's runs"
+    adv_lambda: Share = Field(
+        0.0, description="λ in λ·adv + (1-λ)·distill: 0.5 AR2's recipe, 0 the sieve paper's runs"
     )
     distill_temperature: float = Field(
         1.0,
@@ -134,11 +133,8 @@ class Ar2Settings(Contract):
         None, description="G's score: null = the DPR retriever's | dot (AR2: dot product, no tau) | cosine"
     )
     temperature: Optional[float] = Field(None, gt=0, description="tau for cosine: null = the DPR retriever's")
-    passage_max_len: Optional[int] = Field(
-        None,
-        ge=8,
-        le=MAX_TOKENS,
-        description="null = the DPR retriever's; an override applies to AR2's encoding and training",
+    passage_max_len: Optional[Tokens] = Field(
+        None, description="null = the DPR retriever's; an override applies to AR2's encoding and training"
     )
     sieve_init: Literal["initial", "warm", "current"] = Field(
         "initial",

@@ -17,7 +17,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import annotated_types
 from pydantic.fields import FieldInfo
 
-from pipeline.core.settings.base import Contract
+from pipeline.core.settings.base import Contract, field_constraints
 from pipeline.core.settings.root import SECTIONS, Config
 from pipeline.sieve.settings import CleanSpec
 
@@ -70,7 +70,7 @@ def _bounds(field: FieldInfo) -> str:
     for kind, text, attribute in _BOUNDS:
         found += [
             text.format(getattr(item, attribute))
-            for item in field.metadata
+            for item in field_constraints(field)
             if isinstance(item, kind) and not (attribute == "min_length" and item.min_length == 0)
         ]
     return ", ".join(found)

@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from pipeline.core.settings.base import MAX_ENTITIES, MAX_RUNS, Contract, MethodName, Seed, Unique
+from pipeline.core.settings.base import MAX_ENTITIES, MAX_RUNS, Contract, MethodName, Seed, Share, Unique
 
 # ---- datasets and recipes -----------------------------------------------------------------------
 
@@ -155,14 +155,12 @@ class DatasetSpec(Contract):
     positive: Literal["named_article", "source"] = Field(
         "named_article", description="synthkb only: the stating passage qrels annotates (docs/synthkb.md)"
     )
-    fn_share: Optional[float] = Field(
+    fn_share: Optional[Share] = Field(
         None,
-        ge=0,
-        le=1,
         description="synthkb only: the false-negative dial; null = the generator's own restatement rates",
     )
-    fn_paraphrase: float = Field(
-        0.0, ge=0, le=1, description="synthkb only: share of false negatives without the answer string"
+    fn_paraphrase: Share = Field(
+        0.0, description="synthkb only: share of false negatives without the answer string"
     )
     eval_split: Optional[Literal["train", "dev", "test"]] = Field(None, description="null = eval.split")
     # Seeds are a budget per dataset: one NQ training takes what 2,000 synthkb trainings take, and a

@@ -12,7 +12,6 @@ from pydantic import Field, field_validator
 from pipeline.core.settings.base import (
     MAX_CHUNK_ROWS,
     MAX_PASSAGES,
-    MAX_PROBES,
     MAX_RRF_K,
     MAX_SORT_BUFFER,
     MAX_TOKENS,
@@ -22,9 +21,12 @@ from pipeline.core.settings.base import (
     Gpus,
     MemMb,
     Metric,
+    Probes,
     Ranks,
     Shards,
+    Share,
     Threads,
+    Tokens,
     Unique,
 )
 
@@ -71,7 +73,7 @@ class Bm25Settings(Contract):
     """BM25 (bm25s): the bm25 method's runs and the mined hard negatives."""
 
     k1: float = Field(0.9, gt=0, description="Pyserini/Lucene default (MS MARCO tuned: 0.82)")
-    b: float = Field(0.4, ge=0, le=1, description="Pyserini/Lucene default (MS MARCO tuned: 0.68)")
+    b: Share = Field(0.4, description="Pyserini/Lucene default (MS MARCO tuned: 0.68)")
     stemmer: Optional[str] = Field("english", description="PyStemmer language; null = no stemming")
     stopwords: Optional[str] = Field("en", description="bm25s stop-word list; null = none")
 
@@ -121,8 +123,8 @@ class ModelSettings(Contract):
     )
     shared_towers: bool = Field(True, description="one encoder for queries and passages")
     query_max_len: int = Field(32, ge=4, le=MAX_TOKENS, description="query tokens")
-    passage_max_len: int = Field(
-        128, ge=8, le=MAX_TOKENS, description="passage tokens; passages are encoded as the pair (title, text)"
+    passage_max_len: Tokens = Field(
+        128, description="passage tokens; passages are encoded as the pair (title, text)"
     )
 
 
@@ -185,8 +187,8 @@ class SearchSettings(Contract):
         description="faiss, or torch (exact; streams the fp16 shards, on CUDA when the job holds a GPU)",
     )
     batch_size: BatchSize = Field(128, description="queries per forward pass")
-    nprobe: int = Field(32, ge=1, le=MAX_PROBES, description="IVF cells probed per query")
-    ef_search: int = Field(128, ge=1, le=MAX_PROBES, description="HNSW search breadth")
+    nprobe: Probes = Field(32, description="IVF cells probed per query")
+    ef_search: Probes = Field(128, description="HNSW search breadth")
     chunk_rows: int = Field(
         65536, ge=1, le=MAX_CHUNK_ROWS, description="torch backend: passages scored per chunk"
     )

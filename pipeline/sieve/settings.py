@@ -12,26 +12,25 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 
 from pipeline.core.settings.base import (
     MAX_GRID_POINTS,
-    MAX_QUERIES,
     MAX_RANKS,
     MAX_RUNS,
     MAX_STEPS,
-    MAX_TOKENS,
     BatchSize,
     Contract,
     Gpus,
     MemMb,
+    QueryCount,
     Ranks,
+    Share,
     Threads,
+    Tokens,
     Unique,
 )
 
 
 class InjectionSettings(Contract):
-    fraction: float = Field(
+    fraction: Share = Field(
         0.0,
-        ge=0,
-        le=1,
         description="simulation: share of queries with > 1 positive whose extra positives become candidates",
     )
 
@@ -106,7 +105,7 @@ class CrossEncoderFilterSettings(Contract):
         description="RocketQA: a candidate stays a negative only if the cross-encoder's probability is below it",
     )
     base: str = Field("minilm", min_length=1, description="encoder the cross-encoder is fine-tuned from")
-    max_len: int = Field(128, ge=8, le=MAX_TOKENS, description="tokens of a query-passage pair")
+    max_len: Tokens = Field(128, description="tokens of a query-passage pair")
     steps: int = Field(150, ge=1, le=MAX_STEPS, description="training steps: its stated budget")
     batch_size: BatchSize = Field(
         16, description="queries per step (each gives one positive and one BM25-negative pair)"
@@ -207,10 +206,8 @@ class _SieveCandidatesSettings(Contract):
     pool: Ranks = Field(
         100, description="candidates are sampled per query (seeded) from the top <pool> ranks"
     )
-    max_queries: Optional[int] = Field(
+    max_queries: Optional[QueryCount] = Field(
         None,
-        ge=1,
-        le=MAX_QUERIES,
         description="seeded sample of train queries; null = all (the cross-encoder filter scores every "
         "candidate pair; its throughput, with the CPU: docs/results.md)",
     )
@@ -246,8 +243,8 @@ class _SieveCandidatesSettings(Contract):
     in_batch: int = Field(
         30, ge=0, le=MAX_RANKS, description="in-batch negatives per query in Figure 1's softmax"
     )
-    figure_queries: Optional[int] = Field(
-        2000, ge=1, le=MAX_QUERIES, description="queries sampled for Figure 1 (null = all)"
+    figure_queries: Optional[QueryCount] = Field(
+        2000, description="queries sampled for Figure 1 (null = all)"
     )
     batch_size: BatchSize = Field(64, description="encoding batch size")
     injection: InjectionSettings = InjectionSettings()
@@ -323,10 +320,8 @@ class CleanSpec(Contract):
         description="known truth: every relevant passage of the queries it lists (columns query, passage); "
         "null = none (no recall or precision)",
     )
-    near_duplicate: float = Field(
+    near_duplicate: Share = Field(
         0.9,
-        ge=0,
-        le=1,
         description="a negative whose word 3-gram Jaccard with a positive is at least this is "
         "duplicate_of_positive, before any model runs",
     )

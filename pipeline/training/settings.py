@@ -21,6 +21,7 @@ from pipeline.core.settings.base import (
     Precision,
     Ranks,
     Seed,
+    Share,
     Snapshots,
     Steps,
     default,
@@ -50,8 +51,8 @@ class TrainSettings(Contract):
     in_batch: bool = Field(
         True, description="other queries' passages are negatives too (gathered across GPUs)"
     )
-    warmup_ratio: float = Field(
-        0.1, ge=0, le=1, description="linear warm-up over this share of the steps, then linear decay"
+    warmup_ratio: Share = Field(
+        0.1, description="linear warm-up over this share of the steps, then linear decay"
     )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (not on biases and LayerNorm)")
     max_grad_norm: float = Field(2.0, ge=0, description="gradient clipping norm; 0 = no clipping")

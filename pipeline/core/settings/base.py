@@ -11,6 +11,7 @@ import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 Precision = Literal["bf16", "fp16", "fp32"]
@@ -114,6 +115,10 @@ BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH)]
 Threads = Annotated[int, Field(ge=1, le=MAX_THREADS)]
 MemMb = Annotated[int, Field(ge=1, le=MAX_MEM_MB)]
 Gpus = Annotated[int, Field(ge=0, le=MAX_GPUS)]
+Tokens = Annotated[int, Field(ge=8, le=MAX_TOKENS)]  # a sequence length: room for the special tokens
+Probes = Annotated[int, Field(ge=1, le=MAX_PROBES)]
+QueryCount = Annotated[int, Field(ge=1, le=MAX_QUERIES)]
+Share = Annotated[float, Field(ge=0, le=1)]  # a fraction or a probability
 
 # Attempts a training job gets (Snakemake's `retries` + 1 on the training rules). A run that would
 # outlast its job's time limit checkpoints and exits before it (pipeline.training.engine), and the next
@@ -143,6 +148,20 @@ class JobResources(Contract):
 
 
 RESOURCE_KEYS = tuple(JobResources.model_fields)
+
+
+def field_constraints(field: FieldInfo) -> list[Any]:
+    """A field's bounds and lengths: its own, or for an optional one (``Optional[Ranks]``) its type's,
+    which pydantic keeps inside the union."""
+    if field.metadata:
+        return list(field.metadata)
+    members = [a for a in get_args(field.annotation) if a is not type(None)]
+    if get_origin(field.annotation) in (Union, types.UnionType) and len(members) == 1:
+        for item in getattr(members[0], "__metadata__", ()):
+            found = item.metadata if isinstance(item, FieldInfo) else [item]
+            if found:
+                return list(found)
+    return []
 
 
 def _strip(hint: Any) -> Any:
