@@ -52,10 +52,11 @@ demo: setup
 # file runs on one worker (--dist loadfile): its module fixtures, one SLURM cluster or one workflow run,
 # are built once (spread over two workers, a second cluster could not start and its tests skipped).
 # xdist_group marks would not do it: pytest-xdist 3.8's loadgroup does not group under pytest 9.2.
+# The slowest 25 tests are listed at the end: where CI's time goes, to keep it well inside its budget.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -n $(CORES) --dist loadfile tests
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -n $(CORES) --dist loadfile --durations=25 tests
 
 # The SLURM rehearsal (tests/test_slurm_rehearsal.py): a local SLURM that enforces memory, network and
 # time limits (scripts/slurm_local.sh, root), and the paper recipe's rule shape through the slurm profile.
