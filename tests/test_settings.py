@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from typing import Optional
 
 import jsonschema
 import pytest
 import yaml
+from annotated_types import Ge, Le
+from pydantic import Field
 
 from pipeline.core.config import DEFAULT_CONFIG, REPO_ROOT, ConfigError, load_config, validate_config
-from pipeline.core.settings.base import Contract
+from pipeline.core.settings.base import MAX_RANKS, Contract, Ranks, field_constraints
 from pipeline.core.settings.flags import add_flags, to_flags
 from pipeline.core.settings.root import (
     SECTIONS,
@@ -268,3 +271,17 @@ def test_top_level_defaults_are_declared_in_the_schema():
     props = config_schema()["properties"]
     for key, value in TOP_LEVEL_DEFAULTS.items():
         assert props[key].get("default") == value, key
+
+
+def test_a_count_type_bounds_a_field_and_its_optional_form_alike():
+    # Ranks declares its floor and ceiling once; an optional field keeps them inside the union, where the
+    # config reference and the upper-bound check must still find them.
+    class Depths(Contract):
+        depth: Ranks = Field(30, description="d")
+        cap: Optional[Ranks] = Field(None, description="c")
+
+    for name in ("depth", "cap"):
+        assert field_constraints(Depths.model_fields[name]) == [Ge(ge=1), Le(le=MAX_RANKS)]
+    with pytest.raises(Exception, match="cap"):
+        Depths(cap=MAX_RANKS + 1)
+    assert Depths(cap=None).cap is None and Depths(depth=MAX_RANKS).depth == MAX_RANKS
