@@ -285,3 +285,8 @@ def test_a_count_type_bounds_a_field_and_its_optional_form_alike():
     with pytest.raises(Exception, match="cap"):
         Depths(cap=MAX_RANKS + 1)
     assert Depths(cap=None).cap is None and Depths(depth=MAX_RANKS).depth == MAX_RANKS
+    # and a command line reads the optional one as a number or "none", as it reads a plain optional int
+    ap = argparse.ArgumentParser()
+    add_flags(ap, Depths)
+    assert vars(ap.parse_args(["--cap", "5"])) == {"depth": 30, "cap": 5}
+    assert ap.parse_args(["--cap", "none"]).cap is None

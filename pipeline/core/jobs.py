@@ -50,8 +50,10 @@ def _kind(cls: type[Contract], name: str) -> str:
     hint = cls.model_fields[name].annotation
     if get_origin(hint) is list and _strip(get_args(hint)[0]) in (int, float, str):
         return "list"
-    options = (
-        [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) is not Literal else [hint]
+    options = (  # Optional[Share]: the union holds the type with its bounds, a float all the same
+        [_strip(a) for a in get_args(hint) if a is not type(None)]
+        if get_origin(hint) is not Literal
+        else [hint]
     )
     if get_origin(hint) is None or all(
         a in (int, float, str, bool) or get_origin(a) is Literal for a in options

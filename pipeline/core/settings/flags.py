@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any, Literal, Sequence, get_args, get_origin
+from typing import Annotated, Any, Literal, Sequence, get_args, get_origin
 
 from pipeline.core.settings.base import ConfigError, Contract
 
@@ -30,6 +30,8 @@ def _flag_type(cls: type[Contract], name: str) -> tuple[type, tuple | None, bool
     args = [a for a in get_args(hint) if a is not type(None)]
     if get_origin(hint) is not None and get_origin(hint) is not Literal and len(args) == 1:
         hint = args[0]
+    if get_origin(hint) is Annotated:  # Optional[Share]: the union keeps the type's bounds with it
+        hint = get_args(hint)[0]
     if get_origin(hint) is Literal:
         values = get_args(hint)
         return type(values[0]), values, optional
