@@ -344,6 +344,60 @@ def test_nothing_shown_above_the_pool_leaves_no_filter(files):
     )
 
 
+def test_the_goals_of_the_defaults_at_each_level_against_hand_computed_values(tmp_path):
+    # the leader (answer match, +0.10 every seed at 30% and +0.06 at SQuAD) and the demo's filter (the
+    # sieve, +0.05, +0.04, +0.06 at 30%); BM25 fused with it, a hybrid, 0.44, 0.43, 0.45 at 30% against
+    # BM25's 0.40 and 0.79, 0.80, 0.81 at SQuAD against 0.78
+    kb = {
+        **KB30,
+        "dpr_answer_match": {"hit_all@1": [0.60, 0.62, 0.64], "R@5": [0.80, 0.81, 0.82]},
+        "hybrid_wsum_dpr_sieve_no_ccr": {"hit_all@1": [0.44, 0.43, 0.45], "R@5": [0.9, 0.9, 0.9]},
+    }
+    sq = {**SQ, "hybrid_wsum_dpr_sieve_no_ccr": {"R@1": [0.79, 0.80, 0.81]}}
+    settings = {**SETTINGS, "methods": [*SETTINGS["methods"], "hybrid_wsum_dpr_sieve_no_ccr"]}
+    result = tournament.build_tournament(settings, _files(tmp_path, kb=kb, sq=sq))
+    assert result["default"]["leader"] == "dpr_answer_match"
+    kb_goals, sq_goals = result["goals"]
+    assert list(kb_goals["models"]) == ["dpr_answer_match", "dpr_sieve_no_ccr"]
+    sieve = kb_goals["models"]["dpr_sieve_no_ccr"]
+    # − zeroshot (0.58): −0.03, −0.02, +0.02, its interval reaches above 0: not shown below, met
+    assert sieve["vs_start"]["mean"] == pytest.approx(-0.01) and sieve["vs_start"]["goal"] == "met"
+    assert sieve["vs_baseline"]["mean"] == pytest.approx(0.05) and sieve["vs_baseline"]["goal"] == "met"
+    # half the oracle's +0.10: below 90%
+    assert sieve["oracle_share"]["mean"] == pytest.approx(0.5) and sieve["oracle_share"]["goal"] == "not met"
+    # answer match at 30%: +0.02, +0.04, +0.06 over zeroshot, the oracle's whole gain, so both goals met
+    leader = kb_goals["models"]["dpr_answer_match"]
+    assert leader["vs_start"]["mean"] == pytest.approx(0.04) and leader["vs_start"]["goal"] == "met"
+    assert leader["oracle_share"]["mean"] == pytest.approx(1.0) and leader["oracle_share"]["goal"] == "met"
+    # the sieve at SQuAD (0.61, 0.62, 0.66 against zeroshot's 0.65): −0.04, −0.03, +0.01, not shown below
+    assert sq_goals["models"]["dpr_sieve_no_ccr"]["vs_start"]["goal"] == "met"
+    # the hybrid − BM25: +0.04 at 30% (goal met, ≥ +0.03 on the mean), +0.02 at SQuAD (not met)
+    hybrid = "hybrid_wsum_dpr_sieve_no_ccr"
+    assert (
+        kb_goals["hybrids"][hybrid]["mean"] == pytest.approx(0.04)
+        and kb_goals["hybrids"][hybrid]["goal"] == "met"
+    )
+    sq_hybrid = sq_goals["hybrids"][hybrid]
+    assert (
+        sq_hybrid["vs"] == "bm25"
+        and sq_hybrid["mean"] == pytest.approx(0.02)
+        and sq_hybrid["goal"] == "not met"
+    )
+    assert sq_hybrid["ci_high"] == pytest.approx(0.02 + T3 * 0.01 / math.sqrt(3))
+    md = tournament.tournament_markdown(result)
+    assert "| 30% (hit_all@1) | dpr_sieve_no_ccr | met: -0.010 [" in md
+    assert "| SQuAD (R@1) | hybrid_wsum_dpr_sieve_no_ccr | not met: +0.020 [" in md
+
+
+def test_a_final_model_shown_below_its_start_misses_the_first_goal(tmp_path):
+    # the sieve 0.50, 0.51, 0.52 at 30% against zeroshot's 0.58: −0.08, −0.07, −0.06, shown below
+    kb = {**KB30, "dpr_sieve_no_ccr": {"hit_all@1": [0.50, 0.51, 0.52], "R@5": [0.80, 0.80, 0.80]}}
+    result = tournament.build_tournament(SETTINGS, _files(tmp_path, kb=kb))
+    goal = result["goals"][0]["models"]["dpr_sieve_no_ccr"]["vs_start"]
+    assert goal["ci_high"] < 0 and goal["goal"] == "not met"
+    assert result["goals"][0]["hybrids"] == {}  # no hybrid contender, no third goal
+
+
 def test_a_contender_shown_below_the_unfiltered_pool_anywhere_is_out(tmp_path):
     # answer match −0.10 every seed at 30% (p 0: shown below), whatever it gains at SQuAD
     kb = {**KB30, "dpr_answer_match": {"hit_all@1": [0.40, 0.42, 0.44], "R@5": [0.80, 0.81, 0.82]}}

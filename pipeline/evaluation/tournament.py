@@ -14,9 +14,10 @@ over seeds with its 95% t-interval; the paired difference with the baseline, its
 metric, Holm's correction over the whole matrix (``correct_matrix``); the share of the oracle's gain,
 (m − baseline) / (oracle − baseline), with Fieller's interval over the same seeds; the paired difference
 with the start (seed-free: its one run against each seed) and with the demo's filter (``incumbent``,
-information only); what each contender's filter did to the pool (``--detections``: its drop rate and,
+information only) and with each reference (BM25); what each contender's filter did to the pool (``--detections``: its drop rate and,
 with true labels, detection precision and recall); and the default by docs/results.md's rule, version 2
-(``choose_default``; ``--levels`` builds the levels a run has finished, and then decides nothing). A
+(``choose_default``; ``--levels`` builds the levels a run has finished, and then decides nothing),
+with the goals of the defaults at each level (``level_goals``, pipeline.evaluation.goals). A
 contender, seed or metric that is missing is an error naming the level and its file, except a
 contender listed in the level's ``skip`` (not run there, e.g. the oracle on SQuAD, which has no
 qrels_all): the table says "not run". The outputs are deterministic (same inputs, same bytes).
@@ -36,6 +37,7 @@ from pipeline.core.methods import Method, method_table, reads_true_labels, runs
 from pipeline.core.settings.root import apply_defaults, section
 from pipeline.core.settings.validation import from_dict
 from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
+from pipeline.evaluation.goals import HYBRID_MARGIN_GOAL, ORACLE_SHARE_GOAL
 from pipeline.evaluation.seed_stats import paired_difference, t_quantile
 from pipeline.evaluation.settings import TournamentSettings
 from pipeline.evaluation.sweep import per_seed
@@ -223,6 +225,9 @@ def level_result(
                 "vs_baseline": {**_interval(diff), "std": diff.std, "p": paired_p_value(diff)},
                 "oracle_share": {"mean": share.ratio, "ci_low": share.ci_low, "ci_high": share.ci_high},
                 "vs_start": _interval(paired_difference(values[m], start_values, LEVEL)),
+                "vs_references": {
+                    r: _interval(paired_difference(values[m], values[r], LEVEL)) for r in shown if r != m
+                },
                 "vs_incumbent": (
                     _interval(paired_difference(values[m], values[incumbent], LEVEL))
                     if incumbent in run
@@ -335,7 +340,113 @@ def build_tournament(
     }
     result["holm"] = correct_matrix(result)
     result["default"] = choose_default(result)
+    result["goals"] = level_goals(result)
     return result
+
+
+# ---- the goals of the defaults at each level (pipeline.evaluation.goals) --------------------------------
+
+
+def _not_shown_below(d: dict) -> str:
+    """Goal 1's verdict on a paired difference: not met where its interval lies below 0; without an
+    interval (one seed) a mean below 0 decides nothing."""
+    if d.get("ci_high") is None:
+        return "met" if d["mean"] >= 0 else "undecided"
+    return "not met" if d["ci_high"] < 0 else "met"
+
+
+def _at_least(value: float | None, goal: float) -> str:
+    return "n/a" if value is None else "met" if value >= goal else "not met"
+
+
+def level_goals(result: dict) -> list[dict]:
+    """The goals of the defaults (pipeline.evaluation.goals) at each level, on its primary metric: for
+    the rule's leader and the demo's filter, whether each is shown below the start or below the
+    baseline (the uncorrected interval: the stricter reading of a promise not to leave users worse off)
+    and the share of the oracle's gain it closes (on the means; n/a where the oracle's gain is not
+    shown); for each hybrid contender, its paired difference with BM25 against the hybrid's margin."""
+    table = method_table(apply_defaults({}))  # a name's kind does not depend on the settings
+    models = list(dict.fromkeys([result["default"]["leader"], result["incumbent"]]))
+    hybrids = [m for m in result["methods"] if m in table and table[m].kind == "hybrid"]
+    bm25 = next((r for r in result["references"] if r in table and table[r].kind == "bm25"), None)
+    out = []
+    for lv in result["levels"]:
+        primary = lv["primary"]
+        entry: dict = {"dataset": lv["dataset"], "label": lv["label"], "metric": primary}
+        entry["models"] = {}
+        for m in models:
+            if not lv["rows"][m]["run"]:
+                continue
+            cell = lv["rows"][m]["metrics"][primary]
+            share = cell["oracle_share"]
+            entry["models"][m] = {
+                "vs_start": {**cell["vs_start"], "goal": _not_shown_below(cell["vs_start"])},
+                "vs_baseline": {
+                    **{k: cell["vs_baseline"][k] for k in ("mean", "ci_low", "ci_high", "n")},
+                    "goal": _not_shown_below(cell["vs_baseline"]),
+                },
+                "oracle_share": {**share, "goal": _at_least(share["mean"], ORACLE_SHARE_GOAL)},
+            }
+        entry["hybrids"] = {}
+        for h in hybrids:
+            if (
+                bm25 is None
+                or not lv["rows"][h]["run"]
+                or bm25 not in lv["rows"][h]["metrics"][primary]["vs_references"]
+            ):
+                continue
+            d = lv["rows"][h]["metrics"][primary]["vs_references"][bm25]
+            entry["hybrids"][h] = {"vs": bm25, **d, "goal": _at_least(d["mean"], HYBRID_MARGIN_GOAL)}
+        out.append(entry)
+    return out
+
+
+def goals_lines(result: dict) -> list[str]:
+    """The goals table: a row per level and model, then one per level and hybrid."""
+    baseline, start, leader = result["baseline"], result["start"], result["default"]["leader"]
+    who = "the default" if result["default"]["decided"] else "the rule's leader so far"
+    who = (
+        f"{who}, also the demo's filter ({leader})"
+        if leader == result["incumbent"]
+        else f"{who} ({leader}) and the demo's filter ({result['incumbent']})"
+    )
+    lines = [
+        f"The goals of the defaults (docs/results.md) at each level, on its primary metric: for {who}, "
+        f"whether it is shown below {start} or "
+        f"below {baseline} (goal 1: not shown below; the {LEVEL:.0%} interval uncorrected, the stricter "
+        f"reading), and the share of the oracle's gain it closes (goal 2: at least "
+        f"{ORACLE_SHARE_GOAL:.0%}, on the means, with Fieller's interval; n/a where the oracle's gain is "
+        "not shown).",
+        "",
+        f"| level (primary) | model | goal 1: − {start} | goal 1: − {baseline} | goal 2: share of the oracle's gain |",
+        "|---|---|---:|---:|---:|",
+    ]
+    hybrid_rows = []
+    for g in result["goals"]:
+        level = f"{g['label']} ({g['metric']})"
+        for m, v in g["models"].items():
+            cells = [
+                f"{v['vs_start']['goal']}: {_signed(v['vs_start'])}",
+                f"{v['vs_baseline']['goal']}: {_signed(v['vs_baseline'])}",
+                _share(v["oracle_share"])
+                if v["oracle_share"]["goal"] == "n/a"
+                else f"{v['oracle_share']['goal']}: {_share(v['oracle_share'])}",
+            ]
+            lines.append("| " + " | ".join([level, m, *cells]) + " |")
+        for h, d in g["hybrids"].items():
+            hybrid_rows.append(f"| {level} | {h} | {d['goal']}: {_signed(d)} |")
+    if hybrid_rows:
+        lines += [
+            "",
+            f"Goal 3, BM25 fused with a trained model: its paired difference with BM25 (at least "
+            f"+{HYBRID_MARGIN_GOAL:.2f} on the mean; the goal is set on SQuAD-36's R@1, shown at every "
+            "level).",
+            "",
+            "| level (primary) | hybrid | − bm25 |",
+            "|---|---|---:|",
+            *hybrid_rows,
+        ]
+    return lines
 
 
 # ---- the default filter (docs/results.md, the rule's version 2, fixed before its numbers) ------------
@@ -698,6 +809,8 @@ def tournament_summary(result: dict) -> str:
         *_matrix(result, "vs_incumbent", incumbent, standing=False),
         "",
         default_sentence(result),
+        "",
+        *goals_lines(result),
     ]
     return "\n".join(lines) + "\n"
 
