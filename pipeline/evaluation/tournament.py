@@ -13,9 +13,10 @@ file). Per level × row (the start and the references, BM25, then the contenders
 over seeds with its 95% t-interval; the paired difference with the baseline, its p and, on the primary
 metric, Holm's correction over the whole matrix (``correct_matrix``); the share of the oracle's gain,
 (m − baseline) / (oracle − baseline), with Fieller's interval over the same seeds; the paired difference
-with the start (seed-free: its one run against each seed) and with the demo's filter (``incumbent``,
-information only) and with each reference (BM25); what each contender's filter did to the pool (``--detections``: its drop rate and,
-with true labels, detection precision and recall); and the default by docs/results.md's rule, version 2
+with the start (seed-free: its one run against each seed), with the demo's filter (``incumbent``,
+information only) and with each reference (BM25); what each contender's filter did to the pool
+(``--detections``: its drop rate and, with true labels, detection precision and recall); and the
+default by docs/results.md's rule, version 2
 (``choose_default``; ``--levels`` builds the levels a run has finished, and then decides nothing),
 with the goals of the defaults at each level (``level_goals``, pipeline.evaluation.goals). A
 contender, seed or metric that is missing is an error naming the level and its file, except a
