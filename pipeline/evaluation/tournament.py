@@ -15,10 +15,10 @@ metric, Holm's correction over the whole matrix (``correct_matrix``); the share 
 (m − baseline) / (oracle − baseline), with Fieller's interval over the same seeds; the paired difference
 with the start (seed-free: its one run against each seed), with the demo's filter (``incumbent``,
 information only) and with each reference (BM25); what each contender's filter did to the pool
-(``--detections``: its drop rate and, with true labels, detection precision and recall); and the
-default by docs/results.md's rule, version 2
-(``choose_default``; ``--levels`` builds the levels a run has finished, and then decides nothing),
-with the goals of the defaults at each level (``level_goals``, pipeline.evaluation.goals). A
+(``--detections``: its drop rate and, with true labels, detection precision and recall); the default
+by docs/results.md's rule, version 2 (``choose_default``; ``--levels`` builds the levels a run has
+finished, and then decides nothing); and the goals of the defaults at each level (``level_goals``,
+pipeline.evaluation.goals). A
 contender, seed or metric that is missing is an error naming the level and its file, except a
 contender listed in the level's ``skip`` (not run there, e.g. the oracle on SQuAD, which has no
 qrels_all): the table says "not run". The outputs are deterministic (same inputs, same bytes).
