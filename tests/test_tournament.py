@@ -398,6 +398,67 @@ def test_a_final_model_shown_below_its_start_misses_the_first_goal(tmp_path):
     assert result["goals"][0]["hybrids"] == {}  # no hybrid contender, no third goal
 
 
+def _with_a_clean_level(tmp_path, monkeypatch, kbz: dict) -> tuple[dict, dict]:
+    """SETTINGS plus a level whose candidates a dense model mined (kbz, deciding sieve-clean's default;
+    answer match is not one of sieve-clean's filters, so not run there), and its files."""
+    monkeypatch.setitem(BM25, "kbz", {"hit_all@1": 0.40, "R@5": 0.70})
+    settings = {
+        **SETTINGS,
+        "levels": {
+            **SETTINGS["levels"],
+            "kbz": {"label": "30% mined", "skip": ["dpr_answer_match"], "decides": "clean"},
+        },
+    }
+    files = {
+        **_files(tmp_path),
+        "kbz": _gathered(tmp_path / "kbz.json", kbz, {"hit_all@1": 0.58, "R@5": 0.84}),
+    }
+    return settings, files
+
+
+def test_the_levels_that_decide_sieve_clean_decide_it_alone(tmp_path, monkeypatch):
+    # kbz: the sieve +0.10 every seed over dpr_none (shown, p 0). At 30% and SQuAD only answer match is
+    # shown above dpr_none (+0.06 every seed at SQuAD). Were kbz a column of the workflow's decision, the
+    # sieve and answer match would tie at one level each; it is sieve-clean's alone: the workflow's
+    # default is answer match outright, sieve-clean's the sieve
+    kbz = {
+        "dpr_none": {"hit_all@1": [0.50, 0.52, 0.54], "R@5": [0.80, 0.80, 0.80]},
+        "dpr_oracle": {"hit_all@1": [0.62, 0.62, 0.66], "R@5": [0.85, 0.86, 0.87]},
+        "dpr_sieve_no_ccr": {"hit_all@1": [0.60, 0.62, 0.64], "R@5": [0.80, 0.80, 0.80]},
+    }
+    settings, files = _with_a_clean_level(tmp_path, monkeypatch, kbz)
+    result = tournament.build_tournament(settings, files)
+    workflow, clean = result["default"], result["clean_default"]
+    assert result["decisions"] == {"workflow": {"kb30": "30%", "sq": "SQuAD"}, "clean": {"kbz": "30% mined"}}
+    assert (workflow["levels"], workflow["tied"], workflow["default"]) == (
+        ["kb30", "sq"],
+        ["dpr_answer_match"],
+        "dpr_answer_match",
+    )
+    assert workflow["standing"]["dpr_sieve_no_ccr"] == {"above": [], "below": []}
+    assert (clean["levels"], clean["default"], clean["decided"]) == (["kbz"], "dpr_sieve_no_ccr", True)
+    assert clean["standing"]["dpr_sieve_no_ccr"] == {"above": ["kbz"], "below": []}
+    assert "dpr_answer_match" not in clean["standing"]  # run at no level of this decision
+    summary = tournament.tournament_summary(result)
+    assert "| levels above / below dpr_none (Holm) (workflow; sieve-clean) |" in summary
+    assert "| dpr_sieve_no_ccr | " in summary and " | 0 / 0; 1 / 0 |" in summary
+    assert "| dpr_answer_match (the oracle at SQuAD) |" in summary and " | 1 / 0; not run |" in summary
+    assert "The workflow's default (docs/results.md's rule, version 2;" in summary
+    assert "The default of sieve-clean (over the levels whose candidates a dense model mined)" in summary
+    assert tournament.default_sentence(result, "clean").endswith("the default is dpr_sieve_no_ccr.")
+    # the goals at kbz name sieve-clean's first, at 30% the workflow's
+    goals = {g["dataset"]: list(g["models"]) for g in result["goals"]}
+    assert goals["kbz"] == ["dpr_sieve_no_ccr"] and goals["kb30"] == ["dpr_answer_match", "dpr_sieve_no_ccr"]
+    # without the clean level's column, sieve-clean's default is not decided; the workflow's still is
+    partial = tournament.build_tournament(settings, files, only=["kb30", "sq"])
+    assert partial["default"]["decided"] and not partial["clean_default"]["decided"]
+    assert partial["clean_default"]["default"] is None
+    assert tournament.default_sentence(partial, "clean").startswith(
+        "The default of sieve-clean (over the levels whose candidates a dense model mined), not decided: "
+        "0 of 1 levels (not in this table: 30% mined)"
+    )
+
+
 def test_a_contender_shown_below_the_unfiltered_pool_anywhere_is_out(tmp_path):
     # answer match −0.10 every seed at 30% (p 0: shown below), whatever it gains at SQuAD
     kb = {**KB30, "dpr_answer_match": {"hit_all@1": [0.40, 0.42, 0.44], "R@5": [0.80, 0.81, 0.82]}}
@@ -414,7 +475,7 @@ def test_a_table_over_some_of_the_levels_decides_nothing(files):
     assert [lv["dataset"] for lv in result["levels"]] == ["sq"] and result["levels_left_out"] == ["30%"]
     assert (choice["decided"], choice["leader"], choice["default"]) == (False, "dpr_answer_match", None)
     sentence = tournament.default_sentence(result)
-    assert sentence.startswith("Not decided: 1 of 2 levels (not in this table: 30%)")
+    assert sentence.startswith("Default, not decided: 1 of 2 levels (not in this table: 30%)")
     assert sentence.endswith("the default would be dpr_answer_match.")
     with pytest.raises(DataError, match=r"\['kb7'\] are not levels"):
         tournament.build_tournament(SETTINGS, files, only=["kb7"])

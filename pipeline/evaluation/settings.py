@@ -157,6 +157,12 @@ class TournamentLevel(Contract):
         description="contenders not run on this dataset (e.g. dpr_oracle where there is no qrels_all): "
         "shown as not run, never silently",
     )
+    decides: Literal["workflow", "clean"] = Field(
+        "workflow",
+        description="the default this column decides: workflow (the workflow's filter, its candidates "
+        "mined by BM25 as the workflow mines them) or clean (sieve-clean's, candidates mined by a dense "
+        "model, as the files users bring)",
+    )
 
 
 class TournamentSettings(Contract):
@@ -167,7 +173,7 @@ class TournamentSettings(Contract):
     levels: dict[Name, TournamentLevel] = Field(
         {},
         description="dataset of `datasets` (a synthkb dial level, SQuAD-36) -> its column, in the table's "
-        "order: {label, oracle (null: tournament.oracle), metrics (null: tournament.metrics), skip}",
+        "order: {label, oracle (null: tournament.oracle), metrics (null: tournament.metrics), skip, decides}",
     )
     methods: Unique(MethodName) = Field([], description="the contenders (rows), in the table's order")
     baseline: MethodName = Field(

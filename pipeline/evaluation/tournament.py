@@ -47,6 +47,8 @@ from pipeline.sieve.settings import FILTER_CONTRACTS
 log = logging.getLogger("sieve.tournament")
 
 LEVEL = 0.95
+# What a level's column decides: the workflow's filter, or sieve-clean's (TournamentLevel.decides).
+DECISIONS = ("workflow", "clean")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def _level_settings(dataset: str, level: dict, settings: dict) -> dict:
         "oracle": level.get("oracle") or settings["oracle"],
         "metrics": list(level.get("metrics") or settings["metrics"]),
         "skip": list(level.get("skip") or []),
+        "decides": level.get("decides") or "workflow",
     }
 
 
@@ -196,6 +199,7 @@ def level_result(
         "metrics": level["metrics"],
         "primary": level["metrics"][0],
         "skip": level["skip"],
+        "decides": level["decides"],
         "start": {},
         "rows": {},
     }
@@ -338,11 +342,28 @@ def build_tournament(
         "corrected: Holm over the matrix's tests (rows × levels on the primary metric)",
         "levels": levels,
         "levels_left_out": [raw["label"] for d, raw in settings["levels"].items() if d not in built],
+        "decisions": _decisions(settings),
     }
     result["holm"] = correct_matrix(result)
-    result["default"] = choose_default(result)
+    result["default"] = choose_default(result, "workflow")
+    result["clean_default"] = choose_default(result, "clean") if result["decisions"]["clean"] else None
     result["goals"] = level_goals(result)
     return result
+
+
+def _decisions(settings: dict) -> dict[str, dict[str, str]]:
+    """decision -> {dataset: label} of every level of ``settings`` (built or not), in the table's order:
+    the columns that decide the workflow's filter and those that decide sieve-clean's."""
+    out: dict[str, dict[str, str]] = {kind: {} for kind in DECISIONS}
+    for dataset, raw in settings["levels"].items():
+        level = _level_settings(dataset, raw, settings)
+        out[level["decides"]][dataset] = level["label"]
+    return out
+
+
+def decision_of(result: dict, level: dict) -> dict:
+    """The decision a level's column belongs to (``result["default"]`` or ``result["clean_default"]``)."""
+    return result["clean_default"] if level["decides"] == "clean" else result["default"]
 
 
 # ---- the goals of the defaults at each level (pipeline.evaluation.goals) --------------------------------
@@ -367,7 +388,6 @@ def level_goals(result: dict) -> list[dict]:
     and the share of the oracle's gain it closes (on the means; n/a where the oracle's gain is not
     shown); for each hybrid contender, its paired difference with BM25 against the hybrid's margin."""
     table = method_table(apply_defaults({}))  # a name's kind does not depend on the settings
-    models = list(dict.fromkeys([result["default"]["leader"], result["incumbent"]]))
     hybrids = [m for m in result["methods"] if m in table and table[m].kind == "hybrid"]
     bm25 = next((r for r in result["references"] if r in table and table[r].kind == "bm25"), None)
     out = []
@@ -375,6 +395,7 @@ def level_goals(result: dict) -> list[dict]:
         primary = lv["primary"]
         entry: dict = {"dataset": lv["dataset"], "label": lv["label"], "metric": primary}
         entry["models"] = {}
+        models = list(dict.fromkeys([decision_of(result, lv)["leader"], result["incumbent"]]))
         for m in models:
             if not lv["rows"][m]["run"]:
                 continue
@@ -404,16 +425,11 @@ def level_goals(result: dict) -> list[dict]:
 
 def goals_lines(result: dict) -> list[str]:
     """The goals table: a row per level and model, then one per level and hybrid."""
-    baseline, start, leader = result["baseline"], result["start"], result["default"]["leader"]
-    who = "the default" if result["default"]["decided"] else "the rule's leader so far"
-    who = (
-        f"{who}, also the demo's filter ({leader})"
-        if leader == result["incumbent"]
-        else f"{who} ({leader}) and the demo's filter ({result['incumbent']})"
-    )
+    baseline, start = result["baseline"], result["start"]
     lines = [
-        f"The goals of the defaults (docs/results.md) at each level, on its primary metric: for {who}, "
-        f"whether it is shown below {start} or "
+        "The goals of the defaults (docs/results.md) at each level, on its primary metric: for the first of "
+        "the rule at the level's decision (the default once decided; sieve-clean's at a level that decides "
+        f"it) and the demo's filter ({result['incumbent']}), whether it is shown below {start} or "
         f"below {baseline} (goal 1: not shown below; the {LEVEL:.0%} interval uncorrected, the stricter "
         f"reading), and the share of the oracle's gain it closes (goal 2: at least "
         f"{ORACLE_SHARE_GOAL:.0%}, on the means, with Fieller's interval; n/a where the oracle's gain is "
@@ -551,12 +567,12 @@ def label_reading(name: str) -> str | None:
     return None if m is None else _reads(m, table)
 
 
-def _mean_ranks(result: dict, tied: list[str]) -> dict[str, float]:
+def _mean_ranks(levels: list[dict], tied: list[str]) -> dict[str, float]:
     """The tie-break: at each level the ``tied`` contenders it ran, ranked by their mean primary metric
     over seeds (1 = highest, equal means share the average rank); per contender the mean of its ranks
     over the levels it ran. Ranks within a level, so metrics of different kinds are never added."""
     ranks: dict[str, list[float]] = {m: [] for m in tied}
-    for lv in result["levels"]:
+    for lv in levels:
         means = {m: lv["rows"][m]["metrics"][lv["primary"]]["mean"] for m in tied if lv["rows"][m]["run"]}
         for m, v in means.items():
             above = sum(1 for w in means.values() if w > v)
@@ -565,17 +581,21 @@ def _mean_ranks(result: dict, tied: list[str]) -> dict[str, float]:
     return {m: math.fsum(r) / len(r) for m, r in ranks.items() if r}
 
 
-def choose_default(result: dict) -> dict:
+def choose_default(result: dict, decides: str = "workflow") -> dict:
     """docs/results.md's rule (version 2) on each level's primary metric, Holm-corrected: a contender
     that reads no labels a user lacks and is shown below the baseline at no level qualifies; the most
     levels shown above the baseline leads; tied leaders are reported as tied and ordered by their mean
     within-level rank, then by the table's order (said when it decides). If no contender is shown above
-    the baseline anywhere, the default is the baseline (drop nothing). Nothing is privileged."""
-    baseline, levels = result["baseline"], result["levels"]
+    the baseline anywhere, the default is the baseline (drop nothing). Nothing is privileged.
+
+    Over the levels of one decision (``decides``, the level's setting): ``workflow``, the workflow's
+    filter, or ``clean``, sieve-clean's; a contender run at none of them is not a candidate there."""
+    baseline = result["baseline"]
+    levels = [lv for lv in result["levels"] if lv["decides"] == decides]
     readers = result["label_readers"]
     standing = {}
     for m in result["methods"]:
-        if m in readers:
+        if m in readers or not any(lv["rows"][m]["run"] for lv in levels):
             continue
         cells = {
             lv["dataset"]: lv["rows"][m]["metrics"][lv["primary"]]["vs_baseline"]
@@ -589,7 +609,7 @@ def choose_default(result: dict) -> dict:
     qualified = [m for m, st in standing.items() if not st["below"]]
     top = max((len(standing[m]["above"]) for m in qualified), default=0)
     tied = [m for m in qualified if len(standing[m]["above"]) == top] if top > 0 else []
-    mean_rank = _mean_ranks(result, tied) if len(tied) > 1 else {}
+    mean_rank = _mean_ranks(levels, tied) if len(tied) > 1 else {}
     if not tied:
         leader, first = baseline, [baseline]
     elif len(tied) == 1:
@@ -598,9 +618,12 @@ def choose_default(result: dict) -> dict:
         best = min(mean_rank.values())
         first = [m for m in tied if math.isclose(mean_rank[m], best, rel_tol=0, abs_tol=1e-12)]
         leader = first[0]
-    decided = not result["levels_left_out"]
+    built = {lv["dataset"] for lv in result["levels"]}
+    decided = all(d in built for d in result["decisions"][decides])
     return {
         "rule": "docs/results.md, version 2",
+        "decides": decides,
+        "levels": [lv["dataset"] for lv in levels],
         "decided": decided,
         "excluded": list(readers),
         "standing": standing,
@@ -615,10 +638,13 @@ def choose_default(result: dict) -> dict:
     }
 
 
-def default_sentence(result: dict) -> str:
-    """The decision in words: who is out and why, who leads, the tie and its tie-break."""
-    choice, baseline = result["default"], result["baseline"]
-    labels = {lv["dataset"]: lv["label"] for lv in result["levels"]}
+def default_sentence(result: dict, decides: str = "workflow") -> str:
+    """The decision in words (``decides``: the workflow's filter or sieve-clean's): who is out and why,
+    who leads, the tie and its tie-break."""
+    choice = result["clean_default"] if decides == "clean" else result["default"]
+    baseline = result["baseline"]
+    levels = [lv for lv in result["levels"] if lv["decides"] == decides]
+    labels = {lv["dataset"]: lv["label"] for lv in levels}
     holm_note = (
         f"Holm over the matrix's {result['holm']['tests']} tests at α {result['alpha']:g}, "
         f"{result['holm']['rejected']} rejected"
@@ -627,13 +653,17 @@ def default_sentence(result: dict) -> str:
     def named(datasets: list[str]) -> str:
         return "; ".join(labels[d] for d in datasets) or "none"  # labels hold commas
 
-    left_out = result["levels_left_out"]
-    head = f"Default (docs/results.md's rule, version 2; {holm_note})"
+    left_out = [label for d, label in result["decisions"][decides].items() if d not in labels]
+    if decides == "clean":
+        what = "The default of sieve-clean (over the levels whose candidates a dense model mined)"
+    else:
+        what = "The workflow's default" if result["decisions"]["clean"] else "Default"
+    head = f"{what} (docs/results.md's rule, version 2; {holm_note})"
     if left_out:
         head = (
-            f"Not decided: {len(labels)} of {len(labels) + len(left_out)} levels (not in this table: "
-            f"{'; '.join(left_out)}), and a level that has not finished decides nothing ({holm_note}). "
-            "Over these levels"
+            f"{what}, not decided: {len(labels)} of {len(labels) + len(left_out)} levels (not in this "
+            f"table: {'; '.join(left_out)}), and a level that has not finished decides nothing "
+            f"({holm_note}). Over these levels"
         )
     parts = []
     if choice["excluded"]:
@@ -643,7 +673,7 @@ def default_sentence(result: dict) -> str:
     for ref in result["references"]:
         cells = [
             (lv["dataset"], lv["rows"][ref]["metrics"][lv["primary"]]["vs_baseline"])
-            for lv in result["levels"]
+            for lv in levels
             if lv["rows"][ref]["run"]
         ]
         above = [d for d, c in cells if _shown(c) > 0]
@@ -749,9 +779,11 @@ def _matrix(result: dict, key: str, skip: str, standing: bool) -> list[str]:
     ``key`` of every row (``skip``: the method the difference is taken with, a dash; ``detection``:
     what the row's filter did instead); with ``standing``, the rule's count of levels shown above and
     below the baseline (corrected)."""
-    levels, choice = result["levels"], result["default"]
+    levels = result["levels"]
+    choices = [c for c in (result["default"], result["clean_default"]) if c is not None]
     head = ["row", *[f"{lv['label']} ({lv['primary']})" for lv in levels]]
-    head += [f"levels above / below {result['baseline']} (Holm)"] if standing else []
+    both = " (workflow; sieve-clean)" if len(choices) > 1 else ""
+    head += [f"levels above / below {result['baseline']} (Holm){both}"] if standing else []
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
     for method in [*result["references"], *result["methods"]]:
         cells = []
@@ -768,13 +800,17 @@ def _matrix(result: dict, key: str, skip: str, standing: bool) -> list[str]:
             else:
                 cells.append(_signed(row["metrics"][lv["primary"]][key] or {}))
         if standing:
-            s = choice["standing"].get(method)
             if method in result["references"]:
                 cells.append("reference, not chosen")
-            elif s is None:
+            elif method in result["label_readers"]:
                 cells.append("reads labels, not chosen")
             else:
-                cells.append(f"{len(s['above'])} / {len(s['below'])}")
+                counts = [c["standing"].get(method) for c in choices]
+                cells.append(
+                    "; ".join(
+                        "not run" if s is None else f"{len(s['above'])} / {len(s['below'])}" for s in counts
+                    )
+                )
         lines.append("| " + " | ".join([_row_name(result, method), *cells]) + " |")
     return lines
 
@@ -810,6 +846,7 @@ def tournament_summary(result: dict) -> str:
         *_matrix(result, "vs_incumbent", incumbent, standing=False),
         "",
         default_sentence(result),
+        *(["", default_sentence(result, "clean")] if result["clean_default"] is not None else []),
         "",
         *goals_lines(result),
     ]
