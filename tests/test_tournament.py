@@ -453,10 +453,12 @@ def test_the_levels_that_decide_sieve_clean_decide_it_alone(tmp_path, monkeypatc
     partial = tournament.build_tournament(settings, files, only=["kb30", "sq"])
     assert partial["default"]["decided"] and not partial["clean_default"]["decided"]
     assert partial["clean_default"]["default"] is None
-    assert tournament.default_sentence(partial, "clean").startswith(
+    assert tournament.default_sentence(partial, "clean") == (
         "The default of sieve-clean (over the levels whose candidates a dense model mined), not decided: "
-        "0 of 1 levels (not in this table: 30% mined)"
+        "its one level is not in this table (30% mined)."
     )
+    # and the standing column counts the workflow's levels alone
+    assert "| levels above / below dpr_none (Holm) |" in tournament.tournament_summary(partial)
 
 
 def test_a_contender_shown_below_the_unfiltered_pool_anywhere_is_out(tmp_path):

@@ -659,6 +659,9 @@ def default_sentence(result: dict, decides: str = "workflow") -> str:
     else:
         what = "The workflow's default" if result["decisions"]["clean"] else "Default"
     head = f"{what} (docs/results.md's rule, version 2; {holm_note})"
+    if not labels:
+        absent = "its one level is not" if len(left_out) == 1 else f"none of its {len(left_out)} levels is"
+        return f"{what}, not decided: {absent} in this table ({'; '.join(left_out)})."
     if left_out:
         head = (
             f"{what}, not decided: {len(labels)} of {len(labels) + len(left_out)} levels (not in this "
@@ -780,7 +783,7 @@ def _matrix(result: dict, key: str, skip: str, standing: bool) -> list[str]:
     what the row's filter did instead); with ``standing``, the rule's count of levels shown above and
     below the baseline (corrected)."""
     levels = result["levels"]
-    choices = [c for c in (result["default"], result["clean_default"]) if c is not None]
+    choices = [c for c in (result["default"], result["clean_default"]) if c is not None and c["levels"]]
     head = ["row", *[f"{lv['label']} ({lv['primary']})" for lv in levels]]
     both = " (workflow; sieve-clean)" if len(choices) > 1 else ""
     head += [f"levels above / below {result['baseline']} (Holm){both}"] if standing else []
