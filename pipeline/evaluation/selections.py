@@ -45,7 +45,7 @@ from pipeline.core.storage import (
 )
 from pipeline.evaluation.seed_stats import paired_difference
 from pipeline.evaluation.sweep import per_seed
-from pipeline.evaluation.tournament import check_settings, level_item, settings_from
+from pipeline.evaluation.tournament import check_contenders_and_levels, level_item, settings_from
 
 log = logging.getLogger("sieve.selections")
 
@@ -188,6 +188,20 @@ def trained_of(m: Method, table: Mapping[str, Method], prefer: Sequence[str] = (
         f"{m.name} selects from models/{m.selects}, which {len(found)} methods train ({found})",
         field="tournament.methods",
     )
+
+
+# What this table reads of the tournament section (its rule passes no more): a change to the rest (the
+# default's rule, its controls, a level's oracle or decision) leaves the table as it was.
+READ = ("methods", "start", "metrics")
+READ_PER_LEVEL = ("label", "metrics", "skip")
+
+
+def selection_settings(section: Mapping) -> dict:
+    """The part of the tournament section (defaults filled) that the selections' table reads."""
+    return {
+        **{key: section[key] for key in READ},
+        "levels": {d: {k: level.get(k) for k in READ_PER_LEVEL} for d, level in section["levels"].items()},
+    }
 
 
 def selection_contenders(settings: Mapping, table: Mapping[str, Method] | None = None) -> dict[str, dict]:
@@ -381,7 +395,7 @@ def build_selections(
 ) -> dict:
     """Every level of ``settings`` (the tournament section): its selection records (``paths``: dataset ->
     contender -> seed -> selection.json) against its gathered metrics (``metrics_files``)."""
-    check_settings(settings)
+    check_contenders_and_levels(settings)
     contenders = selection_contenders(settings, table)
     if not contenders:
         raise DataError(
@@ -554,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start_stage(args.log, libraries=())
     try:
-        settings = settings_from(argparse.Namespace(settings=args.settings))
+        settings = selection_settings(settings_from(argparse.Namespace(settings=args.settings)))
     except json.JSONDecodeError as error:
         raise DataError(f"not JSON: {error}", field="--settings") from None
     contenders = selection_contenders(settings)

@@ -121,13 +121,18 @@ def _references(settings: dict) -> list[str]:
     ]
 
 
-def check_settings(settings: dict) -> None:
-    """What the tournament needs of its section: contenders, levels, and the controls among the
-    contenders wherever they are used (a stale or skipped control would pair with nothing)."""
+def check_contenders_and_levels(settings: dict) -> None:
+    """Rows and columns at all: what every table over the tournament section needs."""
     if not settings["methods"]:
         raise DataError("no contenders: set tournament.methods", field="tournament.methods")
     if not settings["levels"]:
         raise DataError("no levels: set tournament.levels", field="tournament.levels")
+
+
+def check_settings(settings: dict) -> None:
+    """What the tournament needs of its section: contenders, levels, and the controls among the
+    contenders wherever they are used (a stale or skipped control would pair with nothing)."""
+    check_contenders_and_levels(settings)
     if settings["incumbent"] not in settings["methods"]:
         raise DataError(
             f"the incumbent {settings['incumbent']!r} must be a contender", field="tournament.incumbent"
@@ -345,8 +350,11 @@ def build_tournament(
         "decisions": _decisions(settings),
     }
     result["holm"] = correct_matrix(result)
-    result["default"] = choose_default(result, "workflow")
-    result["clean_default"] = choose_default(result, "clean") if result["decisions"]["clean"] else None
+    for decision, key in (
+        ("workflow", "default"),
+        ("clean", "clean_default"),
+    ):  # a decision without levels: None
+        result[key] = choose_default(result, decision) if result["decisions"][decision] else None
     result["goals"] = level_goals(result)
     return result
 
@@ -847,9 +855,7 @@ def tournament_summary(result: dict) -> str:
         "information only, the rule does not read it:",
         "",
         *_matrix(result, "vs_incumbent", incumbent, standing=False),
-        "",
-        default_sentence(result),
-        *(["", default_sentence(result, "clean")] if result["clean_default"] is not None else []),
+        *(line for d in DECISIONS if result["decisions"][d] for line in ("", default_sentence(result, d))),
         "",
         *goals_lines(result),
     ]

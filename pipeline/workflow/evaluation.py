@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from pipeline.core.methods import Method, closest
 from pipeline.core.storage import DataError
-from pipeline.evaluation.selections import SELECTION_FILE
+from pipeline.evaluation.selections import SELECTION_FILE, selection_settings
 from pipeline.evaluation.tournament import check_settings
 from pipeline.workflow.documents import settings_flag
 from pipeline.workflow.paths import (
@@ -237,11 +237,24 @@ class EvaluationRules:
 
 
 def tournament_settings(w: WorkflowTables) -> str:
-    """The tournament rule's --settings (the config's tournament section as JSON), once every level is
-    a declared dataset whose `methods` build each contender it runs and the start (else the job would
-    fail after hours of training on a name it never asked for)."""
+    """The tournament rule's --settings: the config's tournament section as JSON (``_tournament``)."""
     import json
 
+    return json.dumps(_tournament(w))  # in the config's order: the levels are the table's columns
+
+
+def selections_settings(w: WorkflowTables) -> str:
+    """The selections' table's --settings: the part of the tournament section it reads, so a setting it
+    does not read (the default's rule, a level's decision) leaves its job alone."""
+    import json
+
+    return json.dumps(selection_settings(_tournament(w)))
+
+
+def _tournament(w: WorkflowTables) -> dict:
+    """The config's tournament section, once every level is a declared dataset whose `methods` build
+    each contender it runs and the start (else the job would fail after hours of training on a name it
+    never asked for)."""
     t = w.config["tournament"]
     problems = []
     for d, level in t["levels"].items():
@@ -259,7 +272,7 @@ def tournament_settings(w: WorkflowTables) -> str:
         problems.append(str(error))
     if problems:
         raise ValueError("tournament: " + "; ".join(problems))
-    return json.dumps(t)  # in the config's order: the levels are the table's columns
+    return t
 
 
 def tournament_detections(w: WorkflowTables) -> list[tuple[str, str, str, str]]:

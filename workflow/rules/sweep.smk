@@ -5,7 +5,12 @@ import json
 import shlex
 
 from pipeline.workflow.checks import sweep_problems
-from pipeline.workflow.evaluation import tournament_detections, tournament_selections, tournament_settings
+from pipeline.workflow.evaluation import (
+    selections_settings,
+    tournament_detections,
+    tournament_selections,
+    tournament_settings,
+)
 from pipeline.workflow.paths import dataset_manifest, dataset_metrics, filter_report, sweep_output
 
 SWEEP = config["sweep"]
@@ -90,7 +95,7 @@ rule tournament_selections:
         json=sweep_output("tournament_selections", "json"),
         md=sweep_output("tournament_selections", "md"),
     params:
-        settings=lambda wildcards: shlex.quote(tournament_settings(workflow_tables)),
+        settings=lambda wildcards: shlex.quote(selections_settings(workflow_tables)),
         metrics=lambda wildcards, input: " ".join(
             shlex.quote(f"{d}={m}") for d, m in zip(config["tournament"]["levels"], input.metrics)),
         selections=lambda wildcards: " ".join(
