@@ -38,6 +38,7 @@ import yaml
 from pipeline.core.settings.base import RESOURCE_KEYS
 from pipeline.core.settings.root import SECTIONS, TOP_LEVEL_DEFAULTS, Config, defaults
 from pipeline.data.settings import DatasetSpec
+from pipeline.evaluation.settings import TournamentLevel
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -313,19 +314,25 @@ SETTINGS: dict[str, tuple] = {
     "search.nprobe": (8, ANY_SEARCH, AR2_DEV),
     "search.ef_search": (64, ANY_SEARCH, AR2_DEV),
     "search.chunk_rows": (1024, AR2_DEV, ANY_SEARCH),
-    # the selections' table reads the tournament's settings too (its levels, contenders, metrics)
+    # the selections' table reads the contenders, the start, the metrics and each level's label, metrics
+    # and skip; the rest of the section is the tournament's alone
     "tournament.methods": (
         ["dpr", "dpr_rank_window", "dpr_wise"],
         ("tournament", "tournament_selections"),
         ("noise_sweep",),
     ),
-    "tournament.baseline": ("dpr_absolute_margin", ("tournament", "tournament_selections")),
-    "tournament.oracle": ("dpr_absolute_margin", ("tournament", "tournament_selections")),
+    "tournament.baseline": ("dpr_absolute_margin", ("tournament",), ("tournament_selections",)),
+    "tournament.oracle": ("dpr_absolute_margin", ("tournament",), ("tournament_selections",)),
     "tournament.start": ("bm25", ("tournament", "tournament_selections")),
-    "tournament.incumbent": ("dpr_absolute_margin", ("tournament", "tournament_selections")),
-    "tournament.references": ([], ("tournament", "tournament_selections")),
-    "tournament.alpha": (0.1, ("tournament", "tournament_selections")),
+    "tournament.incumbent": ("dpr_absolute_margin", ("tournament",), ("tournament_selections",)),
+    "tournament.references": ([], ("tournament",), ("tournament_selections",)),
+    "tournament.alpha": (0.1, ("tournament",), ("tournament_selections",)),
     "tournament.metrics": (["R@5", "hit_all@1"], ("tournament", "tournament_selections"), ("evaluate",)),
+    "tournament.levels.synthkb.label": ("the demo", ("tournament", "tournament_selections")),
+    "tournament.levels.synthkb.oracle": ("dpr_absolute_margin", ("tournament",), ("tournament_selections",)),
+    "tournament.levels.synthkb.metrics": (["R@5"], ("tournament", "tournament_selections"), ("evaluate",)),
+    "tournament.levels.synthkb.skip": (["dpr_absolute_margin"], ("tournament", "tournament_selections")),
+    "tournament.levels.synthkb.decides": ("clean", ("tournament",), ("tournament_selections",)),
     "sweep.datasets": ([], ("noise_sweep",)),
     "sweep.methods": (["dpr", "dpr_rank_window"], ("noise_sweep",)),
     "sweep.baseline": ("dpr_sieve", ("noise_sweep",)),
@@ -511,6 +518,8 @@ def every_setting() -> set[str]:
     names |= top
     names |= {f"datasets.synthkb.{k}" for k in dataset_keys - declared_only - {"format"}}
     names |= {f"datasets.toy.{k}" for k in dataset_keys - synthkb_only}
+    # tournament.levels.<dataset>: each level's own settings, on the one level of BASE
+    names |= {f"tournament.levels.synthkb.{k}" for k in TournamentLevel.model_fields}
     return names
 
 
