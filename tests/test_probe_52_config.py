@@ -24,7 +24,7 @@ from pipeline.core.settings.base import (
     MAX_SHARDS,
     MAX_STEPS,
     Contract,
-    _strip,
+    bare_type,
     field_constraints,
 )
 from pipeline.core.settings.root import Config
@@ -128,7 +128,7 @@ def _int_fields(cls: type, seen: set) -> list[str]:
         return unbounded
     seen.add(cls)
     for name, field in cls.model_fields.items():
-        hint = _strip(field.annotation)
+        hint = bare_type(field.annotation)
         if isinstance(hint, type) and issubclass(hint, Contract):
             unbounded += _int_fields(hint, seen)
             continue
@@ -137,7 +137,7 @@ def _int_fields(cls: type, seen: set) -> list[str]:
             item = get_args(hint)[0]
             if get_origin(item) is Annotated:
                 metadata = [m for a in get_args(item)[1:] for m in getattr(a, "metadata", [a])]
-            hint = _strip(item)
+            hint = bare_type(item)
         if get_origin(hint) in (Union, types.UnionType):
             continue
         if hint is int and not any(hasattr(m, "le") or hasattr(m, "lt") for m in metadata):

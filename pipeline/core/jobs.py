@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, Mapping, Optional, Sequence, get_args
 
 from pipeline.core.cli import check_writable, start_stage
 from pipeline.core.config import ConfigError, load_mapping, unique_json_pairs
-from pipeline.core.settings.base import Contract, _strip
+from pipeline.core.settings.base import Contract, bare_type
 from pipeline.core.settings.flags import _nested, add_flags, flag_name, pick
 from pipeline.core.settings.validation import from_dict
 
@@ -38,7 +38,7 @@ def add_settings_flags(
     for name, field in cls.model_fields.items():
         kind = _kind(cls, name)
         if kind == "list":
-            item = _strip(get_args(field.annotation)[0])
+            item = bare_type(get_args(field.annotation)[0])
             group.add_argument(flag_name(name), dest=name, nargs="+", type=item, help=field.description)
         elif kind == "json":
             spellings = [flag_name(name), *([aliases[name]] if aliases and name in aliases else [])]
@@ -48,10 +48,10 @@ def add_settings_flags(
 def _kind(cls: type[Contract], name: str) -> str:
     """scalar (a flag of add_flags: a type, a Literal, either or None), list, or json (any other shape)."""
     hint = cls.model_fields[name].annotation
-    if get_origin(hint) is list and _strip(get_args(hint)[0]) in (int, float, str):
+    if get_origin(hint) is list and bare_type(get_args(hint)[0]) in (int, float, str):
         return "list"
     options = (  # Optional[Share]: the union holds the type with its bounds, a float all the same
-        [_strip(a) for a in get_args(hint) if a is not type(None)]
+        [bare_type(a) for a in get_args(hint) if a is not type(None)]
         if get_origin(hint) is not Literal
         else [hint]
     )

@@ -164,7 +164,7 @@ def field_constraints(field: FieldInfo) -> list[Any]:
     return []
 
 
-def _strip(hint: Any) -> Any:
+def bare_type(hint: Any) -> Any:
     """``hint`` without Annotated and Optional (a union of one type and None is that type)."""
     while True:
         if get_origin(hint) is Annotated:

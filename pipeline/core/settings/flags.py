@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Annotated, Any, Literal, Sequence, get_args, get_origin
+from typing import Any, Literal, Sequence, get_args, get_origin
 
-from pipeline.core.settings.base import ConfigError, Contract
+from pipeline.core.settings.base import ConfigError, Contract, bare_type
 
 # ---- CLI flags from fields: the parser (a stage) and the command line (rules) share one spelling --
 
@@ -27,11 +27,9 @@ def _flag_type(cls: type[Contract], name: str) -> tuple[type, tuple | None, bool
     """(parser type, choices, optional) of a field: Optional[X] parses as X, Literal[...] as its values."""
     hint = cls.model_fields[name].annotation
     optional = type(None) in get_args(hint)
-    args = [a for a in get_args(hint) if a is not type(None)]
-    if get_origin(hint) is not None and get_origin(hint) is not Literal and len(args) == 1:
-        hint = args[0]
-    if get_origin(hint) is Annotated:  # Optional[Share]: the union keeps the type's bounds with it
-        hint = get_args(hint)[0]
+    hint = bare_type(hint)  # Optional[Share]: the union keeps the type's bounds with it
+    if get_origin(hint) is list:  # a whole-section flag of a list field parses its items
+        hint = bare_type(get_args(hint)[0])
     if get_origin(hint) is Literal:
         values = get_args(hint)
         return type(values[0]), values, optional

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline.core.settings.base import ConfigError, Contract, _strip
+from pipeline.core.settings.base import ConfigError, Contract, bare_type
 from pipeline.data.settings import PathFile, SplitUnits, UrlFile
 
 
@@ -53,9 +53,9 @@ def _model_at(loc: Sequence[Any], root: type[BaseModel]) -> type[BaseModel] | No
         if part in _UNION_TAGS:
             current = tagged.get(part, current)
         elif isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
-            current = _strip(current.model_fields[part].annotation)
+            current = bare_type(current.model_fields[part].annotation)
         elif get_origin(current) is dict:
-            current = _strip(get_args(current)[1])
+            current = bare_type(get_args(current)[1])
         else:
             return None
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
