@@ -369,7 +369,7 @@ def _decisions(settings: dict) -> dict[str, dict[str, str]]:
     return out
 
 
-def decision_of(result: dict, level: dict) -> dict:
+def _decision_of(result: dict, level: dict) -> dict:
     """The decision a level's column belongs to (``result["default"]`` or ``result["clean_default"]``)."""
     return result["clean_default"] if level["decides"] == "clean" else result["default"]
 
@@ -403,7 +403,7 @@ def level_goals(result: dict) -> list[dict]:
         primary = lv["primary"]
         entry: dict = {"dataset": lv["dataset"], "label": lv["label"], "metric": primary}
         entry["models"] = {}
-        models = list(dict.fromkeys([decision_of(result, lv)["leader"], result["incumbent"]]))
+        models = list(dict.fromkeys([_decision_of(result, lv)["leader"], result["incumbent"]]))
         for m in models:
             if not lv["rows"][m]["run"]:
                 continue
@@ -666,10 +666,10 @@ def default_sentence(result: dict, decides: str = "workflow") -> str:
         what = "The default of sieve-clean (over the levels whose candidates a dense model mined)"
     else:
         what = "The workflow's default" if result["decisions"]["clean"] else "Default"
-    head = f"{what} (docs/results.md's rule, version 2; {holm_note})"
     if not labels:
         absent = "its one level is not" if len(left_out) == 1 else f"none of its {len(left_out)} levels is"
         return f"{what}, not decided: {absent} in this table ({'; '.join(left_out)})."
+    head = f"{what} (docs/results.md's rule, version 2; {holm_note})"
     if left_out:
         head = (
             f"{what}, not decided: {len(labels)} of {len(labels) + len(left_out)} levels (not in this "
