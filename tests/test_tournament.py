@@ -188,6 +188,28 @@ def test_the_table_and_the_figure_are_written_and_deterministic(files, tmp_path)
     assert outs[0][2][:8] == b"\x89PNG\r\n\x1a\n" and len(outs[0][2]) > 5000
 
 
+def test_an_output_over_an_input_is_refused_before_anything_is_written(files, tmp_path, capsys):
+    from pipeline.core.cli import run_main
+
+    kept = (tmp_path / "kb30.json").read_bytes()
+    args = ["--settings", json.dumps(SETTINGS), "--metrics", *(f"{d}={p}" for d, p in files.items())]
+    outs = [
+        "--out-json",
+        files["kb30"],
+        "--out-md",
+        str(tmp_path / "o.md"),
+        "--out-png",
+        str(tmp_path / "o.png"),
+    ]
+    with pytest.raises(SystemExit) as raised:
+        run_main(tournament.main, [*args, *outs])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert "--out-json" in err and "--metrics kb30" in err and err.count("\n") == 1
+    assert (tmp_path / "kb30.json").read_bytes() == kept
+    assert not (tmp_path / "o.md").exists() and not (tmp_path / "o.png").exists()
+
+
 def test_a_paired_p_value_against_the_closed_form_of_t_with_two_degrees_of_freedom():
     # with 2 df, P(|T| > t) = 1 − t / √(t² + 2): differences 0.05, 0.04, 0.06 give t = 0.05 / (0.01/√3)
     d = paired_difference({0: 0.55, 1: 0.56, 2: 0.60}, {0: 0.50, 1: 0.52, 2: 0.54})

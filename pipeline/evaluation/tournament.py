@@ -37,7 +37,14 @@ from pipeline.core.cli import run_main, stage_parser, start_stage
 from pipeline.core.methods import Method, method_table, reads_true_labels, runs
 from pipeline.core.settings.root import apply_defaults, section
 from pipeline.core.settings.validation import from_dict
-from pipeline.core.storage import DataError, atomic_open, read_json_object, write_json, write_png
+from pipeline.core.storage import (
+    DataError,
+    atomic_open,
+    read_json_object,
+    refuse_overwriting_inputs,
+    write_json,
+    write_png,
+)
 from pipeline.evaluation.goals import HYBRID_MARGIN_GOAL, ORACLE_SHARE_GOAL
 from pipeline.evaluation.seed_stats import paired_difference, t_quantile
 from pipeline.evaluation.settings import TournamentSettings
@@ -1032,8 +1039,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start_stage(args.log, libraries=())
     settings = settings_from(args)
+    files = metrics_files(settings, args.metrics)
+    inputs = {f"--metrics {d}": p for d, p in files.items()}
+    inputs.update(
+        {f"--detections {item.split('=', 1)[0]}": item.split("=", 1)[-1] for item in args.detections}
+    )
+    outputs = {
+        "--out-json": args.out_json,
+        "--out-md": args.out_md,
+        "--out-png": args.out_png,
+        "--log": args.log,
+    }
+    refuse_overwriting_inputs(outputs, inputs)
     detections = read_detections(args.detections, settings)
-    result = build_tournament(settings, metrics_files(settings, args.metrics), args.levels, detections)
+    result = build_tournament(settings, files, args.levels, detections)
     write_json(args.out_json, result)
     with atomic_open(args.out_md, "w", encoding="utf-8") as handle:
         handle.write(tournament_markdown(result))
